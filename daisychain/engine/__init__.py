@@ -1,0 +1,1 @@
+"""daisychain.engine"""
