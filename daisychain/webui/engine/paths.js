@@ -1,0 +1,57 @@
+// The two compute paths behind one async interface, so engine and self-test code never
+// care which one runs:
+//   gemm(a, b, {m, k, n, transA, transB}) -> Int32Array (M, N)
+//   requantize(acc, shift, {relu})         -> Int32Array of int8 values
+//   mul(a, b), relu(x)                      -> Int32Array
+// CpuUnits runs the JS units (units.js, gemm.js); GpuUnits (gpu.js) the WGSL kernels.
+// openPaths() tries the GPU and, if it cannot be used, says why in words.
+
+import { gemmFast, gemmLayout, gemmLut } from "../gemm.js";
+import { GpuUnits, POISON } from "../gpu.js";
+import { mulArray, reluArray, requantizeArray } from "../units.js";
+
+export class CpuUnits {
+  /** @param {object} luts verified tables; @param {{literal?: boolean}} opts literal -> gemmLut */
+  constructor(luts, { literal = false } = {}) {
+    this.luts = luts;
+    this.name = literal ? "cpu-lut" : "cpu";
+    this._gemm = literal ? gemmLut : gemmFast;
+    this.usable = true;
+  }
+
+  // Outputs are poisoned with 0x7fffffff first, as on the GPU, so an unwritten element fails.
+  async gemm(a, b, desc) {
+    const { m, n } = gemmLayout(desc);
+    return this._gemm(a, b, desc, this.luts, new Int32Array(m * n).fill(POISON));
+  }
+
+  async requantize(acc, shift, { relu = false } = {}) {
+    return requantizeArray(acc, shift, this.luts, { relu, out: new Int32Array(acc.length).fill(POISON) });
+  }
+
+  async mul(a, b) {
+    return mulArray(a, b, this.luts, new Int32Array(a.length).fill(POISON));
+  }
+
+  async relu(x) {
+    return reluArray(x, this.luts, new Int32Array(x.length).fill(POISON));
+  }
+
+  onFailure() {}
+}
+
+/**
+ * Open the CPU path and, unless disabled, the GPU path.
+ * @returns {Promise<{cpu: CpuUnits, gpu: GpuUnits|null, gpuReason: string|null}>}
+ */
+export async function openPaths(luts, { tryGpu = true, shaderBase = "/shaders/", onGpuFailure } = {}) {
+  const cpu = new CpuUnits(luts);
+  if (!tryGpu) return { cpu, gpu: null, gpuReason: "the GPU path was not requested" };
+  try {
+    const gpu = await GpuUnits.create({ luts, shaderBase, onFailure: onGpuFailure });
+    gpu.name = "gpu";
+    return { cpu, gpu, gpuReason: null };
+  } catch (err) {
+    return { cpu, gpu: null, gpuReason: err.message };
+  }
+}

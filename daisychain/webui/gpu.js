@@ -1,0 +1,352 @@
+// WebGPU for the units, with every GPU error in this one place.
+//
+// GpuUnits.create() finds an adapter, checks its limits, creates the device, uploads the
+// verified tables and compiles the four kernels (shaders/{gemm,requantize,mul,relu}.wgsl).
+// Every creation and every dispatch runs inside error scopes (validation, out-of-memory,
+// internal); `device.lost` and `uncapturederror` are handled here too. The first failure of
+// any kind marks the object failed, tells every onFailure listener the reason in words, and
+// makes every later call throw GpuError with that reason: the caller then falls back to the
+// JS units (units.js, gemm.js), which compute the same bytes.
+//
+// Operands travel as int8 values held in i32 (4 bytes per element); outputs come back as
+// Int32Array. Output buffers are poisoned with 0x7fffffff before each dispatch, so an element
+// a kernel failed to write can never pass for a result.
+
+import { gemmLayout, MAX_K } from "./gemm.js";
+import { checkInt8Array, checkIntArray, checkShift, INT32_MAX, INT32_MIN, UnitError } from "./units.js";
+
+export const POISON = 0x7fffffff;
+export const KERNELS = ["gemm", "requantize", "mul", "relu"];
+const TILE = 16; // gemm.wgsl workgroup tile
+const LANES = 64; // workgroup size of the elementwise kernels
+
+/** What a kernel needs of the device, checked against the adapter before anything runs. */
+const NEEDED_LIMITS = {
+  maxStorageBuffersPerShaderStage: 5,
+  maxComputeInvocationsPerWorkgroup: TILE * TILE,
+  maxComputeWorkgroupSizeX: LANES,
+  maxComputeWorkgroupSizeY: TILE,
+  maxComputeWorkgroupStorageSize: 2 * TILE * TILE * 4,
+  maxStorageBufferBindingSize: 65536 * 4,
+  maxUniformBufferBindingSize: 64,
+};
+
+export class GpuError extends Error {
+  constructor(message) {
+    super(message);
+    this.name = "GpuError";
+  }
+}
+
+function errorText(err) {
+  return err && err.message ? err.message : String(err);
+}
+
+export class GpuUnits {
+  /**
+   * @param {object} opts
+   * @param {object} opts.luts         verified tables from luts.js loadLuts()
+   * @param {string} [opts.shaderBase] URL prefix of the .wgsl files, default "/shaders/"
+   * @param {(reason: string) => void} [opts.onFailure] told once, in words, when the GPU fails
+   * @returns {Promise<GpuUnits>} or throws GpuError saying why WebGPU cannot be used
+   */
+  static async create({ luts, shaderBase = "/shaders/", onFailure } = {}) {
+    if (typeof navigator === "undefined" || !navigator.gpu) {
+      throw new GpuError("this browser has no WebGPU (navigator.gpu is missing)");
+    }
+    let adapter;
+    try {
+      adapter = await navigator.gpu.requestAdapter();
+    } catch (err) {
+      throw new GpuError(`WebGPU requestAdapter() failed: ${errorText(err)}`);
+    }
+    if (!adapter) {
+      throw new GpuError("WebGPU is present but requestAdapter() returned null: no usable GPU " +
+        "adapter (WebGPU is disabled in this browser or unsupported on this device)");
+    }
+    for (const [name, need] of Object.entries(NEEDED_LIMITS)) {
+      if (!(adapter.limits[name] >= need)) {
+        throw new GpuError(`the GPU adapter's ${name} is ${adapter.limits[name]}, the kernels need ${need}`);
+      }
+    }
+    const requiredLimits = {
+      maxStorageBufferBindingSize: adapter.limits.maxStorageBufferBindingSize,
+      maxBufferSize: adapter.limits.maxBufferSize,
+      maxStorageBuffersPerShaderStage: NEEDED_LIMITS.maxStorageBuffersPerShaderStage,
+    };
+    let device;
+    try {
+      device = await adapter.requestDevice({ requiredLimits });
+    } catch (err) {
+      throw new GpuError(`WebGPU requestDevice() failed: ${errorText(err)}`);
+    }
+    const info = adapter.info || {};
+    const gpu = new GpuUnits(device, {
+      vendor: info.vendor || "", architecture: info.architecture || "", description: info.description || "",
+    });
+    if (onFailure) gpu.onFailure(onFailure);
+    await gpu._init(luts, shaderBase);
+    return gpu;
+  }
+
+  constructor(device, adapterInfo) {
+    this.device = device;
+    this.adapterInfo = adapterInfo;
+    this.limits = device.limits;
+    this.failure = null; // the reason in words, once failed
+    this._listeners = [];
+    this._pipelines = new Map();
+    this._tables = {};
+    this._destroyed = false;
+    device.lost.then((info) => {
+      if (!this._destroyed) this._fail(`the GPU device was lost (${info.reason || "unknown"}: ${info.message})`, false);
+    });
+    device.addEventListener("uncapturederror", (ev) => {
+      this._fail(`uncaptured WebGPU error: ${errorText(ev.error)}`, false);
+    });
+  }
+
+  /** Register a listener told once, with the reason in words, when this GPU path fails. */
+  onFailure(fn) {
+    this._listeners.push(fn);
+    if (this.failure) fn(this.failure);
+  }
+
+  get usable() {
+    return !this.failure && !this._destroyed;
+  }
+
+  destroy() {
+    this._destroyed = true;
+    for (const t of Object.values(this._tables)) t.destroy();
+    this.device.destroy();
+  }
+
+  _fail(reason, raise = true) {
+    if (!this.failure) {
+      this.failure = reason;
+      for (const fn of this._listeners) {
+        try { fn(reason); } catch (err) { console.error("onFailure listener threw", err); }
+      }
+    }
+    if (raise) throw new GpuError(reason);
+  }
+
+  _assertUsable() {
+    if (this._destroyed) throw new GpuError("the GPU path was shut down");
+    if (this.failure) throw new GpuError(this.failure);
+  }
+
+  /** Run fn() (synchronous WebGPU calls) inside validation, out-of-memory and internal scopes. */
+  async _scoped(what, fn) {
+    this._assertUsable();
+    const d = this.device;
+    d.pushErrorScope("internal");
+    d.pushErrorScope("out-of-memory");
+    d.pushErrorScope("validation");
+    let value;
+    let thrown = null;
+    try {
+      value = fn();
+    } catch (err) {
+      thrown = err;
+    }
+    const errors = [];
+    for (let i = 0; i < 3; i++) {
+      const e = await d.popErrorScope();
+      if (e) errors.push(errorText(e));
+    }
+    if (thrown) this._fail(`${what} failed: ${errorText(thrown)}`);
+    if (errors.length) this._fail(`${what} failed: ${errors.join("; ")}`);
+    return value;
+  }
+
+  async _init(luts, shaderBase) {
+    const upload = (name, data) => this._scoped(`uploading the ${name} table`, () => {
+      const buf = this.device.createBuffer({
+        label: `${name} table`, size: data.byteLength, usage: GPUBufferUsage.STORAGE, mappedAtCreation: true,
+      });
+      new Int32Array(buf.getMappedRange()).set(data);
+      buf.unmap();
+      return buf;
+    });
+    this._tables.mul = await upload("mul", luts.mul);
+    this._tables.requantize = await upload("requantize", luts.requantize);
+    this._tables.relu = await upload("relu", luts.relu);
+    for (const name of KERNELS) await this._pipeline(name, shaderBase);
+  }
+
+  async _pipeline(name, shaderBase) {
+    if (this._pipelines.has(name)) return this._pipelines.get(name);
+    const url = `${shaderBase}${name}.wgsl`;
+    let code;
+    try {
+      const resp = await fetch(url, { cache: "no-store" });
+      if (!resp.ok) throw new Error(`HTTP ${resp.status}`);
+      code = await resp.text();
+    } catch (err) {
+      this._fail(`could not load the kernel ${url}: ${errorText(err)}`);
+    }
+    const module = await this._scoped(`compiling ${url}`, () => this.device.createShaderModule({ label: name, code }));
+    const info = await module.getCompilationInfo();
+    const errs = info.messages.filter((m) => m.type === "error");
+    if (errs.length) {
+      this._fail(`compiling ${url} failed: ${errs.map((m) => `line ${m.lineNum}: ${m.message}`).join("; ")}`);
+    }
+    const pipeline = await this._scoped(`creating the ${name} pipeline`, () => this.device.createComputePipeline({
+      label: name, layout: "auto", compute: { module, entryPoint: "main" },
+    }));
+    this._pipelines.set(name, pipeline);
+    return pipeline;
+  }
+
+  _checkSize(what, elements) {
+    const bytes = elements * 4;
+    if (bytes > this.limits.maxStorageBufferBindingSize || bytes > this.limits.maxBufferSize) {
+      throw new GpuError(`${what}: ${elements} elements exceed this GPU's storage buffer limit ` +
+        `(${this.limits.maxStorageBufferBindingSize} bytes)`);
+    }
+  }
+
+  _grid1d(n) {
+    const groups = Math.ceil(n / LANES);
+    const max = this.limits.maxComputeWorkgroupsPerDimension;
+    if (groups <= max) return [groups, 1];
+    const y = Math.ceil(groups / max);
+    if (y > max) throw new GpuError(`${n} elements need more workgroups than this GPU allows`);
+    return [max, y];
+  }
+
+  /**
+   * One dispatch: upload inputs, poison the output, run, read back the output (and status).
+   * tables: table names bound after the uniforms; inputs: Int32Arrays bound next; then the
+   * output (outLen elements) and, if withStatus, the status word.
+   */
+  async _dispatch(kernel, { uniforms, tables, inputs, outLen, withStatus, grid }) {
+    this._assertUsable();
+    const d = this.device;
+    const pipeline = this._pipelines.get(kernel);
+    const outBytes = outLen * 4;
+    const stageBytes = outBytes + (withStatus ? 4 : 0);
+    const made = [];
+    const { staging } = await this._scoped(`running the ${kernel} kernel`, () => {
+      const buffer = (label, size, usage, fill) => {
+        const buf = d.createBuffer({ label, size: Math.max(size, 4), usage, mappedAtCreation: !!fill });
+        if (fill) {
+          fill(new Int32Array(buf.getMappedRange()));
+          buf.unmap();
+        }
+        made.push(buf);
+        return buf;
+      };
+      const uni = buffer(`${kernel} params`, uniforms.byteLength, GPUBufferUsage.UNIFORM,
+        (m) => m.set(new Int32Array(uniforms.buffer)));
+      const ins = inputs.map((x, i) => buffer(`${kernel} input ${i}`, x.byteLength, GPUBufferUsage.STORAGE,
+        (m) => m.set(x)));
+      const out = buffer(`${kernel} output`, outBytes, GPUBufferUsage.STORAGE | GPUBufferUsage.COPY_SRC,
+        (m) => m.fill(POISON));
+      const status = withStatus ? buffer(`${kernel} status`, 4, GPUBufferUsage.STORAGE | GPUBufferUsage.COPY_SRC) : null;
+      const stage = d.createBuffer({ label: `${kernel} readback`, size: stageBytes,
+        usage: GPUBufferUsage.MAP_READ | GPUBufferUsage.COPY_DST });
+      const bound = [uni, ...tables.map((t) => this._tables[t]), ...ins, out];
+      if (status) bound.push(status);
+      const group = d.createBindGroup({
+        layout: pipeline.getBindGroupLayout(0),
+        entries: bound.map((buf, binding) => ({ binding, resource: { buffer: buf } })),
+      });
+      const enc = d.createCommandEncoder({ label: kernel });
+      const pass = enc.beginComputePass({ label: kernel });
+      pass.setPipeline(pipeline);
+      pass.setBindGroup(0, group);
+      pass.dispatchWorkgroups(grid[0], grid[1], 1);
+      pass.end();
+      enc.copyBufferToBuffer(out, 0, stage, 0, outBytes);
+      if (status) enc.copyBufferToBuffer(status, 0, stage, outBytes, 4);
+      d.queue.submit([enc.finish()]);
+      return { staging: stage };
+    });
+    try {
+      await staging.mapAsync(GPUMapMode.READ);
+    } catch (err) {
+      for (const b of made) b.destroy();
+      this._fail(`reading back the ${kernel} result failed: ${errorText(err)}`);
+    }
+    const mapped = staging.getMappedRange();
+    const result = new Int32Array(mapped.slice(0, outBytes));
+    const flags = withStatus ? new Uint32Array(mapped, outBytes, 1)[0] : 0;
+    staging.unmap();
+    staging.destroy();
+    for (const b of made) b.destroy();
+    return { result, flags };
+  }
+
+  /** C = op(A) · op(B) through the multiply table (see gemm.js for the descriptor). */
+  async gemm(a, b, desc) {
+    const L = gemmLayout(desc);
+    if (a.length !== L.m * L.k || b.length !== L.k * L.n) {
+      throw new UnitError(`gemm: A has ${a.length}, B ${b.length} elements; shape needs ${L.m * L.k} and ${L.k * L.n}`);
+    }
+    checkInt8Array("gemm", "A", a);
+    checkInt8Array("gemm", "B", b);
+    const max = this.limits.maxComputeWorkgroupsPerDimension;
+    const grid = [Math.ceil(L.n / TILE), Math.ceil(L.m / TILE)];
+    if (grid[0] > max || grid[1] > max) throw new GpuError(`gemm: ${L.m} x ${L.n} exceeds this GPU's dispatch limit`);
+    for (const [what, len] of [["A", a.length], ["B", b.length], ["C", L.m * L.n]]) this._checkSize(`gemm ${what}`, len);
+    if (L.k > MAX_K) throw new UnitError(`gemm: K = ${L.k} could overflow the int32 accumulator`);
+    const uniforms = new Uint32Array([
+      L.m, L.k, L.n, 0,
+      0, L.aSm, L.aSk, 0,
+      0, L.bSk, L.bSn, 0,
+      0, L.n, 1, 0,
+    ]);
+    const { result, flags } = await this._dispatch("gemm", {
+      uniforms, tables: ["mul"], inputs: [Int32Array.from(a), Int32Array.from(b)],
+      outLen: L.m * L.n, withStatus: true, grid,
+    });
+    if (flags) this._fail(`gemm kernel saw operands outside int8 (status ${flags}) after the host check passed`);
+    return result;
+  }
+
+  /** relu?(requantize(acc, shift)) elementwise -> Int32Array of int8 values. */
+  async requantize(acc, shift, { relu = false } = {}) {
+    checkIntArray("requantize", "acc", acc, INT32_MIN, INT32_MAX);
+    checkShift("requantize", shift);
+    if (!acc.length) return new Int32Array(0);
+    this._checkSize("requantize", acc.length);
+    const { result } = await this._dispatch("requantize", {
+      uniforms: new Uint32Array([acc.length, shift, relu ? 1 : 0, 0]),
+      tables: ["requantize", "relu"], inputs: [Int32Array.from(acc)],
+      outLen: acc.length, withStatus: false, grid: this._grid1d(acc.length),
+    });
+    return result;
+  }
+
+  /** Elementwise products through the multiply table. */
+  async mul(a, b) {
+    if (a.length !== b.length) throw new UnitError(`mul: lengths differ (a ${a.length}, b ${b.length})`);
+    checkInt8Array("mul", "a", a);
+    checkInt8Array("mul", "b", b);
+    if (!a.length) return new Int32Array(0);
+    this._checkSize("mul", a.length);
+    const { result, flags } = await this._dispatch("mul", {
+      uniforms: new Uint32Array([a.length, 0, 0, 0]), tables: ["mul"],
+      inputs: [Int32Array.from(a), Int32Array.from(b)], outLen: a.length, withStatus: true,
+      grid: this._grid1d(a.length),
+    });
+    if (flags) this._fail(`mul kernel saw operands outside int8 (status ${flags}) after the host check passed`);
+    return result;
+  }
+
+  /** Elementwise ReLU through the ReLU table. */
+  async relu(x) {
+    checkInt8Array("relu", "x", x);
+    if (!x.length) return new Int32Array(0);
+    this._checkSize("relu", x.length);
+    const { result, flags } = await this._dispatch("relu", {
+      uniforms: new Uint32Array([x.length, 0, 0, 0]), tables: ["relu"], inputs: [Int32Array.from(x)],
+      outLen: x.length, withStatus: true, grid: this._grid1d(x.length),
+    });
+    if (flags) this._fail(`relu kernel saw operands outside int8 (status ${flags}) after the host check passed`);
+    return result;
+  }
+}

@@ -1,0 +1,126 @@
+"""Browser-tier fixtures: a loopback HTTP server for the page, and headless Chromium.
+
+The server mirrors the product's URL layout (``/selftest``, ``/webui/<path>``,
+``/shaders/<name>.wgsl``, ``/luts/<file>``, ``/golden/<file>``) on 127.0.0.1 with a random
+port. Chromium is the system one (``/usr/bin/chromium``, never ``playwright install``);
+every page forwards ``console`` and ``pageerror`` into the test log, and tests wait for the
+page's explicit ready marker (``window.__selftestDone``) before reading ``#result``.
+
+Flags: Playwright already passes one ``--disable-features=...`` list of its own and Chromium
+keeps only the last such flag, so these fixtures pass none (nothing of ours needs
+disabling); if one is ever needed, merge it with Playwright's via ``ignore_default_args``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from pathlib import Path
+
+import pytest
+from aiohttp import web
+from browser_helpers import open_page
+
+playwright_sync = pytest.importorskip("playwright.sync_api")
+
+PKG = Path(__file__).resolve().parents[2] / "daisychain"
+CHROMIUM = "/usr/bin/chromium"
+BASE_ARGS = [
+    "--no-sandbox",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
+WEBGPU_ARGS = ["--enable-unsafe-webgpu"]
+log = logging.getLogger("browser")
+
+
+def _static_app() -> web.Application:
+    app = web.Application()
+
+    async def selftest(_request):
+        return web.FileResponse(PKG / "webui" / "selftest.html")
+
+    app.router.add_get("/selftest", selftest)
+    for prefix, folder in (("/webui", "webui"), ("/shaders", "shaders"), ("/luts", "luts"),
+                           ("/golden", "golden")):
+        app.router.add_static(prefix, PKG / folder)
+    return app
+
+
+class _Server:
+    """An aiohttp app on its own event loop in a thread, bound to 127.0.0.1:<random>."""
+
+    def __init__(self, app: web.Application):
+        self.app = app
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self.url = ""
+
+    def start(self) -> "_Server":
+        self.thread.start()
+        self.url = asyncio.run_coroutine_threadsafe(self._start(), self.loop).result(30)
+        return self
+
+    async def _start(self) -> str:
+        self.runner = web.AppRunner(self.app)
+        await self.runner.setup()
+        site = web.TCPSite(self.runner, "127.0.0.1", 0)
+        await site.start()
+        port = site._server.sockets[0].getsockname()[1]
+        return f"http://127.0.0.1:{port}"
+
+    def stop(self) -> None:
+        asyncio.run_coroutine_threadsafe(self.runner.cleanup(), self.loop).result(30)
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(10)
+
+
+@pytest.fixture(scope="session")
+def server_url():
+    server = _Server(_static_app()).start()
+    yield server.url
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def playwright():
+    with playwright_sync.sync_playwright() as p:
+        yield p
+
+
+def _launch(playwright, webgpu: bool):
+    if not Path(CHROMIUM).exists():
+        pytest.skip(f"{CHROMIUM} is not installed")
+    return playwright.chromium.launch(executable_path=CHROMIUM,
+                                      args=BASE_ARGS + (WEBGPU_ARGS if webgpu else []))
+
+
+@pytest.fixture(scope="session")
+def browser_webgpu(playwright):
+    browser = _launch(playwright, webgpu=True)
+    yield browser
+    browser.close()
+
+
+@pytest.fixture(scope="session")
+def browser_nogpu(playwright):
+    browser = _launch(playwright, webgpu=False)
+    yield browser
+    browser.close()
+
+
+@pytest.fixture
+def gpu_page(browser_webgpu):
+    page = open_page(browser_webgpu, "webgpu")
+    yield page
+    page.close()
+
+
+@pytest.fixture
+def cpu_page(browser_nogpu):
+    page = open_page(browser_nogpu, "no-webgpu")
+    yield page
+    page.close()

@@ -1,0 +1,52 @@
+"""The conformance page: every golden unit and GEMM vector on the WebGPU and the CPU paths."""
+
+from __future__ import annotations
+
+import pytest
+
+from browser_helpers import run_selftest
+
+pytestmark = pytest.mark.browser
+
+SETS = ("mul", "relu", "requantize", "gemm")
+
+
+def _assert_path_passes(result: dict, name: str) -> None:
+    info = result["paths"][name]
+    assert info["tried"], info
+    assert info["pass"], info["failures"]
+    assert info["disabled"] is None, info["disabled"]
+    for s in SETS:
+        assert info["sets"][s]["pass"], (s, info["sets"][s])
+    assert info["gemm"]["gops"] > 0
+
+
+def test_selftest_webgpu_and_cpu_paths_pass_all_golden_vectors(gpu_page, server_url):
+    result = run_selftest(gpu_page, f"{server_url}/selftest")
+    assert result["error"] is None, result["error"]
+    assert result["webgpu"]["available"], result["webgpu"]["reason"]
+    assert result["paths_tried"] == ["gpu", "cpu", "cpu-lut"]
+    for name in ("gpu", "cpu", "cpu-lut"):
+        _assert_path_passes(result, name)
+    assert result["usable_paths"] == ["gpu", "cpu", "cpu-lut"]
+    cases = result["paths"]["gpu"]["sets"]["gemm"]["cases"]
+    assert {"3x5x7", "65x130x63", "extreme-maxk"} <= set(cases)
+
+
+def test_selftest_without_webgpu_flag_says_so_and_uses_cpu(cpu_page, server_url):
+    """Launched without --enable-unsafe-webgpu, requestAdapter() gives null: the page says
+    WebGPU is unavailable and the CPU paths still pass."""
+    adapter = None
+    cpu_page.goto(f"{server_url}/webui/selftest.html")  # any page of ours, to get an origin
+    adapter = cpu_page.evaluate("navigator.gpu ? navigator.gpu.requestAdapter().then(a => a === null) : 'no-gpu'")
+    assert adapter in (True, "no-gpu")
+    result = run_selftest(cpu_page, f"{server_url}/selftest")
+    assert result["error"] is None
+    assert not result["webgpu"]["available"]
+    assert "requestAdapter() returned null" in result["webgpu"]["reason"] or "no WebGPU" in result["webgpu"]["reason"]
+    assert not result["paths"]["gpu"]["tried"]
+    assert "WebGPU is not available" in result["paths"]["gpu"]["disabled"]
+    _assert_path_passes(result, "cpu")
+    _assert_path_passes(result, "cpu-lut")
+    assert result["usable_paths"] == ["cpu", "cpu-lut"]
+    assert "WebGPU is not available here" in cpu_page.inner_text("#status")
