@@ -74,10 +74,11 @@ def rq_route(acc, shift: int):
       and the left shift then fits int16.
     """
     acc = np.asarray(acc, np.int64)
-    if shift >= RQ_TABLE_SHIFT:
-        return np.clip(acc >> (shift - RQ_TABLE_SHIFT), -32768, 32767)
-    lim = 1 << (8 + shift)
-    return np.clip(acc, -lim, lim - 1) << (RQ_TABLE_SHIFT - shift)
+    s = np.asarray(shift, np.int64)  # may be an array broadcasting against acc
+    down = np.clip(acc >> np.maximum(s - RQ_TABLE_SHIFT, 0), -32768, 32767)
+    lim = np.left_shift(np.int64(1), 8 + np.minimum(s, RQ_TABLE_SHIFT))
+    up = np.clip(acc, -lim, lim - 1) << np.maximum(RQ_TABLE_SHIFT - s, 0)
+    return np.where(s >= RQ_TABLE_SHIFT, down, up)
 
 
 def exact_tables() -> dict[str, np.ndarray]:

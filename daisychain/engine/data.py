@@ -1,0 +1,225 @@
+"""Tasks and their data: the embedded digits task, and character-level text through HF
+``datasets`` (local files, or hub datasets already in the local cache; never a download).
+
+A prepared dataset is a few arrays plus a header, serialised as one byte string (the
+"DCDS" format below) whose SHA-256 is the dataset fingerprint, part of a run's identity.
+Peers fetch exactly these bytes from the server and check the fingerprint.
+
+DCDS format: ``b"DCDS"``, u32 LE header length, the header (canonical JSON, UTF-8), then
+the arrays named in ``header["arrays"]`` in that order, each raw little-endian, row-major.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import struct
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from daisychain.engine import prng
+from daisychain.engine.spec import ModelSpec, SpecError, char_mlp, dumps_canonical, mlp
+
+TASKS = ("digits", "text")
+ARRAYS = ("x_train", "y_train", "x_test", "y_test")
+MAGIC = b"DCDS"
+
+
+class DataError(ValueError):
+    """A dataset that cannot be loaded or used, with a message saying why."""
+
+
+@dataclass
+class Dataset:
+    task: str
+    x_train: np.ndarray  #: dense: float64 (N, F); tokens: int32 (N, context)
+    y_train: np.ndarray  #: int32 (N,)
+    x_test: np.ndarray
+    y_test: np.ndarray
+    classes: int
+    meta: dict = field(default_factory=dict)
+    _bytes: bytes | None = field(default=None, repr=False)
+
+    @property
+    def kind(self) -> str:
+        return "tokens" if self.x_train.dtype.kind == "i" else "dense"
+
+    def header(self) -> dict:
+        return {"format": 1, "task": self.task, "kind": self.kind, "classes": self.classes,
+                "meta": self.meta,
+                "arrays": [{"name": n, "dtype": getattr(self, n).dtype.str,
+                            "shape": list(getattr(self, n).shape)} for n in ARRAYS]}
+
+    def to_bytes(self) -> bytes:
+        if self._bytes is None:
+            head = dumps_canonical(self.header()).encode()
+            parts = [MAGIC, struct.pack("<I", len(head)), head]
+            parts += [np.ascontiguousarray(getattr(self, n)).tobytes() for n in ARRAYS]
+            self._bytes = b"".join(parts)
+        return self._bytes
+
+    @property
+    def fingerprint(self) -> str:
+        return hashlib.sha256(self.to_bytes()).hexdigest()
+
+    @staticmethod
+    def from_bytes(data: bytes) -> "Dataset":
+        try:
+            if data[:4] != MAGIC:
+                raise DataError("not a DaisyChain dataset (bad magic)")
+            (n,) = struct.unpack_from("<I", data, 4)
+            head = json.loads(data[8:8 + n])
+            off = 8 + n
+            arrays = {}
+            for a in head["arrays"]:
+                dt = np.dtype(a["dtype"])
+                if dt.str not in ("<f8", "<i4"):
+                    raise DataError(f"array {a['name']}: unsupported dtype {a['dtype']}")
+                count = int(np.prod(a["shape"]))
+                arrays[a["name"]] = np.frombuffer(data, dt, count, off).reshape(a["shape"]).copy()
+                off += count * dt.itemsize
+            if off != len(data):
+                raise DataError("dataset has trailing or missing bytes")
+            return Dataset(head["task"], classes=int(head["classes"]), meta=head["meta"],
+                           **{k: arrays[k] for k in ARRAYS})
+        except (KeyError, ValueError, struct.error, TypeError) as exc:
+            if isinstance(exc, DataError):
+                raise
+            raise DataError(f"malformed dataset bytes: {exc}") from None
+
+
+# --------------------------------------------------------------------------- digits
+
+
+def load_digits() -> Dataset:
+    """scikit-learn's 8x8 handwritten digits (1,797 images, shipped inside its wheel): a fixed
+    1,437 / 360 train/test split by the integer PRNG (seed 0, the split stream)."""
+    from sklearn.datasets import load_digits as sk_digits
+
+    d = sk_digits()
+    x = d.data.astype(np.float64)  # pixel intensities 0..16
+    y = d.target.astype(np.int32)
+    perm = prng.permutation(0, prng.STREAM_SPLIT, len(x))
+    tr, te = perm[:1437], perm[1437:]
+    return Dataset("digits", x[tr], y[tr], x[te], y[te], classes=10,
+                   meta={"source": "sklearn.datasets.load_digits", "features": 64})
+
+
+# --------------------------------------------------------------------------- text
+
+_EXTENSIONS = {".txt": "text", ".text": "text", ".md": "text", ".csv": "csv", ".tsv": "csv",
+               ".json": "json", ".jsonl": "json", ".parquet": "parquet"}
+
+
+def _zen() -> str:
+    import codecs
+    import contextlib
+    import io
+
+    with contextlib.redirect_stdout(io.StringIO()):  # `import this` prints the Zen
+        import this
+    return codecs.decode(this.s, "rot13")
+
+
+def load_text_source(source: str | None, column: str = "text", split: str = "train",
+                     max_chars: int = 200_000) -> tuple[str, str]:
+    """(text, description) from a local file, a cached hub dataset, or the embedded default
+    (the Zen of Python, which ships inside every Python)."""
+    if not source:
+        return _zen(), "embedded: the Zen of Python"
+    os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    import contextlib
+    import io
+
+    try:
+        import datasets
+        datasets.logging.set_verbosity_error()
+        datasets.disable_progress_bars()
+    except ImportError:  # pragma: no cover - datasets is a dependency
+        raise DataError("the `datasets` package is needed to load text datasets") from None
+    path = Path(source)
+    try:
+        with contextlib.redirect_stderr(io.StringIO()):
+            if path.is_file():
+                builder = _EXTENSIONS.get(path.suffix.lower())
+                if builder is None:
+                    raise DataError(f"{source}: unknown file type {path.suffix!r}; use one of "
+                                    f"{sorted(_EXTENSIONS)}")
+                kwargs = {"delimiter": "\t"} if path.suffix.lower() == ".tsv" else {}
+                ds = datasets.load_dataset(builder, data_files=str(path), split="train", **kwargs)
+            elif path.is_dir():
+                ds = datasets.load_dataset(str(path), split=split)
+            else:
+                ds = datasets.load_dataset(source, split=split)
+    except DataError:
+        raise
+    except FileNotFoundError as exc:
+        raise DataError(f"dataset {source!r} not found: it is neither a local file or folder "
+                        f"nor a hub dataset in the local Hugging Face cache (DaisyChain never "
+                        f"downloads at run time) ({exc})") from None
+    except Exception as exc:  # datasets raises many types (ConnectionError, DatasetNotFoundError...)
+        raise DataError(f"could not load dataset {source!r}: {type(exc).__name__}: {exc}. "
+                        f"Give a local .txt/.csv/.json/.parquet file or a hub dataset that is "
+                        f"already in the local cache.") from None
+    if column not in ds.column_names:
+        raise DataError(f"dataset {source!r} has no column {column!r}; its columns are "
+                        f"{ds.column_names} (choose one with --column)")
+    feature = ds.features[column]
+    if getattr(feature, "dtype", None) not in ("string", "large_string"):
+        raise DataError(f"column {column!r} of {source!r} holds {feature}, not text")
+    pieces, total = [], 0
+    for row in ds[column]:
+        if row is None:
+            continue
+        pieces.append(row)
+        total += len(row) + 1
+        if total >= max_chars:
+            break
+    text = "\n".join(pieces)[:max_chars]
+    if len(text) < 64:
+        raise DataError(f"dataset {source!r} column {column!r} has only {len(text)} characters")
+    return text, f"{source} [{split}].{column}"
+
+
+def load_text(source: str | None = None, column: str = "text", context: int = 8,
+              split: str = "train", max_chars: int = 200_000) -> Dataset:
+    """Character-level next-character task: context window of ids -> the next id.
+    Vocabulary: the sorted distinct characters. The first 90% of windows train, the rest test."""
+    if not 1 <= context <= 256:
+        raise DataError("--context must lie in [1, 256]")
+    text, desc = load_text_source(source, column, split, max_chars)
+    vocab = sorted(set(text))
+    index = {c: i for i, c in enumerate(vocab)}
+    ids = np.array([index[c] for c in text], np.int32)
+    n = len(ids) - context
+    if n < 20:
+        raise DataError(f"text of {len(text)} characters is too short for context {context}")
+    win = np.lib.stride_tricks.sliding_window_view(ids, context)[:n].astype(np.int32)
+    tgt = ids[context:].astype(np.int32)
+    cut = (n * 9) // 10
+    return Dataset("text", np.ascontiguousarray(win[:cut]), tgt[:cut],
+                   np.ascontiguousarray(win[cut:]), tgt[cut:], classes=len(vocab),
+                   meta={"source": desc, "context": context, "vocab": "".join(vocab)})
+
+
+def prepare_task(task: str, data: str | None = None, column: str = "text", context: int = 8,
+                 split: str = "train") -> Dataset:
+    if task == "digits":
+        if data:
+            raise DataError("--data applies to the text task; digits is embedded")
+        return load_digits()
+    if task == "text":
+        return load_text(data, column, context, split)
+    raise DataError(f"unknown task {task!r}; known tasks: {', '.join(TASKS)}")
+
+
+def model_for(ds: Dataset, hidden: int = 128, dim: int = 16) -> ModelSpec:
+    if hidden < 1:
+        raise SpecError("--hidden must be >= 1")
+    if ds.kind == "dense":
+        return mlp(ds.x_train.shape[1], hidden, ds.classes)
+    return char_mlp(ds.classes, ds.x_train.shape[1], dim, hidden)

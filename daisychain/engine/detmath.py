@@ -1,0 +1,64 @@
+"""Portable float arithmetic: only IEEE + - * / sqrt, floor and comparisons, in a fixed order.
+
+Every function here has a line-for-line JS mirror (``webui/engine``); see docs/ENGINE.md.
+numpy applies one ufunc per element for these operations, which is IEEE round-to-nearest,
+and never fuses a multiply and an add.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+# exp: range reduction by ln2 split in two parts (fdlibm), a fixed degree-11 Taylor
+# polynomial in Horner form, then an exact scaling by 2**k. Coefficients are 1/i!
+# correctly rounded to float64, written as shortest round-trip decimals (JS and Python
+# both parse these exactly).
+LN2_HI = 0.6931471803691238  # 0x3fe62e42fee00000, low 32 bits zero: k * LN2_HI is exact
+LN2_LO = 1.9082149292705877e-10  # 0x3dea39ef35793c76
+INV_LN2 = 1.4426950408889634  # 0x3ff71547652b82fe
+EXP_MIN = -80.0
+EXP_COEFFS = (  # c[i] = 1 / i!, i = 0..11
+    1.0, 1.0, 0.5, 0.16666666666666666, 0.041666666666666664, 0.008333333333333333,
+    0.001388888888888889, 0.0001984126984126984, 2.48015873015873e-05,
+    2.7557319223985893e-06, 2.755731922398589e-07, 2.505210838544172e-08,
+)
+
+
+def dexp(x: np.ndarray) -> np.ndarray:
+    """exp(x) for x <= 0 (inputs below -80 are clamped to -80), bit-identical to the JS one.
+
+    k = floor(x * INV_LN2 + 0.5); r = (x - k * LN2_HI) - k * LN2_LO;
+    p = c11; p = p * r + c10; ...; p = p * r + c0; result = p * 2**k.
+    """
+    x = np.maximum(np.asarray(x, np.float64), EXP_MIN)
+    k = np.floor(x * INV_LN2 + 0.5)
+    r = (x - k * LN2_HI) - k * LN2_LO
+    p = np.full_like(r, EXP_COEFFS[11])
+    for c in EXP_COEFFS[10::-1]:
+        p = p * r + c
+    return np.ldexp(p, k.astype(np.int64))
+
+
+def exponent(m: np.ndarray) -> np.ndarray:
+    """frexp exponent: m = f * 2**e with f in [0.5, 1); 0 for m == 0. For an integer m >= 1
+    this is its bit length."""
+    return np.frexp(np.asarray(m, np.float64))[1].astype(np.int64)
+
+
+def pow2(e: np.ndarray) -> np.ndarray:
+    """2**e as float64, exactly (e in the normal range)."""
+    return np.ldexp(1.0, np.asarray(e, np.int64))
+
+
+def quant_exponent(m: np.ndarray) -> np.ndarray:
+    """Scale exponent for a tensor whose max |value| is m: e = exponent(m) - 7, so that
+    m * 2**-e lies in [64, 128); e = 0 when m == 0."""
+    m = np.asarray(m, np.float64)
+    return np.where(m > 0, exponent(m) - 7, 0)
+
+
+def quantize(v: np.ndarray, e: np.ndarray) -> np.ndarray:
+    """q = clamp(floor(v * 2**-e + 1/2), -127, 127), as float64 holding integers.
+
+    ``e`` broadcasts against ``v`` (one exponent per micro-batch, or one per tensor)."""
+    return np.clip(np.floor(v * pow2(-np.asarray(e)) + 0.5), -127.0, 127.0)

@@ -1,0 +1,56 @@
+"""The run settings flags shared by ``daisychain train``, ``daisy-peer`` and ``daisychain
+demo``: same names, same defaults, validated once into (task data, model spec, Hyper)."""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass
+
+from daisychain.engine.data import TASKS, DataError, Dataset, model_for, prepare_task
+from daisychain.engine.spec import Hyper, ModelSpec, SpecError
+
+DEFAULT_STEPS = 600
+
+
+def add_run_arguments(p: argparse.ArgumentParser, steps: int = DEFAULT_STEPS) -> None:
+    d = Hyper()
+    g = p.add_argument_group("run settings")
+    g.add_argument("--task", default="digits", help=f"one of {', '.join(TASKS)} (default digits)")
+    g.add_argument("--data", default=None,
+                   help="text task: a local .txt/.csv/.json/.parquet file or a cached HF dataset "
+                        "(default: the embedded Zen of Python)")
+    g.add_argument("--column", default="text", help="text column of --data (default text)")
+    g.add_argument("--context", type=int, default=8, help="text task: context window (default 8)")
+    g.add_argument("--steps", type=int, default=steps, help=f"optimizer steps (default {steps})")
+    g.add_argument("--seed", type=int, default=d.seed, help="run seed (default 0)")
+    g.add_argument("--batch", type=int, default=d.batch, help=f"global batch (default {d.batch})")
+    g.add_argument("--micro-batch", type=int, default=d.micro_batch,
+                   help=f"samples per micro-batch (default {d.micro_batch})")
+    g.add_argument("--lr", type=float, default=d.lr, help=f"Adam learning rate (default {d.lr})")
+    g.add_argument("--weight-decay", type=float, default=d.weight_decay,
+                   help="decoupled weight decay (default 0)")
+    g.add_argument("--hidden", type=int, default=128, help="hidden units (default 128)")
+    g.add_argument("--embed-dim", type=int, default=16, help="text task: embedding size (default 16)")
+
+
+@dataclass
+class RunSettings:
+    ds: Dataset
+    spec: ModelSpec
+    hp: Hyper
+    steps: int
+
+
+def settings_from_args(args: argparse.Namespace) -> RunSettings:
+    """Raises SpecError/DataError with a message for the user."""
+    if args.steps < 0:
+        raise SpecError("--steps must be >= 0")
+    hp = Hyper(lr=args.lr, weight_decay=args.weight_decay, batch=args.batch,
+               micro_batch=args.micro_batch, seed=args.seed)
+    hp.validate()
+    ds = prepare_task(args.task, args.data, args.column, args.context)
+    spec = model_for(ds, args.hidden, args.embed_dim)
+    return RunSettings(ds, spec, hp, args.steps)
+
+
+USER_ERRORS = (SpecError, DataError)

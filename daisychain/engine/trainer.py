@@ -1,0 +1,171 @@
+"""The single-process reference trainer, and the pieces every peer shares with it: the
+step schedule, the run identity, the fixed-point aggregation and the parameter hash."""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from daisychain import ENGINE_VERSION
+from daisychain.engine import prng
+from daisychain.engine.adam import AdamState, adam_step
+from daisychain.engine.data import Dataset
+from daisychain.engine.model import Engine, ParamLayout, Result, init_params
+from daisychain.engine.spec import Hyper, ModelSpec, dumps_canonical
+from daisychain.units.luts import LutSet
+
+
+def params_sha256(theta: np.ndarray) -> str:
+    """SHA-256 of the canonical parameter bytes: every tensor in canonical order (by layer,
+    weight then bias), row-major, float64 little-endian, concatenated."""
+    return hashlib.sha256(np.ascontiguousarray(theta, "<f8").tobytes()).hexdigest()
+
+
+def run_identity(spec: ModelSpec, hp: Hyper, ds: Dataset, luts: LutSet) -> dict:
+    return {"model": spec.to_json(), "hyper": hp.to_json(), "dataset": ds.fingerprint,
+            "task": ds.task, "luts": luts.manifest_sha256, "engine": ENGINE_VERSION,
+            "seed": hp.seed}
+
+
+def run_id(identity: dict) -> str:
+    return hashlib.sha256(dumps_canonical(identity).encode()).hexdigest()[:16]
+
+
+def identity_differences(mine: dict, theirs: dict) -> list[str]:
+    """Human-readable list of what differs between two run identities."""
+    names = {"model": "model spec", "hyper": "hyperparameters", "dataset": "dataset fingerprint",
+             "luts": "LUT manifest", "engine": "engine version", "seed": "seed", "task": "task"}
+    out = []
+    for k, label in names.items():
+        if mine.get(k) != theirs.get(k):
+            a, b = mine.get(k), theirs.get(k)
+            if isinstance(a, dict) or isinstance(b, dict):
+                out.append(f"{label} differs")
+            else:
+                out.append(f"{label}: {a} here, {b} in the run")
+    return out
+
+
+class Schedule:
+    """Which samples make up micro-batch j of step t: the step's global batch is positions
+    [t*B, (t+1)*B) of the endless sample stream formed by concatenating one permutation of
+    the training set per epoch (``prng.permutation(seed, STREAM_SHUFFLE + epoch, N)``)."""
+
+    def __init__(self, n_train: int, hp: Hyper):
+        self.n = n_train
+        self.hp = hp
+        self._perms: dict[int, np.ndarray] = {}
+
+    def _perm(self, epoch: int) -> np.ndarray:
+        if epoch not in self._perms:
+            if len(self._perms) > 4:
+                self._perms.pop(min(self._perms))
+            self._perms[epoch] = prng.permutation(self.hp.seed, prng.STREAM_SHUFFLE + epoch, self.n)
+        return self._perms[epoch]
+
+    def samples(self, step: int, micro: int) -> np.ndarray:
+        mb = self.hp.micro_batch
+        pos = step * self.hp.batch + micro * mb + np.arange(mb)
+        out = np.empty(mb, np.int64)
+        for epoch in np.unique(pos // self.n):
+            sel = pos // self.n == epoch
+            out[sel] = self._perm(int(epoch))[pos[sel] % self.n]
+        return out
+
+
+def grad_limit(hp: Hyper) -> float:
+    """Per-micro-batch clamp L = floor(2**51 / n_micro): any sum of a step's contributions
+    stays below 2**51 in magnitude, exact in int64 and in JS Numbers, and x + 1/2 is exact."""
+    return float((2**51) // hp.n_micro)
+
+
+@dataclass
+class TrainState:
+    theta: np.ndarray
+    adam: AdamState
+    step: int = 0
+
+
+class Trainer:
+    """Holds one replica: parameters, Adam state, schedule. ``contribute`` is what a peer
+    does with its assigned micro-batches; ``apply`` is what every replica does with the sum."""
+
+    def __init__(self, spec: ModelSpec, hp: Hyper, ds: Dataset, luts: LutSet, gemm: str = "fast"):
+        hp.validate()
+        spec.validate()
+        self.spec, self.hp, self.ds, self.luts = spec, hp, ds, luts
+        self.engine = Engine(spec, luts, gemm)
+        self.layout = ParamLayout(spec)
+        self.schedule = Schedule(len(ds.y_train), hp)
+        theta = init_params(spec, hp.seed)
+        self.state = TrainState(theta, AdamState.zeros(theta.size))
+        self.identity = run_identity(spec, hp, ds, luts)
+        self.run_id = run_id(self.identity)
+        self.limit = grad_limit(hp)
+
+    @property
+    def theta(self) -> np.ndarray:
+        return self.state.theta
+
+    def contribute(self, micro_ids: list[int] | np.ndarray, step: int | None = None) -> Result:
+        """Fixed-point gradient sum of the given micro-batches of a step (default: current)."""
+        step = self.state.step if step is None else step
+        ids = np.asarray(micro_ids, np.int64)
+        if ids.size == 0:
+            return Result(np.zeros(self.layout.size, np.int64), np.zeros(0), np.zeros(0, np.int64))
+        idx = np.stack([self.schedule.samples(step, int(j)) for j in ids])
+        x = self.ds.x_train[idx]
+        y = self.ds.y_train[idx]
+        return self.engine.grad(self.state.theta, x, y, self.hp.grad_frac_bits, self.limit)
+
+    def mean_grad(self, total: np.ndarray) -> np.ndarray:
+        """The averaged gradient from the integer total: total * 2**-S / n_micro."""
+        return total.astype(np.float64) * (2.0 ** -self.hp.grad_frac_bits) / float(self.hp.n_micro)
+
+    def apply(self, total: np.ndarray) -> None:
+        adam_step(self.state.theta, self.state.adam, self.mean_grad(total), self.hp)
+        self.state.step += 1
+
+    def accuracy(self, split: str = "test") -> float:
+        x = self.ds.x_test if split == "test" else self.ds.x_train
+        y = self.ds.y_test if split == "test" else self.ds.y_train
+        pred = self.engine.predict(self.state.theta, x, self.hp.micro_batch)
+        return float((pred == y).mean()) if len(y) else 0.0
+
+    def params_sha256(self) -> str:
+        return params_sha256(self.state.theta)
+
+
+def assign(n_micro: int, workers: int, how: str, step: int, seed: int,
+           capacities: list[float] | None = None) -> list[list[int]]:
+    """Split a step's micro-batch indices over ``workers`` simulated peers."""
+    if workers < 1:
+        raise ValueError("--workers must be >= 1")
+    ids = list(range(n_micro))
+    if how == "round-robin":
+        return [ids[k::workers] for k in range(workers)]
+    if how == "random":
+        rng = np.random.default_rng([seed, step])  # the assignment never feeds the parameters
+        owner = rng.integers(0, workers, n_micro)
+        return [[j for j in ids if owner[j] == k] for k in range(workers)]
+    if how == "capacity":
+        caps = capacities or [1.0 + (k % 3) for k in range(workers)]
+        return capacity_split(ids, caps)
+    raise ValueError(f"unknown assignment {how!r}; use round-robin, random or capacity")
+
+
+def capacity_split(ids: list[int], caps: list[float]) -> list[list[int]]:
+    """Contiguous shares proportional to capacity (largest remainder)."""
+    total = sum(caps)
+    n = len(ids)
+    exact = [c / total * n for c in caps]
+    counts = [int(e) for e in exact]
+    for k in sorted(range(len(caps)), key=lambda k: (counts[k] - exact[k], k))[: n - sum(counts)]:
+        counts[k] += 1
+    out, i = [], 0
+    for c in counts:
+        out.append(ids[i:i + c])
+        i += c
+    return out
