@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import random
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -18,11 +19,19 @@ from daisychain.server.config import ServerConfig
 from daisychain.server.rooms import Close, Hub, Send
 
 #: Fast timers so functional tests do not wait.
-FAST = dict(grace_s=0.6, ping_interval_s=0.3, hello_timeout_s=0.5, tick_s=0.05)
+FAST = dict(grace_s=0.6, ping_interval_s=5.0, hello_timeout_s=2.0, tick_s=0.05)
 
 
 def hello(name="dev", room="network", token=None, kind="cpu", capacity=1.0) -> p.Hello:
     return p.Hello(name=name, kind=kind, capacity=capacity, room=room, token=token)
+
+
+def aio(fn):
+    """Run an async test function in a fresh event loop (no pytest plugin needed)."""
+    @functools.wraps(fn)
+    def run(*args, **kw):
+        return asyncio.run(fn(*args, **kw))
+    return run
 
 
 # -- sans-IO driver ---------------------------------------------------------------------------
@@ -79,10 +88,10 @@ class Driver:
 
 
 @contextlib.asynccontextmanager
-async def running_server(**overrides):
+async def running_server(folders=None, **overrides):
     """A real aiohttp server on 127.0.0.1, random port; yields (base_url, app)."""
     cfg = ServerConfig(**{**FAST, **overrides, "host": "127.0.0.1", "port": 0})
-    app = create_app(cfg)
+    app = create_app(cfg, folders=folders)
     runner = web.AppRunner(app)
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0)

@@ -235,17 +235,20 @@ async def _close_sockets(app: web.Application) -> None:
 
 def create_app(config: ServerConfig | None = None, *,
                extra_routes: Iterable[web.AbstractRouteDef] = (),
-               hub: Hub | None = None) -> web.Application:
+               hub: Hub | None = None,
+               folders: dict[str, Path] | None = None) -> web.Application:
     """The server app. ``extra_routes`` (``web.get(...)`` etc.) are added after the built-in
     ones; the returned app is not started yet, so callers may add routes, ``cleanup_ctx`` and
-    ``on_shutdown`` entries of their own."""
+    ``on_shutdown`` entries of their own. ``folders`` replaces package folders (``webui``,
+    ``shaders``, ``luts``, ``golden``) by other directories, e.g. in tests."""
     config = config or ServerConfig()
     app = web.Application(client_max_size=1 << 20)
     app[CONFIG_KEY] = config
     app[HUB_KEY] = hub or Hub(config)
     app[SOCKETS_KEY] = {}
-    app[FILES_KEY] = {name: PackageFiles(Path(str(daisychain.package_path(name))))
-                      for name in ("webui", "shaders", "luts", "golden")}
+    folders = {name: Path(str(daisychain.package_path(name)))
+               for name in ("webui", "shaders", "luts", "golden")} | dict(folders or {})
+    app[FILES_KEY] = {name: PackageFiles(path) for name, path in folders.items()}
     app.add_routes([
         web.get("/", _page_handler("index.html")),
         web.get("/selftest", _page_handler("selftest.html")),

@@ -1,0 +1,104 @@
+"""Serve the DaisyChain page, its modules, shaders and tables, and do WebSocket signaling.
+
+Devices on one network find each other in their network room; ``?room=CODE`` is a private
+room whose host approves each device.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import signal
+import sys
+
+from aiohttp import web
+
+from .config import ConfigError, ServerConfig, load_ice_servers
+
+_D = ServerConfig()
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--host", default=_D.host, help="address to listen on (default %(default)s)")
+    parser.add_argument("--port", type=int, default=_D.port, help="port (default %(default)s; 0: any)")
+    parser.add_argument("--trust-proxy", metavar="CIDR", nargs="+", action="extend", default=[],
+                        help="reverse proxies whose X-Forwarded-For is believed (default: none)")
+    parser.add_argument("--ice-servers", metavar="FILE",
+                        help="JSON list of RTCIceServer objects (STUN/TURN) for clients "
+                             "(default: none, enough on one network)")
+    lim = parser.add_argument_group("limits")
+    lim.add_argument("--max-message-bytes", type=int, default=_D.max_message_bytes,
+                     help="largest signaling message (default %(default)s)")
+    lim.add_argument("--rate", type=float, default=_D.rate_per_s, dest="rate_per_s",
+                     help="messages per second per connection (default %(default)s)")
+    lim.add_argument("--burst", type=int, default=_D.burst,
+                     help="messages allowed at once above the rate (default %(default)s)")
+    lim.add_argument("--max-room-size", type=int, default=_D.max_room_size,
+                     help="devices per room (default %(default)s)")
+    lim.add_argument("--max-pending", type=int, default=_D.max_pending,
+                     help="join requests waiting per room (default %(default)s)")
+    lim.add_argument("--max-rooms-per-address", type=int, default=_D.max_rooms_per_address,
+                     help="private rooms open per client address (default %(default)s)")
+    lim.add_argument("--grace", type=float, default=_D.grace_s, dest="grace_s",
+                     help="seconds a dropped device may reconnect as itself (default %(default)s)")
+    lim.add_argument("--ping-interval", type=float, default=_D.ping_interval_s,
+                     dest="ping_interval_s",
+                     help="seconds between pings; silent connections are dropped (default %(default)s)")
+
+
+def config_from_args(args: argparse.Namespace) -> ServerConfig:
+    ice = tuple(load_ice_servers(args.ice_servers)) if args.ice_servers else ()
+    return ServerConfig(host=args.host, port=args.port, trust_proxy=tuple(args.trust_proxy),
+                        ice_servers=ice, max_message_bytes=args.max_message_bytes,
+                        rate_per_s=args.rate_per_s, burst=args.burst,
+                        max_room_size=args.max_room_size, max_pending=args.max_pending,
+                        max_rooms_per_address=args.max_rooms_per_address,
+                        grace_s=args.grace_s, ping_interval_s=args.ping_interval_s)
+
+
+async def serve(config: ServerConfig, app: web.Application | None = None,
+                started: asyncio.Event | None = None) -> None:
+    """Run until cancelled (Ctrl-C or SIGTERM), then shut down cleanly."""
+    from .app import create_app
+
+    runner = web.AppRunner(app or create_app(config), handle_signals=False)
+    await runner.setup()
+    try:
+        site = web.TCPSite(runner, config.host, config.port)
+        await site.start()
+        port = site._server.sockets[0].getsockname()[1]
+        host = f"[{config.host}]" if ":" in config.host else config.host
+        print(f"DaisyChain serving on http://{host}:{port}/  (Ctrl-C to stop)", flush=True)
+        if started is not None:
+            started.set()
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        try:
+            loop.add_signal_handler(signal.SIGTERM, stop.set)
+        except (NotImplementedError, RuntimeError):
+            pass
+        await stop.wait()
+    finally:
+        await runner.cleanup()
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        config = config_from_args(args)
+    except ConfigError as exc:
+        print(f"daisychain serve: {exc}", file=sys.stderr)
+        return 2
+    try:
+        asyncio.run(serve(config))
+    except KeyboardInterrupt:
+        print("stopped", file=sys.stderr)
+    except OSError as exc:
+        print(f"daisychain serve: cannot listen on {config.host}:{config.port}: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    p = argparse.ArgumentParser(prog="daisychain serve", description=__doc__.split("\n\n")[0])
+    add_arguments(p)
+    sys.exit(run(p.parse_args()))
