@@ -1,0 +1,148 @@
+"""Checkpoints: a ``.pt`` file that ``torch.load`` reads, and a checked, code-free loader.
+
+Layout (a plain dict, so ``torch.load(path, weights_only=True)`` loads it)::
+
+    {"format": "daisychain-checkpoint", "version": 1,
+     "identity": {...run identity...}, "run_id": str, "step": int,
+     "params_sha256": str,                       # over the canonical float64 bytes
+     "state_dict": {name: float64 tensor},       # torch nn.Linear / nn.Embedding names
+     "adam": {"m": {name: tensor}, "v": {name: tensor}, "step": int,
+              "b1t": float, "b2t": float}}
+
+``load_checkpoint`` parses with torch's weights-only unpickler (it refuses any object that
+is not a tensor or a plain container, so nothing in the file executes), then checks the
+format, every name, shape and dtype against the run's model, finiteness, and the parameter
+hash, and the identity against the run. A bad file raises :class:`CheckpointError` with the
+reason and changes nothing.
+"""
+
+from __future__ import annotations
+
+import io
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from daisychain.engine.adam import AdamState
+from daisychain.engine.model import ParamLayout
+from daisychain.engine.spec import ModelSpec, SpecError
+from daisychain.engine.trainer import identity_differences, params_sha256, run_id
+
+FORMAT = "daisychain-checkpoint"
+VERSION = 1
+MAX_BYTES = 512 * 2**20
+
+
+class CheckpointError(ValueError):
+    """A checkpoint that cannot be used, with a message saying why."""
+
+
+@dataclass
+class Checkpoint:
+    identity: dict
+    step: int
+    theta: np.ndarray
+    adam: AdamState
+    params_sha256: str
+
+
+def save_checkpoint(identity: dict, step: int, theta: np.ndarray, adam: AdamState) -> bytes:
+    import torch
+
+    spec = ModelSpec.from_json(identity["model"])
+    layout = ParamLayout(spec)
+
+    def tensors(flat):
+        return {n: torch.from_numpy(np.ascontiguousarray(v).copy())
+                for n, v in zip(layout.names, layout.views(flat))}
+
+    obj = {"format": FORMAT, "version": VERSION, "identity": identity, "run_id": run_id(identity),
+           "step": int(step), "params_sha256": params_sha256(theta),
+           "state_dict": tensors(theta),
+           "adam": {"m": tensors(adam.m), "v": tensors(adam.v), "step": int(adam.step),
+                    "b1t": float(adam.b1t), "b2t": float(adam.b2t)}}
+    buf = io.BytesIO()
+    torch.save(obj, buf)
+    return buf.getvalue()
+
+
+def _tensor_dict(obj, what: str, layout: ParamLayout) -> np.ndarray:
+    import torch
+
+    if not isinstance(obj, dict):
+        raise CheckpointError(f"{what} must be a dict of tensors")
+    names = set(obj)
+    want = set(layout.names)
+    if names != want:
+        missing, extra = sorted(want - names), sorted(names - want)
+        raise CheckpointError(f"{what} does not match the run's model: "
+                              f"missing {missing or 'nothing'}, unexpected {extra or 'nothing'}")
+    flat = np.empty(layout.size, np.float64)
+    for name, shape, off in zip(layout.names, layout.shapes, layout.offsets):
+        t = obj[name]
+        if not isinstance(t, torch.Tensor):
+            raise CheckpointError(f"{what}[{name!r}] is not a tensor")
+        if tuple(t.shape) != tuple(shape):
+            raise CheckpointError(f"{what}[{name!r}] has shape {tuple(t.shape)}, the run's model "
+                                  f"needs {tuple(shape)}")
+        if t.dtype != torch.float64:
+            raise CheckpointError(f"{what}[{name!r}] is {t.dtype}, must be torch.float64")
+        a = t.detach().cpu().contiguous().numpy().ravel()
+        if not np.all(np.isfinite(a)):
+            raise CheckpointError(f"{what}[{name!r}] holds non-finite values")
+        flat[off:off + a.size] = a
+    return flat
+
+
+def load_checkpoint(data: bytes, expected_identity: dict | None = None) -> Checkpoint:
+    """Parse and check a checkpoint; raises CheckpointError on anything wrong."""
+    import pickle
+    import zipfile
+
+    import torch
+
+    if len(data) > MAX_BYTES:
+        raise CheckpointError(f"checkpoint is {len(data)} bytes, more than {MAX_BYTES}")
+    try:
+        obj = torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
+    except (pickle.UnpicklingError, zipfile.BadZipFile, RuntimeError, EOFError, ValueError,
+            TypeError, AttributeError, KeyError, IndexError, OSError) as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise CheckpointError(f"not a loadable checkpoint (refused by torch's weights-only "
+                              f"loader): {first[:300]}") from None
+    if not isinstance(obj, dict) or obj.get("format") != FORMAT:
+        raise CheckpointError(f"not a DaisyChain checkpoint (no format {FORMAT!r})")
+    if obj.get("version") != VERSION:
+        raise CheckpointError(f"checkpoint version {obj.get('version')!r}, this build reads {VERSION}")
+    identity = obj.get("identity")
+    if not isinstance(identity, dict) or "model" not in identity:
+        raise CheckpointError("checkpoint has no run identity")
+    try:
+        spec = ModelSpec.from_json(identity["model"])
+    except SpecError as exc:
+        raise CheckpointError(f"checkpoint's model spec is invalid: {exc}") from None
+    if expected_identity is not None:
+        diffs = identity_differences(expected_identity, identity)
+        if diffs:
+            raise CheckpointError("checkpoint belongs to another run: " + "; ".join(diffs))
+    layout = ParamLayout(spec)
+    theta = _tensor_dict(obj.get("state_dict"), "state_dict", layout)
+    got = params_sha256(theta)
+    if obj.get("params_sha256") != got:
+        raise CheckpointError(f"parameter hash mismatch: file says {obj.get('params_sha256')!r}, "
+                              f"its tensors hash to {got}")
+    adam = obj.get("adam")
+    if not isinstance(adam, dict):
+        raise CheckpointError("checkpoint has no Adam state")
+    m = _tensor_dict(adam.get("m"), "adam.m", layout)
+    v = _tensor_dict(adam.get("v"), "adam.v", layout)
+    if np.any(v < 0):
+        raise CheckpointError("adam.v holds negative values")
+    step, astep = obj.get("step"), adam.get("step")
+    b1t, b2t = adam.get("b1t"), adam.get("b2t")
+    if not (isinstance(step, int) and isinstance(astep, int) and 0 <= astep == step < 2**40):
+        raise CheckpointError("checkpoint step counters are missing or inconsistent")
+    if not all(isinstance(b, float) and math.isfinite(b) and 0 <= b <= 1 for b in (b1t, b2t)):
+        raise CheckpointError("checkpoint bias-correction products are invalid")
+    return Checkpoint(identity, step, theta, AdamState(m, v, astep, b1t, b2t), got)
