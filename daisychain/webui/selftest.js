@@ -1,13 +1,21 @@
 // The conformance page (/selftest): runs every golden unit vector (/golden/units.json) on
 // every available path — WebGPU kernels, JS units with the fast GEMM, JS units with the
-// literal table GEMM — measures each path's unit-GEMM rate, then (engine.js) an optional short
-// training run. It shows the outcome to a person and writes it as JSON into #result, then
+// literal table GEMM — measures each path's unit-GEMM rate and micro-batch rate, then, when
+// the query names `task` or `steps`, trains in the page exactly as `daisychain train` does:
+//   /selftest?task=digits|text&steps=N&seed=S&path=gpu|cpu
+//   (also batch, micro-batch, lr, weight-decay, hidden, embed-dim; defaults as the CLI's) It shows the outcome to a person and writes it as JSON into #result, then
 // sets window.__selftestDone = true.
 //
 // A path that fails any vector, or whose GPU errors, is disabled and the reason shown.
 
 import { int32LeBytes, loadLuts, sha256Hex } from "/webui/luts.js";
 import { CpuUnits, openPaths } from "/webui/engine/paths.js";
+import { loadDataset } from "/webui/engine/data.js";
+import { Engine, initParams } from "/webui/engine/model.js";
+import { uniform, u32 } from "/webui/engine/prng.js";
+import { makeHyper, mlp, modelFor } from "/webui/engine/spec.js";
+import { gradLimit, runId, runIdentity, Trainer } from "/webui/engine/trainer.js";
+import { GpuError } from "/webui/gpu.js";
 
 const $ = (id) => document.getElementById(id);
 
@@ -118,6 +126,105 @@ export async function gemmRate(units, { m = 64, k = 256, n = 64, minMs = 300 } =
   return { shape: [m, k, n], runs, ms: dt, gops: (2 * m * k * n * runs) / (dt * 1e6) };
 }
 
+/** Micro-batches per second of one path: the default digits model (64-128-10) on a synthetic
+ *  micro-batch of 16, forward + backward + fixed-point contribution. */
+export async function microBatchRate(units, { minMs = 300 } = {}) {
+  const spec = mlp(64, 128, 10);
+  const hp = makeHyper();
+  const engine = new Engine(spec, units);
+  const theta = initParams(spec, 1);
+  const b = hp.micro_batch;
+  const x = uniform(1, 99, b * 64).map((v) => Math.floor(v * 17));
+  const y = Int32Array.from(u32(1, 98, b), (v) => v % 10);
+  const total = new Float64Array(theta.length);
+  const run = () => engine.gradInto(total, theta, x, y, b, hp.grad_frac_bits, gradLimit(hp));
+  await run();
+  let runs = 0;
+  const t0 = performance.now();
+  let dt = 0;
+  while (dt < minMs || runs < 2) {
+    await run();
+    runs++;
+    dt = performance.now() - t0;
+  }
+  return runs / (dt / 1000);
+}
+
+const CLI_FLAGS = { // query parameter -> [Hyper field or setting, parser]
+  seed: ["seed", "int"], batch: ["batch", "int"], "micro-batch": ["micro_batch", "int"],
+  lr: ["lr", "float"], "weight-decay": ["weight_decay", "float"],
+};
+
+function parseNumber(name, text, kind) {
+  const v = Number(text);
+  if (text === "" || !Number.isFinite(v) || (kind === "int" && !Number.isInteger(v))) {
+    throw new Error(`query parameter ${name}=${text} is not ${kind === "int" ? "an integer" : "a number"}`);
+  }
+  return v;
+}
+
+/** The in-page training run (same settings and bits as `daisychain train`). */
+async function runTraining(result, { params, luts, opened }) {
+  const task = params.get("task") || "digits";
+  const steps = params.has("steps") ? parseNumber("steps", params.get("steps"), "int") : 600;
+  if (steps < 0) throw new Error("steps must be >= 0");
+  const overrides = {};
+  for (const [flag, [field, kind]] of Object.entries(CLI_FLAGS)) {
+    if (params.has(flag)) overrides[field] = parseNumber(flag, params.get(flag), kind);
+  }
+  const hidden = params.has("hidden") ? parseNumber("hidden", params.get("hidden"), "int") : 128;
+  const dim = params.has("embed-dim") ? parseNumber("embed-dim", params.get("embed-dim"), "int") : 16;
+  const want = params.get("path") || "gpu";
+  if (want !== "gpu" && want !== "cpu") throw new Error(`path must be gpu or cpu, not ${want}`);
+  const t = { task, steps, seed: overrides.seed ?? 0, path_requested: want, path_used: null,
+    fallback: null, params_sha256: null };
+  result.training = t;
+  let units = opened.cpu;
+  if (want === "gpu") {
+    if (result.usable_paths.includes("gpu")) units = opened.gpu;
+    else t.fallback = `the GPU path is disabled (${result.paths.gpu.disabled}); training on the JS units`;
+  }
+  t.path_used = units === opened.gpu ? "gpu" : "cpu";
+  const ds = await loadDataset(`/data/${encodeURIComponent(task)}.dcds`);
+  const spec = modelFor(ds, hidden, dim);
+  const hyper = makeHyper(overrides);
+  const tr = await Trainer.create({ spec, hyper, dataset: ds, luts, units });
+  const identity = runIdentity(spec, hyper, ds, luts);
+  Object.assign(t, { dataset_fingerprint: ds.fingerprint, run_id: await runId(identity), model: spec.toJson() });
+  log(`training ${task} for ${steps} steps (seed ${t.seed}) on the ${t.path_used} path`);
+  const ids = Array.from({ length: hyper.batch / hyper.micro_batch }, (_, j) => j);
+  const t0 = performance.now();
+  let loss = NaN;
+  for (let step = 0; step < steps; step++) {
+    let part;
+    try {
+      part = await tr.contribute(ids);
+    } catch (err) {
+      if (!(err instanceof GpuError) || t.path_used !== "gpu") throw err;
+      t.fallback = `the GPU failed during training (${err.message}); step ${step} redone on the JS units`;
+      log(t.fallback);
+      t.path_used = "cpu";
+      tr.setUnits(opened.cpu);
+      part = await tr.contribute(ids);
+    }
+    tr.apply(part.grad);
+    loss = part.loss.reduce((a, b) => a + b, 0) / part.loss.length;
+    if (step % 5 === 0 || step === steps - 1) {
+      $("training").textContent = `Training ${task}: step ${step + 1}/${steps}, loss ${loss.toFixed(4)}`;
+    }
+  }
+  const ms = performance.now() - t0;
+  t.loss = loss;
+  t.ms = ms;
+  t.micro_batches_per_s = ms > 0 ? (steps * ids.length) / (ms / 1000) : 0;
+  t.params_sha256 = await tr.paramsSha256();
+  t.accuracy = await tr.accuracy("test");
+  $("training").textContent = `Trained ${task} for ${steps} steps on the ${t.path_used} path: ` +
+    `test accuracy ${(t.accuracy * 100).toFixed(2)}%, params-sha256 ${t.params_sha256}` +
+    (t.fallback ? ` (${t.fallback})` : "");
+  log(`params-sha256: ${t.params_sha256}`);
+}
+
 function showPath(name, info) {
   const li = document.createElement("li");
   const label = { gpu: "WebGPU kernels", cpu: "JS units (fast GEMM)", "cpu-lut": "JS units (table GEMM)" }[name] || name;
@@ -126,7 +233,8 @@ function showPath(name, info) {
     li.textContent = `${label}: disabled — ${info.disabled}`;
   } else {
     li.className = "pass";
-    li.textContent = `${label}: all golden vectors pass; unit GEMM ${info.gemm.gops.toFixed(3)} GOP/s`;
+    li.textContent = `${label}: all golden vectors pass; unit GEMM ${info.gemm.gops.toFixed(3)} GOP/s, ` +
+      `${info.micro_batch_rate.toFixed(1)} micro-batches/s`;
   }
   $("paths").appendChild(li);
 }
@@ -169,6 +277,7 @@ async function main() {
       } else {
         try {
           info.gemm = await gemmRate(units);
+          info.micro_batch_rate = await microBatchRate(units);
         } catch (err) {
           info.pass = false;
           info.disabled = `failed while measuring: ${err.message}`;
@@ -185,9 +294,11 @@ async function main() {
       ? "This device is OK: the WebGPU kernels and the JS units give the golden results."
       : `This device can train on the JS units (CPU). ${result.webgpu.available ? "The WebGPU path failed its self-test"
         : "WebGPU is not available here"}: ${result.paths.gpu.disabled}`;
-    if (window.__selftestTraining) await window.__selftestTraining(result, { params, luts, opened, log });
+    result.micro_batch_rate = Math.max(0, ...result.usable_paths.map((p) => result.paths[p].micro_batch_rate));
+    if (params.has("task") || params.has("steps")) await runTraining(result, { params, luts, opened });
   } catch (err) {
     result.error = `${err.name}: ${err.message}`;
+    if (result.training && !result.training.params_sha256) result.training.error = result.error;
     $("status").textContent = `Self-test failed: ${result.error}`;
     $("status").className = "fail";
     console.error(err);

@@ -1,8 +1,8 @@
-"""Browser-tier fixtures: a loopback HTTP server for the page, and headless Chromium.
+"""Browser-tier fixtures: the real server on loopback, and headless Chromium.
 
-The server mirrors the product's URL layout (``/selftest``, ``/webui/<path>``,
-``/shaders/<name>.wgsl``, ``/luts/<file>``, ``/golden/<file>``) on 127.0.0.1 with a random
-port. Chromium is the system one (``/usr/bin/chromium``, never ``playwright install``);
+The server is ``daisychain.server.app.create_app`` on 127.0.0.1 with a random port
+(``/selftest``, ``/webui/<path>``, ``/shaders/<name>.wgsl``, ``/luts/<file>``,
+``/golden/<file>``, and ``/data/<task>.dcds``, added here until the server serves it). Chromium is the system one (``/usr/bin/chromium``, never ``playwright install``);
 every page forwards ``console`` and ``pageerror`` into the test log, and tests wait for the
 page's explicit ready marker (``window.__selftestDone``) before reading ``#result``.
 
@@ -14,7 +14,6 @@ disabling); if one is ever needed, merge it with Playwright's via ``ignore_defau
 from __future__ import annotations
 
 import asyncio
-import logging
 import threading
 from pathlib import Path
 
@@ -22,9 +21,11 @@ import pytest
 from aiohttp import web
 from browser_helpers import open_page
 
+from daisychain.server.app import create_app
+from daisychain.server.config import ServerConfig
+
 playwright_sync = pytest.importorskip("playwright.sync_api")
 
-PKG = Path(__file__).resolve().parents[2] / "daisychain"
 CHROMIUM = "/usr/bin/chromium"
 BASE_ARGS = [
     "--no-sandbox",
@@ -34,19 +35,31 @@ BASE_ARGS = [
     "--no-first-run",
 ]
 WEBGPU_ARGS = ["--enable-unsafe-webgpu"]
-log = logging.getLogger("browser")
 
 
-def _static_app() -> web.Application:
-    app = web.Application()
+def _dataset_route(app: web.Application) -> None:
+    """Serve ``/data/<task>.dcds`` (docs/ENGINE.md, "Data") unless the server already does."""
+    if any(getattr(r, "canonical", "").startswith("/data") for r in app.router.resources()):
+        return
+    from daisychain.engine.data import TASKS, prepare_task
 
-    async def selftest(_request):
-        return web.FileResponse(PKG / "webui" / "selftest.html")
+    cache: dict[str, bytes] = {}
 
-    app.router.add_get("/selftest", selftest)
-    for prefix, folder in (("/webui", "webui"), ("/shaders", "shaders"), ("/luts", "luts"),
-                           ("/golden", "golden")):
-        app.router.add_static(prefix, PKG / folder)
+    async def dataset(request: web.Request) -> web.Response:
+        name = request.match_info["name"]
+        task = name[:-5] if name.endswith(".dcds") else None
+        if task not in TASKS:
+            raise web.HTTPNotFound(text=f"no dataset {name}")
+        if task not in cache:
+            cache[task] = prepare_task(task).to_bytes()
+        return web.Response(body=cache[task], content_type="application/octet-stream")
+
+    app.router.add_get("/data/{name}", dataset)
+
+
+def _app() -> web.Application:
+    app = create_app(ServerConfig(port=0))
+    _dataset_route(app)
     return app
 
 
@@ -80,7 +93,7 @@ class _Server:
 
 @pytest.fixture(scope="session")
 def server_url():
-    server = _Server(_static_app()).start()
+    server = _Server(_app()).start()
     yield server.url
     server.stop()
 
