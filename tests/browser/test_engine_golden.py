@@ -1,0 +1,139 @@
+"""The in-page engine against the numpy engine's golden vectors (daisychain/golden/): the
+PRNG, the shuffle, the deterministic exp, and for each task one step in detail (every
+forward intermediate, the fixed-point contribution of each micro-batch, the averaged
+gradient, Adam's moments) and a 20-step run, on the WebGPU path and on the CPU path."""
+
+from __future__ import annotations
+
+import json
+import struct
+from pathlib import Path
+
+import pytest
+from browser_helpers import open_harness
+
+pytestmark = pytest.mark.browser
+
+GOLDEN = Path(__file__).resolve().parents[2] / "daisychain" / "golden"
+
+COMMON = """
+async (common) => {
+  const prng = await import('/webui/engine/prng.js');
+  const { dexp } = await import('/webui/engine/detmath.js');
+  const hex = (x) => { const d = new DataView(new ArrayBuffer(8)); d.setFloat64(0, x); return d.getBigUint64(0).toString(16).padStart(16, '0'); };
+  const unhex = (h) => { const d = new DataView(new ArrayBuffer(8)); d.setBigUint64(0, BigInt('0x' + h)); return d.getFloat64(0); };
+  return {
+    prng: common.prng.map((c) => ({ u32: Array.from(prng.u32(c.seed, c.stream, 16, c.start)),
+      uniform_f64: Array.from(prng.uniform(c.seed, c.stream, 16), hex),
+      permutation_37: Array.from(prng.permutation(c.seed, c.stream, 37)) })),
+    dexp: common.dexp.x_f64.map((h) => hex(dexp(unhex(h)))),
+  };
+}
+"""
+
+STEP = """
+async ([path, g]) => {
+  const { sha256Hex } = await import('/webui/luts.js');
+  const { loadDataset } = await import('/webui/engine/data.js');
+  const { ModelSpec, makeHyper } = await import('/webui/engine/spec.js');
+  const { Trainer, paramsSha256 } = await import('/webui/engine/trainer.js');
+  const { initParams } = await import('/webui/engine/model.js');
+  const { AdamState, adamStep } = await import('/webui/engine/adam.js');
+  const { luts, paths } = window.__units;
+  const sha = async (values) => {   // golden.py sha(): int64 LE if all integers, else float64 LE
+    const a = Array.from(values);
+    const ints = a.every(Number.isInteger);
+    const dv = new DataView(new ArrayBuffer(a.length * 8));
+    a.forEach((v, i) => ints ? dv.setBigInt64(i * 8, BigInt(v), true) : dv.setFloat64(i * 8, v, true));
+    return sha256Hex(new Uint8Array(dv.buffer));
+  };
+  const hex = (x) => { const d = new DataView(new ArrayBuffer(8)); d.setFloat64(0, x); return d.getBigUint64(0).toString(16).padStart(16, '0'); };
+  const ds = await loadDataset(`/data/${g.task}.dcds`);
+  const spec = ModelSpec.fromJson(g.model);
+  const hyper = makeHyper(g.hyper);
+  const tr = await Trainer.create({ spec, hyper, dataset: ds, luts, units: paths[path] });
+  const out = { fingerprint: ds.fingerprint, init: await paramsSha256(initParams(spec, hyper.seed)),
+    init_head: Array.from(tr.theta.subarray(0, 32), hex), samples: [], trace: [] };
+  const n = hyper.batch / hyper.micro_batch;
+  for (let j = 0; j < n; j++) out.samples.push(Array.from(tr.samples(0, j)));
+  const idx = tr.samples(0, 0);
+  const rowLen = ds.x_train.shape[1];
+  const x = new ds.x_train.data.constructor(idx.length * rowLen);
+  idx.forEach((r, i) => x.set(ds.x_train.data.subarray(r * rowLen, (r + 1) * rowLen), i * rowLen));
+  const trace = [];
+  await tr.engine.forward(tr.theta, x, idx.length, (name, v) => trace.push([name, Array.from(v)]));
+  for (const [name, v] of trace) out.trace.push({ name, sha256: await sha(v) });
+  const per = [];
+  for (let j = 0; j < n; j++) per.push(await tr.contribute([j]));
+  out.per_micro = await Promise.all(per.map((r) => sha(r.grad)));
+  out.micro0 = Array.from(per[0].grad);
+  const total = new Float64Array(tr.theta.length);
+  per.forEach((r) => r.grad.forEach((v, i) => { total[i] += v; }));
+  out.total = await sha(total);
+  const gm = tr.meanGrad(total);
+  const dv = new DataView(new ArrayBuffer(gm.length * 8));
+  gm.forEach((v, i) => dv.setFloat64(i * 8, v, true));
+  out.mean_grad = await sha256Hex(new Uint8Array(dv.buffer));
+  const theta = tr.theta.slice();
+  const st = new AdamState(theta.length);
+  adamStep(theta, st, gm, hyper);
+  out.adam_m = await paramsSha256(st.m);
+  out.adam_v = await paramsSha256(st.v);
+  out.after = await paramsSha256(theta);
+  out.loss_micro = per.map((r) => hex(r.loss[0]));
+  out.run = [];
+  for (let s = 0; s < g.run.steps; s++) {
+    tr.apply((await tr.contribute(Array.from({ length: n }, (_, j) => j))).grad);
+    out.run.push(await tr.paramsSha256());
+  }
+  out.accuracy = await tr.accuracy();
+  return out;
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def harness(browser_webgpu, server_url):
+    page, info = open_harness(browser_webgpu, server_url)
+    assert "gpu" in info["paths"], info["gpuReason"]
+    yield page
+    page.close()
+
+
+def test_prng_shuffle_and_exp_match_numpy(harness):
+    common = json.loads((GOLDEN / "engine_common.json").read_text())
+    got = harness.evaluate(COMMON, common)
+    for want, have in zip(common["prng"], got["prng"]):
+        assert have["u32"] == want["u32"]
+        assert have["uniform_f64"] == want["uniform_f64"]
+        assert have["permutation_37"] == want["permutation_37"]
+    assert got["dexp"] == common["dexp"]["y_f64"]
+
+
+@pytest.mark.parametrize("task", ["digits", "text"])
+@pytest.mark.parametrize("path", ["gpu", "cpu"])
+def test_step_golden_vectors(harness, task, path):
+    g = json.loads((GOLDEN / f"step_{task}.json").read_text())
+    got = harness.evaluate(STEP, [path, g])
+    s0 = g["step0"]
+    assert got["fingerprint"] == g["dataset_fingerprint"]
+    assert got["init"] == g["init_params_sha256"]
+    assert got["init_head"] == g["init_params_f64_head"]
+    assert got["samples"] == s0["micro_batch_samples"]
+    assert [t["name"] for t in got["trace"]] == [t["name"] for t in s0["forward_micro0"]]
+    for have, want in zip(got["trace"], s0["forward_micro0"]):
+        assert have["sha256"] == want["sha256"], have["name"]
+    if s0["grad_fixed_micro0"] is not None:
+        assert got["micro0"] == s0["grad_fixed_micro0"]
+    assert got["per_micro"] == s0["grad_fixed_per_micro_sha256"]
+    assert got["total"] == s0["grad_fixed_total_sha256"]
+    assert got["mean_grad"] == s0["mean_grad_sha256"]
+    assert got["adam_m"] == s0["adam_m_sha256"] and got["adam_v"] == s0["adam_v_sha256"]
+    assert got["after"] == s0["params_after_sha256"]
+    # The displayed loss uses the library log (display only, never fed back): V8's and
+    # numpy's log and mean may differ in the last bit, so it is compared to 1e-12 only.
+    for have, want in zip(got["loss_micro"], s0["loss_micro"]):
+        a, b = (struct.unpack(">d", bytes.fromhex(h))[0] for h in (have, want))
+        assert abs(a - b) <= 1e-12 * abs(b)
+    assert got["run"] == g["run"]["params_sha256_per_step"]
+    assert got["accuracy"] == g["run"]["test_accuracy"]
