@@ -1,0 +1,631 @@
+"""The run and its steps as a plain object: no sockets, no clock, no threads.
+
+:class:`RunPeer` is one replica's view of a run. The shell (``rtc.py`` / ``cli.py``) feeds it
+what happens — ``receive(sender, message)`` (a decoded data-channel message),
+``room_changed(ids, host)`` (the signaling room changed), ``channel_open(peer)``,
+``computed(step, task, result)`` (a compute it asked for finished), ``data(bytes|None)``
+(the dataset fetch it asked for), ``tick(now)`` — and performs what it answers:
+:class:`Send`, :class:`Compute`, :class:`FetchData` and events (:class:`Committed`,
+:class:`Refused`, :class:`Log`, :class:`Ended`, :class:`Failed`).
+
+The room host is the step *coordinator*. It announces the run (:class:`~frames.Run`); each
+member checks the identity and its own self-test and answers ``Ready`` (with its state's
+step and hash) or ``Refuse``. A member whose state differs gets the coordinator's STATE.
+Per step the coordinator splits the micro-batch ids into *tasks* by capacity; each task
+is committed from exactly one contribution (the first that arrives from one of its
+assignees, with the task's exact micro-batch list), so each micro-batch counts exactly
+once. A task whose peer leaves is split over the others; a task past its adaptive
+deadline gets a backup assignee. When every task has a contribution the coordinator sums
+them, applies the total, and sends it (TOTAL) with its new parameter hash to everyone;
+each member applies it and compares hashes (mismatch: loud report, resync).
+
+Hand-over: when the signaling server names another host, that peer becomes coordinator
+with ``term + 1`` and restarts the step it holds; members report their state and whoever
+is behind (the new coordinator included) is brought forward by STATE.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Union
+
+import numpy as np
+
+from daisychain.engine.model import Result
+from daisychain.engine.trainer import Trainer, capacity_split, identity_differences
+from daisychain.peer import frames as F
+
+#: smallest and initial deadline (seconds) of a task
+MIN_DEADLINE_S = 2.0
+DEADLINE_FACTOR = 4.0
+
+
+# -- outputs ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Send:
+    to: str
+    message: F.RunMessage
+
+
+@dataclass(frozen=True)
+class Compute:
+    """Compute the integer sum of ``micro`` of ``step`` on ``theta`` (a private copy), then
+    call ``computed(step, task, result)``."""
+    step: int
+    task: int
+    micro: tuple[int, ...]
+    theta: np.ndarray = field(repr=False, compare=False)
+
+
+@dataclass(frozen=True)
+class FetchData:
+    """Fetch the dataset bytes (``/data/<task>.dcds``), then call ``data(bytes or None)``."""
+    task: str
+    fingerprint: str
+
+
+@dataclass(frozen=True)
+class Committed:
+    step: int          #: the step that was applied (the replica is now at step + 1)
+    loss: float
+    contributors: tuple[tuple[str, int], ...]
+    mine: int          #: micro-batches of this peer in it
+    params_sha256: str
+
+
+@dataclass(frozen=True)
+class Refused:
+    peer: str          #: who refused (this peer's own id when it refuses)
+    reasons: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Log:
+    text: str
+    loud: bool = False
+
+
+@dataclass(frozen=True)
+class Ended:
+    step: int
+    params_sha256: str
+    agreed: bool       #: this replica's hash equals the coordinator's
+
+
+@dataclass(frozen=True)
+class Failed:
+    reason: str
+
+
+Output = Union[Send, Compute, FetchData, Committed, Refused, Log, Ended, Failed]
+
+
+def contribute_at(trainer: Trainer, theta: np.ndarray, step: int, micro) -> Result:
+    """``Trainer.contribute`` on a given parameter vector (a snapshot, so that a compute in a
+    thread never sees the replica change under it)."""
+    ids = np.asarray(micro, np.int64)
+    idx = np.stack([trainer.schedule.samples(step, int(j)) for j in ids])
+    return trainer.engine.grad(theta, trainer.ds.x_train[idx], trainer.ds.y_train[idx],
+                               trainer.hp.grad_frac_bits, trainer.limit)
+
+
+def measure_capacity(trainer: Trainer, seconds: float = 0.3) -> float:
+    """Micro-batches per second of this machine on this run (a few step-0 micro-batches)."""
+    theta = trainer.theta.copy()
+    n, t0 = 0, time.perf_counter()
+    while True:
+        contribute_at(trainer, theta, 0, [n % trainer.hp.n_micro])
+        n += 1
+        dt = time.perf_counter() - t0
+        if dt > seconds or n >= 200:
+            return n / dt
+
+
+def tensor_bounds(trainer: Trainer) -> list[int]:
+    """Segment bounds of the flat vector: one segment per canonical tensor."""
+    return [0] + [int(o + np.prod(s)) for o, s in zip(trainer.layout.offsets, trainer.layout.shapes)]
+
+
+@dataclass
+class _Member:
+    id: str
+    capacity: float = 1.0
+    kind: str = "python"
+    ready: bool = False          # sent Ready for this term
+    synced: bool = False         # its replica is at the coordinator's step (or will be by order)
+    refused: bool = False
+    sec_per_micro: float = 1.0   # adaptive deadline estimate
+    done: int = 0                # micro-batches committed from it
+
+
+@dataclass
+class _Task:
+    task: int
+    micro: tuple[int, ...]
+    assignees: list[str]
+    sent_at: float
+    deadline: float
+    result: tuple[str, np.ndarray, float, int] | None = None  # (peer, ints, loss, correct)
+
+
+class RunPeer:
+    """One replica of one run. ``me`` is this peer's signaling id."""
+
+    def __init__(self, me: str, *, kind: str = "python", make_trainer: Callable | None = None,
+                 capacity: float | None = None, selftest: tuple[bool, str] = (True, "ok"),
+                 trainer: Trainer | None = None, steps: int = 0, wait_peers: int = 0):
+        self.me = me
+        self.kind = kind
+        self.make_trainer = make_trainer   # (identity, Dataset) -> Trainer (this peer's units)
+        self.capacity = capacity
+        self.selftest = selftest
+        self.trainer = trainer
+        self.bounds = tensor_bounds(trainer) if trainer else None
+        self.steps = steps
+        self.wait_peers = wait_peers
+        self.now = 0.0
+        self.host: str | None = None      # the room host per the signaling server
+        self.coord: str | None = None     # the coordinator whose run announce we follow
+        self.open: set[str] = set()       # peers with an open data channel
+        self.room: set[str] = set()       # approved members per the signaling server
+        self.term = 0
+        self.run: F.Run | None = None     # the announce (members), or our own (coordinator)
+        self.coordinating = False
+        self.members: dict[str, _Member] = {}
+        self.tasks: dict[int, _Task] = {}
+        self.next_task = 0
+        self.step_started = False
+        self.ended = False
+        self.refused = False
+        self.pending: dict[tuple[int, int], tuple[int, ...]] = {}  # member: (step, task) -> micro
+        self.done_by: dict[str, int] = {}  # peer -> micro-batches committed (everyone tracks)
+        self.awaiting_data = False
+        self.catching_up = False
+        if trainer is not None:  # the host of a new room: the run is ours
+            self.run = self._announce()
+            if capacity is None:
+                self.capacity = measure_capacity(trainer)
+
+    # -- properties ------------------------------------------------------------------------
+
+    @property
+    def step(self) -> int:
+        return self.trainer.state.step if self.trainer else 0
+
+    @property
+    def run_id(self) -> str:
+        return self.run.run_id if self.run else ""
+
+    def _hash(self) -> str:
+        return self.trainer.params_sha256()
+
+    def _announce(self) -> F.Run:
+        tr = self.trainer
+        return F.Run(tr.identity, tr.run_id, self.steps, self.term, self.step, self._hash(), self.me)
+
+    def _send(self, to: str, msg) -> Send:
+        return Send(to, msg)
+
+    # -- inputs ----------------------------------------------------------------------------
+
+    def tick(self, now: float) -> list[Output]:
+        self.now = now
+        if not self.coordinating or self.ended:
+            return []
+        return self._check_deadlines() + self._maybe_begin()
+
+    def room_changed(self, ids, host: str | None) -> list[Output]:
+        """The signaling room changed: approved online members ``ids`` (self included)."""
+        out: list[Output] = []
+        self.room = set(ids)
+        gone = [m for m in self.members if m not in self.room]
+        old_host, self.host = self.host, host
+        if host == self.me and not self.coordinating and self.trainer is not None and self.run:
+            out += self._become_coordinator(old_host)
+        elif host != self.me and self.coordinating:
+            self.coordinating = False  # another host was named (we were away): follow it
+            out.append(Log(f"{host} is the coordinator now"))
+        for m in gone:
+            out += self._member_left(m)
+        return out
+
+    def channel_open(self, peer: str) -> list[Output]:
+        self.open.add(peer)
+        if self.coordinating and self.run and not self.ended:
+            return [Send(peer, self._announce())]
+        return []
+
+    def channel_closed(self, peer: str) -> list[Output]:
+        self.open.discard(peer)
+        return self._member_left(peer) if self.coordinating else []
+
+    def receive(self, sender: str, msg: F.RunMessage) -> list[Output]:
+        handler = getattr(self, "_on_" + type(msg).__name__.lower())
+        return handler(sender, msg)
+
+    def computed(self, step: int, task: int, result: Result) -> list[Output]:
+        key = (step, task)
+        micro = self.pending.pop(key, None)
+        if micro is None or self.ended:
+            return []
+        loss = float(np.sum(result.loss)) if len(result.loss) else 0.0
+        correct = int(np.sum(result.correct))
+        if self.coordinating:
+            return self._take_contrib(self.me, step, task, micro, result.grad, loss, correct)
+        if self.coord is None or step != self.step:
+            return []
+        return [Send(self.coord, F.Contrib(self.term, step, task, micro, loss, correct, result.grad))]
+
+    def data(self, blob: bytes | None) -> list[Output]:
+        """The dataset fetch finished (``None``: failed)."""
+        from daisychain.engine.data import DataError, Dataset
+        if not self.awaiting_data or self.run is None:
+            return []
+        want = self.run.identity.get("dataset")
+        if blob is not None:
+            import hashlib
+            if hashlib.sha256(blob).hexdigest() == want:
+                self.awaiting_data = False
+                try:
+                    ds = Dataset.from_bytes(blob)
+                except DataError as exc:
+                    return self._refuse([f"dataset: {exc}"])
+                return self._prepared(ds)
+        if self.coord and self.coord != self.me:  # ask the coordinator over the channel
+            return [Log("the server has no matching dataset; asking the coordinator"),
+                    Send(self.coord, F.DataRequest(want))]
+        return self._refuse(["dataset fingerprint: no copy of the run's dataset found"])
+
+    # -- member side -----------------------------------------------------------------------
+
+    def _on_run(self, sender: str, msg: F.Run) -> list[Output]:
+        if self.refused or self.coordinating or msg.term < self.term or (
+                msg.term == self.term and sender != self.coord):
+            return []
+        self.coord = sender
+        self.steps = msg.steps
+        first = self.run is None or msg.run_id != self.run.run_id
+        self.term, self.run = msg.term, msg
+        self.ended = False
+        self.pending.clear()
+        if self.trainer is not None and not first:
+            return [Send(sender, self._ready())]
+        if self.trainer is not None and first:
+            return self._check_identity()
+        self.awaiting_data = True
+        return [FetchData(str(msg.identity.get("task", "")), str(msg.identity.get("dataset", "")))]
+
+    def _prepared(self, ds) -> list[Output]:
+        try:
+            self.trainer = self.make_trainer(self.run.identity, ds)
+        except Exception as exc:  # noqa: BLE001 - a run we cannot build is refused, in words
+            return self._refuse([f"cannot build the run here: {exc}"])
+        self.bounds = tensor_bounds(self.trainer)
+        return self._check_identity()
+
+    def _check_identity(self) -> list[Output]:
+        reasons = identity_differences(self.trainer.identity, self.run.identity)
+        if not self.selftest[0]:
+            reasons.append(f"self-test failed: {self.selftest[1]}")
+        if reasons:
+            return self._refuse(reasons)
+        if self.capacity is None:
+            self.capacity = measure_capacity(self.trainer)
+        return [Log(f"joined run {self.run.run_id} (step {self.run.step} of {self.run.steps})"),
+                Send(self.coord, self._ready())]
+
+    def _ready(self) -> F.Ready:
+        return F.Ready(self.term, float(self.capacity or 1.0), self.kind, self.step, self._hash())
+
+    def _refuse(self, reasons: list[str]) -> list[Output]:
+        self.refused = True
+        out: list[Output] = [Refused(self.me, tuple(reasons))]
+        if self.coord and self.coord != self.me:
+            out.insert(0, Send(self.coord, F.Refuse(self.term, tuple(reasons))))
+        return out
+
+    def _on_assign(self, sender: str, msg: F.Assign) -> list[Output]:
+        if self.coordinating or sender != self.coord or msg.term != self.term or self.trainer is None:
+            return []
+        if msg.step != self.step:
+            return []
+        out: list[Output] = []
+        for t in msg.tasks:
+            if t.peer == self.me and (msg.step, t.task) not in self.pending:
+                self.pending[(msg.step, t.task)] = t.micro
+                out.append(Compute(msg.step, t.task, t.micro, self.trainer.theta.copy()))
+        return out
+
+    def _on_total(self, sender: str, msg: F.Total) -> list[Output]:
+        if self.coordinating or sender != self.coord or self.trainer is None:
+            return []
+        if msg.step < self.step:
+            return []
+        if msg.step > self.step:
+            return [Log(f"missed steps {self.step}..{msg.step - 1}: resyncing", loud=True),
+                    Send(sender, F.SyncRequest(self.term, self.step, self._hash(), "behind"))]
+        return self._apply(msg.ints, msg.loss, msg.contributors, msg.params_sha256, sender)
+
+    def _on_state(self, sender: str, msg: F.State) -> list[Output]:
+        if self.trainer is None or (sender != self.coord and not self.coordinating):
+            return []
+        from daisychain.engine.trainer import params_sha256
+        if params_sha256(msg.theta) != msg.params_sha256:
+            return [Log(f"state from {sender} does not match its hash: ignored", loud=True)]
+        if self.coordinating and msg.step <= self.step:
+            return []
+        st = self.trainer.state
+        st.theta[:] = msg.theta
+        st.adam.m, st.adam.v = msg.m, msg.v
+        st.adam.b1t, st.adam.b2t = msg.b1t, msg.b2t
+        st.adam.step = st.step = msg.step
+        self.pending.clear()
+        out: list[Output] = [Log(f"synced to step {msg.step} from {sender} "
+                                 f"(params {msg.params_sha256[:12]})")]
+        if self.coordinating:  # caught up with a member that was ahead: restart from there
+            self.catching_up = False
+            self.tasks.clear()
+            self.step_started = False
+            for m in self.members.values():
+                m.synced = False
+            return out + [Send(p, self._announce()) for p in self._announce_targets()]
+        return out
+
+    def _on_end(self, sender: str, msg: F.End) -> list[Output]:
+        if sender != self.coord or self.trainer is None or self.ended:
+            return []
+        self.ended = True
+        return [Ended(msg.step, self._hash(), self._hash() == msg.params_sha256 and msg.step == self.step)]
+
+    def _on_data(self, sender: str, msg: F.Data) -> list[Output]:
+        if sender != self.coord:
+            return []
+        return self.data(msg.data) if self.awaiting_data else []
+
+    # -- coordinator side ------------------------------------------------------------------
+
+    def _announce_targets(self) -> list[str]:
+        return sorted(p for p in self.open if p in self.room and p != self.me)
+
+    def _become_coordinator(self, old_host: str | None) -> list[Output]:
+        self.coordinating = True
+        self.coord = self.me
+        self.term += 1
+        self.members = {}
+        self.tasks = {}
+        self.step_started = False
+        self.pending.clear()
+        out: list[Output] = [Log(f"coordinating the run from step {self.step} (term {self.term})")]
+        return out + [Send(p, self._announce()) for p in self._announce_targets()]
+
+    def _on_ready(self, sender: str, msg: F.Ready) -> list[Output]:
+        if not self.coordinating or msg.term != self.term or self.ended:
+            return []
+        m = self.members.setdefault(sender, _Member(sender))
+        m.capacity = max(msg.capacity, 1e-3)
+        m.kind, m.ready, m.refused = msg.kind, True, False
+        m.sec_per_micro = 1.0 / m.capacity
+        if msg.step == self.step and msg.params_sha256 == self._hash():
+            m.synced = True
+            return [Log(f"{sender} is ready ({msg.kind}, {msg.capacity:.0f} micro-batches/s)")]
+        if msg.step > self.step:  # it holds a later step than we do: take its state first
+            self.catching_up = True
+            return [Log(f"{sender} is ahead (step {msg.step}): taking its state"),
+                    Send(sender, F.SyncRequest(self.term, self.step, self._hash(), "coordinator behind"))]
+        m.synced = True  # by channel order the state arrives before the next assign / total
+        return [Log(f"{sender} joins at step {self.step}: sending the state"),
+                Send(sender, self._state())]
+
+    def _state(self) -> F.State:
+        st = self.trainer.state
+        return F.State(self.step, self._hash(), st.theta.copy(), st.adam.m.copy(),
+                       st.adam.v.copy(), st.adam.b1t, st.adam.b2t)
+
+    def _on_refuse(self, sender: str, msg: F.Refuse) -> list[Output]:
+        if not self.coordinating:
+            return []
+        m = self.members.setdefault(sender, _Member(sender))
+        m.refused, m.ready, m.synced = True, False, False
+        return [Refused(sender, msg.reasons)] + self._member_left(sender, quiet=True)
+
+    def _on_syncrequest(self, sender: str, msg: F.SyncRequest) -> list[Output]:
+        if self.trainer is None:
+            return []
+        out: list[Output] = []
+        if self.coordinating and msg.reason != "coordinator behind":
+            out.append(Log(f"{sender} diverged at step {msg.step} (params {msg.params_sha256[:12]}, "
+                           f"{msg.reason}): resyncing it", loud=True))
+        return out + [Send(sender, self._state())]
+
+    def _on_datarequest(self, sender: str, msg: F.DataRequest) -> list[Output]:
+        if self.trainer is None or msg.fingerprint != self.trainer.ds.fingerprint:
+            return []
+        return [Send(sender, F.Data(self.trainer.ds.fingerprint, self.trainer.ds.to_bytes()))]
+
+    def _on_contrib(self, sender: str, msg: F.Contrib) -> list[Output]:
+        if not self.coordinating or msg.term != self.term:
+            return []
+        return self._take_contrib(sender, msg.step, msg.task, msg.micro, msg.ints, msg.loss,
+                                  msg.correct)
+
+    def _live(self) -> list[str]:
+        """Peers that take work this step, in a fixed order (self first)."""
+        return [self.me] + sorted(m.id for m in self.members.values()
+                                  if m.synced and m.ready and not m.refused and m.id in self.room
+                                  and m.id in self.open)
+
+    def _cap(self, peer: str) -> float:
+        return float(self.capacity or 1.0) if peer == self.me else self.members[peer].capacity
+
+    def _maybe_begin(self) -> list[Output]:
+        if self.step_started or self.catching_up or not self.coordinating or self.ended:
+            return []
+        if self.step >= self.steps:
+            return self._end()
+        live = self._live()
+        if len(live) - 1 < self.wait_peers:
+            return []
+        self.wait_peers = 0  # wait once, at the start
+        return self._begin_step(live)
+
+    def _begin_step(self, live: list[str]) -> list[Output]:
+        self.step_started = True
+        self.tasks = {}
+        ids = list(range(self.trainer.hp.n_micro))
+        parts = capacity_split(ids, [self._cap(p) for p in live])
+        new = []
+        for peer, micro in zip(live, parts):
+            if micro:
+                new.append(self._new_task(peer, tuple(micro)))
+        return self._dispatch(new)
+
+    def _new_task(self, peer: str, micro: tuple[int, ...]) -> _Task:
+        t = _Task(self.next_task, micro, [peer], self.now, self.now + self._deadline(peer, len(micro)))
+        self.next_task += 1
+        self.tasks[t.task] = t
+        return t
+
+    def _deadline(self, peer: str, n: int) -> float:
+        spm = 1.0 / float(self.capacity or 1.0) if peer == self.me else self.members[peer].sec_per_micro
+        return max(MIN_DEADLINE_S, DEADLINE_FACTOR * spm * n + 0.5)
+
+    def _dispatch(self, tasks: list[_Task], peers: dict[int, str] | None = None) -> list[Output]:
+        """Tell everyone about new assignments (``peers``: task -> the newly added assignee)."""
+        if not tasks:
+            return []
+        wire = tuple(F.Task(t.task, (peers or {}).get(t.task, t.assignees[-1]), t.micro) for t in tasks)
+        out: list[Output] = [Send(p, F.Assign(self.term, self.step, wire)) for p in self._receivers()]
+        for w in wire:
+            if w.peer == self.me:
+                self.pending[(self.step, w.task)] = w.micro
+                out.append(Compute(self.step, w.task, w.micro, self.trainer.theta.copy()))
+        return out
+
+    def _receivers(self) -> list[str]:
+        """Members that follow the run (get assigns and totals)."""
+        return sorted(m.id for m in self.members.values()
+                      if m.ready and m.synced and not m.refused and m.id in self.open)
+
+    def _take_contrib(self, sender, step, task, micro, ints, loss, correct) -> list[Output]:
+        t = self.tasks.get(task)
+        if step != self.step or t is None or t.result is not None or t.micro != tuple(micro) \
+                or sender not in t.assignees:
+            return []  # late, duplicate or not ours: ignored, the step counts each micro once
+        t.result = (sender, ints, loss, correct)
+        if sender != self.me and sender in self.members:
+            m = self.members[sender]
+            spent = max(1e-4, self.now - t.sent_at) / len(micro)
+            m.sec_per_micro = 0.5 * m.sec_per_micro + 0.5 * spent
+        if all(x.result is not None for x in self.tasks.values()):
+            return self._commit()
+        return []
+
+    def _commit(self) -> list[Output]:
+        total = np.zeros(self.trainer.layout.size, np.int64)
+        per: dict[str, int] = {}
+        loss_sum, n = 0.0, 0
+        for t in sorted(self.tasks.values(), key=lambda t: t.task):
+            peer, ints, loss, _ = t.result
+            total += ints
+            per[peer] = per.get(peer, 0) + len(t.micro)
+            loss_sum += loss
+            n += len(t.micro) * self.trainer.hp.micro_batch
+        contributors = tuple(sorted(per.items()))
+        step = self.step
+        self.trainer.apply(total)
+        sha = self._hash()
+        loss = loss_sum / max(n, 1)
+        msg = F.Total(self.term, step, contributors, loss, sha, total)
+        out: list[Output] = [Send(p, msg) for p in self._receivers()]
+        self.step_started = False
+        self.tasks = {}
+        self.pending = {k: v for k, v in self.pending.items() if k[0] > step}
+        out += self._committed(step, loss, contributors, sha)
+        return out + self._maybe_begin()
+
+    def _committed(self, step, loss, contributors, sha) -> list[Output]:
+        for peer, n in contributors:
+            self.done_by[peer] = self.done_by.get(peer, 0) + n
+        mine = dict(contributors).get(self.me, 0)
+        return [Committed(step, loss, contributors, mine, sha)]
+
+    def _apply(self, ints, loss, contributors, sha, sender) -> list[Output]:
+        step = self.step
+        self.trainer.apply(ints)
+        self.pending = {k: v for k, v in self.pending.items() if k[0] > step}
+        out = self._committed(step, loss, contributors, sha)
+        mine = self._hash()
+        if mine != sha:
+            out.append(Log(f"PARAMETER HASH MISMATCH after step {step}: {mine[:16]} here, "
+                           f"{sha[:16]} at the coordinator: resyncing", loud=True))
+            out.append(Send(sender, F.SyncRequest(self.term, self.step, mine, "hash mismatch")))
+        return out
+
+    def _member_left(self, peer: str, quiet: bool = False) -> list[Output]:
+        if not self.coordinating or peer == self.me:
+            return []
+        m = self.members.get(peer)
+        if m is not None and not m.refused:
+            del self.members[peer]
+        orphans = []
+        for t in list(self.tasks.values()):
+            if t.result is None and peer in t.assignees:
+                t.assignees.remove(peer)
+                if not t.assignees:
+                    orphans.append(t)
+        if not orphans:
+            return [] if quiet or m is None else [Log(f"{peer} left")]
+        live = self._live()
+        new = []
+        for t in orphans:  # split its micro-batches over those still here
+            del self.tasks[t.task]
+            for who, micro in zip(live, capacity_split(list(t.micro), [self._cap(p) for p in live])):
+                if micro:
+                    new.append(self._new_task(who, tuple(micro)))
+        out: list[Output] = [Log(f"{peer} left during step {self.step}: its micro-batches "
+                                 f"{[j for t in orphans for j in t.micro]} go to the others")]
+        return out + self._dispatch(new)
+
+    def _check_deadlines(self) -> list[Output]:
+        if not self.step_started:
+            return []
+        late, added = [], {}
+        live = self._live()
+        for t in self.tasks.values():
+            if t.result is not None or self.now < t.deadline:
+                continue
+            spare = [p for p in live if p not in t.assignees]
+            if not spare:
+                t.deadline = self.now + self._deadline(t.assignees[0], len(t.micro))
+                continue
+            backup = max(spare, key=lambda p: (self._cap(p), p == self.me))
+            t.assignees.append(backup)
+            t.sent_at = self.now
+            t.deadline = self.now + self._deadline(backup, len(t.micro))
+            late.append(t)
+            added[t.task] = backup
+        if not late:
+            return []
+        return [Log(f"task(s) {[t.task for t in late]} of step {self.step} missed the deadline: "
+                    "backup assigned")] + self._dispatch(late, added)
+
+    def _end(self) -> list[Output]:
+        self.ended = True
+        sha = self._hash()
+        msg = F.End(self.term, self.step, sha)
+        return [Send(p, msg) for p in self._receivers()] + [Ended(self.step, sha, True)]
+
+    def start(self, now: float) -> list[Output]:
+        """The host of a new room: start coordinating (call once the signaling id is known)."""
+        self.now = now
+        if self.host is None:
+            self.host = self.me
+        out = [] if self.coordinating else self._become_coordinator(None)
+        return out + self._maybe_begin()
+
+    def summary(self) -> dict:
+        return {"run_id": self.run_id, "step": self.step, "done_by": dict(self.done_by),
+                "params_sha256": self._hash() if self.trainer else None}
