@@ -11,10 +11,9 @@
 import { int32LeBytes, loadLuts, sha256Hex } from "/webui/luts.js";
 import { CpuUnits, openPaths } from "/webui/engine/paths.js";
 import { loadDataset } from "/webui/engine/data.js";
-import { Engine, initParams } from "/webui/engine/model.js";
-import { uniform, u32 } from "/webui/engine/prng.js";
-import { makeHyper, mlp, modelFor } from "/webui/engine/spec.js";
-import { gradLimit, runId, runIdentity, Trainer } from "/webui/engine/trainer.js";
+import { gemmRate, microBatchRate } from "/webui/engine/rates.js";
+import { makeHyper, modelFor } from "/webui/engine/spec.js";
+import { runId, runIdentity, Trainer } from "/webui/engine/trainer.js";
 import { GpuError } from "/webui/gpu.js";
 
 const $ = (id) => document.getElementById(id);
@@ -106,48 +105,6 @@ export async function runGolden(units, golden) {
   }
   sets.gemm = { pass: Object.values(cases).every((c) => c.pass), cases };
   return { pass: failures.length === 0, sets, failures };
-}
-
-/** Unit-GEMM rate of one path: 2*M*K*N integer ops per GEMM, repeated for >= ~minMs. */
-export async function gemmRate(units, { m = 64, k = 256, n = 64, minMs = 300 } = {}) {
-  let seed = 12345;
-  const rand = () => { seed = (Math.imul(seed, 1103515245) + 12345) | 0; return ((seed >>> 16) & 255) - 128; };
-  const a = Int8Array.from({ length: m * k }, rand);
-  const b = Int8Array.from({ length: k * n }, rand);
-  await units.gemm(a, b, { m, k, n }); // warm up (pipeline, JIT)
-  let runs = 0;
-  const t0 = performance.now();
-  let dt = 0;
-  while (dt < minMs || runs < 2) {
-    await units.gemm(a, b, { m, k, n });
-    runs++;
-    dt = performance.now() - t0;
-  }
-  return { shape: [m, k, n], runs, ms: dt, gops: (2 * m * k * n * runs) / (dt * 1e6) };
-}
-
-/** Micro-batches per second of one path: the default digits model (64-128-10) on a synthetic
- *  micro-batch of 16, forward + backward + fixed-point contribution. */
-export async function microBatchRate(units, { minMs = 300 } = {}) {
-  const spec = mlp(64, 128, 10);
-  const hp = makeHyper();
-  const engine = new Engine(spec, units);
-  const theta = initParams(spec, 1);
-  const b = hp.micro_batch;
-  const x = uniform(1, 99, b * 64).map((v) => Math.floor(v * 17));
-  const y = Int32Array.from(u32(1, 98, b), (v) => v % 10);
-  const total = new Float64Array(theta.length);
-  const run = () => engine.gradInto(total, theta, x, y, b, hp.grad_frac_bits, gradLimit(hp));
-  await run();
-  let runs = 0;
-  const t0 = performance.now();
-  let dt = 0;
-  while (dt < minMs || runs < 2) {
-    await run();
-    runs++;
-    dt = performance.now() - t0;
-  }
-  return runs / (dt / 1000);
 }
 
 const CLI_FLAGS = { // query parameter -> [Hyper field or setting, parser]

@@ -1,0 +1,177 @@
+"""Browser engine speed: unit-GEMM GOP/s and micro-batch rate of the WebGPU kernels and the
+JS units inside headless Chromium, against the numpy engine, as ratios from one run.
+
+Run: ``python -m bench.browser`` (writes the "browser" section of docs/BENCHMARKS.md).
+WebGPU here is whatever adapter Chromium finds; on a machine without a GPU that is
+SwiftShader (a CPU emulation), so the JS units may well beat it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+
+import numpy as np
+from aiohttp import web
+from tqdm import tqdm
+
+from bench._report import write_section
+from daisychain.engine.data import TASKS, model_for, prepare_task
+from daisychain.engine.spec import Hyper
+from daisychain.engine.trainer import Trainer
+from daisychain.server.app import create_app
+from daisychain.server.config import ServerConfig
+from daisychain.units import gemm_fast, gemm_lut, load_luts
+
+CHROMIUM = "/usr/bin/chromium"
+ARGS = ["--no-sandbox", "--enable-unsafe-webgpu", "--disable-background-networking",
+        "--disable-component-update", "--disable-sync", "--no-first-run"]
+SHAPES = [(64, 256, 64), (256, 256, 256)]
+STEPS = 20
+
+RATES = """
+async ([shapes]) => {
+  const { loadLuts } = await import('/webui/luts.js');
+  const { openPaths } = await import('/webui/engine/paths.js');
+  const { gemmRate, microBatchRate } = await import('/webui/engine/rates.js');
+  const luts = await loadLuts('/luts/');
+  const opened = await openPaths(luts);
+  const out = { adapter: opened.gpu ? opened.gpu.adapterInfo : null, reason: opened.gpuReason, paths: {} };
+  for (const [name, units] of [['gpu', opened.gpu], ['cpu', opened.cpu]]) {
+    if (!units) continue;
+    const r = { gemm: [] };
+    for (const [m, k, n] of shapes) r.gemm.push(await gemmRate(units, { m, k, n, minMs: 1000 }));
+    r.micro_batch_rate = await microBatchRate(units, { minMs: 1500 });
+    out.paths[name] = r;
+  }
+  return out;
+}
+"""
+
+
+def _serve():
+    """The real server app plus /data/<task>.dcds, on 127.0.0.1:<random> in a thread."""
+    app = create_app(ServerConfig(port=0))
+    if not any(getattr(r, "canonical", "").startswith("/data") for r in app.router.resources()):
+        blobs = {t: prepare_task(t).to_bytes() for t in TASKS}
+
+        async def data(request):
+            task = request.match_info["name"].removesuffix(".dcds")
+            if task not in blobs:
+                raise web.HTTPNotFound()
+            return web.Response(body=blobs[task], content_type="application/octet-stream")
+        app.router.add_get("/data/{name}", data)
+    loop = asyncio.new_event_loop()
+    threading.Thread(target=loop.run_forever, daemon=True).start()
+
+    async def start():
+        runner = web.AppRunner(app)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        return f"http://127.0.0.1:{site._server.sockets[0].getsockname()[1]}"
+    return asyncio.run_coroutine_threadsafe(start(), loop).result(60)
+
+
+def _numpy_gemm_gops(shape, fn, luts, min_s=1.0) -> float:
+    m, k, n = shape
+    rng = np.random.default_rng(0)
+    a = rng.integers(-128, 128, (m, k)).astype(np.int8)
+    b = rng.integers(-128, 128, (k, n)).astype(np.int8)
+    fn(a, b, luts)
+    runs, t0 = 0, time.perf_counter()
+    while time.perf_counter() - t0 < min_s or runs < 2:
+        fn(a, b, luts)
+        runs += 1
+    return 2 * m * k * n * runs / (time.perf_counter() - t0) / 1e9
+
+
+def _numpy_train_rate(task: str) -> float:
+    ds = prepare_task(task)
+    hp = Hyper(seed=3)
+    tr = Trainer(model_for(ds), hp, ds, load_luts())
+    ids = list(range(hp.n_micro))
+    tr.apply(tr.contribute(ids).grad)
+    t0 = time.perf_counter()
+    for _ in range(STEPS):
+        tr.apply(tr.contribute(ids).grad)
+    return STEPS * hp.n_micro / (time.perf_counter() - t0)
+
+
+def main() -> None:
+    from playwright.sync_api import sync_playwright
+
+    luts = load_luts()
+    stages = ["server", "page rates", *[f"page train {t} {p}" for t in TASKS for p in ("gpu", "cpu")],
+              "numpy GEMM", *[f"numpy train {t}" for t in TASKS]]
+    bar = tqdm(stages, desc="bench browser", unit="stage")
+    bar.set_postfix_str("server")
+    url = _serve()
+    bar.update(1)
+    train = {}
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        page = browser.new_page()
+        page.route(f"{url}/__blank", lambda r: r.fulfill(body="<!doctype html>", content_type="text/html"))
+        page.goto(f"{url}/__blank")
+        bar.set_postfix_str("page rates")
+        rates = page.evaluate(RATES, [SHAPES])
+        bar.update(1)
+        for task in TASKS:
+            for path in ("gpu", "cpu"):
+                bar.set_postfix_str(f"{task} {path}")
+                page.goto(f"{url}/selftest?task={task}&steps={STEPS}&seed=3&path={path}")
+                page.wait_for_function("window.__selftestDone === true", timeout=600_000)
+                train[(task, path)] = page.evaluate("window.__selftest.training")
+                bar.update(1)
+        browser.close()
+    bar.set_postfix_str("numpy GEMM")
+    np_gemm = {s: (_numpy_gemm_gops(s, gemm_fast, luts), _numpy_gemm_gops(s, gemm_lut, luts)) for s in SHAPES}
+    bar.update(1)
+    np_train = {}
+    for task in TASKS:
+        bar.set_postfix_str(f"numpy {task}")
+        np_train[task] = _numpy_train_rate(task)
+        bar.update(1)
+    bar.close()
+
+    adapter = rates["adapter"] or {}
+    gpu_name = f"{adapter.get('vendor', '?')} {adapter.get('architecture', '')}".strip() if rates["adapter"] else \
+        f"none ({rates['reason']})"
+    lines = [f"WebGPU adapter: {gpu_name}. Baseline (1.00) is the numpy engine in the same run "
+             f"(`gemm_fast`: exact float BLAS; `gemm_lut`: every product from the table).", "",
+             "| unit GEMM (M x K x N) | numpy fast GOP/s | numpy lut | JS units (page) | WebGPU (page) |",
+             "|---|---|---|---|---|"]
+    for i, s in enumerate(SHAPES):
+        fast, lut = np_gemm[s]
+        cells = []
+        for path in ("cpu", "gpu"):
+            r = rates["paths"].get(path)
+            cells.append(f"{r['gemm'][i]['gops']:.3f} ({r['gemm'][i]['gops'] / fast:.3f}x)" if r else "n/a")
+        lines.append(f"| {s[0]} x {s[1]} x {s[2]} | {fast:.3f} (1.00x) | {lut:.3f} ({lut / fast:.3f}x) | "
+                     f"{cells[0]} | {cells[1]} |")
+    lines += ["", "| micro-batches/s (batch 16, default model) | numpy engine | JS units (page) | WebGPU (page) |",
+              "|---|---|---|---|"]
+    for task in TASKS:
+        base = np_train[task]
+        cells = []
+        for path in ("cpu", "gpu"):
+            t = train[(task, path)]
+            ok = t and t.get("path_used") == path
+            cells.append(f"{t['micro_batches_per_s']:.1f} ({t['micro_batches_per_s'] / base:.3f}x)" if ok else "n/a")
+        lines.append(f"| {task}, {STEPS} training steps in /selftest | {base:.1f} (1.00x) | {cells[0]} | {cells[1]} |")
+    for path in ("cpu", "gpu"):
+        r = rates["paths"].get(path)
+        if r:
+            lines.append(f"\nSelf-test capacity figure ({path}, synthetic digits micro-batch): "
+                         f"{r['micro_batch_rate']:.1f} micro-batches/s.")
+    same = all(train[(t, p)]["params_sha256"] == train[(t, "cpu")]["params_sha256"] for t in TASKS for p in ("gpu",))
+    lines.append(f"\nThe WebGPU and JS runs ended with {'the same' if same else 'DIFFERENT'} params-sha256 per task.")
+    body = "\n".join(lines)
+    print(body)
+    write_section("browser", "## Browser engine (WebGPU and JS units in Chromium)\n\n" + body, "python -m bench.browser")
+
+
+if __name__ == "__main__":
+    main()
