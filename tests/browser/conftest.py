@@ -98,7 +98,9 @@ def server_url():
     server.stop()
 
 
-@pytest.fixture(scope="session")
+# Module scope, not session: a running sync Playwright keeps an asyncio loop alive in the
+# main thread, and every later test that calls asyncio.run() would fail.
+@pytest.fixture(scope="module")
 def playwright():
     with playwright_sync.sync_playwright() as p:
         yield p
@@ -106,19 +108,19 @@ def playwright():
 
 def _launch(playwright, webgpu: bool):
     if not Path(CHROMIUM).exists():
-        pytest.skip(f"{CHROMIUM} is not installed")
+        pytest.fail(f"{CHROMIUM} is not installed (scripts/setup.sh installs it)")
     return playwright.chromium.launch(executable_path=CHROMIUM,
                                       args=BASE_ARGS + (WEBGPU_ARGS if webgpu else []))
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser_webgpu(playwright):
     browser = _launch(playwright, webgpu=True)
     yield browser
     browser.close()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser_nogpu(playwright):
     browser = _launch(playwright, webgpu=False)
     yield browser
