@@ -227,3 +227,17 @@ def test_capacity_assignment_is_proportional():
     parts = capacity_split(list(range(12)), [1, 2, 3])
     assert [len(p) for p in parts] == [2, 4, 6]
     assert sorted(sum(assign(7, 3, "random", 0, 0), [])) == list(range(7))
+
+
+def test_engine_requantize_routing_equals_the_unit():
+    """The engine routes accumulators on floats; it must equal units.requantize bit for bit."""
+    from daisychain.units import requantize
+
+    eng = Engine(mlp(4, 4, 2), load_luts())
+    rng = np.random.default_rng(3)
+    for s in range(32):
+        acc = np.concatenate([rng.integers(-2**31, 2**31, 3000),
+                              rng.integers(-(1 << min(s + 9, 31)), 1 << min(s + 9, 31), 3000),
+                              [2**31 - 1, -2**31, 0, 1, -1]])
+        got = eng._requantize(acc.astype(np.float64)[None], np.array([s]))[0]
+        assert np.array_equal(got, requantize(acc, s).astype(np.float64)), s

@@ -91,8 +91,8 @@ class Engine:
         self.spec = spec
         self.layout = ParamLayout(spec)
         self.luts = luts
-        self.rq = luts.requantize
-        self.relu_t = luts.relu
+        self.rq = luts.requantize.astype(np.float64)  # the unit tables, as floats for gathers
+        self.relu_t = luts.relu.astype(np.float64)
         if gemm not in ("fast", "lut"):
             raise ValueError("gemm must be 'fast' or 'lut'")
         if gemm == "fast":
@@ -107,14 +107,21 @@ class Engine:
             return np.stack([gemm_lut(a[i].astype(np.int64), bb[i].astype(np.int64), self.luts)
                              for i in range(a.shape[0])]).astype(np.float64)
         dt = np.float32 if a.shape[-1] <= MAX_K_FLOAT32 else np.float64
-        return np.matmul(a.astype(dt), b.astype(dt)).astype(np.float64)
+        return np.matmul(a.astype(dt, copy=False), b.astype(dt, copy=False)).astype(np.float64)
 
     def _requantize(self, acc: np.ndarray, s: np.ndarray) -> np.ndarray:
-        idx = ref.rq_route(acc.astype(np.int64), _per_mb(s, acc.ndim)) + 32768
-        return self.rq[idx].astype(np.float64)
+        """The requantize unit with a shift per micro-batch. The routing of
+        :func:`daisychain.units.reference.rq_route` done on integer-valued floats (exact:
+        scaling by a power of two, floor and clamp never round), then the table."""
+        s = _per_mb(s, acc.ndim)
+        up = pow2(ref.RQ_TABLE_SHIFT - s)  # 2**(7 - s)
+        x = np.floor(acc * up)  # s >= 7: acc >> (s - 7);  s < 7: acc << (7 - s)
+        hi = np.where(s >= ref.RQ_TABLE_SHIFT, 32767.0, 32768.0 - up)  # (2**(8+s) - 1) << (7-s)
+        x = np.minimum(np.maximum(x, -32768.0), hi)
+        return self.rq[(x + 32768.0).astype(np.intp)]
 
     def _relu(self, q: np.ndarray) -> np.ndarray:
-        return self.relu_t[q.astype(np.int64) + 128].astype(np.float64)
+        return self.relu_t[(q + 128.0).astype(np.intp)]
 
     # ----------------------------------------------------------------- forward
     def forward(self, theta: np.ndarray, x: np.ndarray, trace: list | None = None):
@@ -204,8 +211,7 @@ class Engine:
         out = np.zeros(self.layout.size, np.int64)
         for k in range(len(cache) - 1, -1, -1):
             pi, a_in, ex, Wq, ew, _ = cache[k]
-            dW = self._mm(G.transpose(0, 2, 1), a_in)  # (n, out, in), exponent eg + ex
-            self._accumulate(out, pi, dW, eg + ex, frac_bits, limit)
+            self._weight_grad(out, pi, G, a_in, eg + ex, frac_bits, limit)
             db = G.sum(axis=1)  # (n, out) exact small integers, exponent eg
             self._accumulate(out, pi + 1, db, eg, frac_bits, limit)
             if k == 0 and emb is None:
@@ -230,10 +236,33 @@ class Engine:
             eg = dexp_x + s
         return Result(out, loss, correct)
 
+    def _weight_grad(self, out, pi, G, a_in, e, frac_bits, limit):
+        """dW = G^T a per micro-batch (exponent e), into the fixed-point sum.
+
+        Fast path, same bits: when every micro-batch's scale 2**(e + S) is an integer and no
+        element can reach the clamp (|dW| <= b * 127 * 127), each fixed-point value is the
+        exact integer G^T a * 2**(e + S) and needs no rounding, so the sum over micro-batches
+        can be folded into one float64 GEMM over all (micro-batch, sample) rows: every term
+        and partial sum is an integer below 2**51, exact in any order."""
+        k = np.asarray(e) + frac_bits
+        b = G.shape[1]
+        if (self.gemm == "fast" and int(k.min()) >= 0
+                and float(b) * 16129.0 * 2.0 ** int(k.max()) <= limit):
+            Gs = G * _per_mb(pow2(k), 3)  # (n, b, out), exact
+            total = np.matmul(Gs.reshape(-1, G.shape[2]).T, a_in.reshape(-1, a_in.shape[2]))
+            o = self.layout.offsets[pi]
+            out[o:o + total.size] += total.astype(np.int64).ravel()
+            return
+        dW = self._mm(G.transpose(0, 2, 1), a_in)  # (n, out, in), exponent e
+        self._accumulate(out, pi, dW, e, frac_bits, limit)
+
     def _accumulate(self, out, pi, ints, e, frac_bits, limit):
         """out[tensor] += sum over micro-batches of clamp-then-round(ints * 2**(e + S))."""
         x = ints * _per_mb(pow2(np.asarray(e) + frac_bits), ints.ndim)
-        q = np.floor(np.clip(x, -limit, limit) + 0.5).astype(np.int64)
+        np.minimum(x, limit, out=x)
+        np.maximum(x, -limit, out=x)
+        x += 0.5
+        q = np.floor(x, out=x).astype(np.int64)
         o = self.layout.offsets[pi]
         out[o:o + q[0].size] += q.reshape(q.shape[0], -1).sum(axis=0)
 

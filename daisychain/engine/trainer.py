@@ -57,6 +57,7 @@ class Schedule:
         self.n = n_train
         self.hp = hp
         self._perms: dict[int, np.ndarray] = {}
+        self._step_cache: tuple[int, np.ndarray] | None = None
 
     def _perm(self, epoch: int) -> np.ndarray:
         if epoch not in self._perms:
@@ -66,12 +67,24 @@ class Schedule:
         return self._perms[epoch]
 
     def samples(self, step: int, micro: int) -> np.ndarray:
-        mb = self.hp.micro_batch
-        pos = step * self.hp.batch + micro * mb + np.arange(mb)
-        out = np.empty(mb, np.int64)
-        for epoch in np.unique(pos // self.n):
-            sel = pos // self.n == epoch
-            out[sel] = self._perm(int(epoch))[pos[sel] % self.n]
+        return self.step_samples(step)[micro]
+
+    def step_samples(self, step: int) -> np.ndarray:
+        """Sample indices of every micro-batch of a step: (n_micro, micro_batch)."""
+        hit = self._step_cache
+        if hit is not None and hit[0] == step:
+            return hit[1]
+        pos = step * self.hp.batch + np.arange(self.hp.batch)
+        first, last = pos[0] // self.n, pos[-1] // self.n
+        if first == last:
+            out = self._perm(int(first))[pos - first * self.n]
+        else:
+            out = np.empty(self.hp.batch, np.int64)
+            for epoch in range(int(first), int(last) + 1):
+                sel = pos // self.n == epoch
+                out[sel] = self._perm(epoch)[pos[sel] % self.n]
+        out = out.reshape(self.hp.n_micro, self.hp.micro_batch)
+        self._step_cache = (step, out)
         return out
 
 
@@ -115,7 +128,7 @@ class Trainer:
         ids = np.asarray(micro_ids, np.int64)
         if ids.size == 0:
             return Result(np.zeros(self.layout.size, np.int64), np.zeros(0), np.zeros(0, np.int64))
-        idx = np.stack([self.schedule.samples(step, int(j)) for j in ids])
+        idx = self.schedule.step_samples(step)[ids]
         x = self.ds.x_train[idx]
         y = self.ds.y_train[idx]
         return self.engine.grad(self.state.theta, x, y, self.hp.grad_frac_bits, self.limit)
