@@ -17,7 +17,7 @@ import { checkInt8Array, checkIntArray, checkShift, INT32_MAX, INT32_MIN, UnitEr
 
 export const POISON = 0x7fffffff;
 export const KERNELS = ["gemm", "requantize", "mul", "relu"];
-const TILE = 16; // gemm.wgsl workgroup tile
+const TILE = 16; // gemm.wgsl workgroup is TILE x TILE invocations
 const LANES = 64; // workgroup size of the elementwise kernels
 
 /** What a kernel needs of the device, checked against the adapter before anything runs. */
@@ -26,7 +26,6 @@ const NEEDED_LIMITS = {
   maxComputeInvocationsPerWorkgroup: TILE * TILE,
   maxComputeWorkgroupSizeX: LANES,
   maxComputeWorkgroupSizeY: TILE,
-  maxComputeWorkgroupStorageSize: 2 * TILE * TILE * 4,
   maxStorageBufferBindingSize: 65536 * 4,
   maxUniformBufferBindingSize: 64,
 };
