@@ -39,8 +39,10 @@ class ParamLayout:
             off += int(np.prod(shape))
         self.size = off
 
+        self._slices = [(o, o + int(np.prod(s)), s) for o, s in zip(self.offsets, self.shapes)]
+
     def views(self, theta: np.ndarray) -> list[np.ndarray]:
-        return [theta[o:o + int(np.prod(s))].reshape(s) for o, s in zip(self.offsets, self.shapes)]
+        return [theta[a:b].reshape(s) for a, b, s in self._slices]
 
 
 def init_params(spec: ModelSpec, seed: int) -> np.ndarray:
@@ -107,7 +109,10 @@ class Engine:
             return np.stack([gemm_lut(a[i].astype(np.int64), bb[i].astype(np.int64), self.luts)
                              for i in range(a.shape[0])]).astype(np.float64)
         dt = np.float32 if a.shape[-1] <= MAX_K_FLOAT32 else np.float64
-        return np.matmul(a.astype(dt, copy=False), b.astype(dt, copy=False)).astype(np.float64)
+        a, b = a.astype(dt, copy=False), b.astype(dt, copy=False)
+        if b.ndim == 2:  # one shared right operand: a single GEMM over all micro-batch rows
+            return (a.reshape(-1, a.shape[-1]) @ b).reshape(a.shape[:-1] + b.shape[1:]).astype(np.float64)
+        return np.matmul(a, b).astype(np.float64)
 
     def _requantize(self, acc: np.ndarray, s: np.ndarray) -> np.ndarray:
         """The requantize unit with a shift per micro-batch. The routing of
