@@ -1,0 +1,364 @@
+// The page (index.html): DOM only. It shows what network.js and mesh.js report on the bus
+// and turns the user's clicks into calls on them; it never touches RTCPeerConnection.
+//
+// window.__daisy exposes the page's state for tests and curious users (read-only use).
+
+import { bus } from "./bus.js";
+import { Mesh, selfTestDevice } from "./mesh.js";
+import { Network } from "./network.js";
+import { LossPlot } from "./plot.js";
+import { normalizeRoom, roomFromLocation } from "./protocol.js";
+
+const $ = (id) => document.getElementById(id);
+
+const state = {
+  ready: false,        // self-test done and connected to the server
+  device: null,        // {name, kind, capacity, reason, paths}
+  id: null,
+  room: null,          // {room, code, host, members, isHost}
+  pending: null,       // {code} while waiting for approval
+  denied: null,        // the host's refusal, in words
+  error: null,         // the last error, in words
+  requests: [],        // join requests (host only)
+  links: {},           // peer id -> "open" | "closed" | connection state
+  run: { state: "idle", step: 0, steps: null, loss: null, sha: null, runId: null, shares: {}, done: {}, accuracy: null },
+  events: [],
+};
+window.__daisy = state;
+
+function event(text, cls = "") {
+  state.events.push(text);
+  console.log(`[daisy] ${text}`);
+  const li = document.createElement("li");
+  li.textContent = `${new Date().toLocaleTimeString()} — ${text}`;
+  if (cls) li.className = cls;
+  const ol = $("events");
+  ol.appendChild(li);
+  while (ol.children.length > 200) ol.firstChild.remove();
+  ol.scrollTop = ol.scrollHeight;
+}
+
+function status(text, isError = false) {
+  $("status").textContent = text;
+  $("status").classList.toggle("error", isError);
+}
+
+function showError(id, text) {
+  const el = $(id);
+  el.textContent = text || "";
+  el.hidden = !text;
+}
+
+function defaultName() {
+  const saved = localStorage.getItem("daisychain.name");
+  if (saved) return saved;
+  const ua = navigator.userAgent;
+  const os = /Android/.test(ua) ? "Android" : /iPhone|iPad/.test(ua) ? "iOS" : /Mac/.test(ua) ? "Mac"
+    : /Windows/.test(ua) ? "Windows" : /Linux/.test(ua) ? "Linux" : "Device";
+  return `${os} ${Math.floor(Math.random() * 900 + 100)}`;
+}
+
+// -- rendering ---------------------------------------------------------------------------------
+
+function renderDevice() {
+  const d = state.device;
+  if (!d) return;
+  $("device-kind").textContent = d.kind === "webgpu" ? "WebGPU (the WGSL unit kernels)" : "CPU (the JS units)";
+  $("device-reason").textContent = d.reason;
+  $("device-capacity").textContent = `${d.capacity.toFixed(1)} micro-batches/s`;
+}
+
+function roomLink(code) {
+  const url = new URL(location.href);
+  url.search = `?room=${code}`;
+  url.hash = "";
+  return url.toString();
+}
+
+function renderRoom() {
+  const r = state.room;
+  const waiting = !!state.pending;
+  $("waiting").hidden = !waiting;
+  if (waiting) {
+    $("waiting-text").textContent = `You asked to join room ${state.pending.code}. ` +
+      "The host sees your device and decides; this page continues by itself once you are let in.";
+    $("room-code").textContent = state.pending.code;
+    $("room-info").textContent = "Waiting for approval.";
+  } else if (r) {
+    $("room-info").textContent = r.room === "private"
+      ? `Private room — ${r.members.length} device${r.members.length === 1 ? "" : "s"}${r.isHost ? ", you are the host" : ""}.`
+      : `Network room: the devices on your network — ${r.members.length} here${r.isHost ? ", you are the host" : ""}.`;
+    $("room-code").textContent = r.code || "network room (no code)";
+  }
+  const code = !waiting && r?.room === "private" ? r.code : null;
+  $("room-link-row").hidden = !code;
+  if (code) {
+    $("room-link").textContent = roomLink(code);
+    $("room-link").href = roomLink(code);
+  }
+  const host = !!r?.isHost;
+  $("approvals-panel").hidden = !(host && r.room === "private");
+  renderApprovals();
+  renderPeers();
+  renderSettings();
+}
+
+function renderApprovals() {
+  const ul = $("approvals");
+  ul.replaceChildren();
+  const list = state.room?.pending || [];
+  if (!list.length) {
+    const li = document.createElement("li");
+    li.className = "hint";
+    li.textContent = "Nobody is waiting.";
+    ul.appendChild(li);
+    return;
+  }
+  for (const dev of list) {
+    const li = document.createElement("li");
+    li.dataset.peer = dev.id;
+    const label = document.createElement("span");
+    label.textContent = `${dev.name} — ${kindName(dev.kind)}, ${dev.capacity.toFixed(1)} micro-batches/s`;
+    const yes = document.createElement("button");
+    yes.className = "approve";
+    yes.textContent = "Approve";
+    yes.onclick = () => { net.approve(dev.id); event(`you let ${dev.name} in`); };
+    const no = document.createElement("button");
+    no.className = "deny";
+    no.textContent = "Deny";
+    no.onclick = () => { net.deny(dev.id); event(`you declined ${dev.name}`); };
+    li.append(label, yes, no);
+    ul.appendChild(li);
+  }
+}
+
+function kindName(kind) {
+  return { webgpu: "WebGPU tab", cpu: "CPU tab", python: "daisy-peer (Python)" }[kind] || kind;
+}
+
+function renderPeers() {
+  const tb = $("peers");
+  tb.replaceChildren();
+  const r = state.room;
+  if (!r) return;
+  const shares = state.run.shares || {};
+  const totalShare = Object.values(shares).reduce((a, b) => a + b, 0);
+  for (const m of r.members) {
+    const tr = document.createElement("tr");
+    tr.dataset.peer = m.id;
+    if (m.id === r.you) tr.classList.add("me");
+    if (m.host) tr.classList.add("host");
+    const link = m.id === r.you ? "—" : (state.links[m.id] || "connecting");
+    const share = shares[m.id] !== undefined && totalShare
+      ? `${shares[m.id]} of ${totalShare} (${Math.round((100 * shares[m.id]) / totalShare)}%)` : "—";
+    const cells = [m.name, kindName(m.kind), `${m.capacity.toFixed(1)} mb/s`, link, share,
+      String(state.run.done?.[m.id] ?? 0)];
+    for (const text of cells) {
+      const td = document.createElement("td");
+      td.textContent = text;
+      tr.appendChild(td);
+    }
+    tb.appendChild(tr);
+  }
+}
+
+function renderSettings() {
+  const host = !!state.room?.isHost && !state.pending;
+  const running = ["starting", "running"].includes(state.run.state);
+  $("start").disabled = !host || running || !state.ready;
+  $("stop").disabled = !host || !running;
+  for (const el of $("settings").elements) el.disabled = !host || running;
+  $("settings-hint").textContent = host
+    ? "You are the host: choose the settings and start; every device trains the same model."
+    : "The host chooses these settings and starts the run.";
+}
+
+function renderRun() {
+  const r = state.run;
+  $("run-state").textContent = r.text || r.state;
+  $("step").textContent = String(r.step);
+  $("steps-total").textContent = r.steps ?? "—";
+  $("loss").textContent = Number.isFinite(r.loss) ? r.loss.toFixed(4) : "—";
+  $("params-sha256").textContent = r.sha || "—";
+  $("run-id").textContent = r.runId || "—";
+  $("accuracy").textContent = Number.isFinite(r.accuracy) ? `${(r.accuracy * 100).toFixed(2)}%` : "—";
+  renderPeers();
+  renderSettings();
+}
+
+function readSettings() {
+  const f = $("settings").elements;
+  const int = (name) => {
+    const v = Number(f[name].value);
+    if (!Number.isInteger(v)) throw new Error(`${name.replace("_", "-")} must be a whole number`);
+    return v;
+  };
+  const lr = Number(f.lr.value);
+  if (!(lr > 0)) throw new Error("the learning rate must be a positive number");
+  return { task: f.task.value, steps: int("steps"), seed: int("seed"), batch: int("batch"),
+    micro_batch: int("micro_batch"), lr, hidden: int("hidden") };
+}
+
+// -- bus -> DOM --------------------------------------------------------------------------------
+
+bus.on("net:status", ({ state: s, text }) => {
+  if (s === "online" && state.run.state !== "idle") return;
+  status(text, s === "refused" || s === "offline");
+});
+bus.on("net:welcome", ({ id, resumed }) => {
+  state.id = id;
+  event(resumed ? `reconnected as ${id}` : `connected to the server as ${id}`);
+});
+bus.on("net:room", (room) => {
+  const was = state.room;
+  const wasPending = !!state.pending;
+  state.room = room;
+  state.pending = null;
+  state.denied = null;
+  showError("room-error", "");
+  if (wasPending) event(`the host let you into room ${room.code}`);
+  if (room.room === "private" && (!was || was.code !== room.code) && room.isHost) {
+    event(`private room ${room.code} created: share the link so others can ask to join`);
+  }
+  state.requests = room.pending || [];
+  state.ready = !!state.device;
+  renderRoom();
+});
+bus.on("net:pending", ({ code }) => {
+  state.pending = { code };
+  state.room = null;
+  event(`asked to join room ${code}; waiting for the host`);
+  renderRoom();
+});
+bus.on("net:join-request", ({ peer }) => event(`${peer.name} (${kindName(peer.kind)}) asks to join`));
+bus.on("net:error", ({ code, message }) => {
+  state.error = message;
+  if (code === "denied") {
+    state.denied = message;
+    state.pending = null;
+    showError("room-error", `Not let in: ${message}.`);
+    status(`Not let in: ${message}.`, true);
+    renderRoom();
+  } else if (["no_such_room", "room_full", "too_many_rooms", "too_many_pending"].includes(code)) {
+    state.pending = null;
+    showError("room-error", message);
+    status(message, true);
+    renderRoom();
+  }
+  event(`server: ${message}`, "error");
+});
+bus.on("peer:open", ({ id }) => { state.links[id] = "open"; event(`direct link to ${nameOf(id)} is open`); renderPeers(); });
+bus.on("peer:close", ({ id }) => { state.links[id] = "closed"; renderPeers(); });
+bus.on("peer:state", ({ id, state: s }) => { if (state.links[id] !== "open" || s === "failed") state.links[id] = s; renderPeers(); });
+
+bus.on("run:state", (s) => {
+  Object.assign(state.run, s);
+  if (s.state === "starting") plot.clear();
+  if (s.text) event(s.text, s.state === "refused" || s.state === "failed" ? "error" : "");
+  if (["running", "starting"].includes(s.state)) status(s.text || "training");
+  renderRun();
+});
+bus.on("run:step", (s) => {
+  Object.assign(state.run, s);
+  plot.push(s.step, s.loss);
+  renderRun();
+});
+bus.on("run:done", (s) => {
+  Object.assign(state.run, s);
+  status(s.text || `done: params-sha256 ${s.sha}`);
+  event(s.text || "the run is done");
+  renderRun();
+});
+bus.on("run:error", ({ message }) => {
+  state.error = message;
+  showError("run-error", message);
+  status(message, true);
+  event(message, "error");
+});
+
+function nameOf(id) {
+  return state.room?.members.find((m) => m.id === id)?.name || id;
+}
+
+// -- DOM -> actions ----------------------------------------------------------------------------
+
+let net = null;
+let mesh = null;
+const plot = new LossPlot($("loss-plot"));
+
+function wire() {
+  $("create-room").onclick = () => {
+    showError("room-error", "");
+    net.createRoom();
+    history.replaceState(null, "", location.pathname);
+  };
+  $("join-room").onclick = () => {
+    let code;
+    try {
+      code = normalizeRoom($("join-code").value);
+    } catch (err) {
+      showError("room-error", err.message);
+      return;
+    }
+    showError("room-error", "");
+    net.join(code);
+    history.replaceState(null, "", `?room=${code}`);
+  };
+  $("network-room").onclick = () => {
+    showError("room-error", "");
+    net.join("network");
+    history.replaceState(null, "", location.pathname);
+  };
+  $("copy-link").onclick = () => navigator.clipboard?.writeText($("room-link").href).catch(() => {});
+  $("device-name").onchange = () => {
+    const name = $("device-name").value.trim();
+    if (!name) return;
+    localStorage.setItem("daisychain.name", name);
+    state.device.name = name;
+    net.update({ name });
+    event(`renamed to ${name}`);
+  };
+  $("start").onclick = () => {
+    let settings;
+    try {
+      settings = readSettings();
+    } catch (err) {
+      showError("run-error", err.message);
+      return;
+    }
+    showError("run-error", "");
+    mesh.start(settings).catch((err) => bus.emit("run:error", { message: err.message }));
+  };
+  $("stop").onclick = () => mesh.stop("the host stopped the run");
+}
+
+async function main() {
+  const params = new URLSearchParams(location.search);
+  const name = (params.get("name") || defaultName()).slice(0, 64);
+  $("device-name").value = name;
+  let room;
+  try {
+    room = params.get("create") ? "new" : roomFromLocation(location.search);
+  } catch (err) {
+    showError("room-error", `${err.message} — joining your network room instead`);
+    room = "network";
+  }
+  status("Testing this device (golden vectors through every compute path)…");
+  const device = await selfTestDevice({ want: params.get("path") });
+  state.device = { ...device, name };
+  renderDevice();
+  event(`self-test: ${device.reason}`);
+  net = new Network(bus, { name, kind: device.kind, capacity: device.capacity, room });
+  mesh = new Mesh(bus, net, device);
+  window.__daisy.mesh = mesh; // its state, for reading
+  wire();
+  await net.start();
+  state.ready = !!state.room;
+  renderSettings();
+}
+
+main().catch((err) => {
+  console.error(err);
+  state.error = `${err.name}: ${err.message}`;
+  status(`This page could not start: ${err.message}`, true);
+});

@@ -1,0 +1,356 @@
+// The tab's part in a run: its self-test, and the run protocol of docs/MESH.md spoken over
+// the data channels of network.js, every byte through frames.js. No DOM: what happens is
+// reported on the bus (run:state, run:step, run:done, run:error, run:refused).
+//
+//   const device = await selfTestDevice();            // {kind, reason, capacity, units, ...}
+//   const mesh = new Mesh(bus, net, device);          // follows the room's coordinator
+//   await mesh.start(settings);                       // the host: announce and coordinate
+//
+// The run logic itself is the sans-I/O RunPeer of runpeer.js-style code below (a line-for-
+// line port of daisychain/peer/run.py); Mesh is its shell: data channels, timers, compute.
+
+import { loadLuts, sha256Hex } from "./luts.js";
+import { loadDataset } from "./engine/data.js";
+import { Engine, initParams } from "./engine/model.js";
+import { CpuUnits, openPaths } from "./engine/paths.js";
+import { uniform, u32 } from "./engine/prng.js";
+import { makeHyper, mlp, modelFor, ModelSpec } from "./engine/spec.js";
+import { gradLimit, paramsSha256, runId, runIdentity, Trainer } from "./engine/trainer.js";
+import { RunPeer } from "./runpeer.js";
+
+// -- self-test -----------------------------------------------------------------------------
+
+async function sameInts(got, want) {
+  if (want.length !== got.length) return `length ${got.length} != ${want.length}`;
+  for (let i = 0; i < got.length; i++) if (got[i] !== want[i]) return `element ${i}: ${got[i]} != ${want[i]}`;
+  return null;
+}
+
+/** The golden unit vectors (/golden/units.json) through one path: null, or what failed. */
+export async function goldenFailure(units, golden) {
+  try {
+    let f = await sameInts(await units.mul(Int8Array.from(golden.mul.a), Int8Array.from(golden.mul.b)), golden.mul.out);
+    if (f) return `mul: ${f}`;
+    f = await sameInts(await units.relu(Int8Array.from(golden.relu.x)), golden.relu.out);
+    if (f) return `relu: ${f}`;
+    const { acc, shift, out } = golden.requantize;
+    for (let s = 0; s <= 31; s++) {
+      const idx = [];
+      for (let i = 0; i < shift.length; i++) if (shift[i] === s) idx.push(i);
+      if (!idx.length) continue;
+      const res = await units.requantize(Int32Array.from(idx, (i) => acc[i]), s);
+      f = await sameInts(res, idx.map((i) => out[i]));
+      if (f) return `requantize (shift ${s}): ${f}`;
+    }
+    for (const g of golden.gemm) {
+      const a = g.a ? Int8Array.from(g.a) : new Int8Array(g.m * g.k).fill(g.a_fill);
+      const b = g.b ? Int8Array.from(g.b) : new Int8Array(g.k * g.n).fill(g.b_fill);
+      const got = await units.gemm(a, b, { m: g.m, k: g.k, n: g.n });
+      if (g.out) {
+        f = await sameInts(got, g.out);
+      } else {
+        const bytes = new Uint8Array(got.length * 4);
+        const dv = new DataView(bytes.buffer);
+        got.forEach((v, i) => dv.setInt32(4 * i, v, true));
+        const sha = await sha256Hex(bytes);
+        f = sha === g.out_sha256 ? null : `SHA-256 ${sha.slice(0, 12)}… differs`;
+      }
+      if (f) return `gemm ${g.name}: ${f}`;
+    }
+  } catch (err) {
+    return `${err.name}: ${err.message}`;
+  }
+  return null;
+}
+
+/** Micro-batches per second of a path on the default digits model (synthetic samples). */
+export async function microBatchRate(units, minMs = 300) {
+  const spec = mlp(64, 128, 10);
+  const hp = makeHyper();
+  const engine = new Engine(spec, units);
+  const theta = initParams(spec, 1);
+  const b = hp.micro_batch;
+  const x = uniform(1, 99, b * 64).map((v) => Math.floor(v * 17));
+  const y = Int32Array.from(u32(1, 98, b), (v) => v % 10);
+  const total = new Float64Array(theta.length);
+  const run = () => engine.gradInto(total, theta, x, y, b, hp.grad_frac_bits, gradLimit(hp));
+  await run();
+  let runs = 0;
+  const t0 = performance.now();
+  while (performance.now() - t0 < minMs || runs < 2) {
+    await run();
+    runs++;
+  }
+  return runs / ((performance.now() - t0) / 1000);
+}
+
+/**
+ * Test this device: tables through the manifest, golden vectors on the WebGPU path and the
+ * JS units, the micro-batch rate of the path that will compute.
+ * @param {{want?: "gpu"|"cpu"|null}} o  want "cpu" skips the GPU
+ * @returns {Promise<{kind, reason, capacity, units, cpu, luts, manifestSha256, paths}>}
+ */
+export async function selfTestDevice({ want = null } = {}) {
+  const luts = await loadLuts("/luts/");
+  const resp = await fetch("/golden/units.json", { cache: "no-store" });
+  if (!resp.ok) throw new Error(`/golden/units.json: HTTP ${resp.status}`);
+  const golden = await resp.json();
+  if (golden.manifest_sha256 !== luts.manifestSha256) {
+    throw new Error(`refused: LUT manifest differs (golden vectors for ${golden.manifest_sha256.slice(0, 12)}…, tables ${luts.manifestSha256.slice(0, 12)}…)`);
+  }
+  const opened = await openPaths(luts, { tryGpu: want !== "cpu" });
+  const paths = { gpu: null, cpu: null };
+  let gpu = opened.gpu;
+  let gpuWhy = opened.gpuReason;
+  if (gpu) {
+    const f = await goldenFailure(gpu, golden);
+    if (f || !gpu.usable) {
+      gpuWhy = `the WebGPU path failed its self-test (${f || gpu.failure})`;
+      gpu = null;
+    }
+  }
+  paths.gpu = gpu ? "pass" : gpuWhy;
+  const cpuFail = await goldenFailure(opened.cpu, golden);
+  paths.cpu = cpuFail ? `failed: ${cpuFail}` : "pass";
+  if (!gpu && cpuFail) throw new Error(`this device cannot train: the JS units failed their self-test (${cpuFail})`);
+  const units = gpu || opened.cpu;
+  const capacity = await microBatchRate(units);
+  const reason = gpu
+    ? `WebGPU passed its self-test${gpu.adapterInfo?.vendor ? ` (${gpu.adapterInfo.vendor} ${gpu.adapterInfo.architecture || ""})` : ""}`
+    : `${want === "cpu" ? "the CPU path was chosen" : gpuWhy ? `no WebGPU: ${gpuWhy}` : "no WebGPU"}; the JS units passed their self-test`;
+  return { kind: gpu ? "webgpu" : "cpu", reason, capacity, units, cpu: opened.cpu, luts,
+    manifestSha256: luts.manifestSha256, paths };
+}
+
+// -- the shell -----------------------------------------------------------------------------
+
+const TICK_MS = 250;
+
+export class Mesh {
+  /** @param {import("./bus.js").Bus} bus @param {import("./network.js").Network} net */
+  constructor(bus, net, device) {
+    this.bus = bus;
+    this.net = net;
+    this.device = device;
+    this.peer = null;            // RunPeer, once the signaling id is known
+    this.queue = Promise.resolve();
+    this.reassemblers = new Map();
+    this.msgNo = 0;
+    this.computing = Promise.resolve();
+    this.t0 = performance.now();
+    this.W = null; // frames.js, loaded on first use
+    this.wire = import("./frames.js").then((m) => { this.W = m; }, (err) => {
+      console.error(`mesh: frames.js did not load (${err.message}); this tab cannot take part in runs`);
+    });
+    this.summary = { state: "idle" };
+    bus.on("net:welcome", ({ id }) => this._enqueue(() => this._ensurePeer(id)));
+    bus.on("net:room", (room) => this._enqueue(async () => {
+      await this._ensurePeer(room.you);
+      return this.peer.setMembers(room.members.map((m) => m.id), room.host);
+    }));
+    bus.on("net:pending", () => this._enqueue(async () => this.peer?.setMembers([], null) || []));
+    bus.on("peer:open", ({ id }) => this._enqueue(async () => this.peer?.channelOpen(id) || []));
+    bus.on("peer:close", ({ id }) => {
+      this.reassemblers.delete(id);
+      this._enqueue(async () => this.peer?.channelClosed(id) || []);
+    });
+    bus.on("peer:message", ({ id, data }) => this._onBytes(id, data));
+    this.timer = setInterval(() => this._enqueue(async () => this.peer?.tick(this._now()) || []), TICK_MS);
+  }
+
+  _now() { return (performance.now() - this.t0) / 1000; }
+
+  async _ensurePeer(id) {
+    if (this.peer && this.peer.me === id) return [];
+    if (this.peer) this.peer.me = id; // resumed under a new id is not possible; keep the state
+    else {
+      this.peer = new RunPeer(id, { kind: this.device.kind, capacity: this.device.capacity,
+        makeTrainer: (identity, ds) => this._makeTrainer(identity, ds) });
+    }
+    return [];
+  }
+
+  _makeTrainer(identity, ds) {
+    const spec = ModelSpec.fromJson(identity.model);
+    const hyper = makeHyper(identity.hyper);
+    return Trainer.create({ spec, hyper, dataset: ds, luts: this.device.luts, units: this.device.units });
+  }
+
+  /** Run `fn` (returning RunPeer outputs) after everything queued before it. */
+  _enqueue(fn) {
+    this.queue = this.queue.then(fn).then((outs) => this._perform(outs || [])).catch((err) => {
+      console.error("mesh:", err);
+      this.bus.emit("run:error", { message: `mesh error: ${err.message}` });
+    });
+    return this.queue;
+  }
+
+  _onBytes(id, data) {
+    const W = this.W;
+    if (!W) return;
+    let r = this.reassemblers.get(id);
+    if (!r) this.reassemblers.set(id, (r = new W.Reassembler()));
+    let msg;
+    try {
+      const m = r.feed(new Uint8Array(data));
+      if (!m) return;
+      msg = W.fromMessage(m, this.peer?.trainer ? this.peer.trainer.layout.size : null);
+    } catch (err) {
+      console.warn(`mesh: bad frame from ${id}: ${err.message}`);
+      this.reassemblers.delete(id);
+      return;
+    }
+    this._enqueue(async () => (this.peer ? this.peer.receive(id, msg) : []));
+  }
+
+  async _perform(outs) {
+    for (const o of outs) {
+      switch (o.kind) {
+        case "send": this._send(o.to, o.message); break;
+        case "compute": this._compute(o); break;
+        case "fetch": this._fetch(o); break;
+        case "committed": this._committed(o); break;
+        case "refused": this._refused(o); break;
+        case "log":
+          if (o.loud) console.warn(`[mesh] ${o.text}`); else console.log(`[mesh] ${o.text}`);
+          if (o.loud) this.bus.emit("run:error", { message: o.text });
+          else this.bus.emit("run:log", { text: o.text });
+          break;
+        case "ended": await this._ended(o); break;
+        case "failed": this.bus.emit("run:error", { message: o.reason }); break;
+        case "joined": this._joined(); break;
+        default: console.error("mesh: unknown output", o);
+      }
+    }
+  }
+
+  _send(to, message) {
+    const p = this.peer;
+    const W = this.W;
+    let frames;
+    try {
+      frames = W.encode(message, p.runId, p.bounds, () => this.msgNo++);
+    } catch (err) {
+      console.error(`mesh: cannot encode ${message.T}:`, err);
+      return;
+    }
+    (async () => {
+      for (const f of frames) await this.net.send(to, f);
+    })().catch((err) => console.warn(`mesh: sending ${message.T} to ${to} failed: ${err.message}`));
+  }
+
+  _compute({ step, task, micro, theta }) {
+    const tr = this.peer.trainer;
+    this.computing = this.computing.then(async () => {
+      let res;
+      try {
+        res = await contributeAt(tr, theta, step, micro);
+      } catch (err) {
+        if (tr.engine.units === this.device.cpu) throw err;
+        this.bus.emit("run:log", { text: `the GPU failed (${err.message}); computing on the JS units from now on` });
+        tr.setUnits(this.device.cpu);
+        res = await contributeAt(tr, theta, step, micro);
+      }
+      this._enqueue(async () => this.peer.computed(step, task, res));
+    }).catch((err) => this.bus.emit("run:error", { message: `compute failed: ${err.message}` }));
+  }
+
+  _fetch({ task }) {
+    const url = `/data/${encodeURIComponent(task)}.dcds`;
+    this._state("starting", `joining the run: fetching the ${task} data`);
+    (async () => {
+      let ds = null;
+      try {
+        ds = await loadDataset(url);
+      } catch (err) {
+        console.warn(`mesh: ${url}: ${err.message}`);
+      }
+      this._enqueue(async () => this.peer.data(ds));
+    })();
+  }
+
+  _state(state, text) {
+    const p = this.peer;
+    this.summary = { ...this.summary, state, text };
+    this.bus.emit("run:state", { state, text, runId: p?.runId || null, steps: p?.run?.steps ?? null,
+      step: p?.step ?? 0 });
+  }
+
+  _joined() {
+    const p = this.peer;
+    this.summary = { ...this.summary, runId: p.runId, steps: p.run.steps };
+    this._state("running", `training run ${p.runId} (${p.run.identity.task}, ${p.run.steps} steps)`);
+  }
+
+  _committed(o) {
+    const shares = Object.fromEntries(o.contributors);
+    const done = { ...this.peer.doneBy };
+    this.summary = { ...this.summary, step: o.step + 1, loss: o.loss, sha: o.params_sha256, shares, done };
+    this.bus.emit("run:step", { step: o.step + 1, loss: o.loss, sha: o.params_sha256, shares, done,
+      mine: o.mine, runId: this.peer.runId, steps: this.peer.run?.steps ?? null });
+  }
+
+  _refused(o) {
+    const text = o.peer === this.peer.me
+      ? `refused: ${o.reasons.join("; ")}`
+      : `${o.peer} refused the run: ${o.reasons.join("; ")}`;
+    this.bus.emit("run:refused", { peer: o.peer, reasons: o.reasons, message: text });
+    if (o.peer === this.peer.me) this._state("refused", text);
+    else this.bus.emit("run:log", { text });
+  }
+
+  async _ended(o) {
+    const accuracy = await this.peer.trainer.accuracy("test");
+    const text = o.agreed
+      ? `done after ${o.step} steps: params-sha256 ${o.params_sha256}`
+      : `the run ended but this replica differs from the coordinator (params ${o.params_sha256.slice(0, 16)}…)`;
+    this.summary = { ...this.summary, state: "done", step: o.step, sha: o.params_sha256, agreed: o.agreed, accuracy };
+    this.bus.emit("run:done", { state: "done", text, step: o.step, sha: o.params_sha256, agreed: o.agreed, accuracy });
+  }
+
+  // -- what the host asks for ------------------------------------------------------------------
+
+  /** Start a run from the host's settings (same meaning and defaults as `daisychain train`). */
+  async start({ task = "digits", steps = 600, seed = 0, batch = 64, micro_batch = 16, lr = 3e-3, hidden = 128 } = {}) {
+    if (!this.net.room || this.net.room.host !== this.net.id) throw new Error("only the host starts a run");
+    if (this.peer?.coordinating && !this.peer.ended) throw new Error("a run is already going");
+    const hyper = makeHyper({ seed, batch, micro_batch, lr });
+    if (!Number.isInteger(steps) || steps < 0) throw new Error("steps must be a whole number >= 0");
+    this._state("starting", `preparing the ${task} run`);
+    const ds = await loadDataset(`/data/${encodeURIComponent(task)}.dcds`);
+    const spec = modelFor(ds, hidden, 16);
+    const trainer = await Trainer.create({ spec, hyper, dataset: ds, luts: this.device.luts, units: this.device.units });
+    const identity = runIdentity(spec, hyper, ds, this.device.luts);
+    const id = await runId(identity);
+    return this._enqueue(async () => {
+      const outs = await this.peer.host(trainer, identity, id, steps, this._now());
+      this.summary = { state: "running", runId: id, steps, step: 0 };
+      this._state("running", `training run ${id} (${task}, ${steps} steps)`);
+      return outs;
+    });
+  }
+
+  stop(why = "the host stopped the run") {
+    return this._enqueue(async () => (this.peer ? this.peer.stop(why) : []));
+  }
+}
+
+/** Trainer.contribute on a parameter snapshot, for micro-batch ids `micro` of `step`. */
+export async function contributeAt(tr, theta, step, micro) {
+  const grad = new Float64Array(tr.layout.size);
+  const loss = new Float64Array(micro.length);
+  const correct = new Int32Array(micro.length);
+  const mb = tr.hp.micro_batch;
+  for (let i = 0; i < micro.length; i++) {
+    const idx = tr.samples(step, micro[i]);
+    const x = new tr.ds.x_train.data.constructor(idx.length * tr.rowLen);
+    idx.forEach((r, k) => x.set(tr.ds.x_train.data.subarray(r * tr.rowLen, (r + 1) * tr.rowLen), k * tr.rowLen));
+    const y = Int32Array.from(idx, (r) => tr.ds.y_train.data[r]);
+    const r = await tr.engine.gradInto(grad, theta, x, y, mb, tr.hp.grad_frac_bits, tr.limit);
+    loss[i] = r.loss;
+    correct[i] = r.correct;
+  }
+  return { grad, loss, correct };
+}
+
+export { paramsSha256 };

@@ -1,0 +1,176 @@
+"""Mesh-tier fixtures: the real server (``create_app``) on loopback, real Chromium tabs of the
+page (``/``), and helpers that wait on the page's explicit state (``window.__daisy``).
+
+WebRTC needs the private network namespace (Chromium ignores loopback for ICE): run these
+tests as ``scripts/in-netns.sh .venv/bin/python -m pytest tests/browser_mesh -q``. Outside
+it the tests that need a data channel are skipped with that command as the reason.
+
+Chromium flags: Playwright passes one ``--disable-features=...`` list of its own and
+Chromium keeps only the last such flag, so ours (``WebRtcHideLocalIpsWithMdns``: host
+candidates as plain addresses, not ``.local`` names that nothing here resolves) is merged
+with Playwright's list, read once from ``chrome://version``, and passed last.
+
+Chromium gathers host candidates only when the machine has a default route (it asks the
+kernel which interface reaches a public address). ``scripts/in-netns.sh`` sets up none, so
+inside the private namespace (and only there) the ``netns_route`` fixture adds
+``default dev dc0``: packets for other addresses go into the veth pair, whose other end is
+in the same namespace, so still nothing leaves the machine.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+from aiohttp import web
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from mesh_helpers import IN_NETNS, Tab  # noqa: E402
+
+from daisychain.server.app import create_app  # noqa: E402
+from daisychain.server.config import ServerConfig  # noqa: E402
+
+playwright_sync = pytest.importorskip("playwright.sync_api")
+
+CHROMIUM = "/usr/bin/chromium"
+BASE_ARGS = ["--no-sandbox", "--disable-background-networking", "--disable-component-update",
+             "--disable-sync", "--no-first-run"]
+OUR_DISABLED = ["WebRtcHideLocalIpsWithMdns"]
+
+
+def dataset_route(app: web.Application) -> None:
+    """``/data/<task>.dcds`` (docs/ENGINE.md, "Data"), unless the server already serves it."""
+    if any(getattr(r, "canonical", "").startswith("/data") for r in app.router.resources()):
+        return
+    from daisychain.engine.data import TASKS, prepare_task
+
+    cache: dict[str, bytes] = {}
+
+    async def dataset(request: web.Request) -> web.Response:
+        name = request.match_info["name"]
+        task = name[:-5] if name.endswith(".dcds") else None
+        if task not in TASKS:
+            raise web.HTTPNotFound(text=f"no dataset {name}")
+        if task not in cache:
+            cache[task] = prepare_task(task).to_bytes()
+        return web.Response(body=cache[task], content_type="application/octet-stream")
+
+    app.router.add_get("/data/{name}", dataset)
+
+
+class Server:
+    """The app on its own event loop in a thread, on 127.0.0.1:<random> (a secure context)."""
+
+    def __init__(self, app: web.Application):
+        self.app = app
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self.url = ""
+
+    def start(self) -> "Server":
+        self.thread.start()
+        self.url = asyncio.run_coroutine_threadsafe(self._start(), self.loop).result(30)
+        return self
+
+    async def _start(self) -> str:
+        self.runner = web.AppRunner(self.app)
+        await self.runner.setup()
+        site = web.TCPSite(self.runner, "127.0.0.1", 0)
+        await site.start()
+        return f"http://127.0.0.1:{site._server.sockets[0].getsockname()[1]}"
+
+    def stop(self) -> None:
+        asyncio.run_coroutine_threadsafe(self.runner.cleanup(), self.loop).result(30)
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(10)
+
+
+@pytest.fixture(scope="package", autouse=True)
+def netns_route():
+    """A default route inside the private namespace, so Chromium gathers ICE candidates."""
+    if IN_NETNS:
+        routes = subprocess.run(["ip", "route"], capture_output=True, text=True).stdout
+        if "default" not in routes:
+            subprocess.run(["ip", "route", "add", "default", "dev", "dc0"], check=True)
+    yield
+
+
+@pytest.fixture(scope="package")
+def server():
+    app = create_app(ServerConfig(port=0, grace_s=2.0, tick_s=0.2))
+    dataset_route(app)
+    srv = Server(app).start()
+    yield srv
+    srv.stop()
+
+
+@pytest.fixture(scope="package")
+def server_url(server):
+    return server.url
+
+
+@pytest.fixture(scope="package")
+def playwright():
+    with playwright_sync.sync_playwright() as p:
+        yield p
+
+
+@pytest.fixture(scope="package")
+def disable_features(playwright) -> str:
+    """Playwright's own --disable-features list merged with ours."""
+    if not Path(CHROMIUM).exists():
+        pytest.fail(f"{CHROMIUM} is not installed (scripts/setup.sh installs it)")
+    probe = playwright.chromium.launch(executable_path=CHROMIUM, args=BASE_ARGS)
+    try:
+        page = probe.new_page()
+        page.goto("chrome://version")
+        cmd = page.inner_text("#command_line")
+    finally:
+        probe.close()
+    found = re.findall(r"--disable-features=(\S+)", cmd)
+    theirs = found[-1].split(",") if found else []
+    return "--disable-features=" + ",".join(dict.fromkeys(theirs + OUR_DISABLED))
+
+
+def _launch(playwright, disable_features: str, webgpu: bool):
+    args = BASE_ARGS + (["--enable-unsafe-webgpu"] if webgpu else []) + [disable_features]
+    return playwright.chromium.launch(executable_path=CHROMIUM, args=args)
+
+
+@pytest.fixture(scope="package")
+def browser_webgpu(playwright, disable_features):
+    b = _launch(playwright, disable_features, webgpu=True)
+    yield b
+    b.close()
+
+
+@pytest.fixture(scope="package")
+def browser_cpu(playwright, disable_features):
+    b = _launch(playwright, disable_features, webgpu=False)
+    yield b
+    b.close()
+
+
+@pytest.fixture
+def tabs(server_url):
+    """tabs(browser, name) -> Tab; all closed at the end of the test."""
+    made: list[Tab] = []
+
+    def make(browser, name: str) -> Tab:
+        t = Tab(browser, server_url, name)
+        made.append(t)
+        return t
+
+    yield make
+    for t in made:
+        try:
+            t.close()
+        except Exception:  # noqa: BLE001 - already closed by the test
+            pass
+
+

@@ -1,0 +1,48 @@
+"""Helpers for the mesh-tier tests: a tab of the page that logs, and the netns marker."""
+
+from __future__ import annotations
+
+import logging
+import os
+
+import pytest
+
+IN_NETNS = os.environ.get("DAISY_IN_NETNS") == "1"
+NETNS_HINT = ("WebRTC needs the private network namespace: "
+              "scripts/in-netns.sh .venv/bin/python -m pytest tests/browser_mesh -q")
+log = logging.getLogger("browser_mesh")
+
+needs_netns = pytest.mark.skipif(not IN_NETNS, reason=NETNS_HINT)
+
+
+class Tab:
+    """One page of the product in its own browser context (its own storage, its own device)."""
+
+    def __init__(self, browser, base: str, name: str):
+        self.context = browser.new_context()
+        self.name = name
+        self.base = base
+        self.page = self.context.new_page()
+        self.page.on("console", lambda m: log.info("[%s console.%s] %s", name, m.type, m.text))
+        self.page.on("pageerror", lambda e: log.error("[%s pageerror] %s", name, e))
+
+    def open(self, query: str = "") -> "Tab":
+        sep = "&" if query else ""
+        self.page.goto(f"{self.base}/?name={self.name}{sep}{query}")
+        self.wait("window.__daisy && window.__daisy.device !== null", 120_000)
+        return self
+
+    def state(self, expr: str = "window.__daisy"):
+        return self.page.evaluate(f"() => JSON.parse(JSON.stringify({expr}))")
+
+    def wait(self, js: str, timeout_ms: int = 60_000):
+        self.page.wait_for_function(js, timeout=timeout_ms)
+
+    @property
+    def id(self) -> str:
+        return self.page.evaluate("() => window.__daisy.id")
+
+    def close(self) -> None:
+        self.context.close()
+
+
