@@ -1,0 +1,107 @@
+"""``daisy-peer``: a headless CPU worker that joins a DaisyChain room and trains with the
+browser tabs and other peers in it, over WebRTC data channels.
+
+    daisy-peer --server http://HOST:8787 --room K7QM-4XZP-9R      # join a private room
+    daisy-peer --server http://HOST:8787 --network                # the room of your network
+    daisy-peer --server http://HOST:8787 --create-room --wait-peers 2 --steps 200   # host a run
+
+At the end it prints ``params-sha256: <hex>``, the same line as ``daisychain train`` with the
+same settings.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import socket
+import sys
+
+from daisychain import ENGINE_VERSION
+from daisychain.engine.settings import USER_ERRORS, add_run_arguments, settings_from_args
+from daisychain.peer.progress import Progress
+
+
+def capacity_arg(v: str) -> float | None:
+    if v == "auto":
+        return None
+    try:
+        c = float(v)
+    except ValueError:
+        raise argparse.ArgumentTypeError("--capacity is 'auto' or micro-batches per second") from None
+    if not c > 0:
+        raise argparse.ArgumentTypeError("--capacity must be > 0")
+    return c
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="daisy-peer", description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--server", required=True, help="the DaisyChain server, e.g. http://127.0.0.1:8787")
+    where = p.add_mutually_exclusive_group()
+    where.add_argument("--room", help="private room code to join (the host approves you)")
+    where.add_argument("--network", action="store_true", help="join the room of your network (default)")
+    where.add_argument("--create-room", action="store_true",
+                       help="create a private room and host a run with the settings below")
+    p.add_argument("--name", default=None, help="name shown to the room (default: host name)")
+    p.add_argument("--capacity", type=capacity_arg, default=None, metavar="auto|N",
+                   help="micro-batches per second (default auto: measured)")
+    p.add_argument("--approve", choices=["all", "prompt", "none"], default="prompt",
+                   help="host: who may join (default prompt: ask on the terminal)")
+    p.add_argument("--wait-peers", type=int, default=0, metavar="K",
+                   help="host: wait for K other peers before the first step (default 0)")
+    p.add_argument("--json", action="store_true", help="print one JSON summary at the end")
+    p.add_argument("--quiet", action="store_true", help="no progress line")
+    p.add_argument("--loopback", action="store_true",
+                   help="gather only 127.0.0.1 ICE candidates (all peers on this machine)")
+    p.add_argument("--luts", default=None, help=argparse.SUPPRESS)  # tests: another table set
+    p.add_argument("--engine-version", default=ENGINE_VERSION, help=argparse.SUPPRESS)  # tests
+    add_run_arguments(p)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    from daisychain.peer.node import Node, NodeOptions, PeerFailed, print_summary
+    from daisychain.peer.client import SignalingError
+    from daisychain.peer.rtc import use_loopback_only
+    from daisychain.units import LutError
+
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, format="daisy-peer: %(message)s")
+    settings = None
+    if args.create_room:
+        try:
+            settings = settings_from_args(args)
+        except USER_ERRORS as exc:
+            print(f"daisy-peer: error: {exc}", file=sys.stderr)
+            return 2
+    if args.loopback:
+        use_loopback_only()
+    room = "new" if args.create_room else (args.room or "network")
+    progress = Progress(enabled=not (args.quiet or args.json), steps=args.steps if settings else None)
+    try:
+        node = Node(NodeOptions(server=args.server, room=room, name=args.name or socket.gethostname(),
+                                capacity=args.capacity, approve=args.approve,
+                                wait_peers=args.wait_peers, settings=settings, luts=args.luts,
+                                engine_version=args.engine_version, on_event=progress.event,
+                                on_room=progress.room))
+    except LutError as exc:
+        print(f"daisy-peer: error: {exc}", file=sys.stderr)
+        return 2
+    try:
+        out = asyncio.run(node.main())
+    except KeyboardInterrupt:
+        progress.close()
+        print("daisy-peer: left the room", file=sys.stderr)
+        return 130
+    except (PeerFailed, SignalingError) as exc:
+        progress.close()
+        print(f"daisy-peer: {exc}", file=sys.stderr)
+        return 1
+    progress.close()
+    print_summary(out, args.json)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,334 @@
+"""One headless peer at work: the signaling client, the aiortc mesh and the sans-IO
+:class:`~daisychain.peer.run.RunPeer`, wired together on one event loop.
+
+``Node(options).run()`` joins (or creates) a room, trains until the run ends and returns a
+summary dict. Computes run in a worker thread, so the loop keeps the data channels moving.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+import aiohttp
+
+from daisychain import ENGINE_VERSION
+from daisychain.engine.spec import Hyper, ModelSpec
+from daisychain.engine.trainer import Trainer
+from daisychain.peer import frames as F
+from daisychain.peer import run as R
+from daisychain.peer.client import SignalingClient, SignalingError, http_url
+from daisychain.peer.rtc import Mesh
+from daisychain.peer.selftest import selftest
+from daisychain.server import protocol as p
+from daisychain.units import load_luts
+
+log = logging.getLogger("daisychain.peer")
+TICK_S = 0.1
+
+
+@dataclass
+class NodeOptions:
+    server: str
+    room: str = p.ROOM_NETWORK          #: "network", "new" (create) or a private code
+    name: str = "daisy-peer"
+    capacity: float | None = None       #: micro-batches/s; None: measure
+    approve: str = "all"                #: host policy: all | prompt | none
+    wait_peers: int = 0
+    settings: object | None = None      #: RunSettings (the host of a new room)
+    luts: str | None = None             #: table directory (default: the package's)
+    engine_version: str = ENGINE_VERSION
+    on_event: Callable[[object, "Node"], None] | None = None
+    on_room: Callable[[str, "Node"], None] | None = None  #: called with the private room code
+
+
+@dataclass
+class Stats:
+    compute_s: float = 0.0
+    started: float = field(default_factory=time.perf_counter)
+    first_contribution_s: float | None = None
+    step_times: list = field(default_factory=list)
+
+
+class PeerFailed(Exception):
+    """The peer cannot take part; ``str(err)`` says why (refused run, server error...)."""
+
+
+class Node:
+    def __init__(self, opts: NodeOptions):
+        self.o = opts
+        self.luts = load_luts(opts.luts)
+        self.selftest = selftest(self.luts)
+        self.run: R.RunPeer | None = None
+        self.mesh: Mesh | None = None
+        self.client: SignalingClient | None = None
+        self.session: aiohttp.ClientSession | None = None
+        self.me = ""
+        self.code: str | None = None
+        self.members: dict[str, p.Member] = {}
+        self.kinds: dict[str, tuple[str, str]] = {}  # peer -> (name, kind), for the summary
+        self.reasm: dict[str, F.Reassembler] = {}
+        self.done = asyncio.Event()
+        self.result: dict | None = None
+        self.failure: str | None = None
+        self.stats = Stats()
+        self.msg_no = 0
+        self.tasks: set[asyncio.Task] = set()
+        self.last_step_at = time.perf_counter()
+        self.loss = float("nan")
+        self.shares: tuple = ()
+        self.decided: set[str] = set()
+
+    # -- building the replica ------------------------------------------------------------
+
+    def _make_trainer(self, identity: dict, ds) -> Trainer:
+        tr = Trainer(ModelSpec.from_json(identity["model"]), Hyper(**identity["hyper"]), ds, self.luts)
+        if self.o.engine_version != ENGINE_VERSION:
+            tr.identity = {**tr.identity, "engine": self.o.engine_version}
+        return tr
+
+    def _new_run_peer(self) -> R.RunPeer:
+        s = self.o.settings
+        if s is not None:
+            tr = Trainer(s.spec, s.hp, s.ds, self.luts)
+            if self.o.engine_version != ENGINE_VERSION:
+                tr.identity = {**tr.identity, "engine": self.o.engine_version}
+            return R.RunPeer(self.me, trainer=tr, steps=s.steps, capacity=self.o.capacity,
+                             wait_peers=self.o.wait_peers, selftest=self.selftest)
+        return R.RunPeer(self.me, make_trainer=self._make_trainer, capacity=self.o.capacity,
+                         selftest=self.selftest)
+
+    # -- the loop ------------------------------------------------------------------------
+
+    async def main(self) -> dict:
+        """Run to the end of the run; raises PeerFailed with a message."""
+        if self.o.settings is not None and not self.selftest[0]:
+            raise PeerFailed(f"self-test failed: {self.selftest[1]}")
+        self.session = aiohttp.ClientSession()
+        try:
+            self.client = SignalingClient(self.o.server, self.session)
+            cap = self.o.capacity or 1.0
+            welcome = await self.client.connect(self.o.name, "python", cap, self.o.room)
+            self.me = welcome.id
+            self.run = self._new_run_peer()
+            self.mesh = Mesh(self.me, self._signal, self._on_open, self._on_message,
+                             self._on_close, welcome.ice_servers)
+            reader = asyncio.ensure_future(self._read_signaling())
+            ticker = asyncio.ensure_future(self._tick())
+            if self.o.settings is not None:
+                self._feed(self.run.start(time.monotonic()))
+            try:
+                waiter = asyncio.ensure_future(self.done.wait())
+                await asyncio.wait({reader, waiter}, return_when=asyncio.FIRST_COMPLETED)
+                if reader.done() and not self.done.is_set():
+                    exc = reader.exception()
+                    raise PeerFailed(str(exc) if exc else "the signaling connection ended")
+            finally:
+                for t in (reader, ticker):
+                    t.cancel()
+            if self.failure:
+                raise PeerFailed(self.failure)
+            await self.mesh.drain()
+            return self.result
+        finally:
+            await self.close()
+
+    async def close(self) -> None:
+        for t in list(self.tasks):
+            t.cancel()
+        if self.mesh is not None:
+            await self.mesh.drain(1.0)
+            await self.mesh.close()
+        if self.client is not None:
+            await self.client.leave()
+        if self.session is not None:
+            await self.session.close()
+
+    async def _tick(self) -> None:
+        while True:
+            await asyncio.sleep(TICK_S)
+            if self.run is not None:
+                self._feed(self.run.tick(time.monotonic()))
+
+    async def _read_signaling(self) -> None:
+        while True:
+            msg = await self.client.recv()
+            handler = getattr(self, "_sig_" + msg.TYPE, None)
+            if handler is not None:
+                await handler(msg)
+
+    async def _signal(self, kind: str, to: str, payload) -> None:
+        if kind == "offer":
+            await self.client.send(p.Offer(sdp=payload, to=to))
+        elif kind == "answer":
+            await self.client.send(p.Answer(sdp=payload, to=to))
+
+    # -- signaling messages ----------------------------------------------------------------
+
+    async def _sig_room(self, msg: p.RoomState) -> None:
+        if msg.code and msg.code != self.code:
+            self.code = msg.code
+            if self.o.on_room:
+                self.o.on_room(msg.code, self)
+        self.members = {m.id: m for m in msg.members}
+        for m in msg.members:
+            self.kinds[m.id] = (m.name, m.kind)
+        for d in msg.pending:
+            await self._decide(d)
+        ids = [m.id for m in msg.members]
+        await self.mesh.update(ids)
+        self._feed(self.run.room_changed(ids, msg.host))
+
+    async def _sig_join_request(self, msg: p.JoinRequest) -> None:
+        await self._decide(msg.peer)
+
+    async def _decide(self, dev: p.Device) -> None:
+        if dev.id in self.decided:
+            return
+        self.decided.add(dev.id)
+        policy = self.o.approve
+        if policy == "prompt":
+            answer = await asyncio.to_thread(
+                input, f"approve {dev.name} ({dev.kind}, {dev.capacity:g} micro-batches/s)? [y/N] ")
+            ok = answer.strip().lower() in ("y", "yes")
+        else:
+            ok = policy == "all"
+        await self.client.send(p.Approve(peer=dev.id) if ok else p.Deny(peer=dev.id))
+
+    async def _sig_pending(self, msg: p.Pending) -> None:
+        self._event(R.Log(f"waiting for the host of room {msg.code} to approve us"))
+
+    async def _sig_error(self, msg: p.Error) -> None:
+        if msg.code in ("denied", "no_such_room", "room_full", "too_many_pending", "version"):
+            self._fail(f"server: {msg.message}")
+        else:
+            self._event(R.Log(f"server: {msg.message}"))
+
+    async def _sig_offer(self, msg: p.Offer) -> None:
+        await self.mesh.on_offer(msg.sender, msg.sdp)
+
+    async def _sig_answer(self, msg: p.Answer) -> None:
+        await self.mesh.on_answer(msg.sender, msg.sdp)
+
+    async def _sig_candidate(self, msg: p.Candidate) -> None:
+        await self.mesh.on_candidate(msg.sender, msg.candidate)
+
+    # -- mesh events -----------------------------------------------------------------------
+
+    def _on_open(self, peer: str) -> None:
+        self.reasm[peer] = F.Reassembler()
+        self._feed(self.run.channel_open(peer))
+
+    def _on_close(self, peer: str) -> None:
+        self.reasm.pop(peer, None)
+        self._feed(self.run.channel_closed(peer))
+
+    def _on_message(self, peer: str, data) -> None:
+        r = self.reasm.setdefault(peer, F.Reassembler())
+        try:
+            m = r.feed(data)
+            if m is None:
+                return
+            if m.run_id and self.run.run_id and m.run_id != self.run.run_id:
+                raise F.FrameError(f"message of run {m.run_id}, ours is {self.run.run_id}")
+            size = self.run.trainer.layout.size if self.run.trainer else None
+            msg = F.from_message(m, size)
+        except F.FrameError as exc:
+            self.reasm[peer] = F.Reassembler()
+            self._event(R.Log(f"bad frame from {peer}: {exc}", loud=True))
+            return
+        self._feed(self.run.receive(peer, msg))
+
+    # -- run outputs -----------------------------------------------------------------------
+
+    def _feed(self, outputs) -> None:
+        for o in outputs:
+            if isinstance(o, R.Send):
+                msg = F.to_message(o.message, self.run.run_id, self.run.bounds)
+                self.msg_no += 1
+                self.mesh.send(o.to, F.encode_frames(msg, self.msg_no))
+            elif isinstance(o, R.Compute):
+                self._spawn(self._compute(o))
+            elif isinstance(o, R.FetchData):
+                self._spawn(self._fetch(o))
+            else:
+                self._event(o)
+
+    def _spawn(self, coro) -> None:
+        t = asyncio.ensure_future(coro)
+        self.tasks.add(t)
+        t.add_done_callback(self.tasks.discard)
+
+    async def _compute(self, c: R.Compute) -> None:
+        t0 = time.perf_counter()
+        result = await asyncio.to_thread(R.contribute_at, self.run.trainer, c.theta, c.step, c.micro)
+        self.stats.compute_s += time.perf_counter() - t0
+        if self.stats.first_contribution_s is None:
+            self.stats.first_contribution_s = time.perf_counter() - self.stats.started
+        self._feed(self.run.computed(c.step, c.task, result))
+
+    async def _fetch(self, f: R.FetchData) -> None:
+        blob = None
+        try:
+            url = f"{http_url(self.o.server)}/data/{f.task}.dcds"
+            async with self.session.get(url, params={"fingerprint": f.fingerprint}) as resp:
+                if resp.status == 200:
+                    blob = await resp.read()
+        except (aiohttp.ClientError, OSError):
+            blob = None
+        self._feed(self.run.data(blob))
+
+    def _event(self, e) -> None:
+        if isinstance(e, R.Committed):
+            now = time.perf_counter()
+            self.stats.step_times.append(now - self.last_step_at)
+            self.last_step_at = now
+            self.loss, self.shares = e.loss, e.contributors
+        elif isinstance(e, R.Refused) and e.peer == self.me:
+            self._fail("refused the run: " + "; ".join(e.reasons))
+        elif isinstance(e, R.Ended):
+            self.result = self.summary(e)
+            self.done.set()
+        elif isinstance(e, R.Log):
+            log.log(logging.WARNING if e.loud else logging.INFO, "%s", e.text)
+        if self.o.on_event:
+            self.o.on_event(e, self)
+
+    def _fail(self, reason: str) -> None:
+        if self.failure is None:
+            self.failure = reason
+        self.done.set()
+
+    def summary(self, end: R.Ended) -> dict:
+        tr = self.run.trainer
+        peers = []
+        for pid, n in sorted(self.run.done_by.items()):
+            name, kind = self.kinds.get(pid, ("?", "?"))
+            if pid == self.me:
+                name, kind = self.o.name, "python"
+            peers.append({"id": pid, "name": name, "kind": kind, "micro_batches": n})
+        out, inn = self.mesh.bytes()
+        return {"run_id": tr.run_id, "identity": tr.identity, "steps": end.step,
+                "params_sha256": end.params_sha256, "agreed": end.agreed,
+                "accuracy": tr.accuracy("test"), "loss": self.loss, "peers": peers,
+                "me": self.me, "room": self.code, "bytes_sent": out, "bytes_received": inn,
+                "compute_s": self.stats.compute_s,
+                "seconds": time.perf_counter() - self.stats.started}
+
+
+def print_summary(out: dict, as_json: bool) -> None:
+    if as_json:
+        print(json.dumps(out))
+        return
+    who = ", ".join(f"{p['name']} ({p['kind']}) {p['micro_batches']}" for p in out["peers"])
+    print(f"test accuracy: {out['accuracy'] * 100:.2f}%  loss: {out['loss']:.4f}  "
+          f"({out['steps']} steps; micro-batches: {who})")
+    if not out["agreed"]:
+        print("WARNING: this replica's hash differs from the coordinator's", file=sys.stderr)
+    print(f"params-sha256: {out['params_sha256']}")

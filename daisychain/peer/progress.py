@@ -1,0 +1,55 @@
+"""The progress line of ``daisy-peer`` and ``daisychain demo``: step, loss, peers, own share,
+MB/s on the data channels; loud log lines go above it."""
+
+from __future__ import annotations
+
+import sys
+import time
+
+from tqdm import tqdm
+
+from daisychain.peer import run as R
+
+
+class Progress:
+    def __init__(self, enabled: bool = True, steps: int | None = None, desc: str = "train"):
+        self.enabled = enabled
+        self.bar = None
+        self.steps = steps
+        self.desc = desc
+        self.t0 = time.perf_counter()
+
+    def room(self, code: str, node) -> None:
+        if self.enabled:
+            self.write(f"room {code}")
+
+    def write(self, text: str) -> None:
+        if self.bar is not None:
+            self.bar.write(text, file=sys.stderr)
+        else:
+            print(text, file=sys.stderr, flush=True)
+
+    def event(self, e, node) -> None:
+        if not self.enabled:
+            return
+        if isinstance(e, R.Log):
+            if e.loud or self.bar is None:
+                self.write(("WARNING: " if e.loud else "") + e.text)
+        elif isinstance(e, R.Refused):
+            self.write(f"{e.peer} refused the run: " + "; ".join(e.reasons))
+        elif isinstance(e, R.Committed):
+            if self.bar is None:
+                total = self.steps or (node.run.steps if node.run else None)
+                self.bar = tqdm(total=total, initial=e.step, desc=self.desc, unit="step",
+                                leave=False, file=sys.stderr)
+            self.bar.update(1)
+            out, inn = node.mesh.bytes() if node.mesh else (0, 0)
+            dt = max(1e-9, time.perf_counter() - self.t0)
+            share = f"{e.mine}/{sum(n for _, n in e.contributors)}"
+            self.bar.set_postfix_str(f"loss {e.loss:.4f} peers {len(e.contributors)} "
+                                     f"share {share} {(out + inn) / dt / 1e6:.2f} MB/s", refresh=False)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+            self.bar = None

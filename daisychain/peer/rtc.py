@@ -1,0 +1,247 @@
+"""The aiortc shell: one ``RTCPeerConnection`` with one data channel per other member of the
+room, in WebRTC's own vocabulary. Nothing here knows what the bytes mean.
+
+Who offers: of two members, the one whose signaling id sorts first (plain string comparison)
+creates the data channel (label ``daisychain``, ordered, reliable) and the offer; the other
+answers and receives the channel in its ``datachannel`` event. aiortc puts every ICE
+candidate into the SDP, so it sends no ``candidate`` messages; the ones a browser trickles
+are added as they come (held until the remote description is set).
+
+Flow control: a sender waits while the channel's ``bufferedAmount`` is above
+:data:`HIGH_WATER` (8 MiB) until ``bufferedamountlow`` fires (threshold :data:`LOW_WATER`);
+aiortc raises past 16 MiB buffered, browsers close the channel.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from typing import Awaitable, Callable
+
+from aiortc import RTCConfiguration, RTCIceServer, RTCPeerConnection, RTCSessionDescription
+from aiortc.sdp import candidate_from_sdp
+
+log = logging.getLogger("daisychain.peer")
+
+CHANNEL_LABEL = "daisychain"
+HIGH_WATER = 8 * 1024 * 1024
+LOW_WATER = 1024 * 1024
+
+
+def use_loopback_only() -> None:
+    """Gather only 127.0.0.1 host candidates (aioice skips loopback by default): every
+    packet of this process's connections stays on the machine. Used by ``daisychain demo``."""
+    import aioice.ice
+
+    aioice.ice.get_host_addresses = lambda use_ipv4=True, use_ipv6=False: ["127.0.0.1"]
+
+
+def rtc_configuration(ice_servers) -> RTCConfiguration:
+    """Always explicit: aiortc's default configuration names a public STUN server."""
+    servers = []
+    for s in ice_servers or ():
+        servers.append(RTCIceServer(urls=s["urls"], username=s.get("username"),
+                                    credential=s.get("credential")))
+    return RTCConfiguration(iceServers=servers)
+
+
+class Link:
+    """The connection to one other member."""
+
+    def __init__(self, mesh: "Mesh", peer: str):
+        self.mesh, self.peer = mesh, peer
+        self.pc = RTCPeerConnection(rtc_configuration(mesh.ice_servers))
+        self.channel = None
+        self.remote_set = False
+        self.early_candidates: list = []
+        self.queue: asyncio.Queue = asyncio.Queue()
+        self.writer: asyncio.Task | None = None
+        self.opened = False
+        self.closed = False
+        self.bytes_out = 0
+        self.bytes_in = 0
+
+        @self.pc.on("datachannel")
+        def _on_channel(channel):
+            self._adopt(channel)
+
+        @self.pc.on("connectionstatechange")
+        async def _on_state():
+            if self.pc.connectionState in ("failed", "closed") and not self.closed:
+                await self.mesh._lost(self.peer)
+
+    def _adopt(self, channel) -> None:
+        self.channel = channel
+        channel.bufferedAmountLowThreshold = LOW_WATER
+
+        @channel.on("open")
+        def _on_open():
+            self._opened()
+
+        @channel.on("message")
+        def _on_message(data):
+            if isinstance(data, (bytes, bytearray)):
+                self.bytes_in += len(data)
+            self.mesh.on_message(self.peer, data)
+
+        @channel.on("close")
+        def _on_close():
+            if not self.closed:
+                asyncio.ensure_future(self.mesh._lost(self.peer))
+
+        if channel.readyState == "open":
+            self._opened()
+
+    def _opened(self) -> None:
+        if self.opened:
+            return
+        self.opened = True
+        self.writer = asyncio.ensure_future(self._write())
+        self.mesh.on_open(self.peer)
+
+    async def offer(self) -> None:
+        self._adopt(self.pc.createDataChannel(CHANNEL_LABEL, ordered=True))
+        await self.pc.setLocalDescription(await self.pc.createOffer())
+        await self.mesh.signal("offer", self.peer, self.pc.localDescription.sdp)
+
+    async def on_offer(self, sdp: str) -> None:
+        await self.pc.setRemoteDescription(RTCSessionDescription(sdp, "offer"))
+        await self._remote_ready()
+        await self.pc.setLocalDescription(await self.pc.createAnswer())
+        await self.mesh.signal("answer", self.peer, self.pc.localDescription.sdp)
+
+    async def on_answer(self, sdp: str) -> None:
+        await self.pc.setRemoteDescription(RTCSessionDescription(sdp, "answer"))
+        await self._remote_ready()
+
+    async def on_candidate(self, cand: dict | None) -> None:
+        if cand is None or not cand.get("candidate"):
+            return  # end of candidates
+        if not self.remote_set:
+            self.early_candidates.append(cand)
+            return
+        text = cand["candidate"]
+        c = candidate_from_sdp(text.split(":", 1)[1] if text.startswith("candidate:") else text)
+        c.sdpMid = cand.get("sdpMid")
+        c.sdpMLineIndex = cand.get("sdpMLineIndex")
+        with contextlib.suppress(Exception):  # an unusable candidate is not fatal
+            await self.pc.addIceCandidate(c)
+
+    async def _remote_ready(self) -> None:
+        self.remote_set = True
+        early, self.early_candidates = self.early_candidates, []
+        for c in early:
+            await self.on_candidate(c)
+
+    def send(self, frames: list[bytes]) -> None:
+        """Queue the frames of one message; they go out in order, under flow control."""
+        self.queue.put_nowait(frames)
+
+    def idle(self) -> bool:
+        return self.queue.empty() and (self.channel is None or self.channel.bufferedAmount == 0)
+
+    async def _write(self) -> None:
+        low = asyncio.Event()
+        self.channel.on("bufferedamountlow", low.set)
+        try:
+            while not self.closed:
+                frames = await self.queue.get()
+                for f in frames:
+                    while self.channel.bufferedAmount > HIGH_WATER:
+                        low.clear()
+                        await low.wait()
+                    if self.channel.readyState != "open":
+                        return
+                    self.channel.send(f)
+                    self.bytes_out += len(f)
+                # let the SCTP transport run between messages
+                await asyncio.sleep(0)
+        except (asyncio.CancelledError, ConnectionError):
+            pass
+        except Exception:  # noqa: BLE001
+            log.exception("sending to %s failed", self.peer)
+
+    async def close(self) -> None:
+        self.closed = True
+        if self.writer:
+            self.writer.cancel()
+        with contextlib.suppress(Exception):
+            await self.pc.close()
+
+
+class Mesh:
+    """Links to every other approved member of the room."""
+
+    def __init__(self, me: str, signal: Callable[[str, str, object], Awaitable[None]],
+                 on_open: Callable[[str], None], on_message: Callable[[str, bytes], None],
+                 on_close: Callable[[str], None], ice_servers=()):
+        self.me = me
+        self.signal = signal
+        self.on_open, self.on_message, self.on_close = on_open, on_message, on_close
+        self.ice_servers = ice_servers
+        self.links: dict[str, Link] = {}
+
+    async def update(self, members: list[str]) -> None:
+        """The room's approved members (self included): link new ones, drop gone ones."""
+        for peer in list(self.links):
+            if peer not in members:
+                await self._drop(peer)
+        for peer in members:
+            if peer != self.me and peer not in self.links and self.me < peer:
+                link = self.links[peer] = Link(self, peer)
+                await link.offer()
+
+    def _link(self, peer: str) -> Link:
+        if peer not in self.links:
+            self.links[peer] = Link(self, peer)
+        return self.links[peer]
+
+    async def on_offer(self, peer: str, sdp: str) -> None:
+        old = self.links.get(peer)
+        if old is not None and (old.remote_set or old.opened):  # the other side restarted
+            await self._drop(peer)
+        await self._link(peer).on_offer(sdp)
+
+    async def on_answer(self, peer: str, sdp: str) -> None:
+        if peer in self.links:
+            await self.links[peer].on_answer(sdp)
+
+    async def on_candidate(self, peer: str, cand) -> None:
+        await self._link(peer).on_candidate(cand)
+
+    def send(self, peer: str, frames: list[bytes]) -> bool:
+        link = self.links.get(peer)
+        if link is None or not link.opened or link.closed:
+            return False
+        link.send(frames)
+        return True
+
+    def bytes(self) -> tuple[int, int]:
+        return (sum(l.bytes_out for l in self.links.values()),
+                sum(l.bytes_in for l in self.links.values()))
+
+    async def drain(self, timeout: float = 5.0) -> None:
+        """Wait until every queued frame is handed to the network (or ``timeout``)."""
+        loop = asyncio.get_running_loop()
+        end = loop.time() + timeout
+        while loop.time() < end and not all(l.idle() for l in self.links.values() if l.opened):
+            await asyncio.sleep(0.02)
+
+    async def _lost(self, peer: str) -> None:
+        if peer in self.links:
+            await self._drop(peer)
+
+    async def _drop(self, peer: str) -> None:
+        link = self.links.pop(peer, None)
+        if link is None:
+            return
+        was_open = link.opened
+        await link.close()
+        if was_open:
+            self.on_close(peer)
+
+    async def close(self) -> None:
+        for peer in list(self.links):
+            link = self.links.pop(peer)
+            await link.close()
