@@ -1,0 +1,111 @@
+"""Start the server and N headless peers on this machine, in one private room, and train
+the run together over WebRTC; a browser tab can join the same room live.
+
+Every connection of the demo's own peers stays on loopback (they gather only 127.0.0.1
+candidates), so it runs on a machine with no network and exposes nothing. It ends with the
+accuracy and ``params-sha256: <hex>``, equal to ``daisychain train`` with the same settings.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import errno
+import sys
+
+from aiohttp import web
+
+from daisychain.engine.settings import USER_ERRORS, add_run_arguments, settings_from_args
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--peers", type=int, default=3, help="headless peers to start (default 3)")
+    p.add_argument("--port", type=int, default=8787,
+                   help="server port on 127.0.0.1 (default 8787; 0: any free port)")
+    p.add_argument("--json", action="store_true", help="print one JSON summary at the end")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    add_run_arguments(p)
+
+
+async def _serve(settings, port: int):
+    from daisychain.server.app import create_app
+    from daisychain.server.config import ServerConfig
+    from daisychain.server.data import data_routes
+
+    app = create_app(ServerConfig(host="127.0.0.1", port=port),
+                     extra_routes=data_routes({settings.ds.task: settings.ds}))
+    runner = web.AppRunner(app, handle_signals=False)
+    await runner.setup()
+    for p in (port, 0) if port else (0,):
+        try:
+            site = web.TCPSite(runner, "127.0.0.1", p)
+            await site.start()
+            break
+        except OSError as exc:
+            if exc.errno != errno.EADDRINUSE or p == 0:
+                raise
+    return runner, site._server.sockets[0].getsockname()[1]
+
+
+async def demo(args, settings) -> dict:
+    from daisychain.peer.node import Node, NodeOptions
+    from daisychain.peer.progress import Progress
+    from daisychain.peer.rtc import use_loopback_only
+
+    use_loopback_only()
+    runner, port = await _serve(settings, args.port)
+    base = f"http://127.0.0.1:{port}"
+    progress = Progress(enabled=not (args.quiet or args.json), steps=settings.steps, desc="demo")
+    code_known = asyncio.get_running_loop().create_future()
+
+    def on_room(code, node):
+        if not code_known.done():
+            code_known.set_result(code)
+
+    host = Node(NodeOptions(server=base, room="new", name="demo-peer-1", approve="all",
+                            wait_peers=args.peers - 1, settings=settings,
+                            on_event=progress.event, on_room=on_room))
+    tasks = [asyncio.ensure_future(host.main())]
+    try:
+        code = await asyncio.wait_for(asyncio.shield(code_known), 30)
+        progress.write(f"DaisyChain demo: {args.peers} peers in room {code}. "
+                       f"Join from a browser on this machine: {base}/?room={code}")
+        for i in range(2, args.peers + 1):
+            node = Node(NodeOptions(server=base, room=code, name=f"demo-peer-{i}"))
+            tasks.append(asyncio.ensure_future(node.main()))
+        results = await asyncio.gather(*tasks)
+    finally:
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        progress.close()
+        await runner.cleanup()
+    out = results[0]
+    out["url"] = f"{base}/?room={code}"
+    out["all_agree"] = len({r["params_sha256"] for r in results}) == 1 and all(r["agreed"] for r in results)
+    return out
+
+
+def run(args: argparse.Namespace) -> int:
+    from daisychain.peer.node import PeerFailed, print_summary
+
+    try:
+        settings = settings_from_args(args)
+        if args.peers < 1:
+            raise ValueError("--peers must be >= 1")
+    except (*USER_ERRORS, ValueError) as exc:
+        print(f"daisychain demo: error: {exc}", file=sys.stderr)
+        return 2
+    try:
+        out = asyncio.run(demo(args, settings))
+    except PeerFailed as exc:
+        print(f"daisychain demo: {exc}", file=sys.stderr)
+        return 1
+    except OSError as exc:
+        print(f"daisychain demo: cannot start the server: {exc}", file=sys.stderr)
+        return 1
+    print_summary(out, args.json)
+    if not out["all_agree"]:
+        print("daisychain demo: the peers' hashes differ", file=sys.stderr)
+        return 1
+    return 0
