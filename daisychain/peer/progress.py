@@ -20,8 +20,8 @@ class Progress:
         self.t0 = time.perf_counter()
 
     def room(self, code: str, node) -> None:
-        if self.enabled:
-            self.write(f"room {code}")
+        """Always shown (also with --json, on stderr): the host hands this code out."""
+        self.write(f"room {code}")
 
     def write(self, text: str) -> None:
         if self.bar is not None:
@@ -33,8 +33,7 @@ class Progress:
         if not self.enabled:
             return
         if isinstance(e, R.Log):
-            if e.loud or self.bar is None:
-                self.write(("WARNING: " if e.loud else "") + e.text)
+            self.write(("WARNING: " if e.loud else "") + e.text)
         elif isinstance(e, R.Refused):
             self.write(f"{e.peer} refused the run: " + "; ".join(e.reasons))
         elif isinstance(e, R.Committed):

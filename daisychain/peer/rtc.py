@@ -242,6 +242,6 @@ class Mesh:
             self.on_close(peer)
 
     async def close(self) -> None:
-        for peer in list(self.links):
-            link = self.links.pop(peer)
+        while self.links:
+            _, link = self.links.popitem()
             await link.close()

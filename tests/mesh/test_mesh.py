@@ -1,0 +1,235 @@
+"""Mesh tier: real ``daisy-peer`` processes, real aiortc data channels, the real server (with
+the /data routes) on loopback. Run inside the private network namespace, where the peers
+gather the veth addresses:
+
+    scripts/in-netns.sh .venv/bin/python -m pytest tests/mesh -q
+
+Each test trains the default digits run and checks every surviving peer prints the same
+``params-sha256`` as the single-process reference trainer. No timing is asserted: a kill
+or a join happens after the run is seen under way, and the runs are long enough for it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from aiohttp import web
+
+from daisychain.engine.cli import train
+from daisychain.engine.settings import add_run_arguments, settings_from_args
+from daisychain.server.app import create_app
+from daisychain.server.config import ServerConfig
+from daisychain.server.data import data_routes
+from daisychain.units.luts import build_manifest, read_manifest, write_luts
+
+ROOT = Path(__file__).resolve().parents[2]
+PEER = [sys.executable, "-c", "import sys; from daisychain.peer.cli import main; sys.exit(main())"]
+LONG = 300  # steps: several seconds, so that a kill or a join lands mid-run
+
+
+def reference(steps: int) -> str:
+    import argparse
+    p = argparse.ArgumentParser()
+    add_run_arguments(p)
+    return train(settings_from_args(p.parse_args(["--steps", str(steps)])), quiet=True)["params_sha256"]
+
+
+@pytest.fixture(scope="module")
+def server():
+    """The real app on 127.0.0.1 in a thread of its own; yields the base URL."""
+    started = threading.Event()
+    box = {}
+
+    def serve():
+        loop = asyncio.new_event_loop()
+        box["loop"] = loop
+
+        async def up():
+            app = create_app(ServerConfig(host="127.0.0.1", port=0, grace_s=0.5, tick_s=0.1),
+                             extra_routes=data_routes())
+            runner = web.AppRunner(app, handle_signals=False)
+            await runner.setup()
+            site = web.TCPSite(runner, "127.0.0.1", 0)
+            await site.start()
+            box["runner"] = runner
+            box["port"] = site._server.sockets[0].getsockname()[1]
+            started.set()
+
+        loop.run_until_complete(up())
+        loop.run_forever()
+        loop.run_until_complete(box["runner"].cleanup())
+
+    t = threading.Thread(target=serve, daemon=True)
+    t.start()
+    assert started.wait(20)
+    yield f"http://127.0.0.1:{box['port']}"
+    box["loop"].call_soon_threadsafe(box["loop"].stop)
+    t.join(10)
+
+
+class Peer:
+    def __init__(self, server, *args, name):
+        self.name = name
+        self.err_path = Path(os.environ.get("TMPDIR", "/tmp")) / f"dc-mesh-{os.getpid()}-{name}-{time.time_ns()}.err"
+        self.err = open(self.err_path, "w")
+        self.proc = subprocess.Popen([*PEER, "--server", server, "--name", name, *args],
+                                     stdout=subprocess.PIPE, stderr=self.err, text=True, cwd=ROOT)
+
+    def stderr(self) -> str:
+        return self.err_path.read_text()
+
+    def wait_for(self, pattern: str, timeout=60.0) -> re.Match:
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            m = re.search(pattern, self.stderr())
+            if m:
+                return m
+            if self.proc.poll() is not None:
+                break
+            time.sleep(0.05)
+        raise AssertionError(f"{self.name}: no {pattern!r} in:\n{self.stderr()[-3000:]}")
+
+    def finish(self, timeout=120.0) -> tuple[int, str]:
+        try:
+            out, _ = self.proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            out, _ = self.proc.communicate()
+            raise AssertionError(f"{self.name} did not finish:\n{self.stderr()[-3000:]}")
+        return self.proc.returncode, out
+
+    def hash(self) -> str:
+        rc, out = self.finish()
+        m = re.search(r"^params-sha256: ([0-9a-f]{64})$", out, re.M)
+        assert rc == 0 and m, f"{self.name} rc={rc}\n{out}\n{self.stderr()[-3000:]}"
+        return m.group(1)
+
+    def kill(self):
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait()
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+        self.err.close()
+
+
+@pytest.fixture
+def peers():
+    made = []
+
+    def make(server, *args, name):
+        p = Peer(server, *args, name=name)
+        made.append(p)
+        return p
+    yield make
+    for p in made:
+        p.stop()
+
+
+def host(peers, server, steps, wait, *extra):
+    h = peers(server, "--create-room", "--approve", "all", "--wait-peers", str(wait),
+              "--steps", str(steps), *extra, name="host")
+    code = h.wait_for(r"room ([0-9A-Z]{4}-[0-9A-Z]{4}-[0-9A-Z]{2})").group(1)
+    return h, code
+
+
+def test_three_peers_train_to_the_reference_hash(server, peers):
+    ref = reference(20)
+    h, code = host(peers, server, 20, 2)
+    members = [peers(server, "--room", code, name=f"m{i}") for i in (1, 2)]
+    assert h.hash() == ref
+    for m in members:
+        assert m.hash() == ref
+
+
+def test_json_summary_lists_every_peer(server, peers):
+    h, code = host(peers, server, 20, 1, "--json")
+    m = peers(server, "--room", code, "--json", name="m1")
+    out = json.loads(m.finish()[1])
+    assert out["params_sha256"] == reference(20) and out["steps"] == 20
+    assert {p["kind"] for p in out["peers"]} == {"python"}
+    assert sum(p["micro_batches"] for p in out["peers"]) == 20 * 4
+    assert out["identity"]["engine"] == "1"
+    h.finish()
+
+
+def test_killed_peer_mid_run_keeps_the_hash(server, peers):
+    h, code = host(peers, server, LONG, 2)
+    m1 = peers(server, "--room", code, name="m1")
+    m2 = peers(server, "--room", code, name="m2")
+    m2.wait_for("joined run")
+    h.wait_for(r"train: +\d+%.*?\| *[1-9]\d*/")  # steps are being committed
+    m2.kill()
+    ref = reference(LONG)
+    assert h.hash() == ref
+    assert m1.hash() == ref
+    assert "left" in h.stderr()
+
+
+def test_host_leaves_mid_run_and_the_next_host_finishes(server, peers):
+    h, code = host(peers, server, LONG, 2)
+    m1 = peers(server, "--room", code, name="m1")
+    m1.wait_for("joined run")
+    m2 = peers(server, "--room", code, name="m2")
+    m2.wait_for("joined run")
+    m1.wait_for(r"train: +\d+%.*?\| *[1-9]\d*/")
+    h.kill()
+    ref = reference(LONG)
+    assert m1.hash() == ref
+    assert m2.hash() == ref
+    assert "coordinating the run from step" in m1.stderr() + m2.stderr()
+
+
+def test_late_joiner_syncs_and_ends_with_the_hash(server, peers):
+    h, code = host(peers, server, LONG, 1)
+    m1 = peers(server, "--room", code, name="m1")
+    h.wait_for(r"train: +\d+%.*?\| *[1-9]\d*/")
+    late = peers(server, "--room", code, name="late")
+    late.wait_for(r"synced to step [1-9]")
+    ref = reference(LONG)
+    assert late.hash() == ref
+    assert h.hash() == ref and m1.hash() == ref
+
+
+def test_other_engine_version_is_refused(server, peers):
+    h, code = host(peers, server, 20, 1)
+    odd = peers(server, "--room", code, "--engine-version", "999", name="odd")
+    rc, _ = odd.finish()
+    assert rc == 1
+    assert "engine version: 999 here, 1 in the run" in odd.stderr()
+    h.wait_for("refused the run")
+    good = peers(server, "--room", code, name="good")
+    assert good.hash() == h.hash() == reference(20)
+
+
+def test_other_lut_manifest_is_refused(server, peers, lut_copy):
+    """A peer whose tables differ (a relu entry changed, manifest rehashed: a valid but
+    different table set) is refused, naming the LUT manifest and its failed self-test."""
+    manifest = read_manifest(lut_copy)
+    tables = {}
+    for name, u in manifest["units"].items():
+        tables[name] = np.fromfile(lut_copy / u["file"], dtype=u["dtype"]).reshape(u["shape"])
+    tables["relu"][200] = 5
+    write_luts(tables, lut_copy, manifest.get("provenance"))
+    h, code = host(peers, server, 20, 1)
+    odd = peers(server, "--room", code, "--luts", str(lut_copy), name="odd")
+    rc, _ = odd.finish()
+    assert rc == 1
+    err = odd.stderr()
+    assert "LUT manifest:" in err and "self-test failed: relu unit" in err
+    assert "refused the run" in h.wait_for("refused the run.*").group(0)
+    good = peers(server, "--room", code, name="good")
+    assert good.hash() == h.hash() == reference(20)
