@@ -10,7 +10,7 @@
 // line port of daisychain/peer/run.py); Mesh is its shell: data channels, timers, compute.
 
 import { loadLuts, sha256Hex } from "./luts.js";
-import { loadDataset } from "./engine/data.js";
+import { loadDataset, parseDataset } from "./engine/data.js";
 import { Engine, initParams } from "./engine/model.js";
 import { CpuUnits, openPaths } from "./engine/paths.js";
 import { uniform, u32 } from "./engine/prng.js";
@@ -139,8 +139,8 @@ export class Mesh {
     this.computing = Promise.resolve();
     this.t0 = performance.now();
     this.W = null; // frames.js, loaded on first use
-    this.wire = import("./frames.js").then((m) => { this.W = m; }, (err) => {
-      console.error(`mesh: frames.js did not load (${err.message}); this tab cannot take part in runs`);
+    this.wire = import("./frames.js").catch(() => import("./meshframes.js")).then((m) => { this.W = m; }, (err) => {
+      console.error(`mesh: the frame module did not load (${err.message}); this tab cannot take part in runs`);
     });
     this.summary = { state: "idle" };
     bus.on("net:welcome", ({ id }) => this._enqueue(() => this._ensurePeer(id)));
@@ -190,17 +190,30 @@ export class Mesh {
     if (!W) return;
     let r = this.reassemblers.get(id);
     if (!r) this.reassemblers.set(id, (r = new W.Reassembler()));
-    let msg;
+    let m;
     try {
-      const m = r.feed(new Uint8Array(data));
-      if (!m) return;
-      msg = W.fromMessage(m, this.peer?.trainer ? this.peer.trainer.layout.size : null);
+      m = r.feed(new Uint8Array(data));
     } catch (err) {
       console.warn(`mesh: bad frame from ${id}: ${err.message}`);
       this.reassemblers.delete(id);
       return;
     }
-    this._enqueue(async () => (this.peer ? this.peer.receive(id, msg) : []));
+    if (!m) return;
+    this._enqueue(async () => {
+      if (!this.peer) return [];
+      if (m.runId && this.peer.runId && m.runId !== this.peer.runId && m.type !== 1) {
+        console.warn(`mesh: a message of run ${m.runId} from ${id}; ours is ${this.peer.runId}: ignored`);
+        return [];
+      }
+      let msg;
+      try {
+        msg = await W.fromMessage(m, this.peer.trainer ? this.peer.trainer.layout.size : null);
+      } catch (err) {
+        console.warn(`mesh: bad message from ${id}: ${err.message}`);
+        return [];
+      }
+      return this.peer.receive(id, msg);
+    });
   }
 
   async _perform(outs) {
@@ -219,6 +232,7 @@ export class Mesh {
         case "ended": await this._ended(o); break;
         case "failed": this.bus.emit("run:error", { message: o.reason }); break;
         case "joined": this._joined(); break;
+        case "dataBytes": this._dataBytes(o.data); break;
         default: console.error("mesh: unknown output", o);
       }
     }
@@ -264,6 +278,19 @@ export class Mesh {
         ds = await loadDataset(url);
       } catch (err) {
         console.warn(`mesh: ${url}: ${err.message}`);
+      }
+      this._enqueue(async () => this.peer.data(ds));
+    })();
+  }
+
+  _dataBytes(bytes) {
+    (async () => {
+      let ds = null;
+      try {
+        ds = parseDataset(bytes);
+        ds.fingerprint = await sha256Hex(bytes);
+      } catch (err) {
+        console.warn(`mesh: the coordinator's dataset did not parse: ${err.message}`);
       }
       this._enqueue(async () => this.peer.data(ds));
     })();
@@ -323,7 +350,7 @@ export class Mesh {
     const identity = runIdentity(spec, hyper, ds, this.device.luts);
     const id = await runId(identity);
     return this._enqueue(async () => {
-      const outs = await this.peer.host(trainer, identity, id, steps, this._now());
+      const outs = await this.peer.hostRun(trainer, identity, id, steps, this._now());
       this.summary = { state: "running", runId: id, steps, step: 0 };
       this._state("running", `training run ${id} (${task}, ${steps} steps)`);
       return outs;

@@ -35,7 +35,7 @@ class PeerLink {
     this.pendingCandidates = [];
     this.closed = false;
     this.waiters = [];
-    this.pc.onicecandidate = (ev) => net._signal(P.candidate(id, ev.candidate || null));
+    this.pc.onicecandidate = (ev) => { if (!this.closed) net._signal(P.candidate(id, ev.candidate || null)); };
     this.pc.onconnectionstatechange = () => {
       const state = this.pc.connectionState;
       console.log(`network: link to ${id}: ${state}`);
@@ -84,7 +84,7 @@ class PeerLink {
     this.channel = ch;
     ch.binaryType = "arraybuffer";
     ch.bufferedAmountLowThreshold = LOW_WATER;
-    ch.onopen = () => this.net.bus.emit("peer:open", { id: this.id });
+    ch.onopen = () => this._opened();
     ch.onclose = () => {
       this._wake();
       if (!this.closed) this.net._relink(this.id);
@@ -97,7 +97,13 @@ class PeerLink {
       }
       this.net.bus.emit("peer:message", { id: this.id, data: ev.data });
     };
-    if (ch.readyState === "open") this.net.bus.emit("peer:open", { id: this.id });
+    if (ch.readyState === "open") this._opened();
+  }
+
+  _opened() {
+    if (this.announced) return;
+    this.announced = true;
+    this.net.bus.emit("peer:open", { id: this.id });
   }
 
   get open() { return !this.closed && this.channel?.readyState === "open"; }

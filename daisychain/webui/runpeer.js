@@ -344,7 +344,7 @@ export class RunPeer {
   }
 
   /** This tab hosts a new run (the user pressed Start). */
-  async host(trainer, identity, runId, steps, now) {
+  async hostRun(trainer, identity, runId, steps, now) {
     this.now = now;
     this.trainer = trainer;
     this.identity = identity;
