@@ -22,6 +22,7 @@ const state = {
   requests: [],        // join requests (host only)
   links: {},           // peer id -> "open" | "closed" | connection state
   run: { state: "idle", step: 0, steps: null, loss: null, sha: null, runId: null, shares: {}, done: {}, accuracy: null },
+  refusals: [],        // {peer, message}: devices that declined the run, and why
   events: [],
 };
 window.__daisy = state;
@@ -269,6 +270,18 @@ bus.on("run:done", (s) => {
   event(s.text || "the run is done");
   renderRun();
 });
+bus.on("run:refused", ({ peer, message }) => {
+  const who = peer === state.id ? "you" : nameOf(peer);
+  const text = peer === state.id ? message : message.replace(peer, who);
+  state.refusals.push({ peer, message: text });
+  const li = document.createElement("li");
+  li.textContent = text;
+  $("refusals").appendChild(li);
+  $("refusals").hidden = false;
+  if (peer === state.id) showError("run-error", text);
+  event(text, "error");
+});
+bus.on("run:log", ({ text }) => event(text));
 bus.on("run:error", ({ message }) => {
   state.error = message;
   showError("run-error", message);

@@ -32,11 +32,11 @@ def reference(s: dict) -> dict:
 class DaisyPeer:
     """A real `daisy-peer` process joining a private room; its --json summary at the end."""
 
-    def __init__(self, server_url: str, code: str, name: str, capacity: float):
+    def __init__(self, server_url: str, code: str, name: str, capacity: float, extra=()):
         self.name = name
         self.proc = subprocess.Popen(
             [str(BIN / "daisy-peer"), "--server", server_url, "--room", code, "--name", name,
-             "--capacity", str(capacity), "--json", "--quiet"],
+             "--capacity", str(capacity), "--json", "--quiet", *extra],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
     def result(self, timeout: float = 240) -> dict:
@@ -135,3 +135,21 @@ def test_a_tab_leaving_mid_run_does_not_break_it(browser_cpu, tabs, peers, serve
     run = host.state("window.__daisy.run")
     assert run["sha"] == ref["params_sha256"] == r["params_sha256"]
     assert run["step"] == s["steps"]
+
+
+def test_a_peer_with_another_engine_version_is_refused_in_words(browser_cpu, tabs, peers, server_url):
+    s = dict(SETTINGS, steps=3, micro_batch=16)
+    host, code = _host_room(tabs, browser_cpu, "host-r")
+    odd = DaisyPeer(server_url, code, "py-odd", capacity=60, extra=["--engine-version", "999"])
+    peers.append(odd)
+    _approve_all(host, ["py-odd"])
+    host.wait("Object.values(window.__daisy.links).filter((s) => s === 'open').length === 1", 60_000)
+    _fill_settings(host, s)
+    host.page.click("#start")
+    host.wait("window.__daisy.refusals.length === 1", 120_000)
+    text = host.page.inner_text("#refusals")
+    assert "py-odd refused the run" in text and "engine version" in text, text
+    host.wait("window.__daisy.run.state === 'done'", 120_000)  # the run goes on without it
+    odd.proc.wait(60)
+    assert odd.proc.returncode != 0
+    assert "engine version" in odd.proc.stderr.read()
