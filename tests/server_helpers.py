@@ -26,11 +26,32 @@ def hello(name="dev", room="network", token=None, kind="cpu", capacity=1.0) -> p
     return p.Hello(name=name, kind=kind, capacity=capacity, room=room, token=token)
 
 
+def run_async(coro):
+    """asyncio.run(coro) in a fresh thread: immune to an event loop that another fixture
+    (e.g. a sync Playwright) keeps running in the main thread."""
+    import threading
+
+    box: dict = {}
+
+    def main():
+        try:
+            box["value"] = asyncio.run(coro)
+        except BaseException as exc:  # re-raised in the caller's thread
+            box["error"] = exc
+
+    t = threading.Thread(target=main, name="test-asyncio")
+    t.start()
+    t.join()
+    if "error" in box:
+        raise box["error"]
+    return box.get("value")
+
+
 def aio(fn):
     """Run an async test function in a fresh event loop (no pytest plugin needed)."""
     @functools.wraps(fn)
     def run(*args, **kw):
-        return asyncio.run(fn(*args, **kw))
+        return run_async(fn(*args, **kw))
     return run
 
 

@@ -21,7 +21,7 @@ import daisychain
 from daisychain.server.app import HUB_KEY, create_app
 from daisychain.server.config import ConfigError, ServerConfig
 
-from server_helpers import aio, running_server
+from server_helpers import run_async, aio, running_server
 
 
 @pytest.fixture
@@ -136,7 +136,7 @@ def test_cli_prints_url_and_stops_cleanly_on_ctrl_c():
         async def probe():
             async with aiohttp.ClientSession() as s, s.get(url + "healthz") as r:
                 return await r.json()
-        assert asyncio.run(probe())["ok"]
+        assert run_async(probe())["ok"]
         proc.send_signal(signal.SIGINT)
         assert proc.wait(timeout=30) == 0
     finally:
