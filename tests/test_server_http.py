@@ -3,7 +3,6 @@ no path traversal, /healthz, /ice-servers, extension points, and the CLI's clean
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import re
