@@ -1,5 +1,5 @@
 // The tab's part in a run: its self-test, and the run protocol of docs/MESH.md spoken over
-// the data channels of network.js, every byte through frames.js. No DOM: what happens is
+// the data channels of network.js, every byte through frames.js (docs/MESH.md). No DOM: what happens is
 // reported on the bus (run:state, run:step, run:done, run:error, run:refused).
 //
 //   const device = await selfTestDevice();            // {kind, reason, capacity, units, ...}
@@ -16,6 +16,7 @@ import { CpuUnits, openPaths } from "./engine/paths.js";
 import { uniform, u32 } from "./engine/prng.js";
 import { makeHyper, mlp, modelFor, ModelSpec } from "./engine/spec.js";
 import { gradLimit, paramsSha256, runId, runIdentity, Trainer } from "./engine/trainer.js";
+import * as W from "./frames.js";
 import { RunPeer } from "./runpeer.js";
 
 // -- self-test -----------------------------------------------------------------------------
@@ -138,10 +139,6 @@ export class Mesh {
     this.msgNo = 0;
     this.computing = Promise.resolve();
     this.t0 = performance.now();
-    this.W = null; // frames.js, loaded on first use
-    this.wire = import("./frames.js").catch(() => import("./meshframes.js")).then((m) => { this.W = m; }, (err) => {
-      console.error(`mesh: the frame module did not load (${err.message}); this tab cannot take part in runs`);
-    });
     this.summary = { state: "idle" };
     bus.on("net:welcome", ({ id }) => this._enqueue(() => this._ensurePeer(id)));
     bus.on("net:room", (room) => this._enqueue(async () => {
@@ -186,8 +183,6 @@ export class Mesh {
   }
 
   _onBytes(id, data) {
-    const W = this.W;
-    if (!W) return;
     let r = this.reassemblers.get(id);
     if (!r) this.reassemblers.set(id, (r = new W.Reassembler()));
     let m;
@@ -240,7 +235,6 @@ export class Mesh {
 
   _send(to, message) {
     const p = this.peer;
-    const W = this.W;
     let frames;
     try {
       frames = W.encode(message, p.runId, p.bounds, () => this.msgNo++);
