@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import io
 import pickle
-import zipfile
 
 import numpy as np
 import pytest

@@ -16,7 +16,7 @@ multiply-add, no pow: the bias corrections are running products)::
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 

@@ -10,7 +10,7 @@ the last layer is a ``linear`` whose output, dequantized, is the logits.
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 
 from daisychain.units.gemm import MAX_K
 

@@ -4,7 +4,7 @@ step schedule, the run identity, the fixed-point aggregation and the parameter h
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
