@@ -8,6 +8,7 @@ summary dict. Computes run in a worker thread, so the loop keeps the data channe
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import json
 import logging
@@ -31,6 +32,8 @@ from daisychain.units import load_luts
 
 log = logging.getLogger("daisychain.peer")
 TICK_S = 0.1
+#: one compute thread per process: numpy's BLAS is fastest when not called from many threads
+_COMPUTE = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="daisy-compute")
 
 
 @dataclass
@@ -267,7 +270,9 @@ class Node:
 
     async def _compute(self, c: R.Compute) -> None:
         t0 = time.perf_counter()
-        result = await asyncio.to_thread(R.contribute_at, self.run.trainer, c.theta, c.step, c.micro)
+        loop = asyncio.get_running_loop()
+        result = await loop.run_in_executor(_COMPUTE, R.contribute_at, self.run.trainer, c.theta,
+                                            c.step, c.micro)
         self.stats.compute_s += time.perf_counter() - t0
         if self.stats.first_contribution_s is None:
             self.stats.first_contribution_s = time.perf_counter() - self.stats.started
