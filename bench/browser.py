@@ -51,17 +51,8 @@ async ([shapes]) => {
 
 
 def _serve():
-    """The real server app plus /data/<task>.dcds, on 127.0.0.1:<random> in a thread."""
+    """The real server app (it serves /data/<task>.dcds), on 127.0.0.1:<random> in a thread."""
     app = create_app(ServerConfig(port=0))
-    if not any(getattr(r, "canonical", "").startswith("/data") for r in app.router.resources()):
-        blobs = {t: prepare_task(t).to_bytes() for t in TASKS}
-
-        async def data(request):
-            task = request.match_info["name"].removesuffix(".dcds")
-            if task not in blobs:
-                raise web.HTTPNotFound()
-            return web.Response(body=blobs[task], content_type="application/octet-stream")
-        app.router.add_get("/data/{name}", data)
     loop = asyncio.new_event_loop()
     threading.Thread(target=loop.run_forever, daemon=True).start()
 

@@ -12,4 +12,5 @@ exec unshare -n -- env DAISY_IN_NETNS=1 bash -c '
   ip addr add 10.77.0.2/24 dev dc1
   ip link set dc0 up
   ip link set dc1 up
+  ip route add default dev dc0  # Chromium gathers no ICE candidates without a default route
   exec "$@"' bash "$@"

@@ -229,7 +229,6 @@ def test_duplicate_and_late_contributions_are_ignored(rs, reference):
     seen = []
 
     def spy(sender, step, task, micro, *rest):
-        before = len(net.of(R.Committed, "p0"))
         out = orig(sender, step, task, micro, *rest)
         seen.append((sender, step, task))
         return out

@@ -146,3 +146,59 @@ def load_checkpoint(data: bytes, expected_identity: dict | None = None) -> Check
     if not all(isinstance(b, float) and math.isfinite(b) and 0 <= b <= 1 for b in (b1t, b2t)):
         raise CheckpointError("checkpoint bias-correction products are invalid")
     return Checkpoint(identity, step, theta, AdamState(m, v, astep, b1t, b2t), got)
+
+
+# --------------------------------------------------------------------------- state blob
+# The replica state as raw bytes, for pages that cannot write a .pt themselves:
+# b"DCSV", u32 LE header length, header JSON {"identity", "step", "b1t", "b2t",
+# "params_sha256"}, then theta, Adam m, Adam v: float64 little-endian, canonical order.
+
+STATE_MAGIC = b"DCSV"
+
+
+def encode_state(identity: dict, step: int, theta: np.ndarray, adam: AdamState) -> bytes:
+    import json
+    import struct
+
+    head = json.dumps({"identity": identity, "step": int(step), "b1t": float(adam.b1t),
+                       "b2t": float(adam.b2t), "params_sha256": params_sha256(theta)},
+                      sort_keys=True).encode()
+    arrays = [np.ascontiguousarray(a, "<f8").tobytes() for a in (theta, adam.m, adam.v)]
+    return b"".join([STATE_MAGIC, struct.pack("<I", len(head)), head, *arrays])
+
+
+def decode_state(data: bytes, expected_identity: dict | None = None) -> Checkpoint:
+    """Parse a state blob and check it like a checkpoint (model, finiteness, hash)."""
+    import json
+    import struct
+
+    if len(data) < 8 or data[:4] != STATE_MAGIC:
+        raise CheckpointError("not a DaisyChain state (bad magic)")
+    (n,) = struct.unpack_from("<I", data, 4)
+    try:
+        head = json.loads(data[8:8 + n])
+        identity = head["identity"]
+        spec = ModelSpec.from_json(identity["model"])
+    except (ValueError, KeyError, TypeError) as exc:
+        raise CheckpointError(f"state header is invalid: {exc}") from None
+    if expected_identity is not None:
+        diffs = identity_differences(expected_identity, identity)
+        if diffs:
+            raise CheckpointError("state belongs to another run: " + "; ".join(diffs))
+    size = ParamLayout(spec).size
+    body = data[8 + n:]
+    if len(body) != 3 * 8 * size:
+        raise CheckpointError(f"state holds {len(body)} bytes of tensors, the model needs {24 * size}")
+    theta, m, v = (np.frombuffer(body, "<f8", size, k * 8 * size).astype(np.float64) for k in range(3))
+    if not (np.all(np.isfinite(theta)) and np.all(np.isfinite(m)) and np.all(np.isfinite(v))):
+        raise CheckpointError("state holds non-finite values")
+    got = params_sha256(theta)
+    if head.get("params_sha256") != got:
+        raise CheckpointError(f"parameter hash mismatch: header says {head.get('params_sha256')!r}, "
+                              f"tensors hash to {got}")
+    step, b1t, b2t = head.get("step"), head.get("b1t"), head.get("b2t")
+    if not (isinstance(step, int) and 0 <= step < 2**40):
+        raise CheckpointError("state step is invalid")
+    if not all(isinstance(b, float) and math.isfinite(b) and 0 <= b <= 1 for b in (b1t, b2t)):
+        raise CheckpointError("state bias-correction products are invalid")
+    return Checkpoint(identity, step, theta, AdamState(m, v, step, b1t, b2t), got)

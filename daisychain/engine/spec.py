@@ -12,6 +12,8 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass
 
+import numpy as np
+
 from daisychain.units.gemm import MAX_K
 
 #: a linear's int32 accumulator holds K * 127 * 127 plus a bias clamped to 2**30
@@ -150,6 +152,19 @@ class Hyper:
     micro_batch: int = 16  #: samples per micro-batch; batch must be a multiple
     grad_frac_bits: int = 40  #: S: gradients cross the wire as floor(g * 2**S + 1/2)
     seed: int = 0
+
+    def __post_init__(self):
+        # floats are floats (a JSON 0 from a peer must not change the run id), ints are ints
+        for name in ("lr", "beta1", "beta2", "eps", "weight_decay"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, (int, float)):
+                raise SpecError(f"{name} must be a number, got {v!r}")
+            object.__setattr__(self, name, float(v))
+        for name in ("batch", "micro_batch", "grad_frac_bits", "seed"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
+                raise SpecError(f"{name} must be an integer, got {v!r}")
+            object.__setattr__(self, name, int(v))
 
     @property
     def n_micro(self) -> int:

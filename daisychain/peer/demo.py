@@ -30,10 +30,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 async def _serve(settings, port: int):
     from daisychain.server.app import create_app
     from daisychain.server.config import ServerConfig
-    from daisychain.server.data import data_routes
 
     app = create_app(ServerConfig(host="127.0.0.1", port=port),
-                     extra_routes=data_routes({settings.ds.task: settings.ds}))
+                     datasets={settings.ds.task: settings.ds})
     runner = web.AppRunner(app, handle_signals=False)
     await runner.setup()
     for p in (port, 0) if port else (0,):

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import contextlib
 import json
 import logging
 import sys
@@ -24,7 +23,7 @@ from daisychain.engine.spec import Hyper, ModelSpec
 from daisychain.engine.trainer import Trainer
 from daisychain.peer import frames as F
 from daisychain.peer import run as R
-from daisychain.peer.client import SignalingClient, SignalingError, http_url
+from daisychain.peer.client import SignalingClient, http_url
 from daisychain.peer.rtc import Mesh
 from daisychain.peer.selftest import selftest
 from daisychain.server import protocol as p

@@ -5,16 +5,17 @@ between sockets and the hub, runs its timers, and serves the package's files.
 
 Extending it (the data routes, the run) without touching this file::
 
-    app = create_app(config, extra_routes=[web.get("/data/{name}", handler)])
+    app = create_app(config, extra_routes=[web.get("/run/{name}", handler)])
     # or, before the app starts:
-    app.router.add_get("/data/{name}", handler)
+    app.router.add_get("/run/{name}", handler)
     app.cleanup_ctx.append(my_background_task)
 
     hub = request.app[HUB_KEY]          # the room registry
     who = hub.authenticate(token)       # PeerInfo of the device holding a reconnect token
 
 URL layout: ``/`` (index.html), ``/selftest``, ``/webui/<path>``, ``/shaders/<name>.wgsl``,
-``/luts/<file>``, ``/golden/<file>``, ``/healthz``, ``/ice-servers``, ``/ws``.
+``/luts/<file>``, ``/golden/<file>``, ``/healthz``, ``/ice-servers``, ``/ws``,
+``/data/<task>.dcds`` (training data), ``POST /checkpoint/export`` and ``/checkpoint/import``.
 """
 
 from __future__ import annotations
@@ -236,11 +237,18 @@ async def _close_sockets(app: web.Application) -> None:
 def create_app(config: ServerConfig | None = None, *,
                extra_routes: Iterable[web.AbstractRouteDef] = (),
                hub: Hub | None = None,
-               folders: dict[str, Path] | None = None) -> web.Application:
+               folders: dict[str, Path] | None = None,
+               datasets: dict | None = None) -> web.Application:
     """The server app. ``extra_routes`` (``web.get(...)`` etc.) are added after the built-in
     ones; the returned app is not started yet, so callers may add routes, ``cleanup_ctx`` and
     ``on_shutdown`` entries of their own. ``folders`` replaces package folders (``webui``,
-    ``shaders``, ``luts``, ``golden``) by other directories, e.g. in tests."""
+    ``shaders``, ``luts``, ``golden``) by other directories, e.g. in tests. ``datasets``
+    ({task: Dataset}) are served at ``/data/<task>.dcds`` as they are; other known tasks are
+    prepared with their defaults on first request (``daisychain.server.data``). The
+    checkpoint conversions (``daisychain.server.checkpoints``) are always there."""
+    from .checkpoints import checkpoint_routes
+    from .data import data_routes
+
     config = config or ServerConfig()
     app = web.Application(client_max_size=1 << 20)
     app[CONFIG_KEY] = config
@@ -260,6 +268,7 @@ def create_app(config: ServerConfig | None = None, *,
         web.get("/ice-servers", _ice_servers),
         web.get("/ws", _ws),
     ])
+    app.add_routes(data_routes(datasets) + checkpoint_routes())
     app.add_routes(list(extra_routes))
     app.cleanup_ctx.append(_timers)
     app.on_shutdown.append(_close_sockets)

@@ -2,7 +2,7 @@
 (``docs/ENGINE.md``, "Data"); the peer checks their SHA-256 against the run's dataset
 fingerprint before it trains.
 
-Registered through ``create_app(config, extra_routes=data_routes(...))``. A dataset given
+Registered by ``create_app`` (its ``datasets`` argument). A dataset given
 to :func:`data_routes` (e.g. the demo's, or a host's ``--data`` file) is served as is; any
 other task of ``daisychain.engine.data.TASKS`` is prepared on first request with its default
 source. ``?fingerprint=<hex>`` asks for a particular dataset: 404 when this server has none

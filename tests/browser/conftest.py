@@ -2,7 +2,8 @@
 
 The server is ``daisychain.server.app.create_app`` on 127.0.0.1 with a random port
 (``/selftest``, ``/webui/<path>``, ``/shaders/<name>.wgsl``, ``/luts/<file>``,
-``/golden/<file>``, and ``/data/<task>.dcds``, added here until the server serves it). Chromium is the system one (``/usr/bin/chromium``, never ``playwright install``);
+``/golden/<file>``, ``/data/<task>.dcds``). Chromium is the system one
+(``/usr/bin/chromium``, never ``playwright install``);
 every page forwards ``console`` and ``pageerror`` into the test log, and tests wait for the
 page's explicit ready marker (``window.__selftestDone``) before reading ``#result``.
 
@@ -37,29 +38,8 @@ BASE_ARGS = [
 WEBGPU_ARGS = ["--enable-unsafe-webgpu"]
 
 
-def _dataset_route(app: web.Application) -> None:
-    """Serve ``/data/<task>.dcds`` (docs/ENGINE.md, "Data") unless the server already does."""
-    if any(getattr(r, "canonical", "").startswith("/data") for r in app.router.resources()):
-        return
-    from daisychain.engine.data import TASKS, prepare_task
-
-    cache: dict[str, bytes] = {}
-
-    async def dataset(request: web.Request) -> web.Response:
-        name = request.match_info["name"]
-        task = name[:-5] if name.endswith(".dcds") else None
-        if task not in TASKS:
-            raise web.HTTPNotFound(text=f"no dataset {name}")
-        if task not in cache:
-            cache[task] = prepare_task(task).to_bytes()
-        return web.Response(body=cache[task], content_type="application/octet-stream")
-
-    app.router.add_get("/data/{name}", dataset)
-
-
 def _app() -> web.Application:
     app = create_app(ServerConfig(port=0))
-    _dataset_route(app)
     return app
 
 

@@ -43,26 +43,6 @@ BASE_ARGS = ["--no-sandbox", "--disable-background-networking", "--disable-compo
 OUR_DISABLED = ["WebRtcHideLocalIpsWithMdns"]
 
 
-def dataset_route(app: web.Application) -> None:
-    """``/data/<task>.dcds`` (docs/ENGINE.md, "Data"), unless the server already serves it."""
-    if any(getattr(r, "canonical", "").startswith("/data") for r in app.router.resources()):
-        return
-    from daisychain.engine.data import TASKS, prepare_task
-
-    cache: dict[str, bytes] = {}
-
-    async def dataset(request: web.Request) -> web.Response:
-        name = request.match_info["name"]
-        task = name[:-5] if name.endswith(".dcds") else None
-        if task not in TASKS:
-            raise web.HTTPNotFound(text=f"no dataset {name}")
-        if task not in cache:
-            cache[task] = prepare_task(task).to_bytes()
-        return web.Response(body=cache[task], content_type="application/octet-stream")
-
-    app.router.add_get("/data/{name}", dataset)
-
-
 class Server:
     """The app on its own event loop in a thread, on 127.0.0.1:<random> (a secure context)."""
 
@@ -103,7 +83,6 @@ def netns_route():
 @pytest.fixture(scope="package")
 def server():
     app = create_app(ServerConfig(port=0, grace_s=2.0, tick_s=0.2))
-    dataset_route(app)
     srv = Server(app).start()
     yield srv
     srv.stop()

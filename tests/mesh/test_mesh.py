@@ -30,8 +30,7 @@ from daisychain.engine.cli import train
 from daisychain.engine.settings import add_run_arguments, settings_from_args
 from daisychain.server.app import create_app
 from daisychain.server.config import ServerConfig
-from daisychain.server.data import data_routes
-from daisychain.units.luts import build_manifest, read_manifest, write_luts
+from daisychain.units.luts import read_manifest, write_luts
 
 ROOT = Path(__file__).resolve().parents[2]
 PEER = [sys.executable, "-c", "import sys; from daisychain.peer.cli import main; sys.exit(main())"]
@@ -56,8 +55,7 @@ def server():
         box["loop"] = loop
 
         async def up():
-            app = create_app(ServerConfig(host="127.0.0.1", port=0, grace_s=0.5, tick_s=0.1),
-                             extra_routes=data_routes())
+            app = create_app(ServerConfig(host="127.0.0.1", port=0, grace_s=0.5, tick_s=0.1))
             runner = web.AppRunner(app, handle_signals=False)
             await runner.setup()
             site = web.TCPSite(runner, "127.0.0.1", 0)
