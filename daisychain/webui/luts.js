@@ -1,9 +1,11 @@
 // The unit tables in the browser: load /luts/manifest.json, fetch every table, check each
-// SHA-256 (crypto.subtle) and the manifest's own manifest_sha256, exactly as
+// SHA-256 (crypto.subtle, or sha256.js outside a secure context) and the manifest's own manifest_sha256, exactly as
 // daisychain/units/luts.py defines them. A mismatch is refused with the file named.
 //
 // manifest_sha256 = SHA-256 of the UTF-8 text made of one line per unit, sorted by name:
 //   "<name> <file> <dtype> <shape joined by x> <sha256>\n"
+
+import { sha256Bytes } from "./sha256.js";
 
 export const DTYPE = "<i4";
 export const UNIT_SHAPE = { mul: [65536], relu: [256], requantize: [65536] };
@@ -17,11 +19,13 @@ export class LutError extends Error {
 
 const HEX = Array.from({ length: 256 }, (_, i) => i.toString(16).padStart(2, "0"));
 
-/** SHA-256 of bytes (ArrayBuffer or a typed array view) as lowercase hex. */
+/** SHA-256 of bytes (ArrayBuffer or a typed array view) as lowercase hex: crypto.subtle
+ * where the page has it, the plain-JS sha256.js outside a secure context (same digest). */
 export async function sha256Hex(bytes) {
   const view = bytes instanceof ArrayBuffer ? new Uint8Array(bytes)
     : new Uint8Array(bytes.buffer, bytes.byteOffset, bytes.byteLength);
-  const digest = new Uint8Array(await crypto.subtle.digest("SHA-256", view));
+  const subtle = globalThis.crypto && globalThis.crypto.subtle;
+  const digest = subtle ? new Uint8Array(await subtle.digest("SHA-256", view)) : sha256Bytes(view);
   let s = "";
   for (const b of digest) s += HEX[b];
   return s;

@@ -15,6 +15,7 @@ disabling); if one is ever needed, merge it with Playwright's via ``ignore_defau
 from __future__ import annotations
 
 import asyncio
+import os
 import threading
 from pathlib import Path
 
@@ -44,10 +45,11 @@ def _app() -> web.Application:
 
 
 class _Server:
-    """An aiohttp app on its own event loop in a thread, bound to 127.0.0.1:<random>."""
+    """An aiohttp app on its own event loop in a thread, bound to <host>:<random>."""
 
-    def __init__(self, app: web.Application):
+    def __init__(self, app: web.Application, host: str = "127.0.0.1"):
         self.app = app
+        self.host = host
         self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
         self.url = ""
@@ -60,10 +62,10 @@ class _Server:
     async def _start(self) -> str:
         self.runner = web.AppRunner(self.app)
         await self.runner.setup()
-        site = web.TCPSite(self.runner, "127.0.0.1", 0)
+        site = web.TCPSite(self.runner, self.host, 0)
         await site.start()
         port = site._server.sockets[0].getsockname()[1]
-        return f"http://127.0.0.1:{port}"
+        return f"http://{self.host}:{port}"
 
     def stop(self) -> None:
         asyncio.run_coroutine_threadsafe(self.runner.cleanup(), self.loop).result(30)
@@ -74,6 +76,18 @@ class _Server:
 @pytest.fixture(scope="session")
 def server_url():
     server = _Server(_app()).start()
+    yield server.url
+    server.stop()
+
+
+@pytest.fixture(scope="module")
+def lan_server_url():
+    """The server on the private namespace's veth address: a page from there is NOT a secure
+    context (no crypto.subtle, no WebGPU), like a LAN device opening http://192.168.x.y."""
+    if os.environ.get("DAISY_IN_NETNS") != "1":
+        pytest.skip("needs the private network namespace: run through scripts/in-netns.sh "
+                    "(scripts/test.sh does)")
+    server = _Server(_app(), host="10.77.0.1").start()
     yield server.url
     server.stop()
 
