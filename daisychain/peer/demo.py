@@ -2,7 +2,9 @@
 the run together over WebRTC; a browser tab can join the same room live.
 
 Every connection of the demo's own peers stays on loopback (they gather only 127.0.0.1
-candidates), so it runs on a machine with no network and exposes nothing. It ends with the
+candidates), so it runs on a machine with no network and exposes nothing. Browsers never use
+loopback for WebRTC, so for a tab to join, ``--lan`` lets the peers gather this machine's
+other interfaces too (the server still listens on 127.0.0.1 only). It ends with the
 accuracy and ``params-sha256: <hex>``, equal to ``daisychain train`` with the same settings.
 """
 
@@ -22,6 +24,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--peers", type=int, default=3, help="headless peers to start (default 3)")
     p.add_argument("--port", type=int, default=8787,
                    help="server port on 127.0.0.1 (default 8787; 0: any free port)")
+    p.add_argument("--lan", action="store_true",
+                   help="let the peers use this machine's network interfaces for WebRTC so a "
+                        "browser tab can join (default: loopback only, which browsers never use)")
     p.add_argument("--json", action="store_true", help="print one JSON summary at the end")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     add_run_arguments(p)
@@ -51,7 +56,8 @@ async def demo(args, settings) -> dict:
     from daisychain.peer.progress import Progress
     from daisychain.peer.rtc import use_loopback_only
 
-    use_loopback_only()
+    if not args.lan:
+        use_loopback_only()
     runner, port = await _serve(settings, args.port)
     base = f"http://127.0.0.1:{port}"
     progress = Progress(enabled=not (args.quiet or args.json), steps=settings.steps, desc="demo")
@@ -67,8 +73,10 @@ async def demo(args, settings) -> dict:
     tasks = [asyncio.ensure_future(host.main())]
     try:
         code = await asyncio.wait_for(asyncio.shield(code_known), 30)
-        progress.write(f"DaisyChain demo: {args.peers} peers in room {code}. "
-                       f"Join from a browser on this machine: {base}/?room={code}")
+        join = (f"Join from a browser on this machine: {base}/?room={code}" if args.lan else
+                f"To let a browser tab join ({base}/?room={code}), run the demo with --lan: "
+                f"browsers do not use loopback for WebRTC")
+        progress.write(f"DaisyChain demo: {args.peers} peers in room {code}. {join}")
         for i in range(2, args.peers + 1):
             node = Node(NodeOptions(server=base, room=code, name=f"demo-peer-{i}"))
             tasks.append(asyncio.ensure_future(node.main()))
