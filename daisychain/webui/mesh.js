@@ -10,80 +10,15 @@
 // line port of daisychain/peer/run.py); Mesh is its shell: data channels, timers, compute.
 
 import { loadLuts, sha256Hex } from "./luts.js";
+import { goldenFailure, microBatchRate } from "./engine/conformance.js";
 import { loadDataset, parseDataset } from "./engine/data.js";
-import { Engine, initParams } from "./engine/model.js";
-import { CpuUnits, openPaths } from "./engine/paths.js";
-import { uniform, u32 } from "./engine/prng.js";
-import { makeHyper, mlp, modelFor, ModelSpec } from "./engine/spec.js";
-import { gradLimit, paramsSha256, runId, runIdentity, Trainer } from "./engine/trainer.js";
+import { openPaths } from "./engine/paths.js";
+import { makeHyper, modelFor, ModelSpec } from "./engine/spec.js";
+import { paramsSha256, runId, runIdentity, Trainer } from "./engine/trainer.js";
 import * as W from "./frames.js";
 import { RunPeer } from "./runpeer.js";
 
 // -- self-test -----------------------------------------------------------------------------
-
-async function sameInts(got, want) {
-  if (want.length !== got.length) return `length ${got.length} != ${want.length}`;
-  for (let i = 0; i < got.length; i++) if (got[i] !== want[i]) return `element ${i}: ${got[i]} != ${want[i]}`;
-  return null;
-}
-
-/** The golden unit vectors (/golden/units.json) through one path: null, or what failed. */
-export async function goldenFailure(units, golden) {
-  try {
-    let f = await sameInts(await units.mul(Int8Array.from(golden.mul.a), Int8Array.from(golden.mul.b)), golden.mul.out);
-    if (f) return `mul: ${f}`;
-    f = await sameInts(await units.relu(Int8Array.from(golden.relu.x)), golden.relu.out);
-    if (f) return `relu: ${f}`;
-    const { acc, shift, out } = golden.requantize;
-    for (let s = 0; s <= 31; s++) {
-      const idx = [];
-      for (let i = 0; i < shift.length; i++) if (shift[i] === s) idx.push(i);
-      if (!idx.length) continue;
-      const res = await units.requantize(Int32Array.from(idx, (i) => acc[i]), s);
-      f = await sameInts(res, idx.map((i) => out[i]));
-      if (f) return `requantize (shift ${s}): ${f}`;
-    }
-    for (const g of golden.gemm) {
-      const a = g.a ? Int8Array.from(g.a) : new Int8Array(g.m * g.k).fill(g.a_fill);
-      const b = g.b ? Int8Array.from(g.b) : new Int8Array(g.k * g.n).fill(g.b_fill);
-      const got = await units.gemm(a, b, { m: g.m, k: g.k, n: g.n });
-      if (g.out) {
-        f = await sameInts(got, g.out);
-      } else {
-        const bytes = new Uint8Array(got.length * 4);
-        const dv = new DataView(bytes.buffer);
-        got.forEach((v, i) => dv.setInt32(4 * i, v, true));
-        const sha = await sha256Hex(bytes);
-        f = sha === g.out_sha256 ? null : `SHA-256 ${sha.slice(0, 12)}… differs`;
-      }
-      if (f) return `gemm ${g.name}: ${f}`;
-    }
-  } catch (err) {
-    return `${err.name}: ${err.message}`;
-  }
-  return null;
-}
-
-/** Micro-batches per second of a path on the default digits model (synthetic samples). */
-export async function microBatchRate(units, minMs = 300) {
-  const spec = mlp(64, 128, 10);
-  const hp = makeHyper();
-  const engine = new Engine(spec, units);
-  const theta = initParams(spec, 1);
-  const b = hp.micro_batch;
-  const x = uniform(1, 99, b * 64).map((v) => Math.floor(v * 17));
-  const y = Int32Array.from(u32(1, 98, b), (v) => v % 10);
-  const total = new Float64Array(theta.length);
-  const run = () => engine.gradInto(total, theta, x, y, b, hp.grad_frac_bits, gradLimit(hp));
-  await run();
-  let runs = 0;
-  const t0 = performance.now();
-  while (performance.now() - t0 < minMs || runs < 2) {
-    await run();
-    runs++;
-  }
-  return runs / ((performance.now() - t0) / 1000);
-}
 
 /**
  * Test this device: tables through the manifest, golden vectors on the WebGPU path and the

@@ -8,10 +8,10 @@
 //
 // A path that fails any vector, or whose GPU errors, is disabled and the reason shown.
 
-import { int32LeBytes, loadLuts, sha256Hex } from "/webui/luts.js";
+import { loadLuts } from "/webui/luts.js";
 import { CpuUnits, openPaths } from "/webui/engine/paths.js";
 import { loadDataset } from "/webui/engine/data.js";
-import { gemmRate, microBatchRate } from "/webui/engine/rates.js";
+import { gemmRate, microBatchRate, runGolden } from "/webui/engine/conformance.js";
 import { makeHyper, modelFor } from "/webui/engine/spec.js";
 import { runId, runIdentity, Trainer } from "/webui/engine/trainer.js";
 import { GpuError } from "/webui/gpu.js";
@@ -27,84 +27,6 @@ async function fetchJson(url) {
   const resp = await fetch(url, { cache: "no-store" });
   if (!resp.ok) throw new Error(`${url}: HTTP ${resp.status}`);
   return resp.json();
-}
-
-/** Compare got (Int32Array) with the golden: SHA-256 of the int32 LE bytes, and elements. */
-async function compare(got, wantOut, wantSha) {
-  const sha = await sha256Hex(int32LeBytes(got));
-  const res = { pass: true, sha256: sha };
-  if (wantSha && sha !== wantSha) {
-    res.pass = false;
-    res.detail = `SHA-256 ${sha} != golden ${wantSha}`;
-  }
-  if (wantOut) {
-    if (wantOut.length !== got.length) {
-      return { ...res, pass: false, detail: `length ${got.length} != golden ${wantOut.length}` };
-    }
-    for (let i = 0; i < got.length; i++) {
-      if (got[i] !== wantOut[i]) {
-        return { ...res, pass: false, detail: `element ${i}: got ${got[i]}, golden ${wantOut[i]}` };
-      }
-    }
-  }
-  return res;
-}
-
-function matrix(values, fill, len) {
-  return values ? Int8Array.from(values) : new Int8Array(len).fill(fill);
-}
-
-/** Run every vector set through one path; returns {pass, sets, failures}. */
-export async function runGolden(units, golden) {
-  const sets = {};
-  const failures = [];
-  const record = (set, name, res) => {
-    if (!res.pass) failures.push(`${set}${name ? ` ${name}` : ""}: ${res.detail}`);
-  };
-  const guarded = async (set, name, fn) => {
-    try {
-      return await fn();
-    } catch (err) {
-      return { pass: false, detail: `${err.name}: ${err.message}` };
-    }
-  };
-
-  let r = await guarded("mul", "", async () => compare(
-    await units.mul(Int8Array.from(golden.mul.a), Int8Array.from(golden.mul.b)), golden.mul.out));
-  record("mul", "", r);
-  sets.mul = { pass: r.pass, count: golden.mul.out.length, detail: r.detail || null };
-
-  r = await guarded("relu", "", async () => compare(await units.relu(Int8Array.from(golden.relu.x)), golden.relu.out));
-  record("relu", "", r);
-  sets.relu = { pass: r.pass, count: golden.relu.out.length, detail: r.detail || null };
-
-  r = await guarded("requantize", "", async () => {
-    const { acc, shift, out } = golden.requantize;
-    const got = new Int32Array(acc.length).fill(0x7fffffff);
-    for (let s = 0; s <= 31; s++) {
-      const idx = [];
-      for (let i = 0; i < shift.length; i++) if (shift[i] === s) idx.push(i);
-      if (!idx.length) continue;
-      const res = await units.requantize(Int32Array.from(idx, (i) => acc[i]), s);
-      idx.forEach((i, j) => { got[i] = res[j]; });
-    }
-    return compare(got, out);
-  });
-  record("requantize", "", r);
-  sets.requantize = { pass: r.pass, count: golden.requantize.out.length, detail: r.detail || null };
-
-  const cases = {};
-  for (const g of golden.gemm) {
-    r = await guarded("gemm", g.name, async () => {
-      const a = matrix(g.a, g.a_fill, g.m * g.k);
-      const b = matrix(g.b, g.b_fill, g.k * g.n);
-      return compare(await units.gemm(a, b, { m: g.m, k: g.k, n: g.n }), g.out, g.out_sha256);
-    });
-    record("gemm", g.name, r);
-    cases[g.name] = { pass: r.pass, detail: r.detail || null };
-  }
-  sets.gemm = { pass: Object.values(cases).every((c) => c.pass), cases };
-  return { pass: failures.length === 0, sets, failures };
 }
 
 const CLI_FLAGS = { // query parameter -> [Hyper field or setting, parser]
