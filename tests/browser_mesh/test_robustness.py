@@ -1,0 +1,225 @@
+"""Mixed rooms under failure: a daisy-peer hosts and tabs join by the room code; the host tab
+leaves mid-run; a tab joins late; the text task; the signaling server dies mid-run. Every
+replica must end with the params-sha256 of `daisychain train` with the same settings.
+
+Small models (hidden 32, micro-batch 2) and capacity hints on the daisy-peers, so that slow
+SwiftShader tabs still get shares. No timing is asserted: a leave, a join or a kill happens
+after the run is seen under way.
+
+    scripts/in-netns.sh .venv/bin/python -m pytest tests/browser_mesh/test_robustness.py -q
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from mesh_helpers import log, needs_netns
+
+pytestmark = [pytest.mark.browser, pytest.mark.mesh, needs_netns]
+
+BIN = Path(sys.executable).parent
+ROOM_OF = "window.__daisy.room"
+RUN_OF = "window.__daisy.run"
+DIGITS = dict(task="digits", steps=20, seed=5, batch=64, micro_batch=2, lr=0.003, hidden=32)
+
+
+def flags(s: dict) -> list[str]:
+    return ["--task", s["task"], "--steps", str(s["steps"]), "--seed", str(s["seed"]),
+            "--batch", str(s["batch"]), "--micro-batch", str(s["micro_batch"]),
+            "--lr", str(s["lr"]), "--hidden", str(s["hidden"])]
+
+
+def reference(s: dict) -> dict:
+    proc = subprocess.run([str(BIN / "daisychain"), "train", *flags(s), "--json"],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)
+
+
+class DaisyPeer:
+    """A `daisy-peer` process (stderr to a file, so a test can wait on what it says)."""
+
+    def __init__(self, server_url: str, name: str, *args: str, capacity: float = 60,
+                 progress: bool = False):
+        """progress: the progress line on stderr (to wait on steps) instead of --json."""
+        self.name = name
+        self.progress = progress
+        tmp = Path(os.environ.get("TMPDIR", "/tmp"))
+        self.err_path = tmp / f"dc-robust-{os.getpid()}-{name}-{time.time_ns()}.err"
+        self.err = open(self.err_path, "w")
+        self.proc = subprocess.Popen(
+            [str(BIN / "daisy-peer"), "--server", server_url, "--name", name,
+             "--capacity", str(capacity), *([] if progress else ["--json"]), *args],
+            stdout=subprocess.PIPE, stderr=self.err, text=True)
+
+    def stderr(self) -> str:
+        return self.err_path.read_text()
+
+    def wait_for(self, pattern: str, timeout: float = 120) -> re.Match:
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            m = re.search(pattern, self.stderr())
+            if m:
+                return m
+            if self.proc.poll() is not None:
+                break
+            time.sleep(0.05)
+        raise AssertionError(f"{self.name}: no {pattern!r} in:\n{self.stderr()[-3000:]}")
+
+    def result(self, timeout: float = 240) -> dict:
+        try:
+            out, _ = self.proc.communicate(timeout=timeout)
+        finally:
+            for line in self.stderr().splitlines():
+                log.info("[%s] %s", self.name, line)
+        assert self.proc.returncode == 0, f"{self.name} exited {self.proc.returncode}: {self.stderr()[-3000:]}"
+        if self.progress:
+            m = re.search(r"^params-sha256: ([0-9a-f]{64})$", out, re.M)
+            assert m, out
+            return {"params_sha256": m.group(1), "agreed": "WARNING: this replica" not in self.stderr()}
+        return json.loads(out.strip().splitlines()[-1])
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(10)
+        self.err.close()
+
+
+@pytest.fixture
+def peers():
+    made: list[DaisyPeer] = []
+
+    def make(server_url, name, *args, **kw) -> DaisyPeer:
+        p = DaisyPeer(server_url, name, *args, **kw)
+        made.append(p)
+        return p
+    yield make
+    for p in made:
+        p.kill()
+
+
+def py_host(peers, server_url, s: dict, wait: int, name="py-host", **kw):
+    h = peers(server_url, name, "--create-room", "--approve", "all", "--wait-peers", str(wait),
+              *flags(s), **kw)
+    code = h.wait_for(r"room ([0-9A-Z]{4}-[0-9A-Z]{4}-[0-9A-Z]{2})").group(1)
+    return h, code
+
+
+def tab_host(tabs, browser, name):
+    host = tabs(browser, name).open("create=1")
+    host.wait(f"{ROOM_OF} && {ROOM_OF}.room === 'private' && {ROOM_OF}.isHost")
+    return host, host.state(f"{ROOM_OF}.code")
+
+
+def approve(host, names: list[str]) -> None:
+    for name in names:
+        sel = f"#approvals li[data-peer]:has-text('{name}') button.approve"
+        host.page.wait_for_selector(sel, timeout=120_000)
+        host.page.click(sel)
+
+
+def open_links(n: int) -> str:
+    return f"Object.values(window.__daisy.links).filter((s) => s === 'open').length >= {n}"
+
+
+def fill_settings(host, s: dict) -> None:
+    form = "#settings"
+    host.page.select_option(f"{form} select[name=task]", s["task"])
+    for key in ("steps", "seed", "batch", "micro_batch", "lr", "hidden"):
+        host.page.fill(f"{form} input[name={key}]", str(s[key]))
+
+
+def tab_done(tab, want: str, steps: int, timeout_ms=240_000) -> dict:
+    tab.wait(f"{RUN_OF}.state === 'done'", timeout_ms)
+    run = tab.state(RUN_OF)
+    assert run["sha"] == want, f"{tab.name}: {run['sha']} != reference {want}"
+    assert run["agreed"] is True and run["step"] == steps, run
+    return run
+
+
+@pytest.mark.parametrize("task", ["digits", "text"])
+def test_daisy_peer_hosts_and_tabs_join_by_code(task, browser_webgpu, browser_cpu, tabs, peers,
+                                                server_url):
+    """Scenario 1 (and the text task, scenario 4): the room and the run belong to a
+    daisy-peer; a WebGPU tab and a CPU tab join by the code, are approved by the peer's
+    policy, and train with it."""
+    s = dict(DIGITS, task=task)
+    ref = reference(s)
+    host, code = py_host(peers, server_url, s, wait=2)
+    gpu = tabs(browser_webgpu, "gpu-tab").open(f"room={code}")
+    cpu = tabs(browser_cpu, "cpu-tab").open(f"room={code}")
+    for t in (gpu, cpu):
+        tab_done(t, ref["params_sha256"], s["steps"])
+    r = host.result()
+    assert r["params_sha256"] == ref["params_sha256"] and r["run_id"] == ref["run_id"]
+    kinds = {p["kind"]: p["micro_batches"] for p in r["peers"]}
+    assert {"webgpu", "cpu", "python"} <= set(kinds), kinds
+    assert sum(kinds.values()) == s["steps"] * s["batch"] // s["micro_batch"]
+
+
+@pytest.mark.parametrize("successor", ["tab", "daisy-peer"])
+def test_host_tab_closes_mid_run_and_the_next_member_finishes(
+        successor, browser_webgpu, browser_cpu, tabs, peers, server_url):
+    """Scenario 2: the host tab goes away mid-run; the server names the next member (the
+    one approved first: a CPU tab, or a daisy-peer) host, it coordinates from the step its
+    replica holds, and everyone left ends with the reference hash."""
+    s = dict(DIGITS, steps=40, seed=6)
+    ref = reference(s)
+    host, code = tab_host(tabs, browser_webgpu, "gpu-host")
+    cpu = tabs(browser_cpu, "cpu-tab").open(f"room={code}")
+    if successor == "tab":
+        approve(host, ["cpu-tab"])
+        host.wait(f"{ROOM_OF}.members.length === 2")
+        py = peers(server_url, "py", "--room", code)
+        approve(host, ["py"])
+    else:
+        py = peers(server_url, "py", "--room", code)
+        approve(host, ["py"])
+        host.wait(f"{ROOM_OF}.members.length === 2")
+        approve(host, ["cpu-tab"])
+    host.wait(f"{ROOM_OF}.members.length === 3")
+    host.wait(open_links(2), 60_000)
+    cpu.wait(open_links(2), 60_000)
+    fill_settings(host, s)
+    host.page.click("#start")
+    cpu.wait(f"{RUN_OF}.step >= 5", 120_000)
+    host.close()  # the host tab goes away in the middle of the run
+    tab_done(cpu, ref["params_sha256"], s["steps"])
+    r = py.result()
+    assert r["params_sha256"] == ref["params_sha256"] and r["agreed"], r
+    if successor == "tab":  # (a daisy-peer with --json keeps its log lines to itself)
+        said = "\n".join(cpu.state("window.__daisy.events"))
+        assert "coordinating the run from step" in said, said[-3000:]
+
+
+def test_tab_joins_late_syncs_and_contributes(browser_cpu, tabs, peers, server_url):
+    """Scenario 3: a tab joins a running room (two daisy-peers) after step k: it gets the
+    coordinator's state (hash-checked), takes work from the next step, ends on the hash."""
+    s = dict(DIGITS, steps=150, seed=7)
+    ref = reference(s)
+    host, code = py_host(peers, server_url, s, wait=1, progress=True)
+    member = peers(server_url, "py-member", "--room", code)
+    late = tabs(browser_cpu, "late-tab").open()  # self-test done, waiting in its network room
+    late.wait(f"{ROOM_OF} && {ROOM_OF}.room === 'network'")
+    host.wait_for(r"train: +\d+%.*?\| *[3-9]\d*/|train: +\d+%.*?\| *\d\d+/", 120)
+    late.page.fill("#join-code", code)
+    late.page.click("#join-room")
+    late.wait(f"{RUN_OF}.state === 'done'", 240_000)
+    run = tab_done(late, ref["params_sha256"], s["steps"])
+    events = "\n".join(late.state("window.__daisy.events"))
+    m = re.search(r"synced to step (\d+)", events)
+    assert m and int(m.group(1)) > 0, events[-3000:]
+    assert run["done"].get(late.id, 0) > 0, run["done"]  # it contributed after joining
+    for p in (host, member):
+        r = p.result()
+        assert r["params_sha256"] == ref["params_sha256"] and r["agreed"], r
