@@ -41,13 +41,16 @@ class SignalingClient:
         self.ws: aiohttp.ClientWebSocketResponse | None = None
         self.welcome: p.Welcome | None = None
 
-    async def connect(self, name: str, kind: str, capacity: float, room: str) -> p.Welcome:
+    async def connect(self, name: str, kind: str, capacity: float, room: str,
+                      token: str | None = None) -> p.Welcome:
+        """``token``: resume the identity of an earlier connection (``welcome.resumed``)."""
         try:
             self.ws = await self.session.ws_connect(ws_url(self.server), heartbeat=15)
         except (aiohttp.ClientError, OSError) as exc:
             raise SignalingError(f"cannot reach the server at {self.server}: {exc}") from None
         await self.send(p.Hello(name=name[:p.MAX_NAME_CHARS], kind=kind,
-                                capacity=min(float(capacity), p.MAX_CAPACITY), room=room))
+                                capacity=min(float(capacity), p.MAX_CAPACITY), room=room,
+                                token=token))
         msg = await self.recv()
         if isinstance(msg, p.Error):
             raise SignalingError(f"the server refused us: {msg.message}")

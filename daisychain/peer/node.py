@@ -23,7 +23,7 @@ from daisychain.engine.spec import Hyper, ModelSpec
 from daisychain.engine.trainer import Trainer
 from daisychain.peer import frames as F
 from daisychain.peer import run as R
-from daisychain.peer.client import SignalingClient, http_url
+from daisychain.peer.client import SignalingClient, SignalingError, http_url
 from daisychain.peer.rtc import Mesh
 from daisychain.peer.selftest import selftest
 from daisychain.server import protocol as p
@@ -31,6 +31,8 @@ from daisychain.units import load_luts
 
 log = logging.getLogger("daisychain.peer")
 TICK_S = 0.1
+#: seconds between tries to reach the signaling server again after it went away mid-run
+RECONNECT_S = (0.5, 1.0, 2.0, 4.0)
 #: one compute thread per process: numpy's BLAS is fastest when not called from many threads
 _COMPUTE = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="daisy-compute")
 
@@ -159,11 +161,53 @@ class Node:
                 self._feed(self.run.tick(time.monotonic()))
 
     async def _read_signaling(self) -> None:
+        """Read the server's messages. If the connection ends during a run, the run goes on
+        over the data channels (they do not need the server) while this tries to resume its
+        identity with its token; outside a run the end is an error (raised)."""
         while True:
-            msg = await self.client.recv()
-            handler = getattr(self, "_sig_" + msg.TYPE, None)
-            if handler is not None:
-                await handler(msg)
+            try:
+                while True:
+                    msg = await self.client.recv()
+                    handler = getattr(self, "_sig_" + msg.TYPE, None)
+                    if handler is not None:
+                        await handler(msg)
+            except SignalingError as exc:
+                if not self._in_run():
+                    raise
+                self._event(R.Log(f"lost the signaling server ({exc}): the run goes on over the "
+                                  "data channels; reconnecting", loud=True))
+            if not await self._reconnect():
+                await asyncio.Event().wait()  # no signaling for the rest of the run
+
+    def _in_run(self) -> bool:
+        r = self.run
+        return r is not None and r.run is not None and r.trainer is not None and not r.refused
+
+    async def _reconnect(self) -> bool:
+        """Reach the server again as the same device (its reconnect token). True: signaling
+        resumed. False: the server no longer knows this device (it restarted, or the grace
+        period passed); the run is finished over the data channels alone."""
+        token = self.client.welcome.token if self.client.welcome else None
+        for i in range(1 << 30):
+            await asyncio.sleep(RECONNECT_S[min(i, len(RECONNECT_S) - 1)])
+            client = SignalingClient(self.o.server, self.session)
+            try:
+                welcome = await client.connect(self.o.name, "python", self.o.capacity or 1.0,
+                                               self.code or p.ROOM_NETWORK, token=token)
+            except SignalingError:
+                await client.leave()
+                continue
+            if welcome.resumed and welcome.id == self.me:
+                self.client = client
+                self._event(R.Log(f"reconnected to the signaling server as {self.me}"))
+                return True
+            await client.leave()  # a new identity would be a stranger to our data channels
+            self._event(R.Log("the signaling server no longer knows this device (it restarted, "
+                              "or we were away longer than its grace period): the run is "
+                              "finished over the data channels, without signaling (no new "
+                              "members, no hand-over)", loud=True))
+            return False
+        return False
 
     async def _signal(self, kind: str, to: str, payload) -> None:
         if kind == "offer":
