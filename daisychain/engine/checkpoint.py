@@ -26,7 +26,7 @@ import numpy as np
 
 from daisychain.engine.adam import AdamState
 from daisychain.engine.model import ParamLayout
-from daisychain.engine.spec import ModelSpec, SpecError
+from daisychain.engine.spec import Hyper, ModelSpec, SpecError
 from daisychain.engine.trainer import identity_differences, params_sha256, run_id
 
 FORMAT = "daisychain-checkpoint"
@@ -47,8 +47,24 @@ class Checkpoint:
     params_sha256: str
 
 
+def normalize_identity(identity: dict) -> dict:
+    """The identity with its hyperparameters as Python's ``Hyper`` writes them (a JSON ``0``
+    from a page is the float ``0.0``), so that its run id is the run's. Raises CheckpointError."""
+    try:
+        return {**identity, "hyper": Hyper(**identity["hyper"]).to_json()}
+    except (KeyError, TypeError, SpecError) as exc:
+        raise CheckpointError(f"the run identity's hyperparameters are invalid: {exc}") from None
+
+
+def _differences(expected: dict, identity: dict) -> list[str]:
+    return [d.replace(" in the run", " in the checkpoint")
+            for d in identity_differences(expected, identity)]
+
+
 def save_checkpoint(identity: dict, step: int, theta: np.ndarray, adam: AdamState) -> bytes:
     import torch
+
+    identity = normalize_identity(identity)
 
     spec = ModelSpec.from_json(identity["model"])
     layout = ParamLayout(spec)
@@ -120,10 +136,11 @@ def load_checkpoint(data: bytes, expected_identity: dict | None = None) -> Check
         raise CheckpointError("checkpoint has no run identity")
     try:
         spec = ModelSpec.from_json(identity["model"])
-    except SpecError as exc:
+    except (SpecError, KeyError, TypeError, ValueError) as exc:
         raise CheckpointError(f"checkpoint's model spec is invalid: {exc}") from None
+    identity = normalize_identity(identity)
     if expected_identity is not None:
-        diffs = identity_differences(expected_identity, identity)
+        diffs = _differences(expected_identity, identity)
         if diffs:
             raise CheckpointError("checkpoint belongs to another run: " + "; ".join(diffs))
     layout = ParamLayout(spec)
@@ -181,8 +198,9 @@ def decode_state(data: bytes, expected_identity: dict | None = None) -> Checkpoi
         spec = ModelSpec.from_json(identity["model"])
     except (ValueError, KeyError, TypeError) as exc:
         raise CheckpointError(f"state header is invalid: {exc}") from None
+    identity = normalize_identity(identity)
     if expected_identity is not None:
-        diffs = identity_differences(expected_identity, identity)
+        diffs = _differences(expected_identity, identity)
         if diffs:
             raise CheckpointError("state belongs to another run: " + "; ".join(diffs))
     size = ParamLayout(spec).size
@@ -202,3 +220,64 @@ def decode_state(data: bytes, expected_identity: dict | None = None) -> Checkpoi
     if not all(isinstance(b, float) and math.isfinite(b) and 0 <= b <= 1 for b in (b1t, b2t)):
         raise CheckpointError("state bias-correction products are invalid")
     return Checkpoint(identity, step, theta, AdamState(m, v, step, b1t, b2t), got)
+
+
+# --------------------------------------------------------------------------- files
+# What daisy-peer and ``daisychain demo`` do with --save-checkpoint and --resume.
+
+
+def write_checkpoint_file(path, identity: dict, step: int, theta: np.ndarray,
+                          adam: AdamState) -> None:
+    """Write the .pt atomically (a temporary file next to it, then a rename): a crash while
+    saving never leaves half a checkpoint where the last good one was."""
+    import os
+    from pathlib import Path
+
+    path = Path(path)
+    data = save_checkpoint(identity, step, theta, adam)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        tmp.write_bytes(data)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def read_checkpoint_file(path, expected_identity: dict | None = None) -> Checkpoint:
+    """Read and check a .pt file; CheckpointError names the file and what is wrong, and for
+    a file of another run also the settings that would match it."""
+    from pathlib import Path
+
+    try:
+        data = Path(path).read_bytes()
+    except OSError as exc:
+        raise CheckpointError(f"cannot read {path}: {exc.strerror or exc}") from None
+    try:
+        return load_checkpoint(data, expected_identity)
+    except CheckpointError as exc:
+        hint = ""
+        if "another run" in str(exc):
+            try:
+                import torch
+                obj = torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
+                hint = f" (its run was made with: {run_flags(obj['identity'])})"
+            except Exception:  # noqa: BLE001 - the hint is a courtesy only
+                hint = ""
+        raise CheckpointError(f"{path}: {exc}{hint}") from None
+
+
+def run_flags(identity: dict) -> str:
+    """The run-settings flags (``daisychain train`` / ``daisy-peer``) of an identity."""
+    hp = identity.get("hyper", {})
+    spec = ModelSpec.from_json(identity["model"])
+    flags = [f"--task {identity.get('task')}"]
+    linears = [l for l in spec.layers if l.type == "linear"]
+    if spec.input_kind == "tokens":
+        flags += [f"--context {spec.input_dim}", f"--embed-dim {spec.layers[0].n_out}"]
+    if len(linears) > 1:
+        flags.append(f"--hidden {linears[0].n_out}")
+    flags += [f"--seed {hp.get('seed')}", f"--batch {hp.get('batch')}",
+              f"--micro-batch {hp.get('micro_batch')}", f"--lr {hp.get('lr')}"]
+    if hp.get("weight_decay"):
+        flags.append(f"--weight-decay {hp.get('weight_decay')}")
+    return " ".join(flags)

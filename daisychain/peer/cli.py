@@ -4,9 +4,11 @@ browser tabs and other peers in it, over WebRTC data channels.
     daisy-peer --server http://HOST:8787 --room K7QM-4XZP-9R      # join a private room
     daisy-peer --server http://HOST:8787 --network                # the room of your network
     daisy-peer --server http://HOST:8787 --create-room --wait-peers 2 --steps 200   # host a run
+    daisy-peer ... --create-room --resume run.pt --steps 400 --save-checkpoint run.pt  # go on
 
 At the end it prints ``params-sha256: <hex>``, the same line as ``daisychain train`` with the
-same settings.
+same settings. ``--save-checkpoint PATH`` writes the replica's state as a ``.pt`` (at the end,
+on Ctrl-C, and every ``--save-every`` steps); ``--resume PATH`` starts a hosted run from one.
 """
 
 from __future__ import annotations
@@ -34,6 +36,27 @@ def capacity_arg(v: str) -> float | None:
     return c
 
 
+def add_checkpoint_arguments(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("checkpoints")
+    g.add_argument("--save-checkpoint", metavar="PATH", default=None,
+                   help="write this replica's state as a .pt (torch.load reads it) at the end "
+                        "of the run and when stopped (Ctrl-C)")
+    g.add_argument("--save-every", type=int, default=0, metavar="N",
+                   help="with --save-checkpoint: also every N steps (default 0: only at the end)")
+    g.add_argument("--resume", metavar="PATH", default=None,
+                   help="host: start the run from this .pt (checked; a file of another run "
+                        "is refused with what differs); --steps is the run's total")
+
+
+def checkpoint_errors(args) -> str | None:
+    """What is wrong with the checkpoint flags, in words (None: fine)."""
+    if args.save_every < 0:
+        return "--save-every must be >= 0"
+    if args.save_every and not args.save_checkpoint:
+        return "--save-every needs --save-checkpoint PATH"
+    return None
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="daisy-peer", description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -50,6 +73,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="host: who may join (default prompt: ask on the terminal)")
     p.add_argument("--wait-peers", type=int, default=0, metavar="K",
                    help="host: wait for K other peers before the first step (default 0)")
+    add_checkpoint_arguments(p)
     p.add_argument("--json", action="store_true", help="print one JSON summary at the end")
     p.add_argument("--quiet", action="store_true", help="no progress line")
     p.add_argument("--loopback", action="store_true",
@@ -69,6 +93,12 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="daisy-peer: %(message)s")
     settings = None
+    problem = checkpoint_errors(args) or (
+        "--resume is for the host of a new run: add --create-room" if args.resume and not args.create_room
+        else None)
+    if problem:
+        print(f"daisy-peer: error: {problem}", file=sys.stderr)
+        return 2
     if args.create_room:
         try:
             settings = settings_from_args(args)
@@ -84,7 +114,8 @@ def main(argv: list[str] | None = None) -> int:
                                 capacity=args.capacity, approve=args.approve,
                                 wait_peers=args.wait_peers, settings=settings, luts=args.luts,
                                 engine_version=args.engine_version, on_event=progress.event,
-                                on_room=progress.room))
+                                on_room=progress.room, save_checkpoint=args.save_checkpoint,
+                                save_every=args.save_every, resume=args.resume))
     except LutError as exc:
         print(f"daisy-peer: error: {exc}", file=sys.stderr)
         return 2
@@ -92,7 +123,9 @@ def main(argv: list[str] | None = None) -> int:
         out = asyncio.run(node.main())
     except KeyboardInterrupt:
         progress.close()
-        print("daisy-peer: left the room", file=sys.stderr)
+        saved = f" (state saved to {args.save_checkpoint})" if args.save_checkpoint and node.run \
+            and node.run.trainer is not None else ""
+        print(f"daisy-peer: left the room{saved}", file=sys.stderr)
         return 130
     except (PeerFailed, SignalingError) as exc:
         progress.close()

@@ -29,6 +29,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "browser tab can join (default: loopback only, which browsers never use)")
     p.add_argument("--json", action="store_true", help="print one JSON summary at the end")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
+    from daisychain.peer.cli import add_checkpoint_arguments
+    add_checkpoint_arguments(p)
     add_run_arguments(p)
 
 
@@ -69,10 +71,15 @@ async def demo(args, settings) -> dict:
 
     host = Node(NodeOptions(server=base, room="new", name="demo-peer-1", approve="all",
                             wait_peers=args.peers - 1, settings=settings,
-                            on_event=progress.event, on_room=on_room))
+                            on_event=progress.event, on_room=on_room,
+                            save_checkpoint=args.save_checkpoint, save_every=args.save_every,
+                            resume=args.resume))
     tasks = [asyncio.ensure_future(host.main())]
     try:
-        code = await asyncio.wait_for(asyncio.shield(code_known), 30)
+        await asyncio.wait({code_known, tasks[0]}, timeout=30, return_when=asyncio.FIRST_COMPLETED)
+        if tasks[0].done():
+            tasks[0].result()  # the host failed before it had a room (e.g. --resume refused)
+        code = await asyncio.wait_for(asyncio.shield(code_known), 1)
         join = (f"Join from a browser on this machine: {base}/?room={code}" if args.lan else
                 f"To let a browser tab join ({base}/?room={code}), run the demo with --lan: "
                 f"browsers do not use loopback for WebRTC")
@@ -94,12 +101,15 @@ async def demo(args, settings) -> dict:
 
 
 def run(args: argparse.Namespace) -> int:
+    from daisychain.peer.cli import checkpoint_errors
     from daisychain.peer.node import PeerFailed, print_summary
 
     try:
         settings = settings_from_args(args)
         if args.peers < 1:
             raise ValueError("--peers must be >= 1")
+        if checkpoint_errors(args):
+            raise ValueError(checkpoint_errors(args))
     except (*USER_ERRORS, ValueError) as exc:
         print(f"daisychain demo: error: {exc}", file=sys.stderr)
         return 2

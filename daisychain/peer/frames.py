@@ -57,7 +57,7 @@ class FrameError(ValueError):
 
 
 class FrameType(enum.IntEnum):
-    CONTROL = 1  # meta only: hello, run, ready, refuse, assign, end, sync_request...
+    CONTROL = 1  # meta only: run, ready, refuse, assign, sync, data_request, restore, end
     CONTRIB = 2  # a peer's integer partial sum for one task of a step (body: int vector)
     TOTAL = 3    # the committed integer total of a step (body: int vector)
     STATE = 4    # a replica's state: theta, Adam m, v as float64 LE, then b1t, b2t (float64)
@@ -462,6 +462,16 @@ class DataRequest:
 
 
 @dataclass(frozen=True)
+class Restore:
+    """Coordinator -> member: the host restored the room from a checked checkpoint. Load the
+    STATE that follows (it must be this step and hash) whatever step you hold; a new term."""
+    T = "restore"
+    term: int
+    step: int
+    params_sha256: str
+
+
+@dataclass(frozen=True)
 class End:
     T = "end"
     term: int
@@ -510,8 +520,9 @@ class Data:
     data: bytes = field(repr=False, compare=False)
 
 
-CONTROLS = (Run, Ready, Refuse, Assign, SyncRequest, DataRequest, End)
-RunMessage = Run | Ready | Refuse | Assign | SyncRequest | DataRequest | End | Contrib | Total | State | Data
+CONTROLS = (Run, Ready, Refuse, Assign, SyncRequest, DataRequest, Restore, End)
+RunMessage = (Run | Ready | Refuse | Assign | SyncRequest | DataRequest | Restore | End | Contrib
+              | Total | State | Data)
 _HEX = set("0123456789abcdef")
 
 
@@ -646,6 +657,8 @@ def from_message(m: Message, size: int | None = None) -> RunMessage:
         return SyncRequest(f.int("term"), m.step, f.hex("params_sha256"), f.str("reason", 1000))
     if name == "data_request":
         return DataRequest(f.hex("fingerprint"))
+    if name == "restore":
+        return Restore(f.int("term"), m.step, f.hex("params_sha256"))
     if name == "end":
         return End(f.int("term"), m.step, f.hex("params_sha256"))
     raise FrameError(f"unknown control message {str(name)[:32]!r}")

@@ -50,6 +50,9 @@ class NodeOptions:
     engine_version: str = ENGINE_VERSION
     on_event: Callable[[object, "Node"], None] | None = None
     on_room: Callable[[str, "Node"], None] | None = None  #: called with the private room code
+    save_checkpoint: str | None = None  #: write the replica's .pt here at the end and when stopped
+    save_every: int = 0                 #: ... and every N steps (0: never)
+    resume: str | None = None           #: the host of a new room: start from this checked .pt
 
 
 @dataclass
@@ -88,6 +91,7 @@ class Node:
         self.loss = float("nan")
         self.shares: tuple = ()
         self.decided: set[str] = set()
+        self._ready_trainer: Trainer | None = None
 
     # -- building the replica ------------------------------------------------------------
 
@@ -97,12 +101,53 @@ class Node:
             tr.identity = {**tr.identity, "engine": self.o.engine_version}
         return tr
 
+    def _host_trainer(self) -> Trainer:
+        """The host's replica: fresh, or the checked state of ``--resume`` (another run's file
+        is refused with the list of differences)."""
+        from daisychain.engine.checkpoint import CheckpointError, read_checkpoint_file
+
+        s = self.o.settings
+        tr = Trainer(s.spec, s.hp, s.ds, self.luts)
+        if self.o.engine_version != ENGINE_VERSION:
+            tr.identity = {**tr.identity, "engine": self.o.engine_version}
+        if self.o.resume:
+            try:
+                ck = read_checkpoint_file(self.o.resume, tr.identity)
+            except CheckpointError as exc:
+                raise PeerFailed(f"cannot resume: {exc}") from None
+            if ck.step > s.steps:
+                raise PeerFailed(f"cannot resume: {self.o.resume} is at step {ck.step}, past "
+                                 f"--steps {s.steps} (the run's total)")
+            st = tr.state
+            st.theta[:] = ck.theta
+            st.adam, st.step = ck.adam, ck.step
+            log.warning("resuming run %s from %s at step %d (params %s)", tr.run_id,
+                        self.o.resume, ck.step, ck.params_sha256[:12])
+        return tr
+
+    def save_checkpoint(self, why: str = "") -> str | None:
+        """Write this replica's state to ``--save-checkpoint`` (atomically); the path, or None
+        when there is nothing to save or nowhere to save it."""
+        from daisychain.engine.checkpoint import write_checkpoint_file
+
+        tr = self.run.trainer if self.run else None
+        if not self.o.save_checkpoint or tr is None:
+            return None
+        st = tr.state
+        try:
+            write_checkpoint_file(self.o.save_checkpoint, tr.identity, st.step, st.theta, st.adam)
+        except OSError as exc:
+            log.warning("could not save the checkpoint to %s: %s", self.o.save_checkpoint, exc)
+            return None
+        log.log(logging.INFO if why == "autosave" else logging.WARNING,
+                "checkpoint saved%s: %s (step %d, params %s)", f" ({why})" if why else "",
+                self.o.save_checkpoint, st.step, tr.params_sha256()[:12])
+        return self.o.save_checkpoint
+
     def _new_run_peer(self) -> R.RunPeer:
         s = self.o.settings
         if s is not None:
-            tr = Trainer(s.spec, s.hp, s.ds, self.luts)
-            if self.o.engine_version != ENGINE_VERSION:
-                tr.identity = {**tr.identity, "engine": self.o.engine_version}
+            tr = self._ready_trainer
             return R.RunPeer(self.me, trainer=tr, steps=s.steps, capacity=self.o.capacity,
                              wait_peers=self.o.wait_peers, selftest=self.selftest)
         return R.RunPeer(self.me, make_trainer=self._make_trainer, capacity=self.o.capacity,
@@ -114,6 +159,8 @@ class Node:
         """Run to the end of the run; raises PeerFailed with a message."""
         if self.o.settings is not None and not self.selftest[0]:
             raise PeerFailed(f"self-test failed: {self.selftest[1]}")
+        if self.o.settings is not None:
+            self._ready_trainer = self._host_trainer()
         self.session = aiohttp.ClientSession()
         try:
             self.client = SignalingClient(self.o.server, self.session)
@@ -140,6 +187,9 @@ class Node:
                 raise PeerFailed(self.failure)
             await self.mesh.drain()
             return self.result
+        except asyncio.CancelledError:  # Ctrl-C (asyncio.run cancels us): keep the state
+            self.save_checkpoint("stopped")
+            raise
         finally:
             await self.close()
 
@@ -338,10 +388,13 @@ class Node:
             self.stats.step_times.append(now - self.last_step_at)
             self.last_step_at = now
             self.loss, self.shares = e.loss, e.contributors
+            if self.o.save_every and (e.step + 1) % self.o.save_every == 0:
+                self.save_checkpoint("autosave")
         elif isinstance(e, R.Refused) and e.peer == self.me:
             self._fail("refused the run: " + "; ".join(e.reasons))
         elif isinstance(e, R.Ended):
             self.result = self.summary(e)
+            self.result["checkpoint"] = self.save_checkpoint()
             self.done.set()
         elif isinstance(e, R.Log):
             log.log(logging.WARNING if e.loud else logging.INFO, "%s", e.text)

@@ -39,6 +39,8 @@ from daisychain.peer import frames as F
 #: smallest and initial deadline (seconds) of a task
 MIN_DEADLINE_S = 2.0
 DEADLINE_FACTOR = 4.0
+#: after a restore, how long the coordinator waits for the members to load the state
+RESTORE_WAIT_S = 20.0
 
 
 # -- outputs ------------------------------------------------------------------------------
@@ -100,7 +102,19 @@ class Failed:
     reason: str
 
 
-Output = Union[Send, Compute, FetchData, Committed, Refused, Log, Ended, Failed]
+@dataclass(frozen=True)
+class Restored:
+    """This replica now holds a restored checkpoint state (``by``: the coordinator)."""
+    step: int
+    params_sha256: str
+    by: str
+
+
+class RestoreError(ValueError):
+    """A state the coordinator cannot restore (wrong size, hash, or not the coordinator)."""
+
+
+Output = Union[Send, Compute, FetchData, Committed, Refused, Log, Ended, Failed, Restored]
 
 
 def contribute_at(trainer: Trainer, theta: np.ndarray, step: int, micro) -> Result:
@@ -184,6 +198,10 @@ class RunPeer:
         self.done_by: dict[str, int] = {}  # peer -> micro-batches committed (everyone tracks)
         self.awaiting_data = False
         self.catching_up = False
+        self.restoring: tuple[int, str] | None = None  # member: (step, hash) a restore announced
+        self.restored_term = -1           # coordinator: this term's state came from a restore
+        self.wait_for: set[str] = set()   # coordinator: members to hear from before a step
+        self.wait_until = 0.0
         if trainer is not None:  # the host of a new room: the run is ours
             self.run = self._announce()
             if capacity is None:
@@ -353,8 +371,13 @@ class RunPeer:
         if self.trainer is None or (sender != self.coord and not self.coordinating):
             return []
         from daisychain.engine.trainer import params_sha256
+        restore, self.restoring = (self.restoring, None) if not self.coordinating else (None, None)
         if params_sha256(msg.theta) != msg.params_sha256:
             return [Log(f"state from {sender} does not match its hash: ignored", loud=True)]
+        if restore is not None and restore != (msg.step, msg.params_sha256):
+            return [Log(f"restore from {sender}: the state (step {msg.step}, params "
+                        f"{msg.params_sha256[:12]}) is not the announced checkpoint (step "
+                        f"{restore[0]}, params {restore[1][:12]}): ignored", loud=True)]
         if self.coordinating and msg.step <= self.step:
             return []
         st = self.trainer.state
@@ -365,6 +388,8 @@ class RunPeer:
         self.pending.clear()
         out: list[Output] = [Log(f"synced to step {msg.step} from {sender} "
                                  f"(params {msg.params_sha256[:12]})")]
+        if restore is not None:
+            out.append(Restored(msg.step, msg.params_sha256, sender))
         if self.coordinating:  # caught up with a member that was ahead: restart from there
             self.catching_up = False
             self.tasks.clear()
@@ -373,6 +398,19 @@ class RunPeer:
                 m.synced = False
             return out + [Send(p, self._announce()) for p in self._announce_targets()]
         return out
+
+    def _on_restore(self, sender: str, msg: F.Restore) -> list[Output]:
+        """The coordinator restored the room: the STATE that follows replaces ours."""
+        if self.refused or self.coordinating or self.trainer is None or msg.term < self.term:
+            return []
+        if sender not in (self.coord, self.host):
+            return [Log(f"a restore from {sender}, who does not coordinate the run: ignored", loud=True)]
+        self.coord, self.term = sender, msg.term
+        self.restoring = (msg.step, msg.params_sha256)
+        self.pending.clear()
+        self.ended = False
+        return [Log(f"{sender} restores the room from a checkpoint: step {msg.step}, "
+                    f"params {msg.params_sha256[:12]}")]
 
     def _on_end(self, sender: str, msg: F.End) -> list[Output]:
         if sender != self.coord or self.trainer is None or self.ended:
@@ -411,7 +449,9 @@ class RunPeer:
         if msg.step == self.step and msg.params_sha256 == self._hash():
             m.synced = True
             return [Log(f"{sender} is ready ({msg.kind}, {msg.capacity:.0f} micro-batches/s)")]
-        if msg.step > self.step:  # it holds a later step than we do: take its state first
+        if msg.step > self.step and self.restored_term != self.term:
+            # it holds a later step than we do: take its state first (not after a restore:
+            # then the restored state is the run's, wherever the member was)
             self.catching_up = True
             return [Log(f"{sender} is ahead (step {msg.step}): taking its state"),
                     Send(sender, F.SyncRequest(self.term, self.step, self._hash(), "coordinator behind"))]
@@ -465,6 +505,10 @@ class RunPeer:
             return []
         if self.step >= self.steps:
             return self._end()
+        if self.wait_for and self.now < self.wait_until and any(
+                p in self.room and p in self.open and not self._answered(p) for p in self.wait_for):
+            return []  # after a restore: give the members time to load the state
+        self.wait_for = set()
         live = self._live()
         if len(live) - 1 < self.wait_peers:
             return []
@@ -617,6 +661,51 @@ class RunPeer:
         sha = self._hash()
         msg = F.End(self.term, self.step, sha)
         return [Send(p, msg) for p in self._receivers()] + [Ended(self.step, sha, True)]
+
+    def _answered(self, peer: str) -> bool:
+        m = self.members.get(peer)
+        return m is not None and (m.ready or m.refused)
+
+    def restore(self, step: int, theta: np.ndarray, adam, params_sha256: str | None = None,
+                source: str = "a checkpoint") -> list[Output]:
+        """The coordinator restores the whole room from a checked state (``adam``: an
+        ``AdamState``): it loads it, opens a new term (open work is dropped) and sends each
+        member ``restore`` + STATE + ``run``; training continues from ``step``. Raises
+        RestoreError when this peer does not coordinate or the state does not fit the run."""
+        from daisychain.engine.trainer import params_sha256 as sha_of
+        if not self.coordinating or self.trainer is None:
+            raise RestoreError("only the coordinator (the room's host) restores the room")
+        n = self.trainer.layout.size
+        theta = np.array(theta, np.float64)
+        m, v = np.array(adam.m, np.float64), np.array(adam.v, np.float64)
+        if theta.shape != (n,) or m.shape != (n,) or v.shape != (n,):
+            raise RestoreError(f"the state holds {theta.size} parameters, the run's model {n}")
+        if not (np.isfinite(theta).all() and np.isfinite(m).all() and np.isfinite(v).all()):
+            raise RestoreError("the state holds non-finite values")
+        sha = sha_of(theta)
+        if params_sha256 is not None and params_sha256 != sha:
+            raise RestoreError(f"the state's parameters hash to {sha}, not {params_sha256}")
+        st = self.trainer.state
+        st.theta[:] = theta
+        st.adam.m, st.adam.v = m, v
+        st.adam.b1t, st.adam.b2t = float(adam.b1t), float(adam.b2t)
+        st.adam.step = st.step = int(step)
+        self.term += 1
+        self.restored_term = self.term
+        self.tasks, self.step_started, self.catching_up, self.ended = {}, False, False, False
+        self.pending.clear()
+        for mem in self.members.values():
+            mem.ready = mem.synced = False
+        targets = self._announce_targets()
+        self.wait_for, self.wait_until = set(targets), self.now + RESTORE_WAIT_S
+        out: list[Output] = [Log(f"restored the room from {source}: step {step}, params {sha[:12]} "
+                                 f"(term {self.term})"), Restored(int(step), sha, self.me)]
+        state, announce = self._state(), self._announce()
+        for p in targets:  # a member that never joined gets the state when it answers `run`
+            if p in self.members and not self.members[p].refused:
+                out += [Send(p, F.Restore(self.term, int(step), sha)), Send(p, state)]
+            out.append(Send(p, announce))
+        return out + self._maybe_begin()
 
     def start(self, now: float) -> list[Output]:
         """The host of a new room: start coordinating (call once the signaling id is known)."""

@@ -387,6 +387,9 @@ export async function fromMessage(m, size = null) {
   } else if (t === "data_request") {
     need(isHex(meta.fingerprint), "data_request: bad meta");
     copy(["fingerprint"]);
+  } else if (t === "restore") {
+    need(isInt(meta.term) && isHex(meta.params_sha256), "restore: bad meta");
+    copy(["term", "params_sha256"]);
   } else if (t === "end") {
     need(isInt(meta.term) && isHex(meta.params_sha256), "end: bad meta");
     copy(["term", "params_sha256"]);

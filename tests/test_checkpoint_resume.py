@@ -1,0 +1,356 @@
+"""Checkpoints in a run: the restore broadcast of the run protocol (sans-IO, every message
+through the real frame codec), and real ``daisy-peer`` processes over real aiortc data
+channels (``--loopback``) saving a ``.pt`` and resuming from it.
+
+The rule under test: stopping at step N, saving, and resuming to N+M ends on the same
+``params-sha256`` as training N+M steps without a stop; a restore reaches every replica; a
+bad state or a file of another run changes nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from aiohttp import web
+
+from daisychain.engine.checkpoint import (CheckpointError, load_checkpoint, read_checkpoint_file,
+                                          save_checkpoint)
+from daisychain.engine.cli import train
+from daisychain.engine.settings import add_run_arguments, settings_from_args
+from daisychain.engine.trainer import Trainer, params_sha256
+from daisychain.peer import frames as F
+from daisychain.peer import run as R
+from daisychain.server.app import create_app
+from daisychain.server.config import ServerConfig
+from daisychain.units import load_luts
+from test_peer_run import STEPS, Net
+
+ROOT = Path(__file__).resolve().parents[1]
+PEER = [sys.executable, "-c", "import sys; from daisychain.peer.cli import main; sys.exit(main())"]
+RUN = ["--hidden", "32", "--seed", "5"]  # a small digits run: a step takes milliseconds
+
+
+def run_settings(steps: int, *argv: str):
+    p = argparse.ArgumentParser()
+    add_run_arguments(p)
+    return settings_from_args(p.parse_args(["--steps", str(steps), *argv]))
+
+
+def reference(steps: int, *argv: str) -> str:
+    return train(run_settings(steps, *argv), quiet=True)["params_sha256"]
+
+
+def trained(steps: int, *argv: str) -> Trainer:
+    rs = run_settings(steps, *argv)
+    tr = Trainer(rs.spec, rs.hp, rs.ds, load_luts())
+    for _ in range(steps):
+        tr.apply(tr.contribute(range(tr.hp.n_micro)).grad)
+    return tr
+
+
+# -- the restore broadcast, sans-IO ---------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def rs():
+    return run_settings(STEPS)
+
+
+def test_restore_reaches_every_member_and_the_run_goes_on(rs):
+    """p0 restores the room to step 2 while everyone is at step 4: every replica loads the
+    state (members that are ahead too), and the run ends where an uninterrupted one does."""
+    ck = trained(2)
+    ck_adam = ck.state.adam
+    state = {"done": False}
+
+    def hook(net):
+        if not state["done"] and net.peers["p0"].step == 4 and not net.computes:
+            net.feed("p0", net.peers["p0"].restore(2, ck.theta, ck_adam, ck.params_sha256()))
+            state["done"] = True
+            return True
+        return False
+
+    net = Net(rs, 3)
+    net.run(hook)
+    assert state["done"]
+    for pid in ("p0", "p1", "p2"):
+        r = net.of(R.Restored, pid)
+        assert len(r) == 1 and r[0].step == 2 and r[0].params_sha256 == ck.params_sha256()
+        assert net.of(R.Ended, pid)[0].params_sha256 == reference(STEPS)
+    assert net.peers["p0"].term == 2
+    # steps 2 and 3 were committed twice: before the restore and after it
+    assert [c.step for c in net.of(R.Committed, "p0")] == [0, 1, 2, 3, 2, 3, 4, 5]
+
+
+def test_restore_to_a_later_step_and_a_late_joiner(rs):
+    """A restore ahead of the run (a checkpoint of step 5) and a peer that joins after it."""
+    ck = trained(5)
+    net = Net(rs, 2)
+    net.feed("p0", net.peers["p0"].restore(5, ck.theta, ck.state.adam))
+    net.add("p9")
+    net.run()
+    for pid in ("p0", "p1", "p9"):
+        assert net.of(R.Ended, pid)[0].params_sha256 == reference(STEPS)
+    assert [c.step for c in net.of(R.Committed, "p9")] == [5]
+
+
+def test_a_bad_restore_state_changes_nothing(rs):
+    """A member checks the hash before loading: a STATE that does not hash to its meta, or
+    that is not the announced checkpoint, is refused loudly and the replica is unchanged."""
+    net = Net(rs, 2)
+    p1 = net.peers["p1"]
+    for _ in range(50):  # p1 joined and holds the run
+        if not net.pump_wire():
+            break
+    before = p1.trainer.params_sha256()
+    good = trained(3)
+    st = good.state
+    bad_theta = st.theta.copy()
+    bad_theta[7] += 1e-6
+    term = p1.term + 1
+    msgs = [F.Restore(term, 3, good.params_sha256()),
+            F.State(3, good.params_sha256(), bad_theta, st.adam.m, st.adam.v, st.adam.b1t, st.adam.b2t)]
+    out = [o for m in msgs for o in p1.receive("p0", m)]
+    assert any(isinstance(o, R.Log) and o.loud and "does not match its hash" in o.text for o in out)
+    assert p1.trainer.params_sha256() == before and p1.step == 0
+    other = trained(1)
+    ost = other.state
+    msgs = [F.Restore(term + 1, 3, good.params_sha256()),
+            F.State(1, other.params_sha256(), ost.theta, ost.adam.m, ost.adam.v, ost.adam.b1t, ost.adam.b2t)]
+    out = [o for m in msgs for o in p1.receive("p0", m)]
+    assert any(isinstance(o, R.Log) and o.loud and "not the announced checkpoint" in o.text for o in out)
+    assert p1.trainer.params_sha256() == before and not any(isinstance(o, R.Restored) for o in out)
+    # a restore from a member that does not coordinate is ignored
+    assert isinstance(p1.receive("p5", F.Restore(term + 9, 3, good.params_sha256()))[0], R.Log)
+    assert p1.restoring is None
+
+
+def test_the_coordinator_checks_the_state_it_restores(rs):
+    net = Net(rs, 2)
+    p0 = net.peers["p0"]
+    before = p0.trainer.params_sha256()
+    good = trained(2)
+    with pytest.raises(R.RestoreError, match="hash"):
+        p0.restore(2, good.theta, good.state.adam, "0" * 64)
+    with pytest.raises(R.RestoreError, match="parameters"):
+        p0.restore(2, good.theta[:-1], good.state.adam)
+    nan = good.theta.copy()
+    nan[0] = np.nan
+    with pytest.raises(R.RestoreError, match="non-finite"):
+        p0.restore(2, nan, good.state.adam)
+    with pytest.raises(R.RestoreError, match="only the coordinator"):
+        net.peers["p1"].restore(2, good.theta, good.state.adam)
+    assert p0.trainer.params_sha256() == before and p0.step == 0
+
+
+def test_restore_frames_in_both_languages():
+    """The `restore` control message round-trips through the Python codec (the JS mirror is
+    decoded by the tab tests)."""
+    m = F.to_message(F.Restore(4, 17, "ab" * 32), "5cdcf52855fbe0d4")
+    r = F.Reassembler()
+    got = [r.feed(fr) for fr in F.encode_frames(m, 3)][-1]
+    assert F.from_message(got) == F.Restore(4, 17, "ab" * 32)
+    bad = F.Message(F.FrameType.CONTROL, "", 1, {"t": "restore", "term": 1, "params_sha256": "xyz"})
+    with pytest.raises(F.FrameError, match="restore"):
+        F.from_message(bad)
+
+
+# -- files ------------------------------------------------------------------------------------
+
+
+def test_checkpoint_of_a_page_identity_has_the_run_id(tmp_path):
+    """A page's identity says weight_decay 0 (a JSON integer): the .pt still names the run id."""
+    tr = trained(1, *RUN)
+    ident = dict(tr.identity, hyper={**tr.identity["hyper"], "weight_decay": 0, "lr": 0.003})
+    obj = torch.load(__import__("io").BytesIO(save_checkpoint(ident, 1, tr.theta, tr.state.adam)),
+                     weights_only=True)
+    assert obj["run_id"] == tr.run_id
+
+
+def test_read_checkpoint_file_names_the_run_settings(tmp_path):
+    tr = trained(2, *RUN)
+    path = tmp_path / "a.pt"
+    path.write_bytes(save_checkpoint(tr.identity, 2, tr.theta, tr.state.adam))
+    other = Trainer(*_spec_hp_ds(run_settings(2, "--hidden", "32", "--seed", "6")), load_luts())
+    with pytest.raises(CheckpointError) as err:
+        read_checkpoint_file(path, other.identity)
+    assert "seed: 6 here, 5 in the checkpoint" in str(err.value)
+    assert "--hidden 32 --seed 5" in str(err.value)
+    with pytest.raises(CheckpointError, match="cannot read"):
+        read_checkpoint_file(tmp_path / "missing.pt")
+
+
+def _spec_hp_ds(s):
+    return s.spec, s.hp, s.ds
+
+
+# -- real daisy-peers -------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def server():
+    """The real app on 127.0.0.1 in a thread of its own; yields the base URL."""
+    started = threading.Event()
+    box = {}
+
+    def serve():
+        loop = asyncio.new_event_loop()
+        box["loop"] = loop
+
+        async def up():
+            app = create_app(ServerConfig(host="127.0.0.1", port=0, grace_s=0.5, tick_s=0.1))
+            runner = web.AppRunner(app, handle_signals=False)
+            await runner.setup()
+            site = web.TCPSite(runner, "127.0.0.1", 0)
+            await site.start()
+            box["runner"], box["port"] = runner, site._server.sockets[0].getsockname()[1]
+            started.set()
+
+        loop.run_until_complete(up())
+        loop.run_forever()
+        loop.run_until_complete(box["runner"].cleanup())
+
+    t = threading.Thread(target=serve, daemon=True)
+    t.start()
+    assert started.wait(20)
+    yield f"http://127.0.0.1:{box['port']}"
+    box["loop"].call_soon_threadsafe(box["loop"].stop)
+    t.join(10)
+
+
+class Peer:
+    """A real daisy-peer process (loopback ICE), its stderr in a file."""
+
+    def __init__(self, server, tmp_path, *args, name):
+        self.name = name
+        self.err_path = tmp_path / f"{name}-{time.time_ns()}.err"
+        self.err = open(self.err_path, "w")
+        self.proc = subprocess.Popen([*PEER, "--server", server, "--name", name, "--loopback",
+                                      "--quiet", *args], stdout=subprocess.PIPE, stderr=self.err,
+                                     text=True, cwd=ROOT)
+
+    def stderr(self) -> str:
+        return self.err_path.read_text()
+
+    def wait_for(self, pattern: str, timeout=60.0) -> re.Match:
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            m = re.search(pattern, self.stderr())
+            if m:
+                return m
+            if self.proc.poll() is not None:
+                break
+            time.sleep(0.05)
+        raise AssertionError(f"{self.name}: no {pattern!r} in:\n{self.stderr()[-3000:]}")
+
+    def finish(self, timeout=120.0) -> tuple[int, str]:
+        try:
+            out, _ = self.proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            out, _ = self.proc.communicate()
+            raise AssertionError(f"{self.name} did not finish:\n{self.stderr()[-3000:]}")
+        return self.proc.returncode, out
+
+    def hash(self) -> str:
+        rc, out = self.finish()
+        m = re.search(r"^params-sha256: ([0-9a-f]{64})$", out, re.M)
+        assert rc == 0 and m, f"{self.name} rc={rc}\n{out}\n{self.stderr()[-3000:]}"
+        return m.group(1)
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+        self.err.close()
+
+
+@pytest.fixture
+def peers(server, tmp_path):
+    made = []
+
+    def make(*args, name):
+        p = Peer(server, tmp_path, *args, name=name)
+        made.append(p)
+        return p
+    yield make
+    for p in made:
+        p.stop()
+
+
+def host(peers, steps, wait, *extra):
+    h = peers("--create-room", "--approve", "all", "--wait-peers", str(wait), "--steps", str(steps),
+              *RUN, *extra, name="host")
+    return h, h.wait_for(r"room ([0-9A-Z]{4}-[0-9A-Z]{4}-[0-9A-Z]{2})").group(1)
+
+
+def test_save_and_resume_end_on_the_uninterrupted_hash(peers, tmp_path):
+    """N steps with --save-checkpoint, then --resume to N+M with a member: the same hash as
+    N+M steps in one go; the member's own --save-checkpoint holds that state too."""
+    n, total = 8, 20
+    a, b = tmp_path / "a.pt", tmp_path / "b.pt"
+    h, code = host(peers, n, 1, "--save-checkpoint", str(a))
+    m = peers("--room", code, name="m1")
+    assert h.hash() == m.hash() == reference(n, *RUN)
+    obj = torch.load(a, weights_only=True)  # a plain torch checkpoint
+    assert obj["step"] == n and obj["params_sha256"] == reference(n, *RUN)
+    assert set(obj["state_dict"]) == {"layers.0.weight", "layers.0.bias", "layers.2.weight", "layers.2.bias"}
+
+    h2, code2 = host(peers, total, 1, "--resume", str(a))
+    m2 = peers("--room", code2, "--save-checkpoint", str(b), name="m2")
+    want = reference(total, *RUN)
+    assert h2.hash() == want and m2.hash() == want
+    assert "resuming run" in h2.stderr()
+    ck = load_checkpoint(b.read_bytes())
+    assert ck.step == total and ck.params_sha256 == want
+
+
+def test_ctrl_c_saves_the_state_and_it_resumes(peers, tmp_path):
+    """SIGINT mid-run: the host writes its state (a whole step, never half of one) and
+    leaves; resuming from the file ends on the uninterrupted hash."""
+    a = tmp_path / "stopped.pt"
+    h, _ = host(peers, 100000, 0, "--save-checkpoint", str(a), "--save-every", "7")
+    deadline = time.monotonic() + 60
+    while not a.exists() and time.monotonic() < deadline:  # the first autosave (step 7)
+        time.sleep(0.05)
+    assert a.exists(), h.stderr()[-2000:]
+    h.proc.send_signal(signal.SIGINT)
+    rc, _ = h.finish(60)
+    assert rc == 130, h.stderr()[-2000:]
+    assert "state saved to" in h.stderr()
+    ck = read_checkpoint_file(a)
+    assert ck.step >= 7 and ck.params_sha256 == params_sha256(ck.theta)
+    total = ck.step + 3
+    h2, _ = host(peers, total, 0, "--resume", str(a))
+    assert h2.hash() == reference(total, *RUN)
+
+
+def test_resume_refuses_a_file_of_another_run(peers, tmp_path):
+    tr = trained(2, *RUN)
+    a = tmp_path / "other.pt"
+    a.write_bytes(save_checkpoint(tr.identity, 2, tr.theta, tr.state.adam))
+    bad = peers("--create-room", "--approve", "all", "--steps", "5", "--hidden", "32", "--seed", "9",
+                "--resume", str(a), name="host")
+    rc, _ = bad.finish()
+    err = bad.stderr()
+    assert rc == 1 and "cannot resume" in err and "seed: 9 here, 5 in the checkpoint" in err, err
+    assert "--seed 5" in err  # the settings that would match the file
+    evil = tmp_path / "evil.pt"
+    evil.write_bytes(b"\x80\x04cos\nsystem\n(S'touch " + str(tmp_path / "pwned").encode() + b"'\ntR.")
+    bad = peers("--create-room", "--steps", "5", *RUN, "--resume", str(evil), name="host2")
+    rc, _ = bad.finish()
+    assert rc == 1 and "weights-only" in bad.stderr()
+    assert not (tmp_path / "pwned").exists()
+    rc, _ = peers("--room", "AAAA-AAAA-AA", "--resume", str(a), name="m").finish()
+    assert rc == 2
