@@ -209,6 +209,20 @@ export class Network {
   // -- server messages -----------------------------------------------------------------------
 
   _on_welcome(msg) {
+    if (!msg.resumed && this.id && msg.id !== this.id && this.openPeers().length) {
+      // The server forgot this device (it restarted, or we were away past its grace period)
+      // while the direct links are up: a new identity would be a stranger to them, so stay
+      // who we are and go on without signaling (no new members, no hand-over).
+      const text = "the server restarted and no longer knows this device: the run goes on over " +
+        "the direct links, without the server (reload the page to join again)";
+      console.warn(`network: ${text}`);
+      this.stopped = true;
+      this._signal(P.leave());
+      try { this.ws.close(1000, "leaving"); } catch { /* gone */ }
+      this._status("offline", text);
+      this.bus.emit("net:error", { code: "forgotten", message: text, ref: "hello" });
+      return;
+    }
     this.id = msg.id;
     this.token = msg.token;
     if (msg.iceServers?.length) this.iceServers = [...msg.iceServers];

@@ -223,3 +223,38 @@ def test_tab_joins_late_syncs_and_contributes(browser_cpu, tabs, peers, server_u
     for p in (host, member):
         r = p.result()
         assert r["params_sha256"] == ref["params_sha256"] and r["agreed"], r
+
+
+def test_server_killed_mid_run_tab_and_peers_finish(browser_cpu, peers):
+    """Scenario 5: the signaling server (a real `daisychain serve` process) is killed mid-run
+    and started again at the same address, knowing nothing. The data channels carry the run
+    to the end: the tab and the daisy-peers finish on the reference hash, and the tab says
+    that it goes on without the server instead of taking a new identity."""
+    from mesh_helpers import Tab
+
+    from tests.mesh.test_robustness import ServerProcess
+
+    s = dict(DIGITS, steps=150, seed=8)
+    ref = reference(s)
+    srv = ServerProcess().start()
+    tab = None
+    try:
+        host, code = py_host(peers, srv.url, s, wait=2, progress=True)
+        member = peers(srv.url, "py-member", "--room", code)
+        tab = Tab(browser_cpu, srv.url, "cpu-tab").open(f"room={code}")
+        tab.wait(f"{RUN_OF}.step >= 3", 120_000)
+        srv.kill()
+        host.wait_for("lost the signaling server")
+        tab.wait("/lost the server/.test(document.getElementById('status').textContent)", 60_000)
+        srv.start()
+        tab_done(tab, ref["params_sha256"], s["steps"])
+        for p in (host, member):
+            r = p.result()
+            assert r["params_sha256"] == ref["params_sha256"] and r["agreed"], r
+        assert tab.state(RUN_OF)["done"].get(tab.id, 0) > 0  # it kept its identity and its work
+        events = "\n".join(tab.state("window.__daisy.events"))
+        assert "no longer knows this device" in events, events[-3000:]
+    finally:
+        if tab is not None:
+            tab.close()
+        srv.kill()

@@ -17,8 +17,7 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from test_mesh import LONG, ROOT, Peer, host, reference  # noqa: E402
+from .test_mesh import LONG, ROOT, Peer, host, reference
 
 BIN = Path(sys.executable).parent
 

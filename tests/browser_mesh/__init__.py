@@ -1,0 +1,1 @@
+"""Mesh tier with real Chromium tabs of the page."""

@@ -1,0 +1,1 @@
+"""Mesh tier: real daisy-peer processes over real aiortc data channels."""
