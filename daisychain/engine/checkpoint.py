@@ -215,10 +215,13 @@ def decode_state(data: bytes, expected_identity: dict | None = None) -> Checkpoi
         raise CheckpointError(f"parameter hash mismatch: header says {head.get('params_sha256')!r}, "
                               f"tensors hash to {got}")
     step, b1t, b2t = head.get("step"), head.get("b1t"), head.get("b2t")
-    if not (isinstance(step, int) and 0 <= step < 2**40):
+    if not (isinstance(step, int) and not isinstance(step, bool) and 0 <= step < 2**40):
         raise CheckpointError("state step is invalid")
-    if not all(isinstance(b, float) and math.isfinite(b) and 0 <= b <= 1 for b in (b1t, b2t)):
+    # JSON from a page writes 1.0 as 1: any number, as a float
+    if not all(isinstance(b, (int, float)) and not isinstance(b, bool) and math.isfinite(b)
+               and 0 <= b <= 1 for b in (b1t, b2t)):
         raise CheckpointError("state bias-correction products are invalid")
+    b1t, b2t = float(b1t), float(b2t)
     return Checkpoint(identity, step, theta, AdamState(m, v, step, b1t, b2t), got)
 
 

@@ -91,6 +91,7 @@ class Node:
         self.loss = float("nan")
         self.shares: tuple = ()
         self.decided: set[str] = set()
+        self.restores: list[dict] = []  # checkpoint restores this replica took part in
         self._ready_trainer: Trainer | None = None
 
     # -- building the replica ------------------------------------------------------------
@@ -398,6 +399,10 @@ class Node:
             self.done.set()
         elif isinstance(e, R.Log):
             log.log(logging.WARNING if e.loud else logging.INFO, "%s", e.text)
+        elif isinstance(e, R.Restored):
+            self.restores.append({"step": e.step, "params_sha256": e.params_sha256, "by": e.by})
+            log.warning("restored from a checkpoint by %s: step %d, params %s",
+                        "us" if e.by == self.me else e.by, e.step, e.params_sha256[:12])
         if self.o.on_event:
             self.o.on_event(e, self)
 
@@ -419,7 +424,7 @@ class Node:
                 "params_sha256": end.params_sha256, "agreed": end.agreed,
                 "accuracy": tr.accuracy("test"), "loss": self.loss, "peers": peers,
                 "me": self.me, "room": self.code, "bytes_sent": out, "bytes_received": inn,
-                "compute_s": self.stats.compute_s,
+                "compute_s": self.stats.compute_s, "restores": list(self.restores),
                 "seconds": time.perf_counter() - self.stats.started}
 
 

@@ -667,10 +667,11 @@ class RunPeer:
         return m is not None and (m.ready or m.refused)
 
     def restore(self, step: int, theta: np.ndarray, adam, params_sha256: str | None = None,
-                source: str = "a checkpoint") -> list[Output]:
+                source: str = "a checkpoint", steps: int | None = None) -> list[Output]:
         """The coordinator restores the whole room from a checked state (``adam``: an
         ``AdamState``): it loads it, opens a new term (open work is dropped) and sends each
-        member ``restore`` + STATE + ``run``; training continues from ``step``. Raises
+        member ``restore`` + STATE + ``run``; training continues from ``step`` (to ``steps``,
+        the run's total, if given). Raises
         RestoreError when this peer does not coordinate or the state does not fit the run."""
         from daisychain.engine.trainer import params_sha256 as sha_of
         if not self.coordinating or self.trainer is None:
@@ -690,6 +691,8 @@ class RunPeer:
         st.adam.m, st.adam.v = m, v
         st.adam.b1t, st.adam.b2t = float(adam.b1t), float(adam.b2t)
         st.adam.step = st.step = int(step)
+        if steps is not None:
+            self.steps = int(steps)
         self.term += 1
         self.restored_term = self.term
         self.tasks, self.step_started, self.catching_up, self.ended = {}, False, False, False

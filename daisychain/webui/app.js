@@ -4,6 +4,7 @@
 // window.__daisy exposes the page's state for tests and curious users (read-only use).
 
 import { bus } from "./bus.js";
+import { exportCheckpoint, importCheckpoint, settingsOf } from "./checkpoint.js";
 import { Mesh, selfTestDevice } from "./mesh.js";
 import { Network } from "./network.js";
 import { LossPlot } from "./plot.js";
@@ -23,6 +24,7 @@ const state = {
   links: {},           // peer id -> "open" | "closed" | connection state
   run: { state: "idle", step: 0, steps: null, loss: null, sha: null, runId: null, shares: {}, done: {}, accuracy: null },
   refusals: [],        // {peer, message}: devices that declined the run, and why
+  checkpoint: { busy: false, loaded: null, saved: [], restores: [], error: null, info: null },
   events: [],
 };
 window.__daisy = state;
@@ -169,6 +171,7 @@ function renderSettings() {
   $("start").disabled = !host || running || !state.ready;
   $("stop").disabled = !host || !running;
   for (const el of $("settings").elements) el.disabled = !host || running;
+  renderCheckpoint();
   $("settings-hint").textContent = host
     ? "You are the host: choose the settings and start; every device trains the same model."
     : "The host chooses these settings and starts the run.";
@@ -185,6 +188,89 @@ function renderRun() {
   $("accuracy").textContent = Number.isFinite(r.accuracy) ? `${(r.accuracy * 100).toFixed(2)}%` : "—";
   renderPeers();
   renderSettings();
+}
+
+function renderCheckpoint() {
+  const c = state.checkpoint;
+  const host = !!state.room?.isHost && !state.pending;
+  $("download-checkpoint").disabled = c.busy || !mesh?.hasState() || state.run.state === "starting";
+  $("upload-checkpoint").disabled = c.busy || !host || !state.ready || state.run.state === "starting";
+  $("upload-label").title = host ? "" : "Only the host restores the room from a checkpoint.";
+  if (c.info) $("checkpoint-info").textContent = c.info;
+  showError("checkpoint-error", c.error);
+}
+
+function checkpointNote(text) {
+  state.checkpoint.info = text;
+  state.checkpoint.error = null;
+  event(text);
+  renderCheckpoint();
+}
+
+function checkpointError(text) {
+  state.checkpoint.error = text;
+  event(text, "error");
+  renderCheckpoint();
+}
+
+/** Any device holding the run: the replica's state -> a .pt download. */
+async function downloadCheckpoint() {
+  state.checkpoint.busy = true;
+  state.checkpoint.error = null;
+  renderCheckpoint();
+  try {
+    const snap = await mesh.snapshot();
+    const { bytes, filename, params_sha256: sha } = await exportCheckpoint(snap);
+    const url = URL.createObjectURL(new Blob([bytes], { type: "application/octet-stream" }));
+    const a = document.createElement("a");
+    a.href = url;
+    a.download = filename;
+    document.body.appendChild(a);
+    a.click();
+    a.remove();
+    setTimeout(() => URL.revokeObjectURL(url), 60_000);
+    state.checkpoint.saved.push({ filename, step: snap.step, sha });
+    checkpointNote(`Saved ${filename}: step ${snap.step}, params-sha256 ${sha}.`);
+  } catch (err) {
+    checkpointError(`The checkpoint could not be made: ${err.message}`);
+  } finally {
+    state.checkpoint.busy = false;
+    renderCheckpoint();
+  }
+}
+
+/** The host: a .pt -> checked by the server -> the room restored (or, before a run, the
+ *  state the next Start begins from). A bad file changes nothing and says why. */
+async function uploadCheckpoint(file) {
+  state.checkpoint.busy = true;
+  state.checkpoint.error = null;
+  renderCheckpoint();
+  try {
+    const bytes = new Uint8Array(await file.arrayBuffer());
+    const restoring = mesh.canRestore();
+    const st = await importCheckpoint(bytes, restoring ? mesh.peer.identity : null);
+    if (restoring) {
+      const done = state.run.state === "done";
+      const steps = done ? readSettings().steps : null; // a finished run goes on to the steps set below
+      await mesh.restore(st, steps);
+      state.checkpoint.restores.push({ name: file.name, step: st.step, sha: st.params_sha256 });
+      checkpointNote(`${file.name} restored the room: every device continues from step ${st.step} ` +
+        `(params-sha256 ${st.params_sha256}).`);
+    } else {
+      state.checkpoint.loaded = { ...st, name: file.name };
+      const s = settingsOf(st.identity);
+      const f = $("settings").elements;
+      for (const [k, v] of Object.entries(s)) if (v !== null && v !== undefined && f[k]) f[k].value = String(v);
+      if (Number(f.steps.value) < st.step) f.steps.value = String(st.step);
+      checkpointNote(`${file.name} is checked and loaded (${st.identity.task}, step ${st.step}, params-sha256 ` +
+        `${st.params_sha256}). Start trains from step ${st.step} to the steps set below.`);
+    }
+  } catch (err) {
+    checkpointError(`${file.name} was not loaded: ${err.message}. Nothing was changed.`);
+  } finally {
+    state.checkpoint.busy = false;
+    renderCheckpoint();
+  }
 }
 
 function readSettings() {
@@ -282,6 +368,12 @@ bus.on("run:refused", ({ peer, message }) => {
   event(text, "error");
 });
 bus.on("run:log", ({ text }) => event(text));
+bus.on("run:restored", (r) => {
+  Object.assign(state.run, { step: r.step, sha: r.sha, steps: r.steps, loss: null });
+  if (r.by !== state.id) state.checkpoint.restores.push({ by: r.by, step: r.step, sha: r.sha });
+  plot.clear();
+  renderRun();
+});
 bus.on("run:error", ({ message }) => {
   state.error = message;
   showError("run-error", message);
@@ -340,7 +432,19 @@ function wire() {
       return;
     }
     showError("run-error", "");
-    mesh.start(settings).catch((err) => bus.emit("run:error", { message: err.message }));
+    const resume = state.checkpoint.loaded;
+    mesh.start(settings, resume).then(() => {
+      if (resume) {
+        state.checkpoint.loaded = null;
+        checkpointNote(`The run goes on from ${resume.name} (step ${resume.step}).`);
+      }
+    }).catch((err) => bus.emit("run:error", { message: err.message }));
+  };
+  $("download-checkpoint").onclick = () => downloadCheckpoint();
+  $("upload-checkpoint").onchange = (e) => {
+    const file = e.target.files?.[0];
+    e.target.value = ""; // choosing the same file again is a new upload
+    if (file) uploadCheckpoint(file);
   };
   $("stop").onclick = () => mesh.stop("the host stopped the run");
 }

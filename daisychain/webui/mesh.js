@@ -16,7 +16,7 @@ import { openPaths } from "./engine/paths.js";
 import { makeHyper, modelFor, ModelSpec } from "./engine/spec.js";
 import { paramsSha256, runId, runIdentity, Trainer } from "./engine/trainer.js";
 import * as W from "./frames.js";
-import { RunPeer } from "./runpeer.js";
+import { identityDifferences, RunPeer } from "./runpeer.js";
 
 // -- self-test -----------------------------------------------------------------------------
 
@@ -162,6 +162,7 @@ export class Mesh {
         case "ended": await this._ended(o); break;
         case "failed": this.bus.emit("run:error", { message: o.reason }); break;
         case "joined": this._joined(); break;
+        case "restored": this._restored(o); break;
         case "dataBytes": this._dataBytes(o.data); break;
         default: console.error("mesh: unknown output", o);
       }
@@ -266,8 +267,12 @@ export class Mesh {
 
   // -- what the host asks for ------------------------------------------------------------------
 
-  /** Start a run from the host's settings (same meaning and defaults as `daisychain train`). */
-  async start({ task = "digits", steps = 600, seed = 0, batch = 64, micro_batch = 16, lr = 3e-3, hidden = 128 } = {}) {
+  /**
+   * Start a run from the host's settings (same meaning and defaults as `daisychain train`);
+   * `resume` (a checked checkpoint state, see checkpoint.js) starts it from that state, if
+   * the settings make the same run.
+   */
+  async start({ task = "digits", steps = 600, seed = 0, batch = 64, micro_batch = 16, lr = 3e-3, hidden = 128 } = {}, resume = null) {
     if (!this.net.room || this.net.room.host !== this.net.id) throw new Error("only the host starts a run");
     if (this.peer?.coordinating && !this.peer.ended) throw new Error("a run is already going");
     const hyper = makeHyper({ seed, batch, micro_batch, lr });
@@ -278,17 +283,91 @@ export class Mesh {
     const trainer = await Trainer.create({ spec, hyper, dataset: ds, luts: this.device.luts, units: this.device.units });
     const identity = runIdentity(spec, hyper, ds, this.device.luts);
     const id = await runId(identity);
+    if (resume) {
+      const diffs = identityDifferences(identity, resume.identity).map((d) => d.replace(" in the run", " in the checkpoint"));
+      const why = diffs.length ? `these settings make another run than the loaded checkpoint's: ${diffs.join("; ")}`
+        : resume.step > steps ? `the checkpoint is at step ${resume.step}, past the ${steps} steps of the run` : null;
+      if (why) {
+        this._state("idle", why);
+        throw new Error(why);
+      }
+      loadState(trainer, resume);
+    }
     return this._enqueue(async () => {
       const outs = await this.peer.hostRun(trainer, identity, id, steps, this._now());
-      this.summary = { state: "running", runId: id, steps, step: 0 };
+      this.summary = { state: "running", runId: id, steps, step: trainer.step };
       this._state("running", `training run ${id} (${task}, ${steps} steps)`);
       return outs;
     });
   }
 
+  /** Whether this tab holds a replica (something to download). */
+  hasState() { return !!this.peer?.trainer; }
+
+  /** Whether this tab coordinates a run it can restore. */
+  canRestore() { return !!(this.peer?.coordinating && this.peer.trainer && this.peer.run); }
+
+  /** The replica's state between two steps: {identity, runId, step, theta, m, v, b1t, b2t}. */
+  snapshot() {
+    return this._call(async () => {
+      const p = this.peer;
+      if (!p?.trainer) throw new Error("this device holds no run state yet");
+      const tr = p.trainer;
+      return { identity: p.identity, runId: p.runId, step: tr.step, theta: tr.theta.slice(),
+        m: tr.adam.m.slice(), v: tr.adam.v.slice(), b1t: tr.adam.b1t, b2t: tr.adam.b2t };
+    });
+  }
+
+  /** The host restores the room from a checked state; resolves once it is sent to everyone. */
+  restore(st, steps = null) {
+    return this._call(async () => {
+      const p = this.peer;
+      if (!this.canRestore()) throw new Error("only the host of a run restores the room");
+      const diffs = identityDifferences(p.identity, st.identity).map((d) => d.replace(" in the run", " in the checkpoint"));
+      if (diffs.length) throw new Error(`the checkpoint belongs to another run: ${diffs.join("; ")}`);
+      await this._perform(await p.restore(st, this._now(), steps));
+      return { step: st.step, sha: p.sha };
+    });
+  }
+
+  /** Run `fn` in the queue (between two protocol events) and resolve with its value. */
+  _call(fn) {
+    return new Promise((resolve, reject) => {
+      this._enqueue(async () => {
+        try {
+          resolve(await fn());
+        } catch (err) {
+          reject(err);
+        }
+        return [];
+      });
+    });
+  }
+
+  _restored(o) {
+    const p = this.peer;
+    const by = o.by === p.me ? "you" : o.by;
+    const text = `restored from a checkpoint by ${by}: step ${o.step}, params-sha256 ${o.params_sha256}`;
+    this.summary = { ...this.summary, state: "running", step: o.step, sha: o.params_sha256 };
+    this.bus.emit("run:restored", { step: o.step, sha: o.params_sha256, by: o.by, runId: p.runId, steps: p.steps });
+    this._state("running", text);
+  }
+
   stop(why = "the host stopped the run") {
     return this._enqueue(async () => (this.peer ? this.peer.stop(why) : []));
   }
+}
+
+/** Put a checked state {step, theta, m, v, b1t, b2t} into a fresh trainer. */
+function loadState(tr, st) {
+  if (st.theta.length !== tr.theta.length) throw new Error(`the checkpoint holds ${st.theta.length} parameters, the model ${tr.theta.length}`);
+  tr.theta.set(st.theta);
+  tr.adam.m.set(st.m);
+  tr.adam.v.set(st.v);
+  tr.adam.b1t = st.b1t;
+  tr.adam.b2t = st.b2t;
+  tr.adam.step = st.step;
+  tr.step = st.step;
 }
 
 /** Trainer.contribute on a parameter snapshot, for micro-batch ids `micro` of `step`. */

@@ -8,8 +8,9 @@
 //   {kind: "fetch", task, fingerprint}   {kind: "committed", step, loss, contributors, mine, params_sha256}
 //   {kind: "refused", peer, reasons}     {kind: "log", text, loud}
 //   {kind: "ended", step, params_sha256, agreed}   {kind: "failed", reason}   {kind: "joined"}
+//   {kind: "restored", step, params_sha256, by}
 // Messages are plain objects with `T` = run | ready | refuse | assign | sync | data_request |
-// end | contrib | total | state | data and the fields of frames.py's dataclasses.
+// restore | end | contrib | total | state | data and the fields of frames.py's dataclasses.
 //
 // Hashes are async in the browser (crypto.subtle), so every entry point is async; the shell
 // calls them one at a time.
@@ -122,6 +123,8 @@ export class RunPeer {
     this.doneBy = {};
     this.awaitingData = false;
     this.catchingUp = false;
+    this.restoring = null;   // member: {step, sha} a restore announced, until its STATE
+    this.restoredTerm = -1;  // coordinator: this term's state came from a restore
   }
 
   get step() { return this.trainer ? this.trainer.step : 0; }
@@ -176,7 +179,7 @@ export class RunPeer {
   async receive(sender, msg) {
     const handler = {
       run: this._onRun, ready: this._onReady, refuse: this._onRefuse, assign: this._onAssign,
-      sync: this._onSync, data_request: this._onDataRequest, end: this._onEnd,
+      sync: this._onSync, data_request: this._onDataRequest, end: this._onEnd, restore: this._onRestore,
       contrib: this._onContrib, total: this._onTotal, state: this._onState, data: this._onData,
     }[msg.T];
     if (!handler) return [log(`ignored a ${msg.T} message from ${sender}`)];
@@ -215,7 +218,11 @@ export class RunPeer {
   // -- member side ---------------------------------------------------------------------------
 
   async _onRun(sender, msg) {
-    if (sender !== this.host || msg.term < this.term || this.refused) return [];
+    // As run.py: a higher term from anyone (a new host's announce can overtake the server's
+    // room message that names it), the current term only from the coordinator we follow.
+    if (this.refused || this.coordinating || msg.term < this.term
+        || (msg.term === this.term && sender !== this.host)) return [];
+    this.host = sender;
     const first = !this.run || msg.run_id !== this.run.run_id;
     this.term = msg.term;
     this.run = msg;
@@ -288,8 +295,13 @@ export class RunPeer {
 
   async _onState(sender, msg) {
     if (!this.trainer || (sender !== this.host && !this.coordinating)) return [];
+    const restore = this.coordinating ? null : this.restoring;
+    this.restoring = null;
     if ((await paramsSha256(msg.theta)) !== msg.params_sha256) {
       return [log(`state from ${sender} does not match its hash: ignored`, true)];
+    }
+    if (restore && (restore.step !== msg.step || restore.sha !== msg.params_sha256)) {
+      return [log(`restore from ${sender}: the state (step ${msg.step}, params ${msg.params_sha256.slice(0, 12)}) is not the announced checkpoint (step ${restore.step}, params ${restore.sha.slice(0, 12)}): ignored`, true)];
     }
     if (this.coordinating && msg.step <= this.step) return [];
     const tr = this.trainer;
@@ -303,6 +315,7 @@ export class RunPeer {
     this.pending.clear();
     await this._rehash();
     const out = [log(`synced to step ${msg.step} from ${sender} (params ${msg.params_sha256.slice(0, 12)})`)];
+    if (restore) out.push({ kind: "restored", step: msg.step, params_sha256: msg.params_sha256, by: sender });
     if (this.coordinating) {
       this.catchingUp = false;
       this.tasks.clear();
@@ -311,6 +324,17 @@ export class RunPeer {
       return [...out, ...this._announceTargets().map((p) => send(p, this._announce()))];
     }
     return out;
+  }
+
+  /** The coordinator restored the room: the STATE that follows replaces ours. */
+  async _onRestore(sender, msg) {
+    if (this.refused || this.coordinating || !this.trainer || msg.term < this.term) return [];
+    if (sender !== this.host) return [log(`a restore from ${sender}, who does not coordinate the run: ignored`, true)];
+    this.term = msg.term;
+    this.restoring = { step: msg.step, sha: msg.params_sha256 };
+    this.pending.clear();
+    this.ended = false;
+    return [log(`${sender} restores the room from a checkpoint: step ${msg.step}, params ${msg.params_sha256.slice(0, 12)}`)];
   }
 
   async _onEnd(sender, msg) {
@@ -361,6 +385,58 @@ export class RunPeer {
     return [...out, ...(await this._maybeBegin())];
   }
 
+  /**
+   * The coordinator restores the whole room from a checked state {step, theta, m, v, b1t,
+   * b2t, params_sha256}: loads it, opens a new term (open work is dropped) and sends each
+   * member restore + STATE + run; training continues from `step` (to `steps`, if given).
+   * Throws when this tab does not coordinate or the state does not fit the run.
+   */
+  async restore(st, now, steps = null) {
+    if (!this.coordinating || !this.trainer) throw new Error("only the host (the coordinator) restores the room");
+    const tr = this.trainer;
+    const n = tr.theta.length;
+    if (st.theta.length !== n || st.m.length !== n || st.v.length !== n) {
+      throw new Error(`the state holds ${st.theta.length} parameters, the run's model ${n}`);
+    }
+    for (const a of [st.theta, st.m, st.v]) if (!a.every(Number.isFinite)) throw new Error("the state holds non-finite values");
+    const sha = await paramsSha256(st.theta);
+    if (st.params_sha256 && st.params_sha256 !== sha) throw new Error(`the state's parameters hash to ${sha}, not ${st.params_sha256}`);
+    if (!Number.isInteger(st.step) || st.step < 0) throw new Error("the state's step is invalid");
+    this.now = now;
+    tr.theta.set(st.theta);
+    tr.adam.m.set(st.m);
+    tr.adam.v.set(st.v);
+    tr.adam.b1t = st.b1t;
+    tr.adam.b2t = st.b2t;
+    tr.adam.step = st.step;
+    tr.step = st.step;
+    this.sha = sha;
+    if (steps !== null) this.steps = steps;
+    this.term += 1;
+    this.restoredTerm = this.term;
+    this.tasks = new Map();
+    this.stepStarted = false;
+    this.catchingUp = false;
+    this.ended = false;
+    this.pending.clear();
+    for (const m of this.crew.values()) {
+      m.ready = false;
+      m.synced = false;
+      m.answered = m.refused;
+    }
+    this.waitUntil = now + START_WAIT_S;
+    const out = [log(`restored the room from a checkpoint: step ${st.step}, params ${sha.slice(0, 12)} (term ${this.term})`),
+      { kind: "restored", step: st.step, params_sha256: sha, by: this.me }];
+    const state = this._state();
+    const announce = this._announce();
+    for (const p of this._announceTargets()) { // a member that never joined gets the state when it answers `run`
+      const m = this.crew.get(p);
+      if (m && !m.refused) out.push(send(p, { T: "restore", term: this.term, step: st.step, params_sha256: sha }), send(p, state));
+      out.push(send(p, announce));
+    }
+    return [...out, ...(await this._maybeBegin())];
+  }
+
   async stop(why) {
     if (!this.coordinating || this.ended) return [];
     this.steps = this.step; // end after the step in flight
@@ -380,7 +456,7 @@ export class RunPeer {
       m.synced = true;
       return [log(`${sender} is ready (${msg.kind}, ${msg.capacity.toFixed(0)} micro-batches/s)`), ...(await this._maybeBegin())];
     }
-    if (msg.step > this.step) {
+    if (msg.step > this.step && this.restoredTerm !== this.term) { // not after a restore: then ours is the run's
       this.catchingUp = true;
       return [log(`${sender} is ahead (step ${msg.step}): taking its state`),
         send(sender, { T: "sync", term: this.term, step: this.step, params_sha256: this.sha, reason: "coordinator behind" })];
