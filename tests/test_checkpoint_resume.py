@@ -11,7 +11,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import base64
+import json
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -354,3 +357,79 @@ def test_resume_refuses_a_file_of_another_run(peers, tmp_path):
     assert not (tmp_path / "pwned").exists()
     rc, _ = peers("--room", "AAAA-AAAA-AA", "--resume", str(a), name="m").finish()
     assert rc == 2
+
+
+# -- the JS side in node: the state blob and a tab member's restore ----------------------------
+
+NODE = shutil.which("node")
+
+JS_DRIVER = r"""
+import { readFileSync } from "node:fs";
+const C = await import(process.argv[2] + "/checkpoint.js");
+const { RunPeer } = await import(process.argv[2] + "/runpeer.js");
+const { paramsSha256 } = await import(process.argv[2] + "/engine/trainer.js");
+const input = JSON.parse(readFileSync(0, "utf8"));
+const f64 = (a) => Float64Array.from(a);
+const out = {};
+// a page's state blob, at step 0 (b1t = b2t = 1, written by JSON as 1)
+const snap = { identity: input.identity, step: 0, theta: f64(input.theta), m: f64(input.m),
+  v: f64(input.v), b1t: 1, b2t: 1 };
+out.blob = Buffer.from(await C.encodeState(snap)).toString("base64");
+const back = await C.decodeState(Buffer.from(input.pyblob, "base64"));
+out.decoded = { step: back.step, sha: back.params_sha256, b1t: back.b1t, theta0: back.theta[0] };
+try { await C.decodeState(Buffer.from(input.badblob, "base64")); out.bad = null; } catch (e) { out.bad = e.message; }
+// a tab member holding step 0 gets restore + a bad STATE, then restore + the good one
+const n = input.theta.length;
+const tr = { theta: f64(input.theta), adam: { m: new Float64Array(n), v: new Float64Array(n), b1t: 1, b2t: 1, step: 0 }, step: 0 };
+const peer = new RunPeer("p1", {});
+Object.assign(peer, { trainer: tr, host: "p0", term: 1, run: { run_id: "0".repeat(16) } });
+const good = { T: "state", step: back.step, params_sha256: back.params_sha256, theta: back.theta, m: back.m,
+  v: back.v, b1t: back.b1t, b2t: back.b2t };
+const before = await paramsSha256(tr.theta);
+const restore = { T: "restore", term: 2, step: back.step, params_sha256: back.params_sha256 };
+const badTheta = back.theta.slice(); badTheta[3] += 1e-6;
+let o = [...await peer.receive("p0", restore), ...await peer.receive("p0", { ...good, theta: badTheta })];
+out.badState = { logs: o.filter((x) => x.kind === "log" && x.loud).map((x) => x.text), restored: o.some((x) => x.kind === "restored"),
+  same: (await paramsSha256(tr.theta)) === before };
+o = await peer.receive("p9", { ...restore, term: 3 });
+out.stranger = o.map((x) => x.text);
+o = [...await peer.receive("p0", { ...restore, term: 3 }), ...await peer.receive("p0", good)];
+out.goodState = { restored: o.filter((x) => x.kind === "restored"), sha: await paramsSha256(tr.theta), step: tr.step, term: peer.term };
+console.log(JSON.stringify(out));
+"""
+
+
+@pytest.mark.skipif(NODE is None, reason="node is not installed")
+def test_js_state_blob_and_tab_member_restore(tmp_path):
+    """checkpoint.js writes blobs Python reads (b1t = 1 written as the JSON integer 1) and
+    reads Python's; runpeer.js loads a restored STATE only if it is the announced one and
+    hashes right, and only from the coordinator."""
+    from daisychain import package_path
+    from daisychain.engine.checkpoint import decode_state, encode_state
+
+    fresh = trained(0, *RUN)
+    at3 = trained(3, *RUN)
+    pyblob = encode_state(at3.identity, 3, at3.theta, at3.state.adam)
+    bad = bytearray(pyblob)  # one bit of theta flipped: the header's hash no longer fits
+    bad[8 + int.from_bytes(pyblob[4:8], "little") + 5] ^= 0x10
+    driver = tmp_path / "driver.mjs"
+    driver.write_text(JS_DRIVER)
+    z = np.zeros(fresh.theta.size)
+    payload = {"identity": dict(fresh.identity, hyper={**fresh.identity["hyper"], "weight_decay": 0}),
+               "theta": fresh.theta.tolist(), "m": z.tolist(), "v": z.tolist(),
+               "pyblob": base64.b64encode(pyblob).decode(),
+               "badblob": base64.b64encode(bytes(bad)).decode()}
+    res = subprocess.run([NODE, str(driver), str(package_path("webui"))], input=json.dumps(payload),
+                         capture_output=True, text=True, timeout=60)
+    assert res.returncode == 0, res.stderr
+    out = json.loads(res.stdout)
+    ck = decode_state(base64.b64decode(out["blob"]), fresh.identity)
+    assert ck.params_sha256 == fresh.params_sha256() and ck.adam.b1t == 1.0 and ck.step == 0
+    assert out["decoded"] == {"step": 3, "sha": at3.params_sha256(), "b1t": at3.state.adam.b1t,
+                              "theta0": float(at3.theta[0])}
+    assert out["bad"] and "hash mismatch" in out["bad"]
+    assert out["badState"]["same"] and not out["badState"]["restored"]
+    assert any("does not match its hash" in t for t in out["badState"]["logs"])
+    assert any("does not coordinate" in t for t in out["stranger"])
+    assert out["goodState"]["sha"] == at3.params_sha256() and out["goodState"]["step"] == 3
+    assert out["goodState"]["restored"][0]["by"] == "p0" and out["goodState"]["term"] == 3
