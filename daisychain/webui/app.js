@@ -474,6 +474,16 @@ async function main() {
   renderSettings();
 }
 
+// Closing the only replica of a running run loses it: ask first (the others keep it alive).
+window.addEventListener("beforeunload", (e) => {
+  const running = ["starting", "running"].includes(state.run.state) && mesh?.hasState();
+  const others = Object.values(state.links).some((s) => s === "open");
+  if (running && !others) {
+    e.preventDefault();
+    e.returnValue = "This device holds the only copy of the run. Download a checkpoint first?";
+  }
+});
+
 main().catch((err) => {
   console.error(err);
   state.error = `${err.name}: ${err.message}`;
