@@ -258,3 +258,29 @@ def test_server_killed_mid_run_tab_and_peers_finish(browser_cpu, peers):
         if tab is not None:
             tab.close()
         srv.kill()
+
+
+def test_tab_whose_self_test_fails_is_told_and_stays_out(browser_cpu, tabs, peers, server_url):
+    """Scenario 6: a tab whose units fail the golden vectors (here: a tampered relu vector
+    served to that tab only) says so in words, never joins the room, and the run of the
+    others ends on the reference hash."""
+    s = dict(DIGITS, seed=9)
+    ref = reference(s)
+    host, code = py_host(peers, server_url, s, wait=1)
+    member = peers(server_url, "py-member", "--room", code)
+    bad = tabs(browser_cpu, "bad-tab")
+
+    def tampered(route):
+        golden = route.fetch().json()
+        golden["relu"]["out"][0] += 1
+        route.fulfill(json=golden)
+    bad.page.route("**/golden/units.json", tampered)
+    bad.page.goto(f"{server_url}/?name=bad-tab&room={code}")
+    bad.wait("window.__daisy && window.__daisy.error !== null", 120_000)
+    text = bad.page.inner_text("#status")
+    assert "cannot train" in text and "self-test" in text and "relu" in text, text
+    assert bad.state("window.__daisy.room") is None and bad.state("window.__daisy.id") is None
+    for p in (host, member):
+        r = p.result()
+        assert r["params_sha256"] == ref["params_sha256"], r
+        assert {q["name"] for q in r["peers"]} <= {"py-host", "py-member"}, r["peers"]
