@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import io
 import json
@@ -73,3 +74,29 @@ async def _exercise(url, tr, blob):
             assert r.status == 400 and "hash mismatch" in (await r.json())["error"]
         async with s.get(srv.url + "healthz") as r:  # still serving
             assert r.status == 200
+
+
+@aio
+async def test_import_reads_a_body_sent_in_many_small_pieces():
+    """Regression: the body was read with one StreamReader.read(n), which returns only what
+    had arrived, so a .pt uploaded in several TCP pieces was cut short and refused."""
+    tr = _trainer()
+    from daisychain.engine.checkpoint import save_checkpoint
+    pt = save_checkpoint(tr.identity, tr.state.step, tr.theta, tr.state.adam)
+
+    async def trickle():
+        for i in range(0, len(pt), 1000):
+            yield pt[i:i + 1000]
+            await asyncio.sleep(0.001)
+
+    runner = web.AppRunner(create_app())
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    url = f"http://127.0.0.1:{site._server.sockets[0].getsockname()[1]}/"
+    try:
+        async with aiohttp.ClientSession() as s, s.post(url + "checkpoint/import", data=trickle()) as r:
+            assert r.status == 200, await r.text()
+            assert decode_state(await r.read()).params_sha256 == tr.params_sha256()
+    finally:
+        await runner.cleanup()

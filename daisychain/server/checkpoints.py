@@ -29,10 +29,16 @@ LIMIT = min(MAX_BYTES, 64 * 2**20)
 async def _body(request: web.Request) -> bytes:
     if request.content_length is not None and request.content_length > LIMIT:
         raise _bad(f"body of {request.content_length} bytes is larger than {LIMIT}", 413)
-    data = await request.content.read(LIMIT + 1)
-    if len(data) > LIMIT:
-        raise _bad(f"body is larger than {LIMIT} bytes", 413)
-    return data
+    # StreamReader.read(n) returns what has arrived so far, not n bytes: read to the end
+    chunks, size = [], 0
+    while True:
+        chunk = await request.content.read(1 << 16)
+        if not chunk:
+            return b"".join(chunks)
+        size += len(chunk)
+        if size > LIMIT:
+            raise _bad(f"body is larger than {LIMIT} bytes", 413)
+        chunks.append(chunk)
 
 
 def _bad(message: str, status: int = 400) -> web.HTTPException:
