@@ -13,7 +13,6 @@ import argparse
 import asyncio
 import base64
 import json
-import re
 import shutil
 import signal
 import subprocess
@@ -35,6 +34,7 @@ from daisychain.engine.trainer import Trainer, params_sha256
 from daisychain.peer import frames as F
 from daisychain.peer import run as R
 from daisychain.server.app import create_app
+from peer_process import PeerProcess
 from daisychain.server.config import ServerConfig
 from daisychain.units import load_luts
 from test_peer_run import STEPS, Net
@@ -232,51 +232,11 @@ def server():
     t.join(10)
 
 
-class Peer:
+class Peer(PeerProcess):
     """A real daisy-peer process (loopback ICE), its stderr in a file."""
 
     def __init__(self, server, tmp_path, *args, name):
-        self.name = name
-        self.err_path = tmp_path / f"{name}-{time.time_ns()}.err"
-        self.err = open(self.err_path, "w")
-        self.proc = subprocess.Popen([*PEER, "--server", server, "--name", name, "--loopback",
-                                      "--quiet", *args], stdout=subprocess.PIPE, stderr=self.err,
-                                     text=True, cwd=ROOT)
-
-    def stderr(self) -> str:
-        return self.err_path.read_text()
-
-    def wait_for(self, pattern: str, timeout=60.0) -> re.Match:
-        end = time.monotonic() + timeout
-        while time.monotonic() < end:
-            m = re.search(pattern, self.stderr())
-            if m:
-                return m
-            if self.proc.poll() is not None:
-                break
-            time.sleep(0.05)
-        raise AssertionError(f"{self.name}: no {pattern!r} in:\n{self.stderr()[-3000:]}")
-
-    def finish(self, timeout=120.0) -> tuple[int, str]:
-        try:
-            out, _ = self.proc.communicate(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            out, _ = self.proc.communicate()
-            raise AssertionError(f"{self.name} did not finish:\n{self.stderr()[-3000:]}")
-        return self.proc.returncode, out
-
-    def hash(self) -> str:
-        rc, out = self.finish()
-        m = re.search(r"^params-sha256: ([0-9a-f]{64})$", out, re.M)
-        assert rc == 0 and m, f"{self.name} rc={rc}\n{out}\n{self.stderr()[-3000:]}"
-        return m.group(1)
-
-    def stop(self):
-        if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait()
-        self.err.close()
+        super().__init__(server, "--loopback", "--quiet", *args, name=name, err_dir=tmp_path)
 
 
 @pytest.fixture

@@ -14,12 +14,8 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import re
-import signal
-import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 
 import numpy as np
@@ -29,6 +25,7 @@ from aiohttp import web
 from daisychain.engine.cli import train
 from daisychain.engine.settings import add_run_arguments, settings_from_args
 from daisychain.server.app import create_app
+from peer_process import PeerProcess
 from daisychain.server.config import ServerConfig
 from daisychain.units.luts import read_manifest, write_luts
 
@@ -76,52 +73,11 @@ def server():
     t.join(10)
 
 
-class Peer:
+class Peer(PeerProcess):
+    """A real daisy-peer process, its stderr in a file under $TMPDIR."""
+
     def __init__(self, server, *args, name):
-        self.name = name
-        self.err_path = Path(os.environ.get("TMPDIR", "/tmp")) / f"dc-mesh-{os.getpid()}-{name}-{time.time_ns()}.err"
-        self.err = open(self.err_path, "w")
-        self.proc = subprocess.Popen([*PEER, "--server", server, "--name", name, *args],
-                                     stdout=subprocess.PIPE, stderr=self.err, text=True, cwd=ROOT)
-
-    def stderr(self) -> str:
-        return self.err_path.read_text()
-
-    def wait_for(self, pattern: str, timeout=60.0) -> re.Match:
-        end = time.monotonic() + timeout
-        while time.monotonic() < end:
-            m = re.search(pattern, self.stderr())
-            if m:
-                return m
-            if self.proc.poll() is not None:
-                break
-            time.sleep(0.05)
-        raise AssertionError(f"{self.name}: no {pattern!r} in:\n{self.stderr()[-3000:]}")
-
-    def finish(self, timeout=120.0) -> tuple[int, str]:
-        try:
-            out, _ = self.proc.communicate(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            out, _ = self.proc.communicate()
-            raise AssertionError(f"{self.name} did not finish:\n{self.stderr()[-3000:]}")
-        return self.proc.returncode, out
-
-    def hash(self) -> str:
-        rc, out = self.finish()
-        m = re.search(r"^params-sha256: ([0-9a-f]{64})$", out, re.M)
-        assert rc == 0 and m, f"{self.name} rc={rc}\n{out}\n{self.stderr()[-3000:]}"
-        return m.group(1)
-
-    def kill(self):
-        self.proc.send_signal(signal.SIGKILL)
-        self.proc.wait()
-
-    def stop(self):
-        if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait()
-        self.err.close()
+        super().__init__(server, *args, name=name, err_dir=Path(os.environ.get("TMPDIR", "/tmp")))
 
 
 @pytest.fixture
