@@ -1,25 +1,71 @@
-"""A real ``daisy-peer`` process for tests: stderr in a file to poll, stdout for the summary."""
+"""Shared by the mesh-tier tests: a real ``daisy-peer`` process (stderr in a file to poll,
+stdout for the summary) and the real server app on a thread of its own."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
+
+from aiohttp import web
 
 ROOT = Path(__file__).resolve().parents[1]
 PEER = [sys.executable, "-c", "import sys; from daisychain.peer.cli import main; sys.exit(main())"]
 
 
+@contextlib.contextmanager
+def server_thread(**config):
+    """``create_app`` on 127.0.0.1:<random> in a thread with its own event loop; yields the
+    base URL. ``config`` overrides ServerConfig fields (fast grace and tick by default)."""
+    from daisychain.server.app import create_app
+    from daisychain.server.config import ServerConfig
+
+    started = threading.Event()
+    box = {}
+
+    def serve():
+        loop = asyncio.new_event_loop()
+        box["loop"] = loop
+
+        async def up():
+            cfg = ServerConfig(**{"grace_s": 0.5, "tick_s": 0.1, **config, "host": "127.0.0.1",
+                                  "port": 0})
+            runner = web.AppRunner(create_app(cfg), handle_signals=False)
+            await runner.setup()
+            site = web.TCPSite(runner, "127.0.0.1", 0)
+            await site.start()
+            box["runner"], box["port"] = runner, site._server.sockets[0].getsockname()[1]
+            started.set()
+
+        loop.run_until_complete(up())
+        loop.run_forever()
+        loop.run_until_complete(box["runner"].cleanup())
+
+    t = threading.Thread(target=serve, daemon=True)
+    t.start()
+    assert started.wait(20), "the server did not start"
+    try:
+        yield f"http://127.0.0.1:{box['port']}"
+    finally:
+        box["loop"].call_soon_threadsafe(box["loop"].stop)
+        t.join(10)
+
+
 class PeerProcess:
-    def __init__(self, server: str, *args: str, name: str, err_dir: Path):
+    def __init__(self, server: str, *args: str, name: str, err_dir: Path,
+                 command: list[str] | None = None):
         self.name = name
         self.err_path = Path(err_dir) / f"dc-peer-{name}-{time.time_ns()}.err"
         self.err = open(self.err_path, "w")
-        self.proc = subprocess.Popen([*PEER, "--server", server, "--name", name, *args],
-                                     stdout=subprocess.PIPE, stderr=self.err, text=True, cwd=ROOT)
+        self.proc = subprocess.Popen([*(command or PEER), "--server", server, "--name", name,
+                                      *args], stdout=subprocess.PIPE, stderr=self.err,
+                                     text=True, cwd=ROOT)
 
     def stderr(self) -> str:
         return self.err_path.read_text()

@@ -10,21 +10,18 @@ bad state or a file of another run changes nothing.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import base64
 import json
 import shutil
 import signal
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
-from aiohttp import web
 
 from daisychain.engine.checkpoint import (CheckpointError, load_checkpoint, read_checkpoint_file,
                                           save_checkpoint)
@@ -33,9 +30,7 @@ from daisychain.engine.settings import add_run_arguments, settings_from_args
 from daisychain.engine.trainer import Trainer, params_sha256
 from daisychain.peer import frames as F
 from daisychain.peer import run as R
-from daisychain.server.app import create_app
-from peer_process import PeerProcess
-from daisychain.server.config import ServerConfig
+from peer_process import PeerProcess, server_thread
 from daisychain.units import load_luts
 from test_peer_run import STEPS, Net
 
@@ -204,32 +199,8 @@ def _spec_hp_ds(s):
 @pytest.fixture(scope="module")
 def server():
     """The real app on 127.0.0.1 in a thread of its own; yields the base URL."""
-    started = threading.Event()
-    box = {}
-
-    def serve():
-        loop = asyncio.new_event_loop()
-        box["loop"] = loop
-
-        async def up():
-            app = create_app(ServerConfig(host="127.0.0.1", port=0, grace_s=0.5, tick_s=0.1))
-            runner = web.AppRunner(app, handle_signals=False)
-            await runner.setup()
-            site = web.TCPSite(runner, "127.0.0.1", 0)
-            await site.start()
-            box["runner"], box["port"] = runner, site._server.sockets[0].getsockname()[1]
-            started.set()
-
-        loop.run_until_complete(up())
-        loop.run_forever()
-        loop.run_until_complete(box["runner"].cleanup())
-
-    t = threading.Thread(target=serve, daemon=True)
-    t.start()
-    assert started.wait(20)
-    yield f"http://127.0.0.1:{box['port']}"
-    box["loop"].call_soon_threadsafe(box["loop"].stop)
-    t.join(10)
+    with server_thread() as url:
+        yield url
 
 
 class Peer(PeerProcess):

@@ -252,7 +252,7 @@ class Engine:
         k = np.asarray(e) + frac_bits
         b = G.shape[1]
         if (self.gemm == "fast" and int(k.min()) >= 0
-                and float(b) * 16129.0 * 2.0 ** int(k.max()) <= limit):
+                and float(b) * 16129.0 * float(pow2(int(k.max()))) <= limit):
             kmin = int(k.min())
             spread = int(k.max()) - kmin
             # float32 is exact too when every partial sum stays below 2**24
@@ -260,7 +260,7 @@ class Engine:
             Gs = (G * _per_mb(pow2(k - kmin), 3)).astype(dt)  # (n, b, out), exact
             total = np.matmul(Gs.reshape(-1, G.shape[2]).T, a_in.reshape(-1, a_in.shape[2]).astype(dt))
             o = self.layout.offsets[pi]
-            out[o:o + total.size] += (total.astype(np.float64) * 2.0**kmin).astype(np.int64).ravel()
+            out[o:o + total.size] += (total.astype(np.float64) * pow2(kmin)).astype(np.int64).ravel()
             return
         dW = self._mm(G.transpose(0, 2, 1), a_in)  # (n, out, in), exponent e
         self._accumulate(out, pi, dW, e, frac_bits, limit)

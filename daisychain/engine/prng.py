@@ -54,7 +54,7 @@ def u32(seed: int, stream: int, count: int, start: int = 0) -> np.ndarray:
 
 def uniform(seed: int, stream: int, count: int) -> np.ndarray:
     """Floats in [0, 1): u32 * 2**-32 (exact)."""
-    return u32(seed, stream, count).astype(np.float64) * (2.0**-32)
+    return u32(seed, stream, count).astype(np.float64) * 2.3283064365386963e-10  # 2**-32, exact
 
 
 def permutation(seed: int, stream: int, n: int) -> np.ndarray:

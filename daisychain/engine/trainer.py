@@ -11,6 +11,7 @@ import numpy as np
 from daisychain import ENGINE_VERSION
 from daisychain.engine import prng
 from daisychain.engine.adam import AdamState, adam_step
+from daisychain.engine.detmath import pow2
 from daisychain.engine.data import Dataset
 from daisychain.engine.model import Engine, ParamLayout, Result, init_params
 from daisychain.engine.spec import Hyper, ModelSpec, dumps_canonical
@@ -135,7 +136,7 @@ class Trainer:
 
     def mean_grad(self, total: np.ndarray) -> np.ndarray:
         """The averaged gradient from the integer total: total * 2**-S / n_micro."""
-        return total.astype(np.float64) * (2.0 ** -self.hp.grad_frac_bits) / float(self.hp.n_micro)
+        return total.astype(np.float64) * pow2(-self.hp.grad_frac_bits) / float(self.hp.n_micro)
 
     def apply(self, total: np.ndarray) -> None:
         adam_step(self.state.theta, self.state.adam, self.mean_grad(total), self.hp)

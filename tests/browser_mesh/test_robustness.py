@@ -14,15 +14,13 @@ from __future__ import annotations
 import json
 import os
 import re
-import signal
-import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 from mesh_helpers import log, needs_netns
+from peer_process import PeerProcess
 
 pytestmark = [pytest.mark.browser, pytest.mark.mesh, needs_netns]
 
@@ -45,35 +43,17 @@ def reference(s: dict) -> dict:
     return json.loads(proc.stdout)
 
 
-class DaisyPeer:
+class DaisyPeer(PeerProcess):
     """A `daisy-peer` process (stderr to a file, so a test can wait on what it says)."""
 
     def __init__(self, server_url: str, name: str, *args: str, capacity: float = 60,
                  progress: bool = False):
         """progress: the progress line on stderr (to wait on steps) instead of --json."""
-        self.name = name
         self.progress = progress
-        tmp = Path(os.environ.get("TMPDIR", "/tmp"))
-        self.err_path = tmp / f"dc-robust-{os.getpid()}-{name}-{time.time_ns()}.err"
-        self.err = open(self.err_path, "w")
-        self.proc = subprocess.Popen(
-            [str(BIN / "daisy-peer"), "--server", server_url, "--name", name,
-             "--capacity", str(capacity), *([] if progress else ["--json"]), *args],
-            stdout=subprocess.PIPE, stderr=self.err, text=True)
-
-    def stderr(self) -> str:
-        return self.err_path.read_text()
-
-    def wait_for(self, pattern: str, timeout: float = 120) -> re.Match:
-        end = time.monotonic() + timeout
-        while time.monotonic() < end:
-            m = re.search(pattern, self.stderr())
-            if m:
-                return m
-            if self.proc.poll() is not None:
-                break
-            time.sleep(0.05)
-        raise AssertionError(f"{self.name}: no {pattern!r} in:\n{self.stderr()[-3000:]}")
+        super().__init__(server_url, "--capacity", str(capacity),
+                         *([] if progress else ["--json"]), *args, name=name,
+                         err_dir=Path(os.environ.get("TMPDIR", "/tmp")),
+                         command=[str(BIN / "daisy-peer")])
 
     def result(self, timeout: float = 240) -> dict:
         try:

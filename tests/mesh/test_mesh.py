@@ -11,22 +11,17 @@ or a join happens after the run is seen under way, and the runs are long enough 
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import sys
-import threading
 from pathlib import Path
 
 import numpy as np
 import pytest
-from aiohttp import web
 
 from daisychain.engine.cli import train
 from daisychain.engine.settings import add_run_arguments, settings_from_args
-from daisychain.server.app import create_app
-from peer_process import PeerProcess
-from daisychain.server.config import ServerConfig
+from peer_process import PeerProcess, server_thread
 from daisychain.units.luts import read_manifest, write_luts
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -44,33 +39,8 @@ def reference(steps: int) -> str:
 @pytest.fixture(scope="module")
 def server():
     """The real app on 127.0.0.1 in a thread of its own; yields the base URL."""
-    started = threading.Event()
-    box = {}
-
-    def serve():
-        loop = asyncio.new_event_loop()
-        box["loop"] = loop
-
-        async def up():
-            app = create_app(ServerConfig(host="127.0.0.1", port=0, grace_s=0.5, tick_s=0.1))
-            runner = web.AppRunner(app, handle_signals=False)
-            await runner.setup()
-            site = web.TCPSite(runner, "127.0.0.1", 0)
-            await site.start()
-            box["runner"] = runner
-            box["port"] = site._server.sockets[0].getsockname()[1]
-            started.set()
-
-        loop.run_until_complete(up())
-        loop.run_forever()
-        loop.run_until_complete(box["runner"].cleanup())
-
-    t = threading.Thread(target=serve, daemon=True)
-    t.start()
-    assert started.wait(20)
-    yield f"http://127.0.0.1:{box['port']}"
-    box["loop"].call_soon_threadsafe(box["loop"].stop)
-    t.join(10)
+    with server_thread() as url:
+        yield url
 
 
 class Peer(PeerProcess):

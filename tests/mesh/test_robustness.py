@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from .test_mesh import LONG, ROOT, Peer, host, reference
+from .test_mesh import LONG, ROOT, host, peers, reference  # noqa: F401 (peers is a fixture)
 
 BIN = Path(sys.executable).parent
 
@@ -56,19 +56,6 @@ def server_process():
     yield make
     for s in made:
         s.kill()
-
-
-@pytest.fixture
-def peers():
-    made = []
-
-    def make(server, *args, name):
-        p = Peer(server, *args, name=name)
-        made.append(p)
-        return p
-    yield make
-    for p in made:
-        p.stop()
 
 
 def test_server_killed_mid_run_the_peers_finish_on_the_hash(server_process, peers):
