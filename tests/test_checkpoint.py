@@ -90,6 +90,10 @@ def test_malicious_pickle_never_executes(trained, capsys):
     with pytest.raises(CheckpointError, match="weights-only"):
         load_checkpoint(buf.getvalue(), trained.identity)
     assert "pwned" not in capsys.readouterr().out
+    try:
+        load_checkpoint(buf.getvalue(), trained.identity)
+    except CheckpointError as exc:  # never passes on torch's advice to disable the check
+        assert "weights_only" not in str(exc) and "objects other than tensors" in str(exc)
     with pytest.raises(CheckpointError, match="weights-only"):
         load_checkpoint(pickle.dumps(Evil()), trained.identity)
     assert "pwned" not in capsys.readouterr().out

@@ -111,6 +111,20 @@ def _tensor_dict(obj, what: str, layout: ParamLayout) -> np.ndarray:
     return flat
 
 
+def _loader_reason(exc: BaseException) -> str:
+    """torch's refusal in a few words, without its advice to retry with weights_only=False
+    (which would execute whatever the file holds)."""
+    import re
+
+    text = str(exc).strip()
+    if "Weights only load failed" in text:
+        m = re.search(r"(Unsupported global: [^\n.]*|Unsupported operand [^\n.]*|"
+                      r"Trying to [^\n.]*)", text)
+        return ("the file holds objects other than tensors and plain containers"
+                + (f" ({m.group(1).strip()})" if m else "") + "; it is not a checkpoint")
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
 def load_checkpoint(data: bytes, expected_identity: dict | None = None) -> Checkpoint:
     """Parse and check a checkpoint; raises CheckpointError on anything wrong."""
     import pickle
@@ -124,7 +138,7 @@ def load_checkpoint(data: bytes, expected_identity: dict | None = None) -> Check
         obj = torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
     except (pickle.UnpicklingError, zipfile.BadZipFile, RuntimeError, EOFError, ValueError,
             TypeError, AttributeError, KeyError, IndexError, OSError) as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        first = _loader_reason(exc)
         raise CheckpointError(f"not a loadable checkpoint (refused by torch's weights-only "
                               f"loader): {first[:300]}") from None
     if not isinstance(obj, dict) or obj.get("format") != FORMAT:
