@@ -205,9 +205,9 @@ def test_unknown_room_and_limits():
     c3, _ = d.device(room="new", address="10.0.0.9")  # another address may
     assert d.last(c3, p.RoomState).room == "private"
     j1, _ = d.device(room=code)
-    j2, _ = d.device(room=code)
+    j2, _ = d.device(room=code, name="other")  # another device of the address
     assert errors(d, j2) == [E.TOO_MANY_PENDING.value]
-    n = [d.device(room="network")[0] for _ in range(4)]
+    n = [d.device(room="network", address=f"10.0.0.{20 + i}")[0] for i in range(4)]
     assert errors(d, n[-1]) == [E.ROOM_FULL.value]
 
 

@@ -14,6 +14,13 @@ is not a tensor or a plain container, so nothing in the file executes), then che
 format, every name, shape and dtype against the run's model, finiteness, and the parameter
 hash, and the identity against the run. A bad file raises :class:`CheckpointError` with the
 reason and changes nothing.
+
+Nothing a file declares is allocated before it is checked against the file's own size: the
+zip must store its entries uncompressed (as ``torch.save`` does; a deflated entry could
+expand far past the file, a "zip bomb") with sizes inside the file; the model the identity
+declares must fit the file (3 float64 tensors per parameter); every tensor must be dense and
+contiguous over bytes it really has (a stride-0 tensor of a few bytes could stand for
+gigabytes); the identity must be plain JSON at most :data:`MAX_JSON_DEPTH` deep.
 """
 
 from __future__ import annotations
@@ -32,6 +39,12 @@ from daisychain.engine.trainer import identity_differences, params_sha256, run_i
 FORMAT = "daisychain-checkpoint"
 VERSION = 1
 MAX_BYTES = 512 * 2**20
+#: Deepest nesting of the identity (and any JSON header) that is read; deeper is refused.
+MAX_JSON_DEPTH = 32
+#: Most values in the identity (and any JSON header).
+MAX_JSON_NODES = 100_000
+#: Most entries in a checkpoint's zip (torch.save writes a handful plus one per tensor).
+MAX_ZIP_ENTRIES = 4096
 
 
 class CheckpointError(ValueError):
@@ -45,6 +58,63 @@ class Checkpoint:
     theta: np.ndarray
     adam: AdamState
     params_sha256: str
+
+
+def check_json_tree(value, what: str = "identity", max_depth: int = MAX_JSON_DEPTH,
+                    max_nodes: int = MAX_JSON_NODES) -> None:
+    """Refuse (CheckpointError) anything but plain JSON values (str keys, finite numbers)
+    nested at most ``max_depth`` deep with at most ``max_nodes`` values; iterative, so a
+    hostile depth cannot exhaust the stack."""
+    stack, seen = [(value, 0)], 0
+    while stack:
+        v, depth = stack.pop()
+        seen += 1
+        if seen > max_nodes:
+            raise CheckpointError(f"{what} holds more than {max_nodes} values")
+        if isinstance(v, (dict, list, tuple)):
+            if depth >= max_depth:
+                raise CheckpointError(f"{what} is nested deeper than {max_depth} levels")
+            if isinstance(v, dict):
+                if not all(isinstance(k, str) for k in v):
+                    raise CheckpointError(f"{what} has an object key that is not a string")
+                stack.extend((x, depth + 1) for x in v.values())
+            else:
+                stack.extend((x, depth + 1) for x in v)
+        elif isinstance(v, float):
+            if not math.isfinite(v):
+                raise CheckpointError(f"{what} holds a non-finite number")
+        elif not (v is None or isinstance(v, (str, int, bool))):
+            raise CheckpointError(f"{what} holds a {type(v).__name__}, which is not JSON")
+
+
+def _check_zip(data: bytes) -> None:
+    """The zip's entries must be stored (not compressed) and fit inside the file."""
+    import zipfile
+
+    if data[:4] != b"PK\x03\x04":
+        raise CheckpointError("not a loadable checkpoint (refused before torch's weights-only "
+                              "loader): not a zip-format .pt file, which is what torch.save "
+                              "writes")
+    try:
+        with zipfile.ZipFile(io.BytesIO(data)) as zf:
+            infos = zf.infolist()
+    except (zipfile.BadZipFile, ValueError, OSError, EOFError) as exc:
+        raise CheckpointError(f"not a loadable checkpoint (refused before torch's weights-only "
+                              f"loader): a broken zip ({str(exc)[:200]})") from None
+    if len(infos) > MAX_ZIP_ENTRIES:
+        raise CheckpointError(f"the checkpoint's zip has {len(infos)} entries, more than "
+                              f"{MAX_ZIP_ENTRIES}")
+    total = 0
+    for info in infos:
+        if info.compress_type != zipfile.ZIP_STORED:
+            raise CheckpointError(f"the checkpoint's zip entry {info.filename[:80]!r} is "
+                                  f"compressed (method {info.compress_type}); torch.save stores "
+                                  f"entries uncompressed, and a compressed one could expand far "
+                                  f"past the file's {len(data)} bytes")
+        total += info.file_size
+        if info.file_size > len(data) or total > len(data):
+            raise CheckpointError(f"the checkpoint's zip declares {total} bytes of entries, more "
+                                  f"than the file's {len(data)} bytes")
 
 
 def normalize_identity(identity: dict) -> dict:
@@ -104,6 +174,16 @@ def _tensor_dict(obj, what: str, layout: ParamLayout) -> np.ndarray:
                                   f"needs {tuple(shape)}")
         if t.dtype != torch.float64:
             raise CheckpointError(f"{what}[{name!r}] is {t.dtype}, must be torch.float64")
+        if t.layout != torch.strided or t.is_quantized or t.is_nested:
+            raise CheckpointError(f"{what}[{name!r}] is not a dense tensor ({t.layout})")
+        if not t.is_contiguous():
+            raise CheckpointError(f"{what}[{name!r}] has strides {tuple(t.stride())}, not the "
+                                  f"contiguous layout torch.save writes (a stride of 0 would "
+                                  f"repeat a few stored bytes as a whole tensor)")
+        have = t.untyped_storage().nbytes()
+        if (t.storage_offset() + t.numel()) * 8 > have:
+            raise CheckpointError(f"{what}[{name!r}] needs {t.numel() * 8} bytes, its storage "
+                                  f"holds {have}")
         a = t.detach().cpu().contiguous().numpy().ravel()
         if not np.all(np.isfinite(a)):
             raise CheckpointError(f"{what}[{name!r}] holds non-finite values")
@@ -134,10 +214,12 @@ def load_checkpoint(data: bytes, expected_identity: dict | None = None) -> Check
 
     if len(data) > MAX_BYTES:
         raise CheckpointError(f"checkpoint is {len(data)} bytes, more than {MAX_BYTES}")
+    _check_zip(data)
     try:
         obj = torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
     except (pickle.UnpicklingError, zipfile.BadZipFile, RuntimeError, EOFError, ValueError,
-            TypeError, AttributeError, KeyError, IndexError, OSError) as exc:
+            TypeError, AttributeError, KeyError, IndexError, OSError, RecursionError,
+            OverflowError, MemoryError) as exc:
         first = _loader_reason(exc)
         raise CheckpointError(f"not a loadable checkpoint (refused by torch's weights-only "
                               f"loader): {first[:300]}") from None
@@ -148,16 +230,16 @@ def load_checkpoint(data: bytes, expected_identity: dict | None = None) -> Check
     identity = obj.get("identity")
     if not isinstance(identity, dict) or "model" not in identity:
         raise CheckpointError("checkpoint has no run identity")
-    try:
-        spec = ModelSpec.from_json(identity["model"])
-    except (SpecError, KeyError, TypeError, ValueError) as exc:
-        raise CheckpointError(f"checkpoint's model spec is invalid: {exc}") from None
+    check_json_tree(identity, "the checkpoint's identity")
+    if expected_identity is not None:
+        check_json_tree(expected_identity, "the expected identity")
+    spec = _spec(identity, "checkpoint's")
     identity = normalize_identity(identity)
     if expected_identity is not None:
         diffs = _differences(expected_identity, identity)
         if diffs:
             raise CheckpointError("checkpoint belongs to another run: " + "; ".join(diffs))
-    layout = ParamLayout(spec)
+    layout = _layout(spec, len(data), "checkpoint file")
     theta = _tensor_dict(obj.get("state_dict"), "state_dict", layout)
     got = params_sha256(theta)
     if obj.get("params_sha256") != got:
@@ -187,6 +269,28 @@ def load_checkpoint(data: bytes, expected_identity: dict | None = None) -> Check
 STATE_MAGIC = b"DCSV"
 
 
+def _spec(identity: dict, whose: str) -> ModelSpec:
+    try:
+        return ModelSpec.from_json(identity["model"])
+    except (SpecError, KeyError, TypeError, ValueError, AttributeError, IndexError,
+            OverflowError, RecursionError) as exc:
+        raise CheckpointError(f"{whose} model spec is invalid: {str(exc)[:300]}") from None
+
+
+def _layout(spec: ModelSpec, size: int, what: str) -> ParamLayout:
+    """The model's layout, if its three float64 tensors (theta, Adam m and v) can be in
+    ``size`` bytes: a small file cannot make the reader allocate a large model."""
+    try:
+        layout = ParamLayout(spec)
+    except (ValueError, TypeError, OverflowError, MemoryError) as exc:
+        raise CheckpointError(f"the model spec is invalid: {str(exc)[:300]}") from None
+    need = 3 * 8 * layout.size
+    if need > size:
+        raise CheckpointError(f"the model declares {layout.size} parameters ({need} bytes of "
+                              f"tensors), more than the {what}'s {size} bytes could hold")
+    return layout
+
+
 def encode_state(identity: dict, step: int, theta: np.ndarray, adam: AdamState) -> bytes:
     import json
     import struct
@@ -206,18 +310,27 @@ def decode_state(data: bytes, expected_identity: dict | None = None) -> Checkpoi
     if len(data) < 8 or data[:4] != STATE_MAGIC:
         raise CheckpointError("not a DaisyChain state (bad magic)")
     (n,) = struct.unpack_from("<I", data, 4)
+    if n > len(data) - 8:
+        raise CheckpointError(f"state header declares {n} bytes, the state has {len(data) - 8}")
     try:
-        head = json.loads(data[8:8 + n])
-        identity = head["identity"]
-        spec = ModelSpec.from_json(identity["model"])
-    except (ValueError, KeyError, TypeError) as exc:
-        raise CheckpointError(f"state header is invalid: {exc}") from None
+        head = json.loads(data[8:8 + n], parse_constant=_no_constant)
+    except RecursionError:
+        raise CheckpointError(f"state header is nested deeper than {MAX_JSON_DEPTH} levels") \
+            from None
+    except ValueError as exc:
+        raise CheckpointError(f"state header is invalid: {str(exc)[:300]}") from None
+    check_json_tree(head, "the state header")
+    if not isinstance(head, dict) or not isinstance(head.get("identity"), dict):
+        raise CheckpointError("state header is invalid: no identity object")
+    identity = head["identity"]
+    spec = _spec(identity, "the state's")
     identity = normalize_identity(identity)
     if expected_identity is not None:
+        check_json_tree(expected_identity, "the expected identity")
         diffs = _differences(expected_identity, identity)
         if diffs:
             raise CheckpointError("state belongs to another run: " + "; ".join(diffs))
-    size = ParamLayout(spec).size
+    size = _layout(spec, len(data), "state").size
     body = data[8 + n:]
     if len(body) != 3 * 8 * size:
         raise CheckpointError(f"state holds {len(body)} bytes of tensors, the model needs {24 * size}")
@@ -237,6 +350,10 @@ def decode_state(data: bytes, expected_identity: dict | None = None) -> Checkpoi
         raise CheckpointError("state bias-correction products are invalid")
     b1t, b2t = float(b1t), float(b2t)
     return Checkpoint(identity, step, theta, AdamState(m, v, step, b1t, b2t), got)
+
+
+def _no_constant(name: str):
+    raise ValueError(f"{name} is not JSON")
 
 
 # --------------------------------------------------------------------------- files

@@ -21,6 +21,7 @@ URL layout: ``/`` (index.html), ``/selftest``, ``/webui/<path>``, ``/shaders/<na
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import hashlib
 import logging
@@ -34,6 +35,7 @@ import daisychain
 from . import protocol as p
 from .config import ServerConfig
 from .groups import client_address, network_group
+from .guard import COUNTER_KEY, upload_slots
 from .rooms import Close, Hub, Send
 
 log = logging.getLogger("daisychain.server")
@@ -121,8 +123,13 @@ def _page_handler(name: str):
 
 
 async def _healthz(request: web.Request) -> web.Response:
+    app = request.app
+    counter = app.get(COUNTER_KEY)
     return web.json_response({"ok": True, "version": daisychain.__version__,
-                              "protocol": p.PROTOCOL_VERSION, **request.app[HUB_KEY].stats()})
+                              "protocol": p.PROTOCOL_VERSION, **app[HUB_KEY].stats(),
+                              "http": counter.stats() if counter is not None else {},
+                              "slow_readers_dropped": _Socket.dropped_total,
+                              "limits": app[CONFIG_KEY].all_limits()})
 
 
 async def _ice_servers(request: web.Request) -> web.Response:
@@ -133,45 +140,112 @@ async def _ice_servers(request: web.Request) -> web.Response:
 # -- signaling --------------------------------------------------------------------------------
 
 
-class _Socket:
-    """One connection's outgoing side: a bounded queue drained by one writer task, so a slow
-    client never stalls the others."""
+_ROOM = object()  # the place of the (one) room state in a socket's queue
 
-    def __init__(self, ws: web.WebSocketResponse, limit: int):
-        self.ws = ws
-        self.queue: asyncio.Queue = asyncio.Queue(limit)
+
+class _Socket:
+    """One connection's outgoing side: a queue bounded in frames and bytes, drained by one
+    writer task, so a slow client never stalls the others. Room states coalesce: at most one
+    waits per connection, the latest (it replaces an older one still waiting). A connection
+    over its budget is dropped, with one log line."""
+
+    dropped_total = 0
+
+    def __init__(self, ws: web.WebSocketResponse, frames: int, max_bytes: int, who: str = "",
+                 transport: asyncio.Transport | None = None):
+        self.ws, self.frames, self.max_bytes, self.who = ws, frames, max_bytes, who
+        self.transport = transport
+        self.queue: collections.deque = collections.deque()
+        self.bytes = 0
+        self.room: str | None = None  # the latest room state, while one waits
+        self.dropped = False
+        self.wake = asyncio.Event()
         self.task = asyncio.create_task(self._write())
 
     def push(self, item) -> None:
-        try:
-            self.queue.put_nowait(item)
-        except asyncio.QueueFull:
-            log.warning("dropping a connection that does not read its messages")
-            self.queue = asyncio.Queue(1)
-            self.queue.put_nowait((1013, "too slow: the client does not read its messages"))
+        if self.dropped:
+            return
+        if isinstance(item, tuple):  # a close: nothing after it
+            self.queue.append(item)
+        elif len(self.queue) >= self.frames or self.bytes + len(item) > self.max_bytes:
+            self._drop()
+            return
+        else:
+            self.queue.append(item)
+            self.bytes += len(item)
+        self.wake.set()
+
+    def push_room(self, text: str) -> None:
+        if self.dropped:
+            return
+        if self.room is not None:  # one waits already: the latest wins, in its place
+            self.bytes += len(text) - len(self.room)
+            self.room = text
+            return
+        if len(self.queue) >= self.frames or self.bytes + len(text) > self.max_bytes:
+            self._drop()
+            return
+        self.room = text
+        self.bytes += len(text)
+        self.queue.append(_ROOM)
+        self.wake.set()
+
+    def _drop(self) -> None:
+        self.dropped = True
+        _Socket.dropped_total += 1
+        log.warning("dropping the connection %s: it does not read its messages (%d frames, "
+                    "%d bytes waiting; limits %d frames, %d bytes)", self.who, len(self.queue),
+                    self.bytes, self.frames, self.max_bytes)
+        self.queue.clear()
+        self.room, self.bytes = None, 0
+        self.queue.append((1013, "too slow: the client does not read its messages"))
+        self.wake.set()
+        # a writer blocked on a client that reads nothing never gets to the close: cut it
+        asyncio.get_running_loop().call_later(2.0, self._abort)
+
+    def _abort(self) -> None:
+        if self.transport is not None and not self.transport.is_closing():
+            self.task.cancel()
+            self.transport.abort()
 
     async def _write(self) -> None:
         with contextlib.suppress(ConnectionError, RuntimeError, asyncio.CancelledError):
             while True:
-                item = await self.queue.get()
+                while not self.queue:
+                    self.wake.clear()
+                    await self.wake.wait()
+                item = self.queue.popleft()
                 if isinstance(item, tuple):
                     await self.ws.close(code=item[0], message=item[1].encode()[:120])
                     return
+                if item is _ROOM:
+                    item, self.room = self.room, None
+                self.bytes -= len(item)
                 await self.ws.send_str(item)
 
 
 def _deliver(app: web.Application, outputs: list) -> None:
     sockets: dict[int, _Socket] = app[SOCKETS_KEY]
-    encoded: dict[int, str] = {}
+    encoded: dict[int, str | None] = {}
     for o in outputs:
         sock = sockets.get(o.conn)
         if sock is None:
             continue
         if isinstance(o, Send):
-            text = encoded.get(id(o.message))
+            key = id(o.message)
+            if key not in encoded:
+                try:
+                    encoded[key] = p.encode(o.message)
+                except ValueError as exc:  # never put non-JSON on the wire
+                    log.warning("not sending a %s that is not JSON: %s", o.message.TYPE, exc)
+                    encoded[key] = None
+            text = encoded[key]
             if text is None:
-                text = encoded[id(o.message)] = p.encode(o.message)
-            sock.push(text)
+                continue
+            if isinstance(o.message, p.RoomState):
+                sock.push_room(text)
+            else:
+                sock.push(text)
         elif isinstance(o, Close):
             sock.push((o.code, o.reason))
 
@@ -193,8 +267,15 @@ async def _ws(request: web.Request) -> web.WebSocketResponse:
     await ws.prepare(request)
     address = client_address(request.remote, request.headers.get("X-Forwarded-For"),
                              cfg.trusted_networks)
+    refusal = hub.admit(str(address), time.monotonic())
+    if refusal is not None:
+        with contextlib.suppress(ConnectionError, RuntimeError):
+            await ws.send_str(p.encode(refusal))
+            await ws.close(code=1008, message=refusal.message.encode()[:120])
+        return ws
     conn = hub.open(network_group(address), str(address), time.monotonic())
-    sock = app[SOCKETS_KEY][conn] = _Socket(ws, cfg.send_queue)
+    sock = app[SOCKETS_KEY][conn] = _Socket(ws, cfg.send_queue, cfg.send_queue_bytes,
+                                            f"#{conn} from {address}", request.transport)
     try:
         async for msg in ws:
             if msg.type in (WSMsgType.TEXT, WSMsgType.BINARY):
@@ -254,6 +335,7 @@ def create_app(config: ServerConfig | None = None, *,
     app[CONFIG_KEY] = config
     app[HUB_KEY] = hub or Hub(config)
     app[SOCKETS_KEY] = {}
+    upload_slots(app, config)
     folders = {name: Path(str(daisychain.package_path(name)))
                for name in ("webui", "shaders", "luts", "golden")} | dict(folders or {})
     app[FILES_KEY] = {name: PackageFiles(path) for name, path in folders.items()}
@@ -268,7 +350,7 @@ def create_app(config: ServerConfig | None = None, *,
         web.get("/ice-servers", _ice_servers),
         web.get("/ws", _ws),
     ])
-    app.add_routes(data_routes(datasets) + checkpoint_routes())
+    app.add_routes(data_routes(datasets) + checkpoint_routes(config))
     app.add_routes(list(extra_routes))
     app.cleanup_ctx.append(_timers)
     app.on_shutdown.append(_close_sockets)

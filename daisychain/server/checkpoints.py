@@ -8,43 +8,67 @@
   state to its room, where every peer checks the hash again before restoring.
 
 The server keeps nothing: both routes are pure conversions. Bad input gets 400 with
-``{"error": message}``; torch's weights-only loader means nothing in a file executes.
+``{"error": message}``; torch's weights-only loader means nothing in a file executes, and
+the parser checks every declared size against the file before allocating
+(``daisychain.engine.checkpoint``). Bodies are read by ``guard.read_body``: size checked
+against ``Content-Length`` first, a time limit, a cap on uploads at once (503 beyond it).
 """
 
 from __future__ import annotations
 
 import asyncio
 import base64
+import binascii
 import json
+import logging
 
 from aiohttp import web
 
-from daisychain.engine.checkpoint import (MAX_BYTES, CheckpointError, decode_state,
-                                          encode_state, load_checkpoint, save_checkpoint)
+from daisychain.engine.checkpoint import (MAX_BYTES, MAX_JSON_DEPTH, CheckpointError,
+                                          check_json_tree, decode_state, encode_state,
+                                          load_checkpoint, save_checkpoint)
 from daisychain.engine.trainer import run_id
 
+from .config import ServerConfig
+from .guard import read_body, refusal
+
 LIMIT = min(MAX_BYTES, 64 * 2**20)
+log = logging.getLogger("daisychain.server")
+
+
+def _config(request: web.Request) -> ServerConfig:
+    from .app import CONFIG_KEY
+    return request.app.get(CONFIG_KEY) or ServerConfig()
 
 
 async def _body(request: web.Request) -> bytes:
-    if request.content_length is not None and request.content_length > LIMIT:
-        raise _bad(f"body of {request.content_length} bytes is larger than {LIMIT}", 413)
-    # StreamReader.read(n) returns what has arrived so far, not n bytes: read to the end
-    chunks, size = [], 0
-    while True:
-        chunk = await request.content.read(1 << 16)
-        if not chunk:
-            return b"".join(chunks)
-        size += len(chunk)
-        if size > LIMIT:
-            raise _bad(f"body is larger than {LIMIT} bytes", 413)
-        chunks.append(chunk)
+    return await read_body(request, _config(request), LIMIT)
 
 
 def _bad(message: str, status: int = 400) -> web.HTTPException:
-    cls = web.HTTPRequestEntityTooLarge if status == 413 else web.HTTPBadRequest
-    kw = {"max_size": LIMIT, "actual_size": LIMIT + 1} if status == 413 else {}
-    return cls(text=json.dumps({"error": message}), content_type="application/json", **kw)
+    return refusal(message, status)
+
+
+def expected_identity(raw: str | None) -> dict | None:
+    """The ``X-Daisy-Expected-Identity`` header: base64 of a JSON object, not nested deeper
+    than the checkpoint parser allows. Raises HTTP 400 with the reason."""
+    if not raw:
+        return None
+    try:
+        text = base64.b64decode(raw, validate=True)
+        expected = json.loads(text)
+    except RecursionError:
+        raise _bad(f"X-Daisy-Expected-Identity is nested deeper than {MAX_JSON_DEPTH} levels") \
+            from None
+    except (ValueError, binascii.Error, UnicodeDecodeError) as exc:
+        raise _bad(f"X-Daisy-Expected-Identity is not base64 JSON: {str(exc)[:200]}") from None
+    if not isinstance(expected, dict):
+        raise _bad("X-Daisy-Expected-Identity is not base64 JSON: not an object")
+    try:
+        check_json_tree(expected, "X-Daisy-Expected-Identity")
+    except CheckpointError as exc:
+        raise _bad(str(exc)) from None
+    return expected
 
 
 async def export_checkpoint(request: web.Request) -> web.Response:
@@ -54,6 +78,9 @@ async def export_checkpoint(request: web.Request) -> web.Response:
         pt = await asyncio.to_thread(save_checkpoint, ck.identity, ck.step, ck.theta, ck.adam)
     except CheckpointError as exc:
         raise _bad(str(exc)) from None
+    except Exception as exc:  # noqa: BLE001 - a file we cannot read is a 400, never a 500
+        log.exception("checkpoint conversion failed on a file it should have refused")
+        raise _bad(f"cannot read this file ({type(exc).__name__}: {str(exc)[:200]})") from None
     name = f"daisychain-{run_id(ck.identity)}-step{ck.step}.pt"
     return web.Response(body=pt, content_type="application/octet-stream",
                         headers={"Content-Disposition": f'attachment; filename="{name}"',
@@ -61,26 +88,22 @@ async def export_checkpoint(request: web.Request) -> web.Response:
 
 
 async def import_checkpoint(request: web.Request) -> web.Response:
-    expected = None
-    raw = request.headers.get("X-Daisy-Expected-Identity")
-    if raw:
-        try:
-            expected = json.loads(base64.b64decode(raw, validate=True))
-            if not isinstance(expected, dict):
-                raise ValueError("not an object")
-        except (ValueError, json.JSONDecodeError) as exc:
-            raise _bad(f"X-Daisy-Expected-Identity is not base64 JSON: {exc}") from None
+    expected = expected_identity(request.headers.get("X-Daisy-Expected-Identity"))
     data = await _body(request)
     try:
         ck = await asyncio.to_thread(load_checkpoint, data, expected)
     except CheckpointError as exc:
         raise _bad(str(exc)) from None
+    except Exception as exc:  # noqa: BLE001 - a file we cannot read is a 400, never a 500
+        log.exception("checkpoint conversion failed on a file it should have refused")
+        raise _bad(f"cannot read this file ({type(exc).__name__}: {str(exc)[:200]})") from None
     blob = encode_state(ck.identity, ck.step, ck.theta, ck.adam)
     return web.Response(body=blob, content_type="application/octet-stream",
                         headers={"X-Daisy-Params-Sha256": ck.params_sha256,
                                  "X-Daisy-Step": str(ck.step)})
 
 
-def checkpoint_routes() -> list[web.AbstractRouteDef]:
+def checkpoint_routes(config: ServerConfig | None = None) -> list[web.AbstractRouteDef]:
+    """The two routes; their limits come from the app's config (``create_app``)."""
     return [web.post("/checkpoint/export", export_checkpoint),
             web.post("/checkpoint/import", import_checkpoint)]

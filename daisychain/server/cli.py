@@ -17,6 +17,43 @@ from .config import ConfigError, ServerConfig, load_ice_servers
 
 _D = ServerConfig()
 
+#: The limits of docs/SECURITY.md: (flag, ServerConfig field, type, help).
+LIMIT_FLAGS = [
+    ("--max-connections-per-address", "max_connections_per_address", int,
+     "signaling connections open at once per client address (an IPv4 address, an IPv6 /64)"),
+    ("--address-rate", "address_rate_per_s", float,
+     "messages per second per client address, over all its connections"),
+    ("--address-burst", "address_burst", int, "messages at once above --address-rate"),
+    ("--join-requests-per-min", "join_requests_per_min", float,
+     "requests to join private rooms per minute per client address"),
+    ("--codes-per-min", "codes_per_min", float,
+     "wrong room codes per minute per client address (then every code is refused a while)"),
+    ("--max-pending-per-address", "max_pending_per_address", int,
+     "join requests of one client address waiting in one room"),
+    ("--deny-cooldown", "deny_cooldown_s", float,
+     "seconds a denied address waits before it may ask the same room again"),
+    ("--pending-timeout", "pending_timeout_s", float,
+     "seconds a join request waits for the host before it expires"),
+    ("--relay-bytes-per-s", "relay_bytes_per_s", float,
+     "bytes per second one connection may have relayed (size times recipients)"),
+    ("--relay-burst-bytes", "relay_burst_bytes", int, "bytes at once above --relay-bytes-per-s"),
+    ("--room-updates-per-s", "room_updates_per_s", float,
+     "room-state rounds per second per room; more changes coalesce"),
+    ("--room-update-burst", "room_update_burst", int, "room-state rounds at once"),
+    ("--send-queue", "send_queue", int, "frames waiting for one slow connection before it is dropped"),
+    ("--send-queue-bytes", "send_queue_bytes", int,
+     "bytes waiting for one slow connection before it is dropped"),
+    ("--max-sockets", "max_sockets", int,
+     "TCP connections open in all (kept below the open-file limit)"),
+    ("--max-sockets-per-address", "max_sockets_per_address", int,
+     "TCP connections open per client address (trusted proxies exempt)"),
+    ("--header-timeout", "header_timeout_s", float,
+     "seconds to send a request's headers, or to idle between requests"),
+    ("--body-timeout", "body_timeout_s", float, "seconds for an upload to arrive in full"),
+    ("--max-uploads", "max_uploads", int, "uploads read at once; more get 503"),
+    ("--max-upload-bytes", "max_upload_bytes", int, "largest upload"),
+]
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--host", default=_D.host, help="address to listen on (default %(default)s)")
@@ -44,6 +81,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     lim.add_argument("--ping-interval", type=float, default=_D.ping_interval_s,
                      dest="ping_interval_s",
                      help="seconds between pings; silent connections are dropped (default %(default)s)")
+    for flag, dest, kind, text in LIMIT_FLAGS:
+        lim.add_argument(flag, type=kind, default=getattr(_D, dest), dest=dest,
+                         help=text + " (default %(default)s)")
 
 
 def config_from_args(args: argparse.Namespace) -> ServerConfig:
@@ -53,15 +93,18 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
                         rate_per_s=args.rate_per_s, burst=args.burst,
                         max_room_size=args.max_room_size, max_pending=args.max_pending,
                         max_rooms_per_address=args.max_rooms_per_address,
-                        grace_s=args.grace_s, ping_interval_s=args.ping_interval_s)
+                        grace_s=args.grace_s, ping_interval_s=args.ping_interval_s,
+                        **{dest: getattr(args, dest) for _, dest, _, _ in LIMIT_FLAGS})
 
 
 async def serve(config: ServerConfig, app: web.Application | None = None,
                 started: asyncio.Event | None = None) -> None:
     """Run until cancelled (Ctrl-C or SIGTERM), then shut down cleanly."""
     from .app import create_app
+    from .guard import GuardedRunner, raise_file_limit, socket_cap
 
-    runner = web.AppRunner(app or create_app(config), handle_signals=False)
+    files = raise_file_limit()
+    runner = GuardedRunner(app or create_app(config), config, socket_cap(config, files))
     await runner.setup()
     try:
         site = web.TCPSite(runner, config.host, config.port)

@@ -39,6 +39,52 @@ class ServerConfig:
     tick_s: float = 1.0
     #: Frames queued for one slow connection before it is dropped.
     send_queue: int = 1024
+    #: Bytes queued for one slow connection before it is dropped (room states coalesce:
+    #: at most one, the latest, waits per connection).
+    send_queue_bytes: int = 1 << 20
+
+    # -- per client address (an IPv4 address, an IPv6 /64; groups.address_key) --------------
+    #: Signaling connections (``/ws``) open at once from one address.
+    max_connections_per_address: int = 16
+    #: Messages per second from one address over all its connections, and the burst.
+    address_rate_per_s: float = 100.0
+    address_burst: int = 400
+    #: Requests to join private rooms per minute from one address (also the burst).
+    join_requests_per_min: float = 10.0
+    #: Room codes tried per minute from one address (also the burst); while it is spent every
+    #: code is refused, right or wrong, so refusals say nothing about which codes exist.
+    codes_per_min: float = 10.0
+    #: Join requests from one address waiting in one room; a device asking again replaces
+    #: its own earlier request instead of adding one.
+    max_pending_per_address: int = 2
+    #: Seconds a denied address must wait before asking the same room again.
+    deny_cooldown_s: float = 60.0
+    #: Seconds a join request waits for the host before it expires.
+    pending_timeout_s: float = 300.0
+    #: Bytes per second one connection may make the server relay (a broadcast to n members
+    #: costs n times its size), and the burst.
+    relay_bytes_per_s: float = float(1 << 20)
+    relay_burst_bytes: int = 4 << 20
+    #: Room-state rounds per second per room, and the burst; changes beyond it coalesce into
+    #: the next round (latest wins).
+    room_updates_per_s: float = 10.0
+    room_update_burst: int = 20
+
+    # -- HTTP ---------------------------------------------------------------------------------
+    #: Open TCP connections (HTTP and WebSocket) in all; lowered at start to stay below the
+    #: process's file limit, so /healthz always answers.
+    max_sockets: int = 4096
+    #: Open TCP connections from one address (trusted proxies are exempt).
+    max_sockets_per_address: int = 48
+    #: Seconds a connection may take to send a request's headers (and to sit idle between
+    #: requests).
+    header_timeout_s: float = 10.0
+    #: Seconds an upload may take to arrive in full.
+    body_timeout_s: float = 30.0
+    #: Uploads (checkpoint conversions) read at once; more get 503 with Retry-After.
+    max_uploads: int = 2
+    #: Largest upload, in bytes.
+    max_upload_bytes: int = 32 << 20
     trusted_networks: tuple = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -51,7 +97,13 @@ class ServerConfig:
         if not 0 <= self.port <= 65535:
             raise ConfigError(f"port must be 0..65535, not {self.port}")
         for name in ("max_message_bytes", "rate_per_s", "burst", "max_room_size",
-                     "ping_interval_s", "hello_timeout_s", "tick_s", "send_queue"):
+                     "ping_interval_s", "hello_timeout_s", "tick_s", "send_queue",
+                     "send_queue_bytes", "max_connections_per_address", "address_rate_per_s",
+                     "address_burst", "join_requests_per_min", "codes_per_min",
+                     "max_pending_per_address", "pending_timeout_s", "relay_bytes_per_s",
+                     "relay_burst_bytes", "room_updates_per_s", "room_update_burst",
+                     "max_sockets", "max_sockets_per_address", "header_timeout_s",
+                     "body_timeout_s", "max_uploads", "max_upload_bytes"):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{name} must be positive")
         nets = []
@@ -68,7 +120,17 @@ class ServerConfig:
         """The limits a client is told in ``welcome``."""
         return {"max_message_bytes": self.max_message_bytes, "rate_per_s": self.rate_per_s,
                 "burst": self.burst, "max_room_size": self.max_room_size,
-                "max_pending": self.max_pending, "grace_s": self.grace_s}
+                "max_pending": self.max_pending, "grace_s": self.grace_s,
+                "max_connections_per_address": self.max_connections_per_address,
+                "address_rate_per_s": self.address_rate_per_s,
+                "join_requests_per_min": self.join_requests_per_min,
+                "codes_per_min": self.codes_per_min, "deny_cooldown_s": self.deny_cooldown_s,
+                "pending_timeout_s": self.pending_timeout_s}
+
+    def all_limits(self) -> dict:
+        """Every limit by name (for ``/healthz``)."""
+        return {f.name: getattr(self, f.name) for f in fields(self)
+                if f.name not in ("host", "port", "trust_proxy", "ice_servers", "trusted_networks")}
 
 
 def check_ice_servers(servers: object) -> list[dict]:

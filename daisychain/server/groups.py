@@ -5,6 +5,8 @@
   trusted proxy is the client. From anyone else the header is ignored, so a client cannot
   choose its group.
 - IPv6 addresses group by their /64 (one home or office network); IPv4 by the address.
+- Per-address limits (``address_key``) count the same way, except that the server's own
+  networks are not pooled: each LAN device (each IPv4 address, each IPv6 /64) has its own.
 - Loopback, RFC 1918, link-local and IPv6 ULA addresses are the server's
   own networks: they all form one ``local`` group, so the devices on the server's LAN find
   each other whatever their private address.
@@ -68,3 +70,15 @@ def network_group(ip: IPAddress | None) -> str:
     if isinstance(ip, ipaddress.IPv6Address):
         return "v6:" + str(ipaddress.ip_network(f"{ip}/64", strict=False))
     return "v4:" + str(ip)
+
+
+def address_key(address: str | None) -> str:
+    """The key that per-address limits count under: an IPv6 address by its /64 (a host may
+    hold the whole /64), an IPv4 address by itself. Unlike :func:`network_group`, the server's
+    own networks are not pooled, so each device of the LAN has its own budget."""
+    ip = parse_ip(address) if address else None
+    if ip is None:
+        return str(address)
+    if isinstance(ip, ipaddress.IPv6Address) and ip != ipaddress.IPv6Address("::1"):
+        return str(ipaddress.ip_network(f"{ip}/64", strict=False))
+    return str(ip)

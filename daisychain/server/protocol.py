@@ -244,10 +244,16 @@ class Pong:
 
 @dataclass(frozen=True)
 class Error:
+    """A refusal. For a limit, ``limit`` and ``current`` are its value and where the client
+    stands, and ``retry_after_s`` how long to wait before asking again (also in ``message``)."""
+
     TYPE = "error"
     code: str
     message: str
     ref: str | None = None
+    limit: float | None = None
+    current: float | None = None
+    retry_after_s: float | None = None
 
 
 ClientMessage = Union[Hello, Join, Leave, Approve, Deny, Ping, Offer, Answer, Candidate, Broadcast]
@@ -256,7 +262,20 @@ ServerMessage = Union[Welcome, RoomState, Pending, JoinRequest, Pong, Error,
 RELAYED = (Offer, Answer, Candidate, Broadcast)
 
 
+class LimitError(ProtocolError):
+    """A refusal by a limit: carries the limit, where the client stands, and how long to wait."""
+
+    def __init__(self, code: ErrorCode, message: str, *, limit: float, current: float,
+                 retry_after_s: float | None = None, ref: str | None = None):
+        super().__init__(code, message, ref)
+        self.limit, self.current = limit, current
+        self.retry_after_s = None if retry_after_s is None else round(max(0.0, retry_after_s), 3)
+
+
 def error_from(exc: ProtocolError) -> Error:
+    if isinstance(exc, LimitError):
+        return Error(code=exc.code.value, message=exc.message, ref=exc.ref, limit=exc.limit,
+                     current=exc.current, retry_after_s=exc.retry_after_s)
     return Error(code=exc.code.value, message=exc.message, ref=exc.ref)
 
 
@@ -491,7 +510,10 @@ _SERVER: dict[str, Callable[[_Fields], ServerMessage]] = {
     "join_request": lambda f: JoinRequest(peer=_p_device(f.obj.get("peer"), "join_request.peer")),
     "pong": lambda f: Pong(t=f.number("t", -1e300, 1e300, optional=True)),
     "error": lambda f: Error(code=f.str("code", 64), message=f.str("message", 4096),
-                             ref=f.str("ref", 64, optional=True)),
+                             ref=f.str("ref", 64, optional=True),
+                             limit=f.number("limit", 0, 1e18, optional=True),
+                             current=f.number("current", 0, 1e18, optional=True),
+                             retry_after_s=f.number("retry_after_s", 0, 1e9, optional=True)),
     "offer": _p_relay_in(Offer, lambda f: {"sdp": f.str("sdp", MAX_SDP_CHARS)}),
     "answer": _p_relay_in(Answer, lambda f: {"sdp": f.str("sdp", MAX_SDP_CHARS)}),
     "candidate": _p_relay_in(Candidate, lambda f: {"candidate": _candidate(f)}),
@@ -503,6 +525,15 @@ def _reject_constant(name: str):
     raise ValueError(f"{name} is not JSON")
 
 
+def _finite_float(text: str) -> float:
+    """JSON numbers that overflow a double (``1e999``) are refused: Python would read them as
+    infinity, which no JSON encoder can write back."""
+    v = float(text)
+    if not math.isfinite(v):
+        raise ValueError(f"the number {text[:40]} is out of range")
+    return v
+
+
 def _decode(text: str | bytes, max_bytes: int) -> tuple[dict, str]:
     if isinstance(text, (bytes, bytearray)):
         raise ProtocolError(ErrorCode.BAD_MESSAGE, "binary frames are not part of the signaling "
@@ -510,7 +541,7 @@ def _decode(text: str | bytes, max_bytes: int) -> tuple[dict, str]:
     if len(text) > max_bytes or len(text.encode("utf-8", "surrogatepass")) > max_bytes:
         raise ProtocolError(ErrorCode.TOO_LARGE, f"message is over {max_bytes} bytes")
     try:
-        obj = json.loads(text, parse_constant=_reject_constant)
+        obj = json.loads(text, parse_constant=_reject_constant, parse_float=_finite_float)
     except (ValueError, RecursionError) as exc:
         raise ProtocolError(ErrorCode.BAD_JSON, f"message is not valid JSON ({exc})"[:300]) from None
     if not isinstance(obj, dict):
@@ -562,4 +593,5 @@ def to_wire(msg: ClientMessage | ServerMessage) -> dict:
 
 
 def encode(msg: ClientMessage | ServerMessage) -> str:
-    return json.dumps(to_wire(msg), separators=(",", ":"))
+    """JSON text; raises ValueError rather than write a non-finite number (not JSON)."""
+    return json.dumps(to_wire(msg), separators=(",", ":"), allow_nan=False)

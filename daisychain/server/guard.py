@@ -1,0 +1,230 @@
+"""HTTP-level limits: sockets per address and in all, header and body timeouts, uploads.
+
+- :class:`GuardedRunner` is the ``web.AppRunner`` that ``daisychain serve`` uses. Its
+  connections count against ``max_sockets`` (in all) and ``max_sockets_per_address`` (per
+  ``groups.address_key``; trusted proxies are exempt, their clients are counted at ``/ws``).
+  One over a cap gets a short ``503`` with the limit and its current value, and is closed
+  before aiohttp reads anything from it.
+- Header timeout: a connection that has not completed its first request's headers within
+  ``header_timeout_s`` (a slowloris) is closed; after a request, aiohttp's keep-alive
+  timeout (set to the same) closes one that idles or trickles its next request.
+- :func:`read_body` reads an upload: its ``Content-Length`` checked against the limit before
+  reading, the whole body within ``body_timeout_s``, at most ``max_uploads`` at once (more
+  get ``503`` with ``Retry-After``).
+- :func:`raise_file_limit` raises ``RLIMIT_NOFILE`` to its hard limit and returns the socket
+  cap that leaves room below it for the files the server itself opens.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+
+from aiohttp import web
+from aiohttp.web_protocol import RequestHandler
+
+from .config import ServerConfig
+from .groups import address_key, parse_ip
+
+log = logging.getLogger("daisychain.server")
+
+#: File descriptors kept free for the server's own files (packages, torch, logs).
+FD_RESERVE = 128
+
+UPLOADS_KEY = web.AppKey("daisychain_uploads", asyncio.Semaphore)
+_FALLBACK_SLOTS: dict[int, asyncio.Semaphore] = {}  # apps not made by create_app
+
+
+def raise_file_limit() -> int:
+    """Raise the soft ``RLIMIT_NOFILE`` to the hard limit; returns the new soft limit."""
+    try:
+        import resource
+    except ImportError:  # not on this platform
+        return 1 << 16
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    want = hard if hard != resource.RLIM_INFINITY else max(soft, 1 << 16)
+    if want > soft:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
+            soft = want
+        except (ValueError, OSError) as exc:
+            log.warning("cannot raise the open-file limit from %s to %s: %s", soft, want, exc)
+    return soft
+
+
+def socket_cap(config: ServerConfig, file_limit: int) -> int:
+    """The socket cap: the configured one, but always ``FD_RESERVE`` below the file limit."""
+    return max(16, min(config.max_sockets, file_limit - FD_RESERVE))
+
+
+class SocketCounter:
+    """Open TCP connections, in all and per address."""
+
+    def __init__(self, config: ServerConfig, cap: int):
+        self.config, self.cap = config, cap
+        self.total = 0
+        self.per: dict[str, int] = {}
+        self.refused = 0
+        self.slow = 0  # closed for not finishing their headers in time
+
+    def is_proxy(self, ip) -> bool:
+        return ip is not None and any(ip.version == n.version and ip in n
+                                      for n in self.config.trusted_networks)
+
+    def open(self, peer) -> tuple[str | None, bytes | None]:
+        """Count a new connection from ``peer``: (its key, None) or (None, a 503 to send)."""
+        host = peer[0] if isinstance(peer, tuple) and peer else None
+        ip = parse_ip(host)
+        key = None if self.is_proxy(ip) else address_key(str(ip) if ip else host)
+        cfg = self.config
+        if self.total >= self.cap:
+            return None, self._refusal(f"the server has {self.total} connections open, its "
+                                       f"limit is {self.cap}", self.cap, self.total)
+        if key is not None and self.per.get(key, 0) >= cfg.max_sockets_per_address:
+            n = self.per[key]
+            return None, self._refusal(f"too many connections from your address: {n} open, "
+                                       f"the limit is {cfg.max_sockets_per_address}",
+                                       cfg.max_sockets_per_address, n)
+        self.total += 1
+        if key is not None:
+            self.per[key] = self.per.get(key, 0) + 1
+        return key or "", None
+
+    def close(self, key: str) -> None:
+        self.total -= 1
+        if key:
+            n = self.per.get(key, 1) - 1
+            if n > 0:
+                self.per[key] = n
+            else:
+                self.per.pop(key, None)
+
+    def _refusal(self, message: str, limit: int, current: int) -> bytes:
+        self.refused += 1
+        body = json.dumps({"error": message + "; try again later", "limit": limit,
+                           "current": current, "retry_after_s": 5}).encode()
+        return (b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
+                b"Retry-After: 5\r\nConnection: close\r\nContent-Length: "
+                + str(len(body)).encode() + b"\r\n\r\n" + body)
+
+    def stats(self) -> dict:
+        return {"sockets": {"limit": self.cap, "current": self.total},
+                "sockets_per_address": {"limit": self.config.max_sockets_per_address,
+                                        "current": max(self.per.values(), default=0)},
+                "sockets_refused": self.refused, "slow_headers_closed": self.slow}
+
+
+class _GuardedHandler(RequestHandler):
+    """aiohttp's handler, counted; over a cap it answers 503 and closes before parsing."""
+
+    def connection_made(self, transport) -> None:
+        counter: SocketCounter = self._manager.daisy_counter
+        key, refusal = counter.open(transport.get_extra_info("peername"))
+        self._daisy_key = key
+        if refusal is not None:
+            transport.write(refusal)
+            transport.close()
+            return
+        super().connection_made(transport)
+        # the first request's headers must be complete in time (later ones: keep-alive timeout)
+        self._daisy_timer = self._loop.call_later(counter.config.header_timeout_s,
+                                                  self._daisy_headers_late)
+
+    def _daisy_headers_late(self) -> None:
+        if self._request_count == 0 and self.transport is not None:
+            self._manager.daisy_counter.slow += 1
+            self.force_close()
+            self.transport.close()
+
+    def connection_lost(self, exc) -> None:
+        key = getattr(self, "_daisy_key", None)
+        if key is None:  # refused: aiohttp never saw it
+            return
+        self._daisy_key = None
+        timer = getattr(self, "_daisy_timer", None)
+        if timer is not None:
+            timer.cancel()
+        self._manager.daisy_counter.close(key)
+        super().connection_lost(exc)
+
+
+class _GuardedServer(web.Server):
+    def __call__(self) -> RequestHandler:
+        return _GuardedHandler(self, loop=self._loop, **self._kwargs)
+
+
+COUNTER_KEY = web.AppKey("daisychain_sockets_counter", SocketCounter)
+
+
+class GuardedRunner(web.AppRunner):
+    """``web.AppRunner`` with the socket caps and the header timeout of ``config``."""
+
+    def __init__(self, app: web.Application, config: ServerConfig, cap: int | None = None,
+                 **kwargs):
+        kwargs.setdefault("keepalive_timeout", config.header_timeout_s)
+        kwargs.setdefault("handle_signals", False)
+        super().__init__(app, **kwargs)
+        self.counter = SocketCounter(config, cap if cap is not None else config.max_sockets)
+        app[COUNTER_KEY] = self.counter
+
+    async def _make_server(self) -> web.Server:
+        server = await super()._make_server()
+        server.__class__ = _GuardedServer  # the same object, handing out counted handlers
+        server.daisy_counter = self.counter
+        return server
+
+
+# -- uploads ----------------------------------------------------------------------------------
+
+
+def refusal(message: str, status: int = 400, **extra) -> web.HTTPException:
+    """An HTTP error with ``{"error": message, ...}`` as its body."""
+    cls = {400: web.HTTPBadRequest, 408: web.HTTPRequestTimeout, 413: web.HTTPRequestEntityTooLarge,
+           503: web.HTTPServiceUnavailable}[status]
+    kw = {"max_size": extra.get("limit", 0), "actual_size": extra.get("current", 0)} \
+        if status == 413 else {}
+    headers = {"Retry-After": str(int(extra["retry_after_s"]))} if "retry_after_s" in extra else None
+    return cls(text=json.dumps({"error": message, **extra}), content_type="application/json",
+               headers=headers, **kw)
+
+
+def upload_slots(app: web.Application, config: ServerConfig) -> None:
+    """Give ``app`` the semaphore that :func:`read_body` counts uploads with."""
+    app[UPLOADS_KEY] = asyncio.Semaphore(config.max_uploads)
+
+
+async def read_body(request: web.Request, config: ServerConfig, limit: int | None = None) -> bytes:
+    """The whole request body, within the limits; raises an HTTP 4xx/503 with words."""
+    limit = min(limit or config.max_upload_bytes, config.max_upload_bytes)
+    length = request.content_length
+    if length is not None and length > limit:
+        raise refusal(f"body of {length} bytes is larger than the limit of {limit}", 413,
+                      limit=limit, current=length)
+    slots: asyncio.Semaphore = request.app.get(UPLOADS_KEY) or _FALLBACK_SLOTS.setdefault(
+        id(request.app), asyncio.Semaphore(config.max_uploads))
+    if slots.locked():
+        raise refusal(f"the server is reading {config.max_uploads} uploads already, its limit; "
+                      f"try again in a few seconds", 503, limit=config.max_uploads,
+                      current=config.max_uploads, retry_after_s=5)
+    async with slots:
+        try:
+            async with asyncio.timeout(config.body_timeout_s):
+                return await _read_all(request, limit)
+        except TimeoutError:
+            raise refusal(f"the body did not arrive within {config.body_timeout_s:g} s",
+                          408, limit=config.body_timeout_s) from None
+
+
+async def _read_all(request: web.Request, limit: int) -> bytes:
+    # StreamReader.read(n) returns what has arrived so far, not n bytes: read to the end
+    chunks, size = [], 0
+    while True:
+        chunk = await request.content.read(1 << 16)
+        if not chunk:
+            return b"".join(chunks)
+        size += len(chunk)
+        if size > limit:
+            raise refusal(f"body is larger than the limit of {limit} bytes", 413,
+                          limit=limit, current=size)
+        chunks.append(chunk)
