@@ -4,10 +4,14 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 
 import aiohttp
 
 from daisychain.server import protocol as p
+
+
+log = logging.getLogger("daisychain.peer")
 
 
 class SignalingError(Exception):
@@ -40,6 +44,7 @@ class SignalingClient:
         self.session = session
         self.ws: aiohttp.ClientWebSocketResponse | None = None
         self.welcome: p.Welcome | None = None
+        self.refused = 0  # unreadable frames skipped
 
     async def connect(self, name: str, kind: str, capacity: float, room: str,
                       token: str | None = None) -> p.Welcome:
@@ -64,14 +69,19 @@ class SignalingClient:
             await self.ws.send_str(p.encode(msg))
 
     async def recv(self):
-        """The next server message; raises SignalingError when the socket ends."""
+        """The next server message; raises SignalingError when the socket ends. A frame that
+        is not a valid message (e.g. a relayed ``Infinity``, which is not JSON) is refused
+        with a log line and skipped: one bad frame never ends the connection."""
         while True:
             m = await self.ws.receive()
-            if m.type == aiohttp.WSMsgType.TEXT:
+            if m.type in (aiohttp.WSMsgType.TEXT, aiohttp.WSMsgType.BINARY):
                 try:
                     return p.parse_server(m.data)
                 except p.ProtocolError as exc:
-                    raise SignalingError(f"the server sent something unreadable: {exc}") from None
+                    self.refused += 1
+                    log.warning("refused an unreadable signaling frame (%s): %s; skipped it",
+                                exc.code.value, exc.message[:200])
+                    continue
             if m.type in (aiohttp.WSMsgType.CLOSE, aiohttp.WSMsgType.CLOSED,
                           aiohttp.WSMsgType.CLOSING, aiohttp.WSMsgType.ERROR):
                 extra = f": {m.extra}" if m.extra else ""

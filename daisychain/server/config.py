@@ -47,8 +47,8 @@ class ServerConfig:
     #: Signaling connections (``/ws``) open at once from one address.
     max_connections_per_address: int = 16
     #: Messages per second from one address over all its connections, and the burst.
-    address_rate_per_s: float = 100.0
-    address_burst: int = 400
+    address_rate_per_s: float = 200.0
+    address_burst: int = 1000
     #: Requests to join private rooms per minute from one address (also the burst).
     join_requests_per_min: float = 10.0
     #: Room codes tried per minute from one address (also the burst); while it is spent every
@@ -56,7 +56,7 @@ class ServerConfig:
     codes_per_min: float = 10.0
     #: Join requests from one address waiting in one room; a device asking again replaces
     #: its own earlier request instead of adding one.
-    max_pending_per_address: int = 2
+    max_pending_per_address: int = 4
     #: Seconds a denied address must wait before asking the same room again.
     deny_cooldown_s: float = 60.0
     #: Seconds a join request waits for the host before it expires.

@@ -29,8 +29,10 @@ from .groups import address_key, parse_ip
 
 log = logging.getLogger("daisychain.server")
 
-#: File descriptors kept free for the server's own files (packages, torch, logs).
-FD_RESERVE = 128
+#: File descriptors kept free below the file limit: the server's own files (packages,
+#: torch, logs) and the connections the event loop accepts in one go before any is looked at
+#: (up to the listen backlog, 128, per round; two rounds may overlap).
+FD_RESERVE = 384
 
 UPLOADS_KEY = web.AppKey("daisychain_uploads", asyncio.Semaphore)
 _FALLBACK_SLOTS: dict[int, asyncio.Semaphore] = {}  # apps not made by create_app
@@ -67,6 +69,21 @@ class SocketCounter:
         self.per: dict[str, int] = {}
         self.refused = 0
         self.slow = 0  # closed for not finishing their headers in time
+        self.evicted = 0  # closed at the cap to make room for a new connection
+        self.fresh: dict = {}  # handlers that have not sent a complete request yet, oldest first
+
+    def evict_one(self) -> bool:
+        """At the cap: close the oldest connection that has not completed a request yet (a
+        slowloris holds its socket that way), so that a real request still gets in."""
+        for handler in list(self.fresh):
+            del self.fresh[handler]
+            transport = handler.transport
+            if handler._request_count == 0 and transport is not None:
+                self.evicted += 1
+                transport.abort()  # before force_close, which forgets the transport
+                handler.force_close()
+                return True
+        return False
 
     def is_proxy(self, ip) -> bool:
         return ip is not None and any(ip.version == n.version and ip in n
@@ -78,7 +95,9 @@ class SocketCounter:
         ip = parse_ip(host)
         key = None if self.is_proxy(ip) else address_key(str(ip) if ip else host)
         cfg = self.config
-        if self.total >= self.cap:
+        if self.total >= self.cap and self.evict_one():
+            pass  # its close is counted when it is lost; this one takes its place
+        elif self.total >= self.cap:
             return None, self._refusal(f"the server has {self.total} connections open, its "
                                        f"limit is {self.cap}", self.cap, self.total)
         if key is not None and self.per.get(key, 0) >= cfg.max_sockets_per_address:
@@ -112,7 +131,8 @@ class SocketCounter:
         return {"sockets": {"limit": self.cap, "current": self.total},
                 "sockets_per_address": {"limit": self.config.max_sockets_per_address,
                                         "current": max(self.per.values(), default=0)},
-                "sockets_refused": self.refused, "slow_headers_closed": self.slow}
+                "sockets_refused": self.refused, "slow_headers_closed": self.slow,
+                "evicted_at_cap": self.evicted}
 
 
 class _GuardedHandler(RequestHandler):
@@ -127,15 +147,18 @@ class _GuardedHandler(RequestHandler):
             transport.close()
             return
         super().connection_made(transport)
+        counter.fresh[self] = None
         # the first request's headers must be complete in time (later ones: keep-alive timeout)
         self._daisy_timer = self._loop.call_later(counter.config.header_timeout_s,
                                                   self._daisy_headers_late)
 
     def _daisy_headers_late(self) -> None:
-        if self._request_count == 0 and self.transport is not None:
+        self._manager.daisy_counter.fresh.pop(self, None)
+        transport = self.transport
+        if self._request_count == 0 and transport is not None:
             self._manager.daisy_counter.slow += 1
+            transport.abort()
             self.force_close()
-            self.transport.close()
 
     def connection_lost(self, exc) -> None:
         key = getattr(self, "_daisy_key", None)
@@ -145,7 +168,9 @@ class _GuardedHandler(RequestHandler):
         timer = getattr(self, "_daisy_timer", None)
         if timer is not None:
             timer.cancel()
-        self._manager.daisy_counter.close(key)
+        counter = self._manager.daisy_counter
+        counter.close(key)
+        counter.fresh.pop(self, None)
         super().connection_lost(exc)
 
 
