@@ -35,10 +35,29 @@ MAX_RSS_GROWTH = 200 * MB
 MAX_BYSTANDER_S = 1.0
 
 
+def _known_flags_only(flags: tuple[str, ...]) -> tuple[str, ...]:
+    """``flags`` less those this ``daisychain serve`` does not know (with their values)."""
+    help_ = subprocess.run([sys.executable, "-m", "daisychain.cli", "serve", "--help"],
+                           capture_output=True, text=True, cwd="/").stdout
+    out, skip = [], False
+    for f in flags:
+        if f.startswith("--"):
+            skip = not re.search(rf"{re.escape(f)}\b", help_)
+        if not skip:
+            out.append(f)
+    return tuple(out)
+
+
 class ServerProcess:
-    """``daisychain serve --host 127.0.0.1 --port 0 FLAGS`` with stderr in a file."""
+    """``daisychain serve --host 127.0.0.1 --port 0 FLAGS`` with stderr in a file.
+
+    ``HOSTILE_BASELINE=1`` in the environment drops the flags the server does not know: to
+    run these attacks against an older server (e.g. ``PYTHONPATH=<old checkout>``) and see
+    them succeed there."""
 
     def __init__(self, tmp: Path, *flags: str, nofile: int | None = None):
+        if os.environ.get("HOSTILE_BASELINE"):
+            flags = _known_flags_only(flags)
         self.log_path = tmp / "server.log"
         self._log = open(self.log_path, "w")
         pre = None
@@ -50,6 +69,7 @@ class ServerProcess:
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "daisychain.cli", "serve", "--host", "127.0.0.1", "--port", "0",
              *flags], stdout=subprocess.PIPE, stderr=self._log, text=True, preexec_fn=pre,
+            cwd=tmp,  # not the checkout: the daisychain that is installed (or on PYTHONPATH)
             env={**os.environ, "PYTHONUNBUFFERED": "1"})
         ready, _, _ = select.select([self.proc.stdout], [], [], 60)
         line = self.proc.stdout.readline() if ready else ""

@@ -4,6 +4,7 @@ finish, nested JSON. Each gets a 4xx with words; the server's memory stays bound
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import io
 import json
@@ -75,7 +76,7 @@ def nested_text(depth: int) -> str:
 
 @pytest.fixture(scope="module")
 def srv(tmp_path_factory):
-    s = ServerProcess(tmp_path_factory.mktemp("ckpt"), "--body-timeout", "2", "--max-uploads", "2")
+    s = ServerProcess(tmp_path_factory.mktemp("ckpt"))
     status, _ = run(post(s.url, "/checkpoint/import", valid_pt()))  # torch loaded: the baseline
     assert status == 200
     yield s
@@ -202,16 +203,16 @@ def _status(s: socket.socket, timeout: float) -> int | None:
         return None
 
 
-def test_uploads_that_never_finish_are_capped_and_timed_out(srv):
+def test_uploads_that_never_finish_are_capped_and_timed_out(serve):
     """Regression: 30 uploads that never finish held ~2 GB, with no timeout."""
+    srv = serve("--body-timeout", "2", "--max-uploads", "2")
+
     async def go():
         async with Bystander(srv.url) as by:
             with srv.watch() as w:
-                socks = __import__("asyncio").to_thread(_stalled_uploads, srv.port, 30,
-                                                       30_000_000, 8 * MB)
-                socks = await socks
+                socks = await asyncio.to_thread(_stalled_uploads, srv.port, 30, 30_000_000, 8 * MB)
                 await by.check()
-                statuses = [await __import__("asyncio").to_thread(_status, s, 5) for s in socks]
+                statuses = [await asyncio.to_thread(_status, s, 5) for s in socks]
                 await by.check()
             for s in socks:
                 s.close()
