@@ -275,3 +275,47 @@ def test_network_resume_on_another_network_moves_room():
     d.send(a2, hello(token=token))
     st = d.last(a2, p.RoomState)
     assert {m.id for m in st.members} == {ida, idb}
+
+
+def test_room_state_rounds_past_the_budget_coalesce_into_the_latest():
+    """Each change used to send every member a room state at once; past the room's round
+    budget the changes coalesce into one round on the next tick, with the latest state."""
+    d = Driver(hub=Hub(ServerConfig(room_updates_per_s=2, room_update_burst=3), random.Random(3)))
+    watcher, _ = d.device(name="watcher", address="10.0.0.1")
+    d.take(watcher)
+    toggler, _ = d.device(name="toggler", address="10.0.0.2")  # round 2 of the burst of 3
+    for _ in range(20):
+        d.send(toggler, p.Join(room="new"))
+        d.send(toggler, p.Join(room="network"))
+    states = [m for m in d.take(watcher) if isinstance(m, p.RoomState)]
+    assert len(states) == 2  # the burst: join, then the first toggle
+    assert d.hub.stats()["coalescing_rooms"] == 1
+    d.tick(0.1)  # budget not back yet
+    assert not [m for m in d.take(watcher) if isinstance(m, p.RoomState)]
+    d.tick(0.5)
+    (latest,) = [m for m in d.take(watcher) if isinstance(m, p.RoomState)]
+    assert {m.name for m in latest.members} == {"watcher", "toggler"}  # the state as it is now
+    assert d.hub.stats()["coalescing_rooms"] == 0
+
+
+def test_limit_errors_carry_the_limit_and_where_the_client_stands():
+    d = Driver(hub=Hub(ServerConfig(codes_per_min=2, deny_cooldown_s=20), random.Random(4)))
+    h, _ = d.device(room="new", address="10.0.0.1")
+    code = d.last(h, p.RoomState).code
+    g, _ = d.device(address="10.0.0.2")
+    for _ in range(3):
+        d.send(g, p.Join(room="ZZZZ-ZZZZ-ZZ"))
+    first, second, third = [m for m in d.take(g) if isinstance(m, p.Error)]
+    assert (first.code, first.limit, first.current) == ("no_such_room", 2, 1)
+    assert (third.code, third.limit) == ("rate_limited", 2) and third.retry_after_s > 0
+    j, jid = d.device(room=code, address="10.0.0.3")
+    d.send(h, p.Deny(peer=jid))
+    denied = d.last(j, p.Error)
+    assert denied.retry_after_s == 20 and "ask again in 20 s" in denied.message
+    d.tick(5)
+    d.send(j, p.Join(room=code))
+    again = d.last(j, p.Error)
+    assert again.code == "denied" and 14 < again.retry_after_s <= 15
+    d.tick(16)
+    d.send(j, p.Join(room=code))
+    assert isinstance(d.last(j, p.Pending), p.Pending)

@@ -85,10 +85,10 @@ class Dataset:
                 raise DataError("dataset has trailing or missing bytes")
             return Dataset(head["task"], classes=int(head["classes"]), meta=head["meta"],
                            **{k: arrays[k] for k in ARRAYS})
-        except (KeyError, ValueError, struct.error, TypeError) as exc:
+        except (KeyError, ValueError, struct.error, TypeError, RecursionError) as exc:
             if isinstance(exc, DataError):
                 raise
-            raise DataError(f"malformed dataset bytes: {exc}") from None
+            raise DataError(f"malformed dataset bytes: {str(exc)[:300]}") from None
 
 
 # --------------------------------------------------------------------------- digits
