@@ -84,7 +84,7 @@ class ServerConfig:
     #: Uploads (checkpoint conversions) read at once; more get 503 with Retry-After.
     max_uploads: int = 2
     #: Largest upload, in bytes.
-    max_upload_bytes: int = 32 << 20
+    max_upload_bytes: int = 64 << 20
     trusted_networks: tuple = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
