@@ -117,6 +117,15 @@ class ServerProcess:
             out["peak_rss"] = max(out["peak_rss"], self.rss())
             out["rss_growth"] = out["peak_rss"] - out["rss0"]
 
+    def attacked(self, coro, fds: int):
+        """``run(coro)`` while watching: the RSS growth stays under 200 MB and the open files
+        grow by at most ``fds``. Returns what the coroutine returns."""
+        with self.watch() as w:
+            out = run(coro)
+        assert w["rss_growth"] < MAX_RSS_GROWTH, w
+        assert w["peak_fds"] - w["fds0"] <= fds, w
+        return out
+
     def assert_healthy(self) -> None:
         """Alive, and no 500 or traceback in its log."""
         assert self.proc.poll() is None, f"the server exited: {self.log()[-3000:]}"

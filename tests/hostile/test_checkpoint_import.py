@@ -102,6 +102,7 @@ def attack(srv, path, body, headers=None):
             return status, text, w
     status, text, w = run(go())
     assert w["rss_growth"] < MAX_RSS_GROWTH, w
+    assert w["peak_fds"] - w["fds0"] <= 16, w
     srv.assert_healthy()
     return status, json.loads(text)["error"] if text.startswith("{") else text
 
@@ -219,6 +220,7 @@ def test_uploads_that_never_finish_are_capped_and_timed_out(serve):
             return statuses, w
     statuses, w = run(go())
     assert w["rss_growth"] < MAX_RSS_GROWTH, w
+    assert w["peak_fds"] - w["fds0"] <= 30 + 16, w
     assert statuses.count(503) >= 28 and statuses.count(408) <= 2, statuses
     assert set(statuses) <= {503, 408}, statuses
     status, text = run(post(srv.url, "/checkpoint/import", b"x",

@@ -16,8 +16,8 @@ from hostile import (ATTACKER, MAX_RSS_GROWTH, Bystander, device, expect, health
                      raw_ws, recv_json, run, session, ws_frame)
 
 
-async def _drain(ws, seconds: float) -> list[dict]:
-    got = []
+async def _drain(ws, seconds: float, got: list | None = None) -> list[dict]:
+    got = [] if got is None else got
     loop = asyncio.get_running_loop()
     end = loop.time() + seconds
     while (left := end - loop.time()) > 0:
@@ -49,7 +49,8 @@ def test_room_state_fan_out_is_coalesced_and_slow_readers_cost_one_log_line(serv
             for i in range(8):
                 ws, _, _ = await device(s, srv.url, "network", f"{'t' * 56}-{i}")
                 conns.append(ws)
-            readers = [asyncio.ensure_future(_drain(ws, 6)) for ws in conns]
+            got = [[] for _ in conns]
+            readers = [asyncio.ensure_future(_drain(ws, 60, g)) for ws, g in zip(conns, got)]
             with srv.watch() as w:
                 for k in range(95):  # 8 x 190 joins: each changes the network room
                     for ws in conns:
@@ -60,7 +61,8 @@ def test_room_state_fan_out_is_coalesced_and_slow_readers_cost_one_log_line(serv
                 for _ in range(4):
                     await asyncio.sleep(0.5)
                     await by.check()
-            got = await asyncio.gather(*readers)
+            for r in readers:
+                r.cancel()
             health = await healthz(srv.url)
             return w, got, health
 
@@ -70,6 +72,7 @@ def test_room_state_fan_out_is_coalesced_and_slow_readers_cost_one_log_line(serv
         for s in stuck:
             s.close()
     assert w["rss_growth"] < MAX_RSS_GROWTH, w
+    assert w["peak_fds"] - w["fds0"] <= 24, w  # the 45 stuck members were there before
     log = srv.log()
     drops = log.count("does not read its messages")
     assert drops <= len(stuck), f"{drops} log lines for {len(stuck)} slow connections"
@@ -106,7 +109,7 @@ def test_non_finite_numbers_are_refused_and_never_relayed(serve):
             await by.check()
             return answers, relayed
 
-    answers, relayed = run(attack())
+    answers, relayed = srv.attacked(attack(), fds=16)
     assert all(a["code"] == "bad_json" for a in answers), answers
     assert "out of range" in answers[0]["message"] and "not JSON" in answers[2]["message"]
     assert relayed["data"] == {"fine": 1.5e300}
@@ -221,7 +224,7 @@ def test_approval_spam_denied_device_waits_and_repeats_fold(serve):
             hl.cancel()
             return told, requests, pending_twins, capped, first_real
 
-    told, requests, pending_twins, capped, first_real = run(attack())
+    told, requests, pending_twins, capped, first_real = srv.attacked(attack(), fds=48)
     assert told[0]["code"] == "denied" and told[0]["retry_after_s"] == 30
     assert all(t["code"] == "denied" and 0 < t["retry_after_s"] <= 30 and "ask again in" in
                t["message"] for t in told[1:]), told[1:4]
@@ -258,7 +261,7 @@ def test_join_requests_per_address_and_pending_expiry(serve):
                     await ws.close()
             return [f for _, f in firsts], expired, state
 
-    firsts, expired, state = run(attack())
+    firsts, expired, state = srv.attacked(attack(), fds=24)
     assert [f["type"] for f in firsts[:3]] == ["pending"] * 3
     limited = firsts[3:]
     assert all(f["code"] == "rate_limited" and f["limit"] == 3 and f["retry_after_s"] > 0
@@ -296,7 +299,7 @@ def test_rooms_and_connections_count_per_ipv6_64_not_per_address(serve):
                 await ws.close()
             return answers, health
 
-    answers, health = run(attack())
+    answers, health = srv.attacked(attack(), fds=40)
     rooms = [a for a in answers if a and a["type"] == "room"]
     too_many = [a for a in answers if a and a.get("code") == "too_many_rooms"]
     conn_refused = [a for a in answers if a and a.get("code") == "rate_limited"]
@@ -334,7 +337,7 @@ def test_code_guessing_is_limited_per_address_across_reconnects(serve):
             await by.check()
             return answers, right
 
-    answers, right = run(attack())
+    answers, right = srv.attacked(attack(), fds=16)
     wrong = [a for a in answers if a["code"] == "no_such_room"]
     limited = [a for a in answers if a["code"] == "rate_limited"]
     assert len(wrong) <= 11 and len(wrong) + len(limited) == 100, [a["code"] for a in answers]
@@ -356,7 +359,7 @@ def test_messages_per_address_and_relay_budget(serve):
             for ws in conns:
                 for k in range(30):
                     await ws.send_str(json.dumps({"type": "ping", "t": k}))
-            got = [await _drain(ws, 1.0) for ws in conns]
+            got = await asyncio.gather(*(_drain(ws, 1.0) for ws in conns))
             await by.check()
             big = json.dumps({"type": "broadcast", "data": "x" * 15000})
             async with session("127.0.0.3") as s3, session("127.0.0.4") as s4:
@@ -367,7 +370,7 @@ def test_messages_per_address_and_relay_budget(serve):
                 relay = await _drain(c, 1.0)
             return got, relay
 
-    got, relay = run(attack())
+    got, relay = srv.attacked(attack(), fds=24)
     pongs = sum(m["type"] == "pong" for g in got for m in g)
     limited = [m for g in got for m in g if m["type"] == "error"]
     assert 30 <= pongs <= 45 and limited, pongs  # the burst of 40, less the hellos

@@ -56,6 +56,7 @@ def test_sockets_from_one_address_leave_the_network_room_to_other_devices(serve)
     assert health["per_address"]["connections"] == {"limit": 16, "current": 16}
     assert health["refused"]["connections_per_address"] >= 40
     assert w["rss_growth"] < MAX_RSS_GROWTH
+    assert w["peak_fds"] - w["fds0"] <= 16 + 16, w
     srv.assert_healthy()
 
 
@@ -152,6 +153,7 @@ def test_at_the_socket_cap_half_open_requests_make_room_for_healthz(serve):
 
     health, w = run(attack())
     assert w["peak_fds"] - w["fds0"] <= 40 + 2 * 128 + 16, w
+    assert w["rss_growth"] < MAX_RSS_GROWTH, w
     assert health["http"]["sockets"]["limit"] == 40
     assert health["http"]["evicted_at_cap"] >= 300
     srv.assert_healthy()
