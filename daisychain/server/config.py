@@ -50,7 +50,7 @@ class ServerConfig:
     address_rate_per_s: float = 200.0
     address_burst: int = 1000
     #: Requests to join private rooms per minute from one address (also the burst).
-    join_requests_per_min: float = 10.0
+    join_requests_per_min: float = 30.0
     #: Room codes tried per minute from one address (also the burst); while it is spent every
     #: code is refused, right or wrong, so refusals say nothing about which codes exist.
     codes_per_min: float = 10.0
