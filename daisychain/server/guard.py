@@ -30,9 +30,9 @@ from .groups import address_key, parse_ip
 log = logging.getLogger("daisychain.server")
 
 #: File descriptors kept free below the file limit: the server's own files (packages,
-#: torch, logs) and the connections the event loop accepts in one go before any is looked at
-#: (up to the listen backlog, 128, per round; two rounds may overlap).
-FD_RESERVE = 384
+#: torch, logs), 128, and the connections the event loop accepts before any is looked at
+#: (up to the listen backlog, 128, per round; a few rounds may overlap), 3 x 128.
+FD_RESERVE = 512
 
 UPLOADS_KEY = web.AppKey("daisychain_uploads", asyncio.Semaphore)
 _FALLBACK_SLOTS: dict[int, asyncio.Semaphore] = {}  # apps not made by create_app

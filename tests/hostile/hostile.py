@@ -116,6 +116,8 @@ class ServerProcess:
             t.join()
             out["peak_rss"] = max(out["peak_rss"], self.rss())
             out["rss_growth"] = out["peak_rss"] - out["rss0"]
+            _report(f"rss_growth_mb={out['rss_growth'] / MB:.1f} "
+                    f"fds_growth={out['peak_fds'] - out['fds0']}")
 
     def attacked(self, coro, fds: int):
         """``run(coro)`` while watching: the RSS growth stays under 200 MB and the open files
@@ -145,6 +147,15 @@ class ServerProcess:
 
 
 # -- clients ----------------------------------------------------------------------------------
+
+
+def _report(line: str) -> None:
+    """``HOSTILE_REPORT=<file>``: one line per measurement, under the running test's name."""
+    path = os.environ.get("HOSTILE_REPORT")
+    if path:
+        test = os.environ.get("PYTEST_CURRENT_TEST", "?").split(" ")[0]
+        with open(path, "a") as f:
+            f.write(f"{test} {line}\n")
 
 
 def session(local: str = ATTACKER, **kw) -> aiohttp.ClientSession:
@@ -221,6 +232,7 @@ class Bystander:
         await expect(self.ws, "pong", timeout=10)
         t_rtt = time.monotonic() - t0
         self.worst = max(self.worst, t_health, t_rtt)
+        _report(f"bystander_healthz_s={t_health:.3f} bystander_rtt_s={t_rtt:.3f}")
         assert t_health < MAX_BYSTANDER_S, f"/healthz took {t_health:.2f} s"
         assert t_rtt < MAX_BYSTANDER_S, f"signaling round trip took {t_rtt:.2f} s"
         return health

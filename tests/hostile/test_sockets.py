@@ -123,10 +123,10 @@ def test_slowloris_and_half_open_requests_are_bounded_and_cut(serve):
 
     held, refused, open_, health, w = run(attack())
     assert open_ == [], f"{len(open_)} half-open requests still held after the header timeout"
-    # --max-sockets-per-address, plus what the event loop accepts in one go before looking
-    # (two rounds of the listen backlog, 128); bounded, whatever the number of attackers
-    assert w["peak_fds"] - w["fds0"] <= 48 + 2 * 128 + 16, w
-    assert health["http"]["sockets"]["limit"] <= soft - 384
+    # --max-sockets-per-address, plus what the event loop accepts before it looks (a few
+    # rounds of the listen backlog, 128): bounded, whatever the number of attackers
+    assert w["peak_fds"] - w["fds0"] <= 48 + 3 * 128 + 16, w
+    assert health["http"]["sockets"]["limit"] <= soft - 512
     assert health["http"]["sockets"]["current"] <= 4  # the bystander's, all others cut
     assert w["rss_growth"] < MAX_RSS_GROWTH
     srv.assert_healthy()
@@ -143,7 +143,7 @@ def test_at_the_socket_cap_half_open_requests_make_room_for_healthz(serve):
             with srv.watch() as w:
                 held = []
                 for local in ("127.0.0.1", "127.0.0.3", "127.0.0.4"):
-                    got, _ = await asyncio.to_thread(_half_open, srv.port, local, 150)
+                    got, _ = await asyncio.to_thread(_half_open, srv.port, local, 200)
                     held += got
                 for _ in range(3):
                     health = await by.check()
@@ -152,7 +152,7 @@ def test_at_the_socket_cap_half_open_requests_make_room_for_healthz(serve):
             return health, w
 
     health, w = run(attack())
-    assert w["peak_fds"] - w["fds0"] <= 40 + 2 * 128 + 16, w
+    assert w["peak_fds"] - w["fds0"] <= 40 + 3 * 128 + 16, w
     assert w["rss_growth"] < MAX_RSS_GROWTH, w
     assert health["http"]["sockets"]["limit"] == 40
     assert health["http"]["evicted_at_cap"] >= 300
