@@ -9,6 +9,8 @@ import asyncio
 import json
 import random
 import socket
+import time
+from pathlib import Path
 
 import aiohttp
 
@@ -379,3 +381,70 @@ def test_messages_per_address_and_relay_budget(serve):
     assert relay_errors and all(m["limit"] == 10000 and "relay budget" in m["message"]
                                 for m in relay_errors), relay
     srv.assert_healthy()
+
+
+def test_a_daisy_peer_survives_an_unreadable_frame(tmp_path):
+    """Regression: every daisy-peer waiting in a network room exited when the server
+    relayed a frame it could not read ("Infinity is not JSON"). A hostile server sends one
+    (as the old server relayed it); the real daisy-peer process logs the refusal and stays."""
+    import sys
+    import threading
+
+    from aiohttp import web
+
+    from daisychain.server import protocol as p
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from peer_process import PeerProcess
+
+    sent = threading.Event()
+
+    async def hostile(request):
+        ws = web.WebSocketResponse()
+        await ws.prepare(request)
+        await ws.receive()  # hello
+        await ws.send_str(p.encode(p.Welcome(id="ab12", token="t")))
+        await ws.send_str(p.encode(p.RoomState(room="network", code=None, you="ab12", host="ab12",
+                                               members=(p.Member("ab12", "peer", "python", 1.0,
+                                                                 True),))))
+        await ws.send_str('{"type":"broadcast","from":"cd34","data":{"x":Infinity}}')
+        sent.set()
+        async for _ in ws:
+            pass
+        return ws
+
+    box = {}
+    ready = threading.Event()
+
+    def serve():
+        loop = asyncio.new_event_loop()
+        box["loop"] = loop
+
+        async def up():
+            app = web.Application()
+            app.router.add_get("/ws", hostile)
+            box["runner"] = runner = web.AppRunner(app)
+            await runner.setup()
+            site = web.TCPSite(runner, "127.0.0.1", 0)
+            await site.start()
+            box["port"] = site._server.sockets[0].getsockname()[1]
+            ready.set()
+
+        loop.run_until_complete(up())
+        loop.run_forever()
+        loop.run_until_complete(box["runner"].cleanup())
+
+    t = threading.Thread(target=serve, daemon=True)
+    t.start()
+    assert ready.wait(20)
+    peer = PeerProcess(f"http://127.0.0.1:{box['port']}", "--capacity", "1", name="waiter",
+                       err_dir=tmp_path)
+    try:
+        assert sent.wait(90), peer.stderr()[-2000:]
+        peer.wait_for(r"refused an unreadable signaling frame \(bad_json\)", timeout=30)
+        time.sleep(1.0)
+        assert peer.proc.poll() is None, peer.stderr()[-2000:]
+    finally:
+        peer.stop()
+        box["loop"].call_soon_threadsafe(box["loop"].stop)
+        t.join(10)
