@@ -22,6 +22,7 @@ import json
 import logging
 
 from aiohttp import web
+from aiohttp.http_exceptions import HttpProcessingError
 from aiohttp.web_protocol import RequestHandler
 
 from .config import ServerConfig
@@ -71,6 +72,20 @@ class SocketCounter:
         self.slow = 0  # closed for not finishing their headers in time
         self.evicted = 0  # closed at the cap to make room for a new connection
         self.fresh: dict = {}  # handlers that have not sent a complete request yet, oldest first
+        self.bad_requests = 0  # malformed requests (aiohttp answered 400)
+        self._bad_logged_at = float("-inf")
+
+    def bad_request(self, peer, exc: HttpProcessingError) -> None:
+        """A malformed request: one log line per 10 s at most, without a traceback (aiohttp
+        would log a traceback for each, which a hostile client could repeat at will)."""
+        import time
+
+        self.bad_requests += 1
+        now = time.monotonic()
+        if now - self._bad_logged_at >= 10:
+            self._bad_logged_at = now
+            log.warning("refused a malformed HTTP request from %s (%s; %d so far)", peer,
+                        str(exc.message or exc).splitlines()[0][:120], self.bad_requests)
 
     def evict_one(self) -> bool:
         """At the cap: close the oldest connection that has not completed a request yet (a
@@ -132,7 +147,7 @@ class SocketCounter:
                 "sockets_per_address": {"limit": self.config.max_sockets_per_address,
                                         "current": max(self.per.values(), default=0)},
                 "sockets_refused": self.refused, "slow_headers_closed": self.slow,
-                "evicted_at_cap": self.evicted}
+                "evicted_at_cap": self.evicted, "bad_requests": self.bad_requests}
 
 
 class _GuardedHandler(RequestHandler):
@@ -172,6 +187,15 @@ class _GuardedHandler(RequestHandler):
         counter.close(key)
         counter.fresh.pop(self, None)
         super().connection_lost(exc)
+
+
+    def log_exception(self, *args, **kw) -> None:
+        exc = kw.get("exc_info")
+        if isinstance(exc, HttpProcessingError) and 400 <= (exc.code or 400) < 500:
+            peer = self.transport.get_extra_info("peername") if self.transport else None
+            self._manager.daisy_counter.bad_request(peer[0] if peer else "?", exc)
+            return
+        super().log_exception(*args, **kw)
 
 
 class _GuardedServer(web.Server):

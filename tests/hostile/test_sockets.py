@@ -157,3 +157,32 @@ def test_at_the_socket_cap_half_open_requests_make_room_for_healthz(serve):
     assert health["http"]["sockets"]["limit"] == 40
     assert health["http"]["evicted_at_cap"] >= 300
     srv.assert_healthy()
+
+
+def test_malformed_requests_cost_one_log_line_not_a_traceback_each(serve):
+    """aiohttp logged a traceback for every malformed request (an oversize header line, a
+    bad header): a hostile client could fill the log at will."""
+    srv = serve()
+
+    def spam():
+        for i in range(60):
+            s = socket.socket()
+            s.bind((ATTACKER, 0))
+            s.settimeout(5)
+            s.connect(("127.0.0.1", srv.port))
+            bad = (b"X-Big: " + b"a" * 9000) if i % 2 else b"Bad Header Without Colon"
+            s.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n" + bad + b"\r\n\r\n")
+            head = s.recv(100)
+            assert head.split(b" ")[1] == b"400", head
+            s.close()
+
+    async def attack():
+        async with Bystander(srv.url) as by:
+            await asyncio.to_thread(spam)
+            return await by.check()
+
+    health = srv.attacked(attack(), fds=16)
+    assert health["http"]["bad_requests"] == 60
+    log = srv.log()
+    assert "Traceback" not in log and len(log.splitlines()) <= 2, log[-2000:]
+    assert "refused a malformed HTTP request" in log
