@@ -437,8 +437,11 @@ def test_a_daisy_peer_survives_an_unreadable_frame(tmp_path):
     t = threading.Thread(target=serve, daemon=True)
     t.start()
     assert ready.wait(20)
+    # the installed daisychain (or PYTHONPATH's), not the checkout's by its working directory
+    command = [sys.executable, "-c", "import sys; sys.path = [p for p in sys.path if p not in "
+               "('', '.')]; from daisychain.peer.cli import main; sys.exit(main())"]
     peer = PeerProcess(f"http://127.0.0.1:{box['port']}", "--capacity", "1", name="waiter",
-                       err_dir=tmp_path)
+                       err_dir=tmp_path, command=command)
     try:
         assert sent.wait(90), peer.stderr()[-2000:]
         peer.wait_for(r"refused an unreadable signaling frame \(bad_json\)", timeout=30)
