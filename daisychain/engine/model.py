@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from daisychain.engine.fast import FastPath
 from daisychain.engine.detmath import dexp, exponent, pow2, quant_exponent, quantize
 from daisychain.engine.spec import ModelSpec
 from daisychain.units import reference as ref
@@ -23,8 +24,6 @@ from daisychain.units.gemm import MAX_K_FLOAT32, gemm_lut, require_exact_mul, ta
 from daisychain.units.luts import LutSet
 
 BIAS_LIMIT = 2.0**30  #: biases in accumulator units are clamped to ±2**30
-F32_EXACT = 2.0**24  #: float32 holds every integer of magnitude <= 2**24 exactly
-_F32_DOT = 127.0 * 127.0  #: largest |product| of two unit operands in [-127, 127]
 
 
 class ParamLayout:
@@ -104,16 +103,8 @@ class Engine:
         self.gemm = gemm
         # The fast path (see _grad_fast) computes requantize and ReLU by arithmetic, which
         # is valid only when their tables are exactly their definitions.
-        self.fast = gemm == "fast" and spec.input_kind == "dense" and tables_are_exact(luts)
-        if self.fast:
-            lin = [i for i, l in enumerate(spec.layers) if l.type == "linear"]
-            self._plan = []  # per linear: (param index, in, out, relu follows, last)
-            pi = 0
-            for li in lin:
-                relu_next = li + 1 < len(spec.layers) and spec.layers[li + 1].type == "relu"
-                self._plan.append((pi, spec.layers[li].n_in, spec.layers[li].n_out, relu_next,
-                                   li == len(spec.layers) - 1))
-                pi += 2
+        fast = gemm == "fast" and spec.input_kind == "dense" and tables_are_exact(luts)
+        self.fast = FastPath(spec, self.layout) if fast else None
 
     # ----------------------------------------------------------------- unit ops
     def _mm(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -147,8 +138,8 @@ class Engine:
         """x: (n, b, F) float features or (n, b, C) int token ids. Returns the logits
         (n, b, classes) float64 and the cache the backward pass needs. ``trace``, if given,
         collects (name, value) pairs of every intermediate (for golden vectors)."""
-        if self.fast and trace is None:
-            return self._forward_fast(theta, x)
+        if self.fast is not None and trace is None:
+            return self.fast.forward(theta, x)
         return self._forward_reference(theta, x, trace)
 
     def _forward_reference(self, theta, x, trace=None):
@@ -232,8 +223,8 @@ class Engine:
     def grad(self, theta: np.ndarray, x: np.ndarray, y: np.ndarray, frac_bits: int,
              limit: float) -> Result:
         """Fixed-point gradient contribution of the micro-batches x (n, b, ...), y (n, b)."""
-        if self.fast:
-            return self._grad_fast(theta, x, y, frac_bits, limit)
+        if self.fast is not None:
+            return Result(*self.fast.grad(theta, x, y, frac_bits, limit))
         n, b = y.shape
         z, (cache, emb) = self._forward_reference(theta, x)
         dz, loss, correct = self._output_error(z, y)
@@ -267,130 +258,6 @@ class Engine:
             G = self._requantize(dX, s)
             eg = dexp_x + s
         return Result(out, loss, correct)
-
-    # ----------------------------------------------------------------- fast path
-    # Same bits as the reference path, by exact arithmetic instead of table gathers (valid
-    # because tables_are_exact checked every table against its definition):
-    #   requantize(acc, s) = clamp(floor(acc * 2**-s + 1/2), -127, 127), and ReLU after it
-    #   is the same with lower bound 0;
-    #   integer-valued arrays are float32 where every value is an integer below 2**24:
-    #   GEMMs with K <= 1024 on operands in [-127, 127] (every partial sum < 2**24), the
-    #   bias add when the sum stays below 2**24 (checked: float32 rounding is monotone and
-    #   2**24 is a float32, so a computed max below 2**24 means every exact sum is below it,
-    #   hence exact), and the rounding shift: acc * 2**-s is exact, and with
-    #   s = bitlen(max|acc|) - 7 <= 17 the value acc * 2**-s + 1/2 is a multiple of 2**-s
-    #   below 128 in magnitude, i.e. < 2**24 units (exact), or >= 128, where the clamp
-    #   gives 127 whatever the rounding. Otherwise the same formulas run in float64.
-
-    @staticmethod
-    def _quantize_f32(v: np.ndarray, e, out_dtype=np.float32) -> np.ndarray:
-        """quantize(v, e) (float64 arithmetic, as detmath.quantize) into a float32 array."""
-        t = np.multiply(v, pow2(-np.asarray(e)))
-        t += 0.5
-        np.floor(t, out=t)
-        np.minimum(t, 127.0, out=t)
-        return np.maximum(t, -127.0, out=np.empty(t.shape, out_dtype))
-
-    @staticmethod
-    def _absmax_rows(x2: np.ndarray) -> np.ndarray:
-        """max |x| per row of a 2-D array, as float64 (max and min: no temporary)."""
-        return np.maximum(x2.max(axis=1), -x2.min(axis=1)).astype(np.float64)
-
-    @staticmethod
-    def _shift_round(acc: np.ndarray, s: np.ndarray, lo: float) -> np.ndarray:
-        """In place: acc (n, rows, cols) -> clamp(floor(acc * 2**-s + 1/2), lo, 127)."""
-        np.multiply(acc, pow2(-s).astype(acc.dtype)[:, None, None], out=acc)
-        acc += 0.5
-        np.floor(acc, out=acc)
-        return np.clip(acc, lo, 127.0, out=acc)
-
-    @staticmethod
-    def _gemm(a: np.ndarray, b: np.ndarray, k: int) -> np.ndarray:
-        """Exact product of integer-valued matrices with entries in [-127, 127], inner size k."""
-        if k <= MAX_K_FLOAT32:
-            return a @ b
-        return a.astype(np.float64) @ b.astype(np.float64)
-
-    def _forward_fast(self, theta, x):
-        params = self.layout.views(theta)
-        n, b = x.shape[0], x.shape[1]
-        x2 = x.reshape(n, -1)
-        ex = quant_exponent(self._absmax_rows(x2))  # (n,)
-        a = self._quantize_f32(x2, ex[:, None]).reshape(n * b, -1)
-        cache = []  # per linear: (a_in, ex, Wq, ew)
-        for pi, k_in, k_out, relu_next, last in self._plan:
-            W, bias = params[pi], params[pi + 1]
-            ew = int(quant_exponent(max(float(W.max()), -float(W.min()))))
-            Wq = self._quantize_f32(W, ew)  # (out, in)
-            cache.append((a, ex, Wq, ew))
-            sexp = ex + ew
-            bacc = np.clip(np.floor(bias[None, :] * pow2(-sexp)[:, None] + 0.5),
-                           -BIAS_LIMIT, BIAS_LIMIT)  # (n, out)
-            acc = self._gemm(a, Wq.T, k_in).reshape(n, b, k_out)
-            exact32 = acc.dtype == np.float32 and float(np.abs(bacc).max()) <= F32_EXACT
-            if exact32:
-                acc += bacc.astype(np.float32)[:, None, :]
-                am = self._absmax_rows(acc.reshape(n, -1))
-                exact32 = float(am.max()) < F32_EXACT
-            if not exact32:
-                acc = self._gemm(a, Wq.T, k_in).astype(np.float64).reshape(n, b, k_out)
-                acc += bacc[:, None, :]
-                am = self._absmax_rows(acc.reshape(n, -1))
-            if last:
-                z = acc.astype(np.float64)
-                z *= pow2(sexp)[:, None, None]
-                return z, cache
-            s = np.maximum(exponent(am) - 7, 0)
-            a = self._shift_round(acc, s, 0.0 if relu_next else -127.0)
-            a = a.astype(np.float32, copy=False).reshape(n * b, k_out)
-            ex = sexp + s
-        raise AssertionError("spec validation guarantees a final linear layer")
-
-    def _grad_fast(self, theta, x, y, frac_bits, limit):
-        n, b = y.shape
-        z, cache = self._forward_fast(theta, x)
-        dz, loss, correct = self._output_error(z, y)
-        eg = quant_exponent(self._absmax_rows(dz.reshape(n, -1)))
-        G = self._quantize_f32(dz, eg[:, None, None]).reshape(n * b, -1)
-        out = np.zeros(self.layout.size, np.int64)
-        for k in range(len(cache) - 1, -1, -1):
-            pi, k_in, k_out, _, _ = self._plan[k]
-            a_in, ex, Wq, ew = cache[k]
-            self._weight_grad_fast(out, pi, G, a_in, n, eg + ex, frac_bits, limit)
-            db = G.reshape(n, b, k_out).sum(axis=1, dtype=np.float64)  # exact small integers
-            self._accumulate(out, pi + 1, db, eg, frac_bits, limit)
-            if k == 0:
-                break
-            dX = self._gemm(G, Wq, k_out).reshape(n, b, k_in)  # exponent eg + ew
-            if self._plan[k - 1][3]:  # the previous layer's ReLU: zero where its output was 0
-                dX *= a_in.reshape(n, b, k_in) > 0
-            s = np.maximum(exponent(self._absmax_rows(dX.reshape(n, -1))) - 7, 0)
-            G = self._shift_round(dX, s, -127.0).astype(np.float32, copy=False).reshape(n * b, k_in)
-            eg = eg + ew + s
-        return Result(out, loss, correct)
-
-    def _weight_grad_fast(self, out, pi, G, a_in, n, e, frac_bits, limit):
-        """_weight_grad on the fast path's 2-D (n*b, ...) float32 operands."""
-        k = np.asarray(e) + frac_bits
-        b = G.shape[0] // n
-        if int(k.min()) >= 0 and float(b) * _F32_DOT * float(pow2(int(k.max()))) <= limit:
-            kmin = int(k.min())
-            spread = int(k.max()) - kmin
-            if spread:
-                G = (G.reshape(n, b, -1) * pow2(k - kmin).astype(G.dtype)[:, None, None]).reshape(n * b, -1)
-            if G.shape[0] * 16129 << spread <= 2**24:
-                total = G.T @ a_in
-            else:
-                total = G.T.astype(np.float64) @ a_in.astype(np.float64)
-            o = self.layout.offsets[pi]
-            t = total.astype(np.float64).ravel()
-            if kmin:
-                t *= pow2(kmin)
-            out[o:o + t.size] += t.astype(np.int64)
-            return
-        G3 = G.reshape(n, b, -1).astype(np.float64)
-        dW = np.matmul(G3.transpose(0, 2, 1), a_in.reshape(n, b, -1).astype(np.float64))
-        self._accumulate(out, pi, dW, e, frac_bits, limit)
 
     def _weight_grad(self, out, pi, G, a_in, e, frac_bits, limit):
         """dW = G^T a per micro-batch (exponent e), into the fixed-point sum.
