@@ -68,7 +68,8 @@ def _quantize(v: np.ndarray, scale, out: np.ndarray) -> np.ndarray:
     t = np.multiply(v, scale)
     t += 0.5
     np.floor(t, out=t)
-    return np.clip(t, -127.0, 127.0, out=out)
+    np.minimum(t, 127.0, out=t)  # np.clip has more per-call overhead than two ufuncs
+    return np.maximum(t, -127.0, out=out)
 
 
 def _round_shift(acc: np.ndarray, s: np.ndarray, lo: float) -> np.ndarray:
@@ -76,7 +77,8 @@ def _round_shift(acc: np.ndarray, s: np.ndarray, lo: float) -> np.ndarray:
     np.multiply(acc, np.ldexp(acc.dtype.type(1.0), -s)[:, None, None], out=acc)
     acc += 0.5
     np.floor(acc, out=acc)
-    return np.clip(acc, lo, 127.0, out=acc)
+    np.minimum(acc, 127.0, out=acc)
+    return np.maximum(acc, lo, out=acc)
 
 
 def _gemm(a: np.ndarray, b: np.ndarray, k: int) -> np.ndarray:
@@ -122,7 +124,8 @@ class FastPath:
             bacc = np.multiply(bias, np.ldexp(1.0, -sexp)[:, None])  # (n, out)
             bacc += 0.5
             np.floor(bacc, out=bacc)
-            np.clip(bacc, -BIAS_LIMIT, BIAS_LIMIT, out=bacc)
+            np.minimum(bacc, BIAS_LIMIT, out=bacc)
+            np.maximum(bacc, -BIAS_LIMIT, out=bacc)
             acc = _gemm(a, Wq.T, k_in).reshape(n, b, k_out)
             np.add(acc, bacc[:, None, :], out=acc)  # float64 sum, one rounding (see above)
             am = _absmax(acc.reshape(n, -1))
@@ -160,7 +163,7 @@ class FastPath:
         t = np.maximum(py, 1e-300)
         np.log(t, out=t)
         loss = -(np.add.reduce(t, axis=1) / b)  # == -log(...).mean(axis=1), bit for bit
-        correct = np.count_nonzero(z.argmax(axis=-1) == y, axis=1)
+        correct = (z.argmax(axis=-1) == y).sum(axis=1)
         py -= 1.0
         p[rows, cols, y] = py  # p - onehot (p - 0 == p elsewhere)
         p /= float(b)
@@ -253,7 +256,8 @@ class FastPath:
 def _fixed_sum(ints: np.ndarray, e: np.ndarray, frac_bits: int, limit: float) -> np.ndarray:
     """sum over micro-batches (axis 0) of floor(clamp(ints * 2**(e + S), -L, L) + 1/2), int64."""
     x = ints * np.ldexp(1.0, e + frac_bits).reshape((-1,) + (1,) * (ints.ndim - 1))
-    np.clip(x, -limit, limit, out=x)
+    np.minimum(x, limit, out=x)
+    np.maximum(x, -limit, out=x)
     x += 0.5
     q = np.floor(x, out=x).astype(np.int64)
     return q.sum(axis=0)
