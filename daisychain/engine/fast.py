@@ -30,6 +30,7 @@ where all values are integers below 2**53.
 from __future__ import annotations
 
 import math
+import threading
 
 import numpy as np
 
@@ -62,30 +63,63 @@ def _shift(am: np.ndarray) -> np.ndarray:
     return np.maximum(s, 0, out=s)
 
 
-def _quantize(v: np.ndarray, scale, out: np.ndarray) -> np.ndarray:
-    """out = clamp(floor(v * scale + 1/2), -127, 127), computed in float64 (detmath.quantize
-    with scale = 2**-e), written to ``out`` (float32: the values are small integers)."""
-    t = np.multiply(v, scale)
+def _quantize(v: np.ndarray, scale, m, out: np.ndarray, tmp: np.ndarray | None = None) -> np.ndarray:
+    """out = clamp(floor(v * scale + 1/2), -127, 127), in float64 as detmath.quantize
+    (scale = 2**-e, per row or one number), written to ``out`` (float32: small integers).
+
+    ``m`` is max |v| (per row, or one number). The clamp can only act when
+    floor(m * scale + 1/2) > 127: the same float64 operations are monotone, and when
+    m * scale + 1/2 rounds below 128 then -m * scale + 1/2 > -127. Then it is skipped."""
+    t = np.multiply(v, scale, out=tmp)
     t += 0.5
+    if math.floor(float(np.max(m * scale.ravel() if isinstance(scale, np.ndarray) else m * scale) + 0.5)) <= 127:
+        return np.floor(t, out=out)
     np.floor(t, out=t)
-    np.minimum(t, 127.0, out=t)  # np.clip has more per-call overhead than two ufuncs
+    np.minimum(t, 127.0, out=t)
     return np.maximum(t, -127.0, out=out)
 
 
-def _round_shift(acc: np.ndarray, s: np.ndarray, lo: float) -> np.ndarray:
-    """In place: acc (n, rows, cols) -> clamp(floor(acc * 2**-s + 1/2), lo, 127)."""
-    np.multiply(acc, np.ldexp(acc.dtype.type(1.0), -s)[:, None, None], out=acc)
+def _round_shift(acc: np.ndarray, s: np.ndarray, am: np.ndarray, lo: float) -> np.ndarray:
+    """In place: acc (n, rows, cols) -> clamp(floor(acc * 2**-s + 1/2), lo, 127).
+
+    ``am`` = max |acc| per micro-batch. acc * 2**-s + 1/2 is exact here (float32 below
+    2**24 as shown above, float64 always), so the upper clamp (and a lower one at -127)
+    can only act when am * 2**-s + 1/2 >= 128 (exact in float64); otherwise it is
+    skipped. A lower bound of 0 (ReLU) always applies."""
+    p = np.ldexp(1.0, -s)
+    np.multiply(acc, p.astype(acc.dtype)[:, None, None], out=acc)
     acc += 0.5
     np.floor(acc, out=acc)
-    np.minimum(acc, 127.0, out=acc)
-    return np.maximum(acc, lo, out=acc)
+    clamp = bool(((am * p + 0.5) >= 128.0).any())
+    if clamp:
+        np.minimum(acc, 127.0, out=acc)
+    if lo == 0.0 or clamp:
+        np.maximum(acc, lo, out=acc)
+    return acc
 
 
-def _gemm(a: np.ndarray, b: np.ndarray, k: int) -> np.ndarray:
-    """Exact product of integer matrices with entries in [-127, 127], inner size k."""
+def _gemm(a: np.ndarray, b: np.ndarray, k: int, out: np.ndarray | None = None) -> np.ndarray:
+    """Exact product of integer matrices with entries in [-127, 127], inner size k
+    (``out``: a float32 array to write to, used when the float32 product is exact)."""
     if k <= MAX_K_F32:
-        return a @ b
+        return np.matmul(a, b, out=out)
     return a.astype(np.float64) @ b.astype(np.float64)
+
+
+class _Buffers(threading.local):
+    """Work arrays reused between calls (per thread: a peer may compute in a worker thread
+    while another thread measures). Large fresh arrays cost page faults on every call."""
+
+    def __init__(self):
+        self.arrays: dict = {}
+
+    def get(self, key, shape, dtype=np.float32) -> np.ndarray:
+        arr = self.arrays.get(key)
+        if arr is None or arr.shape != shape or arr.dtype != dtype:
+            if len(self.arrays) > 256:
+                self.arrays.clear()
+            arr = self.arrays[key] = np.empty(shape, dtype)
+        return arr
 
 
 class FastPath:
@@ -102,14 +136,17 @@ class FastPath:
                               layout.offsets[pi], layout.offsets[pi + 1]))
             pi += 2
         self._sel: dict = {}
+        self._buf = _Buffers()
 
     # ------------------------------------------------------------------ forward
     def forward(self, theta: np.ndarray, x: np.ndarray):
         """Logits (n, b, classes) float64 and the cache for the backward pass."""
         n, b = x.shape[0], x.shape[1]
         x2 = x.reshape(n, -1)
-        ex = _qexp(_absmax(x2))  # (n,)
-        a = _quantize(x2, np.ldexp(1.0, -ex)[:, None], np.empty(x2.shape, np.float32))
+        buf = self._buf.get
+        mx = _absmax(x2)
+        ex = _qexp(mx)  # (n,)
+        a = _quantize(x2, np.ldexp(1.0, -ex)[:, None], mx, buf("x", x2.shape))
         a = a.reshape(n * b, -1)
         cache = []  # per linear: (a_in, ex, Wq, ew)
         last = len(self.plan) - 1
@@ -118,7 +155,8 @@ class FastPath:
             bias = theta[ob:ob + k_out]
             mw = max(float(W.max()), -float(W.min()))
             ew = math.frexp(mw)[1] - 7 if mw > 0 else 0
-            Wq = _quantize(W, math.ldexp(1.0, -ew), np.empty(W.shape, np.float32))
+            Wq = _quantize(W, math.ldexp(1.0, -ew), mw, buf(("Wq", li), W.shape),
+                           buf(("W64", li), W.shape, np.float64))
             cache.append((a, ex, Wq, ew))
             sexp = ex + ew
             bacc = np.multiply(bias, np.ldexp(1.0, -sexp)[:, None])  # (n, out)
@@ -126,7 +164,7 @@ class FastPath:
             np.floor(bacc, out=bacc)
             np.minimum(bacc, BIAS_LIMIT, out=bacc)
             np.maximum(bacc, -BIAS_LIMIT, out=bacc)
-            acc = _gemm(a, Wq.T, k_in).reshape(n, b, k_out)
+            acc = _gemm(a, Wq.T, k_in, buf(("acc", li), (n * b, k_out))).reshape(n, b, k_out)
             np.add(acc, bacc[:, None, :], out=acc)  # float64 sum, one rounding (see above)
             am = _absmax(acc.reshape(n, -1))
             if acc.dtype != np.float64 and float(am.max()) >= F32_EXACT:
@@ -138,7 +176,7 @@ class FastPath:
                 z *= np.ldexp(1.0, sexp)[:, None, None]
                 return z, cache
             s = _shift(am)
-            a = _round_shift(acc, s, 0.0 if relu else -127.0)
+            a = _round_shift(acc, s, am, 0.0 if relu else -127.0)
             a = a.astype(np.float32, copy=False).reshape(n * b, k_out)
             ex = sexp + s
         raise AssertionError("spec validation guarantees a final linear layer")
@@ -175,28 +213,32 @@ class FastPath:
         z, cache = self.forward(theta, x)
         dz, loss, correct = self.output_error(z, y)
         dz2 = dz.reshape(n, -1)
-        eg = _qexp(_absmax(dz2))
-        G = _quantize(dz2, np.ldexp(1.0, -eg)[:, None], np.empty(dz2.shape, np.float32))
+        mz = _absmax(dz2)
+        eg = _qexp(mz)
+        buf = self._buf.get
+        G = _quantize(dz2, np.ldexp(1.0, -eg)[:, None], mz, buf("G", dz2.shape))
         G = G.reshape(n * b, -1)
         out = np.empty(self.layout.size, np.int64)
         for k in range(len(self.plan) - 1, -1, -1):
             pi, k_in, k_out, _, ow, ob = self.plan[k]
             a_in, ex, Wq, ew = cache[k]
-            self._weight_grad(out[ow:ow + k_in * k_out], G, a_in, n, eg + ex, frac_bits, limit)
+            self._weight_grad(out[ow:ow + k_in * k_out], G, a_in, n, eg + ex, frac_bits, limit,
+                              buf(("dW", k), (k_out, k_in)))
             db = G.reshape(n, b, k_out).sum(axis=1, dtype=np.float64)  # exact integers
             out[ob:ob + k_out] = _fixed_sum(db, eg, frac_bits, limit)
             if k == 0:
                 break
-            dX = _gemm(G, Wq, k_out).reshape(n, b, k_in)  # exponent eg + ew
+            dX = _gemm(G, Wq, k_out, buf(("dX", k), (n * b, k_in))).reshape(n, b, k_in)  # exponent eg + ew
             if self.plan[k - 1][3]:  # zero where the previous layer's ReLU output was 0
                 np.multiply(dX, a_in.reshape(n, b, k_in) > 0, out=dX)
-            s = _shift(_absmax(dX.reshape(n, -1)))
-            G = _round_shift(dX, s, -127.0).astype(np.float32, copy=False).reshape(n * b, k_in)
+            am = _absmax(dX.reshape(n, -1))
+            s = _shift(am)
+            G = _round_shift(dX, s, am, -127.0).astype(np.float32, copy=False).reshape(n * b, k_in)
             eg = eg + ew + s
         return out, loss, correct
 
     @staticmethod
-    def _weight_grad(dst, G, a_in, n, e, frac_bits, limit):
+    def _weight_grad(dst, G, a_in, n, e, frac_bits, limit, tbuf):
         """dst (the tensor's slice of the int64 sum) = sum over micro-batches of the
         fixed-point dW = G^T a (exponent e per micro-batch).
 
@@ -214,7 +256,8 @@ class FastPath:
             dW = np.matmul(G3.transpose(0, 2, 1), a_in.reshape(n, b, -1).astype(np.float64))
             dst[:] = _fixed_sum(dW, e, frac_bits, limit).ravel()
             return
-        if n * b * _DOT << (kmax - kmin) < 2**24:  # one float32 GEMM over every row
+        # every partial sum is bounded by the sum of all |terms| <= b * 127**2 * sum(2**(k - kmin))
+        if b * _DOT * int(np.ldexp(1.0, k - kmin).sum()) < 2**24:  # one float32 GEMM over every row
             chunks = [(None, kmin)]
         else:  # micro-batches of equal k, as many per GEMM as keep it exact
             per = max(1, (2**24 - 1) // (b * _DOT))
@@ -238,8 +281,8 @@ class FastPath:
                     ap = (ap.reshape(m, b, -1) * sc).reshape(m * b, -1)
                 else:
                     Gp = (Gp.reshape(m, b, -1) * sc).reshape(m * b, -1)
-            if m * b * _DOT << spread < 2**24:
-                t = Gp.T @ ap
+            if b * _DOT * int(np.ldexp(1.0, kp).sum()) < 2**24:
+                t = np.matmul(Gp.T, ap, out=tbuf if mbs is None else None)
             else:  # one micro-batch of more than 1040 samples: float64 is exact
                 t = Gp.T.astype(np.float64) @ ap.astype(np.float64)
             if mbs is None and t.dtype == np.float32:
