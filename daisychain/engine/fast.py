@@ -72,7 +72,8 @@ def _quantize(v: np.ndarray, scale, m, out: np.ndarray, tmp: np.ndarray | None =
     m * scale + 1/2 rounds below 128 then -m * scale + 1/2 > -127. Then it is skipped."""
     t = np.multiply(v, scale, out=tmp)
     t += 0.5
-    if math.floor(float(np.max(m * scale.ravel() if isinstance(scale, np.ndarray) else m * scale) + 0.5)) <= 127:
+    top = float((m * scale.ravel()).max()) if isinstance(scale, np.ndarray) else m * scale
+    if math.floor(top + 0.5) <= 127:  # the same float64 product and sum as for the elements
         return np.floor(t, out=out)
     np.floor(t, out=t)
     np.minimum(t, 127.0, out=t)
