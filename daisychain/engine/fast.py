@@ -12,8 +12,9 @@ definitions by :func:`daisychain.units.gemm.tables_are_exact`):
 
   - a GEMM on operands in [-127, 127] with inner size K <= 1024: every product and partial
     sum is an integer below K * 127**2 < 2**24, exact in any order;
-  - the bias add is done in float64 and rounded once to float32; a rounding would need a
-    sum >= 2**24 in magnitude, and float rounding is monotone with 2**24 a float32, so a
+  - the bias add rounds the exact sum once to float32 (a float32 add when the bias
+    values are themselves exact in float32, else a float64 add then a cast); a rounding
+    would need a sum >= 2**24 in magnitude, and float rounding is monotone with 2**24 a float32, so a
     computed max |acc| below 2**24 proves that every sum was exact (otherwise the layer
     is redone in float64);
   - the rounding shift: ``acc * 2**-s`` is exact; with ``s = bitlen(max|acc|) - 7 <= 17``
@@ -166,7 +167,9 @@ class FastPath:
             np.minimum(bacc, BIAS_LIMIT, out=bacc)
             np.maximum(bacc, -BIAS_LIMIT, out=bacc)
             acc = _gemm(a, Wq.T, k_in, buf(("acc", li), (n * b, k_out))).reshape(n, b, k_out)
-            np.add(acc, bacc[:, None, :], out=acc)  # float64 sum, one rounding (see above)
+            if acc.dtype == np.float32 and float(np.abs(bacc).max()) <= F32_EXACT:
+                bacc = bacc.astype(np.float32)  # exact: integers up to 2**24
+            np.add(acc, bacc[:, None, :], out=acc)  # one rounding of the exact sum (see above)
             am = _absmax(acc.reshape(n, -1))
             if acc.dtype != np.float64 and float(am.max()) >= F32_EXACT:
                 acc = _gemm(a.astype(np.float64), Wq.T.astype(np.float64), k_in).reshape(n, b, k_out)
