@@ -31,12 +31,19 @@ def dexp(x: np.ndarray) -> np.ndarray:
     p = c11; p = p * r + c10; ...; p = p * r + c0; result = p * 2**k.
     """
     x = np.maximum(np.asarray(x, np.float64), EXP_MIN)
-    k = np.floor(x * INV_LN2 + 0.5)
-    r = (x - k * LN2_HI) - k * LN2_LO
-    p = np.full_like(r, EXP_COEFFS[11])
-    for c in EXP_COEFFS[10::-1]:
-        p = p * r + c
-    return np.ldexp(p, k.astype(np.int64))
+    k = np.multiply(x, INV_LN2)
+    k += 0.5
+    np.floor(k, out=k)
+    t = np.multiply(k, LN2_HI)
+    r = np.subtract(x, t, out=x)  # x is our own copy (np.maximum made it)
+    np.multiply(k, LN2_LO, out=t)
+    r -= t
+    p = np.multiply(r, EXP_COEFFS[11], out=t)  # p = c11; p = p * r + c10; ...
+    p += EXP_COEFFS[10]
+    for c in EXP_COEFFS[9::-1]:
+        p *= r
+        p += c
+    return np.ldexp(p, k.astype(np.int64), out=p)
 
 
 def exponent(m: np.ndarray) -> np.ndarray:

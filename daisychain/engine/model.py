@@ -16,10 +16,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from daisychain.engine.fast import FastPath
 from daisychain.engine.detmath import dexp, exponent, pow2, quant_exponent, quantize
 from daisychain.engine.spec import ModelSpec
 from daisychain.units import reference as ref
-from daisychain.units.gemm import MAX_K_FLOAT32, gemm_lut, require_exact_mul
+from daisychain.units.gemm import MAX_K_FLOAT32, gemm_lut, require_exact_mul, tables_are_exact
 from daisychain.units.luts import LutSet
 
 BIAS_LIMIT = 2.0**30  #: biases in accumulator units are clamped to ±2**30
@@ -100,6 +101,10 @@ class Engine:
         if gemm == "fast":
             require_exact_mul(luts)
         self.gemm = gemm
+        # The fast path (see _grad_fast) computes requantize and ReLU by arithmetic, which
+        # is valid only when their tables are exactly their definitions.
+        fast = gemm == "fast" and spec.input_kind == "dense" and tables_are_exact(luts)
+        self.fast = FastPath(spec, self.layout) if fast else None
 
     # ----------------------------------------------------------------- unit ops
     def _mm(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -133,6 +138,12 @@ class Engine:
         """x: (n, b, F) float features or (n, b, C) int token ids. Returns the logits
         (n, b, classes) float64 and the cache the backward pass needs. ``trace``, if given,
         collects (name, value) pairs of every intermediate (for golden vectors)."""
+        if self.fast is not None and trace is None:
+            return self.fast.forward(theta, x)
+        return self._forward_reference(theta, x, trace)
+
+    def _forward_reference(self, theta, x, trace=None):
+        """The literal forward pass: every requantize and ReLU read from its table."""
         tr = trace.append if trace is not None else (lambda item: None)
         params = self.layout.views(theta)
         spec = self.spec
@@ -191,25 +202,32 @@ class Engine:
     def softmax(z: np.ndarray) -> np.ndarray:
         """Row softmax with the deterministic exp and a sequential sum over classes."""
         e = dexp(z - z.max(axis=-1, keepdims=True))
-        total = np.zeros(z.shape[:-1])
-        for c in range(z.shape[-1]):
-            total = total + e[..., c]
-        return e / total[..., None]
+        # total = 0; total = total + e_c for c in order: accumulate adds strictly in sequence
+        # (0 + e_0 == e_0 exactly, e_c >= 0)
+        total = np.add.accumulate(e, axis=-1)[..., -1:]
+        return np.divide(e, total, out=e)
+
+    def _output_error(self, z, y):
+        """dz = (softmax(z) - onehot(y)) / b, the display loss and the correct count."""
+        n, b = y.shape
+        p = self.softmax(z)
+        sel = (np.arange(n)[:, None], np.arange(b)[None, :], y)
+        py = p[sel]
+        loss = -np.log(np.maximum(py, 1e-300)).mean(axis=1)  # display only
+        correct = (z.argmax(axis=-1) == y).sum(axis=1)
+        p[sel] = py - 1.0  # p - onehot: p - 0 == p exactly elsewhere
+        p /= float(b)
+        return p, loss, correct
 
     # ----------------------------------------------------------------- backward
     def grad(self, theta: np.ndarray, x: np.ndarray, y: np.ndarray, frac_bits: int,
              limit: float) -> Result:
         """Fixed-point gradient contribution of the micro-batches x (n, b, ...), y (n, b)."""
+        if self.fast is not None:
+            return Result(*self.fast.grad(theta, x, y, frac_bits, limit))
         n, b = y.shape
-        z, (cache, emb) = self.forward(theta, x)
-        p = self.softmax(z)
-        rows = np.arange(b)
-        py = p[np.arange(n)[:, None], rows[None, :], y]
-        loss = -np.log(np.maximum(py, 1e-300)).mean(axis=1)  # display only
-        correct = (z.argmax(axis=-1) == y).sum(axis=1)
-        onehot = np.zeros_like(p)
-        onehot[np.arange(n)[:, None], rows[None, :], y] = 1.0
-        dz = (p - onehot) / float(b)
+        z, (cache, emb) = self._forward_reference(theta, x)
+        dz, loss, correct = self._output_error(z, y)
         eg = quant_exponent(_absmax(dz))
         G = quantize(dz, _per_mb(eg, 3))  # (n, b, out) int8 errors
 

@@ -118,6 +118,7 @@ class Trainer:
         self.identity = run_identity(spec, hp, ds, luts)
         self.run_id = run_id(self.identity)
         self.limit = grad_limit(hp)
+        self._g: np.ndarray | None = None  # apply()'s gradient buffer
 
     @property
     def theta(self) -> np.ndarray:
@@ -134,12 +135,16 @@ class Trainer:
         y = self.ds.y_train[idx]
         return self.engine.grad(self.state.theta, x, y, self.hp.grad_frac_bits, self.limit)
 
-    def mean_grad(self, total: np.ndarray) -> np.ndarray:
+    def mean_grad(self, total: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
         """The averaged gradient from the integer total: total * 2**-S / n_micro."""
-        return total.astype(np.float64) * pow2(-self.hp.grad_frac_bits) / float(self.hp.n_micro)
+        g = np.multiply(total, pow2(-self.hp.grad_frac_bits), out=out, dtype=np.float64)
+        return np.divide(g, float(self.hp.n_micro), out=g)
 
     def apply(self, total: np.ndarray) -> None:
-        adam_step(self.state.theta, self.state.adam, self.mean_grad(total), self.hp)
+        if self._g is None or self._g.size != self.layout.size:
+            self._g = np.empty(self.layout.size)
+        g = self.mean_grad(total, self._g)
+        adam_step(self.state.theta, self.state.adam, g, self.hp)
         self.state.step += 1
 
     def accuracy(self, split: str = "test") -> float:

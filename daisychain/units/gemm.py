@@ -64,6 +64,19 @@ def gemm_fast(a, b, luts: LutSet | None = None) -> np.ndarray:
 
 
 _EXACT_CHECKED: set[str] = set()
+_ALL_EXACT: dict[str, bool] = {}
+
+
+def tables_are_exact(luts: LutSet) -> bool:
+    """True when all three tables equal their definitions (``reference.exact_tables``):
+    then ``requantize(acc, s) == clamp(floor(acc * 2**-s + 1/2), -127, 127)`` and
+    ``relu(x) == max(x, 0)`` exactly, and an engine may compute them by arithmetic instead
+    of gathers (same bits). Checked once per table set."""
+    key = luts.manifest_sha256
+    if key not in _ALL_EXACT:
+        want = ref.exact_tables()
+        _ALL_EXACT[key] = all(np.array_equal(luts.tables()[name], want[name]) for name in want)
+    return _ALL_EXACT[key]
 
 
 def require_exact_mul(luts: LutSet) -> None:

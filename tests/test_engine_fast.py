@@ -1,0 +1,124 @@
+"""The engine's fast path (daisychain/engine/fast.py) gives the same bits as the literal
+engine (every product, requantize and ReLU read from its table), including the cases where
+its shortcuts must step aside: clamps that act, float32 bounds exceeded, unfoldable
+weight gradients, inner sizes above 1024. And Adam's in-place update never writes into an
+array handed to it from outside."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from daisychain.engine.adam import AdamState, adam_step
+from daisychain.engine.model import Engine, init_params
+from daisychain.engine.spec import Hyper, Layer, ModelSpec, mlp
+from daisychain.units import load_luts
+
+
+def _both(spec):
+    luts = load_luts()
+    fast, lit = Engine(spec, luts), Engine(spec, luts, gemm="lut")
+    assert fast.fast is not None and lit.fast is None
+    return fast, lit
+
+
+def _same(spec, theta, x, y, S=40, limit=2.0**49):
+    fast, lit = _both(spec)
+    a, b = fast.grad(theta, x, y, S, limit), lit.grad(theta, x, y, S, limit)
+    assert np.array_equal(a.grad, b.grad)
+    assert a.loss.tobytes() == b.loss.tobytes()
+    assert np.array_equal(a.correct, b.correct)
+    za, zb = fast.forward(theta, x)[0], lit.forward(theta, x)[0]
+    assert za.tobytes() == zb.tobytes()
+
+
+SPECS = {"1x24": mlp(16, 24, 5), "2x24": mlp(16, 24, 5, depth=2), "3x12": mlp(16, 12, 5, depth=3),
+         "linear-linear": ModelSpec((Layer("linear", 16, 9), Layer("linear", 9, 5)), "dense", 16, 5),
+         "linear": ModelSpec((Layer("linear", 16, 5),), "dense", 16, 5)}
+
+
+@pytest.mark.parametrize("name", sorted(SPECS))
+@pytest.mark.parametrize("case", ["plain", "zeros", "mixed-scales", "huge", "tiny", "S0", "S60", "clamped"])
+def test_fast_path_equals_the_literal_engine(name, case):
+    spec = SPECS[name]
+    rng = np.random.default_rng(abs(hash((name, case))) % 2**32)
+    theta = init_params(spec, 7)
+    x = rng.uniform(-16, 16, (4, 6, 16))
+    y = rng.integers(0, 5, (4, 6))
+    S, limit = 40, 2.0**49
+    if case == "zeros":
+        x[1] = 0.0
+    elif case == "mixed-scales":  # per-micro-batch exponents far apart: unfoldable spread
+        x *= np.array([1.0, 2.0**-12, 2.0**9, 2.0**-30])[:, None, None]
+    elif case == "huge":
+        theta = theta * 1e6
+        x *= 1e20
+    elif case == "tiny":
+        theta = theta * 1e-9
+    elif case == "S0":
+        S = 0  # e + S < 0: rounded, not folded
+    elif case == "S60":
+        S = 60
+    elif case == "clamped":
+        limit = 3.0  # every fixed-point value clamps
+    _same(spec, theta, x, y, S, limit)
+
+
+def test_clamps_at_the_edges_act_as_in_the_tables():
+    """Max |W| * 2**-e and the accumulators right at 127.5 (where the clamp matters)."""
+    spec = mlp(8, 6, 3)
+    rng = np.random.default_rng(1)
+    for trial in range(40):
+        theta = init_params(spec, trial)
+        W = theta[:48]
+        W[rng.integers(0, 48)] = np.sign(rng.standard_normal()) * 127.5 * 2.0**-8 * (1 + (trial % 3) * 2.0**-40)
+        x = rng.integers(-127, 128, (3, 5, 8)).astype(np.float64)
+        x[:, 0, 0] = 127.5 * (-1) ** trial  # input quantization clamps
+        y = rng.integers(0, 3, (3, 5))
+        _same(spec, theta, x, y)
+
+
+def test_big_biases_and_wide_layers_leave_float32():
+    # accumulator + bias beyond 2**24: the layer is redone in float64
+    spec = mlp(8, 6, 3)
+    theta = init_params(spec, 2)
+    theta[48:54] = 3e4  # bias of the hidden layer, in accumulator units ~2**25
+    rng = np.random.default_rng(2)
+    _same(spec, theta, rng.uniform(0, 1, (2, 4, 8)), rng.integers(0, 3, (2, 4)))
+    # K > 1024: float64 GEMMs
+    spec = mlp(1100, 4, 3)
+    _same(spec, init_params(spec, 3), rng.uniform(-1, 1, (2, 3, 1100)), rng.integers(0, 3, (2, 3)))
+
+
+def test_many_micro_batches_and_one_sample_each():
+    spec = mlp(16, 24, 5, depth=2)
+    rng = np.random.default_rng(4)
+    _same(spec, init_params(spec, 4), rng.uniform(0, 16, (80, 1, 16)), rng.integers(0, 5, (80, 1)))
+    _same(spec, init_params(spec, 4), rng.uniform(0, 16, (2, 70, 16)), rng.integers(0, 5, (2, 70)))
+    small = mlp(4, 3, 2)  # one micro-batch of 1100 samples: its weight-gradient GEMM in float64
+    _same(small, init_params(small, 4), rng.uniform(0, 16, (1, 1100, 4)), rng.integers(0, 2, (1, 1100)),
+          S=30, limit=2.0**51)
+
+
+def test_adam_never_writes_into_arrays_from_outside():
+    hp = Hyper(weight_decay=0.01)
+    rng = np.random.default_rng(5)
+    m0, v0 = rng.standard_normal(50) * 1e-3, rng.uniform(0, 1e-6, 50)
+    m_in, v_in = m0.copy(), v0.copy()
+    m_in.flags.writeable = False  # e.g. a received state decoded from a frame
+    st = AdamState(m_in, v_in, step=3, b1t=0.9**3, b2t=0.999**3)
+    theta, g = rng.standard_normal(50), rng.standard_normal(50) * 1e-3
+    want_theta = theta.copy()
+    for _ in range(3):
+        adam_step(theta, st, g, hp)
+    assert np.array_equal(m_in, m0) and np.array_equal(v_in, v0)
+    # the documented expression order, with fresh arrays
+    m, v, b1t, b2t = m0, v0, 0.9**3, 0.999**3
+    for _ in range(3):
+        b1t, b2t = b1t * hp.beta1, b2t * hp.beta2
+        m = hp.beta1 * m + (1.0 - hp.beta1) * g
+        v = hp.beta2 * v + (1.0 - hp.beta2) * (g * g)
+        u = (m / (1.0 - b1t)) / (np.sqrt(v / (1.0 - b2t)) + hp.eps)
+        want_theta = want_theta - (hp.lr * u + (hp.lr * hp.weight_decay) * want_theta)
+    assert theta.tobytes() == want_theta.tobytes()
+    assert st.m.tobytes() == m.tobytes() and st.v.tobytes() == v.tobytes()
