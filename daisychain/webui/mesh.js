@@ -270,16 +270,17 @@ export class Mesh {
   /**
    * Start a run from the host's settings (same meaning and defaults as `daisychain train`);
    * `resume` (a checked checkpoint state, see checkpoint.js) starts it from that state, if
-   * the settings make the same run.
+   * the settings make the same run. `layers` (an array of hidden widths, `--layers`) wins over
+   * `hidden` (one hidden layer, `--hidden`) when given.
    */
-  async start({ task = "digits", steps = 600, seed = 0, batch = 64, micro_batch = 16, lr = 3e-3, hidden = 128 } = {}, resume = null) {
+  async start({ task = "digits", steps = 600, seed = 0, batch = 64, micro_batch = 16, lr = 3e-3, hidden = 128, layers = null } = {}, resume = null) {
     if (!this.net.room || this.net.room.host !== this.net.id) throw new Error("only the host starts a run");
     if (this.peer?.coordinating && !this.peer.ended) throw new Error("a run is already going");
     const hyper = makeHyper({ seed, batch, micro_batch, lr });
     if (!Number.isInteger(steps) || steps < 0) throw new Error("steps must be a whole number >= 0");
     this._state("starting", `preparing the ${task} run`);
     const ds = await loadDataset(`/data/${encodeURIComponent(task)}.dcds`);
-    const spec = modelFor(ds, hidden, 16);
+    const spec = modelFor(ds, layers ?? hidden, 16);
     const trainer = await Trainer.create({ spec, hyper, dataset: ds, luts: this.device.luts, units: this.device.units });
     const identity = runIdentity(spec, hyper, ds, this.device.luts);
     const id = await runId(identity);

@@ -3,7 +3,9 @@
 // literal table GEMM — measures each path's unit-GEMM rate and micro-batch rate, then, when
 // the query names `task` or `steps`, trains in the page exactly as `daisychain train` does:
 //   /selftest?task=digits|text&steps=N&seed=S&path=gpu|cpu
-//   (also batch, micro-batch, lr, weight-decay, hidden, embed-dim; defaults as the CLI's) It shows the outcome to a person and writes it as JSON into #result, then
+//   (also batch, micro-batch, lr, weight-decay, hidden, layers=256,256, embed-dim; defaults
+//   as the CLI's, and as there `layers` and `hidden` do not go together). It shows the
+//   outcome to a person and writes it as JSON into #result, then
 // sets window.__selftestDone = true.
 //
 // A path that fails any vector, or whose GPU errors, is disabled and the reason shown.
@@ -12,7 +14,7 @@ import { loadLuts } from "/webui/luts.js";
 import { CpuUnits, openPaths } from "/webui/engine/paths.js";
 import { loadDataset } from "/webui/engine/data.js";
 import { gemmRate, microBatchRate, runGolden } from "/webui/engine/conformance.js";
-import { makeHyper, modelFor } from "/webui/engine/spec.js";
+import { makeHyper, modelFor, parseLayers } from "/webui/engine/spec.js";
 import { runId, runIdentity, Trainer } from "/webui/engine/trainer.js";
 import { GpuError } from "/webui/gpu.js";
 
@@ -51,7 +53,9 @@ async function runTraining(result, { params, luts, opened }) {
   for (const [flag, [field, kind]] of Object.entries(CLI_FLAGS)) {
     if (params.has(flag)) overrides[field] = parseNumber(flag, params.get(flag), kind);
   }
-  const hidden = params.has("hidden") ? parseNumber("hidden", params.get("hidden"), "int") : 128;
+  if (params.has("hidden") && params.has("layers")) throw new Error("give layers or hidden, not both (hidden=N is layers=N)");
+  const hidden = params.has("layers") ? parseLayers(params.get("layers"))
+    : params.has("hidden") ? parseNumber("hidden", params.get("hidden"), "int") : 128;
   const dim = params.has("embed-dim") ? parseNumber("embed-dim", params.get("embed-dim"), "int") : 16;
   const want = params.get("path") || "gpu";
   if (want !== "gpu" && want !== "cpu") throw new Error(`path must be gpu or cpu, not ${want}`);
