@@ -408,8 +408,11 @@ def run_flags(identity: dict) -> str:
     linears = [l for l in spec.layers if l.type == "linear"]
     if spec.input_kind == "tokens":
         flags += [f"--context {spec.input_dim}", f"--embed-dim {spec.layers[0].n_out}"]
-    if len(linears) > 1:
-        flags.append(f"--hidden {linears[0].n_out}")
+    hidden = [l.n_out for l in linears[:-1]]
+    if len(hidden) == 1:
+        flags.append(f"--hidden {hidden[0]}")
+    elif hidden:
+        flags.append(f"--layers {','.join(map(str, hidden))}")
     flags += [f"--seed {hp.get('seed')}", f"--batch {hp.get('batch')}",
               f"--micro-batch {hp.get('micro_batch')}", f"--lr {hp.get('lr')}"]
     if hp.get("weight_decay"):

@@ -15,6 +15,7 @@ import hashlib
 import json
 import os
 import struct
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -217,8 +218,10 @@ def prepare_task(task: str, data: str | None = None, column: str = "text", conte
     raise DataError(f"unknown task {task!r}; known tasks: {', '.join(TASKS)}")
 
 
-def model_for(ds: Dataset, hidden: int = 128, dim: int = 16) -> ModelSpec:
-    if hidden < 1:
+def model_for(ds: Dataset, hidden: int | Sequence[int] = 128, dim: int = 16) -> ModelSpec:
+    """The model of a prepared dataset; ``hidden`` is one width or the list of hidden widths
+    (``--layers``): the digits MLP stacks them, the char model stacks them after its embedding."""
+    if isinstance(hidden, (int, np.integer)) and hidden < 1:
         raise SpecError("--hidden must be >= 1")
     if ds.kind == "dense":
         return mlp(ds.x_train.shape[1], hidden, ds.classes)

@@ -1,6 +1,7 @@
 """Golden vectors for the full training step, for the browser engine to match.
 
-``python -m daisychain.engine.golden`` rewrites ``daisychain/golden/step_<task>.json``; a
+``python -m daisychain.engine.golden`` rewrites ``daisychain/golden/step_<name>.json`` (one
+per entry of ``TASKS``: each task with one hidden layer, and with two); a
 test checks the committed files are current. Arrays are given by the SHA-256 of their
 canonical bytes (float64 or int64 little-endian, row-major) and, where small, by value:
 integers as numbers, floats as 16-hex-digit IEEE-754 bit patterns (big-endian text,
@@ -26,7 +27,10 @@ from daisychain.units import load_luts
 
 DIR = Path(__file__).resolve().parent.parent / "golden"
 RUN_STEPS = 20
-TASKS = {"digits": {"hidden": 32}, "text": {"hidden": 32}}
+#: golden step file name -> (task, hidden widths): one hidden layer per task, and a
+#: 2-hidden-layer model of each task (``--layers 32,24``)
+TASKS = {"digits": ("digits", 32), "text": ("text", 32),
+         "digits_2layers": ("digits", (32, 24)), "text_2layers": ("text", (32, 24))}
 
 
 def sha(a: np.ndarray) -> str:
@@ -59,11 +63,12 @@ def build_common() -> dict:
     }
 
 
-def build(task: str) -> dict:
+def build(name: str) -> dict:
+    task, hidden = TASKS[name]
     luts = load_luts()
     ds = prepare_task(task)
     hp = Hyper(seed=5)
-    spec = model_for(ds, **TASKS[task])
+    spec = model_for(ds, hidden)
     tr = Trainer(spec, hp, ds, luts)
     init = init_params(spec, hp.seed)
     out = {"task": task, "model": spec.to_json(), "hyper": hp.to_json(),
@@ -109,8 +114,8 @@ def dumps(data: dict) -> str:
 
 def files() -> dict[str, str]:
     out = {"engine_common.json": dumps(build_common())}
-    for task in TASKS:
-        out[f"step_{task}.json"] = dumps(build(task))
+    for name in TASKS:
+        out[f"step_{name}.json"] = dumps(build(name))
     return out
 
 

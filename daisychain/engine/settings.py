@@ -7,7 +7,7 @@ import argparse
 from dataclasses import dataclass
 
 from daisychain.engine.data import TASKS, DataError, Dataset, model_for, prepare_task
-from daisychain.engine.spec import Hyper, ModelSpec, SpecError
+from daisychain.engine.spec import MAX_HIDDEN_LAYERS, Hyper, ModelSpec, SpecError, hidden_widths
 
 DEFAULT_STEPS = 600
 
@@ -29,8 +29,39 @@ def add_run_arguments(p: argparse.ArgumentParser, steps: int = DEFAULT_STEPS) ->
     g.add_argument("--lr", type=float, default=d.lr, help=f"Adam learning rate (default {d.lr})")
     g.add_argument("--weight-decay", type=float, default=d.weight_decay,
                    help="decoupled weight decay (default 0)")
-    g.add_argument("--hidden", type=int, default=128, help="hidden units (default 128)")
+    g.add_argument("--hidden", type=int, default=None,
+                   help="hidden units of the one hidden layer (default 128); see --layers")
+    g.add_argument("--layers", type=parse_layers, default=None, metavar="W1,W2,...",
+                   help="hidden widths, comma-separated, e.g. 256,256 for two hidden layers of "
+                        "256 (default: one hidden layer of --hidden); not together with --hidden")
     g.add_argument("--embed-dim", type=int, default=16, help="text task: embedding size (default 16)")
+
+
+def parse_layers(text: str) -> tuple[int, ...]:
+    """``"256,256"`` -> ``(256, 256)``; argparse turns the SpecError into a usage error."""
+    parts = [t.strip() for t in str(text).split(",")]
+    if len(parts) > MAX_HIDDEN_LAYERS:
+        raise argparse.ArgumentTypeError(f"at most {MAX_HIDDEN_LAYERS} hidden layers")
+    try:
+        widths = tuple(int(t, 10) for t in parts)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"--layers takes comma-separated hidden widths such as 256,256, not {text!r}") from None
+    try:
+        return hidden_widths(widths)
+    except SpecError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def hidden_setting(args: argparse.Namespace) -> int | tuple[int, ...]:
+    """The hidden widths the flags ask for: --layers, else --hidden, else one layer of 128."""
+    layers = getattr(args, "layers", None)
+    hidden = getattr(args, "hidden", None)
+    if layers is not None and hidden is not None:
+        raise SpecError("give --layers or --hidden, not both (--hidden N is --layers N)")
+    if layers is not None:
+        return tuple(layers)
+    return 128 if hidden is None else hidden
 
 
 @dataclass
@@ -49,7 +80,7 @@ def settings_from_args(args: argparse.Namespace) -> RunSettings:
                micro_batch=args.micro_batch, seed=args.seed)
     hp.validate()
     ds = prepare_task(args.task, args.data, args.column, args.context)
-    spec = model_for(ds, args.hidden, args.embed_dim)
+    spec = model_for(ds, hidden_setting(args), args.embed_dim)
     return RunSettings(ds, spec, hp, args.steps)
 
 

@@ -10,6 +10,7 @@ the last layer is a ``linear`` whose output, dequantized, is the logits.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
 import numpy as np
@@ -119,24 +120,52 @@ class ModelSpec:
             raise SpecError(f"{n} parameters is more than this engine trains ({MAX_PARAMS})")
 
 
-def mlp(n_in: int, hidden: int, classes: int, depth: int = 1) -> ModelSpec:
+MAX_HIDDEN_LAYERS = 16  #: most hidden layers a --layers setting may name
+
+
+def hidden_widths(hidden: int | Sequence[int], depth: int = 1) -> tuple[int, ...]:
+    """``128`` -> ``(128,)`` (``depth`` times); ``[256, 256]`` -> ``(256, 256)``."""
+    if isinstance(hidden, (int, np.integer)) and not isinstance(hidden, bool):
+        widths = (int(hidden),) * depth
+    else:
+        widths = tuple(hidden)
+        if not all(isinstance(w, (int, np.integer)) and not isinstance(w, bool) for w in widths):
+            raise SpecError(f"hidden widths must be integers, got {list(widths)!r}")
+        widths = tuple(int(w) for w in widths)
+    if not 1 <= len(widths) <= MAX_HIDDEN_LAYERS:
+        raise SpecError(f"a model has 1 to {MAX_HIDDEN_LAYERS} hidden layers, not {len(widths)}")
+    if any(w < 1 for w in widths):
+        raise SpecError(f"hidden widths must be >= 1, got {','.join(map(str, widths))}")
+    return widths
+
+
+def _stack(width: int, widths: tuple[int, ...], classes: int) -> list[Layer]:
     layers: list[Layer] = []
-    width = n_in
-    for _ in range(depth):
-        layers += [Layer("linear", width, hidden), Layer("relu")]
-        width = hidden
+    for w in widths:
+        layers += [Layer("linear", width, w), Layer("relu")]
+        width = w
     layers.append(Layer("linear", width, classes))
-    spec = ModelSpec(tuple(layers), "dense", n_in, classes)
+    return layers
+
+
+def mlp(n_in: int, hidden: int | Sequence[int], classes: int, depth: int = 1) -> ModelSpec:
+    """Dense MLP: ``hidden`` is one width (repeated ``depth`` times) or the list of widths."""
+    spec = ModelSpec(tuple(_stack(n_in, hidden_widths(hidden, depth), classes)), "dense", n_in, classes)
     spec.validate()
     return spec
 
 
-def char_mlp(vocab: int, context: int, dim: int, hidden: int) -> ModelSpec:
-    layers = (Layer("embedding", vocab, dim), Layer("linear", context * dim, hidden),
-              Layer("relu"), Layer("linear", hidden, vocab))
-    spec = ModelSpec(layers, "tokens", context, vocab)
+def char_mlp(vocab: int, context: int, dim: int, hidden: int | Sequence[int]) -> ModelSpec:
+    """Char model: an embedding, then the same hidden stack as ``mlp``, then the vocab logits."""
+    layers = [Layer("embedding", vocab, dim), *_stack(context * dim, hidden_widths(hidden), vocab)]
+    spec = ModelSpec(tuple(layers), "tokens", context, vocab)
     spec.validate()
     return spec
+
+
+def hidden_of(spec: ModelSpec) -> list[int]:
+    """The hidden widths of a spec (the out-features of every linear but the last)."""
+    return [l.n_out for l in spec.layers if l.type == "linear"][:-1]
 
 
 @dataclass(frozen=True)

@@ -137,11 +137,12 @@ export async function importCheckpoint(bytes, expected = null, { base = "" } = {
   return decodeState(new Uint8Array(await resp.arrayBuffer()));
 }
 
-/** The run settings (the page's form fields) an identity was made with. */
+/** The run settings (the page's form fields) an identity was made with: `layers` is the
+ *  array of hidden widths (`--layers`, what mesh.start takes), `hidden` the first of them. */
 export function settingsOf(identity) {
   const hp = identity.hyper || {};
-  const layers = identity.model?.layers || [];
-  const linears = layers.filter((l) => l.type === "linear");
+  const linears = (identity.model?.layers || []).filter((l) => l.type === "linear");
+  const layers = linears.slice(0, -1).map((l) => l.out);
   return { task: identity.task, seed: hp.seed, batch: hp.batch, micro_batch: hp.micro_batch, lr: hp.lr,
-    hidden: linears.length > 1 ? linears[0].out : null };
+    hidden: layers.length ? layers[0] : null, layers: layers.length ? layers : null };
 }

@@ -349,3 +349,51 @@ export class GpuUnits {
     return result;
   }
 }
+
+// -- which path a tab computes on ------------------------------------------------------------
+
+/** "36×" / "1.4×": how many times one rate is the other, in words. */
+export function timesText(ratio) {
+  return `${ratio >= 10 ? Math.round(ratio) : ratio.toFixed(1)}×`;
+}
+
+/**
+ * Choose the path a tab computes on from the measured micro-batch rates of the paths that
+ * passed their self-test, and say why in words.
+ *   rates  {gpu: number|null, cpu: number|null}   null: that path did not pass (or was not tried)
+ *   want   null (the faster one) | "gpu" | "cpu" (asked for, e.g. by ?path=)
+ *   gpuWhy why WebGPU is not usable, when rates.gpu is null; cpuWhy the same for the JS units
+ *   adapter a short adapter name for the words, or ""
+ * @returns {{path: "gpu"|"cpu", reason: string, rates, ratio: number|null}}
+ *   ratio: gpu rate / cpu rate when both passed
+ */
+export function choosePath({ rates, want = null, gpuWhy = null, cpuWhy = null, adapter = "" }) {
+  const ok = (r) => Number.isFinite(r) && r > 0;
+  const gpuOk = ok(rates.gpu);
+  const named = adapter ? ` (${adapter})` : "";
+  if (!ok(rates.cpu)) {
+    if (!gpuOk) throw new Error(`this device cannot train: the JS units failed their self-test (${cpuWhy})`);
+    return { path: "gpu", rates, ratio: null,
+      reason: `WebGPU passed its self-test${named}; the JS units failed theirs (${cpuWhy}): computing on WebGPU` };
+  }
+  if (!gpuOk) {
+    const why = want === "cpu" ? "the CPU path was chosen" : gpuWhy ? `no WebGPU: ${gpuWhy}` : "no WebGPU";
+    return { path: "cpu", reason: `${why}; the JS units passed their self-test`, rates, ratio: null };
+  }
+  const ratio = rates.gpu / rates.cpu;
+  const faster = ratio >= 1;
+  const compare = faster ? `${timesText(ratio)} faster than the JS units here`
+    : `${timesText(1 / ratio)} slower than the JS units here`;
+  if (want === "gpu") {
+    return { path: "gpu", rates, ratio,
+      reason: `WebGPU passed its self-test${named} and is ${compare}: computing on WebGPU, as asked (path=gpu)` };
+  }
+  if (want === "cpu") {
+    return { path: "cpu", rates, ratio,
+      reason: `WebGPU passed its self-test${named} and is ${compare}: computing on the JS units, as asked (path=cpu)` };
+  }
+  if (faster) {
+    return { path: "gpu", rates, ratio, reason: `WebGPU passed its self-test${named} and is ${compare}: computing on WebGPU` };
+  }
+  return { path: "cpu", rates, ratio, reason: `WebGPU passed but is ${compare}: computing on the JS units` };
+}

@@ -13,6 +13,7 @@ import { loadLuts, sha256Hex } from "./luts.js";
 import { goldenFailure, microBatchRate } from "./engine/conformance.js";
 import { loadDataset, parseDataset } from "./engine/data.js";
 import { openPaths } from "./engine/paths.js";
+import { choosePath } from "./gpu.js";
 import { makeHyper, modelFor, ModelSpec } from "./engine/spec.js";
 import { paramsSha256, runId, runIdentity, Trainer } from "./engine/trainer.js";
 import * as W from "./frames.js";
@@ -22,9 +23,10 @@ import { identityDifferences, RunPeer } from "./runpeer.js";
 
 /**
  * Test this device: tables through the manifest, golden vectors on the WebGPU path and the
- * JS units, the micro-batch rate of the path that will compute.
- * @param {{want?: "gpu"|"cpu"|null}} o  want "cpu" skips the GPU
- * @returns {Promise<{kind, reason, capacity, units, cpu, luts, manifestSha256, paths}>}
+ * JS units, the micro-batch rate of each path that passes; the tab computes on the faster
+ * one, and `reason` says why in words (gpu.js choosePath; `choice` holds the rates too).
+ * @param {{want?: "gpu"|"cpu"|null}} o  want "cpu" skips the GPU; "gpu" computes on it if it passes
+ * @returns {Promise<{kind, reason, capacity, rates, choice, units, cpu, luts, manifestSha256, paths}>}
  */
 export async function selfTestDevice({ want = null } = {}) {
   const luts = await loadLuts("/luts/");
@@ -45,17 +47,28 @@ export async function selfTestDevice({ want = null } = {}) {
       gpu = null;
     }
   }
-  paths.gpu = gpu ? "pass" : gpuWhy;
   const cpuFail = await goldenFailure(opened.cpu, golden);
-  paths.cpu = cpuFail ? `failed: ${cpuFail}` : "pass";
   if (!gpu && cpuFail) throw new Error(`this device cannot train: the JS units failed their self-test (${cpuFail})`);
-  const units = gpu || opened.cpu;
-  const capacity = await microBatchRate(units);
-  const reason = gpu
-    ? `WebGPU passed its self-test${gpu.adapterInfo?.vendor ? ` (${gpu.adapterInfo.vendor} ${gpu.adapterInfo.architecture || ""})` : ""}`
-    : `${want === "cpu" ? "the CPU path was chosen" : gpuWhy ? `no WebGPU: ${gpuWhy}` : "no WebGPU"}; the JS units passed their self-test`;
-  return { kind: gpu ? "webgpu" : "cpu", reason, capacity, units, cpu: opened.cpu, luts,
-    manifestSha256: luts.manifestSha256, paths };
+  // Both paths that pass are measured; the tab computes on the faster (gpu.js choosePath).
+  const rates = { gpu: null, cpu: cpuFail ? null : await microBatchRate(opened.cpu) };
+  if (gpu) {
+    try {
+      rates.gpu = await microBatchRate(gpu);
+      if (!gpu.usable) throw new Error(gpu.failure);
+    } catch (err) {
+      gpuWhy = `the WebGPU path failed while measuring (${err.message})`;
+      gpu = null;
+      rates.gpu = null;
+      if (cpuFail) throw new Error(`this device cannot train: ${gpuWhy}; the JS units failed their self-test (${cpuFail})`);
+    }
+  }
+  paths.gpu = gpu ? "pass" : gpuWhy;
+  paths.cpu = cpuFail ? `failed: ${cpuFail}` : "pass";
+  const adapter = gpu?.adapterInfo?.vendor ? `${gpu.adapterInfo.vendor} ${gpu.adapterInfo.architecture || ""}`.trim() : "";
+  const choice = choosePath({ rates, want, gpuWhy, cpuWhy: cpuFail, adapter });
+  const units = choice.path === "gpu" ? gpu : opened.cpu;
+  return { kind: choice.path === "gpu" ? "webgpu" : "cpu", reason: choice.reason, capacity: rates[choice.path],
+    rates, choice, units, cpu: opened.cpu, luts, manifestSha256: luts.manifestSha256, paths };
 }
 
 // -- the shell -----------------------------------------------------------------------------
@@ -270,16 +283,17 @@ export class Mesh {
   /**
    * Start a run from the host's settings (same meaning and defaults as `daisychain train`);
    * `resume` (a checked checkpoint state, see checkpoint.js) starts it from that state, if
-   * the settings make the same run.
+   * the settings make the same run. `layers` (an array of hidden widths, `--layers`) wins over
+   * `hidden` (one hidden layer, `--hidden`) when given.
    */
-  async start({ task = "digits", steps = 600, seed = 0, batch = 64, micro_batch = 16, lr = 3e-3, hidden = 128 } = {}, resume = null) {
+  async start({ task = "digits", steps = 600, seed = 0, batch = 64, micro_batch = 16, lr = 3e-3, hidden = 128, layers = null } = {}, resume = null) {
     if (!this.net.room || this.net.room.host !== this.net.id) throw new Error("only the host starts a run");
     if (this.peer?.coordinating && !this.peer.ended) throw new Error("a run is already going");
     const hyper = makeHyper({ seed, batch, micro_batch, lr });
     if (!Number.isInteger(steps) || steps < 0) throw new Error("steps must be a whole number >= 0");
     this._state("starting", `preparing the ${task} run`);
     const ds = await loadDataset(`/data/${encodeURIComponent(task)}.dcds`);
-    const spec = modelFor(ds, hidden, 16);
+    const spec = modelFor(ds, layers ?? hidden, 16);
     const trainer = await Trainer.create({ spec, hyper, dataset: ds, luts: this.device.luts, units: this.device.units });
     const identity = runIdentity(spec, hyper, ds, this.device.luts);
     const id = await runId(identity);

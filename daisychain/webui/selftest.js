@@ -1,9 +1,12 @@
 // The conformance page (/selftest): runs every golden unit vector (/golden/units.json) on
 // every available path — WebGPU kernels, JS units with the fast GEMM, JS units with the
-// literal table GEMM — measures each path's unit-GEMM rate and micro-batch rate, then, when
+// literal table GEMM — measures each path's unit-GEMM rate and micro-batch rate, chooses
+// the faster passing path as a tab does (gpu.js choosePath -> result.choice), then, when
 // the query names `task` or `steps`, trains in the page exactly as `daisychain train` does:
-//   /selftest?task=digits|text&steps=N&seed=S&path=gpu|cpu
-//   (also batch, micro-batch, lr, weight-decay, hidden, embed-dim; defaults as the CLI's) It shows the outcome to a person and writes it as JSON into #result, then
+//   /selftest?task=digits|text&steps=N&seed=S&path=gpu|cpu   (path: default the chosen one)
+//   (also batch, micro-batch, lr, weight-decay, hidden, layers=256,256, embed-dim; defaults
+//   as the CLI's, and as there `layers` and `hidden` do not go together). It shows the
+//   outcome to a person and writes it as JSON into #result, then
 // sets window.__selftestDone = true.
 //
 // A path that fails any vector, or whose GPU errors, is disabled and the reason shown.
@@ -12,9 +15,9 @@ import { loadLuts } from "/webui/luts.js";
 import { CpuUnits, openPaths } from "/webui/engine/paths.js";
 import { loadDataset } from "/webui/engine/data.js";
 import { gemmRate, microBatchRate, runGolden } from "/webui/engine/conformance.js";
-import { makeHyper, modelFor } from "/webui/engine/spec.js";
+import { makeHyper, modelFor, parseLayers } from "/webui/engine/spec.js";
 import { runId, runIdentity, Trainer } from "/webui/engine/trainer.js";
-import { GpuError } from "/webui/gpu.js";
+import { choosePath, GpuError } from "/webui/gpu.js";
 
 const $ = (id) => document.getElementById(id);
 
@@ -51,9 +54,11 @@ async function runTraining(result, { params, luts, opened }) {
   for (const [flag, [field, kind]] of Object.entries(CLI_FLAGS)) {
     if (params.has(flag)) overrides[field] = parseNumber(flag, params.get(flag), kind);
   }
-  const hidden = params.has("hidden") ? parseNumber("hidden", params.get("hidden"), "int") : 128;
+  if (params.has("hidden") && params.has("layers")) throw new Error("give layers or hidden, not both (hidden=N is layers=N)");
+  const hidden = params.has("layers") ? parseLayers(params.get("layers"))
+    : params.has("hidden") ? parseNumber("hidden", params.get("hidden"), "int") : 128;
   const dim = params.has("embed-dim") ? parseNumber("embed-dim", params.get("embed-dim"), "int") : 16;
-  const want = params.get("path") || "gpu";
+  const want = params.get("path") || result.choice.path || "cpu"; // default: the faster passing path
   if (want !== "gpu" && want !== "cpu") throw new Error(`path must be gpu or cpu, not ${want}`);
   const t = { task, steps, seed: overrides.seed ?? 0, path_requested: want, path_used: null,
     fallback: null, params_sha256: null };
@@ -174,6 +179,16 @@ async function main() {
       : `This device can train on the JS units (CPU). ${result.webgpu.available ? "The WebGPU path failed its self-test"
         : "WebGPU is not available here"}: ${result.paths.gpu.disabled}`;
     result.micro_batch_rate = Math.max(0, ...result.usable_paths.map((p) => result.paths[p].micro_batch_rate));
+    // The path a tab computes on: the faster of the two that passed (as the page chooses).
+    const rate = (p) => (result.usable_paths.includes(p) ? result.paths[p].micro_batch_rate : null);
+    const adapter = opened.gpu?.adapterInfo?.vendor
+      ? `${opened.gpu.adapterInfo.vendor} ${opened.gpu.adapterInfo.architecture || ""}`.trim() : "";
+    result.choice = rate("gpu") || rate("cpu")
+      ? choosePath({ rates: { gpu: rate("gpu"), cpu: rate("cpu") }, adapter,
+        gpuWhy: result.paths.gpu.disabled, cpuWhy: result.paths.cpu.disabled })
+      : { path: null, reason: "neither path passed its self-test", rates: { gpu: null, cpu: null }, ratio: null };
+    $("status").textContent += ` A tab computes on the faster path: ${result.choice.reason}.`;
+    log(`choice: ${result.choice.reason}`);
     if (params.has("task") || params.has("steps")) await runTraining(result, { params, luts, opened });
   } catch (err) {
     result.error = `${err.name}: ${err.message}`;

@@ -1,7 +1,8 @@
 """The in-page engine against the numpy engine's golden vectors (daisychain/golden/): the
 PRNG, the shuffle, the deterministic exp, and for each task one step in detail (every
 forward intermediate, the fixed-point contribution of each micro-batch, the averaged
-gradient, Adam's moments) and a 20-step run, on the WebGPU path and on the CPU path."""
+gradient, Adam's moments) and a 20-step run, on the WebGPU path and on the CPU path; each
+task with one hidden layer and with two (``--layers 32,24``)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import struct
 from pathlib import Path
 
 import pytest
-from browser_helpers import open_harness
+from browser_helpers import open_harness, run_selftest
 
 pytestmark = pytest.mark.browser
 
@@ -110,10 +111,10 @@ def test_prng_shuffle_and_exp_match_numpy(harness):
     assert got["dexp"] == common["dexp"]["y_f64"]
 
 
-@pytest.mark.parametrize("task", ["digits", "text"])
+@pytest.mark.parametrize("name", ["digits", "text", "digits_2layers", "text_2layers"])
 @pytest.mark.parametrize("path", ["gpu", "cpu"])
-def test_step_golden_vectors(harness, task, path):
-    g = json.loads((GOLDEN / f"step_{task}.json").read_text())
+def test_step_golden_vectors(harness, name, path):
+    g = json.loads((GOLDEN / f"step_{name}.json").read_text())
     got = harness.evaluate(STEP, [path, g])
     s0 = g["step0"]
     assert got["fingerprint"] == g["dataset_fingerprint"]
@@ -137,3 +138,27 @@ def test_step_golden_vectors(harness, task, path):
         assert abs(a - b) <= 1e-12 * abs(b)
     assert got["run"] == g["run"]["params_sha256_per_step"]
     assert got["accuracy"] == g["run"]["test_accuracy"]
+
+
+@pytest.mark.parametrize("task, path", [("digits", "gpu"), ("text", "cpu")])
+def test_selftest_trains_a_two_hidden_layer_run_to_the_cli_hash(gpu_page, server_url, task, path):
+    """/selftest?layers=24,16 trains the same run as `daisychain train --layers 24,16`."""
+    import subprocess
+    import sys
+
+    argv = ["--task", task, "--layers", "24,16", "--steps", "3", "--seed", "2"]
+    want = json.loads(subprocess.run([sys.executable, "-m", "daisychain.cli", "train", *argv, "--json"],
+                                     capture_output=True, text=True, check=True).stdout)
+    result = run_selftest(gpu_page, f"{server_url}/selftest?task={task}&layers=24,16&steps=3&seed=2&path={path}")
+    t = result["training"]
+    assert result["error"] is None, result["error"]
+    assert t["path_used"] == path and t["fallback"] is None
+    assert t["model"] == want["identity"]["model"]
+    assert t["run_id"] == want["run_id"]
+    assert t["params_sha256"] == want["params_sha256"]
+
+
+def test_selftest_refuses_layers_with_hidden(gpu_page, server_url):
+    result = run_selftest(gpu_page, f"{server_url}/selftest?steps=1&layers=24&hidden=24")
+    assert "give layers or hidden, not both" in result["error"]
+    assert not (result.get("training") or {}).get("params_sha256")

@@ -118,7 +118,12 @@ def disable_features(playwright) -> str:
 
 def _launch(playwright, disable_features: str, webgpu: bool):
     args = BASE_ARGS + (["--enable-unsafe-webgpu"] if webgpu else []) + [disable_features]
-    return playwright.chromium.launch(executable_path=CHROMIUM, args=args)
+    b = playwright.chromium.launch(executable_path=CHROMIUM, args=args)
+    # A page computes on its faster passing path, and SwiftShader's WebGPU is far slower than
+    # the JS units: the WebGPU browser's tabs ask for WebGPU (?path=gpu, mesh_helpers.Tab) so
+    # that the mixed rooms keep a member computing through the WGSL kernels.
+    b.daisy_path = "gpu" if webgpu else None
+    return b
 
 
 @pytest.fixture(scope="package")

@@ -22,11 +22,14 @@ class Tab:
         self.context = browser.new_context()
         self.name = name
         self.base = base
+        self.path = getattr(browser, "daisy_path", None)  # ?path= every tab of this browser asks for
         self.page = self.context.new_page()
         self.page.on("console", lambda m: log.info("[%s console.%s] %s", name, m.type, m.text))
         self.page.on("pageerror", lambda e: log.error("[%s pageerror] %s", name, e))
 
     def open(self, query: str = "") -> "Tab":
+        if self.path and "path=" not in query:
+            query = f"{query}&path={self.path}" if query else f"path={self.path}"
         sep = "&" if query else ""
         self.page.goto(f"{self.base}/?name={self.name}{sep}{query}")
         self.wait("window.__daisy && window.__daisy.device !== null", 120_000)

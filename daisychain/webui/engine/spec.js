@@ -100,33 +100,67 @@ function int(x) {
   return v;
 }
 
-export function mlp(nIn, hidden, classes, depth = 1) {
+/** spec.py MAX_HIDDEN_LAYERS: most hidden layers a `layers` setting may name. */
+export const MAX_HIDDEN_LAYERS = 16;
+
+/** spec.py hidden_widths: 128 -> [128] (`depth` times); [256, 256] -> [256, 256]. */
+export function hiddenWidths(hidden, depth = 1) {
+  const widths = typeof hidden === "number" ? Array(depth).fill(hidden) : Array.from(hidden ?? []);
+  if (!widths.every(Number.isInteger)) throw new SpecError(`hidden widths must be integers, got ${JSON.stringify(widths)}`);
+  if (widths.length < 1 || widths.length > MAX_HIDDEN_LAYERS) {
+    throw new SpecError(`a model has 1 to ${MAX_HIDDEN_LAYERS} hidden layers, not ${widths.length}`);
+  }
+  if (widths.some((w) => w < 1)) throw new SpecError(`hidden widths must be >= 1, got ${widths.join(",")}`);
+  return widths;
+}
+
+/** settings.py parse_layers: "256,256" -> [256, 256] (the `--layers` / `?layers=` text). */
+export function parseLayers(text) {
+  const parts = String(text).split(",").map((t) => t.trim());
+  if (parts.length > MAX_HIDDEN_LAYERS) throw new SpecError(`at most ${MAX_HIDDEN_LAYERS} hidden layers`);
+  if (!parts.every((t) => /^[+-]?[0-9]+$/.test(t))) {
+    throw new SpecError(`--layers takes comma-separated hidden widths such as 256,256, not ${JSON.stringify(String(text))}`);
+  }
+  return hiddenWidths(parts.map((t) => parseInt(t, 10)));
+}
+
+/** spec.py hidden_of: the hidden widths (out-features of every linear but the last) of a
+ *  ModelSpec or of its JSON (`{layers: [{type: "linear", out}, ...]}`). */
+export function hiddenOf(spec) {
+  return spec.layers.filter((l) => l.type === "linear").map((l) => l.nOut ?? l.out).slice(0, -1);
+}
+
+function stack(width, widths, classes) {
   const layers = [];
-  let width = nIn;
-  for (let d = 0; d < depth; d++) {
-    layers.push({ type: "linear", nIn: width, nOut: hidden }, { type: "relu", nIn: 0, nOut: 0 });
-    width = hidden;
+  for (const w of widths) {
+    layers.push({ type: "linear", nIn: width, nOut: w }, { type: "relu", nIn: 0, nOut: 0 });
+    width = w;
   }
   layers.push({ type: "linear", nIn: width, nOut: classes });
-  const spec = new ModelSpec(layers, "dense", nIn, classes);
+  return layers;
+}
+
+/** Dense MLP: `hidden` is one width (repeated `depth` times) or the array of widths. */
+export function mlp(nIn, hidden, classes, depth = 1) {
+  const spec = new ModelSpec(stack(nIn, hiddenWidths(hidden, depth), classes), "dense", nIn, classes);
   spec.validate();
   return spec;
 }
 
+/** Char model: an embedding, then the same hidden stack as mlp, then the vocab logits. */
 export function charMlp(vocab, context, dim, hidden) {
-  const spec = new ModelSpec([
-    { type: "embedding", nIn: vocab, nOut: dim }, { type: "linear", nIn: context * dim, nOut: hidden },
-    { type: "relu", nIn: 0, nOut: 0 }, { type: "linear", nIn: hidden, nOut: vocab },
-  ], "tokens", context, vocab);
+  const spec = new ModelSpec([{ type: "embedding", nIn: vocab, nOut: dim },
+    ...stack(context * dim, hiddenWidths(hidden), vocab)], "tokens", context, vocab);
   spec.validate();
   return spec;
 }
 
-/** data.py model_for: the default model of a prepared dataset. */
-export function modelFor(ds, hidden = 128, dim = 16) {
-  if (hidden < 1) throw new SpecError("--hidden must be >= 1");
-  if (ds.kind === "dense") return mlp(ds.x_train.shape[1], hidden, ds.classes);
-  return charMlp(ds.classes, ds.x_train.shape[1], dim, hidden);
+/** data.py model_for: the model of a prepared dataset; `layers` is one hidden width (a number,
+ *  `--hidden`) or the array of hidden widths (`--layers`). */
+export function modelFor(ds, layers = 128, dim = 16) {
+  if (typeof layers === "number" && layers < 1) throw new SpecError("--hidden must be >= 1");
+  if (ds.kind === "dense") return mlp(ds.x_train.shape[1], layers, ds.classes);
+  return charMlp(ds.classes, ds.x_train.shape[1], dim, layers);
 }
 
 /** Hyper, with the same field names and defaults as spec.py (snake_case, as on the wire). */

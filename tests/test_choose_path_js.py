@@ -1,0 +1,55 @@
+"""Unit tier (node): gpu.js choosePath, the rule that makes a tab compute on its faster
+passing path, and the words it says why in."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+
+import pytest
+
+from daisychain import package_path
+
+NODE = shutil.which("node")
+pytestmark = pytest.mark.skipif(NODE is None, reason="node is not installed")
+
+DRIVER = r"""
+import { readFileSync } from "node:fs";
+const { choosePath } = await import(process.argv[2]);
+const out = [];
+for (const c of JSON.parse(readFileSync(0, "utf8"))) {
+  try { out.push(choosePath(c)); } catch (e) { out.push({ error: e.message }); }
+}
+console.log(JSON.stringify(out));
+"""
+
+CASES = [
+    ({"rates": {"gpu": 29.5, "cpu": 1064}}, "cpu",
+     "WebGPU passed but is 36× slower than the JS units here: computing on the JS units"),
+    ({"rates": {"gpu": 3000, "cpu": 1000}, "adapter": "nvidia ampere"}, "gpu",
+     "WebGPU passed its self-test (nvidia ampere) and is 3.0× faster than the JS units here: computing on WebGPU"),
+    ({"rates": {"gpu": 29.5, "cpu": 1064}, "want": "gpu"}, "gpu",
+     "WebGPU passed its self-test and is 36× slower than the JS units here: computing on WebGPU, as asked (path=gpu)"),
+    ({"rates": {"gpu": 2000, "cpu": 1000}, "want": "cpu"}, "cpu",
+     "WebGPU passed its self-test and is 2.0× faster than the JS units here: computing on the JS units, as asked (path=cpu)"),
+    ({"rates": {"gpu": None, "cpu": 900}, "gpuWhy": "requestAdapter() returned null"}, "cpu",
+     "no WebGPU: requestAdapter() returned null; the JS units passed their self-test"),
+    ({"rates": {"gpu": None, "cpu": 900}, "want": "cpu"}, "cpu",
+     "the CPU path was chosen; the JS units passed their self-test"),
+    ({"rates": {"gpu": 50, "cpu": None}, "cpuWhy": "gemm 1x1x1"}, "gpu",
+     "WebGPU passed its self-test; the JS units failed theirs (gemm 1x1x1): computing on WebGPU"),
+]
+
+
+def test_choose_path_takes_the_faster_passing_path_and_says_why(tmp_path):
+    driver = tmp_path / "driver.mjs"
+    driver.write_text(DRIVER)
+    cases = [c for c, _, _ in CASES] + [{"rates": {"gpu": None, "cpu": None}, "cpuWhy": "mul"}]
+    r = subprocess.run([NODE, str(driver), package_path("webui", "gpu.js").as_uri()],
+                       input=json.dumps(cases), capture_output=True, text=True, check=True)
+    got = json.loads(r.stdout)
+    for (case, path, reason), have in zip(CASES, got):
+        assert have["path"] == path, (case, have)
+        assert have["reason"] == reason
+    assert "cannot train" in got[-1]["error"]
