@@ -18,6 +18,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "serve": ("daisychain.server.cli", "serve the page and do signaling"),
     "demo": ("daisychain.peer.demo", "server + N headless peers training in one room"),
     "desktop": ("daisychain.desktop.cli", "a desktop window around the local server"),
+    "cluster": ("daisychain.cluster", "train over torch.distributed (Gloo), started by torchrun"),
+    "export": ("daisychain.export", "a checkpoint as .safetensors or .onnx"),
 }
 
 
