@@ -10,7 +10,7 @@
 // line port of daisychain/peer/run.py); Mesh is its shell: data channels, timers, compute.
 
 import { loadLuts, sha256Hex } from "./luts.js";
-import { goldenFailure, microBatchRate } from "./engine/conformance.js";
+import { floatFailures, goldenFailure, microBatchRate } from "./engine/conformance.js";
 import { loadDataset, parseDataset } from "./engine/data.js";
 import { openPaths } from "./engine/paths.js";
 import { makeHyper, modelFor, ModelSpec } from "./engine/spec.js";
@@ -20,22 +20,31 @@ import { identityDifferences, RunPeer } from "./runpeer.js";
 
 // -- self-test -----------------------------------------------------------------------------
 
+async function fetchGolden(name) {
+  const resp = await fetch(`/golden/${name}`, { cache: "no-store" });
+  if (!resp.ok) throw new Error(`/golden/${name}: HTTP ${resp.status}`);
+  return resp.json();
+}
+
 /**
  * Test this device: tables through the manifest, golden vectors on the WebGPU path and the
- * JS units, the micro-batch rate of the path that will compute.
+ * JS units, one Adam step on the golden Adam vectors and the golden subnormal operations
+ * (float64 in JS, the same for every path), the micro-batch rate of the path that will compute.
  * @param {{want?: "gpu"|"cpu"|null}} o  want "cpu" skips the GPU
  * @returns {Promise<{kind, reason, capacity, units, cpu, luts, manifestSha256, paths}>}
  */
 export async function selfTestDevice({ want = null } = {}) {
   const luts = await loadLuts("/luts/");
-  const resp = await fetch("/golden/units.json", { cache: "no-store" });
-  if (!resp.ok) throw new Error(`/golden/units.json: HTTP ${resp.status}`);
-  const golden = await resp.json();
+  const golden = await fetchGolden("units.json");
+  const floats = await floatFailures(await fetchGolden("selftest.json"));
+  if (floats.length) {
+    throw new Error(`this device cannot train: its float64 arithmetic failed the self-test (${floats.slice(0, 3).join("; ")})`);
+  }
   if (golden.manifest_sha256 !== luts.manifestSha256) {
     throw new Error(`refused: LUT manifest differs (golden vectors for ${golden.manifest_sha256.slice(0, 12)}…, tables ${luts.manifestSha256.slice(0, 12)}…)`);
   }
   const opened = await openPaths(luts, { tryGpu: want !== "cpu" });
-  const paths = { gpu: null, cpu: null };
+  const paths = { gpu: null, cpu: null, float64: "pass" };
   let gpu = opened.gpu;
   let gpuWhy = opened.gpuReason;
   if (gpu) {
