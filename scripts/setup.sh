@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Everything DaisyChain and its tests need, on a fresh machine: a venv in .venv with the
-# package and its test extra, and Debian's Chromium for the browser tests. Idempotent.
+# package and its test extra, Debian's Chromium for the browser tests and Debian's nodejs for
+# the JS mirror tests. Idempotent.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
@@ -13,11 +14,18 @@ fi
   .venv/bin/pip install -q torch==2.13.0 2>&1 | grep -v "^WARNING: Location" || true
 .venv/bin/pip install -q -e ".[test]" 2>&1 | grep -v "^WARNING: Location" || true
 .venv/bin/python -c "import daisychain, torch, aiortc, playwright" # fail loudly if incomplete
-if [ "${DAISY_SKIP_CHROMIUM:-}" != 1 ] && [ ! -x /usr/bin/chromium ]; then
+# Debian packages the tests need: Chromium (browser tests) and Node.js (the JS mirror tests,
+# which fail without node).
+apt_install() {
   if [ "$(id -u)" = 0 ]; then
-    apt-get update -q && apt-get install -y -q chromium
+    apt-get update -q && apt-get install -y -q "$@"
   else
-    sudo apt-get update -q && sudo apt-get install -y -q chromium
+    sudo apt-get update -q && sudo apt-get install -y -q "$@"
   fi
-fi
-echo "setup done: .venv ready$( [ -x /usr/bin/chromium ] && echo ', chromium at /usr/bin/chromium')"
+}
+want=()
+if [ "${DAISY_SKIP_CHROMIUM:-}" != 1 ] && [ ! -x /usr/bin/chromium ]; then want+=(chromium); fi
+if ! command -v node >/dev/null 2>&1; then want+=(nodejs); fi
+if [ ${#want[@]} -gt 0 ]; then apt_install "${want[@]}"; fi
+command -v node >/dev/null || { echo "setup: node is still missing (apt-get install nodejs)" >&2; exit 1; }
+echo "setup done: .venv ready$( [ -x /usr/bin/chromium ] && echo ', chromium at /usr/bin/chromium'), node $(node --version)"

@@ -17,3 +17,17 @@ def lut_copy(tmp_path: Path) -> Path:
     dst = tmp_path / "luts"
     shutil.copytree(default_dir(), dst)
     return dst
+
+
+NODE_MISSING = ("node is not installed: the JS mirror tests need it (scripts/setup.sh installs "
+                "Debian's nodejs)")
+
+
+@pytest.fixture
+def node() -> str:
+    """The node binary. Without it the JS tests FAIL (never skip): a test run that did not
+    run the JS side must not look green."""
+    path = shutil.which("node")
+    if path is None:
+        pytest.fail(NODE_MISSING, pytrace=False)
+    return path

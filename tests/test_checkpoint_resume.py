@@ -330,7 +330,7 @@ console.log(JSON.stringify(out));
 """
 
 
-@pytest.mark.skipif(NODE is None, reason="node is not installed")
+@pytest.mark.usefixtures("node")  # fails, never skips, without node
 def test_js_state_blob_and_tab_member_restore(tmp_path):
     """checkpoint.js writes blobs Python reads (b1t = 1 written as the JSON integer 1) and
     reads Python's; runpeer.js loads a restored STATE only if it is the announced one and

@@ -1,5 +1,5 @@
 """Unit tier: daisychain/webui/frames.js against daisychain/peer/frames.py, byte for byte, in
-node (skipped without node). Python-encoded messages of every codec decode in JS to the same
+node (a run without node fails). Python-encoded messages of every codec decode in JS to the same
 integers; JS-encoded contributions decode in Python; both choose the same NARROW/VARINT body."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from daisychain import package_path
 from daisychain.peer import frames as F
 
 NODE = shutil.which("node")
-pytestmark = pytest.mark.skipif(NODE is None, reason="node is not installed")
+pytestmark = pytest.mark.usefixtures("node")  # fails, never skips, without node
 
 
 DRIVER = r"""

@@ -17,7 +17,7 @@ import daisychain
 from daisychain.server import protocol as p
 
 NODE = shutil.which("node")
-pytestmark = pytest.mark.skipif(NODE is None, reason="needs Node.js to run the JS mirror")
+pytestmark = pytest.mark.usefixtures("node")  # fails, never skips, without node
 MODULE = str(daisychain.package_path("webui", "protocol.js"))
 
 RUNNER = """

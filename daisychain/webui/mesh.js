@@ -10,7 +10,7 @@
 // line port of daisychain/peer/run.py); Mesh is its shell: data channels, timers, compute.
 
 import { loadLuts, sha256Hex } from "./luts.js";
-import { goldenFailure, microBatchRate } from "./engine/conformance.js";
+import { floatFailures, goldenFailure, microBatchRate } from "./engine/conformance.js";
 import { loadDataset, parseDataset } from "./engine/data.js";
 import { openPaths } from "./engine/paths.js";
 import { choosePath } from "./gpu.js";
@@ -21,23 +21,33 @@ import { identityDifferences, RunPeer } from "./runpeer.js";
 
 // -- self-test -----------------------------------------------------------------------------
 
+async function fetchGolden(name) {
+  const resp = await fetch(`/golden/${name}`, { cache: "no-store" });
+  if (!resp.ok) throw new Error(`/golden/${name}: HTTP ${resp.status}`);
+  return resp.json();
+}
+
 /**
  * Test this device: tables through the manifest, golden vectors on the WebGPU path and the
- * JS units, the micro-batch rate of each path that passes; the tab computes on the faster
- * one, and `reason` says why in words (gpu.js choosePath; `choice` holds the rates too).
+ * JS units, one Adam step on the golden Adam vectors and the golden subnormal operations
+ * (float64 in JS, the same for every path), the micro-batch rate of each path that passes;
+ * the tab computes on the faster one, and `reason` says why in words (gpu.js choosePath;
+ * `choice` holds the rates too).
  * @param {{want?: "gpu"|"cpu"|null}} o  want "cpu" skips the GPU; "gpu" computes on it if it passes
  * @returns {Promise<{kind, reason, capacity, rates, choice, units, cpu, luts, manifestSha256, paths}>}
  */
 export async function selfTestDevice({ want = null } = {}) {
   const luts = await loadLuts("/luts/");
-  const resp = await fetch("/golden/units.json", { cache: "no-store" });
-  if (!resp.ok) throw new Error(`/golden/units.json: HTTP ${resp.status}`);
-  const golden = await resp.json();
+  const golden = await fetchGolden("units.json");
+  const floats = await floatFailures(await fetchGolden("selftest.json"));
+  if (floats.length) {
+    throw new Error(`this device cannot train: its float64 arithmetic failed the self-test (${floats.slice(0, 3).join("; ")})`);
+  }
   if (golden.manifest_sha256 !== luts.manifestSha256) {
     throw new Error(`refused: LUT manifest differs (golden vectors for ${golden.manifest_sha256.slice(0, 12)}…, tables ${luts.manifestSha256.slice(0, 12)}…)`);
   }
   const opened = await openPaths(luts, { tryGpu: want !== "cpu" });
-  const paths = { gpu: null, cpu: null };
+  const paths = { gpu: null, cpu: null, float64: "pass" };
   let gpu = opened.gpu;
   let gpuWhy = opened.gpuReason;
   if (gpu) {
@@ -74,6 +84,8 @@ export async function selfTestDevice({ want = null } = {}) {
 // -- the shell -----------------------------------------------------------------------------
 
 const TICK_MS = 250;
+/** Whole messages waiting for one link, at most (a STATE or DATA message can be megabytes). */
+export const SEND_QUEUE_BYTES = 96 * 1024 * 1024;
 
 export class Mesh {
   /** @param {import("./bus.js").Bus} bus @param {import("./network.js").Network} net */
@@ -84,6 +96,8 @@ export class Mesh {
     this.peer = null;            // RunPeer, once the signaling id is known
     this.queue = Promise.resolve();
     this.reassemblers = new Map();
+    this.outbox = new Map();     // peer id -> {items: whole messages, bytes, writing, gone}
+    this.sendQueueBytes = SEND_QUEUE_BYTES;
     this.msgNo = 0;
     this.computing = Promise.resolve();
     this.t0 = performance.now();
@@ -97,6 +111,7 @@ export class Mesh {
     bus.on("peer:open", ({ id }) => this._enqueue(async () => this.peer?.channelOpen(id) || []));
     bus.on("peer:close", ({ id }) => {
       this.reassemblers.delete(id);
+      this._dropOutbox(id);
       this._enqueue(async () => this.peer?.channelClosed(id) || []);
     });
     bus.on("peer:message", ({ id, data }) => this._onBytes(id, data));
@@ -182,6 +197,14 @@ export class Mesh {
     }
   }
 
+  /**
+   * Queue one whole message for `to`. Each link has one queue and one writer (as rtc.py):
+   * the frames of a message go out back to back, never cut by the frames of the next one
+   * (a receiver drops a message whose frames are interleaved with another's). network.js
+   * waits while the channel holds more than 8 MiB; the queue itself holds at most
+   * `sendQueueBytes` (SEND_QUEUE_BYTES) of whole messages; one message always fits an empty
+   * queue. A message over the limit is not sent, and the run log says so.
+   */
   _send(to, message) {
     const p = this.peer;
     let frames;
@@ -189,11 +212,58 @@ export class Mesh {
       frames = W.encode(message, p.runId, p.bounds, () => this.msgNo++);
     } catch (err) {
       console.error(`mesh: cannot encode ${message.T}:`, err);
-      return;
+      return false;
     }
-    (async () => {
-      for (const f of frames) await this.net.send(to, f);
-    })().catch((err) => console.warn(`mesh: sending ${message.T} to ${to} failed: ${err.message}`));
+    const bytes = frames.reduce((n, f) => n + f.byteLength, 0);
+    let box = this.outbox.get(to);
+    if (!box) this.outbox.set(to, (box = { items: [], bytes: 0, writing: false, gone: false }));
+    if (box.items.length && box.bytes + bytes > this.sendQueueBytes) {
+      const text = `the send queue to ${to} holds ${box.bytes} bytes (limit ${this.sendQueueBytes}): ${message.T} not sent`;
+      console.warn(`mesh: ${text}`);
+      this.bus.emit("run:log", { text });
+      return false;
+    }
+    box.items.push({ T: message.T, frames, bytes });
+    box.bytes += bytes;
+    if (!box.writing) this._write(to, box);
+    return true;
+  }
+
+  /** The one writer of a link: whole messages, in order, until the queue is empty. */
+  async _write(to, box) {
+    box.writing = true;
+    try {
+      while (box.items.length && !box.gone) {
+        const item = box.items[0];
+        try {
+          for (const f of item.frames) {
+            if (box.gone) break;
+            await this.net.send(to, f);
+          }
+        } catch (err) {
+          console.warn(`mesh: sending ${item.T} to ${to} failed: ${err.message}`);
+        }
+        box.items.shift();
+        box.bytes -= item.bytes;
+      }
+    } finally {
+      box.writing = false;
+    }
+  }
+
+  /** The link to `id` closed: what it still had to send is dropped (a new link starts clean). */
+  _dropOutbox(id) {
+    const box = this.outbox.get(id);
+    if (!box) return;
+    box.gone = true;
+    box.items.length = 0;
+    box.bytes = 0;
+    this.outbox.delete(id);
+  }
+
+  /** Bytes of whole messages waiting to be sent, per peer id. */
+  queuedBytes() {
+    return Object.fromEntries([...this.outbox].map(([id, b]) => [id, b.bytes]));
   }
 
   _compute({ step, task, micro, theta }) {

@@ -5,7 +5,10 @@ broadcast, a real daisy-peer over WebRTC):
 * a fresh host tab uploads it and trains on: the hash of the uninterrupted run;
 * corrupt, other-run and malicious files are refused in words and change nothing;
 * a host tab restores a running room: another tab and a daisy-peer load the state, and the
-  run goes on to the hash of ``daisychain train``.
+  run goes on to the hash of ``daisychain train`` and of ``daisy-peer --resume`` from the file.
+
+The default model (hidden 128): its STATE is several frames, so a tab that cut one message
+with the frames of the next (each message sent from its own loop) fails here.
 """
 
 from __future__ import annotations
@@ -28,13 +31,14 @@ from daisychain.engine.checkpoint import load_checkpoint, save_checkpoint
 from daisychain.engine.cli import train
 from daisychain.engine.settings import add_run_arguments, settings_from_args
 from daisychain.engine.trainer import Trainer
+from daisychain.peer import frames as F
 from daisychain.units import load_luts
 
 pytestmark = [pytest.mark.browser]
 
 ROOM_OF = "window.__daisy.room"
 CK = "window.__daisy.checkpoint"
-S = dict(task="digits", seed=7, batch=64, micro_batch=16, lr=0.003, hidden=32)
+S = dict(task="digits", seed=7, batch=64, micro_batch=16, lr=0.003, hidden=128)  # the default model
 BIN = Path(sys.executable).parent
 
 
@@ -103,7 +107,7 @@ def test_download_resume_and_refusals_in_a_tab(browser_cpu, tabs, tmp_path):
     dl.value.save_as(pt)
     obj = torch.load(pt, weights_only=True)
     assert obj["params_sha256"] == sha6 and obj["step"] == 6 and obj["run_id"] == run_id
-    model = torch.nn.Sequential(torch.nn.Linear(64, 32), torch.nn.ReLU(), torch.nn.Linear(32, 10)).double()
+    model = torch.nn.Sequential(torch.nn.Linear(64, S["hidden"]), torch.nn.ReLU(), torch.nn.Linear(S["hidden"], 10)).double()
     model.load_state_dict({k.replace("layers.", ""): v for k, v in obj["state_dict"].items()})
     assert load_checkpoint(pt.read_bytes()).adam.step == 6
     assert "Saved" in h1.page.inner_text("#checkpoint-info")
@@ -113,7 +117,7 @@ def test_download_resume_and_refusals_in_a_tab(browser_cpu, tabs, tmp_path):
     got = _upload(h2, pt)
     assert got["error"] is None and got["loaded"] == {"step": 6, "sha": sha6}, got
     assert h2.page.input_value("#settings input[name=seed]") == "7"
-    assert h2.page.input_value("#settings input[name=hidden]") == "32"
+    assert h2.page.input_value("#settings input[name=hidden]") == str(S["hidden"])
     h2.page.fill("#settings input[name=steps]", "14")
     h2.page.click("#start")
     h2.wait("window.__daisy.run.state === 'done'", 120_000)
@@ -197,9 +201,12 @@ class DaisyPeer:
 def test_restore_reaches_a_tab_and_a_daisy_peer(browser_cpu, tabs, server_url, tmp_path):
     """(d) The host tab restores the running room to step 10: the member tab and the
     daisy-peer load it (a bad file first changes nothing); the run goes on and, stopped at
-    step S, every replica holds the hash of `daisychain train --steps S`."""
+    step S, every replica holds the hash of `daisychain train --steps S` and of
+    `daisy-peer --resume step10.pt --steps S`. The default model: the STATE is several frames."""
     ck = tmp_path / "step10.pt"
     ck.write_bytes(pt_at(10))
+    c = load_checkpoint(ck.read_bytes())
+    assert len(F.encode_state(c.theta, c.adam.m, c.adam.v, c.adam.b1t, c.adam.b2t)) > 2 * F.MAX_CHUNK
     host, code = _host_room(tabs, browser_cpu, "ck-host")
     member = tabs(browser_cpu, "ck-tab").open(f"room={code}")
     peer = DaisyPeer(server_url, code, "ck-py", tmp_path)
@@ -239,3 +246,9 @@ def test_restore_reaches_a_tab_and_a_daisy_peer(browser_cpu, tabs, server_url, t
         assert run["sha"] == want and run["agreed"] is True, (t.name, run)
     assert res["params_sha256"] == want and res["steps"] == steps and res["agreed"]
     assert [r["step"] for r in res["restores"]] == [10]
+    # the same file resumed by a daisy-peer alone, to the same step: the same hash
+    alone = subprocess.run([str(BIN / "daisy-peer"), "--server", server_url, "--create-room",
+                            "--approve", "none", "--resume", str(ck), *_args(steps), "--json",
+                            "--quiet"], capture_output=True, text=True, timeout=300)
+    assert alone.returncode == 0, alone.stderr[-3000:]
+    assert json.loads(alone.stdout.strip().splitlines()[-1])["params_sha256"] == want

@@ -78,3 +78,33 @@ def test_two_approved_tabs_open_a_data_channel(browser_webgpu, browser_cpu, tabs
     host.wait(f"window.__daisy.links['{gid}'] === 'open'", 60_000)
     guest.wait(f"window.__daisy.links['{hid}'] === 'open'", 60_000)
     assert host.page.inner_text(f"#peers tr[data-peer='{gid}'] td:nth-child(4)") == "open"
+
+
+@pytest.mark.parametrize("tamper", ["adam", "subnormal"])
+def test_a_tab_whose_float_self_test_fails_says_so_and_stays_out(tamper, browser_cpu, tabs,
+                                                                 server_url):
+    """The tab runs one Adam step on the golden Adam vectors and the golden subnormal
+    operations (/golden/selftest.json). Served a tampered vector, it says in words what
+    differs and never joins a room; the untampered page passes (the test above)."""
+    bad = tabs(browser_cpu, f"bad-{tamper}")
+
+    def tampered(route):
+        golden = route.fetch().json()
+        if tamper == "adam":
+            v = golden["adam"][0]["out"]["v"]
+            v[2] = "0000000000000000"  # v[2] is subnormal: as if the device flushed it
+            golden["adam"][0]["out"]["v_sha256"] = "0" * 64
+        else:
+            golden["subnormal"][0]["out"] = "0000000000000000"
+        route.fulfill(json=golden)
+    bad.page.route("**/golden/selftest.json", tampered)
+    bad.page.goto(f"{server_url}/?name=bad-{tamper}")
+    bad.wait("window.__daisy && window.__daisy.error !== null", 120_000)
+    text = bad.page.inner_text("#status")
+    assert "cannot train" in text and "float64 arithmetic failed the self-test" in text, text
+    if tamper == "adam":
+        assert "Adam step (default hyper, step 4): v hashes to" in text and "v[2] is" in text, text
+    else:
+        assert "subnormals: mul(0000000000000001, 4000000000000000) is 0000000000000002 here, " \
+               "golden 0000000000000000" in text, text
+    assert bad.state("window.__daisy.room") is None and bad.state("window.__daisy.id") is None

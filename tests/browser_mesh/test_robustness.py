@@ -3,7 +3,8 @@ leaves mid-run; a tab joins late; the text task; the signaling server dies mid-r
 replica must end with the params-sha256 of `daisychain train` with the same settings.
 
 Small models (hidden 32, micro-batch 2) and capacity hints on the daisy-peers, so that slow
-SwiftShader tabs still get shares. No timing is asserted: a leave, a join or a kill happens
+SwiftShader tabs still get shares; late joiners of a tab coordinator on the default model
+(hidden 128, whose STATE is several frames). No timing is asserted: a leave, a join or a kill happens
 after the run is seen under way.
 
     scripts/in-netns.sh .venv/bin/python -m pytest tests/browser_mesh/test_robustness.py -q
@@ -201,6 +202,39 @@ def test_tab_joins_late_syncs_and_contributes(browser_cpu, tabs, peers, server_u
     assert m and int(m.group(1)) > 0, events[-3000:]
     assert run["done"].get(late.id, 0) > 0, run["done"]  # it contributed after joining
     for p in (host, member):
+        r = p.result()
+        assert r["params_sha256"] == ref["params_sha256"] and r["agreed"], r
+
+
+DEFAULT_MODEL = dict(task="digits", steps=120, seed=12, batch=64, micro_batch=16, lr=0.003,
+                     hidden=128)  # `daisychain train`'s defaults: a STATE of several frames
+
+
+def test_tab_coordinator_syncs_late_joiners_on_the_default_model(browser_cpu, tabs, peers,
+                                                                 server_url):
+    """A host tab coordinates; a tab and a daisy-peer join while the run is under way. The
+    tab sends each of them the STATE of the default model (several frames) together with
+    other messages: each must arrive whole, and everyone ends on the reference hash."""
+    s = DEFAULT_MODEL
+    ref = reference(s)
+    host, code = tab_host(tabs, browser_cpu, "tab-coord")
+    first = peers(server_url, "py-first", "--room", code)
+    approve(host, ["py-first"])
+    host.wait(open_links(1), 60_000)
+    fill_settings(host, s)
+    host.page.click("#start")
+    host.wait(f"{RUN_OF}.step >= 3", 120_000)
+    late_tab = tabs(browser_cpu, "late-tab").open(f"room={code}")
+    late_py = peers(server_url, "late-py", "--room", code, progress=True)
+    approve(host, ["late-tab", "late-py"])
+    late_py.wait_for(r"synced to step [1-9]\d* from", 120)
+    run = tab_done(late_tab, ref["params_sha256"], s["steps"])
+    events = "\n".join(late_tab.state("window.__daisy.events"))
+    m = re.search(r"synced to step (\d+)", events)
+    assert m and int(m.group(1)) > 0, events[-3000:]
+    assert run["done"].get(late_tab.id, 0) > 0, run["done"]  # it contributed after joining
+    tab_done(host, ref["params_sha256"], s["steps"])
+    for p in (first, late_py):
         r = p.result()
         assert r["params_sha256"] == ref["params_sha256"] and r["agreed"], r
 

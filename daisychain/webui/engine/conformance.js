@@ -2,9 +2,13 @@
 // page (selftest.js) and the device self-test before joining a run (mesh.js):
 //   runGolden(units, golden)      every golden unit vector (/golden/units.json), set by set
 //   goldenFailure(units, golden)  null, or the first failure in words
+//   floatFailures(golden)         one Adam step on the golden Adam vectors and the golden
+//                                 subnormal operations (/golden/selftest.json, the same
+//                                 vectors as daisychain/peer/selftest.py): [] or failures in words
 //   gemmRate, microBatchRate      capacity figures (timings only; nothing feeds training)
 
 import { int32LeBytes, sha256Hex } from "../luts.js";
+import { adamStep, AdamState } from "./adam.js";
 import { Engine, initParams } from "./model.js";
 import { u32, uniform } from "./prng.js";
 import { makeHyper, mlp } from "./spec.js";
@@ -92,6 +96,111 @@ export async function runGolden(units, golden) {
 export async function goldenFailure(units, golden) {
   const g = await runGolden(units, golden);
   return g.pass ? null : g.failures[0];
+}
+
+// -- float64: one Adam step, subnormals -------------------------------------------------------
+
+/** 16-hex-digit IEEE-754 bit patterns (big-endian text) -> Float64Array; throws on bad input. */
+export function unhex(xs) {
+  if (!Array.isArray(xs) || !xs.every((x) => typeof x === "string" && /^[0-9a-f]{16}$/.test(x))) {
+    throw new Error("expected a list of 16-hex-digit strings");
+  }
+  const out = new Float64Array(xs.length);
+  const dv = new DataView(out.buffer);
+  xs.forEach((x, i) => dv.setBigUint64(8 * i, BigInt(`0x${x}`), true));
+  return out;
+}
+
+export function fhex(values) {
+  const a = Float64Array.from(values);
+  const dv = new DataView(a.buffer);
+  return Array.from(a, (_, i) => dv.getBigUint64(8 * i, true).toString(16).padStart(16, "0"));
+}
+
+const f64Sha = (a) => sha256Hex(new Uint8Array(Float64Array.from(a).buffer));
+
+function floatOp(op, a, b) {
+  switch (op) {
+    case "mul": return a * b;
+    case "add": return a + b;
+    case "sub": return a - b;
+    case "div": return a / b;
+    case "sqrt": return Math.sqrt(a);
+    default: throw new Error(`unknown operation ${JSON.stringify(op)}`);
+  }
+}
+
+/** One Adam step (adam.js) per golden case: [] or what differs, in words. */
+export async function adamFailures(cases) {
+  const bad = [];
+  for (const c of cases) {
+    try {
+      const hp = makeHyper(c.hyper);
+      const theta = unhex(c.theta);
+      const st = new AdamState(theta.length);
+      const m = unhex(c.m);
+      const v = unhex(c.v);
+      const g = unhex(c.g);
+      if (m.length !== theta.length || v.length !== theta.length || g.length !== theta.length) throw new Error("the vectors differ in length");
+      st.m.set(m);
+      st.v.set(v);
+      st.step = c.step;
+      [st.b1t, st.b2t] = unhex([c.b1t, c.b2t]);
+      adamStep(theta, st, g, hp);
+      let failed = false;
+      for (const [key, got] of [["theta", theta], ["m", st.m], ["v", st.v]]) {
+        const sha = await f64Sha(got);
+        if (sha !== c.out[`${key}_sha256`]) {
+          const gh = fhex(got);
+          const i = gh.findIndex((x, j) => x !== c.out[key][j]);
+          bad.push(`Adam step (${c.name}): ${key} hashes to ${sha.slice(0, 16)}…, golden ${c.out[`${key}_sha256`].slice(0, 16)}… ` +
+            `(${i >= 0 ? `${key}[${i}] is ${gh[i]} here, golden ${c.out[key][i]}` : gh.length !== c.out[key].length ? `${key} has ${gh.length} values, golden ${c.out[key].length}` : "the values match the golden values, not the golden hash"})`);
+          failed = true;
+          break;
+        }
+      }
+      if (!failed && fhex([st.b1t, st.b2t]).join() !== [c.out.b1t, c.out.b2t].join()) {
+        bad.push(`Adam step (${c.name}): the bias-correction products differ`);
+      }
+    } catch (err) {
+      bad.push(`Adam step: a malformed golden case (${err.message})`);
+    }
+  }
+  return bad;
+}
+
+/** The golden subnormal operations: [] or what differs, in words. */
+export function subnormalFailures(cases) {
+  const bad = [];
+  cases.forEach((c, i) => {
+    let got;
+    try {
+      const [a, b] = unhex([c.a, c.b]);
+      got = fhex([floatOp(c.op, a, b)])[0];
+    } catch (err) {
+      bad.push(`subnormals: a malformed golden case ${i} (${err.message})`);
+      return;
+    }
+    if (got !== c.out) {
+      const flushed = (BigInt(`0x${got}`) & 0x7fffffffffffffffn) === 0n ? " (flushed to zero)" : "";
+      bad.push(`subnormals: ${c.op}(${c.a}, ${c.b}) is ${got} here, golden ${c.out}${flushed}`);
+    }
+  });
+  return bad;
+}
+
+/** The float64 self-test of this device (the same on every path: Adam runs in JS). */
+export async function floatFailures(golden) {
+  const bad = [];
+  for (const [what, run] of [["Adam vectors", () => adamFailures(golden.adam)],
+    ["subnormal vectors", () => subnormalFailures(golden.subnormal)]]) {
+    try {
+      bad.push(...(await run()));
+    } catch (err) {
+      bad.push(`the golden ${what} are malformed (${err.message})`);
+    }
+  }
+  return bad;
 }
 
 /** Unit-GEMM rate of one path: 2*M*K*N integer ops per GEMM, repeated for >= ~minMs. */

@@ -1,0 +1,72 @@
+"""Dependency hygiene: every runtime dependency in pyproject.toml is imported by the package,
+every test-extra one by the tests, the benches or an optional part of the package; and a test run without node fails (the JS
+mirror tests never skip)."""
+
+from __future__ import annotations
+
+import ast
+import os
+import re
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+IMPORT_NAME = {"scikit-learn": "sklearn", "pywebview": "webview", "pytest-timeout": "pytest_timeout"}
+# declared, not imported, and why (the reason must stay true)
+NOT_IMPORTED = {
+    "safetensors": "the .safetensors model export",
+    "pytest-timeout": "a pytest plugin: the `timeout` setting in [tool.pytest.ini_options]",
+}
+
+
+def dist_name(req: str) -> str:
+    return re.split(r"[\[<>=!~ ;]", req, maxsplit=1)[0].strip().lower()
+
+
+def imported(*dirs: str) -> set[str]:
+    names = set()
+    for d in dirs:
+        for path in (ROOT / d).rglob("*.py"):
+            for node in ast.walk(ast.parse(path.read_text(), str(path))):
+                if isinstance(node, ast.Import):
+                    names |= {a.name.split(".")[0] for a in node.names}
+                elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                    names.add(node.module.split(".")[0])
+    return names
+
+
+def project() -> dict:
+    return tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+
+
+def unused(reqs: list[str], names: set[str]) -> list[str]:
+    return [d for d in map(dist_name, reqs)
+            if IMPORT_NAME.get(d, d).replace("-", "_") not in names and d not in NOT_IMPORTED]
+
+
+def test_every_runtime_dependency_is_imported_by_the_package():
+    assert unused(project()["dependencies"], imported("daisychain")) == []
+
+
+def test_every_test_dependency_is_imported_by_the_tests_benches_or_optional_parts():
+    """(pywebview: the desktop window, daisychain/desktop, which tests/test_desktop.py runs)"""
+    assert unused(project()["optional-dependencies"]["test"], imported("tests", "bench", "daisychain")) == []
+
+
+def test_pytest_timeout_is_configured():
+    cfg = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["pytest"]["ini_options"]
+    assert cfg["timeout"] > 0
+
+
+def test_a_run_without_node_fails_instead_of_skipping(tmp_path):
+    """PATH without node: the JS tests fail with words, and pytest exits non-zero."""
+    env = {**os.environ, "PATH": str(tmp_path)}
+    res = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                          "tests/test_mesh_send_js.py", "tests/test_peer_frames_js.py"],
+                         cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    out = res.stdout + res.stderr
+    assert res.returncode != 0, out
+    assert "node is not installed" in out and "skipped" not in out, out
+    assert re.search(r"\b3 errors?\b", out), out
