@@ -137,8 +137,12 @@ class Trainer:
 
     def mean_grad(self, total: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
         """The averaged gradient from the integer total: total * 2**-S / n_micro."""
+        n = self.hp.n_micro
+        if n & (n - 1) == 0:  # a power of two: both steps are exact scalings, so one suffices
+            return np.multiply(total, pow2(-self.hp.grad_frac_bits - (n.bit_length() - 1)),
+                               out=out, dtype=np.float64)
         g = np.multiply(total, pow2(-self.hp.grad_frac_bits), out=out, dtype=np.float64)
-        return np.divide(g, float(self.hp.n_micro), out=g)
+        return np.divide(g, float(n), out=g)
 
     def apply(self, total: np.ndarray) -> None:
         if self._g is None or self._g.size != self.layout.size:
