@@ -328,7 +328,8 @@ def create_app(config: ServerConfig | None = None, *,
     prepared with their defaults on first request (``daisychain.server.data``). The
     checkpoint conversions (``daisychain.server.checkpoints``) are always there."""
     from .checkpoints import checkpoint_routes
-    from .data import data_routes
+    from .datasets_routes import dataset_routes  # /data (wraps .data), /datasets, uploads
+    from .share import share_routes
 
     config = config or ServerConfig()
     app = web.Application(client_max_size=1 << 20)
@@ -350,7 +351,7 @@ def create_app(config: ServerConfig | None = None, *,
         web.get("/ice-servers", _ice_servers),
         web.get("/ws", _ws),
     ])
-    app.add_routes(data_routes(datasets) + checkpoint_routes(config))
+    app.add_routes(dataset_routes(datasets) + checkpoint_routes(config) + share_routes())
     app.add_routes(list(extra_routes))
     app.cleanup_ctx.append(_timers)
     app.on_shutdown.append(_close_sockets)

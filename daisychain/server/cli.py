@@ -63,6 +63,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--ice-servers", metavar="FILE",
                         help="JSON list of RTCIceServer objects (STUN/TURN) for clients "
                              "(default: none, enough on one network)")
+    parser.add_argument("--data", metavar="FILE_OR_HF_NAME", action="append", default=[],
+                        help="a text dataset hosts may train on (repeatable; listed by /datasets)")
     lim = parser.add_argument_group("limits")
     lim.add_argument("--max-message-bytes", type=int, default=_D.max_message_bytes,
                      help="largest signaling message (default %(default)s)")
@@ -132,7 +134,14 @@ def run(args: argparse.Namespace) -> int:
         print(f"daisychain serve: {exc}", file=sys.stderr)
         return 2
     try:
-        asyncio.run(serve(config))
+        from .app import create_app
+        from daisychain.engine.data import DataError, prepare_task
+        sets = {src: prepare_task("text", src) for src in args.data}
+    except DataError as exc:
+        print(f"daisychain serve: --data: {exc}", file=sys.stderr)
+        return 2
+    try:
+        asyncio.run(serve(config, create_app(config, datasets=sets) if sets else None))
     except KeyboardInterrupt:
         print("stopped", file=sys.stderr)
     except OSError as exc:
