@@ -114,7 +114,7 @@ def test_run_messages_roundtrip():
 @pytest.mark.parametrize("meta, message", [
     ({"t": "nope"}, "unknown control message"),
     ({"t": "ready", "term": 1, "capacity": "fast", "kind": "cpu", "params_sha256": "a" * 64},
-     "'capacity' must be a number"),
+     "'capacity' must be a finite number"),
     ({"t": "assign", "term": 1, "tasks": [{"task": 0, "peer": "p", "micro": [3, 1]}]},
      "sorted"),
     ({"t": "end", "term": 1, "params_sha256": "xyz"}, "hex digits"),

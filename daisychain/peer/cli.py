@@ -36,6 +36,41 @@ def capacity_arg(v: str) -> float | None:
     return c
 
 
+def rate_arg(v: str) -> float:
+    try:
+        r = float(v)
+    except ValueError:
+        raise argparse.ArgumentTypeError("--verify-rate is a number in [0, 1]") from None
+    if not 0.0 <= r <= 1.0:  # also refuses nan
+        raise argparse.ArgumentTypeError("--verify-rate must be in [0, 1]")
+    return r
+
+
+def strikes_arg(v: str) -> int:
+    try:
+        n = int(v)
+    except ValueError:
+        raise argparse.ArgumentTypeError("--strikes is a whole number >= 1") from None
+    if not 1 <= n <= 1000:
+        raise argparse.ArgumentTypeError("--strikes must be in [1, 1000]")
+    return n
+
+
+def add_trust_arguments(p: argparse.ArgumentParser) -> None:
+    from daisychain.peer.faults import FAULTS
+    from daisychain.peer.run import STRIKES, VERIFY_RATE
+
+    g = p.add_argument_group("spot-checks (the host's settings are the run's)")
+    g.add_argument("--verify-rate", type=rate_arg, default=VERIFY_RATE, metavar="R",
+                   help="share of each step's micro-batches that a second peer also computes, "
+                        f"compared bit for bit (default {VERIFY_RATE}; 0: off; 1: every one)")
+    g.add_argument("--strikes", type=strikes_arg, default=STRIKES, metavar="N",
+                   help=f"remove a peer from the run after N mismatches (default {STRIKES})")
+    g.add_argument("--fault", choices=sorted(FAULTS), default=None,
+                   help="TESTING FAULT, off by default: make this peer a liar that corrupts "
+                        "what it sends (" + "; ".join(f"{k}: {v}" for k, v in FAULTS.items()) + ")")
+
+
 def add_checkpoint_arguments(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("checkpoints")
     g.add_argument("--save-checkpoint", metavar="PATH", default=None,
@@ -74,6 +109,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--wait-peers", type=int, default=0, metavar="K",
                    help="host: wait for K other peers before the first step (default 0)")
     add_checkpoint_arguments(p)
+    add_trust_arguments(p)
     p.add_argument("--json", action="store_true", help="print one JSON summary at the end")
     p.add_argument("--quiet", action="store_true", help="no progress line")
     p.add_argument("--loopback", action="store_true",
@@ -115,7 +151,9 @@ def main(argv: list[str] | None = None) -> int:
                                 wait_peers=args.wait_peers, settings=settings, luts=args.luts,
                                 engine_version=args.engine_version, on_event=progress.event,
                                 on_room=progress.room, save_checkpoint=args.save_checkpoint,
-                                save_every=args.save_every, resume=args.resume))
+                                save_every=args.save_every, resume=args.resume,
+                                verify_rate=args.verify_rate, strikes=args.strikes,
+                                fault=args.fault))
     except LutError as exc:
         print(f"daisy-peer: error: {exc}", file=sys.stderr)
         return 2

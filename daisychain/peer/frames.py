@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import enum
 import json
+import math
 import struct
 import zlib
 from dataclasses import dataclass, field
@@ -50,6 +51,10 @@ MAX_META = 1 << 20
 WHOLE = 0xFFFF
 #: every value of an integer vector must stay below this in magnitude (JS Numbers are exact)
 INT_LIMIT = 2**53
+#: a ``ready`` capacity (micro-batches/s) must lie in [MIN_CAPACITY, MAX_CAPACITY]
+MIN_CAPACITY = 1e-3
+MAX_CAPACITY = 1e9
+MAX_STRIKES = 1000
 
 
 class FrameError(ValueError):
@@ -119,9 +124,12 @@ def _run_bytes(run_id: str) -> bytes:
     return raw
 
 
-def encode_frames(m: Message, msg_no: int, max_chunk: int = MAX_CHUNK) -> list[bytes]:
-    """Split one message into frames of at most ``max_chunk + HEADER_SIZE`` bytes."""
-    meta = json.dumps(m.meta, separators=(",", ":"), allow_nan=False).encode()
+def encode_frames(m: Message, msg_no: int, max_chunk: int = MAX_CHUNK,
+                  _allow_nan: bool = False) -> list[bytes]:
+    """Split one message into frames of at most ``max_chunk + HEADER_SIZE`` bytes.
+    (``_allow_nan`` is for ``daisy-peer --fault nan-meta`` only: it writes meta that every
+    receiver refuses.)"""
+    meta = json.dumps(m.meta, separators=(",", ":"), allow_nan=_allow_nan).encode()
     if len(meta) > MAX_META:
         raise FrameError(f"meta of {len(meta)} bytes is over {MAX_META}")
     payload = struct.pack("<I", len(meta)) + meta + bytes(m.body)
@@ -168,6 +176,31 @@ def decode_frame(data: bytes) -> Frame:
                  data[HEADER_SIZE:])
 
 
+def _no_constant(name: str):
+    raise FrameError(f"meta holds {name}: non-finite numbers are refused")
+
+
+def _finite_float(text: str) -> float:
+    v = float(text)
+    if not math.isfinite(v):
+        raise FrameError(f"meta holds the number {text[:32]}, which is not finite")
+    return v
+
+
+def parse_meta(raw: bytes) -> dict:
+    """Meta bytes -> a JSON object; NaN, Infinity and numbers that overflow to infinity are
+    refused (FrameError), as the signaling side does, so no non-finite value gets further."""
+    try:
+        meta = json.loads(raw.decode(), parse_constant=_no_constant, parse_float=_finite_float)
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+        if isinstance(exc, FrameError):
+            raise
+        raise FrameError(f"meta is not JSON: {exc}") from None
+    if not isinstance(meta, dict):
+        raise FrameError("meta must be a JSON object")
+    return meta
+
+
 class Reassembler:
     """Collects the frames of one channel (ordered, reliable) into messages."""
 
@@ -197,12 +230,7 @@ class Reassembler:
         (n,) = struct.unpack_from("<I", payload)
         if n > MAX_META or 4 + n > len(payload):
             raise FrameError(f"meta length {n} does not fit the message")
-        try:
-            meta = json.loads(payload[4:4 + n].decode())
-        except (UnicodeDecodeError, ValueError) as exc:
-            raise FrameError(f"meta is not JSON: {exc}") from None
-        if not isinstance(meta, dict):
-            raise FrameError("meta must be a JSON object")
+        meta = parse_meta(payload[4:4 + n])
         return Message(head.type, head.run_id, head.step, meta, payload[4 + n:], head.codec,
                        head.tensor, wire)
 
@@ -326,7 +354,7 @@ def decode_ints(codec: int, body: bytes, size: int | None = None) -> np.ndarray:
                 d = zlib.decompressobj()
                 rest = d.decompress(rest, MAX_MESSAGE)
                 if d.unconsumed_tail:
-                    raise FrameError("compressed integer body is too large")
+                    raise FrameError(f"compressed integer body is too large (inflates past {MAX_MESSAGE} bytes)")
                 if not d.eof or d.unused_data:
                     raise FrameError("compressed integer body is cut short or has stray bytes")
             except zlib.error as exc:
@@ -413,6 +441,8 @@ class Run:
     step: int
     params_sha256: str
     coordinator: str
+    verify_rate: float = 0.05   #: share of micro-batches spot-checked by a second peer
+    strikes: int = 3            #: mismatches after which a peer is removed from the run
 
 
 @dataclass(frozen=True)
@@ -541,10 +571,11 @@ class _M:
             raise self.fail(f"'{key}' must be an integer in [{lo}, {hi}]")
         return v
 
-    def num(self, key: str) -> float:
+    def num(self, key: str, lo: float = -1e300, hi: float = 1e300) -> float:
         v = self.meta.get(key)
-        if isinstance(v, bool) or not isinstance(v, (int, float)):
-            raise self.fail(f"'{key}' must be a number")
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) \
+                or not lo <= v <= hi:
+            raise self.fail(f"'{key}' must be a finite number in [{lo:g}, {hi:g}]")
         return float(v)
 
     def str(self, key: str, max_chars: int = 256) -> str:
@@ -636,10 +667,12 @@ def from_message(m: Message, size: int | None = None) -> RunMessage:
         if not isinstance(ident, dict):
             raise f.fail("'identity' must be an object")
         return Run(ident, f.hex("run_id", 16), f.int("steps"), f.int("term"), m.step,
-                   f.hex("params_sha256"), f.str("coordinator", 64))
+                   f.hex("params_sha256"), f.str("coordinator", 64),
+                   f.num("verify_rate", 0.0, 1.0) if "verify_rate" in m.meta else 0.0,
+                   f.int("strikes", 1, MAX_STRIKES) if "strikes" in m.meta else 3)
     if name == "ready":
-        return Ready(f.int("term"), f.num("capacity"), f.str("kind", 16), m.step,
-                     f.hex("params_sha256"))
+        return Ready(f.int("term"), f.num("capacity", MIN_CAPACITY, MAX_CAPACITY), f.str("kind", 16),
+                     m.step, f.hex("params_sha256"))
     if name == "refuse":
         reasons = f.list("reasons", 64)
         if not all(isinstance(r, str) and len(r) <= 1000 for r in reasons):

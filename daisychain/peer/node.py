@@ -23,6 +23,7 @@ from daisychain.engine.spec import Hyper, ModelSpec
 from daisychain.engine.trainer import Trainer
 from daisychain.peer import frames as F
 from daisychain.peer import run as R
+from daisychain.peer.faults import FAULTS, Liar
 from daisychain.peer.client import SignalingClient, SignalingError, http_url
 from daisychain.peer.rtc import Mesh
 from daisychain.peer.selftest import selftest
@@ -53,6 +54,9 @@ class NodeOptions:
     save_checkpoint: str | None = None  #: write the replica's .pt here at the end and when stopped
     save_every: int = 0                 #: ... and every N steps (0: never)
     resume: str | None = None           #: the host of a new room: start from this checked .pt
+    verify_rate: float = R.VERIFY_RATE  #: host: share of micro-batches spot-checked each step
+    strikes: int = R.STRIKES            #: host: mismatches after which a peer is removed
+    fault: str | None = None            #: TESTING ONLY: corrupt what this peer sends (FAULTS)
 
 
 @dataclass
@@ -92,7 +96,10 @@ class Node:
         self.shares: tuple = ()
         self.decided: set[str] = set()
         self.restores: list[dict] = []  # checkpoint restores this replica took part in
+        self.alarms: list[dict] = []    # spot-check alarms this peer raised (coordinator)
         self._ready_trainer: Trainer | None = None
+        self.liar = Liar(opts.fault) if opts.fault else None  # --fault: a liar, for tests
+        self._capacity = opts.capacity
 
     # -- building the replica ------------------------------------------------------------
 
@@ -149,10 +156,12 @@ class Node:
         s = self.o.settings
         if s is not None:
             tr = self._ready_trainer
-            return R.RunPeer(self.me, trainer=tr, steps=s.steps, capacity=self.o.capacity,
-                             wait_peers=self.o.wait_peers, selftest=self.selftest)
+            return R.RunPeer(self.me, trainer=tr, steps=s.steps, capacity=self._capacity,
+                             wait_peers=self.o.wait_peers, selftest=self.selftest,
+                             verify_rate=self.o.verify_rate, strikes=self.o.strikes)
         return R.RunPeer(self.me, make_trainer=self._make_trainer, capacity=self.o.capacity,
-                         selftest=self.selftest)
+                         selftest=self.selftest, verify_rate=self.o.verify_rate,
+                         strikes=self.o.strikes)
 
     # -- the loop ------------------------------------------------------------------------
 
@@ -160,13 +169,18 @@ class Node:
         """Run to the end of the run; raises PeerFailed with a message."""
         if self.o.settings is not None and not self.selftest[0]:
             raise PeerFailed(f"self-test failed: {self.selftest[1]}")
+        self._capacity = self.o.capacity
         if self.o.settings is not None:
             self._ready_trainer = self._host_trainer()
+            if self._capacity is None:  # the room sees what the shares will follow
+                self._capacity = R.measure_capacity(self._ready_trainer)
+        if self.liar:
+            log.warning("TESTING FAULT --fault %s: this peer %s (it is a liar on purpose)",
+                        self.o.fault, FAULTS[self.o.fault])
         self.session = aiohttp.ClientSession()
         try:
             self.client = SignalingClient(self.o.server, self.session)
-            cap = self.o.capacity or 1.0
-            welcome = await self.client.connect(self.o.name, "python", cap, self.o.room)
+            welcome = await self.client.connect(self.o.name, "python", self._announced(), self.o.room)
             self.me = welcome.id
             self.run = self._new_run_peer()
             self.mesh = Mesh(self.me, self._signal, self._on_open, self._on_message,
@@ -194,6 +208,12 @@ class Node:
         finally:
             await self.close()
 
+    def _announced(self) -> float:
+        """The capacity this device gives the server: the measured one once there is one
+        (the host measures before it connects; a member measures on the run it joins)."""
+        c = self.run.capacity if self.run is not None and self.run.capacity else self._capacity
+        return float(c or 1.0)
+
     async def close(self) -> None:
         for t in list(self.tasks):
             t.cancel()
@@ -209,7 +229,7 @@ class Node:
         while True:
             await asyncio.sleep(TICK_S)
             if self.run is not None:
-                self._feed(self.run.tick(time.monotonic()))
+                self._guarded("tick", lambda: self.run.tick(time.monotonic()))
 
     async def _read_signaling(self) -> None:
         """Read the server's messages. If the connection ends during a run, the run goes on
@@ -243,7 +263,7 @@ class Node:
             await asyncio.sleep(RECONNECT_S[min(i, len(RECONNECT_S) - 1)])
             client = SignalingClient(self.o.server, self.session)
             try:
-                welcome = await client.connect(self.o.name, "python", self.o.capacity or 1.0,
+                welcome = await client.connect(self.o.name, "python", self._announced(),
                                                self.code or p.ROOM_NETWORK, token=token)
             except SignalingError:
                 await client.leave()
@@ -280,7 +300,8 @@ class Node:
             await self._decide(d)
         ids = [m.id for m in msg.members]
         await self.mesh.update(ids)
-        self._feed(self.run.room_changed(ids, msg.host))
+        names = {m.id: m.name for m in msg.members}
+        self._guarded("room", lambda: self.run.room_changed(ids, msg.host, names))
 
     async def _sig_join_request(self, msg: p.JoinRequest) -> None:
         await self._decide(msg.peer)
@@ -320,11 +341,11 @@ class Node:
 
     def _on_open(self, peer: str) -> None:
         self.reasm[peer] = F.Reassembler()
-        self._feed(self.run.channel_open(peer))
+        self._guarded("channel open", lambda: self.run.channel_open(peer))
 
     def _on_close(self, peer: str) -> None:
         self.reasm.pop(peer, None)
-        self._feed(self.run.channel_closed(peer))
+        self._guarded("channel close", lambda: self.run.channel_closed(peer))
 
     def _on_message(self, peer: str, data) -> None:
         r = self.reasm.setdefault(peer, F.Reassembler())
@@ -332,24 +353,36 @@ class Node:
             m = r.feed(data)
             if m is None:
                 return
-            if m.run_id and self.run.run_id and m.run_id != self.run.run_id:
-                raise F.FrameError(f"message of run {m.run_id}, ours is {self.run.run_id}")
             size = self.run.trainer.layout.size if self.run.trainer else None
             msg = F.from_message(m, size)
         except F.FrameError as exc:
             self.reasm[peer] = F.Reassembler()
-            self._event(R.Log(f"bad frame from {peer}: {exc}", loud=True))
+            self._guarded("bad message", lambda: self.run.bad_message(peer, str(exc)))
             return
-        self._feed(self.run.receive(peer, msg))
+        self._guarded(f"a message from {peer}", lambda: self.run.receive(peer, msg, m.run_id))
+
+    def _guarded(self, what: str, step) -> None:
+        """Run one input of the run state machine and perform its outputs; an exception is
+        a bug, never a reason to stall: it is logged with its traceback and the run goes on."""
+        try:
+            self._feed(step())
+        except Exception:  # noqa: BLE001 - logged, and the next input is handled as usual
+            log.exception("internal error while handling %s (the run goes on)", what)
 
     # -- run outputs -----------------------------------------------------------------------
 
     def _feed(self, outputs) -> None:
         for o in outputs:
             if isinstance(o, R.Send):
-                msg = F.to_message(o.message, self.run.run_id, self.run.bounds)
-                self.msg_no += 1
-                self.mesh.send(o.to, F.encode_frames(msg, self.msg_no))
+                message, allow_nan = self.liar.corrupt(o.message) if self.liar else (o.message, False)
+                try:
+                    msg = F.to_message(message, self.run.run_id, self.run.bounds)
+                    self.msg_no += 1
+                    frames = F.encode_frames(msg, self.msg_no, _allow_nan=allow_nan)
+                except F.FrameError as exc:
+                    log.warning("cannot send %s to %s: %s", R.message_name(message), o.to, exc)
+                    continue
+                self.mesh.send(o.to, frames)
             elif isinstance(o, R.Compute):
                 self._spawn(self._compute(o))
             elif isinstance(o, R.FetchData):
@@ -360,7 +393,14 @@ class Node:
     def _spawn(self, coro) -> None:
         t = asyncio.ensure_future(coro)
         self.tasks.add(t)
-        t.add_done_callback(self.tasks.discard)
+        t.add_done_callback(self._task_done)
+
+    def _task_done(self, t: asyncio.Task) -> None:
+        self.tasks.discard(t)
+        if not t.cancelled() and t.exception() is not None:
+            exc = t.exception()
+            log.error("internal error in a background task (the run goes on): %r", exc,
+                      exc_info=(type(exc), exc, exc.__traceback__))
 
     async def _compute(self, c: R.Compute) -> None:
         t0 = time.perf_counter()
@@ -370,7 +410,7 @@ class Node:
         self.stats.compute_s += time.perf_counter() - t0
         if self.stats.first_contribution_s is None:
             self.stats.first_contribution_s = time.perf_counter() - self.stats.started
-        self._feed(self.run.computed(c.step, c.task, result))
+        self._guarded("a finished compute", lambda: self.run.computed(c.step, c.task, result))
 
     async def _fetch(self, f: R.FetchData) -> None:
         blob = None
@@ -381,7 +421,7 @@ class Node:
                     blob = await resp.read()
         except (aiohttp.ClientError, OSError):
             blob = None
-        self._feed(self.run.data(blob))
+        self._guarded("the dataset", lambda: self.run.data(blob))
 
     def _event(self, e) -> None:
         if isinstance(e, R.Committed):
@@ -399,6 +439,9 @@ class Node:
             self.done.set()
         elif isinstance(e, R.Log):
             log.log(logging.WARNING if e.loud else logging.INFO, "%s", e.text)
+        elif isinstance(e, R.Alarm):
+            self.alarms.append({"kind": e.kind, "peer": e.peer, "name": e.name, "step": e.step,
+                                "micro": e.micro, "strikes": e.strikes})
         elif isinstance(e, R.Restored):
             self.restores.append({"step": e.step, "params_sha256": e.params_sha256, "by": e.by})
             log.warning("restored from a checkpoint by %s: step %d, params %s",
@@ -425,7 +468,18 @@ class Node:
                 "accuracy": tr.accuracy("test"), "loss": self.loss, "peers": peers,
                 "me": self.me, "room": self.code, "bytes_sent": out, "bytes_received": inn,
                 "compute_s": self.stats.compute_s, "restores": list(self.restores),
+                "alarms": list(self.alarms), "units": self._unit_counts(end, tr),
                 "seconds": time.perf_counter() - self.stats.started}
+
+    def _unit_counts(self, end: R.Ended, tr: Trainer) -> dict:
+        """Unit invocations: the whole run's (steps x micro-batches per step, each counted
+        once) and this peer's own share of it."""
+        from daisychain.engine.counters import unit_counts
+        mine = self.run.done_by.get(self.me, 0)
+        total = end.step * tr.hp.n_micro
+        return {"run_micro_batches": total, "mine_micro_batches": mine,
+                "run": unit_counts(tr.spec, tr.hp.micro_batch, total),
+                "mine": unit_counts(tr.spec, tr.hp.micro_batch, mine)}
 
 
 def print_summary(out: dict, as_json: bool) -> None:
@@ -435,6 +489,14 @@ def print_summary(out: dict, as_json: bool) -> None:
     who = ", ".join(f"{p['name']} ({p['kind']}) {p['micro_batches']}" for p in out["peers"])
     print(f"test accuracy: {out['accuracy'] * 100:.2f}%  loss: {out['loss']:.4f}  "
           f"({out['steps']} steps; micro-batches: {who})")
+    from daisychain.engine.counters import format_counts
+    u = out.get("units")
+    if u:
+        print(f"whole run ({u['run_micro_batches']} micro-batches): {format_counts(u['run'])}")
+        print(f"this peer ({u['mine_micro_batches']} micro-batches): {format_counts(u['mine'])}")
+    for a in out.get("alarms", ()):
+        if a["kind"] == "removed":
+            print(f"liar removed: {a['name']} ({a['peer']}) at step {a['step']}")
     if not out["agreed"]:
         print("WARNING: this replica's hash differs from the coordinator's", file=sys.stderr)
     print(f"params-sha256: {out['params_sha256']}")

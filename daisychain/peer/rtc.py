@@ -27,6 +27,9 @@ log = logging.getLogger("daisychain.peer")
 CHANNEL_LABEL = "daisychain"
 HIGH_WATER = 8 * 1024 * 1024
 LOW_WATER = 1024 * 1024
+#: bytes queued for one link (not yet handed to its channel) before the peer is dropped as one
+#: that does not read: two of the largest messages (64 MiB each)
+MAX_QUEUED = 128 * 1024 * 1024
 
 
 def use_loopback_only() -> None:
@@ -56,6 +59,7 @@ class Link:
         self.remote_set = False
         self.early_candidates: list = []
         self.queue: asyncio.Queue = asyncio.Queue()
+        self.queued = 0  # bytes in self.queue
         self.writer: asyncio.Task | None = None
         self.opened = False
         self.closed = False
@@ -122,11 +126,19 @@ class Link:
             self.early_candidates.append(cand)
             return
         text = cand["candidate"]
-        c = candidate_from_sdp(text.split(":", 1)[1] if text.startswith("candidate:") else text)
+        try:
+            c = candidate_from_sdp(text.split(":", 1)[1] if text.startswith("candidate:") else text)
+        except Exception as exc:  # noqa: BLE001 - aiortc asserts on some malformed lines
+            log.warning("refused an ICE candidate from %s: %r is not a valid candidate (%s)",
+                        self.peer, text[:120], type(exc).__name__ + (f": {exc}" if str(exc) else ""))
+            return
         c.sdpMid = cand.get("sdpMid")
         c.sdpMLineIndex = cand.get("sdpMLineIndex")
-        with contextlib.suppress(Exception):  # an unusable candidate is not fatal
+        try:
             await self.pc.addIceCandidate(c)
+        except Exception as exc:  # noqa: BLE001 - an unusable candidate is not fatal
+            log.warning("refused an ICE candidate from %s: %s", self.peer,
+                        type(exc).__name__ + (f": {exc}" if str(exc) else ""))
 
     async def _remote_ready(self) -> None:
         self.remote_set = True
@@ -134,9 +146,21 @@ class Link:
         for c in early:
             await self.on_candidate(c)
 
-    def send(self, frames: list[bytes]) -> None:
-        """Queue the frames of one message; they go out in order, under flow control."""
+    def send(self, frames: list[bytes]) -> bool:
+        """Queue the frames of one message; they go out in order, under flow control. False
+        (and the link is dropped, with one log line) when the queue would pass MAX_QUEUED:
+        the other side does not read."""
+        size = sum(len(f) for f in frames)
+        if self.queued + size > MAX_QUEUED:
+            if not self.closed:
+                log.warning("dropping %s: it does not read its data channel (%d MiB queued)",
+                            self.peer, (self.queued + size) >> 20)
+                self.closed = True
+                asyncio.ensure_future(self.mesh._lost(self.peer))
+            return False
+        self.queued += size
         self.queue.put_nowait(frames)
+        return True
 
     def idle(self) -> bool:
         return self.queue.empty() and (self.channel is None or self.channel.bufferedAmount == 0)
@@ -147,6 +171,7 @@ class Link:
         try:
             while not self.closed:
                 frames = await self.queue.get()
+                self.queued -= sum(len(f) for f in frames)
                 for f in frames:
                     while self.channel.bufferedAmount > HIGH_WATER:
                         low.clear()
@@ -214,8 +239,7 @@ class Mesh:
         link = self.links.get(peer)
         if link is None or not link.opened or link.closed:
             return False
-        link.send(frames)
-        return True
+        return link.send(frames)
 
     def bytes(self) -> tuple[int, int]:
         return (sum(l.bytes_out for l in self.links.values()),

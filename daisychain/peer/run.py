@@ -26,6 +26,9 @@ is behind (the new coordinator included) is brought forward by STATE.
 
 from __future__ import annotations
 
+import hashlib
+import math
+import secrets
 import time
 from dataclasses import dataclass, field
 from typing import Callable, Union
@@ -41,6 +44,9 @@ MIN_DEADLINE_S = 2.0
 DEADLINE_FACTOR = 4.0
 #: after a restore, how long the coordinator waits for the members to load the state
 RESTORE_WAIT_S = 20.0
+#: default share of micro-batches spot-checked by a second peer, and mismatches tolerated
+VERIFY_RATE = 0.05
+STRIKES = 3
 
 
 # -- outputs ------------------------------------------------------------------------------
@@ -110,11 +116,43 @@ class Restored:
     by: str
 
 
+@dataclass(frozen=True)
+class Alarm:
+    """A peer sent what an honest replica cannot have sent. ``kind``: ``mismatch`` (a
+    spot-check found its contribution differs from the reference), ``refused`` (a malformed
+    message or a contribution over the clamp bound), ``removed`` (it reached the run's
+    strikes and takes no further part)."""
+    kind: str
+    peer: str
+    name: str
+    step: int
+    micro: int | None
+    strikes: int
+    text: str
+
+
 class RestoreError(ValueError):
     """A state the coordinator cannot restore (wrong size, hash, or not the coordinator)."""
 
 
-Output = Union[Send, Compute, FetchData, Committed, Refused, Log, Ended, Failed, Restored]
+Output = Union[Send, Compute, FetchData, Committed, Refused, Log, Ended, Failed, Restored, Alarm]
+
+
+def checked_micro(key: str, step: int, n_micro: int, rate: float) -> list[int]:
+    """The micro-batches of ``step`` that are spot-checked: micro-batch j is when the first
+    8 bytes of SHA-256(``key:step:j``), as a big-endian u64, are below ``floor(rate * 2**64)``.
+    ``key`` is the coordinator's secret, so no member can tell in advance."""
+    bound = math.floor(rate * 2.0**64)
+    out = []
+    for j in range(n_micro):
+        h = hashlib.sha256(f"{key}:{step}:{j}".encode()).digest()
+        if int.from_bytes(h[:8], "big") < bound:
+            out.append(j)
+    return out
+
+
+def message_name(msg) -> str:
+    return getattr(msg, "T", None) or type(msg).__name__.lower()
 
 
 def contribute_at(trainer: Trainer, theta: np.ndarray, step: int, micro) -> Result:
@@ -163,6 +201,18 @@ class _Task:
     sent_at: float
     deadline: float
     result: tuple[str, np.ndarray, float, int] | None = None  # (peer, ints, loss, correct)
+    kind: str = "main"   # main: counts in the total; check / referee: a spot-check's second opinion
+
+
+@dataclass
+class _Check:
+    """A spot-checked micro-batch of the current step: every peer's answer (``votes``) and,
+    once decided, the reference answer the total uses."""
+    micro: int
+    votes: dict = field(default_factory=dict)   # peer -> (ints, loss, correct)
+    decided: tuple | None = None
+    decided_by: str | None = None
+    refereed: bool = False
 
 
 class RunPeer:
@@ -170,8 +220,21 @@ class RunPeer:
 
     def __init__(self, me: str, *, kind: str = "python", make_trainer: Callable | None = None,
                  capacity: float | None = None, selftest: tuple[bool, str] = (True, "ok"),
-                 trainer: Trainer | None = None, steps: int = 0, wait_peers: int = 0):
+                 trainer: Trainer | None = None, steps: int = 0, wait_peers: int = 0,
+                 verify_rate: float = VERIFY_RATE, strikes: int = STRIKES,
+                 verify_key: str | None = None):
         self.me = me
+        if not (math.isfinite(verify_rate) and 0.0 <= verify_rate <= 1.0):
+            raise ValueError("the verify rate must be in [0, 1]")
+        if not 1 <= int(strikes) <= F.MAX_STRIKES:
+            raise ValueError(f"strikes must be in [1, {F.MAX_STRIKES}]")
+        self.verify_rate = float(verify_rate)
+        self.strikes = int(strikes)
+        self.verify_key = verify_key or secrets.token_hex(16)
+        self.names: dict[str, str] = {}    # signaling id -> the name it gave (for logs)
+        self.checks: dict[int, _Check] = {}  # coordinator: spot-checks of the current step
+        self.strike_count: dict[str, int] = {}
+        self.banned: set[str] = set()     # coordinator: removed from the run (liars)
         self.kind = kind
         self.make_trainer = make_trainer   # (identity, Dataset) -> Trainer (this peer's units)
         self.capacity = capacity
@@ -222,7 +285,12 @@ class RunPeer:
 
     def _announce(self) -> F.Run:
         tr = self.trainer
-        return F.Run(tr.identity, tr.run_id, self.steps, self.term, self.step, self._hash(), self.me)
+        return F.Run(tr.identity, tr.run_id, self.steps, self.term, self.step, self._hash(), self.me,
+                     self.verify_rate, self.strikes)
+
+    def _name(self, peer: str) -> str:
+        name = self.names.get(peer)
+        return f"{name} ({peer})" if name and name != peer else peer
 
     def _send(self, to: str, msg) -> Send:
         return Send(to, msg)
@@ -235,10 +303,13 @@ class RunPeer:
             return []
         return self._check_deadlines() + self._maybe_begin()
 
-    def room_changed(self, ids, host: str | None) -> list[Output]:
-        """The signaling room changed: approved online members ``ids`` (self included)."""
+    def room_changed(self, ids, host: str | None, names: dict | None = None) -> list[Output]:
+        """The signaling room changed: approved online members ``ids`` (self included);
+        ``names``: id -> the name each gave the server (used in logs)."""
         out: list[Output] = []
         self.room = set(ids)
+        if names:
+            self.names.update({str(k): str(v)[:64] for k, v in names.items()})
         gone = [m for m in self.members if m not in self.room]
         old_host, self.host = self.host, host
         if host == self.me and not self.coordinating and self.trainer is not None and self.run:
@@ -260,9 +331,24 @@ class RunPeer:
         self.open.discard(peer)
         return self._member_left(peer) if self.coordinating else []
 
-    def receive(self, sender: str, msg: F.RunMessage) -> list[Output]:
+    def receive(self, sender: str, msg: F.RunMessage, run_id: str = "") -> list[Output]:
+        """A decoded message; ``run_id`` is its frame header's. Messages of another run than
+        the one this peer follows are dropped (loudly); only a peer whose run ended takes a
+        ``run`` announce of a new one."""
+        if run_id and self.run_id and run_id != self.run_id and not (
+                isinstance(msg, F.Run) and self.ended and not self.coordinating):
+            return [Log(f"a {message_name(msg)} message of run {run_id} from {self._name(sender)}; "
+                        f"this peer follows run {self.run_id}: dropped", loud=True)]
         handler = getattr(self, "_on_" + type(msg).__name__.lower())
         return handler(sender, msg)
+
+    def bad_message(self, sender: str, reason: str) -> list[Output]:
+        """``sender`` sent bytes that are not a valid message (``reason``). Logged by name;
+        the coordinator counts it as a strike against a member of the run."""
+        if self.coordinating and sender in self.members and sender not in self.banned:
+            return self._strike(sender, "refused", None,
+                                f"refused a message from {self._name(sender)}: {reason}")
+        return [Log(f"refused a message from {self._name(sender)}: {reason}", loud=True)]
 
     def computed(self, step: int, task: int, result: Result) -> list[Output]:
         key = (step, task)
@@ -305,14 +391,15 @@ class RunPeer:
             return []
         self.coord = sender
         self.steps = msg.steps
+        self.verify_rate, self.strikes = msg.verify_rate, msg.strikes
         first = self.run is None or msg.run_id != self.run.run_id
         self.term, self.run = msg.term, msg
         self.ended = False
         self.pending.clear()
         if self.trainer is not None and not first:
             return [Send(sender, self._ready())]
-        if self.trainer is not None and first:
-            return self._check_identity()
+        if self.trainer is not None and first:  # another run (ours ended): start over from its data
+            self.trainer, self.bounds = None, None
         self.awaiting_data = True
         return [FetchData(str(msg.identity.get("task", "")), str(msg.identity.get("dataset", "")))]
 
@@ -393,6 +480,7 @@ class RunPeer:
         if self.coordinating:  # caught up with a member that was ahead: restart from there
             self.catching_up = False
             self.tasks.clear()
+            self.checks.clear()
             self.step_started = False
             for m in self.members.values():
                 m.synced = False
@@ -434,6 +522,7 @@ class RunPeer:
         self.term += 1
         self.members = {}
         self.tasks = {}
+        self.checks = {}
         self.step_started = False
         self.pending.clear()
         out: list[Output] = [Log(f"coordinating the run from step {self.step} (term {self.term})")]
@@ -442,6 +531,8 @@ class RunPeer:
     def _on_ready(self, sender: str, msg: F.Ready) -> list[Output]:
         if not self.coordinating or msg.term != self.term or self.ended:
             return []
+        if sender in self.banned:
+            return [Log(f"{self._name(sender)} was removed from the run: its ready is ignored", loud=True)]
         m = self.members.setdefault(sender, _Member(sender))
         m.capacity = max(msg.capacity, 1e-3)
         m.kind, m.ready, m.refused = msg.kind, True, False
@@ -486,8 +577,18 @@ class RunPeer:
         return [Send(sender, F.Data(self.trainer.ds.fingerprint, self.trainer.ds.to_bytes()))]
 
     def _on_contrib(self, sender: str, msg: F.Contrib) -> list[Output]:
-        if not self.coordinating or msg.term != self.term:
+        if not self.coordinating or msg.term != self.term or sender in self.banned:
             return []
+        bound = len(msg.micro) * self.trainer.limit
+        ints = np.asarray(msg.ints)
+        if ints.dtype.kind not in "iu" or ints.size != self.trainer.layout.size:
+            return self._strike(sender, "refused", None, f"refused a contribution from "
+                                f"{self._name(sender)}: not {self.trainer.layout.size} integers")
+        peak = int(np.abs(ints).max()) if ints.size else 0
+        if peak > bound:
+            return self._strike(sender, "refused", None, f"refused a contribution from "
+                                f"{self._name(sender)}: a value of magnitude {peak} is over the "
+                                f"clamp bound {int(bound)} of {len(msg.micro)} micro-batch(es)")
         return self._take_contrib(sender, msg.step, msg.task, msg.micro, msg.ints, msg.loss,
                                   msg.correct)
 
@@ -495,7 +596,7 @@ class RunPeer:
         """Peers that take work this step, in a fixed order (self first)."""
         return [self.me] + sorted(m.id for m in self.members.values()
                                   if m.synced and m.ready and not m.refused and m.id in self.room
-                                  and m.id in self.open)
+                                  and m.id in self.open and m.id not in self.banned)
 
     def _cap(self, peer: str) -> float:
         return float(self.capacity or 1.0) if peer == self.me else self.members[peer].capacity
@@ -518,16 +619,30 @@ class RunPeer:
     def _begin_step(self, live: list[str]) -> list[Output]:
         self.step_started = True
         self.tasks = {}
+        self.checks = {}
         ids = list(range(self.trainer.hp.n_micro))
         parts = capacity_split(ids, [self._cap(p) for p in live])
-        new = []
-        for peer, micro in zip(live, parts):
-            if micro:
-                new.append(self._new_task(peer, tuple(micro)))
-        return self._dispatch(new)
+        checked = set(checked_micro(self.verify_key, self.step, len(ids), self.verify_rate)) \
+            if len(live) > 1 else set()
+        new, out = [], []
+        for i, (peer, micro) in enumerate(zip(live, parts)):
+            plain = tuple(j for j in micro if j not in checked)
+            if plain:
+                new.append(self._new_task(peer, plain))
+            for j in micro:
+                if j in checked:  # its own task, and the same micro-batch for the next peer
+                    self.checks[j] = _Check(j)
+                    new.append(self._new_task(peer, (j,)))
+                    new.append(self._new_task(live[(i + 1) % len(live)], (j,), "check"))
+            if not micro and peer != self.me:
+                out.append(Log(f"{self._name(peer)} gets no micro-batch of step {self.step}: "
+                               f"its capacity {self._cap(peer):.3g} micro-batches/s is under "
+                               f"1/{len(ids)} of the room's {sum(self._cap(p) for p in live):.3g}"))
+        return out + self._dispatch(new)
 
-    def _new_task(self, peer: str, micro: tuple[int, ...]) -> _Task:
-        t = _Task(self.next_task, micro, [peer], self.now, self.now + self._deadline(peer, len(micro)))
+    def _new_task(self, peer: str, micro: tuple[int, ...], kind: str = "main") -> _Task:
+        t = _Task(self.next_task, micro, [peer], self.now, self.now + self._deadline(peer, len(micro)),
+                  kind=kind)
         self.next_task += 1
         self.tasks[t.task] = t
         return t
@@ -541,7 +656,11 @@ class RunPeer:
         if not tasks:
             return []
         wire = tuple(F.Task(t.task, (peers or {}).get(t.task, t.assignees[-1]), t.micro) for t in tasks)
-        out: list[Output] = [Send(p, F.Assign(self.term, self.step, wire)) for p in self._receivers()]
+        out: list[Output] = []
+        for p in self._receivers():  # each member hears of its own tasks only
+            mine = tuple(w for w in wire if w.peer == p)
+            if mine:
+                out.append(Send(p, F.Assign(self.term, self.step, mine)))
         for w in wire:
             if w.peer == self.me:
                 self.pending[(self.step, w.task)] = w.micro
@@ -551,7 +670,8 @@ class RunPeer:
     def _receivers(self) -> list[str]:
         """Members that follow the run (get assigns and totals)."""
         return sorted(m.id for m in self.members.values()
-                      if m.ready and m.synced and not m.refused and m.id in self.open)
+                      if m.ready and m.synced and not m.refused and m.id in self.open
+                      and m.id not in self.banned)
 
     def _take_contrib(self, sender, step, task, micro, ints, loss, correct) -> list[Output]:
         t = self.tasks.get(task)
@@ -563,29 +683,120 @@ class RunPeer:
             m = self.members[sender]
             spent = max(1e-4, self.now - t.sent_at) / len(micro)
             m.sec_per_micro = 0.5 * m.sec_per_micro + 0.5 * spent
-        if all(x.result is not None for x in self.tasks.values()):
+        out: list[Output] = []
+        if len(t.micro) == 1 and t.micro[0] in self.checks:
+            self.checks[t.micro[0]].votes[sender] = (np.asarray(ints, np.int64), loss, correct)
+            out += self._judge(t.micro[0])
+        return out + self._maybe_commit()
+
+    def _maybe_commit(self) -> list[Output]:
+        if not self.step_started or not self.tasks:
+            return []
+        if all(x.result is not None for x in self.tasks.values() if x.kind == "main") and \
+                all(c.decided is not None for c in self.checks.values()):
             return self._commit()
         return []
+
+    # -- spot-checks -----------------------------------------------------------------------
+
+    def _open_for(self, j: int) -> list[_Task]:
+        return [t for t in self.tasks.values() if t.micro == (j,) and t.result is None and t.assignees]
+
+    def _judge(self, j: int) -> list[Output]:
+        """Compare the answers for spot-checked micro-batch ``j``, bit for bit. All equal
+        (two or more, or one when nobody else can still answer): decided. Different: the
+        coordinator's own answer is the reference, or else one that two peers agree on;
+        otherwise the coordinator computes it itself (the referee)."""
+        c = self.checks.get(j)
+        if c is None or c.decided is not None or not c.votes:
+            return []
+        values: dict[bytes, list[str]] = {}
+        for peer, (ints, _, _) in c.votes.items():
+            values.setdefault(ints.tobytes(), []).append(peer)
+        if len(values) == 1:
+            if len(c.votes) >= 2 or not self._open_for(j):
+                return self._decide(j, next(iter(c.votes)))
+            return []
+        if self.me in c.votes:
+            return self._decide(j, self.me)
+        agreed = [peers for peers in values.values() if len(peers) >= 2]
+        if agreed:
+            return self._decide(j, agreed[0][0])
+        if c.refereed:
+            return []
+        c.refereed = True
+        who = sorted(c.votes)
+        out: list[Output] = [Log(f"spot-check of micro-batch {j} of step {self.step}: "
+                                 f"{' and '.join(self._name(p) for p in who)} differ; "
+                                 "the coordinator computes it")]
+        return out + self._dispatch([self._new_task(self.me, (j,), "referee")])
+
+    def _decide(self, j: int, by: str) -> list[Output]:
+        c = self.checks[j]
+        c.decided, c.decided_by = c.votes[by], by
+        ref = c.decided[0]
+        out: list[Output] = []
+        for peer, (ints, _, _) in sorted(c.votes.items()):
+            if not np.array_equal(ints, ref):
+                out += self._strike(peer, "mismatch", j,
+                                    f"spot-check mismatch: {self._name(peer)} sent a wrong "
+                                    f"contribution for micro-batch {j} of step {self.step} "
+                                    f"(the reference is {self._name(by)}'s)")
+        return out
+
+    def _strike(self, peer: str, kind: str, micro: int | None, text: str) -> list[Output]:
+        """One strike against ``peer``; at the run's ``strikes`` it is removed."""
+        if peer == self.me or peer in self.banned:
+            return [Log(text, loud=True)]
+        n = self.strike_count[peer] = self.strike_count.get(peer, 0) + 1
+        text = f"{text} (strike {n} of {self.strikes})"
+        out: list[Output] = [Log(text, loud=True),
+                             Alarm(kind, peer, self.names.get(peer, peer), self.step, micro, n, text)]
+        if n >= self.strikes:
+            out += self._remove(peer, n)
+        return out
+
+    def _remove(self, peer: str, n: int) -> list[Output]:
+        """Remove a liar: it gets no more work or totals, and none of its answers of this
+        step that a spot-check did not confirm is used (they are computed again)."""
+        self.banned.add(peer)
+        text = f"liar removed: {self.names.get(peer, peer)} ({peer}) after {n} strikes"
+        out: list[Output] = [Log(text, loud=True),
+                             Alarm("removed", peer, self.names.get(peer, peer), self.step, None, n, text)]
+        for t in self.tasks.values():
+            if t.result is not None and t.result[0] == peer:
+                c = self.checks.get(t.micro[0]) if len(t.micro) == 1 else None
+                if c is None or c.decided is None:
+                    t.result = None
+        for c in self.checks.values():
+            if c.decided is None:
+                c.votes.pop(peer, None)
+        return out + self._member_left(peer, quiet=True, force=True)
 
     def _commit(self) -> list[Output]:
         total = np.zeros(self.trainer.layout.size, np.int64)
         per: dict[str, int] = {}
         loss_sum, n = 0.0, 0
-        for t in sorted(self.tasks.values(), key=lambda t: t.task):
+        for t in sorted((t for t in self.tasks.values() if t.kind == "main"), key=lambda t: t.task):
             peer, ints, loss, _ = t.result
+            c = self.checks.get(t.micro[0]) if len(t.micro) == 1 else None
+            if c is not None:  # a spot-checked micro-batch: the reference answer counts
+                ref, loss, _ = c.decided
+                if not np.array_equal(ints, ref):
+                    peer, ints = c.decided_by, ref
             total += ints
             per[peer] = per.get(peer, 0) + len(t.micro)
             loss_sum += loss
-            n += len(t.micro) * self.trainer.hp.micro_batch
+            n += len(t.micro)
         contributors = tuple(sorted(per.items()))
         step = self.step
         self.trainer.apply(total)
         sha = self._hash()
-        loss = loss_sum / max(n, 1)
+        loss = loss_sum / max(n, 1)  # the mean over micro-batches of their mean loss
         msg = F.Total(self.term, step, contributors, loss, sha, total)
         out: list[Output] = [Send(p, msg) for p in self._receivers()]
         self.step_started = False
-        self.tasks = {}
+        self.tasks, self.checks = {}, {}
         self.pending = {k: v for k, v in self.pending.items() if k[0] > step}
         out += self._committed(step, loss, contributors, sha)
         return out + self._maybe_begin()
@@ -608,11 +819,11 @@ class RunPeer:
             out.append(Send(sender, F.SyncRequest(self.term, self.step, mine, "hash mismatch")))
         return out
 
-    def _member_left(self, peer: str, quiet: bool = False) -> list[Output]:
+    def _member_left(self, peer: str, quiet: bool = False, force: bool = False) -> list[Output]:
         if not self.coordinating or peer == self.me:
             return []
         m = self.members.get(peer)
-        if m is not None and not m.refused:
+        if m is not None and (not m.refused or force):
             del self.members[peer]
         orphans = []
         for t in list(self.tasks.values()):
@@ -621,27 +832,47 @@ class RunPeer:
                 if not t.assignees:
                     orphans.append(t)
         if not orphans:
-            return [] if quiet or m is None else [Log(f"{peer} left")]
+            out: list[Output] = [] if quiet or m is None else [Log(f"{self._name(peer)} left")]
+            for j in sorted(self.checks):
+                out += self._judge(j)
+            return out + self._maybe_commit()
         live = self._live()
         new = []
         for t in orphans:  # split its micro-batches over those still here
             del self.tasks[t.task]
+            if t.kind != "main":
+                continue  # a second opinion nobody gives: the check decides with the others
             for who, micro in zip(live, capacity_split(list(t.micro), [self._cap(p) for p in live])):
                 if micro:
                     new.append(self._new_task(who, tuple(micro)))
-        out: list[Output] = [Log(f"{peer} left during step {self.step}: its micro-batches "
-                                 f"{[j for t in orphans for j in t.micro]} go to the others")]
-        return out + self._dispatch(new)
+        mains = [j for t in orphans if t.kind == "main" for j in t.micro]
+        out: list[Output] = [Log(f"{self._name(peer)} left during step {self.step}: its micro-batches "
+                                 f"{mains} go to the others")] if mains else []
+        out += self._dispatch(new)
+        for j in sorted(self.checks):
+            out += self._judge(j)
+        return out + self._maybe_commit()
 
     def _check_deadlines(self) -> list[Output]:
         if not self.step_started:
             return []
-        late, added = [], {}
+        late, added, dropped = [], {}, []
         live = self._live()
-        for t in self.tasks.values():
+        for t in list(self.tasks.values()):
             if t.result is not None or self.now < t.deadline:
                 continue
-            spare = [p for p in live if p not in t.assignees]
+            if t.kind != "main" and t.micro[0] in self.checks:
+                c = self.checks[t.micro[0]]
+                if c.decided is not None:
+                    continue
+                busy = set(c.votes) | {p for u in self.tasks.values() if u.micro == t.micro
+                                       for p in u.assignees}
+            else:
+                busy = set(t.assignees)
+            spare = [p for p in live if p not in busy]
+            if not spare and t.kind != "main":
+                dropped.append(t)  # nobody else can give this second opinion: go without it
+                continue
             if not spare:
                 t.deadline = self.now + self._deadline(t.assignees[0], len(t.micro))
                 continue
@@ -651,10 +882,19 @@ class RunPeer:
             t.deadline = self.now + self._deadline(backup, len(t.micro))
             late.append(t)
             added[t.task] = backup
-        if not late:
-            return []
-        return [Log(f"task(s) {[t.task for t in late]} of step {self.step} missed the deadline: "
-                    "backup assigned")] + self._dispatch(late, added)
+        out: list[Output] = []
+        if late:
+            out += [Log(f"task(s) {[t.task for t in late]} of step {self.step} missed the deadline: "
+                        "backup assigned")] + self._dispatch(late, added)
+        if dropped:
+            for t in dropped:
+                del self.tasks[t.task]
+            out.append(Log(f"spot-check(s) of micro-batch(es) {[t.micro[0] for t in dropped]} of step "
+                           f"{self.step} got no second answer in time: dropped"))
+            for j in sorted(self.checks):
+                out += self._judge(j)
+            out += self._maybe_commit()
+        return out
 
     def _end(self) -> list[Output]:
         self.ended = True
@@ -696,6 +936,7 @@ class RunPeer:
         self.term += 1
         self.restored_term = self.term
         self.tasks, self.step_started, self.catching_up, self.ended = {}, False, False, False
+        self.checks = {}
         self.pending.clear()
         for mem in self.members.values():
             mem.ready = mem.synced = False
