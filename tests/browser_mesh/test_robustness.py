@@ -206,8 +206,11 @@ def test_tab_joins_late_syncs_and_contributes(browser_cpu, tabs, peers, server_u
         assert r["params_sha256"] == ref["params_sha256"] and r["agreed"], r
 
 
-DEFAULT_MODEL = dict(task="digits", steps=120, seed=12, batch=64, micro_batch=16, lr=0.003,
-                     hidden=128)  # `daisychain train`'s defaults: a STATE of several frames
+# `daisychain train`'s defaults: a STATE of several frames. 600 steps, so that the run is
+# still under way when the late joiners are approved (120 steps could end first: then nobody
+# is left to sync them and the test failed on a timing race, not on the protocol)
+DEFAULT_MODEL = dict(task="digits", steps=600, seed=12, batch=64, micro_batch=16, lr=0.003,
+                     hidden=128)
 
 
 def test_tab_coordinator_syncs_late_joiners_on_the_default_model(browser_cpu, tabs, peers,
