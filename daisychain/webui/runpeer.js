@@ -597,7 +597,7 @@ export class RunPeer {
       for (let i = 0; i < size; i++) total[i] += ints[i];
       per[peer] = (per[peer] || 0) + t.micro.length;
       lossSum += loss;
-      n += t.micro.length * this.trainer.hp.micro_batch;
+      n += t.micro.length; // loss: the mean over micro-batches of their mean (as daisychain train)
     }
     const contributors = Object.entries(per).sort((a, b) => (a[0] < b[0] ? -1 : a[0] > b[0] ? 1 : 0));
     const step = this.step;
