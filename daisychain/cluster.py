@@ -35,7 +35,7 @@ from pathlib import Path
 
 import numpy as np
 
-from daisychain.engine.settings import USER_ERRORS, add_run_arguments, settings_from_args
+from daisychain.engine.settings import USER_ERRORS, add_run_arguments, capacity_arg, settings_from_args
 
 #: A TESTING FAULT, for the fault-tolerance tests only: ``RANK:STEP`` makes that rank exit
 #: abruptly (``os._exit``) when it reaches STEP on the group's first attempt
@@ -47,22 +47,10 @@ class ClusterError(RuntimeError):
     """A cluster run that cannot start or go on, with a message for the user."""
 
 
-def _capacity(v: str) -> float | None:
-    if v == "auto":
-        return None
-    try:
-        c = float(v)
-    except ValueError:
-        raise argparse.ArgumentTypeError("--capacity is 'auto' or micro-batches per second") from None
-    if not (c > 0 and np.isfinite(c)):
-        raise argparse.ArgumentTypeError("--capacity must be a finite number > 0")
-    return c
-
-
 def add_arguments(p: argparse.ArgumentParser) -> None:
     add_run_arguments(p)
     g = p.add_argument_group("cluster")
-    g.add_argument("--capacity", type=_capacity, default=None, metavar="auto|N",
+    g.add_argument("--capacity", type=capacity_arg, default=None, metavar="auto|N",
                    help="this rank's micro-batches per second (default auto: measured)")
     g.add_argument("--timeout", type=float, default=300.0, metavar="S",
                    help="seconds a collective may wait for the other ranks (default 300)")

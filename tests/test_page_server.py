@@ -109,6 +109,29 @@ async def test_upload_makes_the_dcds_that_train_data_makes(tmp_path, monkeypatch
 
 
 @aio
+async def test_uploads_leave_nothing_in_the_datasets_cache():
+    """Anyone on the LAN may upload: every distinct file used to add its Arrow cache to the
+    Hugging Face cache for good (disk without bound). Now the cache lives and dies with the
+    upload's temporary folder."""
+    import datasets
+    from pathlib import Path
+
+    cache = Path(datasets.config.HF_DATASETS_CACHE)
+
+    def files() -> set:
+        return {p for p in cache.rglob("*") if p.is_file()} if cache.exists() else set()
+
+    before = files()
+    async with server() as (s, base, port):
+        for i in range(3):
+            body = (BOOK + f"\nupload number {i} of a hostile device\n").encode()
+            async with s.post(f"{base}/datasets/upload", params={"name": f"u{i}.txt"},
+                              data=body) as r:
+                assert r.status == 200, await r.text()
+    assert files() - before == set()
+
+
+@aio
 async def test_bad_uploads_are_refused_in_words_and_change_nothing(tmp_path):
     async with server() as (s, base, port):
         async def up(name, data, **q):

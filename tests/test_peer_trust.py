@@ -270,3 +270,16 @@ def test_a_peer_that_does_not_read_is_dropped_once(caplog, monkeypatch):
     assert sent[:17] == [True] * 17 and not any(sent[18:])
     assert closed == ["b"]
     assert sum("does not read" in r.getMessage() for r in caplog.records) == 1
+
+
+@pytest.mark.parametrize("flag", ["inf", "nan", "1e999", "0", "-3", "1e10", "fast"])
+def test_capacity_flag_refuses_what_a_ready_would_refuse(flag):
+    """daisy-peer and daisychain cluster share one --capacity parser, held to the same range
+    as a ``ready`` message (``inf`` used to pass the peer's flag)."""
+    import argparse
+
+    from daisychain.engine.settings import capacity_arg
+
+    with pytest.raises(argparse.ArgumentTypeError):
+        capacity_arg(flag)
+    assert capacity_arg("auto") is None and capacity_arg("46.5") == 46.5

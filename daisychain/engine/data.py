@@ -126,9 +126,11 @@ def _zen() -> str:
 
 
 def load_text_source(source: str | None, column: str = "text", split: str = "train",
-                     max_chars: int = 200_000) -> tuple[str, str]:
+                     max_chars: int = 200_000, cache_dir: str | None = None) -> tuple[str, str]:
     """(text, description) from a local file, a cached hub dataset, or the embedded default
-    (the Zen of Python, which ships inside every Python)."""
+    (the Zen of Python, which ships inside every Python). ``cache_dir``: where ``datasets``
+    writes its Arrow cache for a local file (default: its own cache; the server passes a
+    temporary folder for uploads so that they leave nothing on disk)."""
     if not source:
         return _zen(), "embedded: the Zen of Python"
     os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
@@ -151,6 +153,8 @@ def load_text_source(source: str | None, column: str = "text", split: str = "tra
                     raise DataError(f"{source}: unknown file type {path.suffix!r}; use one of "
                                     f"{sorted(_EXTENSIONS)}")
                 kwargs = {"delimiter": "\t"} if path.suffix.lower() == ".tsv" else {}
+                if cache_dir is not None:
+                    kwargs["cache_dir"] = cache_dir
                 ds = datasets.load_dataset(builder, data_files=str(path), split="train", **kwargs)
             elif path.is_dir():
                 ds = datasets.load_dataset(str(path), split=split)
@@ -187,12 +191,13 @@ def load_text_source(source: str | None, column: str = "text", split: str = "tra
 
 
 def load_text(source: str | None = None, column: str = "text", context: int = 8,
-              split: str = "train", max_chars: int = 200_000) -> Dataset:
+              split: str = "train", max_chars: int = 200_000,
+              cache_dir: str | None = None) -> Dataset:
     """Character-level next-character task: context window of ids -> the next id.
     Vocabulary: the sorted distinct characters. The first 90% of windows train, the rest test."""
     if not 1 <= context <= 256:
         raise DataError("--context must lie in [1, 256]")
-    text, desc = load_text_source(source, column, split, max_chars)
+    text, desc = load_text_source(source, column, split, max_chars, cache_dir)
     vocab = sorted(set(text))
     index = {c: i for i, c in enumerate(vocab)}
     ids = np.array([index[c] for c in text], np.int32)
@@ -208,13 +213,13 @@ def load_text(source: str | None = None, column: str = "text", context: int = 8,
 
 
 def prepare_task(task: str, data: str | None = None, column: str = "text", context: int = 8,
-                 split: str = "train") -> Dataset:
+                 split: str = "train", cache_dir: str | None = None) -> Dataset:
     if task == "digits":
         if data:
             raise DataError("--data applies to the text task; digits is embedded")
         return load_digits()
     if task == "text":
-        return load_text(data, column, context, split)
+        return load_text(data, column, context, split, cache_dir=cache_dir)
     raise DataError(f"unknown task {task!r}; known tasks: {', '.join(TASKS)}")
 
 

@@ -4,10 +4,11 @@ demo``: same names, same defaults, validated once into (task data, model spec, H
 from __future__ import annotations
 
 import argparse
+import math
 from dataclasses import dataclass
 
 from daisychain.engine.data import TASKS, DataError, Dataset, model_for, prepare_task
-from daisychain.engine.spec import MAX_HIDDEN_LAYERS, Hyper, ModelSpec, SpecError, hidden_widths
+from daisychain.engine.spec import MAX_CAPACITY, MAX_HIDDEN_LAYERS, MIN_CAPACITY, Hyper, ModelSpec, SpecError, hidden_widths
 
 DEFAULT_STEPS = 600
 
@@ -85,3 +86,18 @@ def settings_from_args(args: argparse.Namespace) -> RunSettings:
 
 
 USER_ERRORS = (SpecError, DataError)
+
+
+def capacity_arg(v: str) -> float | None:
+    """``--capacity auto|N`` for daisy-peer and daisychain cluster: None (measure) or a finite
+    number of micro-batches per second in [MIN_CAPACITY, MAX_CAPACITY]."""
+    if v == "auto":
+        return None
+    try:
+        c = float(v)
+    except ValueError:
+        raise argparse.ArgumentTypeError("--capacity is 'auto' or micro-batches per second") from None
+    if not (math.isfinite(c) and MIN_CAPACITY <= c <= MAX_CAPACITY):
+        raise argparse.ArgumentTypeError(f"--capacity must be a finite number in "
+                                         f"[{MIN_CAPACITY:g}, {MAX_CAPACITY:g}]")
+    return c

@@ -20,6 +20,10 @@ from daisychain.units.gemm import MAX_K
 #: a linear's int32 accumulator holds K * 127 * 127 plus a bias clamped to 2**30
 MAX_FEATURES = (2**31 - 1 - 2**30) // (127 * 127)
 MAX_PARAMS = 50_000_000
+#: a peer's capacity (micro-batches per second) lies in [MIN_CAPACITY, MAX_CAPACITY]: the
+#: ``--capacity`` flag and a ``ready`` message from another peer are held to the same range
+MIN_CAPACITY = 1e-3
+MAX_CAPACITY = 1e9
 
 
 class SpecError(ValueError):

@@ -20,20 +20,8 @@ import socket
 import sys
 
 from daisychain import ENGINE_VERSION
-from daisychain.engine.settings import USER_ERRORS, add_run_arguments, settings_from_args
+from daisychain.engine.settings import USER_ERRORS, add_run_arguments, capacity_arg, settings_from_args
 from daisychain.peer.progress import Progress
-
-
-def capacity_arg(v: str) -> float | None:
-    if v == "auto":
-        return None
-    try:
-        c = float(v)
-    except ValueError:
-        raise argparse.ArgumentTypeError("--capacity is 'auto' or micro-batches per second") from None
-    if not c > 0:
-        raise argparse.ArgumentTypeError("--capacity must be > 0")
-    return c
 
 
 def rate_arg(v: str) -> float:

@@ -40,6 +40,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from daisychain.engine.spec import MAX_CAPACITY, MIN_CAPACITY  # a ``ready`` capacity lies in this range
+
 MAGIC = b"DC"
 VERSION = 1
 HEADER = struct.Struct("<2sBB8sIIHBBIII")
@@ -51,9 +53,6 @@ MAX_META = 1 << 20
 WHOLE = 0xFFFF
 #: every value of an integer vector must stay below this in magnitude (JS Numbers are exact)
 INT_LIMIT = 2**53
-#: a ``ready`` capacity (micro-batches/s) must lie in [MIN_CAPACITY, MAX_CAPACITY]
-MIN_CAPACITY = 1e-3
-MAX_CAPACITY = 1e9
 MAX_STRIKES = 1000
 
 

@@ -54,7 +54,9 @@ def _from_upload(data: bytes, name: str, column: str) -> Dataset:
         path = Path(tmp) / name
         path.write_bytes(data)
         try:
-            ds = prepare_task("text", str(path), column)
+            # the Arrow cache goes into the temporary folder too: an upload leaves nothing
+            # on disk (in the Hugging Face cache it would grow by every upload, for good)
+            ds = prepare_task("text", str(path), column, cache_dir=str(Path(tmp) / "cache"))
         except DataError as exc:
             raise DataError(str(exc).replace(str(path), name)) from None
     # the source names the file as the train command is given it (in the file's folder)

@@ -91,6 +91,15 @@ export function decodeFrame(data) {
     codec: data[22], index, count, payload: data.subarray(HEADER_SIZE) };
 }
 
+/** JSON.parse reviver: a number that is not finite (`1e999` parses to Infinity) is refused,
+ * as frames.py refuses it, so no non-finite value gets further. */
+function finiteOnly(key, value) {
+  if (typeof value === "number" && !Number.isFinite(value)) {
+    throw new FrameError("meta holds a number that is not finite");
+  }
+  return value;
+}
+
 export class Reassembler {
   constructor() { this.parts = []; this.head = null; }
 
@@ -118,8 +127,9 @@ export class Reassembler {
     if (4 + n > payload.length) throw new FrameError(`meta length ${n} does not fit the message`);
     let meta;
     try {
-      meta = JSON.parse(fromUtf8.decode(payload.subarray(4, 4 + n)));
+      meta = JSON.parse(fromUtf8.decode(payload.subarray(4, 4 + n)), finiteOnly);
     } catch (err) {
+      if (err instanceof FrameError) throw err;
       throw new FrameError(`meta is not JSON: ${err.message}`);
     }
     if (!meta || typeof meta !== "object" || Array.isArray(meta)) throw new FrameError("meta must be a JSON object");
@@ -226,9 +236,31 @@ export function encodeInts(v, bounds = null, codecs = [Codec.RAW, Codec.NARROW, 
   return best;
 }
 
+/** Inflate a zlib body, reading at most MAX_MESSAGE bytes of output (as frames.py caps it):
+ * a small "zip bomb" is refused once its output passes the cap, never held in memory. */
 async function inflate(bytes) {
-  const stream = new Blob([bytes]).stream().pipeThrough(new DecompressionStream("deflate"));
-  return new Uint8Array(await new Response(stream).arrayBuffer());
+  const reader = new Blob([bytes]).stream().pipeThrough(new DecompressionStream("deflate")).getReader();
+  const parts = [];
+  let total = 0;
+  try {
+    for (;;) {
+      const { done, value } = await reader.read();
+      if (done) break;
+      total += value.length;
+      if (total > MAX_MESSAGE) {
+        await reader.cancel().catch(() => {});
+        throw new FrameError(`compressed integer body is too large (inflates past ${MAX_MESSAGE} bytes)`);
+      }
+      parts.push(value);
+    }
+  } catch (err) {
+    if (err instanceof FrameError) throw err;
+    throw new FrameError(`compressed integer body is corrupt: ${err.message}`);
+  }
+  const out = new Uint8Array(total);
+  let o = 0;
+  for (const p of parts) { out.set(p, o); o += p.length; }
+  return out;
 }
 
 export async function decodeInts(codec, body, size = null) {
