@@ -38,7 +38,7 @@ import numpy as np
 from daisychain.engine.settings import USER_ERRORS, add_run_arguments, capacity_arg, settings_from_args
 
 #: A TESTING FAULT, for the fault-tolerance tests only: ``RANK:STEP`` makes that rank exit
-#: abruptly (``os._exit``) when it reaches STEP on the group's first attempt
+#: abruptly (``os._exit(17)``, no clean-up) when it reaches STEP on the group's first attempt
 #: (``TORCHELASTIC_RESTART_COUNT`` 0), as if its machine had died.
 FAULT_ENV = "DAISYCHAIN_TEST_FAULT"
 
@@ -115,7 +115,20 @@ def init_group(timeout_s: float):
             raise ClusterError(f"GLOO_SOCKET_IFNAME names no interface of this machine: "
                                f"{', '.join(unknown)} (it has {', '.join(sorted(have))})")
     try:
-        dist.init_process_group("gloo", init_method="env://", timeout=timeout)
+        if os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True":
+            # torchrun's agent hosts the store and keeps the SAME store (same port) across
+            # the restarts of --max-restarts, while torch's env:// handler assumes a fresh one
+            # per attempt and adds no prefix: a restarted group then reads the Gloo addresses
+            # the dead attempt left there and waits for them forever in connectFullMesh.
+            # One key prefix per attempt keeps each attempt's rendezvous its own.
+            attempt = _env_int("TORCHELASTIC_RESTART_COUNT") or 0
+            base = dist.TCPStore(os.environ["MASTER_ADDR"], port, world, is_master=False,
+                                 timeout=timeout, wait_for_workers=False)
+            store = dist.PrefixStore(f"daisychain/attempt_{attempt}", base)
+            dist.init_process_group("gloo", store=store, rank=rank, world_size=world,
+                                    timeout=timeout)
+        else:
+            dist.init_process_group("gloo", init_method="env://", timeout=timeout)
     except (RuntimeError, ValueError, OSError) as exc:
         raise ClusterError(f"cannot join the process group at {os.environ['MASTER_ADDR']}:"
                            f"{port}: {str(exc).splitlines()[0] if str(exc) else exc}") from None
@@ -347,6 +360,18 @@ def run(args: argparse.Namespace) -> int:
     except ClusterError as exc:
         rank = os.environ.get("RANK", "0")
         print(f"daisychain cluster: rank {rank}: error: {exc}", file=sys.stderr, flush=True)
+        return 1
+    except RuntimeError as exc:  # a collective failed: another rank died or hung
+        text = str(exc)
+        if not (isinstance(exc, getattr(dist, "DistError", ())) or "gloo" in text.lower()):
+            raise
+        rank = os.environ.get("RANK", "0")
+        first = text.splitlines()[0] if text else type(exc).__name__
+        print(f"daisychain cluster: rank {rank}: error: the group lost a rank or timed out "
+              f"({first[:300]})" + ("; torchrun's elastic agent restarts the group if "
+                                    "--max-restarts allows" if os.environ.get(
+                                        "TORCHELASTIC_RUN_ID") else ""),
+              file=sys.stderr, flush=True)
         return 1
     finally:
         if dist is not None and dist.is_initialized():
