@@ -96,3 +96,91 @@ def test_killed_rank_restarts_from_last_save_on_reference_hash(tmp_path):
     assert "the group lost a rank" in out
     from daisychain.engine.checkpoint import read_checkpoint_file
     assert read_checkpoint_file(ckpt).params_sha256 == reference
+
+
+# -- checkpoints across the cluster, daisy-peer and the browser room ------------------------
+RUN = ["--hidden", "32", "--seed", "5"]
+
+
+def _reference(steps):
+    """`daisychain train --steps STEPS --hidden 32 --seed 5`'s hash, in this process."""
+    import argparse
+
+    from daisychain.engine.cli import train
+    from daisychain.engine.settings import add_run_arguments, settings_from_args
+
+    p = argparse.ArgumentParser()
+    add_run_arguments(p)
+    return train(settings_from_args(p.parse_args(["--steps", str(steps), *RUN])),
+                 quiet=True)["params_sha256"]
+
+
+def _page_identity(identity):
+    """A run identity as a page writes it (JSON: weight_decay 0 is an integer)."""
+    return dict(identity, hyper={**identity["hyper"], "weight_decay": 0})
+
+
+def _post(url, body, headers=None):
+    import urllib.request
+
+    req = urllib.request.Request(url, data=body, method="POST",
+                                 headers={"Content-Type": "application/octet-stream",
+                                          **(headers or {})})
+    with urllib.request.urlopen(req, timeout=60) as r:
+        return r.read(), dict(r.headers)
+
+
+def test_cluster_checkpoint_resumes_in_a_room_and_a_room_checkpoint_in_the_cluster(tmp_path):
+    """Both ways, on the reference hash: a cluster .pt is accepted by the server route a
+    browser room restores through (checked against the page's identity) and resumed by a
+    daisy-peer host; a daisy-peer .pt and a page's downloaded .pt resume in a 2-rank cluster."""
+    import base64
+    import json
+
+    from peer_process import PeerProcess, server_thread
+
+    from daisychain.engine.checkpoint import decode_state, encode_state, read_checkpoint_file
+
+    n, total = 8, 20
+    ref_n, ref_total = _reference(n), _reference(total)
+    cl = tmp_path / "cluster.pt"
+    _run([sys.executable, "-m", "daisychain.cluster", "--quiet", "--steps", str(n), *RUN,
+          "--save-checkpoint", str(cl)])
+    ck = read_checkpoint_file(cl)
+    assert ck.step == n and ck.params_sha256 == ref_n
+    with server_thread() as url:
+        # the browser room: the page uploads the .pt, the server checks it against the run
+        ident = base64.b64encode(json.dumps(_page_identity(ck.identity)).encode()).decode()
+        blob, head = _post(f"{url}/checkpoint/import", cl.read_bytes(),
+                           {"X-Daisy-Expected-Identity": ident})
+        assert head["X-Daisy-Params-Sha256"] == ref_n and head["X-Daisy-Step"] == str(n)
+        assert decode_state(blob).params_sha256 == ref_n
+        # daisy-peer hosts a room from the cluster's file and finishes the run
+        host = PeerProcess(url, "--loopback", "--quiet", "--create-room", "--approve", "all",
+                           "--wait-peers", "0", "--steps", str(total), *RUN, "--resume", str(cl),
+                           "--save-checkpoint", str(tmp_path / "peer.pt"), name="host",
+                           err_dir=tmp_path)
+        try:
+            assert host.hash() == ref_total
+        finally:
+            host.stop()
+        # the other way: a room's .pt at step n (daisy-peer's own, and one a page downloads
+        # through the server from its state blob) resumes in the cluster
+        peer_n = PeerProcess(url, "--loopback", "--quiet", "--create-room", "--approve", "all",
+                             "--wait-peers", "0", "--steps", str(n), *RUN, "--save-checkpoint",
+                             str(tmp_path / "peer_n.pt"), name="host_n", err_dir=tmp_path)
+        try:
+            assert peer_n.hash() == ref_n
+        finally:
+            peer_n.stop()
+        pk = read_checkpoint_file(tmp_path / "peer_n.pt")
+        page_pt, _ = _post(f"{url}/checkpoint/export",
+                           encode_state(_page_identity(pk.identity), pk.step, pk.theta, pk.adam))
+    (tmp_path / "page.pt").write_bytes(page_pt)
+    out = _run([str(BIN / "torchrun"), "--standalone", "--nproc-per-node", "2", "-m",
+                "daisychain.cluster", "--steps", str(total), *RUN,
+                "--resume", str(tmp_path / "peer_n.pt")])
+    assert f"resumed at step {n}" in out and _hash(out) == ref_total
+    out = _run([sys.executable, "-m", "daisychain.cluster", "--steps", str(total), *RUN,
+                "--resume", str(tmp_path / "page.pt")])
+    assert f"resumed at step {n}" in out and _hash(out) == ref_total
