@@ -228,7 +228,7 @@ def _read_safetensors(path: Path):
                 if not np.all(np.isfinite(a)):
                     raise ExportError(f"{path}: {name} holds non-finite values")
                 tensors[name] = a
-    except (SafetensorError, OSError, ValueError, KeyError, TypeError) as exc:
+    except (SafetensorError, OSError, ValueError, KeyError, TypeError, RecursionError) as exc:
         if isinstance(exc, ExportError):
             raise
         raise ExportError(f"{path}: not a readable DaisyChain export: {str(exc)[:300]}") from None
