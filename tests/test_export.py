@@ -207,6 +207,11 @@ def test_bad_output_and_bad_safetensors_are_refused(digits, tmp_path):
     save_file({"layers.0.weight": np.zeros((2, 2), np.float32)}, str(bad))
     with pytest.raises(ExportError, match="not a DaisyChain export"):
         torch_model(bad)
+    for model in ("[" * 100_000 + "]" * 100_000, '{"layers": 7}', "not json"):
+        save_file({"layers.0.weight": np.zeros((2, 2), np.float32)}, str(bad),
+                  metadata={"format": "daisychain-export", "model": model})
+        with pytest.raises(ExportError, match="not a readable DaisyChain export"):
+            torch_model(bad)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.safetensors"]
 
 
