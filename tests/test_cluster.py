@@ -23,7 +23,7 @@ def _hash(out: str) -> str:
 
 def _run(cmd, **kw):
     env = dict(os.environ, OMP_NUM_THREADS="1", GLOO_SOCKET_IFNAME="lo")
-    r = subprocess.run(cmd, capture_output=True, text=True, timeout=180, env=env, **kw)
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env, **kw)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
     return r.stdout + r.stderr
 
@@ -57,6 +57,18 @@ def test_bad_environment_is_refused_in_words():
     assert "Traceback" not in r.stderr
 
 
+def _train_hash(argv):
+    """`daisychain train ARGV`'s hash, computed in this process (the same function)."""
+    import argparse
+
+    from daisychain.engine.cli import train
+    from daisychain.engine.settings import add_run_arguments, settings_from_args
+
+    p = argparse.ArgumentParser()
+    add_run_arguments(p)
+    return train(settings_from_args(p.parse_args(argv)), quiet=True)["params_sha256"]
+
+
 def _run_group(cmd, env, timeout):
     """Run ``cmd`` in its own process group; on timeout kill the whole group (torchrun and
     every rank) so that a hang fails the test instead of hanging the suite."""
@@ -80,14 +92,14 @@ def test_killed_rank_restarts_from_last_save_on_reference_hash(tmp_path):
     `daisychain train --steps 40 --seed 5`'s hash. (It hung before the per-attempt store
     prefix: the restarted group read the dead attempt's Gloo addresses.)"""
     settings = ["--steps", "40", "--seed", "5"]
-    reference = _hash(_run([str(BIN / "daisychain"), "train", *settings]))
+    reference = _train_hash(settings)
     ckpt = tmp_path / "elastic.pt"
     env = dict(os.environ, OMP_NUM_THREADS="1", GLOO_SOCKET_IFNAME="lo",
                DAISYCHAIN_TEST_FAULT="1:15")
     rc, out = _run_group([str(BIN / "torchrun"), "--standalone", "--nproc-per-node", "3",
                           "--max-restarts", "1", "-m", "daisychain.cluster",
                           *settings, "--timeout", "60", "--save-checkpoint", str(ckpt),
-                          "--save-every", "5"], env, timeout=240)
+                          "--save-every", "5"], env, timeout=420)
     assert rc == 0, out[-4000:]
     assert "exitcode: 17" in out  # the fault really killed rank 1 on the first attempt
     assert "resumed at step 15 (restart 1" in out, out[-3000:]
@@ -104,15 +116,7 @@ RUN = ["--hidden", "32", "--seed", "5"]
 
 def _reference(steps):
     """`daisychain train --steps STEPS --hidden 32 --seed 5`'s hash, in this process."""
-    import argparse
-
-    from daisychain.engine.cli import train
-    from daisychain.engine.settings import add_run_arguments, settings_from_args
-
-    p = argparse.ArgumentParser()
-    add_run_arguments(p)
-    return train(settings_from_args(p.parse_args(["--steps", str(steps), *RUN])),
-                 quiet=True)["params_sha256"]
+    return _train_hash(["--steps", str(steps), *RUN])
 
 
 def _page_identity(identity):
