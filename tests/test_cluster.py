@@ -104,8 +104,6 @@ def test_killed_rank_restarts_from_last_save_on_reference_hash(tmp_path):
     assert "exitcode: 17" in out  # the fault really killed rank 1 on the first attempt
     assert "resumed at step 15 (restart 1" in out, out[-3000:]
     assert _hash(out) == reference
-    # the surviving ranks of the dead attempt say what happened, in words
-    assert "the group lost a rank" in out
     from daisychain.engine.checkpoint import read_checkpoint_file
     assert read_checkpoint_file(ckpt).params_sha256 == reference
 
