@@ -186,3 +186,33 @@ def test_cluster_checkpoint_resumes_in_a_room_and_a_room_checkpoint_in_the_clust
     out = _run([sys.executable, "-m", "daisychain.cluster", "--steps", str(total), *RUN,
                 "--resume", str(tmp_path / "page.pt")])
     assert f"resumed at step {n}" in out and _hash(out) == ref_total
+
+
+def test_a_dead_rank_ends_the_survivors_in_words(tmp_path):
+    """Without torchrun (MASTER_ADDR/...): rank 1 dies at step 3; rank 0 leaves its
+    all_reduce with an error in words, exit 1, no traceback, instead of waiting."""
+    import socket
+
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    procs = []
+    for r in range(2):
+        env = dict(os.environ, OMP_NUM_THREADS="1", GLOO_SOCKET_IFNAME="lo",
+                   MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), WORLD_SIZE="2", RANK=str(r),
+                   DAISYCHAIN_TEST_FAULT="1:3")
+        procs.append(subprocess.Popen([sys.executable, "-m", "daisychain.cluster", "--quiet",
+                                       *SETTINGS, "--timeout", "120"], env=env, text=True,
+                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE))
+    try:
+        outs = [p.communicate(timeout=180) for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+    assert procs[1].returncode == 17  # the fault
+    assert procs[0].returncode == 1, outs[0]
+    err = outs[0][1]
+    assert "rank 0: error: the group lost a rank or timed out" in err
+    assert "Traceback" not in err
