@@ -269,7 +269,11 @@ export async function decodeInts(codec, body, size = null) {
     if (body.length % 8) throw new FrameError("raw int64 body length is not a multiple of 8");
     const dv = new DataView(body.buffer, body.byteOffset, body.byteLength);
     out = new Float64Array(body.length / 8);
-    for (let i = 0; i < out.length; i++) out[i] = Number(dv.getBigInt64(8 * i, true));
+    for (let i = 0; i < out.length; i++) {
+      const v = dv.getBigInt64(8 * i, true);
+      if (v >= 9007199254740992n || v <= -9007199254740992n) throw new FrameError("an integer vector value is not below 2**53");
+      out[i] = Number(v);
+    }
   } else if (codec >= 1 && codec <= 4) {
     if (body.length < 4) throw new FrameError("integer body lacks its segment count");
     const nseg = new DataView(body.buffer, body.byteOffset, 4).getUint32(0, true);
@@ -364,19 +368,24 @@ export function encode(msg, runId, bounds, nextMsgNo) {
 const need = (cond, what) => { if (!cond) throw new FrameError(what); };
 const isInt = (v) => Number.isInteger(v) && v >= 0 && v <= 0xffffffff;
 const isHex = (v, n = 64) => typeof v === "string" && v.length === n && /^[0-9a-f]+$/.test(v);
-const isMicro = (v) => Array.isArray(v) && v.length > 0 && v.every((j, i) => Number.isInteger(j) && j >= 0 && (i === 0 || j > v[i - 1]));
+const isMicro = (v) => Array.isArray(v) && v.length > 0 && v.length <= 1 << 20
+  && v.every((j, i) => Number.isInteger(j) && j >= 0 && j < 2 ** 31 && (i === 0 || j > v[i - 1]));
+// the string and list limits of frames.py (_M.str / _M.list)
+const isNum = (v) => typeof v === "number" && Math.abs(v) <= 1e300; // frames.py _M.num
+const isStr = (v, n = 256) => typeof v === "string" && v.length <= n;
+const isList = (v, n = 1 << 16) => Array.isArray(v) && v.length <= n;
 
 /** A reassembled message -> a run message object; async (compressed bodies). */
 export async function fromMessage(m, size = null) {
   const meta = m.meta;
   if (m.type === FrameType.CONTRIB) {
-    need(isInt(meta.term) && isInt(meta.task) && isMicro(meta.micro) && typeof meta.loss === "number" && isInt(meta.correct), "contrib: bad meta");
+    need(isInt(meta.term) && isInt(meta.task) && isMicro(meta.micro) && isNum(meta.loss) && isInt(meta.correct), "contrib: bad meta");
     return { T: "contrib", term: meta.term, step: m.step, task: meta.task, micro: meta.micro, loss: meta.loss,
       correct: meta.correct, ints: await decodeInts(m.codec, m.body, size) };
   }
   if (m.type === FrameType.TOTAL) {
-    need(isInt(meta.term) && Array.isArray(meta.contributors) && typeof meta.loss === "number" && isHex(meta.params_sha256), "total: bad meta");
-    need(meta.contributors.every((c) => Array.isArray(c) && c.length === 2 && typeof c[0] === "string" && isInt(c[1])), "total: bad contributors");
+    need(isInt(meta.term) && isList(meta.contributors) && isNum(meta.loss) && isHex(meta.params_sha256), "total: bad meta");
+    need(meta.contributors.every((c) => Array.isArray(c) && c.length === 2 && isStr(c[0], 64) && Number.isSafeInteger(c[1]) && c[1] >= 0), "total: bad contributors");
     return { T: "total", term: meta.term, step: m.step, contributors: meta.contributors, loss: meta.loss,
       params_sha256: meta.params_sha256, ints: await decodeInts(m.codec, m.body, size) };
   }
@@ -401,20 +410,26 @@ export async function fromMessage(m, size = null) {
   const out = { T: t, step: m.step };
   const copy = (keys) => { for (const k of keys) out[k] = meta[k]; };
   if (t === "run") {
-    need(meta.identity && typeof meta.identity === "object" && isHex(meta.run_id, 16) && isInt(meta.steps) && isInt(meta.term)
-      && isHex(meta.params_sha256) && typeof meta.coordinator === "string", "run: bad meta");
+    need(meta.identity && typeof meta.identity === "object" && !Array.isArray(meta.identity) && isHex(meta.run_id, 16)
+      && isInt(meta.steps) && isInt(meta.term) && isHex(meta.params_sha256) && isStr(meta.coordinator, 64), "run: bad meta");
+    // spot-checks (run.py): absent means none (an older peer), as frames.py reads it
+    need(meta.verify_rate === undefined || (typeof meta.verify_rate === "number" && meta.verify_rate >= 0 && meta.verify_rate <= 1), "run: bad verify_rate");
+    need(meta.strikes === undefined || (Number.isInteger(meta.strikes) && meta.strikes >= 1 && meta.strikes <= 1000), "run: bad strikes");
     copy(["identity", "run_id", "steps", "term", "params_sha256", "coordinator"]);
+    out.verify_rate = meta.verify_rate ?? 0.0;
+    out.strikes = meta.strikes ?? 3;
   } else if (t === "ready") {
-    need(isInt(meta.term) && typeof meta.capacity === "number" && typeof meta.kind === "string" && isHex(meta.params_sha256), "ready: bad meta");
+    need(isInt(meta.term) && typeof meta.capacity === "number" && meta.capacity >= 1e-3 && meta.capacity <= 1e9
+      && isStr(meta.kind, 16) && isHex(meta.params_sha256), "ready: bad meta");
     copy(["term", "capacity", "kind", "params_sha256"]);
   } else if (t === "refuse") {
-    need(isInt(meta.term) && Array.isArray(meta.reasons) && meta.reasons.every((r) => typeof r === "string"), "refuse: bad meta");
+    need(isInt(meta.term) && isList(meta.reasons, 64) && meta.reasons.every((r) => isStr(r, 1000)), "refuse: bad meta");
     copy(["term", "reasons"]);
   } else if (t === "assign") {
-    need(isInt(meta.term) && Array.isArray(meta.tasks) && meta.tasks.every((x) => x && isInt(x.task) && typeof x.peer === "string" && isMicro(x.micro)), "assign: bad meta");
+    need(isInt(meta.term) && isList(meta.tasks) && meta.tasks.every((x) => x && typeof x === "object" && isInt(x.task) && isStr(x.peer, 64) && isMicro(x.micro)), "assign: bad meta");
     copy(["term", "tasks"]);
   } else if (t === "sync") {
-    need(isInt(meta.term) && isHex(meta.params_sha256) && typeof meta.reason === "string", "sync: bad meta");
+    need(isInt(meta.term) && isHex(meta.params_sha256) && isStr(meta.reason, 1000), "sync: bad meta");
     copy(["term", "params_sha256", "reason"]);
   } else if (t === "data_request") {
     need(isHex(meta.fingerprint), "data_request: bad meta");
