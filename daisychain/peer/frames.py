@@ -523,13 +523,16 @@ class Contrib:
 @dataclass(frozen=True)
 class Total:
     """The committed total of a step: exactly one contribution per task; every replica
-    applies it, then compares its parameter hash with ``params_sha256``."""
+    applies it, then compares its parameter hash with ``params_sha256``. ``tasks``: the
+    receiver's own tasks of the next step (the step's ``assign``, carried here so that a step
+    is one message down and one up per member)."""
     term: int
     step: int
     contributors: tuple[tuple[str, int], ...]  #: (peer, micro-batches) that made the step
     loss: float
     params_sha256: str  #: the coordinator's hash after applying it
     ints: np.ndarray = field(repr=False, compare=False)
+    tasks: tuple[Task, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -604,6 +607,20 @@ class _M:
         return v
 
 
+def _tasks_meta(tasks) -> list:
+    return [{"task": t.task, "peer": t.peer, "micro": list(t.micro)} for t in tasks]
+
+
+def _tasks(f: "_M") -> tuple[Task, ...]:
+    out = []
+    for t in f.list("tasks"):
+        if not isinstance(t, dict):
+            raise f.fail("'tasks' must be objects")
+        g = _M(t, f"{f.name}.tasks")
+        out.append(Task(g.int("task"), g.str("peer", 64), g.micro(t.get("micro"), "micro")))
+    return tuple(out)
+
+
 def to_message(msg: RunMessage, run_id: str, bounds: list[int] | None = None) -> Message:
     """The wire form of a run message (integer bodies get their best codec)."""
     if isinstance(msg, Contrib):
@@ -613,9 +630,11 @@ def to_message(msg: RunMessage, run_id: str, bounds: list[int] | None = None) ->
                         "loss": msg.loss, "correct": msg.correct}, body, codec)
     if isinstance(msg, Total):
         codec, body = encode_ints(msg.ints, bounds)
-        return Message(FrameType.TOTAL, run_id, msg.step,
-                       {"term": msg.term, "contributors": [list(c) for c in msg.contributors],
-                        "loss": msg.loss, "params_sha256": msg.params_sha256}, body, codec)
+        meta = {"term": msg.term, "contributors": [list(c) for c in msg.contributors],
+                "loss": msg.loss, "params_sha256": msg.params_sha256}
+        if msg.tasks:
+            meta["tasks"] = _tasks_meta(msg.tasks)
+        return Message(FrameType.TOTAL, run_id, msg.step, meta, body, codec)
     if isinstance(msg, State):
         return Message(FrameType.STATE, run_id, msg.step, {"params_sha256": msg.params_sha256},
                        encode_state(msg.theta, msg.m, msg.v, msg.b1t, msg.b2t))
@@ -626,7 +645,7 @@ def to_message(msg: RunMessage, run_id: str, bounds: list[int] | None = None) ->
         if k == "step":
             continue
         if k == "tasks":
-            v = [{"task": t.task, "peer": t.peer, "micro": list(t.micro)} for t in v]
+            v = _tasks_meta(v)
         elif isinstance(v, tuple):
             v = list(v)
         meta[k] = v
@@ -649,7 +668,8 @@ def from_message(m: Message, size: int | None = None) -> RunMessage:
                 raise f.fail("'contributors' must be [peer, micro-batches] pairs")
             contributors.append((c[0], c[1]))
         return Total(f.int("term"), m.step, tuple(contributors), f.num("loss"),
-                     f.hex("params_sha256"), decode_ints(m.codec, m.body, size))
+                     f.hex("params_sha256"), decode_ints(m.codec, m.body, size),
+                     _tasks(f) if "tasks" in m.meta else ())
     if m.type == FrameType.STATE:
         if size is None:
             raise FrameError("state: the receiver has no run to load it into")
@@ -678,13 +698,7 @@ def from_message(m: Message, size: int | None = None) -> RunMessage:
             raise f.fail("'reasons' must be strings")
         return Refuse(f.int("term"), tuple(reasons))
     if name == "assign":
-        tasks = []
-        for t in f.list("tasks"):
-            if not isinstance(t, dict):
-                raise f.fail("'tasks' must be objects")
-            g = _M(t, "assign.tasks")
-            tasks.append(Task(g.int("task"), g.str("peer", 64), g.micro(t.get("micro"), "micro")))
-        return Assign(f.int("term"), m.step, tuple(tasks))
+        return Assign(f.int("term"), m.step, _tasks(f))
     if name == "sync":
         return SyncRequest(f.int("term"), m.step, f.hex("params_sha256"), f.str("reason", 1000))
     if name == "data_request":

@@ -455,7 +455,12 @@ class RunPeer:
         if msg.step > self.step:
             return [Log(f"missed steps {self.step}..{msg.step - 1}: resyncing", loud=True),
                     Send(sender, F.SyncRequest(self.term, self.step, self._hash(), "behind"))]
-        return self._apply(msg.ints, msg.loss, msg.contributors, msg.params_sha256, sender)
+        out = self._apply(msg.ints, msg.loss, msg.contributors, msg.params_sha256, sender)
+        if msg.tasks and msg.term == self.term and self._hash() == msg.params_sha256:
+            # the next step's tasks, started the moment the total is applied (not on a
+            # replica that just diverged: it waits for its STATE; a backup takes the task)
+            out += self._on_assign(sender, F.Assign(msg.term, msg.step + 1, msg.tasks))
+        return out
 
     def _on_state(self, sender: str, msg: F.State) -> list[Output]:
         if self.trainer is None or (sender != self.coord and not self.coordinating):
@@ -798,13 +803,22 @@ class RunPeer:
         self.trainer.apply(total)
         sha = self._hash()
         loss = loss_sum / max(n, 1)  # the mean over micro-batches of their mean loss
-        msg = F.Total(self.term, step, contributors, loss, sha, total)
-        out: list[Output] = [Send(p, msg) for p in self._receivers()]
+        receivers = self._receivers()
         self.step_started = False
         self.tasks, self.checks = {}, {}
         self.pending = {k: v for k, v in self.pending.items() if k[0] > step}
-        out += self._committed(step, loss, contributors, sha)
-        return out + self._maybe_begin()
+        committed = self._committed(step, loss, contributors, sha)
+        # the next step's assign rides on each member's total: one message down per step
+        nxt, carried = [], {}
+        for o in self._maybe_begin():
+            if isinstance(o, Send) and isinstance(o.message, F.Assign) and o.to in receivers \
+                    and o.message.step == self.step and o.to not in carried:
+                carried[o.to] = o.message.tasks
+            else:
+                nxt.append(o)
+        out: list[Output] = [Send(p, F.Total(self.term, step, contributors, loss, sha, total,
+                                             carried.get(p, ()))) for p in receivers]
+        return out + committed + nxt
 
     def _committed(self, step, loss, contributors, sha) -> list[Output]:
         for peer, n in contributors:

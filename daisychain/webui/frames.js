@@ -352,6 +352,8 @@ export function encode(msg, runId, bounds, nextMsgNo) {
     const { codec, body } = encodeInts(msg.ints, bounds);
     m = { type: FrameType.TOTAL, runId, step: msg.step, codec, body,
       meta: { term: msg.term, contributors: msg.contributors.map(([p, n]) => [p, n]), loss: msg.loss, params_sha256: msg.params_sha256 } };
+    // the receiver's tasks of the next step ride on its total (run.py / runpeer.js _commit)
+    if (msg.tasks && msg.tasks.length) m.meta.tasks = msg.tasks.map((t) => ({ task: t.task, peer: t.peer, micro: [...t.micro] }));
   } else if (msg.T === "state") {
     m = { type: FrameType.STATE, runId, step: msg.step, meta: { params_sha256: msg.params_sha256 },
       body: f64Bytes([msg.theta, msg.m, msg.v], [msg.b1t, msg.b2t]) };
@@ -374,6 +376,7 @@ const isMicro = (v) => Array.isArray(v) && v.length > 0 && v.length <= 1 << 20
 const isNum = (v) => typeof v === "number" && Math.abs(v) <= 1e300; // frames.py _M.num
 const isStr = (v, n = 256) => typeof v === "string" && v.length <= n;
 const isList = (v, n = 1 << 16) => Array.isArray(v) && v.length <= n;
+const isTasks = (v) => isList(v) && v.every((x) => x && typeof x === "object" && isInt(x.task) && isStr(x.peer, 64) && isMicro(x.micro));
 
 /** A reassembled message -> a run message object; async (compressed bodies). */
 export async function fromMessage(m, size = null) {
@@ -386,8 +389,9 @@ export async function fromMessage(m, size = null) {
   if (m.type === FrameType.TOTAL) {
     need(isInt(meta.term) && isList(meta.contributors) && isNum(meta.loss) && isHex(meta.params_sha256), "total: bad meta");
     need(meta.contributors.every((c) => Array.isArray(c) && c.length === 2 && isStr(c[0], 64) && Number.isSafeInteger(c[1]) && c[1] >= 0), "total: bad contributors");
+    need(meta.tasks === undefined || isTasks(meta.tasks), "total: bad tasks");
     return { T: "total", term: meta.term, step: m.step, contributors: meta.contributors, loss: meta.loss,
-      params_sha256: meta.params_sha256, ints: await decodeInts(m.codec, m.body, size) };
+      params_sha256: meta.params_sha256, ints: await decodeInts(m.codec, m.body, size), tasks: meta.tasks ?? [] };
   }
   if (m.type === FrameType.STATE) {
     need(size !== null, "state: no run to load it into");
@@ -426,7 +430,7 @@ export async function fromMessage(m, size = null) {
     need(isInt(meta.term) && isList(meta.reasons, 64) && meta.reasons.every((r) => isStr(r, 1000)), "refuse: bad meta");
     copy(["term", "reasons"]);
   } else if (t === "assign") {
-    need(isInt(meta.term) && isList(meta.tasks) && meta.tasks.every((x) => x && typeof x === "object" && isInt(x.task) && isStr(x.peer, 64) && isMicro(x.micro)), "assign: bad meta");
+    need(isInt(meta.term) && isTasks(meta.tasks), "assign: bad meta");
     copy(["term", "tasks"]);
   } else if (t === "sync") {
     need(isInt(meta.term) && isHex(meta.params_sha256) && isStr(meta.reason, 1000), "sync: bad meta");

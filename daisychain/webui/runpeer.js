@@ -378,7 +378,13 @@ export class RunPeer {
       return [log(`missed steps ${this.step}..${msg.step - 1}: resyncing`, true),
         send(sender, { T: "sync", term: this.term, step: this.step, params_sha256: this.sha, reason: "behind" })];
     }
-    return this._apply(msg.ints, msg.loss, msg.contributors, msg.params_sha256, sender);
+    const out = await this._apply(msg.ints, msg.loss, msg.contributors, msg.params_sha256, sender);
+    if (msg.tasks?.length && msg.term === this.term && this.sha === msg.params_sha256) {
+      // the next step's tasks, started the moment the total is applied (not on a replica
+      // that just diverged: it waits for its STATE; a backup takes the task)
+      out.push(...(await this._onAssign(sender, { T: "assign", term: msg.term, step: msg.step + 1, tasks: msg.tasks })));
+    }
+    return out;
   }
 
   async _onState(sender, msg) {
@@ -836,14 +842,25 @@ export class RunPeer {
     this.trainer.apply(total);
     const sha = await this._rehash();
     const loss = lossSum / Math.max(n, 1);
-    const msg = { T: "total", term: this.term, step, contributors, loss, params_sha256: sha, ints: total };
-    const out = this._receivers().map((p) => send(p, msg));
+    const receivers = this._receivers();
     this.stepStarted = false;
     this.tasks = new Map();
     this.checks = new Map();
     for (const k of [...this.pending.keys()]) if (Number(k.split(":")[0]) <= step) this.pending.delete(k);
-    out.push(...this._committed(step, loss, contributors, sha));
-    return [...out, ...this._maybeBegin()];
+    const committed = this._committed(step, loss, contributors, sha);
+    // the next step's assign rides on each member's total: one message down per step
+    const next = [];
+    const carried = new Map();
+    for (const o of this._maybeBegin()) {
+      if (o.kind === "send" && o.message.T === "assign" && receivers.includes(o.to) && o.message.step === this.step && !carried.has(o.to)) {
+        carried.set(o.to, o.message.tasks);
+      } else {
+        next.push(o);
+      }
+    }
+    const out = receivers.map((p) => send(p, { T: "total", term: this.term, step, contributors, loss, params_sha256: sha,
+      ints: total, tasks: carried.get(p) ?? [] }));
+    return [...out, ...committed, ...next];
   }
 
   _committed(step, loss, contributors, sha) {
