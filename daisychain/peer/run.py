@@ -44,6 +44,8 @@ MIN_DEADLINE_S = 2.0
 DEADLINE_FACTOR = 4.0
 #: after a restore, how long the coordinator waits for the members to load the state
 RESTORE_WAIT_S = 20.0
+#: at the start, how long the host waits for the members it announced the run to
+START_WAIT_S = 20.0
 #: default share of micro-batches spot-checked by a second peer, and mismatches tolerated
 VERIFY_RATE = 0.05
 STRIKES = 3
@@ -393,9 +395,10 @@ class RunPeer:
         self.steps = msg.steps
         self.verify_rate, self.strikes = msg.verify_rate, msg.strikes
         first = self.run is None or msg.run_id != self.run.run_id
+        if first or msg.term != self.term:
+            self.pending.clear()  # (the same announce again, on a reopened channel: work goes on)
         self.term, self.run = msg.term, msg
         self.ended = False
-        self.pending.clear()
         if self.trainer is not None and not first:
             return [Send(sender, self._ready())]
         if self.trainer is not None and first:  # another run (ours ended): start over from its data
@@ -452,7 +455,12 @@ class RunPeer:
         if msg.step > self.step:
             return [Log(f"missed steps {self.step}..{msg.step - 1}: resyncing", loud=True),
                     Send(sender, F.SyncRequest(self.term, self.step, self._hash(), "behind"))]
-        return self._apply(msg.ints, msg.loss, msg.contributors, msg.params_sha256, sender)
+        out = self._apply(msg.ints, msg.loss, msg.contributors, msg.params_sha256, sender)
+        if msg.tasks and msg.term == self.term and self._hash() == msg.params_sha256:
+            # the next step's tasks, started the moment the total is applied (not on a
+            # replica that just diverged: it waits for its STATE; a backup takes the task)
+            out += self._on_assign(sender, F.Assign(msg.term, msg.step + 1, msg.tasks))
+        return out
 
     def _on_state(self, sender: str, msg: F.State) -> list[Output]:
         if self.trainer is None or (sender != self.coord and not self.coordinating):
@@ -539,7 +547,8 @@ class RunPeer:
         m.sec_per_micro = 1.0 / m.capacity
         if msg.step == self.step and msg.params_sha256 == self._hash():
             m.synced = True
-            return [Log(f"{sender} is ready ({msg.kind}, {msg.capacity:.0f} micro-batches/s)")]
+            return [Log(f"{sender} is ready ({msg.kind}, {msg.capacity:.0f} micro-batches/s)")] + \
+                self._maybe_begin()
         if msg.step > self.step and self.restored_term != self.term:
             # it holds a later step than we do: take its state first (not after a restore:
             # then the restored state is the run's, wherever the member was)
@@ -548,7 +557,7 @@ class RunPeer:
                     Send(sender, F.SyncRequest(self.term, self.step, self._hash(), "coordinator behind"))]
         m.synced = True  # by channel order the state arrives before the next assign / total
         return [Log(f"{sender} joins at step {self.step}: sending the state"),
-                Send(sender, self._state())]
+                Send(sender, self._state())] + self._maybe_begin()
 
     def _state(self) -> F.State:
         st = self.trainer.state
@@ -560,7 +569,8 @@ class RunPeer:
             return []
         m = self.members.setdefault(sender, _Member(sender))
         m.refused, m.ready, m.synced = True, False, False
-        return [Refused(sender, msg.reasons)] + self._member_left(sender, quiet=True)
+        return [Refused(sender, msg.reasons)] + self._member_left(sender, quiet=True) + \
+            self._maybe_begin()
 
     def _on_syncrequest(self, sender: str, msg: F.SyncRequest) -> list[Output]:
         if self.trainer is None:
@@ -793,13 +803,22 @@ class RunPeer:
         self.trainer.apply(total)
         sha = self._hash()
         loss = loss_sum / max(n, 1)  # the mean over micro-batches of their mean loss
-        msg = F.Total(self.term, step, contributors, loss, sha, total)
-        out: list[Output] = [Send(p, msg) for p in self._receivers()]
+        receivers = self._receivers()
         self.step_started = False
         self.tasks, self.checks = {}, {}
         self.pending = {k: v for k, v in self.pending.items() if k[0] > step}
-        out += self._committed(step, loss, contributors, sha)
-        return out + self._maybe_begin()
+        committed = self._committed(step, loss, contributors, sha)
+        # the next step's assign rides on each member's total: one message down per step
+        nxt, carried = [], {}
+        for o in self._maybe_begin():
+            if isinstance(o, Send) and isinstance(o.message, F.Assign) and o.to in receivers \
+                    and o.message.step == self.step and o.to not in carried:
+                carried[o.to] = o.message.tasks
+            else:
+                nxt.append(o)
+        out: list[Output] = [Send(p, F.Total(self.term, step, contributors, loss, sha, total,
+                                             carried.get(p, ()))) for p in receivers]
+        return out + committed + nxt
 
     def _committed(self, step, loss, contributors, sha) -> list[Output]:
         for peer, n in contributors:
@@ -957,6 +976,8 @@ class RunPeer:
         if self.host is None:
             self.host = self.me
         out = [] if self.coordinating else self._become_coordinator(None)
+        # members the run was announced to get a while to answer before the first step
+        self.wait_for, self.wait_until = set(self._announce_targets()), now + START_WAIT_S
         return out + self._maybe_begin()
 
     def summary(self) -> dict:

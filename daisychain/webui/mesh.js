@@ -152,25 +152,20 @@ export class Mesh {
     try {
       m = r.feed(new Uint8Array(data));
     } catch (err) {
-      console.warn(`mesh: bad frame from ${id}: ${err.message}`);
       this.reassemblers.delete(id);
+      this._enqueue(async () => this.peer?.badMessage(id, err.message) || []); // named refusal (a strike)
       return;
     }
     if (!m) return;
     this._enqueue(async () => {
       if (!this.peer) return [];
-      if (m.runId && this.peer.runId && m.runId !== this.peer.runId && m.type !== 1) {
-        console.warn(`mesh: a message of run ${m.runId} from ${id}; ours is ${this.peer.runId}: ignored`);
-        return [];
-      }
       let msg;
       try {
         msg = await W.fromMessage(m, this.peer.trainer ? this.peer.trainer.layout.size : null);
       } catch (err) {
-        console.warn(`mesh: bad message from ${id}: ${err.message}`);
-        return [];
+        return this.peer.badMessage(id, err.message);
       }
-      return this.peer.receive(id, msg);
+      return this.peer.receive(id, msg, m.runId); // runpeer.js drops other runs' messages, as run.py
     });
   }
 
@@ -192,6 +187,7 @@ export class Mesh {
         case "joined": this._joined(); break;
         case "restored": this._restored(o); break;
         case "dataBytes": this._dataBytes(o.data); break;
+        case "alarm": this.bus.emit("run:alarm", o); break; // its text is also a loud log line
         default: console.error("mesh: unknown output", o);
       }
     }

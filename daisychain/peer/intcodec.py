@@ -1,0 +1,197 @@
+"""Integer-vector codecs (CONTRIB and TOTAL bodies; |x| < 2**53) and the STATE body: one
+of the three parts of the wire format (:mod:`daisychain.peer.frames`). :func:`encode_ints`
+tries every codec and keeps the smallest (see :class:`~daisychain.peer.framing.Codec`)."""
+
+from __future__ import annotations
+
+import struct
+import zlib
+
+import numpy as np
+
+from daisychain.peer.framing import MAX_MESSAGE, Codec, FrameError
+
+#: every value of an integer vector must stay below this in magnitude (JS Numbers are exact)
+INT_LIMIT = 2**53
+
+
+# -- integer vectors ----------------------------------------------------------------------
+
+
+def _ctz_common(v: np.ndarray) -> int:
+    """Trailing zero bits shared by every value (0 if all are zero, capped at 62)."""
+    acc = int(np.bitwise_or.reduce(v)) if v.size else 0
+    if acc == 0:
+        return 0
+    acc &= (1 << 64) - 1
+    return min(62, (acc & -acc).bit_length() - 1)
+
+
+def _zigzag(v: np.ndarray) -> np.ndarray:
+    return ((v << 1) ^ (v >> 63)).astype(np.uint64)
+
+
+def _unzigzag(z: np.ndarray) -> np.ndarray:
+    return (z >> np.uint64(1)).astype(np.int64) ^ -(z & np.uint64(1)).astype(np.int64)
+
+
+def varint_encode(z: np.ndarray) -> bytes:
+    """LEB128 of unsigned values (vectorised)."""
+    z = z.astype(np.uint64)
+    if z.size == 0:
+        return b""
+    nbytes = np.ones(z.size, np.int64)
+    for k in range(1, 10):
+        nbytes += (z >> np.uint64(7 * k)) > 0
+    rows = np.zeros((z.size, 10), np.uint8)
+    for k in range(10):
+        byte = ((z >> np.uint64(7 * k)) & np.uint64(0x7F)).astype(np.uint8)
+        more = nbytes > k + 1
+        rows[:, k] = byte | (more.astype(np.uint8) << 7)
+    mask = np.arange(10)[None, :] < nbytes[:, None]
+    return rows[mask].tobytes()
+
+
+def varint_decode(data: bytes, count: int) -> tuple[np.ndarray, int]:
+    """``count`` LEB128 values from the start of ``data``; returns (values, bytes used)."""
+    if count == 0:
+        return np.zeros(0, np.uint64), 0
+    b = np.frombuffer(data, np.uint8)
+    ends = np.flatnonzero(b < 0x80)
+    if ends.size < count:
+        raise FrameError("varint segment is cut short")
+    used = int(ends[count - 1]) + 1
+    b = b[:used]
+    starts = np.concatenate([[0], ends[:count - 1] + 1])
+    lens = ends[:count] - starts + 1
+    if lens.max() > 8:  # 8 * 7 = 56 bits covers every |v| < 2**53 after zig-zag
+        raise FrameError("varint longer than 8 bytes")
+    pos = np.arange(used) - np.repeat(starts, lens)
+    vals = (b & 0x7F).astype(np.uint64) << (7 * pos).astype(np.uint64)
+    return np.add.reduceat(vals, starts), used
+
+
+def _segments_encode(v: np.ndarray, bounds: list[int], varint: bool) -> bytes:
+    heads, bodies = [], []
+    for a, b in zip(bounds[:-1], bounds[1:]):
+        seg = v[a:b]
+        shift = _ctz_common(seg)
+        s = seg >> shift
+        if not seg.any():
+            width, body = 0, b""
+        elif varint:
+            width, body = 255, varint_encode(_zigzag(s))
+        else:
+            m = int(max(s.max(), -(s.min() + 1)))
+            width = next(w for w in (1, 2, 4, 8) if m < 1 << (8 * w - 1))
+            body = s.astype(f"<i{width}").tobytes()
+        heads.append(struct.pack("<IBB", b - a, shift, width))
+        bodies.append(body)
+    return b"".join(heads) + b"".join(bodies)
+
+
+def encode_ints(v: np.ndarray, bounds: list[int] | None = None,
+                codecs: tuple[int, ...] | None = None) -> tuple[int, bytes]:
+    """The smallest encoding of an int64 vector; ``bounds`` are segment boundaries (e.g. the
+    canonical tensors: ``[0, n0, n0 + n1, ..., len(v)]``). Returns (codec, body)."""
+    v = np.ascontiguousarray(v, np.int64)
+    if v.size and int(np.abs(v).max()) >= INT_LIMIT:
+        raise FrameError("an integer vector value is not below 2**53")
+    bounds = list(bounds) if bounds else [0, v.size]
+    if bounds[0] != 0 or bounds[-1] != v.size or any(a > b for a, b in zip(bounds, bounds[1:])):
+        raise FrameError("segment bounds must run from 0 to the vector length")
+    count = struct.pack("<I", len(bounds) - 1)
+    options = {}
+    want = codecs or (Codec.RAW, Codec.NARROW, Codec.VARINT, Codec.NARROW_Z, Codec.VARINT_Z)
+    if Codec.RAW in want:
+        options[Codec.RAW] = v.astype("<i8").tobytes()
+    for plain, zipped, varint in ((Codec.NARROW, Codec.NARROW_Z, False),
+                                  (Codec.VARINT, Codec.VARINT_Z, True)):
+        if plain not in want and zipped not in want:
+            continue
+        seg = _segments_encode(v, bounds, varint)
+        if plain in want:
+            options[plain] = count + seg
+        if zipped in want:
+            options[zipped] = count + zlib.compress(seg, 6)
+    best = min(options, key=lambda c: (len(options[c]), c))
+    return int(best), options[best]
+
+
+def decode_ints(codec: int, body: bytes, size: int | None = None) -> np.ndarray:
+    """Inverse of :func:`encode_ints`; ``size`` (if given) is the expected length."""
+    if codec == Codec.RAW:
+        if len(body) % 8:
+            raise FrameError("raw int64 body length is not a multiple of 8")
+        out = np.frombuffer(body, "<i8").astype(np.int64)
+    elif codec in (Codec.NARROW, Codec.VARINT, Codec.NARROW_Z, Codec.VARINT_Z):
+        if len(body) < 4:
+            raise FrameError("integer body lacks its segment count")
+        (nseg,) = struct.unpack_from("<I", body)
+        rest = body[4:]
+        if codec in (Codec.NARROW_Z, Codec.VARINT_Z):
+            try:
+                d = zlib.decompressobj()
+                rest = d.decompress(rest, MAX_MESSAGE)
+                if d.unconsumed_tail:
+                    raise FrameError(f"compressed integer body is too large (inflates past {MAX_MESSAGE} bytes)")
+                if not d.eof or d.unused_data:
+                    raise FrameError("compressed integer body is cut short or has stray bytes")
+            except zlib.error as exc:
+                raise FrameError(f"compressed integer body is corrupt: {exc}") from None
+        if nseg * 6 > len(rest):
+            raise FrameError(f"{nseg} segment headers do not fit the body")
+        heads = [struct.unpack_from("<IBB", rest, 6 * i) for i in range(nseg)]
+        if sum(h[0] for h in heads) > MAX_MESSAGE:
+            raise FrameError("integer vector too long")
+        pos, parts = 6 * nseg, []
+        for length, shift, width in heads:
+            if shift > 62:
+                raise FrameError(f"segment shift {shift} is over 62")
+            if width == 0:
+                seg = np.zeros(length, np.int64)
+            elif width == 255:
+                z, used = varint_decode(rest[pos:], length)
+                seg, pos = _unzigzag(z), pos + used
+            elif width in (1, 2, 4, 8):
+                n = length * width
+                if pos + n > len(rest):
+                    raise FrameError("narrow segment is cut short")
+                seg = np.frombuffer(rest[pos:pos + n], f"<i{width}").astype(np.int64)
+                pos += n
+            else:
+                raise FrameError(f"segment width {width} is not 0, 1, 2, 4, 8 or 255")
+            if shift:
+                if seg.size and int(np.abs(seg).max()) >= INT_LIMIT >> shift:
+                    raise FrameError("a segment value overflows 2**53 after its shift")
+                seg = seg << shift
+            parts.append(seg)
+        if pos != len(rest):
+            raise FrameError(f"{len(rest) - pos} stray bytes after the segments")
+        out = np.concatenate(parts) if parts else np.zeros(0, np.int64)
+    else:
+        raise FrameError(f"codec {codec} is not an integer-vector codec")
+    if size is not None and out.size != size:
+        raise FrameError(f"integer vector has {out.size} values, expected {size}")
+    if out.size and int(np.abs(out).max()) >= INT_LIMIT:
+        raise FrameError("an integer vector value is not below 2**53")
+    return out
+
+
+# -- state snapshots ----------------------------------------------------------------------
+
+
+def encode_state(theta: np.ndarray, m: np.ndarray, v: np.ndarray, b1t: float, b2t: float) -> bytes:
+    """STATE body: theta, m, v (float64 LE, n each), then b1t, b2t (float64 LE)."""
+    return b"".join(np.ascontiguousarray(a, "<f8").tobytes() for a in (theta, m, v)) + \
+        struct.pack("<dd", b1t, b2t)
+
+
+def decode_state(body: bytes, size: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, float, float]:
+    if len(body) != 24 * size + 16:
+        raise FrameError(f"state of {len(body)} bytes does not hold {size} parameters")
+    a = np.frombuffer(body, "<f8", 3 * size).astype(np.float64)
+    if not np.isfinite(a).all():
+        raise FrameError("state holds non-finite values")
+    b1t, b2t = struct.unpack_from("<dd", body, 24 * size)
+    return a[:size].copy(), a[size:2 * size].copy(), a[2 * size:].copy(), b1t, b2t

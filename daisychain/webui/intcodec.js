@@ -1,0 +1,200 @@
+// Integer-vector codecs (CONTRIB / TOTAL bodies), one of the three parts of the wire format
+// (frames.js; JS mirror of daisychain/peer/intcodec.py). Values are exact integers below
+// 2**53, held in Float64Array; they are sent NARROW or VARINT, whichever is smaller (zlib
+// variants need the async CompressionStream, so this encoder leaves them to Python); every
+// codec is decoded, with inflate capped at MAX_MESSAGE.
+
+import { Codec, FrameError, MAX_MESSAGE } from "./framing.js";
+
+// -- integer vectors (values are exact integers in a Float64Array) --------------------------
+
+const LIMIT = 2 ** 53;
+
+export function encodeIntsRaw(v) {
+  const out = new Uint8Array(v.length * 8);
+  const dv = new DataView(out.buffer);
+  for (let i = 0; i < v.length; i++) {
+    if (!Number.isSafeInteger(v[i])) throw new FrameError(`integer ${i} is not below 2**53`);
+    dv.setBigInt64(8 * i, BigInt(v[i]), true);
+  }
+  return out;
+}
+
+function ctzCommon(v, a, b) {
+  // trailing zero bits shared by every value of v[a:b] (0 when all are zero), capped at 62
+  let shift = 62;
+  let any = false;
+  for (let i = a; i < b; i++) {
+    let x = Math.abs(v[i]);
+    if (x === 0) continue;
+    any = true;
+    let s = 0;
+    while (s < shift && x % 2 === 0) { x /= 2; s++; }
+    shift = s;
+    if (shift === 0) break;
+  }
+  return any ? shift : 0;
+}
+
+function segmentsEncode(v, bounds, varint) {
+  const heads = [];
+  const bodies = [];
+  let size = 0;
+  for (let s = 0; s + 1 < bounds.length; s++) {
+    const a = bounds[s], b = bounds[s + 1];
+    const shift = ctzCommon(v, a, b);
+    const scale = 2 ** shift;
+    let width = 0, lo = 0, hi = 0;
+    for (let i = a; i < b; i++) { const x = v[i] / scale; if (x < lo) lo = x; if (x > hi) hi = x; }
+    let body = new Uint8Array(0);
+    if (lo === 0 && hi === 0) {
+      width = 0;
+    } else if (varint) {
+      width = 255;
+      const out = [];
+      for (let i = a; i < b; i++) {
+        const x = v[i] / scale;
+        let z = x >= 0 ? 2 * x : -2 * x - 1; // zig-zag, exact below 2**53
+        while (z >= 128) { out.push((z % 128) | 0x80); z = Math.floor(z / 128); }
+        out.push(z);
+      }
+      body = Uint8Array.from(out);
+    } else {
+      const m = Math.max(hi, -(lo + 1));
+      width = m < 2 ** 7 ? 1 : m < 2 ** 15 ? 2 : m < 2 ** 31 ? 4 : 8;
+      body = new Uint8Array((b - a) * width);
+      const dv = new DataView(body.buffer);
+      for (let i = a; i < b; i++) {
+        const x = v[i] / scale, o = (i - a) * width;
+        if (width === 1) dv.setInt8(o, x);
+        else if (width === 2) dv.setInt16(o, x, true);
+        else if (width === 4) dv.setInt32(o, x, true);
+        else dv.setBigInt64(o, BigInt(x), true);
+      }
+    }
+    const h = new Uint8Array(6);
+    new DataView(h.buffer).setUint32(0, b - a, true);
+    h[4] = shift; h[5] = width;
+    heads.push(h);
+    bodies.push(body);
+    size += 6 + body.length;
+  }
+  const out = new Uint8Array(4 + size);
+  new DataView(out.buffer).setUint32(0, bounds.length - 1, true);
+  let o = 4;
+  for (const h of heads) { out.set(h, o); o += 6; }
+  for (const p of bodies) { out.set(p, o); o += p.length; }
+  return out;
+}
+
+/** The smaller of NARROW and VARINT (or RAW if smaller): {codec, body}. ``bounds``: segment
+ *  boundaries [0, n0, n0 + n1, ..., v.length] (one per canonical tensor), or null. */
+export function encodeInts(v, bounds = null, codecs = [Codec.RAW, Codec.NARROW, Codec.VARINT]) {
+  for (let i = 0; i < v.length; i++) {
+    if (!Number.isSafeInteger(v[i])) throw new FrameError(`integer ${i} is not an integer below 2**53`);
+  }
+  const b = bounds && bounds.length ? [...bounds] : [0, v.length];
+  if (b[0] !== 0 || b[b.length - 1] !== v.length) throw new FrameError("segment bounds must run from 0 to the vector length");
+  let best = null;
+  for (const c of codecs) {
+    const body = c === Codec.RAW ? encodeIntsRaw(v) : c === Codec.NARROW ? segmentsEncode(v, b, false)
+      : c === Codec.VARINT ? segmentsEncode(v, b, true) : null;
+    if (body === null) throw new FrameError(`this encoder does not write codec ${c}`);
+    if (best === null || body.length < best.body.length) best = { codec: c, body };
+  }
+  return best;
+}
+
+/** Inflate a zlib body, reading at most MAX_MESSAGE bytes of output (as frames.py caps it):
+ * a small "zip bomb" is refused once its output passes the cap, never held in memory. */
+async function inflate(bytes) {
+  const reader = new Blob([bytes]).stream().pipeThrough(new DecompressionStream("deflate")).getReader();
+  const parts = [];
+  let total = 0;
+  try {
+    for (;;) {
+      const { done, value } = await reader.read();
+      if (done) break;
+      total += value.length;
+      if (total > MAX_MESSAGE) {
+        await reader.cancel().catch(() => {});
+        throw new FrameError(`compressed integer body is too large (inflates past ${MAX_MESSAGE} bytes)`);
+      }
+      parts.push(value);
+    }
+  } catch (err) {
+    if (err instanceof FrameError) throw err;
+    throw new FrameError(`compressed integer body is corrupt: ${err.message}`);
+  }
+  const out = new Uint8Array(total);
+  let o = 0;
+  for (const p of parts) { out.set(p, o); o += p.length; }
+  return out;
+}
+
+export async function decodeInts(codec, body, size = null) {
+  let out;
+  if (codec === Codec.RAW) {
+    if (body.length % 8) throw new FrameError("raw int64 body length is not a multiple of 8");
+    const dv = new DataView(body.buffer, body.byteOffset, body.byteLength);
+    out = new Float64Array(body.length / 8);
+    for (let i = 0; i < out.length; i++) {
+      const v = dv.getBigInt64(8 * i, true);
+      if (v >= 9007199254740992n || v <= -9007199254740992n) throw new FrameError("an integer vector value is not below 2**53");
+      out[i] = Number(v);
+    }
+  } else if (codec >= 1 && codec <= 4) {
+    if (body.length < 4) throw new FrameError("integer body lacks its segment count");
+    const nseg = new DataView(body.buffer, body.byteOffset, 4).getUint32(0, true);
+    let rest = body.subarray(4);
+    if (codec === Codec.NARROW_Z || codec === Codec.VARINT_Z) rest = await inflate(rest);
+    const dv = new DataView(rest.buffer, rest.byteOffset, rest.byteLength);
+    if (nseg * 6 > rest.length) throw new FrameError(`${nseg} segment headers do not fit the body`);
+    const heads = [];
+    let total = 0;
+    for (let i = 0; i < nseg; i++) {
+      const h = { length: dv.getUint32(6 * i, true), shift: rest[6 * i + 4], width: rest[6 * i + 5] };
+      total += h.length;
+      heads.push(h);
+    }
+    if (total > MAX_MESSAGE) throw new FrameError("integer vector too long");
+    out = new Float64Array(total);
+    let pos = 6 * nseg;
+    let k = 0;
+    for (const { length, shift, width } of heads) {
+      if (shift > 62) throw new FrameError(`segment shift ${shift} is over 62`);
+      const scale = 2 ** shift;
+      for (let i = 0; i < length; i++) {
+        let v;
+        if (width === 0) v = 0;
+        else if (width === 255) {
+          let z = 0n;
+          let s = 0n;
+          for (let b = 0; ; b++) {
+            if (pos >= rest.length || b >= 8) throw new FrameError("varint is cut short or too long");
+            const byte = rest[pos++];
+            z |= BigInt(byte & 0x7f) << s;
+            s += 7n;
+            if (!(byte & 0x80)) break;
+          }
+          v = Number((z >> 1n) ^ -(z & 1n));
+        } else if (width === 1 || width === 2 || width === 4 || width === 8) {
+          if (pos + width > rest.length) throw new FrameError("narrow segment is cut short");
+          v = width === 1 ? dv.getInt8(pos) : width === 2 ? dv.getInt16(pos, true)
+            : width === 4 ? dv.getInt32(pos, true) : Number(dv.getBigInt64(pos, true));
+          pos += width;
+        } else {
+          throw new FrameError(`segment width ${width} is not 0, 1, 2, 4, 8 or 255`);
+        }
+        v *= scale;
+        if (!(Math.abs(v) < LIMIT)) throw new FrameError("an integer vector value is not below 2**53");
+        out[k++] = v;
+      }
+    }
+    if (pos !== rest.length) throw new FrameError(`${rest.length - pos} stray bytes after the segments`);
+  } else {
+    throw new FrameError(`codec ${codec} is not an integer-vector codec`);
+  }
+  if (size !== null && out.length !== size) throw new FrameError(`integer vector has ${out.length} values, expected ${size}`);
+  return out;
+}

@@ -1,0 +1,126 @@
+// The typed run messages, one of the three parts of the wire format (frames.js; JS mirror
+// of daisychain/peer/messages.py): a run message object (runpeer.js) <-> frames, every
+// meta field checked as frames.py checks it (tests/scenarios/frames.json holds both).
+
+import { FrameError, FrameType, encodeFrames } from "./framing.js";
+import { decodeInts, encodeInts } from "./intcodec.js";
+
+// -- run messages ------------------------------------------------------------------------------
+
+function f64Bytes(arrays, tail) {
+  const n = arrays.reduce((s, a) => s + a.length, 0) + tail.length;
+  const out = new Uint8Array(8 * n);
+  const dv = new DataView(out.buffer);
+  let k = 0;
+  for (const a of [...arrays, tail]) for (let i = 0; i < a.length; i++) dv.setFloat64(8 * k++, a[i], true);
+  return out;
+}
+
+/** A run message object (runpeer.js) -> frames. */
+export function encode(msg, runId, bounds, nextMsgNo) {
+  let m;
+  if (msg.T === "contrib") {
+    const { codec, body } = encodeInts(msg.ints, bounds);
+    m = { type: FrameType.CONTRIB, runId, step: msg.step, codec, body,
+      meta: { term: msg.term, task: msg.task, micro: [...msg.micro], loss: msg.loss, correct: msg.correct } };
+  } else if (msg.T === "total") {
+    const { codec, body } = encodeInts(msg.ints, bounds);
+    m = { type: FrameType.TOTAL, runId, step: msg.step, codec, body,
+      meta: { term: msg.term, contributors: msg.contributors.map(([p, n]) => [p, n]), loss: msg.loss, params_sha256: msg.params_sha256 } };
+    // the receiver's tasks of the next step ride on its total (run.py / runpeer.js _commit)
+    if (msg.tasks && msg.tasks.length) m.meta.tasks = msg.tasks.map((t) => ({ task: t.task, peer: t.peer, micro: [...t.micro] }));
+  } else if (msg.T === "state") {
+    m = { type: FrameType.STATE, runId, step: msg.step, meta: { params_sha256: msg.params_sha256 },
+      body: f64Bytes([msg.theta, msg.m, msg.v], [msg.b1t, msg.b2t]) };
+  } else if (msg.T === "data") {
+    m = { type: FrameType.DATA, runId, step: 0, meta: { fingerprint: msg.fingerprint }, body: msg.data };
+  } else {
+    const meta = { t: msg.T };
+    for (const [k, v] of Object.entries(msg)) if (k !== "T" && k !== "step") meta[k] = v;
+    m = { type: FrameType.CONTROL, runId, step: msg.step ?? 0, meta };
+  }
+  return encodeFrames(m, nextMsgNo());
+}
+
+const need = (cond, what) => { if (!cond) throw new FrameError(what); };
+const isInt = (v) => Number.isInteger(v) && v >= 0 && v <= 0xffffffff;
+const isHex = (v, n = 64) => typeof v === "string" && v.length === n && /^[0-9a-f]+$/.test(v);
+const isMicro = (v) => Array.isArray(v) && v.length > 0 && v.length <= 1 << 20
+  && v.every((j, i) => Number.isInteger(j) && j >= 0 && j < 2 ** 31 && (i === 0 || j > v[i - 1]));
+// the string and list limits of frames.py (_M.str / _M.list)
+const isNum = (v) => typeof v === "number" && Math.abs(v) <= 1e300; // frames.py _M.num
+const isStr = (v, n = 256) => typeof v === "string" && v.length <= n;
+const isList = (v, n = 1 << 16) => Array.isArray(v) && v.length <= n;
+const isTasks = (v) => isList(v) && v.every((x) => x && typeof x === "object" && isInt(x.task) && isStr(x.peer, 64) && isMicro(x.micro));
+
+/** A reassembled message -> a run message object; async (compressed bodies). */
+export async function fromMessage(m, size = null) {
+  const meta = m.meta;
+  if (m.type === FrameType.CONTRIB) {
+    need(isInt(meta.term) && isInt(meta.task) && isMicro(meta.micro) && isNum(meta.loss) && isInt(meta.correct), "contrib: bad meta");
+    return { T: "contrib", term: meta.term, step: m.step, task: meta.task, micro: meta.micro, loss: meta.loss,
+      correct: meta.correct, ints: await decodeInts(m.codec, m.body, size) };
+  }
+  if (m.type === FrameType.TOTAL) {
+    need(isInt(meta.term) && isList(meta.contributors) && isNum(meta.loss) && isHex(meta.params_sha256), "total: bad meta");
+    need(meta.contributors.every((c) => Array.isArray(c) && c.length === 2 && isStr(c[0], 64) && Number.isSafeInteger(c[1]) && c[1] >= 0), "total: bad contributors");
+    need(meta.tasks === undefined || isTasks(meta.tasks), "total: bad tasks");
+    return { T: "total", term: meta.term, step: m.step, contributors: meta.contributors, loss: meta.loss,
+      params_sha256: meta.params_sha256, ints: await decodeInts(m.codec, m.body, size), tasks: meta.tasks ?? [] };
+  }
+  if (m.type === FrameType.STATE) {
+    need(size !== null, "state: no run to load it into");
+    need(m.body.length === 24 * size + 16, `state of ${m.body.length} bytes does not hold ${size} parameters`);
+    need(isHex(meta.params_sha256), "state: bad params_sha256");
+    const dv = new DataView(m.body.buffer, m.body.byteOffset, m.body.byteLength);
+    const read = (k) => Float64Array.from({ length: size }, (_, i) => dv.getFloat64(8 * (k * size + i), true));
+    const theta = read(0);
+    const mm = read(1);
+    const v = read(2);
+    for (const a of [theta, mm, v]) need(a.every(Number.isFinite), "state holds non-finite values");
+    return { T: "state", step: m.step, params_sha256: meta.params_sha256, theta, m: mm, v,
+      b1t: dv.getFloat64(24 * size, true), b2t: dv.getFloat64(24 * size + 8, true) };
+  }
+  if (m.type === FrameType.DATA) {
+    need(isHex(meta.fingerprint), "data: bad fingerprint");
+    return { T: "data", fingerprint: meta.fingerprint, data: m.body.slice() };
+  }
+  const t = meta.t;
+  const out = { T: t, step: m.step };
+  const copy = (keys) => { for (const k of keys) out[k] = meta[k]; };
+  if (t === "run") {
+    need(meta.identity && typeof meta.identity === "object" && !Array.isArray(meta.identity) && isHex(meta.run_id, 16)
+      && isInt(meta.steps) && isInt(meta.term) && isHex(meta.params_sha256) && isStr(meta.coordinator, 64), "run: bad meta");
+    // spot-checks (run.py): absent means none (an older peer), as frames.py reads it
+    need(meta.verify_rate === undefined || (typeof meta.verify_rate === "number" && meta.verify_rate >= 0 && meta.verify_rate <= 1), "run: bad verify_rate");
+    need(meta.strikes === undefined || (Number.isInteger(meta.strikes) && meta.strikes >= 1 && meta.strikes <= 1000), "run: bad strikes");
+    copy(["identity", "run_id", "steps", "term", "params_sha256", "coordinator"]);
+    out.verify_rate = meta.verify_rate ?? 0.0;
+    out.strikes = meta.strikes ?? 3;
+  } else if (t === "ready") {
+    need(isInt(meta.term) && typeof meta.capacity === "number" && meta.capacity >= 1e-3 && meta.capacity <= 1e9
+      && isStr(meta.kind, 16) && isHex(meta.params_sha256), "ready: bad meta");
+    copy(["term", "capacity", "kind", "params_sha256"]);
+  } else if (t === "refuse") {
+    need(isInt(meta.term) && isList(meta.reasons, 64) && meta.reasons.every((r) => isStr(r, 1000)), "refuse: bad meta");
+    copy(["term", "reasons"]);
+  } else if (t === "assign") {
+    need(isInt(meta.term) && isTasks(meta.tasks), "assign: bad meta");
+    copy(["term", "tasks"]);
+  } else if (t === "sync") {
+    need(isInt(meta.term) && isHex(meta.params_sha256) && isStr(meta.reason, 1000), "sync: bad meta");
+    copy(["term", "params_sha256", "reason"]);
+  } else if (t === "data_request") {
+    need(isHex(meta.fingerprint), "data_request: bad meta");
+    copy(["fingerprint"]);
+  } else if (t === "restore") {
+    need(isInt(meta.term) && isHex(meta.params_sha256), "restore: bad meta");
+    copy(["term", "params_sha256"]);
+  } else if (t === "end") {
+    need(isInt(meta.term) && isHex(meta.params_sha256), "end: bad meta");
+    copy(["term", "params_sha256"]);
+  } else {
+    throw new FrameError(`unknown control message ${String(t).slice(0, 32)}`);
+  }
+  return out;
+}

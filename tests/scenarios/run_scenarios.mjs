@@ -1,0 +1,334 @@
+// The JS runner of the shared run-protocol scenarios (tests/scenarios/*.json): the same ops
+// as scenario_net.py, driving runpeer.js over frames.js with the JS engine on the same tiny
+// model, writing the same normalised output list. Input on stdin:
+//   {webui, luts, dcds, identity, steps, scenarios: [{name, settings, events}]}
+// Output on stdout: [{name, outputs, final} | {name, error}].
+import { readFileSync } from "node:fs";
+import { createHash } from "node:crypto";
+
+const input = JSON.parse(readFileSync(0, "utf8"));
+const W = await import(`${input.webui}/frames.js`);
+const { RunPeer } = await import(`${input.webui}/runpeer.js`);
+const T = await import(`${input.webui}/engine/trainer.js`);
+const { ModelSpec, makeHyper } = await import(`${input.webui}/engine/spec.js`);
+const { parseDataset } = await import(`${input.webui}/engine/data.js`);
+const { CpuUnits } = await import(`${input.webui}/engine/paths.js`);
+const { loadLuts } = await import(`${input.webui}/luts.js`);
+
+// loadLuts reads over fetch: serve the committed tables from disk
+globalThis.fetch = async (url) => {
+  const bytes = readFileSync(url);
+  return { ok: true, status: 200, json: async () => JSON.parse(bytes.toString("utf8")),
+    arrayBuffer: async () => bytes.buffer.slice(bytes.byteOffset, bytes.byteOffset + bytes.byteLength) };
+};
+const luts = await loadLuts(`${input.luts}/`);
+const units = new CpuUnits(luts);
+const MAX_ITER = 20000;
+const TYPE_NAME = Object.fromEntries(Object.entries(W.FrameType).map(([k, v]) => [v, k.toLowerCase()]));
+
+async function loadDs(path) {
+  const bytes = readFileSync(path);
+  const buffer = bytes.buffer.slice(bytes.byteOffset, bytes.byteOffset + bytes.byteLength);
+  const ds = parseDataset(buffer);
+  ds.fingerprint = createHash("sha256").update(bytes).digest("hex");
+  ds.bytes = new Uint8Array(buffer);
+  return ds;
+}
+
+const bodySha = (body) => createHash("sha256").update(body).digest("hex").slice(0, 16);
+
+/** Flip bit 12 of an integer held in a double, as int64 XOR does (two's complement). */
+function flip12(v) {
+  const bit = ((Math.floor(v / 4096) % 2) + 2) % 2;
+  return bit ? v - 4096 : v + 4096;
+}
+
+function corrupt(ints, fault, step) {
+  const out = Float64Array.from(ints);
+  if (fault === "flip") out[step % out.length] = flip12(out[step % out.length]);
+  else if (fault === "scale") for (let i = 0; i < out.length; i++) out[i] *= 2;
+  else if (fault === "huge") out[0] = 2 ** 52;
+  else throw new Error(`unknown fault ${fault}`);
+  return out;
+}
+
+async function contributeAt(tr, theta, step, micro) {
+  const grad = new Float64Array(tr.layout.size);
+  const loss = new Float64Array(micro.length);
+  const correct = new Int32Array(micro.length);
+  for (let i = 0; i < micro.length; i++) {
+    const idx = tr.samples(step, micro[i]);
+    const x = new tr.ds.x_train.data.constructor(idx.length * tr.rowLen);
+    idx.forEach((r, k) => x.set(tr.ds.x_train.data.subarray(r * tr.rowLen, (r + 1) * tr.rowLen), k * tr.rowLen));
+    const y = Int32Array.from(idx, (r) => tr.ds.y_train.data[r]);
+    const r = await tr.engine.gradInto(grad, theta, x, y, tr.hp.micro_batch, tr.hp.grad_frac_bits, tr.limit);
+    loss[i] = r.loss;
+    correct[i] = r.correct;
+  }
+  return { grad, loss, correct };
+}
+
+async function normMessage(m) {
+  const kind = m.type === W.FrameType.CONTROL ? m.meta.t : TYPE_NAME[m.type];
+  let body = m.body;
+  if ((m.type === W.FrameType.CONTRIB || m.type === W.FrameType.TOTAL) && m.codec !== W.Codec.NONE) {
+    const v = await W.decodeInts(m.codec, m.body);
+    body = new Uint8Array(BigInt64Array.from(v, (x) => BigInt(x)).buffer);
+  }
+  return [kind, m.runId, m.step, m.meta, bodySha(body)];
+}
+
+function normOutput(pid, o) {
+  switch (o.kind) {
+    case "compute": return ["compute", pid, o.step, o.task, [...o.micro]];
+    case "fetch": return ["fetch", pid, o.task, o.fingerprint];
+    case "committed": return ["committed", pid, o.step, o.loss, o.contributors.map(([p, n]) => [p, n]), o.mine, o.params_sha256];
+    case "refused": return ["refused", pid, o.peer, [...o.reasons]];
+    case "log": return ["log", pid, !!o.loud, o.text];
+    case "ended": return ["ended", pid, o.step, o.params_sha256, !!o.agreed];
+    case "failed": return ["failed", pid, o.reason];
+    case "restored": return ["restored", pid, o.step, o.params_sha256, o.by];
+    case "alarm": return ["alarm", pid, o.alarm, o.peer, o.name, o.step, o.micro, o.strikes, o.text];
+    default: throw new Error(`unknown output ${o.kind}`);
+  }
+}
+
+class Net {
+  constructor(sc, ds) {
+    this.sc = sc;
+    this.ds = ds;
+    this.peers = new Map();
+    this.faults = new Map();
+    this.dead = new Set();
+    this.held = new Set();
+    this.wire = [];
+    this.computes = [];
+    this.reasm = new Map();
+    this.msgNo = new Map();
+    this.snapshots = new Map();
+    this.out = [];
+  }
+
+  live() { return [...this.peers.keys()].filter((p) => !this.dead.has(p)).sort(); }
+
+  async feed(pid, outputs) {
+    for (const o of outputs) {
+      if (o.kind === "send") {
+        let msg = o.message;
+        const fault = this.faults.get(pid);
+        if (fault && msg.T === "contrib") msg = { ...msg, ints: corrupt(msg.ints, fault, msg.step) };
+        const p = this.peers.get(pid);
+        const no = this.nextNo(pid);
+        const frames = W.encode(msg, p.runId, p.bounds, () => no);
+        await this.record(pid, o.to, frames);
+        this.push(pid, o.to, frames);
+        continue;
+      }
+      if (o.kind === "joined") continue; // the page's cue, no protocol output
+      if (o.kind === "dataBytes") continue;
+      this.out.push(normOutput(pid, o));
+      if (o.kind === "compute") this.computes.push([pid, o]);
+      else if (o.kind === "fetch") await this.feed(pid, await this.peers.get(pid).data(this.ds));
+    }
+  }
+
+  nextNo(pid) {
+    const no = this.msgNo.get(pid) || 0;
+    this.msgNo.set(pid, no + 1);
+    return no;
+  }
+
+  async record(from, to, frames) {
+    const r = new W.Reassembler();
+    let m = null;
+    for (const f of frames) m = r.feed(f);
+    this.out.push(["send", from, to, ...(await normMessage(m))]);
+  }
+
+  push(from, to, frames) {
+    if (this.dead.has(to) || this.dead.has(from)) return;
+    this.wire.push([from, to, frames]);
+  }
+
+  async deliverOne() {
+    const [sender, to, frames] = this.wire.shift();
+    const peer = this.peers.get(to);
+    const key = `${sender}>${to}`;
+    if (!this.reasm.has(key)) this.reasm.set(key, new W.Reassembler());
+    const r = this.reasm.get(key);
+    let m = null;
+    let msg;
+    try {
+      for (const f of frames) m = r.feed(f);
+      msg = await W.fromMessage(m, peer.trainer ? peer.trainer.layout.size : null);
+    } catch (err) {
+      this.reasm.delete(key);
+      const n = this.out.length;
+      await this.feed(to, await peer.badMessage(sender, err.message));
+      for (const o of this.out.slice(n)) { // each side words its frame errors (tests/test_frames_*)
+        if (o[0] === "log" || o[0] === "alarm") o[o.length - 1] = o[o.length - 1].replace(err.message, "<frame error>");
+      }
+      return;
+    }
+    await this.feed(to, await peer.receive(sender, msg, m.runId));
+  }
+
+  async computeOne(only = null) {
+    const i = this.computes.findIndex(([pid]) => !this.held.has(pid) && (only === null || pid === only));
+    if (i < 0) return false;
+    const [pid, c] = this.computes.splice(i, 1)[0];
+    const peer = this.peers.get(pid);
+    const res = await contributeAt(peer.trainer, c.theta, c.step, c.micro);
+    await this.feed(pid, await peer.computed(c.step, c.task, res));
+    return true;
+  }
+
+  async settle() {
+    for (let i = 0; i < MAX_ITER; i++) {
+      if (this.wire.length) await this.deliverOne();
+      else if (!(await this.computeOne())) return;
+    }
+    throw new Error("the scenario did not settle");
+  }
+
+  async makeTrainer(identity, ds) {
+    return T.Trainer.create({ spec: ModelSpec.fromJson(identity.model), hyper: makeHyper(identity.hyper),
+      dataset: ds, luts, units });
+  }
+
+  resolve(v, to) {
+    const p = this.peers.get(to);
+    if (typeof v === "string" && v.startsWith("$")) {
+      return { $run: p.runId, $sha: p.trainer ? p.sha : "0".repeat(64), $term: p.term, $step: p.step }[v];
+    }
+    if (Array.isArray(v)) return v.map((x) => this.resolve(x, to));
+    if (v && typeof v === "object") return Object.fromEntries(Object.entries(v).map(([k, x]) => [k, this.resolve(x, to)]));
+    return v;
+  }
+
+  async op(e) {
+    switch (e.op) {
+      case "peer": {
+        const opts = { kind: "python", capacity: e.capacity ?? 1.0, verifyRate: e.verify_rate ?? 0.0,
+          strikes: e.strikes ?? 3, verifyKey: e.verify_key ?? "key", waitPeers: e.wait_peers ?? 0,
+          makeTrainer: (identity, ds) => this.makeTrainer(identity, ds) };
+        const p = new RunPeer(e.id, opts);
+        if (e.host) p._hostSteps = e.steps ?? input.steps;
+        this.peers.set(e.id, p);
+        if (e.fault) this.faults.set(e.id, e.fault);
+        break;
+      }
+      case "room":
+        for (const pid of [...(e.only ?? e.members)].sort()) {
+          if (!this.dead.has(pid)) await this.feed(pid, await this.peers.get(pid).setMembers(e.members, e.host));
+        }
+        break;
+      case "link":
+        for (let i = 0; i < e.peers.length; i++) {
+          for (const b of e.peers.slice(i + 1)) {
+            const a = e.peers[i];
+            await this.feed(a, await this.peers.get(a).channelOpen(b));
+            await this.feed(b, await this.peers.get(b).channelOpen(a));
+          }
+        }
+        break;
+      case "start": {
+        const p = this.peers.get(e.id);
+        const tr = await this.makeTrainer(input.identity, this.ds);
+        const identity = T.runIdentity(tr.spec, tr.hp, this.ds, luts);
+        const id = await T.runId(identity);
+        await this.feed(e.id, await p.hostRun(tr, identity, id, p._hostSteps, e.now ?? 0));
+        break;
+      }
+      case "run": await this.settle(); break;
+      case "deliver":
+        for (let i = 0; i < MAX_ITER && this.wire.length; i++) await this.deliverOne();
+        break;
+      case "compute":
+        for (let i = 0; i < (e.count ?? MAX_ITER); i++) if (!(await this.computeOne(e.id ?? null))) break;
+        break;
+      case "hold": this.held.add(e.id); break;
+      case "release": this.held.delete(e.id); break;
+      case "tick":
+        for (const pid of this.live()) await this.feed(pid, await this.peers.get(pid).tick(e.now));
+        break;
+      case "kill": {
+        this.dead.add(e.id);
+        this.wire = this.wire.filter(([a, b]) => a !== e.id && b !== e.id);
+        this.computes = this.computes.filter(([pid]) => pid !== e.id);
+        for (const other of this.live()) await this.feed(other, await this.peers.get(other).channelClosed(e.id));
+        if ("host" in e) await this.op({ op: "room", members: this.live(), host: e.host });
+        break;
+      }
+      case "inject": await this.inject(e); break;
+      case "snapshot": {
+        const tr = this.peers.get(e.id).trainer;
+        this.snapshots.set(e.name, { step: tr.step, theta: tr.theta.slice(), m: tr.adam.m.slice(), v: tr.adam.v.slice(),
+          b1t: tr.adam.b1t, b2t: tr.adam.b2t });
+        break;
+      }
+      case "restore": {
+        const s = this.snapshots.get(e.name);
+        const st = { ...s, theta: s.theta.slice(), m: s.m.slice(), v: s.v.slice() };
+        await this.feed(e.id, await this.peers.get(e.id).restore(st, this.peers.get(e.id).now));
+        break;
+      }
+      default: throw new Error(`unknown op ${e.op}`);
+    }
+  }
+
+  async inject(e) {
+    const { from, to } = e;
+    const meta = this.resolve(e.meta ?? {}, to);
+    const runId = this.resolve(e.run_id ?? "$run", to);
+    const step = this.resolve(e.step ?? "$step", to);
+    const type = W.FrameType[(e.type ?? "control").toUpperCase()];
+    let body = new Uint8Array(0);
+    let codec = 0;
+    if (e.ints) {
+      const p = this.peers.get(to);
+      const res = await contributeAt(p.trainer, p.trainer.theta.slice(), step, e.ints.micro);
+      let ints = res.grad;
+      if (e.ints.fault) ints = corrupt(ints, e.ints.fault, step);
+      ({ codec, body } = W.encodeInts(ints, p.bounds));
+    }
+    const no = this.nextNo(from);
+    let frames;
+    if (e.meta_raw === undefined) {
+      frames = W.encodeFrames({ type, runId, step, meta, body, codec }, no);
+      await this.record(from, to, frames);
+    } else { // hostile meta bytes, as written
+      const raw = new TextEncoder().encode(e.meta_raw);
+      frames = W.encodeFrames({ type, runId, step, meta: {}, body, codec }, no);
+      const payload = new Uint8Array(4 + raw.length + body.length);
+      new DataView(payload.buffer).setUint32(0, raw.length, true);
+      payload.set(raw, 4);
+      payload.set(body, 4 + raw.length);
+      const f = new Uint8Array(W.HEADER_SIZE + payload.length);
+      f.set(frames[0].subarray(0, W.HEADER_SIZE));
+      new DataView(f.buffer).setUint32(32, payload.length, true);
+      f.set(payload, W.HEADER_SIZE);
+      frames = [f];
+      this.out.push(["send-raw", from, to, bodySha(f)]);
+    }
+    this.push(from, to, frames);
+  }
+}
+
+const results = [];
+const ds = await loadDs(input.dcds);
+for (const sc of input.scenarios) {
+  const net = new Net(sc, ds);
+  try {
+    for (const e of sc.events) await net.op(e);
+    const final = {};
+    for (const p of net.live()) {
+      const peer = net.peers.get(p);
+      final[p] = { step: peer.step, sha: peer.trainer ? await T.paramsSha256(peer.trainer.theta) : null };
+    }
+    results.push({ name: sc.name, outputs: net.out, final });
+  } catch (err) {
+    results.push({ name: sc.name, error: `${err.stack}`, outputs: net.out });
+  }
+}
+console.log(JSON.stringify(results));

@@ -1,0 +1,300 @@
+"""The Python runner of the shared run-protocol scenarios (tests/scenarios/*.json).
+
+A scenario drives a few replicas of ONE language on a perfect, ordered network: every
+message between them goes through the real frame encoder and reassembler, every compute is
+the real engine on a tiny model, so the outputs are bit-comparable with the JS runner
+(run_scenarios.mjs), which does the same with runpeer.js and frames.js. Both write the same
+normalised output list; tests/test_scenarios.py asserts the two lists are equal and checks
+the scenario's expectations. Ops are described in tests/scenarios/README.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+from collections import deque
+
+import numpy as np
+
+from daisychain.engine.settings import add_run_arguments, settings_from_args
+from daisychain.engine.spec import Hyper, ModelSpec
+from daisychain.engine.trainer import Trainer
+from daisychain.peer import frames as F
+from daisychain.peer import run as R
+from daisychain.units import load_luts
+
+MAX_ITER = 20000
+
+
+def settings(argv):
+    p = argparse.ArgumentParser()
+    add_run_arguments(p)
+    return settings_from_args(p.parse_args(list(argv)))
+
+
+def flip12(v: int) -> int:
+    return int(np.int64(v) ^ np.int64(1 << 12))
+
+
+def corrupt(ints: np.ndarray, fault, step: int) -> np.ndarray:
+    """The harness's liars (as peer/faults.py): flip bit 12 of one value, double all, or put
+    one value past the clamp bound."""
+    ints = np.array(ints, np.int64)
+    if fault == "flip":
+        ints[step % ints.size] = flip12(ints[step % ints.size])
+    elif fault == "scale":
+        ints = ints * 2
+    elif fault == "huge":
+        ints[0] = 2 ** 52
+    else:
+        raise ValueError(f"unknown fault {fault}")
+    return ints
+
+
+def body_sha(body: bytes) -> str:
+    return hashlib.sha256(bytes(body)).hexdigest()[:16]
+
+
+def norm_message(m: F.Message) -> list:
+    """kind, run id, step, meta and the SHA-256 of the body: of the integers (int64 LE) for
+    CONTRIB / TOTAL, whose codec each side picks (JS has no synchronous zlib), else of the
+    bytes."""
+    kind = m.meta.get("t") if m.type == F.FrameType.CONTROL else m.type.name.lower()
+    body = m.body
+    if m.type in (F.FrameType.CONTRIB, F.FrameType.TOTAL) and m.codec != F.Codec.NONE:
+        body = F.decode_ints(m.codec, m.body).astype("<i8").tobytes()
+    return [kind, m.run_id, m.step, m.meta, body_sha(body)]
+
+
+def norm_output(pid: str, o) -> list | None:
+    if isinstance(o, R.Compute):
+        return ["compute", pid, o.step, o.task, list(o.micro)]
+    if isinstance(o, R.FetchData):
+        return ["fetch", pid, o.task, o.fingerprint]
+    if isinstance(o, R.Committed):
+        return ["committed", pid, o.step, o.loss, [list(c) for c in o.contributors], o.mine,
+                o.params_sha256]
+    if isinstance(o, R.Refused):
+        return ["refused", pid, o.peer, list(o.reasons)]
+    if isinstance(o, R.Log):
+        return ["log", pid, bool(o.loud), o.text]
+    if isinstance(o, R.Ended):
+        return ["ended", pid, o.step, o.params_sha256, bool(o.agreed)]
+    if isinstance(o, R.Failed):
+        return ["failed", pid, o.reason]
+    if isinstance(o, R.Restored):
+        return ["restored", pid, o.step, o.params_sha256, o.by]
+    if isinstance(o, R.Alarm):
+        return ["alarm", pid, o.kind, o.peer, o.name, o.step, o.micro, o.strikes, o.text]
+    raise TypeError(f"unknown output {o!r}")
+
+
+class Net:
+    def __init__(self, scenario: dict):
+        self.sc = scenario
+        self.rs = settings(scenario["settings"])
+        self.luts = load_luts()
+        self.peers: dict[str, R.RunPeer] = {}
+        self.faults: dict[str, str] = {}
+        self.dead: set[str] = set()
+        self.held: set[str] = set()
+        self.wire: deque = deque()      # (from, to, [frame bytes])
+        self.computes: deque = deque()  # (peer, Compute)
+        self.reasm: dict = {}
+        self.msg_no: dict[str, int] = {}
+        self.snapshots: dict = {}
+        self.out: list = []
+
+    # -- outputs ---------------------------------------------------------------------------
+
+    def feed(self, pid: str, outputs) -> None:
+        for o in outputs:
+            if isinstance(o, R.Send):
+                msg = o.message
+                fault = self.faults.get(pid)
+                if fault and isinstance(msg, F.Contrib):
+                    import dataclasses
+                    msg = dataclasses.replace(msg, ints=corrupt(msg.ints, fault, msg.step))
+                peer = self.peers[pid]
+                m = F.to_message(msg, peer.run_id, peer.bounds)
+                self.put(pid, o.to, m)
+                continue
+            self.out.append(norm_output(pid, o))
+            if isinstance(o, R.Compute):
+                self.computes.append((pid, o))
+            elif isinstance(o, R.FetchData):
+                self.feed(pid, self.peers[pid].data(self.rs.ds.to_bytes()))
+
+    def put(self, sender: str, to: str, m: F.Message, meta_raw: str | None = None) -> None:
+        no = self.msg_no.get(sender, 0)
+        self.msg_no[sender] = no + 1
+        if meta_raw is None:
+            frames = F.encode_frames(m, no)
+            self.out.append(["send", sender, to] + norm_message(m))
+        else:  # hostile meta bytes, as written
+            meta = meta_raw.encode()
+            payload = len(meta).to_bytes(4, "little") + meta + bytes(m.body)
+            frames = [F.HEADER.pack(F.MAGIC, F.VERSION, int(m.type), F._run_bytes(m.run_id),
+                                    m.step, no, F.WHOLE, int(m.codec), 0, 0, 1, len(payload)) + payload]
+            self.out.append(["send-raw", sender, to, body_sha(b"".join(frames))])
+        if to in self.dead or sender in self.dead:
+            return
+        self.wire.append((sender, to, frames))
+
+    # -- the network -----------------------------------------------------------------------
+
+    def deliver_one(self) -> None:
+        sender, to, frames = self.wire.popleft()
+        peer = self.peers[to]
+        r = self.reasm.setdefault((sender, to), F.Reassembler())
+        try:
+            m = None
+            for fr in frames:
+                m = r.feed(fr)
+            msg = F.from_message(m, peer.trainer.layout.size if peer.trainer else None)
+        except F.FrameError as exc:
+            self.reasm.pop((sender, to), None)
+            n = len(self.out)
+            self.feed(to, peer.bad_message(sender, str(exc)))
+            for o in self.out[n:]:  # each side words its frame errors (tests/test_frames_*)
+                if o[0] in ("log", "alarm"):
+                    o[-1] = o[-1].replace(str(exc), "<frame error>")
+            return
+        self.feed(to, peer.receive(sender, msg, m.run_id))
+
+    def compute_one(self, only: str | None = None) -> bool:
+        for i, (pid, c) in enumerate(self.computes):
+            if pid in self.held or (only is not None and pid != only):
+                continue
+            del self.computes[i]
+            tr = self.peers[pid].trainer
+            res = R.contribute_at(tr, c.theta, c.step, c.micro)
+            self.feed(pid, self.peers[pid].computed(c.step, c.task, res))
+            return True
+        return False
+
+    def settle(self) -> None:
+        for _ in range(MAX_ITER):
+            if self.wire:
+                self.deliver_one()
+            elif not self.compute_one():
+                return
+        raise RuntimeError("the scenario did not settle")
+
+    def live(self) -> list[str]:
+        return sorted(p for p in self.peers if p not in self.dead)
+
+    # -- ops -------------------------------------------------------------------------------
+
+    def make_trainer(self, identity, ds):
+        return Trainer(ModelSpec.from_json(identity["model"]), Hyper(**identity["hyper"]), ds,
+                       self.luts)
+
+    def resolve(self, v, to: str):
+        peer = self.peers.get(to)
+        if isinstance(v, str) and v.startswith("$"):
+            return {"$run": peer.run_id, "$sha": peer._hash() if peer.trainer else "0" * 64,
+                    "$term": peer.term, "$step": peer.step}[v]
+        if isinstance(v, dict):
+            return {k: self.resolve(x, to) for k, x in v.items()}
+        if isinstance(v, list):
+            return [self.resolve(x, to) for x in v]
+        return v
+
+    def op(self, e: dict) -> None:
+        kind = e["op"]
+        if kind == "peer":
+            pid = e["id"]
+            kw = dict(capacity=float(e.get("capacity", 1.0)), verify_rate=float(e.get("verify_rate", 0.0)),
+                      strikes=int(e.get("strikes", 3)), verify_key=e.get("verify_key", "key"))
+            if e.get("host"):
+                self.peers[pid] = R.RunPeer(pid, trainer=Trainer(self.rs.spec, self.rs.hp, self.rs.ds, self.luts),
+                                            steps=int(e.get("steps", self.rs.steps)),
+                                            wait_peers=int(e.get("wait_peers", 0)), **kw)
+            else:
+                self.peers[pid] = R.RunPeer(pid, make_trainer=self.make_trainer, **kw)
+            if e.get("fault"):
+                self.faults[pid] = e["fault"]
+        elif kind == "room":
+            for pid in sorted(e.get("only", e["members"])):
+                if pid not in self.dead:
+                    self.feed(pid, self.peers[pid].room_changed(e["members"], e["host"]))
+        elif kind == "link":
+            ids = e["peers"]
+            for i, a in enumerate(ids):
+                for b in ids[i + 1:]:
+                    self.feed(a, self.peers[a].channel_open(b))
+                    self.feed(b, self.peers[b].channel_open(a))
+        elif kind == "start":
+            self.feed(e["id"], self.peers[e["id"]].start(float(e.get("now", 0.0))))
+        elif kind == "run":
+            self.settle()
+        elif kind == "deliver":
+            for _ in range(MAX_ITER):
+                if not self.wire:
+                    break
+                self.deliver_one()
+        elif kind == "compute":
+            for _ in range(int(e.get("count", MAX_ITER))):
+                if not self.compute_one(e.get("id")):
+                    break
+        elif kind == "hold":
+            self.held.add(e["id"])
+        elif kind == "release":
+            self.held.discard(e["id"])
+        elif kind == "tick":
+            for pid in self.live():
+                self.feed(pid, self.peers[pid].tick(float(e["now"])))
+        elif kind == "kill":
+            pid = e["id"]
+            self.dead.add(pid)
+            self.wire = deque(w for w in self.wire if pid not in (w[0], w[1]))
+            self.computes = deque(c for c in self.computes if c[0] != pid)
+            for other in self.live():
+                self.feed(other, self.peers[other].channel_closed(pid))
+            if "host" in e:
+                self.op({"op": "room", "members": self.live(), "host": e["host"]})
+        elif kind == "inject":
+            self.inject(e)
+        elif kind == "snapshot":
+            st = self.peers[e["id"]].trainer.state
+            self.snapshots[e["name"]] = (st.step, st.theta.copy(), st.adam.m.copy(), st.adam.v.copy(),
+                                         st.adam.b1t, st.adam.b2t)
+        elif kind == "restore":
+            step, theta, m, v, b1t, b2t = self.snapshots[e["name"]]
+            from daisychain.engine.adam import AdamState
+            adam = AdamState(m.copy(), v.copy(), step, b1t, b2t)
+            self.feed(e["id"], self.peers[e["id"]].restore(step, theta.copy(), adam))
+        else:
+            raise ValueError(f"unknown op {kind}")
+
+    def inject(self, e: dict) -> None:
+        """A message someone (maybe no member) writes: wire-form meta, with $run / $sha /
+        $term / $step filled in from the receiver's view; "ints" computed honestly on the
+        receiver's parameters (then corrupted by "fault")."""
+        sender, to = e["from"], e["to"]
+        meta = self.resolve(e.get("meta", {}), to)
+        run_id = self.resolve(e.get("run_id", "$run"), to)
+        step = self.resolve(e.get("step", "$step"), to)
+        typ = F.FrameType[e.get("type", "control").upper()]
+        body, codec = b"", F.Codec.NONE
+        if "ints" in e:
+            tr = self.peers[to].trainer
+            spec = e["ints"]
+            res = R.contribute_at(tr, tr.theta.copy(), step, spec["micro"])
+            ints = res.grad
+            if spec.get("fault"):
+                ints = corrupt(ints, spec["fault"], step)
+            codec, body = F.encode_ints(ints, self.peers[to].bounds)
+        m = F.Message(typ, run_id, step, meta, body, codec)
+        self.put(sender, to, m, e.get("meta_raw"))
+
+
+def run_scenario(scenario: dict) -> dict:
+    net = Net(scenario)
+    for e in scenario["events"]:
+        net.op(e)
+    final = {p: {"step": net.peers[p].step, "sha": net.peers[p]._hash() if net.peers[p].trainer else None}
+             for p in net.live()}
+    return {"outputs": json.loads(json.dumps(net.out)), "final": final}
