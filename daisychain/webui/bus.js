@@ -31,9 +31,11 @@
 //     counters {multiply, requantize, relu, micro, step, steps}   with every committed step:
 //               cluster-wide unit invocations of the run so far (counters.js, the formula of
 //               engine/counters.py): micro = micro-batches committed so far (step * n_micro)
-//     room:peers {rows: [{id, name, kind, capacity, share, micro, hashAgrees, you, host}],
+//     room:peers {rows: [{id, name, kind, capacity, share, micro, hashAgrees, you, host, left}],
 //               pooledCapacity, stepRate, etaSeconds, step, steps}
-//               after each committed step and on membership changes; share: this step's
+//               after each committed step (at most 10 a second, the last one always
+//               comes) and on membership changes; rows: the room's members, then (left:
+//               true, capacity 0) devices that did work in this run and left; share: this step's
 //               fraction of the micro-batches (0..1); micro: micro-batches done in this run;
 //               hashAgrees: true/false when the peer's last reported params hash (at a step
 //               this tab also holds) is/isn't ours, null when unknown; pooledCapacity: sum of

@@ -135,6 +135,7 @@ export class Mesh {
     this.t0 = performance.now();
     this.summary = { state: "idle" };
     this.roomHost = null;         // the room's host as the last room message said
+    this.seen = new Map();        // peer id -> its last room entry {id, name, kind, capacity}
     this.shaAt = new Map();       // step -> this replica's params hash after it
     this.reports = new Map();     // peer id -> {runId, step, sha} it last reported
     this.lastShares = {};         // peer id -> micro-batches of the last committed step
@@ -146,6 +147,7 @@ export class Mesh {
     bus.on("net:welcome", ({ id }) => this._enqueue(() => this._ensurePeer(id)));
     bus.on("net:room", (room) => this._enqueue(async () => {
       await this._ensurePeer(room.you);
+      for (const m of room.members) this.seen.set(m.id, m);
       const old = this.roomHost;
       this.roomHost = room.host;
       const outs = await this.peer.setMembers(room.members.map((m) => m.id), room.host);
@@ -466,7 +468,10 @@ export class Mesh {
     const members = this.net.room?.members || [];
     const tr = p?.trainer;
     const nMicro = tr ? tr.hp.batch / tr.hp.micro_batch : null;
-    const rows = members.map((m) => {
+    // members, then those who did work in this run and left (left: true)
+    const gone = Object.keys(p?.doneBy || {}).filter((id) => !members.some((m) => m.id === id))
+      .map((id) => ({ ...(this.seen.get(id) || { id, name: this.nameOf(id), kind: "?" }), capacity: 0, left: true }));
+    const rows = [...members, ...gone].map((m) => {
       let hashAgrees = null;
       if (m.id === p?.me) hashAgrees = p?.sha ? true : null;
       else {
@@ -476,7 +481,7 @@ export class Mesh {
       }
       return { id: m.id, name: m.name, kind: m.kind, capacity: m.capacity,
         share: nMicro ? (this.lastShares[m.id] || 0) / nMicro : 0, micro: p?.doneBy[m.id] || 0,
-        hashAgrees, you: m.id === p?.me, host: m.id === this.net.room?.host };
+        hashAgrees, you: m.id === p?.me, host: m.id === this.net.room?.host, left: !!m.left };
     });
     const rate = this.stepRate();
     const step = p?.step ?? 0;
