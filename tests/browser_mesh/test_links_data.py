@@ -70,6 +70,11 @@ def test_uploaded_text_trains_to_the_daisychain_train_hash(browser_cpu, tabs, se
             host.page.wait_for_selector(sel, timeout=120_000)
             host.page.click(sel)
         host.wait("Object.values(window.__daisy.links).filter((s) => s === 'open').length === 2", 60_000)
+        # daisy-peer shares its links too (daisychain/peer/links.py): its row reaches the tabs
+        ids = {m["name"]: m["id"] for m in host.state(f"{ROOM_OF}.members")}
+        guest.wait(f"(m => m && m['{ids['py']}'] && m['{ids['py']}']['{ids['host']}'] && "
+                   f"m['{ids['py']}']['{ids['host']}'].state === 'open' && "
+                   f"m['{ids['py']}']['{ids['guest']}'].state === 'open')({EV}['room:links']?.matrix)", 30_000)
         assert _start(host, dict(s, dataset=entry)) == "ok"
         for t in (host, guest):
             t.wait(f"{EV}['run:done'] !== undefined", 180_000)
