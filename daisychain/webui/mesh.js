@@ -410,6 +410,7 @@ export class Mesh {
   _joined() {
     const p = this.peer;
     this._resetRun();
+    p.doneBy = {}; // a new run: what was done in the last one is not this one's work
     this._preparing("ready", 3, 3, "ready: waiting for the first step");
     this.summary = { ...this.summary, runId: p.runId, steps: p.run.steps };
     this._state("running", `training run ${p.runId} (${p.run.identity.task}, ${p.run.steps} steps)`);

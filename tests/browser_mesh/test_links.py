@@ -101,6 +101,18 @@ def test_links_matrix_peers_and_counters_of_two_tabs(browser_cpu, tabs):
     prep = host.state("window.__ev.all['run:preparing'].map((e) => e.stage)")
     assert prep == ["data", "model", "identity", "announce", "ready"]
 
+    # the guest goes; the server's error about signaling it names it ("'<id>' is no other
+    # connected member of your room" before), and the room says who left
+    guest.close()
+    host.wait(f"{EV}['room:left'] !== undefined", 30_000)
+    assert host.state(f"{EV}['room:left']") == {"id": gid, "name": "guest"}
+    host.page.evaluate("async (gid) => { const P = await import('/webui/protocol.js'); "
+                       "window.__daisy.mesh.net._signal(P.candidate(gid, null)); }", gid)
+    host.wait(f"{EV}['net:error'] !== undefined", 30_000)
+    e = host.state(f"{EV}['net:error']")
+    assert e["message"] == "guest is no other connected member of your room"
+    assert e["peer"] == gid and e["name"] == "guest"
+
 
 def test_stop_handover_and_leaving_are_said_with_names(browser_cpu, tabs):
     host, guest = _room_of_two(tabs, browser_cpu, "alice", "bob")
@@ -130,4 +142,9 @@ def test_stop_handover_and_leaving_are_said_with_names(browser_cpu, tabs):
     assert guest.state(f"{EV}['room:left']") == {"id": hid, "name": "alice"}
     guest.wait(f"{EV}['run:done'] && {EV}['run:done'].step === 400", 120_000)
     rp = guest.state(f"{EV}['room:peers']")
-    assert [r["id"] for r in rp["rows"]] == [gid] and rp["rows"][0]["host"]
+    rows = {r["id"]: r for r in rp["rows"]}
+    assert rows[gid]["host"] and not rows[gid]["left"]
+    # the host that left did work in this run: still a row, marked as gone
+    assert rows[hid]["left"] and rows[hid]["name"] == "alice" and rows[hid]["micro"] > 0
+    assert rows[hid]["capacity"] == 0 and rp["pooledCapacity"] == rows[gid]["capacity"]
+    assert rows[gid]["micro"] + rows[hid]["micro"] == 400 * 4
