@@ -6,12 +6,9 @@ Regenerate the file with ``python tests/test_counters_js.py --write``."""
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 import sys
 from pathlib import Path
-
-import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
@@ -47,10 +44,7 @@ def test_shared_data_is_the_python_formula():
     assert json.loads(DATA.read_text()) == cases()
 
 
-def test_counters_js_equals_python_on_the_shared_data(tmp_path):
-    node = shutil.which("node")
-    if node is None:
-        pytest.fail("node is required for the JS tests")
+def test_counters_js_equals_python_on_the_shared_data(tmp_path, node):
     script = tmp_path / "run.mjs"
     script.write_text(f"""
 import {{ readFileSync }} from "node:fs";

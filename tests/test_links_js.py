@@ -6,11 +6,8 @@ Run in Node against hostile payloads; LinkMatrix keeps rows to the room's member
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 from pathlib import Path
-
-import pytest
 
 WEBUI = Path(__file__).resolve().parents[1] / "daisychain" / "webui"
 A, B, C = "aaaaaaaa", "bbbbbbbb", "cccccccc"
@@ -43,10 +40,7 @@ CASES = [
 ]
 
 
-def _node(tmp_path, body: str):
-    node = shutil.which("node")
-    if node is None:
-        pytest.fail("node is required for the JS tests")
+def _node(node, tmp_path, body: str):
     script = tmp_path / "run.mjs"
     script.write_text(f'import * as L from "{(WEBUI / "links.js").as_uri()}";\n{body}')
     proc = subprocess.run([node, str(script)], capture_output=True, text=True, timeout=60)
@@ -54,9 +48,9 @@ def _node(tmp_path, body: str):
     return json.loads(proc.stdout)
 
 
-def test_hostile_link_reports_are_dropped(tmp_path):
+def test_hostile_link_reports_are_dropped(tmp_path, node):
     (tmp_path / "cases.json").write_text(json.dumps([[c[0], c[1]] for c in CASES]))
-    got = _node(tmp_path, f"""
+    got = _node(node, tmp_path, f"""
 import {{ readFileSync }} from "node:fs";
 const cases = JSON.parse(readFileSync({json.dumps(str(tmp_path / 'cases.json'))}, "utf8"));
 cases[3][0].rows.{B}.rttMs = Infinity;   // JSON cannot say it; a parsed 1e999 would be
@@ -65,8 +59,8 @@ console.log(JSON.stringify(cases.map(([d, s]) => L.parseLinks(d, s, ["{A}", "{B}
     assert got == [c[2] for c in CASES]
 
 
-def test_matrix_keeps_members_and_drops_stale_rows(tmp_path):
-    got = _node(tmp_path, f"""
+def test_matrix_keeps_members_and_drops_stale_rows(tmp_path, node):
+    got = _node(node, tmp_path, f"""
 const m = new L.LinkMatrix();
 m.setMembers(["{A}", "{B}", "{C}"]);
 m.setOwn("{A}", {{ "{B}": {{ state: "open", rttMs: 2 }} }}, 0);

@@ -24,6 +24,7 @@ log = logging.getLogger("daisychain.peer.links")
 
 EVERY_S = 1.0
 MAX_ROWS = 128
+SHARED_MEMBERS = 32  #: larger rooms share no links (n members cost the server n^2 relays a second)
 REPORT_MAX_PARAMS = 4_000_000
 STATES = ("new", "connecting", "open", "failed", "closed")
 
@@ -50,7 +51,7 @@ class LinkReporter:
     def payload(self, node) -> dict | None:
         """The links payload of ``node`` now, or None outside a room with others."""
         others = [m for m in node.members if m != node.me][:MAX_ROWS]
-        if not others or node.mesh is None:
+        if not others or node.mesh is None or len(node.members) > SHARED_MEMBERS:
             return None
         rows = {m: {"state": link_state(node.mesh.links.get(m)), "rttMs": None} for m in others}
         out = {"type": "links", "v": 1, "rows": rows}

@@ -16,10 +16,12 @@
 //     links {rows: [{id, name, state, rttMs}]}        about once a second: this tab's own links;
 //               state "new" | "connecting" | "open" | "failed" | "closed"; rttMs: the selected
 //               candidate pair's currentRoundTripTime * 1000, null when unknown
-//     room:links {members: [ids], names: {id: name}, matrix: {a: {b: {state, rttMs}}}}
+//     room:links {members: [ids], names: {id: name}, matrix: {a: {b: {state, rttMs}}}, reports}
 //               about once a second: every member's links as that member last reported them
 //               (links.js; a missing matrix[a][b] is unknown). Every tab shares its own row
-//               through the signaling server's `broadcast`, so every tab sees the whole room.
+//               through the signaling server's `broadcast`, so every tab sees the whole room
+//               (rooms of up to 32 members; reports: {id: {runId, step, sha}} each member's
+//               params hash after its last step)
 //
 //   mesh.js
 //     device {name, kind, capacity, reason, paths}

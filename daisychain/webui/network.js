@@ -29,6 +29,8 @@ export const LOW_WATER = 1024 * 1024;
 const RECONNECT_MS = [250, 500, 1000, 2000, 4000];
 /** How often this tab reports its links (and shares them with the room). */
 export const LINKS_EVERY_MS = 1000;
+/** Rooms up to this size share their links (room:links); larger ones do not. */
+export const LINKS_SHARED_MEMBERS = 32;
 const PEER_ID = /'([0-9a-f]{8})'|\b([0-9a-f]{8})\b/g;
 
 /** One other member: its RTCPeerConnection, its data channel, a queue that respects
@@ -249,7 +251,9 @@ export class Network {
     const now = performance.now() / 1000;
     const own = Object.fromEntries(rows.map((x) => [x.id, { state: x.state, rttMs: x.rttMs }]));
     this.matrix.setOwn(r.you, own, now);
-    if (rows.length) this._signal(P.broadcast(linksPayload(own, this.report)));
+    // Shared while the room is small enough: n members' reports cost the server n^2 relays a
+    // second (a bigger room shows each tab its own links only).
+    if (rows.length && r.members.length <= LINKS_SHARED_MEMBERS) this._signal(P.broadcast(linksPayload(own, this.report)));
     const v = this.matrix.view(now);
     this.bus.emit("room:links", { ...v, names: Object.fromEntries(v.members.map((id) => [id, this.nameOf(id)])) });
   }
