@@ -36,7 +36,7 @@
 //     room:peers {rows: [{id, name, kind, capacity, share, micro, hashAgrees, you, host, left}],
 //               pooledCapacity, stepRate, etaSeconds, step, steps}
 //               after each committed step (at most 10 a second, the last one always
-//               comes) and on membership changes; rows: the room's members, then (left:
+//               comes), on membership changes and when a member's hash report changes; rows: the room's members, then (left:
 //               true, capacity 0) devices that did work in this run and left; share: this step's
 //               fraction of the micro-batches (0..1); micro: micro-batches done in this run;
 //               hashAgrees: true/false when the peer's last reported params hash (at a step

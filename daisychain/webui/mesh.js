@@ -159,7 +159,13 @@ export class Mesh {
       return outs;
     }));
     bus.on("room:links", ({ reports }) => {
-      for (const [id, r] of Object.entries(reports || {})) this.reports.set(id, r);
+      let changed = false;
+      for (const [id, r] of Object.entries(reports || {})) {
+        const old = this.reports.get(id);
+        if (!old || old.step !== r.step || old.sha !== r.sha || old.runId !== r.runId) changed = true;
+        this.reports.set(id, r);
+      }
+      if (changed && this.peer) this._peers(false); // a hash report can change "hash agrees"
     });
     bus.on("net:pending", () => this._enqueue(async () => this.peer?.setMembers([], null) || []));
     bus.on("peer:open", ({ id }) => this._enqueue(async () => [...(await this.peer?.channelOpen(id) || []), { kind: "peers" }]));
