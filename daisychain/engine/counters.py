@@ -13,7 +13,8 @@ they count the same). Per micro-batch of ``b`` samples, for each linear layer ``
   ``b * in`` for every error that is passed into a linear below (backward);
 - ReLU: ``b * width`` per ReLU layer (forward; the backward mask reads its output).
 
-The same formula is used by the page (``webui/engine/counters.js``), the CLI and the demo.
+The same formula is used by the page (``webui/counters.js``, held to it by
+``tests/test_counters_js.py``), the CLI and the demo.
 """
 
 from __future__ import annotations

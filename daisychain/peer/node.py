@@ -226,10 +226,13 @@ class Node:
             await self.session.close()
 
     async def _tick(self) -> None:
+        from daisychain.peer.links import LinkReporter
+        links = LinkReporter()  # this peer's row of the page's connectivity matrix
         while True:
             await asyncio.sleep(TICK_S)
             if self.run is not None:
                 self._guarded("tick", lambda: self.run.tick(time.monotonic()))
+            await links.tick(self)
 
     async def _read_signaling(self) -> None:
         """Read the server's messages. If the connection ends during a run, the run goes on

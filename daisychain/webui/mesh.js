@@ -1,6 +1,7 @@
 // The tab's part in a run: its self-test, and the run protocol of docs/MESH.md spoken over
 // the data channels of network.js, every byte through frames.js (docs/MESH.md). No DOM: what happens is
-// reported on the bus (run:state, run:step, run:done, run:error, run:refused).
+// reported on the bus (bus.js lists the events: run:*, counters, room:peers), devices named
+// by their room names.
 //
 //   const device = await selfTestDevice();            // {kind, reason, capacity, units, ...}
 //   const mesh = new Mesh(bus, net, device);          // follows the room's coordinator
@@ -9,9 +10,10 @@
 // The run logic itself is the sans-I/O RunPeer of runpeer.js-style code below (a line-for-
 // line port of daisychain/peer/run.py); Mesh is its shell: data channels, timers, compute.
 
+import { unitCounts } from "./counters.js";
 import { loadLuts, sha256Hex } from "./luts.js";
 import { floatFailures, goldenFailure, microBatchRate } from "./engine/conformance.js";
-import { loadDataset, parseDataset } from "./engine/data.js";
+import { parseDataset } from "./engine/data.js";
 import { openPaths } from "./engine/paths.js";
 import { choosePath } from "./gpu.js";
 import { makeHyper, modelFor, ModelSpec } from "./engine/spec.js";
@@ -84,6 +86,36 @@ export async function selfTestDevice({ want = null } = {}) {
 // -- the shell -----------------------------------------------------------------------------
 
 const TICK_MS = 250;
+/** Steps/s is measured over the commits of the last RATE_WINDOW_S seconds. */
+export const RATE_WINDOW_S = 10;
+/** room:peers at most this often while steps commit (membership changes: at once). */
+const PEERS_EVERY_MS = 100;
+const SHA_HISTORY = 512;
+
+/**
+ * Fetch a DCDS, check its SHA-256 against `fingerprint` (when given) and parse it; the bytes
+ * stay with it (`ds.bytes`) so this replica can hand the data to a member that asks. Throws
+ * an Error that says what is wrong, in words.
+ */
+export async function fetchDataset(task, fingerprint = null, label = null) {
+  const what = label || `the ${task} data`;
+  const url = `/data/${encodeURIComponent(task)}.dcds` +
+    (fingerprint ? `?fingerprint=${encodeURIComponent(fingerprint)}` : "");
+  const resp = await fetch(url, { cache: "no-store" });
+  if (!resp.ok) {
+    const why = resp.status === 404 ? "the server has no copy of it" : `HTTP ${resp.status}`;
+    throw new Error(`${what}${fingerprint ? ` (fingerprint ${fingerprint.slice(0, 12)}…)` : ""}: ${why}`);
+  }
+  const buffer = await resp.arrayBuffer();
+  const got = await sha256Hex(buffer);
+  if (fingerprint && got !== fingerprint) {
+    throw new Error(`${what}: the server's copy hashes to ${got.slice(0, 12)}…, not the fingerprint ${fingerprint.slice(0, 12)}… the run names`);
+  }
+  const ds = parseDataset(buffer);
+  ds.fingerprint = got;
+  ds.bytes = new Uint8Array(buffer);
+  return ds;
+}
 /** Whole messages waiting for one link, at most (a STATE or DATA message can be megabytes). */
 export const SEND_QUEUE_BYTES = 96 * 1024 * 1024;
 
@@ -102,23 +134,60 @@ export class Mesh {
     this.computing = Promise.resolve();
     this.t0 = performance.now();
     this.summary = { state: "idle" };
+    this.roomHost = null;         // the room's host as the last room message said
+    this.seen = new Map();        // peer id -> its last room entry {id, name, kind, capacity}
+    this.shaAt = new Map();       // step -> this replica's params hash after it
+    this.reports = new Map();     // peer id -> {runId, step, sha} it last reported
+    this.lastShares = {};         // peer id -> micro-batches of the last committed step
+    this.commits = [];            // [seconds, step] of recent commits (step rate)
+    this.stopping = null;         // {by} while the host's stop is on its way
+    this.dataCache = new Map();   // "task?fingerprint" -> Promise of a dataset
+    this._peersTimer = null;
+    this._peersAt = 0;
     bus.on("net:welcome", ({ id }) => this._enqueue(() => this._ensurePeer(id)));
     bus.on("net:room", (room) => this._enqueue(async () => {
       await this._ensurePeer(room.you);
-      return this.peer.setMembers(room.members.map((m) => m.id), room.host);
+      for (const m of room.members) this.seen.set(m.id, m);
+      const old = this.roomHost;
+      this.roomHost = room.host;
+      const outs = await this.peer.setMembers(room.members.map((m) => m.id), room.host);
+      if (old && old !== room.host) outs.push({ kind: "handover", host: room.host });
+      outs.push({ kind: "peers" });
+      // The host is the one who may press Start: have the default data ready by then (the
+      // server prepares an embedded task on its first request, which takes seconds).
+      if (room.host === room.you && !this.peer.run) this.prefetch("digits");
+      return outs;
     }));
+    bus.on("room:links", ({ reports }) => {
+      let changed = false;
+      for (const [id, r] of Object.entries(reports || {})) {
+        const old = this.reports.get(id);
+        if (!old || old.step !== r.step || old.sha !== r.sha || old.runId !== r.runId) changed = true;
+        this.reports.set(id, r);
+      }
+      if (changed && this.peer) this._peers(false); // a hash report can change "hash agrees"
+    });
     bus.on("net:pending", () => this._enqueue(async () => this.peer?.setMembers([], null) || []));
-    bus.on("peer:open", ({ id }) => this._enqueue(async () => this.peer?.channelOpen(id) || []));
+    bus.on("peer:open", ({ id }) => this._enqueue(async () => [...(await this.peer?.channelOpen(id) || []), { kind: "peers" }]));
     bus.on("peer:close", ({ id }) => {
       this.reassemblers.delete(id);
       this._dropOutbox(id);
-      this._enqueue(async () => this.peer?.channelClosed(id) || []);
+      this._enqueue(async () => [...(await this.peer?.channelClosed(id) || []), { kind: "peers" }]);
     });
     bus.on("peer:message", ({ id, data }) => this._onBytes(id, data));
     this.timer = setInterval(() => this._enqueue(async () => this.peer?.tick(this._now()) || []), TICK_MS);
   }
 
   _now() { return (performance.now() - this.t0) / 1000; }
+
+  /** The room name of a peer id (the id itself when the room never named it). */
+  nameOf(id) { return this.net.nameOf ? this.net.nameOf(id) : id; }
+
+  /** `text` with every known peer id replaced by its name; {text, peer, name} of the first. */
+  _named(text) {
+    const r = this.net.nameIds ? this.net.nameIds(text) : { text };
+    return r;
+  }
 
   async _ensurePeer(id) {
     if (this.peer && this.peer.me === id) return [];
@@ -177,13 +246,18 @@ export class Mesh {
         case "fetch": this._fetch(o); break;
         case "committed": this._committed(o); break;
         case "refused": this._refused(o); break;
-        case "log":
+        case "log": {
           if (o.loud) console.warn(`[mesh] ${o.text}`); else console.log(`[mesh] ${o.text}`);
-          if (o.loud) this.bus.emit("run:error", { message: o.text });
-          else this.bus.emit("run:log", { text: o.text });
+          const n = this._named(o.text);
+          const who = n.peer ? { peer: n.peer, name: n.name } : {};
+          if (o.loud) this.bus.emit("run:error", { message: n.text, ...who });
+          else this.bus.emit("run:log", { text: n.text, ...who });
           break;
+        }
+        case "handover": this._handover(o.host); break;
+        case "peers": this._peers(true); break;
         case "ended": await this._ended(o); break;
-        case "failed": this.bus.emit("run:error", { message: o.reason }); break;
+        case "failed": this.bus.emit("run:error", { message: this._named(o.reason).text }); break;
         case "joined": this._joined(); break;
         case "restored": this._restored(o); break;
         case "dataBytes": this._dataBytes(o.data); break;
@@ -214,9 +288,9 @@ export class Mesh {
     let box = this.outbox.get(to);
     if (!box) this.outbox.set(to, (box = { items: [], bytes: 0, writing: false, gone: false }));
     if (box.items.length && box.bytes + bytes > this.sendQueueBytes) {
-      const text = `the send queue to ${to} holds ${box.bytes} bytes (limit ${this.sendQueueBytes}): ${message.T} not sent`;
+      const text = `the send queue to ${this.nameOf(to)} holds ${box.bytes} bytes (limit ${this.sendQueueBytes}): ${message.T} not sent`;
       console.warn(`mesh: ${text}`);
-      this.bus.emit("run:log", { text });
+      this.bus.emit("run:log", { text, peer: to, name: this.nameOf(to) });
       return false;
     }
     box.items.push({ T: message.T, frames, bytes });
@@ -278,15 +352,37 @@ export class Mesh {
     }).catch((err) => this.bus.emit("run:error", { message: `compute failed: ${err.message}` }));
   }
 
-  _fetch({ task }) {
-    const url = `/data/${encodeURIComponent(task)}.dcds`;
+  /** The dataset of `task` (and `fingerprint`), fetched once per page (checked, parsed). */
+  loadData(task, fingerprint = null, label = null) {
+    const key = `${task}?${fingerprint || ""}`;
+    if (!this.dataCache.has(key)) {
+      const p = fetchDataset(task, fingerprint, label);
+      this.dataCache.set(key, p);
+      p.catch(() => this.dataCache.delete(key)); // a failure is not kept: the next try asks again
+    }
+    return this.dataCache.get(key);
+  }
+
+  /** Start fetching a dataset early (the server prepares an embedded task on first use). */
+  prefetch(task = "digits", fingerprint = null) {
+    this.loadData(task, fingerprint).catch(() => {});
+  }
+
+  _preparing(stage, done, total, text) {
+    this.bus.emit("run:preparing", { stage, done, total, text });
+  }
+
+  _fetch({ task, fingerprint }) {
     this._state("starting", `joining the run: fetching the ${task} data`);
+    this._preparing("data", 0, 3, `fetching the ${task} data`);
     (async () => {
       let ds = null;
       try {
-        ds = await loadDataset(url);
+        ds = await this.loadData(task, fingerprint || null);
+        this._preparing("model", 1, 3, "building the model");
       } catch (err) {
-        console.warn(`mesh: ${url}: ${err.message}`);
+        console.warn(`mesh: ${err.message}`);
+        this.bus.emit("run:log", { text: `${err.message}: asking the host for the data` });
       }
       this._enqueue(async () => this.peer.data(ds));
     })();
@@ -298,6 +394,7 @@ export class Mesh {
       try {
         ds = parseDataset(bytes);
         ds.fingerprint = await sha256Hex(bytes);
+        ds.bytes = bytes;
       } catch (err) {
         console.warn(`mesh: the coordinator's dataset did not parse: ${err.message}`);
       }
@@ -314,34 +411,142 @@ export class Mesh {
 
   _joined() {
     const p = this.peer;
+    this._resetRun();
+    p.doneBy = {}; // a new run: what was done in the last one is not this one's work
+    this._preparing("ready", 3, 3, "ready: waiting for the first step");
     this.summary = { ...this.summary, runId: p.runId, steps: p.run.steps };
     this._state("running", `training run ${p.runId} (${p.run.identity.task}, ${p.run.steps} steps)`);
   }
 
   _committed(o) {
+    const p = this.peer;
+    const step = o.step + 1;
     const shares = Object.fromEntries(o.contributors);
-    const done = { ...this.peer.doneBy };
-    this.summary = { ...this.summary, step: o.step + 1, loss: o.loss, sha: o.params_sha256, shares, done };
-    this.bus.emit("run:step", { step: o.step + 1, loss: o.loss, sha: o.params_sha256, shares, done,
-      mine: o.mine, runId: this.peer.runId, steps: this.peer.run?.steps ?? null });
+    const done = { ...p.doneBy };
+    const names = Object.fromEntries(Object.keys(done).map((id) => [id, this.nameOf(id)]));
+    this.lastShares = shares;
+    this.shaAt.set(step, p.sha);
+    if (this.shaAt.size > SHA_HISTORY) this.shaAt.delete(this.shaAt.keys().next().value);
+    if (p.host && p.host !== p.me) this.reports.set(p.host, { runId: p.runId, step, sha: o.params_sha256 });
+    const now = this._now();
+    this.commits.push([now, step]);
+    while (this.commits.length > 2 && now - this.commits[0][0] > RATE_WINDOW_S) this.commits.shift();
+    this.net.setReport?.({ runId: p.runId, step, sha: p.sha });
+    this.summary = { ...this.summary, step, loss: o.loss, sha: o.params_sha256, shares, done };
+    this.bus.emit("run:step", { step, loss: o.loss, sha: o.params_sha256, shares, done, names,
+      mine: o.mine, runId: p.runId, steps: p.run?.steps ?? null });
+    const counters = this.counters();
+    if (counters) this.bus.emit("counters", counters);
+    this._peers(false);
+  }
+
+  /** Cluster-wide unit invocations of the run so far (step x micro-batches per step), or null. */
+  counters() {
+    const tr = this.peer?.trainer;
+    if (!tr) return null;
+    const micro = tr.step * (tr.hp.batch / tr.hp.micro_batch);
+    return { ...unitCounts(tr.spec, tr.hp.micro_batch, micro), micro, step: tr.step,
+      steps: this.peer.run?.steps ?? null };
+  }
+
+  /** A new run (or joining one): what was measured for the last one starts over. */
+  _resetRun() {
+    this.shaAt.clear();
+    this.lastShares = {};
+    this.commits = [];
+    this.stopping = null;
+  }
+
+  /** Steps per second over the last RATE_WINDOW_S seconds of commits; null before two. */
+  stepRate() {
+    const c = this.commits;
+    if (c.length < 2) return null;
+    const dt = c[c.length - 1][0] - c[0][0];
+    return dt > 0 ? (c[c.length - 1][1] - c[0][1]) / dt : null;
+  }
+
+  /** The room:peers event's detail (bus.js): one row per member of the room. */
+  peersView() {
+    const p = this.peer;
+    const members = this.net.room?.members || [];
+    const tr = p?.trainer;
+    const nMicro = tr ? tr.hp.batch / tr.hp.micro_batch : null;
+    // members, then those who did work in this run and left (left: true)
+    const gone = Object.keys(p?.doneBy || {}).filter((id) => !members.some((m) => m.id === id))
+      .map((id) => ({ ...(this.seen.get(id) || { id, name: this.nameOf(id), kind: "?" }), capacity: 0, left: true }));
+    const rows = [...members, ...gone].map((m) => {
+      let hashAgrees = null;
+      if (m.id === p?.me) hashAgrees = p?.sha ? true : null;
+      else {
+        const r = this.reports.get(m.id);
+        const ours = r && r.runId === p?.runId ? this.shaAt.get(r.step) : undefined;
+        if (ours !== undefined && typeof r.sha === "string") hashAgrees = r.sha === ours;
+      }
+      return { id: m.id, name: m.name, kind: m.kind, capacity: m.capacity,
+        share: nMicro ? (this.lastShares[m.id] || 0) / nMicro : 0, micro: p?.doneBy[m.id] || 0,
+        hashAgrees, you: m.id === p?.me, host: m.id === this.net.room?.host, left: !!m.left };
+    });
+    const rate = this.stepRate();
+    const step = p?.step ?? 0;
+    const steps = p?.run ? (p.coordinating ? p.steps : p.run.steps) : null;
+    const left = steps === null ? null : Math.max(0, steps - step);
+    return { rows, pooledCapacity: members.reduce((s, m) => s + (Number(m.capacity) || 0), 0),
+      stepRate: rate, etaSeconds: rate && left !== null ? left / rate : null, step, steps };
+  }
+
+  /** Emit room:peers: at once, or (while steps commit) at most every PEERS_EVERY_MS. */
+  _peers(now) {
+    const t = performance.now();
+    if (now || t - this._peersAt >= PEERS_EVERY_MS) {
+      clearTimeout(this._peersTimer);
+      this._peersTimer = null;
+      this._peersAt = t;
+      this.bus.emit("room:peers", this.peersView());
+    } else if (!this._peersTimer) {
+      this._peersTimer = setTimeout(() => { this._peersTimer = null; this._peers(true); }, PEERS_EVERY_MS);
+    }
+  }
+
+  _handover(host) {
+    const p = this.peer;
+    if (!p?.run || !p.trainer || p.ended) return;
+    const you = host === p.me;
+    const hostName = this.nameOf(host);
+    const text = you ? `you are now the host: the run goes on from step ${p.step}`
+      : `${hostName} is now the host: the run goes on from step ${p.step}`;
+    this.bus.emit("run:handover", { step: p.step, you, host, hostName, text });
   }
 
   _refused(o) {
+    const name = this.nameOf(o.peer);
+    const reasons = o.reasons.map((r) => this._named(r).text);
     const text = o.peer === this.peer.me
-      ? `refused: ${o.reasons.join("; ")}`
-      : `${o.peer} refused the run: ${o.reasons.join("; ")}`;
-    this.bus.emit("run:refused", { peer: o.peer, reasons: o.reasons, message: text });
+      ? `refused: ${reasons.join("; ")}`
+      : `${name} refused the run: ${reasons.join("; ")}`;
+    this.bus.emit("run:refused", { peer: o.peer, name, reasons, message: text });
     if (o.peer === this.peer.me) this._state("refused", text);
-    else this.bus.emit("run:log", { text });
+    else this.bus.emit("run:log", { text, peer: o.peer, name });
   }
 
   async _ended(o) {
-    const accuracy = await this.peer.trainer.accuracy("test");
+    const p = this.peer;
+    const accuracy = await p.trainer.accuracy("test");
+    const planned = p.run?.steps ?? o.step;
+    if (o.step < planned || this.stopping) {
+      const by = this.stopping?.by || p.host;
+      const byName = by === p.me ? "you" : this.nameOf(by);
+      const text = by === p.me ? `you stopped the run at step ${o.step}`
+        : `${byName} (the host) stopped the run at step ${o.step} of ${planned}`;
+      this.bus.emit("run:stopped", { by, byName, step: o.step, text });
+    }
+    this.stopping = null;
     const text = o.agreed
       ? `done after ${o.step} steps: params-sha256 ${o.params_sha256}`
       : `the run ended but this replica differs from the coordinator (params ${o.params_sha256.slice(0, 16)}…)`;
-    this.summary = { ...this.summary, state: "done", step: o.step, sha: o.params_sha256, agreed: o.agreed, accuracy };
-    this.bus.emit("run:done", { state: "done", text, step: o.step, sha: o.params_sha256, agreed: o.agreed, accuracy });
+    const counters = this.counters();
+    this.summary = { ...this.summary, state: "done", step: o.step, sha: o.params_sha256, agreed: o.agreed, accuracy, counters };
+    this.bus.emit("run:done", { state: "done", text, step: o.step, sha: o.params_sha256, agreed: o.agreed, accuracy, counters });
+    this._peers(true);
   }
 
   // -- what the host asks for ------------------------------------------------------------------
@@ -352,15 +557,29 @@ export class Mesh {
    * the settings make the same run. `layers` (an array of hidden widths, `--layers`) wins over
    * `hidden` (one hidden layer, `--hidden`) when given.
    */
-  async start({ task = "digits", steps = 600, seed = 0, batch = 64, micro_batch = 16, lr = 3e-3, hidden = 128, layers = null } = {}, resume = null) {
+  async start({ task = null, steps = 600, seed = 0, batch = 64, micro_batch = 16, lr = 3e-3, hidden = 128, layers = null, dataset = null } = {}, resume = null) {
     if (!this.net.room || this.net.room.host !== this.net.id) throw new Error("only the host starts a run");
     if (this.peer?.coordinating && !this.peer.ended) throw new Error("a run is already going");
+    const fp = dataset ? String(dataset.fingerprint || "") : null;
+    if (dataset && !/^[0-9a-f]{64}$/.test(fp)) throw new Error("the chosen dataset has no valid fingerprint (a /datasets entry has one)");
+    if (dataset && task && dataset.task !== task) throw new Error(`the chosen dataset is for the ${dataset.task} task, not ${task}`);
+    task = dataset ? String(dataset.task) : task || "digits";
     const hyper = makeHyper({ seed, batch, micro_batch, lr });
     if (!Number.isInteger(steps) || steps < 0) throw new Error("steps must be a whole number >= 0");
+    const label = dataset?.name ? `the dataset ${dataset.name}` : `the ${task} data`;
     this._state("starting", `preparing the ${task} run`);
-    const ds = await loadDataset(`/data/${encodeURIComponent(task)}.dcds`);
+    this._preparing("data", 0, 4, `fetching ${label}`);
+    let ds;
+    try {
+      ds = await this.loadData(task, fp, label);
+    } catch (err) {
+      this._state("idle", err.message);
+      throw err;
+    }
+    this._preparing("model", 1, 4, "building the model");
     const spec = modelFor(ds, layers ?? hidden, 16);
     const trainer = await Trainer.create({ spec, hyper, dataset: ds, luts: this.device.luts, units: this.device.units });
+    this._preparing("identity", 2, 4, "hashing the run identity");
     const identity = runIdentity(spec, hyper, ds, this.device.luts);
     const id = await runId(identity);
     if (resume) {
@@ -373,8 +592,11 @@ export class Mesh {
       }
       loadState(trainer, resume);
     }
+    this._preparing("announce", 3, 4, "announcing the run to the room");
     return this._enqueue(async () => {
+      this._resetRun();
       const outs = await this.peer.hostRun(trainer, identity, id, steps, this._now());
+      this._preparing("ready", 4, 4, "ready: the first step is assigned");
       this.summary = { state: "running", runId: id, steps, step: trainer.step };
       this._state("running", `training run ${id} (${task}, ${steps} steps)`);
       return outs;
@@ -426,15 +648,21 @@ export class Mesh {
 
   _restored(o) {
     const p = this.peer;
-    const by = o.by === p.me ? "you" : o.by;
-    const text = `restored from a checkpoint by ${by}: step ${o.step}, params-sha256 ${o.params_sha256}`;
+    const byName = o.by === p.me ? "you" : this.nameOf(o.by);
+    const text = `restored from a checkpoint by ${byName}: step ${o.step}, params-sha256 ${o.params_sha256}`;
     this.summary = { ...this.summary, state: "running", step: o.step, sha: o.params_sha256 };
-    this.bus.emit("run:restored", { step: o.step, sha: o.params_sha256, by: o.by, runId: p.runId, steps: p.steps });
+    this.shaAt.clear();
+    this.commits = [];
+    this.bus.emit("run:restored", { step: o.step, sha: o.params_sha256, by: o.by, byName, runId: p.runId, steps: p.steps });
     this._state("running", text);
   }
 
   stop(why = "the host stopped the run") {
-    return this._enqueue(async () => (this.peer ? this.peer.stop(why) : []));
+    return this._enqueue(async () => {
+      if (!this.peer?.coordinating || this.peer.ended) return [];
+      this.stopping = { by: this.peer.me };
+      return this.peer.stop(why);
+    });
   }
 }
 

@@ -7,6 +7,11 @@
 //   net.approve(id); net.deny(id); net.createRoom(); net.join(code); net.rename(name);
 //   await net.send(peerId, bytes);          // one binary message (<= 256 KiB), flow-controlled
 //   net.openPeers();                        // ids with an open data channel
+//   net.nameOf(id); net.nameIds(text);      // room names instead of ids
+//
+// About once a second it reports this tab's own links (`links`), shares them with the room
+// through the server's `broadcast` (links.js checks what comes back) and reports the room's
+// whole matrix (`room:links`).
 //
 // Who offers: of two members, the one whose id sorts first (plain string comparison) creates
 // the RTCPeerConnection's data channel and the offer; the other answers and receives the
@@ -14,6 +19,7 @@
 // and made again while both are members.
 
 import * as P from "./protocol.js";
+import { LinkMatrix, linkState, linksPayload, cleanRtt, LINKS_TYPE } from "./links.js";
 
 export const CHANNEL_LABEL = "daisychain";
 export const MAX_MESSAGE_BYTES = 256 * 1024;
@@ -21,6 +27,11 @@ export const HIGH_WATER = 8 * 1024 * 1024;
 export const LOW_WATER = 1024 * 1024;
 
 const RECONNECT_MS = [250, 500, 1000, 2000, 4000];
+/** How often this tab reports its links (and shares them with the room). */
+export const LINKS_EVERY_MS = 1000;
+/** Rooms up to this size share their links (room:links); larger ones do not. */
+export const LINKS_SHARED_MEMBERS = 32;
+const PEER_ID = /'([0-9a-f]{8})'|\b([0-9a-f]{8})\b/g;
 
 /** One other member: its RTCPeerConnection, its data channel, a queue that respects
  *  bufferedAmount. */
@@ -108,6 +119,28 @@ class PeerLink {
 
   get open() { return !this.closed && this.channel?.readyState === "open"; }
 
+  /** The contract's state of this link (links.js linkState). */
+  get state() { return this.closed ? "closed" : linkState(this.pc.connectionState, this.open); }
+
+  /** Round-trip time of the selected candidate pair in ms, or null when unknown. */
+  async rttMs() {
+    if (this.closed || this.pc.connectionState !== "connected") return null;
+    let stats;
+    try {
+      stats = await this.pc.getStats();
+    } catch {
+      return null;
+    }
+    let pairId = null;
+    stats.forEach((r) => { if (r.type === "transport" && r.selectedCandidatePairId) pairId = r.selectedCandidatePairId; });
+    let best = null;
+    stats.forEach((r) => {
+      if (r.type !== "candidate-pair") return;
+      if (pairId ? r.id === pairId : r.nominated && r.state === "succeeded") best = r;
+    });
+    return best && typeof best.currentRoundTripTime === "number" ? cleanRtt(best.currentRoundTripTime * 1000) : null;
+  }
+
   _wake() { for (const w of this.waiters.splice(0)) w(); }
 
   /** Send one binary message; waits while the channel holds more than HIGH_WATER bytes. */
@@ -153,7 +186,33 @@ export class Network {
     this.retries = 0;
     this.denied = false;
     this.debug = new URLSearchParams(location.search).has("debug");
+    this.names = new Map();       // peer id -> its last known room name (also after it left)
+    this.failedLinks = new Map(); // peer id -> "failed" | "closed" until a new link is made
+    this.matrix = new LinkMatrix();
+    this.report = null;           // {runId, step, sha}: mesh.js's last committed step
+    this.linksTimer = null;
   }
+
+  /** The room name of `id` (the id itself when no room message named it). */
+  nameOf(id) { return this.names.get(id) || id; }
+
+  /**
+   * `text` with every known peer id (bare or in quotes) replaced by the device's name:
+   * {text, peer, name} (peer/name of the first id found, absent when none).
+   */
+  nameIds(text) {
+    let peer = null;
+    const out = String(text).replace(PEER_ID, (m, q, b) => {
+      const id = q || b;
+      if (!this.names.has(id)) return m;
+      if (peer === null) peer = id;
+      return this.names.get(id);
+    });
+    return peer === null ? { text: out } : { text: out, peer, name: this.names.get(peer) };
+  }
+
+  /** mesh.js: this replica's params hash after a committed step, shared with the links. */
+  setReport(report) { this.report = report; }
 
   async start() {
     try {
@@ -163,6 +222,40 @@ export class Network {
       console.warn(`network: /ice-servers unavailable (${err.message}); using none`);
     }
     this._connect();
+    if (!this.linksTimer) {
+      this.linksTimer = setInterval(() => {
+        this.reportLinks().catch((err) => console.warn(`network: link report failed: ${err.message}`));
+      }, LINKS_EVERY_MS);
+    }
+  }
+
+  /** This tab's own links: [{id, name, state, rttMs}] for every other member of the room. */
+  async linkRows() {
+    const r = this.room;
+    if (!r) return [];
+    const others = r.members.map((m) => m.id).filter((id) => id !== r.you);
+    return Promise.all(others.map(async (id) => {
+      const link = this.links.get(id);
+      const state = link ? link.state : this.failedLinks.get(id) || "new";
+      const rttMs = link ? await link.rttMs() : null;
+      return { id, name: this.nameOf(id), state, rttMs };
+    }));
+  }
+
+  /** Emit `links` and `room:links`, and share this tab's row with the room (once a second). */
+  async reportLinks() {
+    const rows = await this.linkRows();
+    const r = this.room;
+    this.bus.emit("links", { rows });
+    if (!r) return;
+    const now = performance.now() / 1000;
+    const own = Object.fromEntries(rows.map((x) => [x.id, { state: x.state, rttMs: x.rttMs }]));
+    this.matrix.setOwn(r.you, own, now);
+    // Shared while the room is small enough: n members' reports cost the server n^2 relays a
+    // second (a bigger room shows each tab its own links only).
+    if (rows.length && r.members.length <= LINKS_SHARED_MEMBERS) this._signal(P.broadcast(linksPayload(own, this.report)));
+    const v = this.matrix.view(now);
+    this.bus.emit("room:links", { ...v, names: Object.fromEntries(v.members.map((id) => [id, this.nameOf(id)])) });
   }
 
   _status(state, text) { this.bus.emit("net:status", { state, text }); }
@@ -232,7 +325,11 @@ export class Network {
   _on_room(msg) {
     this.pending = null;
     this.denied = false;
+    const before = this.room && this.room.code === msg.code && this.room.room === msg.room ? this.room.members : [];
+    for (const m of msg.members) this.names.set(m.id, m.name);
+    for (const d of msg.pending || []) this.names.set(d.id, d.name);
     this.room = msg;
+    this.matrix.setMembers(msg.members.map((m) => m.id));
     // From now on a reconnect without a token returns to this room.
     this.wantRoom = msg.room === "private" ? msg.code : P.ROOM_NETWORK;
     const others = new Set(msg.members.map((m) => m.id).filter((id) => id !== msg.you));
@@ -246,6 +343,13 @@ export class Network {
     for (const id of others) if (!this.links.has(id) && this.id < id) this._link(id);
     this._status("online", msg.room === "private" ? `in private room ${msg.code}` : "in the network room");
     this.bus.emit("net:room", { ...msg, isHost: msg.host === msg.you });
+    const now = new Set(msg.members.map((m) => m.id));
+    for (const m of before) {
+      if (!now.has(m.id) && m.id !== msg.you) {
+        this.failedLinks.delete(m.id);
+        this.bus.emit("room:left", { id: m.id, name: m.name });
+      }
+    }
   }
 
   _on_pending(msg) {
@@ -256,7 +360,10 @@ export class Network {
     this.bus.emit("net:pending", { code: msg.code });
   }
 
-  _on_join_request(msg) { this.bus.emit("net:join-request", { peer: msg.peer }); }
+  _on_join_request(msg) {
+    if (msg.peer?.id) this.names.set(msg.peer.id, msg.peer.name);
+    this.bus.emit("net:join-request", { peer: msg.peer });
+  }
 
   _on_pong() {}
 
@@ -268,7 +375,9 @@ export class Network {
       this.wantRoom = P.ROOM_NETWORK;
       this._status("refused", msg.message);
     }
-    this.bus.emit("net:error", { code: msg.code, message: msg.message, ref: msg.ref });
+    const n = this.nameIds(msg.message); // "'f2d3640e' is no other connected member" -> the name
+    this.bus.emit("net:error", { code: msg.code, message: n.text, ref: msg.ref,
+      ...(n.peer ? { peer: n.peer, name: n.name } : {}) });
   }
 
   async _on_offer(msg) {
@@ -285,11 +394,20 @@ export class Network {
 
   async _on_candidate(msg) { await this.links.get(msg.sender)?.onCandidate(msg.candidate); }
 
-  _on_broadcast(msg) { this.bus.emit("net:broadcast", { sender: msg.sender, data: msg.data }); }
+  _on_broadcast(msg) {
+    if (msg.data && msg.data.type === LINKS_TYPE) {
+      if (!this.matrix.receive(msg.sender, msg.data, performance.now() / 1000)) {
+        console.warn(`network: a links report from ${this.nameOf(msg.sender)} was not valid: dropped`);
+      }
+      return;
+    }
+    this.bus.emit("net:broadcast", { sender: msg.sender, data: msg.data });
+  }
 
   // -- links ---------------------------------------------------------------------------------
 
   _link(id, { answer = false } = {}) {
+    this.failedLinks.delete(id);
     const link = new PeerLink(this, id, answer);
     this.links.set(id, link);
     if (!answer) {
@@ -301,6 +419,7 @@ export class Network {
   _relink(id) {
     const link = this.links.get(id);
     if (!link || link.closed) return;
+    this.failedLinks.set(id, link.pc.connectionState === "failed" ? "failed" : "closed");
     link.close();
     this.links.delete(id);
     this.bus.emit("peer:close", { id });
@@ -354,6 +473,8 @@ export class Network {
 
   stop() {
     this.stopped = true;
+    clearInterval(this.linksTimer);
+    this.linksTimer = null;
     this._dropLinks();
     try { this.ws?.close(1000, "leaving"); } catch { /* gone */ }
   }
