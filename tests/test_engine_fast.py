@@ -122,3 +122,69 @@ def test_adam_never_writes_into_arrays_from_outside():
         want_theta = want_theta - (hp.lr * u + (hp.lr * hp.weight_decay) * want_theta)
     assert theta.tobytes() == want_theta.tobytes()
     assert st.m.tobytes() == m.tobytes() and st.v.tobytes() == v.tobytes()
+
+
+def _documented_adam(theta, m, v, b1t, b2t, g, hp, steps):
+    """The expression order of docs/ENGINE.md with fresh numpy arrays (one op per line)."""
+    for _ in range(steps):
+        b1t, b2t = b1t * hp.beta1, b2t * hp.beta2
+        m = hp.beta1 * m + (1.0 - hp.beta1) * g
+        v = hp.beta2 * v + (1.0 - hp.beta2) * (g * g)
+        u = (m / (1.0 - b1t)) / (np.sqrt(v / (1.0 - b2t)) + hp.eps)
+        if hp.weight_decay:
+            theta = theta - (hp.lr * u + (hp.lr * hp.weight_decay) * theta)
+        else:
+            theta = theta - hp.lr * u
+    return theta, m, v
+
+
+@pytest.mark.parametrize("wd", [0.0, 0.01])
+@pytest.mark.parametrize("n_micro", [4, 3])
+def test_fused_adam_on_the_integer_total_equals_the_documented_order(wd, n_micro):
+    """The compiled single pass (numba) that takes the int64 total and the mean-gradient
+    scaling gives the bits of mean_grad then the documented Adam expressions, with and
+    without weight decay, for a power-of-two and another micro-batch count; and it is the
+    path actually taken for a vector this long."""
+    from daisychain.engine import adam as adam_mod
+
+    size = adam_mod.FUSED_MIN_SIZE + 37
+    rng = np.random.default_rng(11)
+    hp = Hyper(weight_decay=wd)
+    total = (rng.standard_normal(size) * 2.0**36).astype(np.int64)
+    total[:5] = [0, 1, -1, 2**50, -(2**50)]
+    gscale = 2.0**-40 if n_micro == 3 else 2.0**-42
+    gdiv = float(n_micro) if n_micro == 3 else 1.0
+    theta0 = rng.standard_normal(size)
+    m0, v0 = rng.standard_normal(size) * 1e-3, rng.uniform(0, 1e-6, size)
+    theta = theta0.copy()
+    st = AdamState(m0.copy(), v0.copy(), step=2, b1t=0.9**2, b2t=0.999**2)
+    for _ in range(3):
+        adam_step(theta, st, total, hp, gscale, gdiv)
+    assert adam_mod._fused_kernel() is not None  # numba is a dependency: the fused pass ran
+    g = np.multiply(total, gscale, dtype=np.float64)
+    g = g / gdiv if gdiv != 1.0 else g
+    want = _documented_adam(theta0, m0, v0, 0.9**2, 0.999**2, g, hp, 3)
+    assert theta.tobytes() == want[0].tobytes()
+    assert st.m.tobytes() == want[1].tobytes() and st.v.tobytes() == want[2].tobytes()
+
+
+def test_two_layer_training_hash_is_the_same_with_and_without_numba(monkeypatch):
+    """A 2-hidden-layer model (its parameter vector takes the fused Adam pass) ends on the
+    same params-sha256 when the fused pass is switched off (numpy passes)."""
+    from daisychain.engine import adam as adam_mod
+    from daisychain.engine.data import prepare_task
+    from daisychain.engine.trainer import Trainer
+
+    spec, hp, ds = mlp(64, 96, 10, depth=2), Hyper(), prepare_task("digits")
+    assert sum(int(np.prod(s)) for _, s in spec.param_shapes()) >= adam_mod.FUSED_MIN_SIZE
+    hashes = []
+    for off in (False, True):
+        if off:
+            monkeypatch.setenv("DAISYCHAIN_NO_NUMBA", "1")
+            monkeypatch.setattr(adam_mod, "_fused", None)
+        tr = Trainer(spec, hp, ds, load_luts())
+        for _ in range(5):
+            tr.apply(tr.contribute(list(range(hp.n_micro))).grad)
+        hashes.append(tr.params_sha256())
+    assert adam_mod._fused_kernel() is None
+    assert hashes[0] == hashes[1]
