@@ -38,7 +38,8 @@ SPECS = {"1x24": mlp(16, 24, 5), "2x24": mlp(16, 24, 5, depth=2), "3x12": mlp(16
 
 
 @pytest.mark.parametrize("name", sorted(SPECS))
-@pytest.mark.parametrize("case", ["plain", "zeros", "mixed-scales", "huge", "tiny", "S0", "S60", "clamped"])
+@pytest.mark.parametrize("case", ["plain", "zeros", "mixed-scales", "huge", "tiny", "S0", "S60", "clamped",
+                                  "spread"])
 def test_fast_path_equals_the_literal_engine(name, case):
     spec = SPECS[name]
     rng = np.random.default_rng(abs(hash((name, case))) % 2**32)
@@ -50,6 +51,8 @@ def test_fast_path_equals_the_literal_engine(name, case):
         x[1] = 0.0
     elif case == "mixed-scales":  # per-micro-batch exponents far apart: unfoldable spread
         x *= np.array([1.0, 2.0**-12, 2.0**9, 2.0**-30])[:, None, None]
+    elif case == "spread":  # exponents a few apart: one float64 weight-gradient GEMM
+        x *= np.array([1.0, 2.0**-5, 2.0**4, 2.0**-7])[:, None, None]
     elif case == "huge":
         theta = theta * 1e6
         x *= 1e20
@@ -188,3 +191,30 @@ def test_two_layer_training_hash_is_the_same_with_and_without_numba(monkeypatch)
         hashes.append(tr.params_sha256())
     assert adam_mod._fused_kernel() is None
     assert hashes[0] == hashes[1]
+
+
+@pytest.mark.parametrize("e, limit, path", [
+    ([-38, -39, -37, -38], 2.0**49, "one float32 GEMM"),
+    ([-40, -33, -36, -38], 2.0**49, "one float64 GEMM"),
+    ([-40] + [-7] * 7, 2.0**51, "float32 GEMMs by exponent"),
+    ([-41, -40, -39, -40], 2.0**49, "per micro-batch (e + S < 0)"),
+])
+def test_weight_gradient_fold_equals_the_per_micro_batch_fixed_point_sum(e, limit, path):
+    """Every way _weight_grad folds the micro-batches (chosen by the spread of their
+    exponents and the bounds) gives the per-micro-batch fixed-point values summed in int64."""
+    from daisychain.engine.fast import FastPath, _fixed_sum
+
+    rng = np.random.default_rng(len(path))
+    n, b, k_in, k_out = len(e), 16, 40, 24
+    G = rng.integers(-127, 128, (n * b, k_out)).astype(np.float32)
+    a = rng.integers(-127, 128, (n * b, k_in)).astype(np.float32)
+    e = np.array(e)
+    dW = np.einsum("nbo,nbi->noi", G.reshape(n, b, -1).astype(np.int64),
+                   a.reshape(n, b, -1).astype(np.int64))  # exact integers
+    want = _fixed_sum(dW.astype(np.float64), e, 40, limit).ravel()
+    for scale_g in (False, True):  # either operand may be the one scaled
+        Gs, As = (a, G) if scale_g else (G, a)
+        got = np.empty(k_in * k_out, np.int64)
+        FastPath._weight_grad(got, Gs, As, n, e, 40, limit, np.empty((Gs.shape[1], As.shape[1]), np.float32))
+        ref = want if not scale_g else _fixed_sum(dW.transpose(0, 2, 1).astype(np.float64), e, 40, limit).ravel()
+        assert np.array_equal(got, ref), path
