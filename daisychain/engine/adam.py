@@ -121,7 +121,10 @@ def adam_step(theta: np.ndarray, state: AdamState, g: np.ndarray, hp: Hyper,
     if (kern is not None and theta.dtype == np.float64 and theta.ndim == 1
             and theta.flags.c_contiguous and theta.flags.writeable
             and g.ndim == 1 and g.size == theta.size and g.dtype in (np.float64, np.int64)):
-        kern(theta, m, v, np.ascontiguousarray(g), float(gscale), float(gdiv), b1, b2,
+        src = np.ascontiguousarray(g)
+        if not src.flags.writeable:  # e.g. a decoded total: numba would compile another
+            src = src.copy()         # specialization for a read-only array (seconds, once)
+        kern(theta, m, v, src, float(gscale), float(gdiv), b1, b2,
              1.0 - b1, 1.0 - b2, 1.0 - state.b1t, 1.0 - state.b2t, hp.eps, hp.lr,
              bool(hp.weight_decay), hp.lr * hp.weight_decay)
         return
