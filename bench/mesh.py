@@ -23,6 +23,7 @@ for _v in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
 
 import argparse  # noqa: E402
 import asyncio  # noqa: E402
+import threading  # noqa: E402
 import time  # noqa: E402
 
 import numpy as np  # noqa: E402
@@ -34,13 +35,16 @@ _CPU: list = []  # (thread CPU s, wall s) of every contribute_at call of the cur
 
 
 def _instrument() -> None:
-    """Time every ``contribute_at`` call (the compute a peer runs in its worker thread)."""
+    """Time every ``contribute_at`` call in a peer's compute thread (the step's work; not
+    the capacity measurement before the run)."""
     from daisychain.peer import run as R
     if getattr(R.contribute_at, "_bench", False):
         return
     inner = R.contribute_at
 
     def timed(*a):
+        if not threading.current_thread().name.startswith("daisy-compute"):
+            return inner(*a)  # e.g. the capacity measurement before the run
         c, w = time.thread_time(), time.perf_counter()
         try:
             return inner(*a)

@@ -115,6 +115,27 @@ class Device:
         return out
 
 
+def split_timings(timings: list[dict]) -> tuple[float, int, list[dict]]:
+    """(seconds per step, steps in the window, each peer's time per step in each hook) over
+    the host's commits after the first ones (start-up: ICE, numba, sync)."""
+    commits = timings[0]["commits"]
+    skip = min(10, len(commits) // 4)  # the first steps include start-up (ICE, numba, sync)
+    t0, t1 = commits[skip], commits[-1]
+    steps = len(commits) - 1 - skip
+    step_s = (t1 - t0) / max(1, steps)
+    per_peer = []
+    for t in timings:  # each peer's time per step in each hook, over the same window
+        per_peer.append({k: sum(d for e, d in t[k] if t0 < e <= t1) / steps
+                         for k in ("compute_cpu", "compute_wall", "encode", "decode", "apply",
+                                   "messages_out", "messages_in")})
+        per_peer[-1]["bytes_out"] = sum(d for e, d in t.get("bytes_out", []) if t0 < e <= t1) / steps
+        cc, cm = t.get("commit_cpu"), t["commits"]
+        if cc and len(cc) == len(cm):  # process CPU (all threads) per step over the window
+            a = next(i for i, e in enumerate(cm) if e >= t0)
+            per_peer[-1]["process_cpu"] = (cc[-1] - cc[a]) / max(1, len(cm) - 1 - a)
+    return step_s, steps, per_peer
+
+
 def run_mesh(tmp: Path, n: int, run_args: list[str], rate: str, delay_ms: float, tag: str) -> dict:
     """One room of ``n`` daisy-peers (host + n-1 members) on cores 0..n-1: steps/s, the step
     split of each peer, wire bytes, the final hash."""
@@ -151,18 +172,12 @@ def run_mesh(tmp: Path, n: int, run_args: list[str], rate: str, delay_ms: float,
         server.wait(10)
     summaries = [json.loads(o.strip().splitlines()[-1]) for o in outs]
     timings = [json.loads((tmp / f"{tag}-{i}.json").read_text()) for i in range(n)]
-    commits = timings[0]["commits"]
-    skip = min(10, len(commits) // 4)  # the first steps include start-up (ICE, numba, sync)
-    t0, t1 = commits[skip], commits[-1]
-    steps = len(commits) - 1 - skip
-    step_s = (t1 - t0) / max(1, steps)
-    per_peer = []
-    for t in timings:  # each peer's time per step in each hook, over the same window
-        per_peer.append({k: sum(d for e, d in t[k] if t0 < e <= t1) / steps
-                         for k in ("compute_cpu", "compute_wall", "encode", "decode", "apply",
-                                   "messages_out", "messages_in")})
-    sent = sum(s.get("bytes_sent", 0) for s in summaries) / len(commits)
-    return {"n": n, "step_s": step_s, "steps": steps, "peers": per_peer, "bytes_per_step": sent,
+    step_s, steps, per_peer = split_timings(timings)
+    # bytes all peers queued on their links per step, over the same window (the start-up
+    # state transfer left out); the summaries' totals include it
+    sent = sum(p["bytes_out"] for p in per_peer)
+    return {"n": n, "step_s": step_s, "steps": len(timings[0]["commits"]), "peers": per_peer,
+            "bytes_per_step": sent,
             "hash": summaries[0].get("params_sha256"),
             "hashes_agree": len({s.get("params_sha256") for s in summaries}) == 1}
 
@@ -233,19 +248,20 @@ def report(results: dict) -> str:
     batch = {"default": 64, "compute-bound": results["meta"].get("big_batch", 1024)}
     lines = ["| run | network | peers | samples/s | vs 1 peer | step ms | slowest peer's work ms "
              "(compute / encode / decode / apply) | wire + waiting ms | messages out / in per step (each peer) "
-             "| same hash as 1 peer |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+             "| process CPU per step ms (each peer) | load after | same hash as 1 peer |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in mesh:
         base = one[(r["net"], r["run"])]
         work, rest = _split(r)
         slow = max(r["peers"], key=lambda p: p["compute_wall"] + p["encode"] + p["decode"] + p["apply"])
         msgs = ", ".join(f"{p['messages_out']:.1f} / {p['messages_in']:.1f}" for p in r["peers"])
+        cpu = ", ".join(f"{p['process_cpu'] * 1e3:.1f}" if "process_cpu" in p else "n/a" for p in r["peers"])
         lines.append(
             f"| {r['run']} | {NET_NAMES[r['net']]} | {r['n']} | {batch[r['run']] / r['step_s']:,.0f} | "
             f"{base['step_s'] / r['step_s']:.2f}x | {r['step_s'] * 1e3:.2f} | {work * 1e3:.2f} "
             f"({slow['compute_wall'] * 1e3:.2f} / {slow['encode'] * 1e3:.2f} / {slow['decode'] * 1e3:.2f}"
             f" / {slow['apply'] * 1e3:.2f}) | {rest * 1e3:.2f} | "
-            f"{msgs} | "
+            f"{msgs} | {cpu} | {r.get('load', float('nan')):.1f} | "
             f"{'yes' if r['hash'] == base['hash'] and r['hashes_agree'] else 'NO'} |")
     over = ["| run | network | step overhead at 2 peers ms | raw RTT ms | raw rate MB/s | payload B/step "
             "| bound: 2 RTT + payload / rate ms | within bound | Gloo all-reduce int64 / float32 ms |",
@@ -332,13 +348,26 @@ def main() -> None:
     ap.add_argument("--nets", default="veth,tbf,delay", help="networks to run (comma-separated)")
     ap.add_argument("--out", default=None, help="also write the raw results (JSON) here")
     ap.add_argument("--report", default=None, help="only rewrite the report from a --out file")
+    ap.add_argument("--raw", default=None, metavar="DIR",
+                    help="with --report: recompute the step splits from the peers' timing files in DIR")
     ap.add_argument("--profile", default=None, metavar="DIR",
                     help="only a 2-peer default run on the veth, each peer under cProfile (stats in DIR)")
     ap.add_argument("--runs", default="default,compute-bound", help="runs (comma-separated)")
     ap.add_argument("--no-write", action="store_true")
     args = ap.parse_args()
     if args.report:
-        print(report(json.loads(Path(args.report).read_text())))
+        results = json.loads(Path(args.report).read_text())
+        if args.raw:
+            for r in results["mesh"]:
+                tag = f"{r['net']}-{r['run']}-{r['n']}"
+                files = [Path(args.raw) / f"{tag}-{i}.json" for i in range(r["n"])]
+                if all(f.exists() for f in files):
+                    r["step_s"], _, r["peers"] = split_timings([json.loads(f.read_text()) for f in files])
+        text = report(results)
+        print(text)
+        if not args.no_write:
+            from bench._report import write_section
+            write_section("scaling", text, "sudo .venv/bin/python -m bench.scaling " + " ".join(sys.argv[1:]))
         return
     if os.environ.get("DAISY_SCALING_NS") != "1":
         os.execvp("unshare", ["unshare", "-n", "--", "env", "DAISY_SCALING_NS=1", PY, "-m",
@@ -370,7 +399,7 @@ def main() -> None:
                     tag = f"{net}-{run}-{n}"
                     print(f"[scaling] {tag}", file=sys.stderr, flush=True)
                     r = run_mesh(tmp, n, rargs, rate, delay, tag)
-                    r.update(net=net, run=run)
+                    r.update(net=net, run=run, load=os.getloadavg()[0])
                     results["mesh"].append(r)
                     print(f"[scaling] {tag}: {1 / r['step_s']:.1f} steps/s", file=sys.stderr, flush=True)
             two = [r for r in results["mesh"] if r["net"] == net and r["n"] == 2]

@@ -79,6 +79,7 @@ def _instrument() -> None:
 
     def counted(self, frames):
         T["messages_out"].append((time.perf_counter(), 1))
+        T.setdefault("bytes_out", []).append((time.perf_counter(), sum(len(f) for f in frames)))
         return link_send(self, frames)
     rtc.Link.send = counted
     decode = F.from_message
@@ -92,6 +93,7 @@ def _instrument() -> None:
     def on_event(self, e):
         if isinstance(e, R.Committed):
             T["commits"].append(time.perf_counter())
+            T.setdefault("commit_cpu", []).append(time.process_time())  # all threads
         return event(self, e)
     N.Node._event = on_event
 
@@ -99,6 +101,7 @@ def _instrument() -> None:
 def _dump() -> None:
     out = os.environ.get("SCALING_OUT")
     if out:
+        T["process_cpu_s"] = time.process_time()  # all threads, the whole process lifetime
         Path(out).write_text(json.dumps(T))
 
 
