@@ -71,6 +71,7 @@ def _instrument() -> None:
         setattr(mod, name, timed)
 
     wrap(R, "contribute_at", "compute_wall", cpu=True)
+    wrap(F, "to_message", "encode")  # the integer codecs (encode_ints) run here
     wrap(F, "encode_frames", "encode")
     wrap(F, "from_message", "decode")
     wrap(Trainer, "apply", "apply")
