@@ -225,7 +225,9 @@ def main() -> None:
             "process (one event loop, one shared compute thread, one GIL): all-reduce + waiting "
             "is step minus the compute wall time; bench/scaling.py runs each peer as its own "
             "process on its own core. The train-loop row is the plain contribute + apply loop "
-            "of `daisychain train` in the same process.", "",
+            "of `daisychain train` in the same process. One BLAS thread (as daisy-peer now sets "
+            "for its compute thread): with OpenBLAS's own threads the 1-peer row showed 59 ms of "
+            "compute per step, the compute thread waiting on spinning BLAS workers.", "",
             f"2 peers: all-reduce payload rate {rate / 1e6:.2f} MB/s (payload / (step - compute)) vs a "
             f"raw data-channel transfer of the same {payload:.0f} bytes in the same run "
             f"{raw / 1e6:.2f} MB/s: {rate / raw * 100:.0f}%. Small payloads are latency-bound: "

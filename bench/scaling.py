@@ -336,7 +336,7 @@ def extrapolation(results: dict) -> str:
             out.append(f"| {run} | {n} | {st * 1e3:.2f} | {ri * 1e3:.2f} | {tr * 1e3:.2f} | "
                        f"{best[1]} ({st / best[0]:.2f}x faster than the star) | {(n - 1) * down / 1e3:.1f} kB |")
         out.append(f"| {run} | params | c = {c * 1e3:.3f} ms, a = {a * 1e3:.2f} ms, "
-                   f"b = {b * 1e9:.1f} ns/B, P = {up:,.0f} B, M = {n_micro}, V = {vbytes:,} B | | | | |")
+                   f"b = {b * 1e9:.1f} ns/B, P = {up:,.0f} B, M = {n_micro}, V = {vbytes:,.0f} B | | | | |")
     return "\n".join(out)
 
 
