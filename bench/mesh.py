@@ -5,19 +5,68 @@ against a raw data-channel transfer of the same bytes in the same run, a torch.d
 Gloo all-reduce of the same payload on loopback, and join-to-first-contribution time.
 
     .venv/bin/python -m bench.mesh [--steps 60]
+
+One BLAS thread (OPENBLAS/OMP/MKL_NUM_THREADS=1, set before numpy loads), as in
+bench/train.py: a peer computes in a worker thread, and with OpenBLAS's own threads on this
+2-core machine every small GEMM of that thread waited for (spinning) BLAS workers: the
+1-peer row showed 59 ms of "compute" per step, ~6 ms of CPU per call for ~1 ms of work.
+"Compute" is now the CPU time of the compute thread inside ``contribute_at`` (the work
+itself), and the wall time the step's computes took is shown beside it.
 """
 
 from __future__ import annotations
 
-import argparse
-import asyncio
 import os
-import time
 
-import numpy as np
+for _v in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_v, "1")
 
-from bench._report import write_section
-from daisychain.engine.settings import add_run_arguments, settings_from_args
+import argparse  # noqa: E402
+import asyncio  # noqa: E402
+import threading  # noqa: E402
+import time  # noqa: E402
+
+import numpy as np  # noqa: E402
+
+from bench._report import write_section  # noqa: E402
+from daisychain.engine.settings import add_run_arguments, settings_from_args  # noqa: E402
+
+_CPU: list = []  # (thread CPU s, wall s) of every contribute_at call of the current run
+
+
+def _instrument() -> None:
+    """Time every ``contribute_at`` call in a peer's compute thread (the step's work; not
+    the capacity measurement before the run)."""
+    from daisychain.peer import run as R
+    if getattr(R.contribute_at, "_bench", False):
+        return
+    inner = R.contribute_at
+
+    def timed(*a):
+        if not threading.current_thread().name.startswith("daisy-compute"):
+            return inner(*a)  # e.g. the capacity measurement before the run
+        c, w = time.thread_time(), time.perf_counter()
+        try:
+            return inner(*a)
+        finally:
+            _CPU.append((time.thread_time() - c, time.perf_counter() - w))
+
+    timed._bench = True
+    R.contribute_at = timed
+
+
+def train_loop_s(settings, steps: int = 200) -> float:
+    """Seconds per step of the plain single-process loop (what ``daisychain train`` does:
+    contribute all micro-batches, apply), in this process, for the 1-peer comparison."""
+    from daisychain.engine.trainer import Trainer
+    from daisychain.units import load_luts
+    tr = Trainer(settings.spec, settings.hp, settings.ds, load_luts())
+    ids = list(range(settings.hp.n_micro))
+    tr.apply(tr.contribute(ids).grad)
+    t = time.perf_counter()
+    for _ in range(steps):
+        tr.apply(tr.contribute(ids).grad)
+    return (time.perf_counter() - t) / steps
 
 
 async def mesh_run(settings, n: int):
@@ -25,6 +74,8 @@ async def mesh_run(settings, n: int):
     from daisychain.peer.node import Node, NodeOptions
     from daisychain.peer import run as R
 
+    _instrument()
+    _CPU.clear()
     runner, port = await _serve(settings, 0)
     base = f"http://127.0.0.1:{port}"
     marks = {"first": None, "last": None}
@@ -50,10 +101,12 @@ async def mesh_run(settings, n: int):
     await runner.cleanup()
     steps = settings.steps - 1  # first commit is the time origin
     wall = (marks["last"] - marks["first"]) / max(steps, 1)
-    compute = max(r["compute_s"] for r in results) / settings.steps
+    compute_wall = max(r["compute_s"] for r in results) / settings.steps
+    compute = sum(c for c, _ in _CPU) / settings.steps  # all peers' compute CPU per step
     sent = sum(r["bytes_sent"] for r in results) / settings.steps
     joins = [m.stats.first_contribution_s for m in members if m.stats.first_contribution_s]
-    return {"n": n, "step_s": wall, "compute_s": compute, "bytes_per_step": sent,
+    return {"n": n, "step_s": wall, "compute_s": compute, "compute_wall_s": compute_wall,
+            "bytes_per_step": sent,
             "join_s": float(np.mean(joins)) if joins else None,
             "hash": results[0]["params_sha256"]}
 
@@ -145,17 +198,22 @@ def main() -> None:
     rows = [asyncio.run(mesh_run(settings, n)) for n in range(1, args.max_peers + 1)]
     hashes = {r["hash"] for r in rows}
     two = next(r for r in rows if r["n"] == 2)
-    comm = max(two["step_s"] - two["compute_s"], 1e-9)
+    comm = max(two["step_s"] - two["compute_wall_s"], 1e-9)
     payload = two["bytes_per_step"]
     raw = asyncio.run(raw_rate(int(payload)))
     gloo = gloo_allreduce_s(params)
-    lines = ["| peers | steps/s | step ms | compute ms | all-reduce + waiting ms | wire bytes/step "
-             "| float32 ring all-reduce bytes | ratio |", "|---|---|---|---|---|---|---|---|"]
+    loop_s = train_loop_s(settings)
+    lines = ["| peers | steps/s | step ms | compute ms (CPU, all peers) | compute ms (wall, slowest peer) "
+             "| all-reduce + waiting ms | wire bytes/step "
+             "| float32 ring all-reduce bytes | ratio |", "|---|---|---|---|---|---|---|---|---|",
+             f"| train loop (no mesh) | {1 / loop_s:.1f} | {loop_s * 1e3:.2f} | {loop_s * 1e3:.2f} | "
+             f"{loop_s * 1e3:.2f} | 0 | 0 | 0 | n/a |"]
     for r in rows:
         ring = 2 * (r["n"] - 1) * f32
         ratio = f"{r['bytes_per_step'] / ring * 100:.0f}%" if ring else "n/a (1 peer)"
         lines.append(f"| {r['n']} | {1 / r['step_s']:.1f} | {r['step_s'] * 1e3:.1f} | "
-                     f"{r['compute_s'] * 1e3:.1f} | {(r['step_s'] - r['compute_s']) * 1e3:.1f} | "
+                     f"{r['compute_s'] * 1e3:.2f} | {r['compute_wall_s'] * 1e3:.2f} | "
+                     f"{(r['step_s'] - r['compute_wall_s']) * 1e3:.1f} | "
                      f"{r['bytes_per_step']:.0f} | {ring} | {ratio} |")
     rate = payload / comm
     body = [f"Digits run, {params} parameters, {settings.steps} steps, batch {settings.hp.batch} "
@@ -163,7 +221,13 @@ def main() -> None:
             f"({'yes' if len(hashes) == 1 else 'NO'}).", "", *lines, "",
             "Wire bytes are everything all peers sent on the data channels per step (contributions "
             "up to the coordinator, totals down, control); the float32 baseline is a ring "
-            "all-reduce, 2(N-1) x 4 bytes x parameters in total.", "",
+            "all-reduce, 2(N-1) x 4 bytes x parameters in total. The peers run in this one "
+            "process (one event loop, one shared compute thread, one GIL): all-reduce + waiting "
+            "is step minus the compute wall time; bench/scaling.py runs each peer as its own "
+            "process on its own core. The train-loop row is the plain contribute + apply loop "
+            "of `daisychain train` in the same process. One BLAS thread (as daisy-peer now sets "
+            "for its compute thread): with OpenBLAS's own threads the 1-peer row showed 59 ms of "
+            "compute per step, the compute thread waiting on spinning BLAS workers.", "",
             f"2 peers: all-reduce payload rate {rate / 1e6:.2f} MB/s (payload / (step - compute)) vs a "
             f"raw data-channel transfer of the same {payload:.0f} bytes in the same run "
             f"{raw / 1e6:.2f} MB/s: {rate / raw * 100:.0f}%. Small payloads are latency-bound: "

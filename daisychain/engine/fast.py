@@ -250,8 +250,9 @@ class FastPath:
         the clamp, each fixed-point value is the exact integer G^T a * 2**(e + S), so the
         sum over micro-batches is one GEMM over all (micro-batch, sample) rows with each
         micro-batch's rows scaled by 2**(k - kmin): integers below 2**51, exact in float64
-        in any order, and in float32 over any group of rows whose worst-case sum stays
-        below 2**24."""
+        in any order (one float64 GEMM when the worst-case sum of all |terms| stays below
+        2**53), and in float32 over any group of rows whose worst-case sum stays below
+        2**24."""
         b = G.shape[0] // n
         k = e + frac_bits
         kmin, kmax = int(k.min()), int(k.max())
@@ -261,8 +262,19 @@ class FastPath:
             dst[:] = _fixed_sum(dW, e, frac_bits, limit).ravel()
             return
         # every partial sum is bounded by the sum of all |terms| <= b * 127**2 * sum(2**(k - kmin))
-        if b * _DOT * int(np.ldexp(1.0, k - kmin).sum()) < 2**24:  # one float32 GEMM over every row
+        spread_sum = b * _DOT * int(np.ldexp(1.0, k - kmin).sum())
+        if spread_sum < 2**24:  # one float32 GEMM over every row
             chunks = [(None, kmin)]
+        elif spread_sum < 2**53:  # one float64 GEMM over every row: every partial sum exact
+            sc = np.ldexp(1.0, k - kmin)[:, None, None]
+            G64, a64 = G.reshape(n, b, -1).astype(np.float64), a_in.reshape(n, b, -1).astype(np.float64)
+            if a_in.shape[1] <= G.shape[1]:
+                a64 *= sc
+            else:
+                G64 *= sc
+            t = np.matmul(G64.reshape(n * b, -1).T, a64.reshape(n * b, -1))
+            np.multiply(t, math.ldexp(1.0, kmin), out=dst.reshape(t.shape), casting="unsafe")
+            return
         else:  # micro-batches of equal k, as many per GEMM as keep it exact
             per = max(1, (2**24 - 1) // (b * _DOT))
             chunks = []

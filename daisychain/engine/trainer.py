@@ -118,7 +118,6 @@ class Trainer:
         self.identity = run_identity(spec, hp, ds, luts)
         self.run_id = run_id(self.identity)
         self.limit = grad_limit(hp)
-        self._g: np.ndarray | None = None  # apply()'s gradient buffer
 
     @property
     def theta(self) -> np.ndarray:
@@ -135,20 +134,26 @@ class Trainer:
         y = self.ds.y_train[idx]
         return self.engine.grad(self.state.theta, x, y, self.hp.grad_frac_bits, self.limit)
 
+    def grad_scaling(self) -> tuple[float, float]:
+        """(gscale, gdiv) with mean gradient = total * gscale / gdiv: total * 2**-S / n_micro,
+        one exact scaling when n_micro is a power of two (both steps are exact then)."""
+        n = self.hp.n_micro
+        if n & (n - 1) == 0:
+            return float(pow2(-self.hp.grad_frac_bits - (n.bit_length() - 1))), 1.0
+        return float(pow2(-self.hp.grad_frac_bits)), float(n)
+
     def mean_grad(self, total: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
         """The averaged gradient from the integer total: total * 2**-S / n_micro."""
-        n = self.hp.n_micro
-        if n & (n - 1) == 0:  # a power of two: both steps are exact scalings, so one suffices
-            return np.multiply(total, pow2(-self.hp.grad_frac_bits - (n.bit_length() - 1)),
-                               out=out, dtype=np.float64)
-        g = np.multiply(total, pow2(-self.hp.grad_frac_bits), out=out, dtype=np.float64)
-        return np.divide(g, float(n), out=g)
+        gscale, gdiv = self.grad_scaling()
+        g = np.multiply(total, gscale, out=out, dtype=np.float64)
+        return g if gdiv == 1.0 else np.divide(g, gdiv, out=g)
 
     def apply(self, total: np.ndarray) -> None:
-        if self._g is None or self._g.size != self.layout.size:
-            self._g = np.empty(self.layout.size)
-        g = self.mean_grad(total, self._g)
-        adam_step(self.state.theta, self.state.adam, g, self.hp)
+        """Adam on the mean gradient of the integer total (fused into one pass where
+        adam_step can; the same bits as mean_grad then adam_step)."""
+        total = np.asarray(total)
+        gscale, gdiv = self.grad_scaling()
+        adam_step(self.state.theta, self.state.adam, total.reshape(-1), self.hp, gscale, gdiv)
         self.state.step += 1
 
     def accuracy(self, split: str = "test") -> float:

@@ -34,8 +34,23 @@ log = logging.getLogger("daisychain.peer")
 TICK_S = 0.1
 #: seconds between tries to reach the signaling server again after it went away mid-run
 RECONNECT_S = (0.5, 1.0, 2.0, 4.0)
+
+
+def _one_blas_thread() -> None:
+    """BLAS on one thread for this process (set as the compute thread starts). The engine's
+    GEMMs are small; with OpenBLAS's own worker threads, every GEMM of the compute thread
+    waited for them (they spin), which on a busy 2-core machine made a ~1 ms step's compute
+    take ~59 ms (bench/mesh.py)."""
+    try:
+        from threadpoolctl import threadpool_limits
+        threadpool_limits(1, user_api="blas")
+    except Exception:  # noqa: BLE001 - only speed depends on it
+        log.debug("could not limit BLAS threads", exc_info=True)
+
+
 #: one compute thread per process: numpy's BLAS is fastest when not called from many threads
-_COMPUTE = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="daisy-compute")
+_COMPUTE = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="daisy-compute",
+                                                 initializer=_one_blas_thread)
 
 
 @dataclass
