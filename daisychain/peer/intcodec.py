@@ -36,19 +36,21 @@ def _unzigzag(z: np.ndarray) -> np.ndarray:
 
 
 def varint_encode(z: np.ndarray) -> bytes:
-    """LEB128 of unsigned values (vectorised)."""
+    """LEB128 of unsigned values (vectorised; only as many byte columns as the largest
+    value needs, so a vector of small values costs a few passes, not ten)."""
     z = z.astype(np.uint64)
     if z.size == 0:
         return b""
+    width = max(1, (int(z.max()).bit_length() + 6) // 7)
     nbytes = np.ones(z.size, np.int64)
-    for k in range(1, 10):
+    for k in range(1, width):
         nbytes += (z >> np.uint64(7 * k)) > 0
-    rows = np.zeros((z.size, 10), np.uint8)
-    for k in range(10):
+    rows = np.empty((z.size, width), np.uint8)
+    for k in range(width):
         byte = ((z >> np.uint64(7 * k)) & np.uint64(0x7F)).astype(np.uint8)
         more = nbytes > k + 1
         rows[:, k] = byte | (more.astype(np.uint8) << 7)
-    mask = np.arange(10)[None, :] < nbytes[:, None]
+    mask = np.arange(width)[None, :] < nbytes[:, None]
     return rows[mask].tobytes()
 
 
