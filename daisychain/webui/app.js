@@ -33,9 +33,11 @@ const state = {
   checkpoint: { busy: false, loaded: null, saved: [], restores: [], error: null, info: null },
   share: { links: [], note: "", chosen: 0, copied: false, code: null },
   datasets: [],        // GET /datasets entries
+  datasetsLoaded: false, // GET /datasets answered (or failed: the embedded sets only)
   maxUpload: null,     // bytes, from GET /datasets
   upload: null,        // the last uploaded entry
   counters: null,      // {multiply, requantize, relu, micro}
+  counterSteps: [],    // counters.micro of every counters event of this run, in order
   roomPeers: null,     // room:peers detail
   linkRows: {},        // id -> {state, rttMs} (this tab's links, from `links`)
   matrix: null,        // room:links detail
@@ -490,6 +492,7 @@ async function loadDatasets() {
   } catch (err) {
     console.warn(`datasets: /datasets did not answer (${err.message}); the embedded sets only`);
   }
+  state.datasetsLoaded = true;
   renderDatasets();
   $("data-file-hint").textContent = state.maxUpload
     ? `at most ${F.count(state.maxUpload / 1024)} KiB; the server turns it into the text task's data (as daisychain train --data FILE)`
@@ -616,9 +619,11 @@ function chartAdd(key, x, y) {
 
 function newRun() {
   state.times = [];
+  state.lastRate = NaN;
   state.runStart = { t: now(), step: state.run.step || 0 };
   state.end = null;
   state.counters = null;
+  state.counterSteps = [];
   state.preparing = null;
   $("end-card").hidden = true;
   newChart();
@@ -650,7 +655,8 @@ function renderRun() {
   $("accuracy").textContent = Number.isFinite(r.accuracy) ? `${(r.accuracy * 100).toFixed(2)}%` : "—";
   const { rate, eta } = rateAndEta();
   const live = r.state === "running";
-  $("step-rate").textContent = live ? F.stepRate(rate) : "—";
+  if (live && Number.isFinite(rate)) state.lastRate = rate;
+  $("step-rate").textContent = live || r.state === "done" ? F.stepRate(live ? rate : state.lastRate) : "—";
   $("eta").textContent = live ? F.duration(eta) : r.state === "done" ? "done" : "—";
   $("preparing").hidden = r.state !== "starting";
   renderPreparing();
@@ -692,9 +698,18 @@ function showEnd(d) {
   const identity = identityOfRun();
   const entry = identity ? state.datasets.find((x) => x.fingerprint === identity.dataset) : null;
   const command = identity ? F.trainCommand(identity, entry?.train_args, d.step) : null;
+  if (identity && !entry) { // data another device sent after this page read the list: read it again
+    loadDatasets().then(() => {
+      const e = state.datasets.find((x) => x.fingerprint === identity.dataset);
+      if (e && state.end?.sha === d.sha) {
+        state.end.command = F.trainCommand(identity, e.train_args, d.step);
+        $("end-command").textContent = state.end.command;
+      }
+    });
+  }
   const done = r.done || {};
   const rows = Object.fromEntries((state.roomPeers?.rows || []).map((p) => [p.id, p]));
-  const ids = [...new Set([...Object.keys(done), ...Object.keys(rows)])];
+  const ids = [...new Set([...(state.room?.members || []).map((m) => m.id), ...Object.keys(done), ...Object.keys(rows)])];
   const micro = Object.fromEntries(ids.map((id) => [id, rows[id]?.micro ?? done[id] ?? 0]));
   const total = Object.values(micro).reduce((a, b) => a + b, 0);
   state.end = { accuracy: d.accuracy, loss: r.loss, seconds: t, stepsPerSecond: t > 0 ? stepsDone / t : null,
@@ -901,7 +916,12 @@ bus.on("room:peers", (d) => {
   for (const r of d.rows || []) if (r.name) state.names[r.id] = r.name;
   renderRun();
 });
-bus.on("counters", (c) => { state.counters = c; renderCounters(); });
+bus.on("counters", (c) => {
+  state.counters = c;
+  state.counterSteps.push(c.micro);
+  if (state.counterSteps.length > 1000) state.counterSteps.splice(0, 500);
+  renderCounters();
+});
 bus.on("run:preparing", (p) => {
   state.preparing = p;
   if (state.run.state !== "starting") state.run.state = "starting";
@@ -1147,8 +1167,7 @@ async function main() {
   mesh = new Mesh(bus, net, device);
   window.__daisy.mesh = mesh; // its state, for reading
   wire();
-  await datasets;
-  validate();
+  datasets.then(() => validate());
   await net.start();
   state.ready = !!state.room;
   renderSettings();
