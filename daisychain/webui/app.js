@@ -241,11 +241,9 @@ function renderShare() {
   }));
   sel.value = String(s.chosen);
   const notes = [];
-  if (isLoopbackPage()) {
-    notes.push(s.links.some((l) => l.lan)
-      ? "You opened this page on localhost, which other devices cannot reach: the link and the code use this machine's LAN address."
-      : "You opened this page on localhost, which other devices cannot reach.");
-  }
+  if (isLoopbackPage() && s.links.some((l) => l.lan)) {
+    notes.push("You opened this page on localhost, which other devices cannot reach: the link and the QR code use this machine's LAN address.");
+  } else if (isLoopbackPage() && !s.note) notes.push("You opened this page on localhost, which other devices cannot reach.");
   if (s.note) notes.push(s.note);
   else if (s.links.some((l) => l.lan)) {
     notes.push("A page opened on a LAN address over plain http trains on the JS units (browsers keep WebGPU for secure contexts: https or localhost).");
@@ -970,7 +968,7 @@ bus.on("run:done", (s) => {
   Object.assign(state.run, s);
   if (s.counters) { state.counters = s.counters; renderCounters(); }
   if (Number.isFinite(s.accuracy)) chartAdd("accuracy", s.step, s.accuracy);
-  status(s.text || `done: params-sha256 ${s.sha}`);
+  status(s.agreed === false ? s.text : `The run is done after ${s.step} steps: params-sha256 ${String(s.sha).slice(0, 16)}…`);
   event(s.text || "the run is done");
   renderRun();
   showEnd(s);
