@@ -299,3 +299,35 @@ def test_the_room_shows_links_counters_and_agreeing_hashes(browser_cpu, tabs):
     # the peers table: each row's hash agrees, the pooled capacity is shown
     host.wait("document.querySelectorAll('#peers td.state-agrees').length === 2", 30_000)
     assert "micro-batches/s" in host.page.inner_text("#pooled")
+
+
+def _luminance(hex_colour: str) -> float:
+    h = hex_colour.strip().lstrip("#")
+    if len(h) == 3:
+        h = "".join(c * 2 for c in h)
+    rgb = [int(h[i:i + 2], 16) / 255 for i in (0, 2, 4)]
+    lin = [c / 12.92 if c <= 0.04045 else ((c + 0.055) / 1.055) ** 2.4 for c in rgb]
+    return 0.2126 * lin[0] + 0.7152 * lin[1] + 0.0722 * lin[2]
+
+
+def _contrast(a: str, b: str) -> float:
+    la, lb = sorted((_luminance(a), _luminance(b)), reverse=True)
+    return (la + 0.05) / (lb + 0.05)
+
+
+@pytest.mark.parametrize("scheme", ["light", "dark"])
+def test_colours_have_enough_contrast_in_both_schemes(scheme, browser_cpu, tabs):
+    """WCAG AA (4.5:1) for every text colour on the backgrounds it is drawn on."""
+    t = tabs(browser_cpu, f"c-{scheme}")
+    t.page.emulate_media(color_scheme=scheme)
+    t.open()
+    v = t.page.evaluate("""() => { const s = getComputedStyle(document.documentElement);
+        return Object.fromEntries(['ink', 'muted', 'accent', 'on-accent', 'ok', 'bad', 'card', 'bg',
+          'soft', 'notice', 'focus'].map((k) => [k, s.getPropertyValue('--' + k).trim()])); }""")
+    pairs = [("ink", "card"), ("ink", "bg"), ("ink", "soft"), ("ink", "notice"), ("muted", "card"),
+             ("muted", "bg"), ("muted", "soft"), ("accent", "card"), ("on-accent", "accent"),
+             ("ok", "card"), ("ok", "soft"), ("bad", "card"), ("focus", "card")]
+    low = {f"{a} on {b}": round(_contrast(v[a], v[b]), 2) for a, b in pairs if _contrast(v[a], v[b]) < 4.5}
+    assert not low, low
+    bg = t.page.evaluate("getComputedStyle(document.body).backgroundColor")
+    assert (bg == "rgb(20, 21, 23)") == (scheme == "dark"), bg  # the dark scheme is the system's
