@@ -603,6 +603,10 @@ let chart = null;
 
 function newChart() {
   state.chart = { loss: [], accuracy: [] };
+  if (chart && typeof chart.clear === "function") {
+    chart.clear();
+    return;
+  }
   chart = new Chart($("loss-plot"), {
     series: [{ key: "loss", label: "loss", axis: "left" }, { key: "accuracy", label: "test accuracy", axis: "right" }],
     logY: $("log-scale").checked,

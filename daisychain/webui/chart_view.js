@@ -19,6 +19,11 @@ export class Chart {
     this._push(x, y);
   }
 
+  clear() {
+    this.points = [];
+    this.plot.clear();
+  }
+
   setLog(on) {
     this.logY = !!on;
     this.plot.clear();
