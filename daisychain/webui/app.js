@@ -313,7 +313,8 @@ function renderChecklist() {
 
 function linkOf(id) {
   const row = state.linkRows[id];
-  return { state: row?.state || state.links[id] || "connecting", rttMs: row?.rttMs ?? null };
+  // the link events (peer:open/close/state) are the fresher; `links` adds the round trip
+  return { state: state.links[id] || row?.state || "connecting", rttMs: row?.rttMs ?? null };
 }
 
 function shareText(id, row) {
