@@ -1,0 +1,60 @@
+// Words and numbers for the page: pure functions, no DOM, no network (UI code only).
+
+/** 1234567 -> "1,234,567" (the same in every locale, so tests and screenshots read alike). */
+export function count(n) {
+  return Number.isFinite(n) ? Math.round(n).toLocaleString("en-US") : "—";
+}
+
+/** Seconds -> "45 s", "3 min 05 s", "2 h 07 min". */
+export function duration(s) {
+  if (!Number.isFinite(s) || s < 0) return "—";
+  if (s < 10) return `${s.toFixed(1)} s`;
+  if (s < 60) return `${Math.round(s)} s`;
+  const m = Math.floor(s / 60);
+  if (m < 60) return `${m} min ${String(Math.round(s % 60)).padStart(2, "0")} s`;
+  return `${Math.floor(m / 60)} h ${String(m % 60).padStart(2, "0")} min`;
+}
+
+/** A rate in steps per second, in words that stay readable when it is slow. */
+export function stepRate(r) {
+  if (!Number.isFinite(r) || r <= 0) return "—";
+  return r >= 1 ? `${r.toFixed(1)} steps/s` : `${(60 * r).toFixed(1)} steps/min`;
+}
+
+/** "K7QM-4XZP-9R" -> ["K7QM", "4XZP", "9R"]. */
+export function codeGroups(code) {
+  return String(code || "").split("-").filter(Boolean);
+}
+
+/** One shell word: quoted when it holds anything but plain characters. */
+export function shellWord(w) {
+  const s = String(w);
+  return /^[A-Za-z0-9._,:/=+-]+$/.test(s) ? s : `'${s.replace(/'/g, "'\\''")}'`;
+}
+
+/**
+ * The `daisychain train` command that makes the same run as a page's run identity:
+ * `dataArgs` are the /datasets entry's train_args (["--task", "text", "--data", "f.txt"]),
+ * else ["--task", identity.task]. `steps` is the step the run reached.
+ */
+export function trainCommand(identity, dataArgs, steps) {
+  const hp = identity.hyper || {};
+  const linears = (identity.model?.layers || []).filter((l) => l.type === "linear");
+  const hidden = linears.slice(0, -1).map((l) => l.out);
+  const args = [...(dataArgs && dataArgs.length ? dataArgs : ["--task", identity.task])];
+  args.push("--steps", String(steps), "--seed", String(hp.seed ?? identity.seed ?? 0),
+    "--batch", String(hp.batch), "--micro-batch", String(hp.micro_batch), "--lr", String(hp.lr));
+  if (hp.weight_decay) args.push("--weight-decay", String(hp.weight_decay));
+  if (hidden.length === 1) args.push("--hidden", String(hidden[0]));
+  else if (hidden.length > 1) args.push("--layers", hidden.join(","));
+  return ["daisychain", "train", ...args].map(shellWord).join(" ");
+}
+
+/** Replace every known device id in `text` by its name (ids are hex strings of 6+ chars). */
+export function namesForIds(text, names) {
+  let out = String(text ?? "");
+  for (const [id, name] of Object.entries(names || {})) {
+    if (id && id.length >= 6 && name && out.includes(id)) out = out.split(id).join(name);
+  }
+  return out;
+}

@@ -1,0 +1,106 @@
+"""Screenshots of the page for README.md: the room mid-run and the end card, at 1280 px (the
+host, a laptop) and 390 px (a phone that joined by the room's link), into docs/screenshots/.
+
+WebRTC needs the private network namespace (as the browser_mesh tests):
+
+    ./scripts/in-netns.sh .venv/bin/python scripts/screenshots.py [--out docs/screenshots]
+
+It starts the real server on 127.0.0.1, two headless Chromium pages of the real page, a run
+of a 2-hidden-layer model on a small text file the host sends from disk, and waits on the
+page's own state (window.__daisy), as the tests do.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import re
+import subprocess
+import tempfile
+import threading
+from pathlib import Path
+
+from aiohttp import web
+from playwright.sync_api import sync_playwright
+
+from daisychain.server.app import create_app
+from daisychain.server.config import ServerConfig
+
+CHROMIUM = "/usr/bin/chromium"
+ARGS = ["--no-sandbox", "--disable-background-networking", "--disable-component-update",
+        "--disable-sync", "--no-first-run"]
+TEXT = "\n".join(["the daisy opens at dawn and closes at dusk",
+                  "every petal counts the steps we take together",
+                  "small models learn from what the room can give",
+                  "a chain of flowers, a chain of devices, one sum"] * 12) + "\n"
+
+
+def serve() -> str:
+    loop = asyncio.new_event_loop()
+    threading.Thread(target=loop.run_forever, daemon=True).start()
+
+    async def start() -> int:
+        runner = web.AppRunner(create_app(ServerConfig(port=0, grace_s=2.0, tick_s=0.2)))
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        return site._server.sockets[0].getsockname()[1]
+
+    return f"http://127.0.0.1:{asyncio.run_coroutine_threadsafe(start(), loop).result(30)}"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", default="docs/screenshots")
+    ap.add_argument("--steps", type=int, default=60)
+    a = ap.parse_args()
+    out = Path(a.out)
+    out.mkdir(parents=True, exist_ok=True)
+    if "default" not in subprocess.run(["ip", "route"], capture_output=True, text=True).stdout:
+        subprocess.run(["ip", "route", "add", "default", "dev", "dc0"], check=True)  # as conftest
+    base = serve()
+    with sync_playwright() as p, tempfile.TemporaryDirectory() as tmp:
+        probe = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        pg = probe.new_page()
+        pg.goto("chrome://version")
+        found = re.findall(r"--disable-features=(\S+)", pg.inner_text("#command_line"))
+        probe.close()
+        feats = (found[-1].split(",") if found else []) + ["WebRtcHideLocalIpsWithMdns"]
+        browser = p.chromium.launch(executable_path=CHROMIUM,
+                                    args=ARGS + ["--disable-features=" + ",".join(dict.fromkeys(feats))])
+        host = browser.new_context(viewport={"width": 1280, "height": 900}).new_page()
+        phone = browser.new_context(viewport={"width": 390, "height": 844}, device_scale_factor=2).new_page()
+        wait = lambda page, js, t=180_000: page.wait_for_function(js, timeout=t)  # noqa: E731
+        host.goto(f"{base}/?name=Laptop&create=1")
+        wait(host, "window.__daisy && window.__daisy.room && window.__daisy.room.isHost && window.__daisy.datasetsLoaded")
+        wait(host, "(() => { const i = document.getElementById('room-qr'); return i.complete && i.naturalWidth > 0; })()")
+        link = host.get_attribute("#room-link", "href")
+        phone.goto(f"{link}&name=Phone")
+        wait(host, "document.querySelectorAll('#approvals li[data-peer]').length === 1")
+        host.click("#approvals li[data-peer] button.approve")
+        wait(phone, "window.__daisy.room && window.__daisy.room.members.length === 2")
+        wait(host, "Object.values(window.__daisy.links).includes('open')", 60_000)
+        data = Path(tmp) / "poem.txt"
+        data.write_text(TEXT)
+        host.set_input_files("#data-file", str(data))
+        wait(host, "window.__daisy.upload !== null")
+        for k, v in dict(steps=a.steps, batch=32, micro_batch=8, layers="32,32", seed=1).items():
+            host.fill(f"#settings [name={k}]", str(v))
+        host.click("#start")
+        wait(host, f"window.__daisy.run.step >= {a.steps // 2}")
+        host.screenshot(path=str(out / "room-1280.png"), full_page=True)
+        phone.screenshot(path=str(out / "room-390.png"), full_page=False)
+        for page in (host, phone):
+            wait(page, "window.__daisy.run.state === 'done' && !document.getElementById('end-card').hidden")
+        wait(phone, "document.getElementById('end-command').textContent.includes('daisychain train')")
+        host.locator("#end-card").scroll_into_view_if_needed()
+        host.screenshot(path=str(out / "end-1280.png"), full_page=False)
+        phone.locator("#end-card").scroll_into_view_if_needed()
+        phone.screenshot(path=str(out / "end-390.png"), full_page=False)
+        browser.close()
+    for f in sorted(out.glob("*.png")):
+        print(f, f.stat().st_size, "bytes")
+
+
+if __name__ == "__main__":
+    main()
