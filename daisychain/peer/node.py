@@ -438,7 +438,9 @@ class Node:
             self.result["checkpoint"] = self.save_checkpoint()
             self.done.set()
         elif isinstance(e, R.Log):
-            log.log(logging.WARNING if e.loud else logging.INFO, "%s", e.text)
+            # run_event: a progress line that shows these (daisy-peer's) keeps them off the log
+            log.log(logging.WARNING if e.loud else logging.INFO, "%s", e.text,
+                    extra={"run_event": True})
         elif isinstance(e, R.Alarm):
             self.alarms.append({"kind": e.kind, "peer": e.peer, "name": e.name, "step": e.step,
                                 "micro": e.micro, "strikes": e.strikes})
