@@ -240,8 +240,14 @@ class Node:
                 while True:
                     msg = await self.client.recv()
                     handler = getattr(self, "_sig_" + msg.TYPE, None)
-                    if handler is not None:
+                    if handler is None:
+                        continue
+                    try:
                         await handler(msg)
+                    except Exception:  # noqa: BLE001 - a bug, never a reason to stop reading
+                        log.exception("internal error while handling a signaling %s message from "
+                                      "%s (the run goes on)", msg.TYPE,
+                                      getattr(msg, "sender", None) or "the server")
             except SignalingError as exc:
                 if not self._in_run():
                     raise

@@ -36,6 +36,10 @@ RELINK_S = 0.5
 RELINK_MAX_S = 8.0
 
 
+def _why(exc: BaseException) -> str:
+    return type(exc).__name__ + (f": {str(exc)[:200]}" if str(exc) else "")
+
+
 def use_loopback_only() -> None:
     """Gather only 127.0.0.1 host candidates (aioice skips loopback by default): every
     packet of this process's connections stays on the machine. Used by ``daisychain demo``."""
@@ -232,14 +236,29 @@ class Mesh:
         return self.links[peer]
 
     async def on_offer(self, peer: str, sdp: str) -> None:
+        """An offer from ``peer`` (any room member can send one, with any text): one that
+        aiortc cannot take is refused by name and its half-made link dropped."""
         old = self.links.get(peer)
         if old is not None and (old.remote_set or old.opened):  # the other side restarted
             await self._drop(peer)
-        await self._link(peer).on_offer(sdp)
+        try:
+            await self._link(peer).on_offer(sdp)
+        except Exception as exc:  # noqa: BLE001 - aiortc raises ValueError, AssertionError...
+            log.warning("refused an offer from %s: %s", peer, _why(exc))
+            await self._drop(peer)
 
     async def on_answer(self, peer: str, sdp: str) -> None:
-        if peer in self.links:
-            await self.links[peer].on_answer(sdp)
+        """An answer from ``peer``: one that does not fit our offer is refused by name; the
+        link it was for (if it never got an answer) is dropped and offered again."""
+        link = self.links.get(peer)
+        if link is None:
+            return
+        try:
+            await link.on_answer(sdp)
+        except Exception as exc:  # noqa: BLE001 - aiortc raises ValueError, InvalidStateError...
+            log.warning("refused an answer from %s: %s", peer, _why(exc))
+            if not link.remote_set and self.links.get(peer) is link:
+                await self._lost(peer)
 
     async def on_candidate(self, peer: str, cand) -> None:
         await self._link(peer).on_candidate(cand)
