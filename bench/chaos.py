@@ -145,16 +145,20 @@ class Peer:
 _REFS: dict = {}
 
 
-def reference(steps: int, seed: int) -> str:
-    key = (steps, seed)
+def reference_for(run: list[str]) -> str:
+    """The params-sha256 of ``daisychain train`` with these run flags."""
+    key = tuple(run)
     if key not in _REFS:
         from daisychain.engine.cli import train
         from daisychain.engine.settings import add_run_arguments, settings_from_args
         p = argparse.ArgumentParser()
         add_run_arguments(p)
-        s = settings_from_args(p.parse_args(["--hidden", "32", "--steps", str(steps), "--seed", str(seed)]))
-        _REFS[key] = train(s, quiet=True)["params_sha256"]
+        _REFS[key] = train(settings_from_args(p.parse_args(list(run))), quiet=True)["params_sha256"]
     return _REFS[key]
+
+
+def reference(steps: int, seed: int) -> str:
+    return reference_for(["--hidden", "32", "--steps", str(steps), "--seed", str(seed)])
 
 
 @dataclass

@@ -477,7 +477,14 @@ class Node:
                 "me": self.me, "room": self.code, "bytes_sent": out, "bytes_received": inn,
                 "compute_s": self.stats.compute_s, "restores": list(self.restores),
                 "alarms": list(self.alarms), "units": self._unit_counts(end, tr),
+                "steps_per_s": self._steps_per_s(),
                 "seconds": time.perf_counter() - self.stats.started}
+
+    def _steps_per_s(self) -> float | None:
+        """Committed steps per second from the first commit this peer saw to its last (the
+        time before the first, joining and waiting, is not in it); None under two steps."""
+        t = self.stats.step_times[1:]
+        return len(t) / sum(t) if t and sum(t) > 0 else None
 
     def _unit_counts(self, end: R.Ended, tr: Trainer) -> dict:
         """Unit invocations: the whole run's (steps x micro-batches per step, each counted
