@@ -48,9 +48,10 @@ ROOT = Path(__file__).resolve().parent.parent
 DOC = ROOT / "docs" / "RELIABILITY.md"
 PEER = [sys.executable, str(ROOT / "bench" / "chaos_peer.py")]
 LIES = ["flip", "scale", "random", "stale", "nan-meta"]
-PLAN = (["none"] * 2 + ["kill-member"] * 3 + ["kill-host"] * 3 + ["straggler"] * 3
-        + ["straggler-host"] + ["close-channel"] * 3 + ["restart-server"] * 2 + ["garbage"] * 3
-        + [f"lie-{m}" for m in LIES])
+# fault-free trials at the start, the middle and the end: the machine's load drifts
+PLAN = (["none"] + ["kill-member"] * 3 + ["kill-host"] * 3 + ["straggler"] * 3
+        + ["straggler-host"] + ["none"] + ["close-channel"] * 3 + ["restart-server"] * 2
+        + ["garbage"] * 3 + [f"lie-{m}" for m in LIES] + ["none"])
 #: the alarm lines of run.py; the group is the name of the peer they accuse
 ALARM_RE = re.compile(r"(?:spot-check mismatch: |refused a message from |refused a contribution "
                       r"from |liar removed: )(\S+) \(")
@@ -176,6 +177,7 @@ class Trial:
     false_alarms: int = 0
     refusals: int = 0            # "bad frame from" lines (garbage trials)
     caught_at: int | None = None  # the step at which the liar was removed
+    run_s: float = float("nan")   # the host's first committed step to the last survivor's exit
     started: float | None = None  # seconds to the host's first committed step
     exits: dict = field(default_factory=dict)  # peer -> seconds to its exit
     removed: list = field(default_factory=list)  # peers the coordinator removed (strikes)
@@ -289,6 +291,8 @@ def run_trial(t: Trial, server: Server, steps: int, tmp: Path, rng: random.Rando
         exits: dict = {}
         removed = settle(peers, gone, t0 + timeout, exits)
         t.exits = {n.split("-", 1)[1]: round(x - t0, 1) for n, x in exits.items()}
+        last = [x for n, x in exits.items() if n not in gone and n not in removed]
+        t.run_s = (max(last) - host.started_at) if last and host.started_at else float("nan")
         t.seconds = time.monotonic() - t0
         t.removed = sorted(n.split("-", 1)[1] for n in removed)
         for p in peers:
@@ -324,18 +328,19 @@ def run_trial(t: Trial, server: Server, steps: int, tmp: Path, rng: random.Rando
 
 def table(trials: list[Trial], base: float) -> str:
     rows = ["| # | fault | victim | at step | survivors on the reference hash | removed | liar caught "
-            "(at step) | false alarms | bad frames refused | seconds | time lost (s) | note |",
-            "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+            "(at step) | false alarms | bad frames refused | seconds | run seconds | time lost (s) | note |",
+            "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for t in trials:
         if t.passed is None:
-            rows.append(f"| {t.n} | {t.fault} | | | not run | | | | | | | {t.note} |")
+            rows.append(f"| {t.n} | {t.fault} | | | not run | | | | | | | | {t.note} |")
             continue
-        lost = t.seconds - base
+        lost = t.run_s - base
         caught = (("yes" + (f" ({t.caught_at})" if t.caught_at is not None else "")) if t.liars_caught
                   else "no") if t.fault.startswith("lie-") else ""
-        rows.append(f"| {t.n} | {t.fault} | {t.victim} | {t.at_step or ''} | {t.on_hash}/{t.survivors} "
+        rows.append(f"| {t.n} | {t.fault} | {t.victim} | {'' if t.fault.startswith('lie-') else t.at_step} | {t.on_hash}/{t.survivors} "
                     f"{'✓' if t.passed else '✗'} | {', '.join(t.removed)} | {caught} | "
                     f"{t.false_alarms} | {t.refusals if t.fault == 'garbage' else ''} | {t.seconds:.1f} | "
+                    f"{t.run_s:.1f} | "
                     f"{'' if t.fault == 'none' else f'{lost:+.1f}'} | {t.note.replace('|', '/')} |")
     return "\n".join(rows)
 
@@ -352,7 +357,7 @@ def per_fault(trials: list[Trial], base: float) -> str:
             rows.append(f"| {f} | not run | | | | |")
             continue
         lie = f.startswith("lie-")
-        lost = statistics.median(t.seconds - base for t in ts)
+        lost = statistics.median(t.run_s - base for t in ts)
         rows.append(f"| {f} | {len(ts)} | {sum(bool(t.passed) for t in ts)}/{len(ts)} | "
                     f"{f'{sum(t.liars_caught for t in ts)}/{len(ts)}' if lie else ''} | "
                     f"{sum(t.false_alarms for t in ts)} | {'' if f == 'none' else f'{lost:+.1f}'} |")
@@ -386,7 +391,7 @@ def put_section(doc: Path, begin: str, end: str, body: str) -> None:
 def write_doc(trials: list[Trial], base: float, steps: int, command: str) -> None:
     import platform
     from datetime import datetime, timezone
-    body = f"""**{summary(trials)}.** Baseline (median wall time of the fault-free trials): {base:.1f} s.
+    body = f"""**{summary(trials)}.** Baseline (median run seconds of the fault-free trials): {base:.1f} s.
 
 Per fault:
 
@@ -457,7 +462,7 @@ def main(argv=None) -> int:
                           f"{t.exits} {t.note[:300]}")
     finally:
         server.kill()
-    clean = [t.seconds for t in trials if t.fault == "none" and t.passed]
+    clean = [t.run_s for t in trials if t.fault == "none" and t.passed]
     base = statistics.median(clean) if clean else float("nan")
     print(summary(trials))
     if not args.no_write:

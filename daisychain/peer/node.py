@@ -65,6 +65,7 @@ class Stats:
     started: float = field(default_factory=time.perf_counter)
     first_contribution_s: float | None = None
     step_times: list = field(default_factory=list)
+    computed: int = 0  #: micro-batches this peer computed (spot-check second answers included)
 
 
 class PeerFailed(Exception):
@@ -414,6 +415,7 @@ class Node:
         result = await loop.run_in_executor(_COMPUTE, R.contribute_at, self.run.trainer, c.theta,
                                             c.step, c.micro)
         self.stats.compute_s += time.perf_counter() - t0
+        self.stats.computed += len(c.micro)
         if self.stats.first_contribution_s is None:
             self.stats.first_contribution_s = time.perf_counter() - self.stats.started
         self._guarded("a finished compute", lambda: self.run.computed(c.step, c.task, result))
@@ -477,7 +479,7 @@ class Node:
                 "me": self.me, "room": self.code, "bytes_sent": out, "bytes_received": inn,
                 "compute_s": self.stats.compute_s, "restores": list(self.restores),
                 "alarms": list(self.alarms), "units": self._unit_counts(end, tr),
-                "steps_per_s": self._steps_per_s(),
+                "steps_per_s": self._steps_per_s(), "computed_micro_batches": self.stats.computed,
                 "seconds": time.perf_counter() - self.stats.started}
 
     def _steps_per_s(self) -> float | None:
