@@ -121,8 +121,8 @@ def main(argv=None) -> int:
         honest = sum(len([x for x in got[r] if "error" not in x]) for r in rates) * args.steps
         put_section(DOC, BEGIN, END, f"""{table}
 
-{args.peers} peers per room, {args.steps} steps per run (`{' '.join(run)}`, {n_micro}
-micro-batches per step), {args.repeat} rooms per rate, interleaved. {honest} honest steps in
+{args.peers} peers per room, {args.steps} steps per run (`{' '.join(run)}`, `daisychain train`'s defaults otherwise, {n_micro}
+micro-batches per step, `--capacity 50` on each peer), {args.repeat} rooms per rate, interleaved. {honest} honest steps in
 all, {sum(x['alarms'] for r in rates for x in got[r] if 'error' not in x)} alarms.
 
 Command: `{cmd.strip()}`
