@@ -17,13 +17,17 @@ committed a few steps (a random number), one fault is injected:
   close-channel   a member closes its data channel to the coordinator (SIGUSR1)
   restart-server  the signaling server is killed and started again at the same address
   garbage         a member sends a burst of malformed frames to everyone (SIGUSR2)
-  lie-MODE        a member runs with ``--fault MODE`` (flip, scale, random, stale, nan-meta)
-                  and spot-checks on (``--verify-rate``), when this daisy-peer has them
+  lie-MODE        a member runs with ``--fault MODE`` (flip, scale, random, stale, nan-meta);
+                  these trials check every micro-batch (``--verify-rate 1``), the others
+                  run at the default 0.05
 
-A trial passes when every surviving peer prints the ``params-sha256`` of ``daisychain train``
-with the same settings. Liars caught: ``liar removed:`` lines naming the lying peer; false
-alarms: ``spot-check mismatch:`` lines naming an honest one. Time lost: the trial's wall
-time less the median of the fault-free trials. The table goes to docs/RELIABILITY.md.
+A trial passes when every peer still in the run prints the ``params-sha256`` of ``daisychain
+train`` with the same settings; a peer the coordinator removed (``liar removed:``) is out of
+the run and stopped once only removed peers are left. Liars caught: the liar was removed;
+false alarms: alarm lines naming a peer other than the one at fault. Time lost: run seconds
+(the host's first committed step to the last survivor's exit) less the median of the
+fault-free trials. ``--quick``: one trial per fault; ``--trials N``: the first N of the plan.
+The tables go to a marked section of docs/RELIABILITY.md.
 """
 
 from __future__ import annotations
