@@ -81,6 +81,8 @@ def main(argv=None) -> int:
     want = reference_for(run)
     plan = [(k, r) for k in range(args.repeat) for r in rates]  # interleaved
     got: dict[float, list[dict]] = {r: [] for r in rates}
+    import signal
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # so that `finally` stops the peers
     server = Server().start()
     try:
         with tempfile.TemporaryDirectory(prefix="dc-verify-") as tmp:
