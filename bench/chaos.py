@@ -17,13 +17,17 @@ committed a few steps (a random number), one fault is injected:
   close-channel   a member closes its data channel to the coordinator (SIGUSR1)
   restart-server  the signaling server is killed and started again at the same address
   garbage         a member sends a burst of malformed frames to everyone (SIGUSR2)
-  lie-MODE        a member runs with ``--fault MODE`` (flip, scale, random, stale, nan-meta)
-                  and spot-checks on (``--verify-rate``), when this daisy-peer has them
+  lie-MODE        a member runs with ``--fault MODE`` (flip, scale, random, stale, nan-meta);
+                  these trials check every micro-batch (``--verify-rate 1``), the others
+                  run at the default 0.05
 
-A trial passes when every surviving peer prints the ``params-sha256`` of ``daisychain train``
-with the same settings. Liars caught: ``liar removed:`` lines naming the lying peer; false
-alarms: ``spot-check mismatch:`` lines naming an honest one. Time lost: the trial's wall
-time less the median of the fault-free trials. The table goes to docs/RELIABILITY.md.
+A trial passes when every peer still in the run prints the ``params-sha256`` of ``daisychain
+train`` with the same settings; a peer the coordinator removed (``liar removed:``) is out of
+the run and stopped once only removed peers are left. Liars caught: the liar was removed;
+false alarms: alarm lines naming a peer other than the one at fault. Time lost: run seconds
+(the host's first committed step to the last survivor's exit) less the median of the
+fault-free trials. ``--quick``: one trial per fault; ``--trials N``: the first N of the plan.
+The tables go to a marked section of docs/RELIABILITY.md.
 """
 
 from __future__ import annotations
@@ -48,9 +52,13 @@ ROOT = Path(__file__).resolve().parent.parent
 DOC = ROOT / "docs" / "RELIABILITY.md"
 PEER = [sys.executable, str(ROOT / "bench" / "chaos_peer.py")]
 LIES = ["flip", "scale", "random", "stale", "nan-meta"]
-PLAN = (["none"] * 2 + ["kill-member"] * 3 + ["kill-host"] * 3 + ["straggler"] * 3
-        + ["straggler-host"] + ["close-channel"] * 3 + ["restart-server"] * 2 + ["garbage"] * 3
-        + [f"lie-{m}" for m in LIES])
+# fault-free trials at the start, the middle and the end: the machine's load drifts
+PLAN = (["none"] + ["kill-member"] * 3 + ["kill-host"] * 3 + ["straggler"] * 3
+        + ["straggler-host"] + ["none"] + ["close-channel"] * 3 + ["restart-server"] * 2
+        + ["garbage"] * 3 + [f"lie-{m}" for m in LIES] + ["none"])
+#: the alarm lines of run.py; the group is the name of the peer they accuse
+ALARM_RE = re.compile(r"(?:spot-check mismatch: |refused a message from |refused a contribution "
+                      r"from |liar removed: )(\S+) \(")
 STEP_RE = re.compile(r"\| *(\d+)/\d+")
 
 
@@ -93,12 +101,15 @@ class Peer:
                                       "--capacity", "50", *args], cwd=ROOT,
                                      stdout=subprocess.PIPE, stderr=self.err, text=True)
         self.out = ""
+        self.started_at: float | None = None  # when a committed step was first seen
 
     def stderr(self) -> str:
         return self.err_path.read_text(errors="replace")
 
     def step(self) -> int:
         m = STEP_RE.findall(self.stderr())
+        if m and self.started_at is None:
+            self.started_at = time.monotonic()
         return int(m[-1]) if m else 0
 
     def wait_for(self, pattern: str, timeout: float) -> re.Match | None:
@@ -111,6 +122,8 @@ class Peer:
         return re.search(pattern, self.stderr())
 
     def finish(self, timeout: float) -> str | None:
+        if self.proc.stdout.closed:
+            return None
         """The params-sha256 it printed, or None (it failed or ran past the timeout)."""
         try:
             self.out, _ = self.proc.communicate(timeout=max(1.0, timeout))
@@ -126,25 +139,31 @@ class Peer:
 
     def kill(self) -> None:
         if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGCONT)  # a stopped one would not die of SIGKILL at once
             self.proc.kill()
             self.proc.wait(10)
-        self.proc.stdout.close()
+        if not self.proc.stdout.closed:
+            self.proc.stdout.close()
         self.err.close()
 
 
 _REFS: dict = {}
 
 
-def reference(steps: int, seed: int) -> str:
-    key = (steps, seed)
+def reference_for(run: list[str]) -> str:
+    """The params-sha256 of ``daisychain train`` with these run flags."""
+    key = tuple(run)
     if key not in _REFS:
         from daisychain.engine.cli import train
         from daisychain.engine.settings import add_run_arguments, settings_from_args
         p = argparse.ArgumentParser()
         add_run_arguments(p)
-        s = settings_from_args(p.parse_args(["--hidden", "32", "--steps", str(steps), "--seed", str(seed)]))
-        _REFS[key] = train(s, quiet=True)["params_sha256"]
+        _REFS[key] = train(settings_from_args(p.parse_args(list(run))), quiet=True)["params_sha256"]
     return _REFS[key]
+
+
+def reference(steps: int, seed: int) -> str:
+    return reference_for(["--hidden", "32", "--steps", str(steps), "--seed", str(seed)])
 
 
 @dataclass
@@ -161,8 +180,54 @@ class Trial:
     liars_caught: int = 0
     false_alarms: int = 0
     refusals: int = 0            # "bad frame from" lines (garbage trials)
+    caught_at: int | None = None  # the step at which the liar was removed
+    run_s: float = float("nan")   # the host's first committed step to the last survivor's exit
+    started: float | None = None  # seconds to the host's first committed step
+    exits: dict = field(default_factory=dict)  # peer -> seconds to its exit
+    removed: list = field(default_factory=list)  # peers the coordinator removed (strikes)
     note: str = ""
     hashes: dict = field(default_factory=dict)
+
+
+#: seconds a peer the coordinator removed from the run may go on after every other is done
+REMOVED_GRACE_S = 5.0
+
+
+def removed_names(peers) -> set[str]:
+    """Peers some coordinator removed from the run (``liar removed: NAME (id) ...`` lines)."""
+    names = {p.name for p in peers}
+    out = set()
+    for p in peers:
+        for m in re.finditer(r"liar removed: (\S+) \(", p.stderr()):
+            if m.group(1) in names:
+                out.add(m.group(1))
+    return out
+
+
+def settle(peers, gone: set, deadline: float, exits: dict | None = None) -> set[str]:
+    """Wait until every peer that is still in the run has exited (or ``deadline``). A peer
+    the coordinator removed gets no totals any more and is out of the run: once only removed
+    ones are left, they get REMOVED_GRACE_S, then they are stopped. Returns the removed."""
+    only_removed_since = None
+    while time.monotonic() < deadline:
+        alive = [p for p in peers if p.name not in gone and p.proc.poll() is None]
+        if exits is not None:
+            for p in peers:
+                if p.name not in exits and p.proc.poll() is not None:
+                    exits[p.name] = time.monotonic()
+        for p in alive:
+            p.step()  # notes when it first committed a step
+        if not alive:
+            break
+        removed = removed_names(peers)
+        if all(p.name in removed for p in alive):
+            only_removed_since = only_removed_since or time.monotonic()
+            if time.monotonic() - only_removed_since > REMOVED_GRACE_S:
+                break
+        else:
+            only_removed_since = None
+        time.sleep(0.1)
+    return removed_names(peers)
 
 
 def run_trial(t: Trial, server: Server, steps: int, tmp: Path, rng: random.Random,
@@ -171,7 +236,10 @@ def run_trial(t: Trial, server: Server, steps: int, tmp: Path, rng: random.Rando
         t.note = "not available: this daisy-peer has no --fault/--verify-rate"
         return t
     run = ["--hidden", "32", "--steps", str(steps), "--seed", str(t.seed)]
-    spot = ["--verify-rate", "0.05"] if faults_available else []
+    # a liar's unchecked contributions would be in the model: lie trials check every one
+    spot = (["--verify-rate", "1" if t.fault.startswith("lie-") else "0.05"]
+            if faults_available else [])
+    want = reference(steps, t.seed)  # before the clock starts: the trial's time is the room's
     t0 = time.monotonic()
     host = Peer(server.url, f"t{t.n}-host", ["--create-room", "--approve", "all", "--wait-peers",
                                             "2", *run, *spot], tmp)
@@ -223,26 +291,34 @@ def run_trial(t: Trial, server: Server, steps: int, tmp: Path, rng: random.Rando
         else:
             v = None
         t.victim = v.name.split("-", 1)[1] if v is not None else ("m1 (liar)" if liar else "")
-        end = t0 + timeout
-        want = reference(steps, t.seed)
-        for p in peers:
-            if p.name in gone:
-                p.finish(5)
-                continue
-            t.hashes[p.name] = p.finish(end - time.monotonic())
+        t.started = host.started_at - t0 if host.started_at else None
+        exits: dict = {}
+        removed = settle(peers, gone, t0 + timeout, exits)
+        t.exits = {n.split("-", 1)[1]: round(x - t0, 1) for n, x in exits.items()}
+        last = [x for n, x in exits.items() if n not in gone and n not in removed]
+        t.run_s = (max(last) - host.started_at) if last and host.started_at else float("nan")
         t.seconds = time.monotonic() - t0
+        t.removed = sorted(n.split("-", 1)[1] for n in removed)
+        for p in peers:
+            if p.name in gone or p.name in removed:
+                p.kill()
+                continue
+            t.hashes[p.name] = p.finish(1.0)
         t.survivors = len(t.hashes)
         t.on_hash = sum(h == want for h in t.hashes.values())
         t.passed = t.survivors > 0 and t.on_hash == t.survivors
         logs = {p.name: p.stderr() for p in peers}
+        culprit = liar or (v.name if f == "garbage" else None)
         for name, text in logs.items():
-            for line in re.findall(r"liar removed:.*", text):
-                if liar and liar in line:
-                    t.liars_caught = 1
-            for line in re.findall(r"spot-check mismatch:.*", text):
-                if not liar or liar not in line:
+            for who in re.findall(ALARM_RE, text):
+                if who != culprit:
                     t.false_alarms += 1
-            t.refusals += len(re.findall(r"bad frame from", text))
+            t.refusals += len(re.findall(r"refused a message from", text))
+        if liar and liar in removed:
+            t.liars_caught = 1
+            m = re.search(rf"^liar removed: {re.escape(liar)} \(\w+\) at step (\d+)$",
+                          "".join(p.out for p in peers), re.M)
+            t.caught_at = int(m.group(1)) if m else None
         if not t.passed:
             bad = [n for n, h in t.hashes.items() if h != want]
             t.note = "; ".join(f"{n}: {'no hash' if t.hashes[n] is None else 'other hash'}: "
@@ -255,18 +331,40 @@ def run_trial(t: Trial, server: Server, steps: int, tmp: Path, rng: random.Rando
 
 
 def table(trials: list[Trial], base: float) -> str:
-    rows = ["| # | fault | victim | at step | survivors on the reference hash | liars caught | "
-            "false alarms | bad frames refused | seconds | time lost (s) | note |",
-            "|---|---|---|---|---|---|---|---|---|---|---|"]
+    rows = ["| # | fault | victim | at step | survivors on the reference hash | removed | liar caught "
+            "(at step) | false alarms | bad frames refused | seconds | run seconds | time lost (s) | note |",
+            "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for t in trials:
         if t.passed is None:
-            rows.append(f"| {t.n} | {t.fault} | | | not run | | | | | | {t.note} |")
+            rows.append(f"| {t.n} | {t.fault} | | | not run | | | | | | | | {t.note} |")
             continue
-        lost = t.seconds - base
-        rows.append(f"| {t.n} | {t.fault} | {t.victim} | {t.at_step} | {t.on_hash}/{t.survivors} "
-                    f"{'✓' if t.passed else '✗'} | {t.liars_caught if t.fault.startswith('lie-') else ''} | "
+        lost = t.run_s - base
+        caught = (("yes" + (f" ({t.caught_at})" if t.caught_at is not None else "")) if t.liars_caught
+                  else "no") if t.fault.startswith("lie-") else ""
+        rows.append(f"| {t.n} | {t.fault} | {t.victim} | {'' if t.fault.startswith('lie-') else t.at_step} | {t.on_hash}/{t.survivors} "
+                    f"{'✓' if t.passed else '✗'} | {', '.join(t.removed)} | {caught} | "
                     f"{t.false_alarms} | {t.refusals if t.fault == 'garbage' else ''} | {t.seconds:.1f} | "
+                    f"{t.run_s:.1f} | "
                     f"{'' if t.fault == 'none' else f'{lost:+.1f}'} | {t.note.replace('|', '/')} |")
+    return "\n".join(rows)
+
+
+def per_fault(trials: list[Trial], base: float) -> str:
+    """One row per fault: trials, runs on the reference hash, liars caught, false alarms and
+    the median time lost."""
+    rows = ["| fault | trials | ended on the reference hash | liars caught | false alarms | "
+            "median time lost (s) |", "|---|---|---|---|---|---|"]
+    kinds = list(dict.fromkeys(t.fault for t in trials))
+    for f in kinds:
+        ts = [t for t in trials if t.fault == f and t.passed is not None]
+        if not ts:
+            rows.append(f"| {f} | not run | | | | |")
+            continue
+        lie = f.startswith("lie-")
+        lost = statistics.median(t.run_s - base for t in ts)
+        rows.append(f"| {f} | {len(ts)} | {sum(bool(t.passed) for t in ts)}/{len(ts)} | "
+                    f"{f'{sum(t.liars_caught for t in ts)}/{len(ts)}' if lie else ''} | "
+                    f"{sum(t.false_alarms for t in ts)} | {'' if f == 'none' else f'{lost:+.1f}'} |")
     return "\n".join(rows)
 
 
@@ -280,72 +378,99 @@ def summary(trials: list[Trial]) -> str:
             + (f"; {len(na)} not available ({', '.join(t.fault for t in na)})" if na else ""))
 
 
+BEGIN, END = "<!-- bench/chaos.py: begin -->", "<!-- bench/chaos.py: end -->"
+
+
+def put_section(doc: Path, begin: str, end: str, body: str) -> None:
+    """Replace the text between the ``begin`` and ``end`` markers of ``doc`` (or append it)."""
+    text = doc.read_text() if doc.exists() else "# Reliability\n"
+    block = f"{begin}\n{body.strip()}\n{end}"
+    if begin in text and end in text:
+        text = text[:text.index(begin)] + block + text[text.index(end) + len(end):]
+    else:
+        text = text.rstrip() + "\n\n" + block + "\n"
+    doc.write_text(text)
+
+
 def write_doc(trials: list[Trial], base: float, steps: int, command: str) -> None:
     import platform
     from datetime import datetime, timezone
-    text = f"""# Reliability
+    body = f"""**{summary(trials)}.** Baseline (median run seconds of the fault-free trials): {base:.1f} s.
 
-What a room survives, measured by `bench/chaos.py`: rooms of three real `daisy-peer` processes
-(a host and two members, over real aiortc data channels on loopback, a real `daisychain serve`
-for signaling) train a small digits run (hidden 32, {steps} steps, a seed per trial); once the
-host has committed a few steps, one fault is injected. A trial passes when every surviving
-replica prints the `params-sha256` of `daisychain train` with the same settings.
+Per fault:
 
-Faults: `kill-member`/`kill-host` SIGKILL; `straggler`/`straggler-host` SIGSTOP for 2 s, then
-SIGCONT; `close-channel`: a member closes its data channel to the coordinator;
-`restart-server`: the signaling server is killed and a new one started at the same address;
-`garbage`: a member sends 17 malformed frames (noise, bad magic/version/type, impossible chunk
-counts and lengths, meta that is not JSON or not a message, an undecodable body, a message
-never completed, an oversized frame) to every peer; `lie-MODE`: a member runs with
-`daisy-peer --fault MODE` and spot-checks are on. Time lost: a trial's wall time less the
-median of the fault-free trials ({base:.1f} s), so it includes the fault's own 2 s for stragglers.
+{per_fault(trials, base)}
 
-**{summary(trials)}.**
+Every trial:
 
 {table(trials, base)}
 
 Command: `{command}`
-Machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, {datetime.now(timezone.utc):%Y-%m-%d}
-"""
-    DOC.write_text(text)
+Machine: {platform.machine()}, {os.cpu_count()} cores (shared with other work while it ran),
+Python {platform.python_version()}, {datetime.now(timezone.utc):%Y-%m-%d}, {steps} steps per run."""
+    put_section(DOC, BEGIN, END, body)
+
+
+def make_plan(args) -> list[str]:
+    if args.only:
+        return [f for f in args.only for _ in range(args.repeat or 1)]
+    plan = list(dict.fromkeys(PLAN)) if args.quick else PLAN
+    if args.trials:
+        plan = [plan[i % len(plan)] for i in range(args.trials)]
+    return plan
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--steps", type=int, default=80, help="steps per run (default 80)")
+    ap.add_argument("--steps", type=int, default=None, help="steps per run (default 80; --quick 40)")
     ap.add_argument("--seed", type=int, default=1, help="seed of the trial plan (victims, steps)")
-    ap.add_argument("--only", action="append", default=None, help="run only this fault (repeatable)")
+    ap.add_argument("--trials", type=int, default=None,
+                    help=f"the first N trials of the plan (default all {len(PLAN)}; more repeat it)")
+    ap.add_argument("--quick", action="store_true",
+                    help="one trial of each fault, 40 steps each (a smoke run)")
+    ap.add_argument("--only", action="append", default=None, choices=sorted(set(PLAN)),
+                    help="run only this fault (repeatable)")
     ap.add_argument("--repeat", type=int, default=None, help="with --only: trials per fault")
-    ap.add_argument("--timeout", type=float, default=120.0, help="seconds per trial at most")
+    ap.add_argument("--timeout", type=float, default=180.0, help="seconds per trial at most (default 180)")
     ap.add_argument("--no-write", action="store_true", help="do not write docs/RELIABILITY.md")
+    ap.add_argument("--logs", metavar="DIR", default=None,
+                    help="keep every peer's stderr in DIR (default: a temporary folder, removed)")
     args = ap.parse_args(argv)
     if os.environ.get("DAISY_IN_NETNS") != "1":
         print("chaos: run it inside the private network namespace: ./scripts/in-netns.sh "
               ".venv/bin/python -m bench.chaos", file=sys.stderr)
         return 2
-    plan = PLAN if not args.only else [f for f in args.only for _ in range(args.repeat or 1)]
+    steps = args.steps or (40 if args.quick else 80)
+    plan = make_plan(args)
     rng = random.Random(args.seed)
     available = has_faults()
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # so that `finally` stops the peers
     server = Server().start()
     trials: list[Trial] = []
     try:
         with tempfile.TemporaryDirectory(prefix="dc-chaos-") as tmp:
+            if args.logs:
+                tmp = args.logs
+                Path(tmp).mkdir(parents=True, exist_ok=True)
             bar = tqdm(plan, desc="chaos", unit="trial")
             for n, fault in enumerate(bar, 1):
                 bar.set_postfix_str(fault)
-                t = run_trial(Trial(n, fault, seed=100 + n), server, args.steps, Path(tmp), rng,
+                t = run_trial(Trial(n, fault, seed=100 + n), server, steps, Path(tmp), rng,
                               available, args.timeout)
                 trials.append(t)
                 state = "n/a" if t.passed is None else ("ok" if t.passed else "FAILED")
                 bar.write(f"trial {n:2d} {fault:15s} {state:6s} {t.on_hash}/{t.survivors} on the "
-                          f"reference hash, {t.seconds:5.1f} s {t.note[:200]}")
+                          f"reference hash, {t.seconds:5.1f} s"
+                          f"{' removed ' + ','.join(t.removed) if t.removed else ''}; first step at "
+                          f"{t.started if t.started is None else round(t.started, 1)} s, exits "
+                          f"{t.exits} {t.note[:300]}")
     finally:
         server.kill()
-    clean = [t.seconds for t in trials if t.fault == "none" and t.passed]
+    clean = [t.run_s for t in trials if t.fault == "none" and t.passed]
     base = statistics.median(clean) if clean else float("nan")
     print(summary(trials))
     if not args.no_write:
-        write_doc(trials, base, args.steps,
+        write_doc(trials, base, steps,
                   "./scripts/in-netns.sh .venv/bin/python -m bench.chaos " + " ".join(argv or sys.argv[1:]))
         print(f"wrote {DOC}")
     return 0 if all(t.passed is not False for t in trials) else 1

@@ -115,7 +115,8 @@ def main(argv: list[str] | None = None) -> int:
     from daisychain.units import LutError
 
     args = build_parser().parse_args(argv)
-    logging.basicConfig(level=logging.WARNING, format="daisy-peer: %(message)s")
+    progress = Progress(enabled=not (args.quiet or args.json), steps=None)
+    logging.basicConfig(level=logging.WARNING, handlers=[progress.log_handler()])
     settings = None
     problem = checkpoint_errors(args) or (
         "--resume is for the host of a new run: add --create-room" if args.resume and not args.create_room
@@ -132,7 +133,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.loopback:
         use_loopback_only()
     room = "new" if args.create_room else (args.room or "network")
-    progress = Progress(enabled=not (args.quiet or args.json), steps=args.steps if settings else None)
+    progress.steps = args.steps if settings else None
     try:
         node = Node(NodeOptions(server=args.server, room=room, name=args.name or socket.gethostname(),
                                 capacity=args.capacity, approve=args.approve,

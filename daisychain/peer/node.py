@@ -80,6 +80,7 @@ class Stats:
     started: float = field(default_factory=time.perf_counter)
     first_contribution_s: float | None = None
     step_times: list = field(default_factory=list)
+    computed: int = 0  #: micro-batches this peer computed (spot-check second answers included)
 
 
 class PeerFailed(Exception):
@@ -258,8 +259,14 @@ class Node:
                 while True:
                     msg = await self.client.recv()
                     handler = getattr(self, "_sig_" + msg.TYPE, None)
-                    if handler is not None:
+                    if handler is None:
+                        continue
+                    try:
                         await handler(msg)
+                    except Exception:  # noqa: BLE001 - a bug, never a reason to stop reading
+                        log.exception("internal error while handling a signaling %s message from "
+                                      "%s (the run goes on)", msg.TYPE,
+                                      getattr(msg, "sender", None) or "the server")
             except SignalingError as exc:
                 if not self._in_run():
                     raise
@@ -426,6 +433,7 @@ class Node:
         result = await loop.run_in_executor(_COMPUTE, R.contribute_at, self.run.trainer, c.theta,
                                             c.step, c.micro)
         self.stats.compute_s += time.perf_counter() - t0
+        self.stats.computed += len(c.micro)
         if self.stats.first_contribution_s is None:
             self.stats.first_contribution_s = time.perf_counter() - self.stats.started
         self._guarded("a finished compute", lambda: self.run.computed(c.step, c.task, result))
@@ -456,7 +464,9 @@ class Node:
             self.result["checkpoint"] = self.save_checkpoint()
             self.done.set()
         elif isinstance(e, R.Log):
-            log.log(logging.WARNING if e.loud else logging.INFO, "%s", e.text)
+            # run_event: a progress line that shows these (daisy-peer's) keeps them off the log
+            log.log(logging.WARNING if e.loud else logging.INFO, "%s", e.text,
+                    extra={"run_event": True})
         elif isinstance(e, R.Alarm):
             self.alarms.append({"kind": e.kind, "peer": e.peer, "name": e.name, "step": e.step,
                                 "micro": e.micro, "strikes": e.strikes})
@@ -487,7 +497,14 @@ class Node:
                 "me": self.me, "room": self.code, "bytes_sent": out, "bytes_received": inn,
                 "compute_s": self.stats.compute_s, "restores": list(self.restores),
                 "alarms": list(self.alarms), "units": self._unit_counts(end, tr),
+                "steps_per_s": self._steps_per_s(), "computed_micro_batches": self.stats.computed,
                 "seconds": time.perf_counter() - self.stats.started}
+
+    def _steps_per_s(self) -> float | None:
+        """Committed steps per second from the first commit this peer saw to its last (the
+        time before the first, joining and waiting, is not in it); None under two steps."""
+        t = self.stats.step_times[1:]
+        return len(t) / sum(t) if t and sum(t) > 0 else None
 
     def _unit_counts(self, end: R.Ended, tr: Trainer) -> dict:
         """Unit invocations: the whole run's (steps x micro-batches per step, each counted

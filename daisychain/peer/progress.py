@@ -3,6 +3,7 @@ MB/s on the data channels; loud log lines go above it."""
 
 from __future__ import annotations
 
+import logging
 import sys
 import time
 
@@ -22,6 +23,25 @@ class Progress:
     def room(self, code: str, node) -> None:
         """Always shown (also with --json, on stderr): the host hands this code out."""
         self.write(f"room {code}")
+
+    def log_handler(self, fmt: str = "daisy-peer: %(message)s") -> logging.Handler:
+        """A logging handler that writes above the progress line (so the line stays whole)
+        and leaves out the run's own log lines when this progress line shows them (each
+        was printed twice: once by logging, once here)."""
+        progress = self
+
+        class _Handler(logging.Handler):
+            def emit(self, record):
+                if progress.enabled and getattr(record, "run_event", False):
+                    return
+                try:
+                    progress.write(self.format(record))
+                except Exception:  # noqa: BLE001 - logging must never raise
+                    self.handleError(record)
+
+        h = _Handler()
+        h.setFormatter(logging.Formatter(fmt))
+        return h
 
     def write(self, text: str) -> None:
         if self.bar is not None:

@@ -30,6 +30,14 @@ LOW_WATER = 1024 * 1024
 #: bytes queued for one link (not yet handed to its channel) before the peer is dropped as one
 #: that does not read: two of the largest messages (64 MiB each)
 MAX_QUEUED = 128 * 1024 * 1024
+#: seconds before the offering side links again to a member that is still in the room after
+#: its connection failed or its channel closed (doubling per failed try, up to RELINK_MAX_S)
+RELINK_S = 0.5
+RELINK_MAX_S = 8.0
+
+
+def _why(exc: BaseException) -> str:
+    return type(exc).__name__ + (f": {str(exc)[:200]}" if str(exc) else "")
 
 
 def use_loopback_only() -> None:
@@ -102,7 +110,7 @@ class Link:
             return
         self.opened = True
         self.writer = asyncio.ensure_future(self._write())
-        self.mesh.on_open(self.peer)
+        self.mesh.opened(self.peer)
 
     async def offer(self) -> None:
         self._adopt(self.pc.createDataChannel(CHANNEL_LABEL, ordered=True))
@@ -206,9 +214,14 @@ class Mesh:
         self.on_open, self.on_message, self.on_close = on_open, on_message, on_close
         self.ice_servers = ice_servers
         self.links: dict[str, Link] = {}
+        self.members: set[str] = set()          # the room's approved members, last we heard
+        self.tries: dict[str, int] = {}         # peer -> links to it lost since one opened
+        self.relinks: dict[str, asyncio.Task] = {}
+        self.closing = False
 
     async def update(self, members: list[str]) -> None:
         """The room's approved members (self included): link new ones, drop gone ones."""
+        self.members = set(members)
         for peer in list(self.links):
             if peer not in members:
                 await self._drop(peer)
@@ -223,14 +236,29 @@ class Mesh:
         return self.links[peer]
 
     async def on_offer(self, peer: str, sdp: str) -> None:
+        """An offer from ``peer`` (any room member can send one, with any text): one that
+        aiortc cannot take is refused by name and its half-made link dropped."""
         old = self.links.get(peer)
         if old is not None and (old.remote_set or old.opened):  # the other side restarted
             await self._drop(peer)
-        await self._link(peer).on_offer(sdp)
+        try:
+            await self._link(peer).on_offer(sdp)
+        except Exception as exc:  # noqa: BLE001 - aiortc raises ValueError, AssertionError...
+            log.warning("refused an offer from %s: %s", peer, _why(exc))
+            await self._drop(peer)
 
     async def on_answer(self, peer: str, sdp: str) -> None:
-        if peer in self.links:
-            await self.links[peer].on_answer(sdp)
+        """An answer from ``peer``: one that does not fit our offer is refused by name; the
+        link it was for (if it never got an answer) is dropped and offered again."""
+        link = self.links.get(peer)
+        if link is None:
+            return
+        try:
+            await link.on_answer(sdp)
+        except Exception as exc:  # noqa: BLE001 - aiortc raises ValueError, InvalidStateError...
+            log.warning("refused an answer from %s: %s", peer, _why(exc))
+            if not link.remote_set and self.links.get(peer) is link:
+                await self._lost(peer)
 
     async def on_candidate(self, peer: str, cand) -> None:
         await self._link(peer).on_candidate(cand)
@@ -253,8 +281,38 @@ class Mesh:
             await asyncio.sleep(0.02)
 
     async def _lost(self, peer: str) -> None:
+        """The connection to ``peer`` failed or its channel closed. If it is still in the
+        room, the side that offers links again (the other side answers the new offer): a
+        link lost while the room stayed the same used to stay lost for the rest of the run."""
         if peer in self.links:
             await self._drop(peer)
+            self._relink_later(peer)
+
+    def _relink_later(self, peer: str) -> None:
+        if self.closing or peer not in self.members or not self.me < peer or peer in self.relinks:
+            return
+        n = self.tries[peer] = self.tries.get(peer, 0) + 1
+        delay = min(RELINK_MAX_S, RELINK_S * 2 ** (n - 1))
+        log.warning("lost the data channel to %s: linking again in %g s", peer, delay)
+
+        async def again() -> None:
+            try:
+                await asyncio.sleep(delay)
+                if self.closing or peer not in self.members or peer in self.links:
+                    return
+                link = self.links[peer] = Link(self, peer)
+                await link.offer()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - the next loss tries again
+                log.warning("linking again to %s failed: %s", peer, exc)
+            finally:
+                self.relinks.pop(peer, None)
+        self.relinks[peer] = asyncio.ensure_future(again())
+
+    def opened(self, peer: str) -> None:
+        self.tries.pop(peer, None)
+        self.on_open(peer)
 
     async def _drop(self, peer: str) -> None:
         link = self.links.pop(peer, None)
@@ -266,6 +324,9 @@ class Mesh:
             self.on_close(peer)
 
     async def close(self) -> None:
+        self.closing = True
+        for t in list(self.relinks.values()):
+            t.cancel()
         while self.links:
             _, link = self.links.popitem()
             await link.close()

@@ -46,6 +46,8 @@ DEADLINE_FACTOR = 4.0
 RESTORE_WAIT_S = 20.0
 #: at the start, how long the host waits for the members it announced the run to
 START_WAIT_S = 20.0
+#: how long a coordinator waits for the STATE of a member that said it is ahead
+SYNC_WAIT_S = 20.0
 #: default share of micro-batches spot-checked by a second peer, and mismatches tolerated
 VERIFY_RATE = 0.05
 STRIKES = 3
@@ -263,6 +265,8 @@ class RunPeer:
         self.done_by: dict[str, int] = {}  # peer -> micro-batches committed (everyone tracks)
         self.awaiting_data = False
         self.catching_up = False
+        self.catch_from: str | None = None  # coordinator: the member ahead whose state we asked for
+        self.catch_until = 0.0
         self.restoring: tuple[int, str] | None = None  # member: (step, hash) a restore announced
         self.restored_term = -1           # coordinator: this term's state came from a restore
         self.wait_for: set[str] = set()   # coordinator: members to hear from before a step
@@ -303,7 +307,7 @@ class RunPeer:
         self.now = now
         if not self.coordinating or self.ended:
             return []
-        return self._check_deadlines() + self._maybe_begin()
+        return self._check_catch_up() + self._check_deadlines() + self._maybe_begin()
 
     def room_changed(self, ids, host: str | None, names: dict | None = None) -> list[Output]:
         """The signaling room changed: approved online members ``ids`` (self included);
@@ -552,7 +556,8 @@ class RunPeer:
         if msg.step > self.step and self.restored_term != self.term:
             # it holds a later step than we do: take its state first (not after a restore:
             # then the restored state is the run's, wherever the member was)
-            self.catching_up = True
+            self.catching_up, self.catch_from = True, sender
+            self.catch_until = self.now + SYNC_WAIT_S
             return [Log(f"{sender} is ahead (step {msg.step}): taking its state"),
                     Send(sender, F.SyncRequest(self.term, self.step, self._hash(), "coordinator behind"))]
         m.synced = True  # by channel order the state arrives before the next assign / total
@@ -838,9 +843,28 @@ class RunPeer:
             out.append(Send(sender, F.SyncRequest(self.term, self.step, mine, "hash mismatch")))
         return out
 
+    def _check_catch_up(self) -> list[Output]:
+        """A member that said it is ahead sent no usable STATE in SYNC_WAIT_S (it never
+        answered, or its state was refused): go on from ours and bring it to it."""
+        if not self.catching_up or self.now < self.catch_until:
+            return []
+        self.catching_up = False
+        peer, m = self.catch_from, self.members.get(self.catch_from)
+        out: list[Output] = [Log(f"{self._name(peer)} sent no state in {SYNC_WAIT_S:g} s: going "
+                                 f"on from step {self.step}", loud=True)]
+        if m is not None and m.ready and not m.refused and peer not in self.banned:
+            m.synced = True
+            out.append(Send(peer, self._state()))
+        return out
+
     def _member_left(self, peer: str, quiet: bool = False, force: bool = False) -> list[Output]:
         if not self.coordinating or peer == self.me:
             return []
+        if self.catching_up and peer == self.catch_from:
+            self.catching_up = False
+            return [Log(f"{self._name(peer)} left before sending its state: going on from step "
+                        f"{self.step}", loud=True)] + self._member_left(peer, quiet, force) + \
+                self._maybe_begin()
         m = self.members.get(peer)
         if m is not None and (not m.refused or force):
             del self.members[peer]

@@ -207,6 +207,59 @@ def test_tab_joins_late_syncs_and_contributes(browser_cpu, tabs, peers, server_u
 
 
 
+# `daisychain train`'s defaults: a STATE of several frames (hidden 128: 4 frames). The run is
+# long (so that it is still under way whenever the late joiners get in, however loaded the
+# machine) and the host stops it once they have synced and contributed; the reference is
+# `daisychain train` for the steps it ended at (nothing in a run depends on its total).
+DEFAULT_MODEL = dict(task="digits", steps=100000, seed=12, batch=64, micro_batch=16, lr=0.003,
+                     hidden=128)
+
+
+def member_id(tab, name: str) -> str:
+    tab.wait(f"{ROOM_OF}.members.some((m) => m.name === {json.dumps(name)})", 300_000)
+    return tab.state(f"{ROOM_OF}.members.find((m) => m.name === {json.dumps(name)}).id")
+
+
+def test_tab_coordinator_syncs_late_joiners_on_the_default_model(browser_cpu, tabs, peers,
+                                                                 server_url):
+    """A host tab coordinates; a tab and a daisy-peer join while the run is under way. The
+    tab sends each of them the STATE of the default model (several frames) together with
+    other messages: each must arrive whole, both contribute, and everyone ends on the
+    reference hash. It failed in full-suite runs when it depended on timing (a run of 600
+    steps that had to outlast the joiners, 120 s for a loaded daisy-peer to sync); every wait
+    here is a condition with a generous timeout."""
+    s = DEFAULT_MODEL
+    host, code = tab_host(tabs, browser_cpu, "tab-coord")
+    first = peers(server_url, "py-first", "--room", code)
+    approve(host, ["py-first"])
+    host.wait(open_links(1), 300_000)
+    fill_settings(host, s)
+    host.page.click("#start")
+    host.wait(f"{RUN_OF}.step >= 3", 300_000)
+    late_tab = tabs(browser_cpu, "late-tab").open(f"room={code}")
+    late_py = peers(server_url, "late-py", "--room", code, progress=True)
+    approve(host, ["late-tab", "late-py"])
+    late_py.wait_for(r"synced to step [1-9]\d* from", 600)
+    py_id, tab_id = member_id(host, "late-py"), member_id(host, "late-tab")
+    for who in (py_id, tab_id):  # both took work after joining
+        host.wait(f"({RUN_OF}.done[{json.dumps(who)}] || 0) > 0", 600_000)
+    host.page.click("#stop")
+    host.wait(f"{RUN_OF}.state === 'done'", 600_000)
+    steps = host.state(RUN_OF)["step"]
+    ref = reference(dict(s, steps=steps))
+    for tab in (host, late_tab):
+        tab.wait(f"{RUN_OF}.state === 'done'", 600_000)
+        run = tab.state(RUN_OF)
+        assert run["sha"] == ref["params_sha256"] and run["agreed"] is True, (tab.name, run)
+        assert run["step"] == steps, (tab.name, run)
+    events = "\n".join(late_tab.state("window.__daisy.events"))
+    m = re.search(r"synced to step (\d+)", events)
+    assert m and int(m.group(1)) > 0, events[-3000:]
+    for p in (first, late_py):
+        r = p.result(600)
+        assert r["params_sha256"] == ref["params_sha256"] and r["agreed"], r
+
+
 def test_server_killed_mid_run_tab_and_peers_finish(browser_cpu, peers):
     """Scenario 5: the signaling server (a real `daisychain serve` process) is killed mid-run
     and started again at the same address, knowing nothing. The data channels carry the run

@@ -76,3 +76,5 @@ def test_server_killed_mid_run_the_peers_finish_on_the_hash(server_process, peer
     for p in everyone:
         assert p.hash() == ref
         assert "no longer knows this device" in p.stderr(), p.stderr()[-3000:]
+        # each loud line once (logging and the progress line both printed it)
+        assert p.stderr().count("lost the signaling server") == 1, p.stderr()[-3000:]

@@ -1,0 +1,71 @@
+"""Unit tier: the malformed frames of ``bench/chaos.py``'s garbage trial (``chaos_peer``'s
+own list: noise, bad header fields, impossible chunking, bad meta, unknown codec, ...) fed
+through the peer's real receive path (``Node._on_message``: reassembler, decoder, run state
+machine) of a coordinator, from a member of its run. Each gets a named refusal, none raises,
+the sender is removed after the run's strikes, and another member's messages still work."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+from daisychain.engine.trainer import Trainer
+from daisychain.peer import frames as F
+from daisychain.peer import run as R
+from daisychain.peer.node import Node, NodeOptions
+from daisychain.peer.rtc import Mesh
+from daisychain.units import load_luts
+
+from bench.chaos_peer import garbage_frames
+from test_peer_run import settings
+
+
+@pytest.fixture
+def coordinator():
+    rs = settings()
+    events = []
+    node = Node(NodeOptions(server="http://127.0.0.1:9", on_event=lambda e, n: events.append(e)))
+    node.me = "host"
+
+    async def signal(*a):
+        pass
+    node.mesh = Mesh("host", signal, node._on_open, node._on_message, node._on_close)
+    node.run = R.RunPeer("host", trainer=Trainer(rs.spec, rs.hp, rs.ds, load_luts()),
+                         steps=rs.steps, capacity=1.0, wait_peers=5, verify_rate=0.0)
+    node._feed(node.run.room_changed(["host", "m1", "m2"], "host"))
+    node._feed(node.run.start(0.0))
+    for m in ("m1", "m2"):
+        node._on_open(m)
+    return node, events
+
+
+def _ready_frames(node, term=None):
+    run = node.run
+    msg = F.to_message(F.Ready(term or run.term, 5.0, "python", run.step, run._hash()),
+                       run.run_id, run.bounds)
+    return F.encode_frames(msg, 1)
+
+
+def test_garbage_frames_are_refused_by_name_and_the_sender_removed(coordinator, caplog):
+    node, events = coordinator
+    for f in _ready_frames(node):
+        node._on_message("m1", f)
+    assert node.run.members["m1"].ready
+    frames = garbage_frames(node.run.run_id, node.run.step)
+    with caplog.at_level(logging.INFO, "daisychain.peer"):
+        for f in frames:
+            node._on_message("m1", f)
+        for f in _ready_frames(node):  # another member's messages are untouched
+            node._on_message("m2", f)
+    texts = [e.text for e in events if isinstance(e, R.Log)]
+    refusals = [t for t in texts if t.startswith("refused a message from m1: ")]
+    # every frame but the first chunk of the message never completed (refused when the
+    # next frame cuts it off) gets its own refusal
+    assert len(refusals) >= len(frames) - 1, texts
+    assert not any("internal error" in r.getMessage() for r in caplog.records)
+    alarms = [e for e in events if isinstance(e, R.Alarm)]
+    assert [a.kind for a in alarms] == ["refused"] * node.run.strikes + ["removed"]
+    assert all(a.peer == "m1" for a in alarms)
+    assert "m1" in node.run.banned and "m1" not in node.run.members
+    assert node.run.members["m2"].ready and node.run.step == 0
