@@ -479,7 +479,10 @@ export class RunPeer {
     await this._rehash();
     this.run = { T: "run", identity, run_id: runId, steps, term: this.term, step: 0, params_sha256: this.sha, coordinator: this.me };
     if (this.host === null) this.host = this.me;
-    const out = this.coordinating ? [] : this._becomeCoordinator();
+    // a new term and crew, announced to every open member: also when this tab already
+    // coordinates (a second run after the first ended or was stopped: without the announce
+    // the members still follow the old run and drop every assign of the new one)
+    const out = this._becomeCoordinator();
     // members the run was announced to get a while to answer before the first step
     this.waitFor = new Set(this._announceTargets());
     this.waitUntil = now + START_WAIT_S;
