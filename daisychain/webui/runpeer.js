@@ -27,6 +27,8 @@ export const DEADLINE_FACTOR = 4.0;
 export const START_WAIT_S = 20.0;
 /** After a restore, how long the coordinator waits for the members to load the state. */
 export const RESTORE_WAIT_S = 20.0;
+/** How long a coordinator waits for the STATE of a member that said it is ahead (as run.py). */
+export const SYNC_WAIT_S = 20.0;
 /** Default share of micro-batches spot-checked by a second peer, and mismatches tolerated. */
 export const VERIFY_RATE = 0.05;
 export const STRIKES = 3;
@@ -184,6 +186,8 @@ export class RunPeer {
     this.doneBy = {};
     this.awaitingData = false;
     this.catchingUp = false;
+    this.catchFrom = null;   // coordinator: the member ahead whose state we asked for
+    this.catchUntil = 0;
     this.restoring = null;   // member: {step, sha} a restore announced, until its STATE
     this.restoredTerm = -1;  // coordinator: this term's state came from a restore
     this.waitFor = new Set(); // coordinator: members to hear from before a step
@@ -215,7 +219,22 @@ export class RunPeer {
   async tick(now) {
     this.now = now;
     if (!this.coordinating || this.ended) return [];
-    return [...(await this._checkDeadlines()), ...this._maybeBegin()];
+    return [...this._checkCatchUp(), ...(await this._checkDeadlines()), ...this._maybeBegin()];
+  }
+
+  /** A member that said it is ahead sent no usable STATE in SYNC_WAIT_S (it never answered,
+   * or its state was refused): go on from ours and bring it to it (as run.py). */
+  _checkCatchUp() {
+    if (!this.catchingUp || this.now < this.catchUntil) return [];
+    this.catchingUp = false;
+    const peer = this.catchFrom;
+    const m = this.crew.get(peer);
+    const out = [log(`${this._name(peer)} sent no state in ${SYNC_WAIT_S} s: going on from step ${this.step}`, true)];
+    if (m && m.ready && !m.refused && !this.banned.has(peer)) {
+      m.synced = true;
+      out.push(send(peer, this._state()));
+    }
+    return out;
   }
 
   /** The signaling room changed: approved online members `ids` (self included); `names`:
@@ -566,6 +585,8 @@ export class RunPeer {
       // it holds a later step than we do: take its state first (not after a restore: then
       // the restored state is the run's, wherever the member was)
       this.catchingUp = true;
+      this.catchFrom = sender;
+      this.catchUntil = this.now + SYNC_WAIT_S;
       return [log(`${sender} is ahead (step ${msg.step}): taking its state`),
         send(sender, { T: "sync", term: this.term, step: this.step, params_sha256: this.sha, reason: "coordinator behind" })];
     }
@@ -887,6 +908,11 @@ export class RunPeer {
 
   async _memberLeft(peer, quiet = false, force = false) {
     if (!this.coordinating || peer === this.me) return [];
+    if (this.catchingUp && peer === this.catchFrom) {
+      this.catchingUp = false;
+      return [log(`${this._name(peer)} left before sending its state: going on from step ${this.step}`, true),
+        ...(await this._memberLeft(peer, quiet, force)), ...this._maybeBegin()];
+    }
     const m = this.crew.get(peer);
     if (m && (!m.refused || force)) this.crew.delete(peer);
     const orphans = [];

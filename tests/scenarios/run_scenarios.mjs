@@ -146,7 +146,7 @@ class Net {
   }
 
   push(from, to, frames) {
-    if (this.dead.has(to) || this.dead.has(from)) return;
+    if (this.dead.has(to) || this.dead.has(from) || !this.peers.has(to)) return; // dead, or a stranger: nobody reads it
     this.wire.push([from, to, frames]);
   }
 

@@ -138,8 +138,8 @@ class Net:
             frames = [F.HEADER.pack(F.MAGIC, F.VERSION, int(m.type), F._run_bytes(m.run_id),
                                     m.step, no, F.WHOLE, int(m.codec), 0, 0, 1, len(payload)) + payload]
             self.out.append(["send-raw", sender, to, body_sha(b"".join(frames))])
-        if to in self.dead or sender in self.dead:
-            return
+        if to in self.dead or sender in self.dead or to not in self.peers:
+            return  # dead, or a stranger (an injected sender): nobody reads it
         self.wire.append((sender, to, frames))
 
     # -- the network -----------------------------------------------------------------------
