@@ -252,3 +252,29 @@ def test_restore_reaches_a_tab_and_a_daisy_peer(browser_cpu, tabs, server_url, t
                             "--quiet"], capture_output=True, text=True, timeout=300)
     assert alone.returncode == 0, alone.stderr[-3000:]
     assert json.loads(alone.stdout.strip().splitlines()[-1])["params_sha256"] == want
+
+
+def test_a_cluster_checkpoint_resumes_in_a_tab(browser_cpu, tabs, tmp_path):
+    """Issue 12: a checkpoint made by `daisychain cluster` (one rank, started by the
+    environment variables torchrun would set) is uploaded into a browser room and trained
+    on there, to the hash of the uninterrupted run."""
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    ck = tmp_path / "cluster-step6.pt"
+    env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), WORLD_SIZE="1", RANK="0")
+    r = subprocess.run([sys.executable, "-m", "daisychain.cluster", "--quiet", *_args(6),
+                        "--save-checkpoint", str(ck)], capture_output=True, text=True, env=env,
+                       timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    sha6 = reference(6)
+    assert f"params-sha256: {sha6}" in r.stdout + r.stderr
+    host, _ = _host_room(tabs, browser_cpu, "ck-cluster")
+    got = _upload(host, ck)
+    assert got["error"] is None and got["loaded"] == {"step": 6, "sha": sha6}, got
+    host.page.fill("#settings input[name=steps]", "10")
+    host.page.click("#start")
+    host.wait("window.__daisy.run.state === 'done'", 120_000)
+    assert host.state("window.__daisy.run.step") == 10
+    assert host.state("window.__daisy.run.sha") == reference(10)

@@ -211,8 +211,13 @@ def test_tab_joins_late_syncs_and_contributes(browser_cpu, tabs, peers, server_u
 # long (so that it is still under way whenever the late joiners get in, however loaded the
 # machine) and the host stops it once they have synced and contributed; the reference is
 # `daisychain train` for the steps it ended at (nothing in a run depends on its total).
-DEFAULT_MODEL = dict(task="digits", steps=100000, seed=12, batch=64, micro_batch=16, lr=0.003,
+# Batch 256 (16 micro-batches; the model, and so the STATE, is the default one): with the
+# default 4 micro-batches a daisy-peer claiming far less than a tab measures gets a share of
+# 0 (capacity_split is proportional), so "both took work" waited for ever whenever the tabs
+# measured fast; the daisy-peers claim a capacity of the tabs' order for the same reason.
+DEFAULT_MODEL = dict(task="digits", steps=100000, seed=12, batch=256, micro_batch=16, lr=0.003,
                      hidden=128)
+PY_CAPACITY = 400
 
 
 def member_id(tab, name: str) -> str:
@@ -230,14 +235,14 @@ def test_tab_coordinator_syncs_late_joiners_on_the_default_model(browser_cpu, ta
     here is a condition with a generous timeout."""
     s = DEFAULT_MODEL
     host, code = tab_host(tabs, browser_cpu, "tab-coord")
-    first = peers(server_url, "py-first", "--room", code)
+    first = peers(server_url, "py-first", "--room", code, capacity=PY_CAPACITY)
     approve(host, ["py-first"])
     host.wait(open_links(1), 300_000)
     fill_settings(host, s)
     host.page.click("#start")
     host.wait(f"{RUN_OF}.step >= 3", 300_000)
     late_tab = tabs(browser_cpu, "late-tab").open(f"room={code}")
-    late_py = peers(server_url, "late-py", "--room", code, progress=True)
+    late_py = peers(server_url, "late-py", "--room", code, progress=True, capacity=PY_CAPACITY)
     approve(host, ["late-tab", "late-py"])
     late_py.wait_for(r"synced to step [1-9]\d* from", 600)
     py_id, tab_id = member_id(host, "late-py"), member_id(host, "late-tab")
