@@ -128,15 +128,3 @@ def test_device_pixel_ratio_resize_and_css_colours(browser_nogpu, server_url):
         assert page.evaluate("chart.ticks().x[chart.ticks().x.length - 1].px") > 300
     finally:
         ctx.close()
-
-
-def test_loss_plot_wrapper_still_draws(page):
-    page.evaluate("""async () => {
-      document.body.innerHTML = '<canvas id="c" style="width:300px;height:150px"></canvas>';
-      const { LossPlot } = await import('/webui/plot.js');
-      window.plot = new LossPlot(document.getElementById('c'));
-      for (let s = 1; s <= 20; s++) plot.push(s, 1 / s);
-      plot.chart.draw();
-    }""")
-    assert page.evaluate("plot.chart.ticks().x.length") >= 2
-    assert page.evaluate("plot.chart.series[0].points.length") == 20
