@@ -13,7 +13,8 @@ import tomllib
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-IMPORT_NAME = {"scikit-learn": "sklearn", "pywebview": "webview", "pytest-timeout": "pytest_timeout"}
+IMPORT_NAME = {"scikit-learn": "sklearn", "pywebview": "webview", "pytest-timeout": "pytest_timeout",
+               "zxing-cpp": "zxingcpp", "pillow": "PIL"}
 # declared, not imported, and why (the reason must stay true)
 NOT_IMPORTED = {
     "safetensors": "the .safetensors model export",
