@@ -85,9 +85,12 @@ class PeerProcess:
         try:
             out, _ = self.proc.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:
+            if hasattr(signal, "SIGUSR1"):  # daisy-peer dumps every thread's stack (faulthandler)
+                self.proc.send_signal(signal.SIGUSR1)
+                time.sleep(1.0)
             self.proc.kill()
             out, _ = self.proc.communicate()
-            raise AssertionError(f"{self.name} did not finish:\n{self.stderr()[-3000:]}")
+            raise AssertionError(f"{self.name} did not finish:\n{self.stderr()[-6000:]}")
         return self.proc.returncode, out
 
     def hash(self) -> str:

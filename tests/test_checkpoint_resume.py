@@ -260,7 +260,7 @@ def test_ctrl_c_saves_the_state_and_it_resumes(peers, tmp_path):
         time.sleep(0.05)
     assert a.exists(), h.stderr()[-2000:]
     h.proc.send_signal(signal.SIGINT)
-    rc, _ = h.finish(60)
+    rc, _ = h.finish(120)  # (on a timeout, finish() shows every thread's stack: SIGUSR1)
     assert rc == 130, h.stderr()[-2000:]
     assert "state saved to" in h.stderr()
     ck = read_checkpoint_file(a)

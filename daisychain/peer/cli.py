@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import faulthandler
 import logging
+import signal
 import socket
 import sys
 
@@ -115,6 +117,8 @@ def main(argv: list[str] | None = None) -> int:
     from daisychain.units import LutError
 
     args = build_parser().parse_args(argv)
+    if hasattr(signal, "SIGUSR1"):  # `kill -USR1 PID`: every thread's stack to stderr (a hung peer)
+        faulthandler.register(signal.SIGUSR1, all_threads=True)
     progress = Progress(enabled=not (args.quiet or args.json), steps=None)
     logging.basicConfig(level=logging.WARNING, handlers=[progress.log_handler()])
     settings = None
