@@ -57,6 +57,14 @@ def server_thread(**config):
         t.join(10)
 
 
+def _default_sigint() -> None:
+    """The peer takes Ctrl-C as a terminal user's process does. A test run started in the
+    background by a non-interactive shell inherits SIGINT ignored (POSIX), and Python then
+    leaves it ignored: test_ctrl_c's SIGINT did nothing (the stack dump showed the peer
+    training on)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 class PeerProcess:
     def __init__(self, server: str, *args: str, name: str, err_dir: Path,
                  command: list[str] | None = None):
@@ -65,7 +73,7 @@ class PeerProcess:
         self.err = open(self.err_path, "w")
         self.proc = subprocess.Popen([*(command or PEER), "--server", server, "--name", name,
                                       *args], stdout=subprocess.PIPE, stderr=self.err,
-                                     text=True, cwd=ROOT)
+                                     text=True, cwd=ROOT, preexec_fn=_default_sigint)
 
     def stderr(self) -> str:
         return self.err_path.read_text()
