@@ -49,3 +49,10 @@ class Tab:
         self.context.close()
 
 
+# Every event of the page's bus, kept per type (the last one, and all of them): evaluate
+# RECORD in a tab, then read `${EV}[type]` (or window.__ev.all[type]).
+RECORD = """() => {
+  const ev = window.__ev = { last: {}, all: {} };
+  window.__daisy.mesh.bus.on("*", (d, t) => { ev.last[t] = d; (ev.all[t] ||= []).push(d); });
+}"""
+EV = "window.__ev.last"

@@ -8,7 +8,7 @@ host (`run:stopped`), a hand-over (`run:handover`) and a peer leaving (`room:lef
 from __future__ import annotations
 
 import pytest
-from mesh_helpers import needs_netns
+from mesh_helpers import EV, RECORD, needs_netns
 
 from daisychain.engine.counters import unit_counts
 from daisychain.engine.spec import mlp
@@ -16,12 +16,6 @@ from daisychain.engine.spec import mlp
 pytestmark = [pytest.mark.browser, pytest.mark.mesh, needs_netns]
 
 ROOM_OF = "window.__daisy.room"
-# Every event of the page's bus, kept per type (the last one, and all of them).
-RECORD = """() => {
-  const ev = window.__ev = { last: {}, all: {} };
-  window.__daisy.mesh.bus.on("*", (d, t) => { ev.last[t] = d; (ev.all[t] ||= []).push(d); });
-}"""
-EV = "window.__ev.last"
 
 
 def _room_of_two(tabs, browser, host_name="host", guest_name="guest"):

@@ -13,17 +13,12 @@ import sys
 from pathlib import Path
 
 import pytest
-from mesh_helpers import log, needs_netns
+from mesh_helpers import EV, RECORD, log, needs_netns
 
 pytestmark = [pytest.mark.browser, pytest.mark.mesh]
 
 BIN = Path(sys.executable).parent
 ROOM_OF = "window.__daisy.room"
-RECORD = """() => {
-  const ev = window.__ev = { last: {}, all: {} };
-  window.__daisy.mesh.bus.on("*", (d, t) => { ev.last[t] = d; (ev.all[t] ||= []).push(d); });
-}"""
-EV = "window.__ev.last"
 TEXT = ("It was the best of times, it was the worst of times, it was the age of wisdom, "
         "it was the age of foolishness, it was the epoch of belief, it was the epoch of "
         "incredulity, it was the season of Light, it was the season of Darkness.\n") * 6
