@@ -48,6 +48,8 @@ from pathlib import Path
 
 from tqdm import tqdm
 
+from bench._proc import wait_for_log
+
 ROOT = Path(__file__).resolve().parent.parent
 DOC = ROOT / "docs" / "RELIABILITY.md"
 PEER = [sys.executable, str(ROOT / "bench" / "chaos_peer.py")]
@@ -113,13 +115,7 @@ class Peer:
         return int(m[-1]) if m else 0
 
     def wait_for(self, pattern: str, timeout: float) -> re.Match | None:
-        end = time.monotonic() + timeout
-        while time.monotonic() < end and self.proc.poll() is None:
-            m = re.search(pattern, self.stderr())
-            if m:
-                return m
-            time.sleep(0.05)
-        return re.search(pattern, self.stderr())
+        return wait_for_log(self.proc, self.stderr, pattern, timeout)
 
     def finish(self, timeout: float) -> str | None:
         if self.proc.stdout.closed:

@@ -28,6 +28,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from bench._proc import wait_for_log
+
 ROOT = Path(__file__).resolve().parents[1]
 PY = sys.executable
 BRIDGE, SUBNET = "dcbr", "10.78.0"
@@ -95,13 +97,7 @@ class Device:
         return self.log.read_text(errors="replace")
 
     def wait_for(self, pattern: str, timeout: float):
-        end = time.monotonic() + timeout
-        while time.monotonic() < end and self.proc.poll() is None:
-            m = re.search(pattern, self.stderr())
-            if m:
-                return m
-            time.sleep(0.05)
-        return re.search(pattern, self.stderr())
+        return wait_for_log(self.proc, self.stderr, pattern, timeout)
 
     def finish(self, timeout: float) -> str:
         try:
