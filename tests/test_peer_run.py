@@ -120,17 +120,24 @@ class Net:
                 self.events.append((pid, o))
 
     def pump_wire(self, everything=False):
-        """Deliver one frame (or all); False when nothing was in flight."""
+        """Deliver one frame (or all); False when nothing was in flight. A frame that does
+        not parse goes to the receiver's ``bad_message`` (as node.py does)."""
         moved = False
         while self.wire:
             sender, to, fr = self.wire.popleft()
             moved = True
             r = self.reasm.setdefault((sender, to), F.Reassembler())
-            m = r.feed(fr)
+            peer = self.peers[to]
+            try:
+                m = r.feed(fr)
+                if m is not None:
+                    msg = F.from_message(m, peer.trainer.layout.size if peer.trainer else None)
+            except F.FrameError as exc:
+                self.reasm[(sender, to)] = F.Reassembler()
+                self.feed(to, peer.bad_message(sender, str(exc)))
+                m = None
             if m is not None:
-                peer = self.peers[to]
-                size = peer.trainer.layout.size if peer.trainer else None
-                self.feed(to, peer.receive(sender, F.from_message(m, size)))
+                self.feed(to, peer.receive(sender, msg, m.run_id))
             if not everything:
                 break
         return moved

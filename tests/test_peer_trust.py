@@ -63,27 +63,6 @@ class LyingNet(Net):
             if isinstance(o, R.Alarm) and o.kind == "removed" and o.peer not in self.dead:
                 self.kill(o.peer, "p0")
 
-    def pump_wire(self, everything=False):
-        moved = False
-        while self.wire:
-            sender, to, fr = self.wire.popleft()
-            moved = True
-            r = self.reasm.setdefault((sender, to), F.Reassembler())
-            try:
-                m = r.feed(fr)
-                if m is not None:
-                    peer = self.peers[to]
-                    msg = F.from_message(m, peer.trainer.layout.size if peer.trainer else None)
-            except F.FrameError as exc:
-                self.reasm[(sender, to)] = F.Reassembler()
-                self.feed(to, self.peers[to].bad_message(sender, str(exc)))
-                m = None
-            if m is not None:
-                self.feed(to, self.peers[to].receive(sender, msg, m.run_id))
-            if not everything:
-                break
-        return moved
-
 
 # -- the loss shown ------------------------------------------------------------------------
 
