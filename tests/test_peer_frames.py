@@ -122,3 +122,38 @@ def test_run_messages_roundtrip():
 def test_invalid_meta_raises_with_a_message(meta, message):
     with pytest.raises(F.FrameError, match=message):
         F.from_message(roundtrip(F.Message(F.FrameType.CONTROL, RUN, 0, meta)))
+
+
+@pytest.mark.parametrize("bits", [0, 7, 14, 30, 46, 54])
+def test_compiled_varint_loops_give_the_numpy_bytes_and_refusals(bits):
+    """Long vectors take numba loops (intcodec.COMPILED_MIN_SIZE); they must write the same
+    bytes and refuse the same corrupt bodies, with the same words, as the numpy passes."""
+    from daisychain.peer import intcodec as C
+    assert C._kernels() is not None
+    rng = np.random.default_rng(bits)
+    n = C.COMPILED_MIN_SIZE + 1000
+    z = rng.integers(0, 2**bits, n, dtype=np.uint64) if bits else np.zeros(n, np.uint64)
+    z[::97] = 2**54 + 3  # the longest value an int vector can hold after zig-zag (8 bytes)
+    body = C.varint_encode(z)
+    assert body == C._varint_encode_np(z)
+    values, used = C.varint_decode(body + b"\x05", n)
+    assert used == len(body) and (values == z).all()
+    for bad in (body[:-1], b"\xff" * 9 + body, b"\x80" * 3):
+        with pytest.raises(F.FrameError) as compiled:
+            C.varint_decode(bad, n)
+        with pytest.raises(F.FrameError) as reference:
+            C._varint_decode_np(np.frombuffer(bad, np.uint8), n)
+        assert str(compiled.value) == str(reference.value)
+
+
+def test_the_default_codec_is_the_smaller_of_narrow_and_varint():
+    """As frames.js: the zlib codecs cost more time than their bytes save on the wire here
+    (intcodec's docstring); they are still decoded."""
+    rng = np.random.default_rng(3)
+    for v in (rng.integers(-2**45, 2**45, 9000), rng.integers(-100, 100, 9000),
+              np.zeros(9000, np.int64), (rng.integers(-2**20, 2**20, 9000) << 18)):
+        v = v.astype(np.int64)
+        codec, body = F.encode_ints(v, [0, 4000, 9000])
+        sizes = {c: len(F.encode_ints(v, [0, 4000, 9000], (c,))[1]) for c in (F.Codec.NARROW, F.Codec.VARINT)}
+        assert codec in sizes and len(body) == min(sizes.values())
+        assert (F.decode_ints(codec, body, v.size) == v).all()
