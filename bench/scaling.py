@@ -241,7 +241,7 @@ def report(results: dict) -> str:
 
     mesh = results["mesh"]
     one = {(r["net"], r["run"]): r for r in mesh if r["n"] == 1}
-    batch = {"default": 64, "compute-bound": results["meta"].get("big_batch", 1024)}
+    batch = results["meta"].get("batch") or {"default": 64, "compute-bound": results["meta"].get("big_batch", 1024)}
     lines = ["| run | network | peers | samples/s | vs 1 peer | step ms | slowest peer's work ms "
              "(compute / encode / decode / apply) | wire + waiting ms | messages out / in per step (each peer) "
              "| process CPU per step ms (each peer) | load after | same hash as 1 peer |",
@@ -297,7 +297,7 @@ def report(results: dict) -> str:
 def extrapolation(results: dict) -> str:
     """Item 6: the star against a ring and a tree for 1..16 devices, from the costs measured."""
     rows = []
-    for run in ("default", "compute-bound"):
+    for run in dict.fromkeys(r["run"] for r in results["mesh"]):
         r1 = next((r for r in results["mesh"] if r["run"] == run and r["n"] == 1 and r["net"] == "veth"), None)
         r2 = next((r for r in results["mesh"] if r["run"] == run and r["n"] == 2 and r["net"] == "veth"), None)
         raw = results["raw"].get("veth", {}).get(run)
@@ -340,7 +340,13 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--steps", type=int, default=300, help="steps of the default run")
     ap.add_argument("--big-steps", type=int, default=30, help="steps of the compute-bound run")
-    ap.add_argument("--big-batch", type=int, default=4096, help="batch of the compute-bound run")
+    ap.add_argument("--big-batch", default="16384,32768,65536",
+                    help="batch of the compute-bound run; a comma-separated list is a sweep")
+    ap.add_argument("--big-micro", type=int, default=64,
+                    help="smallest micro-batch of the compute-bound run (at least batch / 256, "
+                         "so a step has at most 256 micro-batches: with more, the clamp bound "
+                         "2**51 / n_micro drops the engine's weight gradient from its one folded "
+                         "GEMM to one float64 GEMM per micro-batch, ~3x slower per sample)")
     ap.add_argument("--nets", default="veth,tbf,delay", help="networks to run (comma-separated)")
     ap.add_argument("--out", default=None, help="also write the raw results (JSON) here")
     ap.add_argument("--report", default=None, help="only rewrite the report from a --out file")
@@ -378,12 +384,17 @@ def main() -> None:
         shutil.rmtree(tmp, ignore_errors=True)
         return
     nets = {"veth": ("", 0.0), "tbf": ("100mbit", 0.0), "delay": ("", 1.0)}
-    runs = {"default": ["--steps", str(args.steps)],
-            "compute-bound": ["--steps", str(args.big_steps), "--layers", "256,256",
-                              "--batch", str(args.big_batch)]}
-    runs = {k: v for k, v in runs.items() if k in args.runs.split(",")}
+    runs = {"default": ["--steps", str(args.steps)]}
+    batches = {}
+    for b in args.big_batch.split(","):  # a sweep: where a second device starts to pay
+        name = "compute-bound" if "," not in args.big_batch else f"compute-bound {int(b) // 1024}k"
+        batches[name] = int(b)
+        runs[name] = ["--steps", str(args.big_steps), "--layers", "256,256", "--batch", b,
+                      "--micro-batch", str(max(args.big_micro, int(b) // 256))]
+    runs = {k: v for k, v in runs.items() if k.split(" ")[0] in args.runs.split(",")}
     tmp = Path(tempfile.mkdtemp(prefix="dc-scaling-"))
-    results = {"meta": {"cpus": NCPU, "load_start": os.getloadavg(), "big_batch": args.big_batch,
+    results = {"meta": {"cpus": NCPU, "load_start": os.getloadavg(),
+                        "batch": {"default": 64, **batches},
                         "n_micro": {run: _settings(rargs).hp.n_micro for run, rargs in runs.items()},
                         "params": {run: _params(rargs) for run, rargs in runs.items()}},
                "mesh": [], "raw": {}, "gloo": {}}

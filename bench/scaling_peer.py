@@ -8,8 +8,9 @@ Environment:
   (when it ended, seconds), so that start-up can be left out;
 * ``SCALING_PROFILE``: run daisy-peer under cProfile (main thread), stats written there;
 * ``SCALING_DELAY_MS``: hold every datagram aioice sends on an ICE connection (DTLS/SCTP,
-  i.e. all data-channel traffic) this long before it goes out (``loop.call_later``): both
-  peers do it, so each direction gets the delay once (STUN checks are not delayed).
+  i.e. all data-channel traffic) this long before it goes out (a delay-line thread, see
+  ``_add_delay``): both peers do it, so each direction gets the delay once (STUN checks
+  are not delayed).
 
 Modes (first argument):
 
@@ -40,12 +41,50 @@ T: dict = {"compute_cpu": [], "compute_wall": [], "encode": [], "decode": [], "a
 
 
 def _add_delay(ms: float) -> None:
+    """Every datagram aioice sends on an ICE connection goes out ``ms`` later, from a delay
+    line: a thread that sleeps until the oldest datagram is due and hands it to the event
+    loop (``call_soon_threadsafe``). ``loop.call_later`` would round every delay up to the
+    next millisecond (epoll's timeout), i.e. 1-2 ms for 1 ms."""
+    import collections
+    import threading
+
     import aioice.ice
 
     delay = ms / 1000.0
+    line: collections.deque = collections.deque()
+    due = threading.Condition()
+
+    def run() -> None:
+        while True:
+            with due:
+                while not line:
+                    due.wait()
+                when = line[0][0]
+            wait = when - time.monotonic()
+            if wait > 0:
+                time.sleep(wait)
+            now = time.monotonic()
+            with due:
+                batch = []
+                while line and line[0][0] <= now:
+                    batch.append(line.popleft())
+            by_loop: dict = {}
+            for _, loop, fn, data, addr in batch:
+                by_loop.setdefault(loop, []).append((fn, data, addr))
+            for loop, items in by_loop.items():
+                loop.call_soon_threadsafe(_send_all, items)
+
+    def _send_all(items) -> None:
+        for fn, data, addr in items:
+            fn(data, addr)
+
+    threading.Thread(target=run, name="delay-line", daemon=True).start()
 
     async def send_data(self, data, addr):
-        asyncio.get_running_loop().call_later(delay, self.transport.sendto, data, addr)
+        with due:
+            line.append((time.monotonic() + delay, asyncio.get_running_loop(),
+                         self.transport.sendto, data, addr))
+            due.notify()
 
     aioice.ice.StunProtocol.send_data = send_data
 
@@ -207,6 +246,8 @@ def _gloo(rank: int, addr: str, n: int) -> dict | None:
 
 
 def main(argv: list[str]) -> int:
+    if os.environ.get("SCALING_SWITCH_S"):
+        sys.setswitchinterval(float(os.environ["SCALING_SWITCH_S"]))
     if os.environ.get("SCALING_DELAY_MS"):
         _add_delay(float(os.environ["SCALING_DELAY_MS"]))
     mode, rest = argv[0], argv[1:]

@@ -388,7 +388,10 @@ class Node:
 
     def _guarded(self, what: str, step) -> None:
         """Run one input of the run state machine and perform its outputs; an exception is
-        a bug, never a reason to stall: it is logged with its traceback and the run goes on."""
+        a bug, never a reason to stall: it is logged with its traceback and the run goes on.
+        The run's clock is brought up to now first (it times tasks: RunPeer._time_task)."""
+        if isinstance(self.run, R.RunPeer):
+            self.run.now = max(self.run.now, time.monotonic())
         try:
             self._feed(step())
         except Exception:  # noqa: BLE001 - logged, and the next input is handled as usual

@@ -11,7 +11,9 @@ what happens — ``receive(sender, message)`` (a decoded data-channel message),
 The room host is the step *coordinator*. It announces the run (:class:`~frames.Run`); each
 member checks the identity and its own self-test and answers ``Ready`` (with its state's
 step and hash) or ``Refuse``. A member whose state differs gets the coordinator's STATE.
-Per step the coordinator splits the micro-batch ids into *tasks* by capacity; each task
+Per step the coordinator splits the micro-batch ids into *tasks* by capacity and by what
+each member's link costs a step (:func:`finish_shares`: everyone finishes together, each
+live member keeps at least one micro-batch); each task
 is committed from exactly one contribution (the first that arrives from one of its
 assignees, with the task's exact micro-batch list), so each micro-batch counts exactly
 once. A task whose peer leaves is split over the others; a task past its adaptive
@@ -155,6 +157,27 @@ def checked_micro(key: str, step: int, n_micro: int, rate: float) -> list[int]:
     return out
 
 
+def finish_shares(spm: list[float], fixed: list[float], n: int) -> list[float]:
+    """Micro-batch shares (summing to ~n) with which every peer finishes a step at the same
+    time T: peer k takes max(1, (T - fixed[k]) / spm[k]) micro-batches, where spm[k] is its
+    seconds per micro-batch and fixed[k] the seconds its link adds to a step (the total
+    reaching it, its contribution coming back). T by bisection (the same float operations
+    as runpeer.js finishShares; shared cases in tests/scenarios/split.json)."""
+    def taken(t: float) -> float:
+        acc = 0.0
+        for s, x in zip(spm, fixed):
+            acc += max(1.0, (t - x) / s)
+        return acc
+    lo, hi = 0.0, max(fixed) + n * max(spm)
+    for _ in range(100):
+        mid = 0.5 * (lo + hi)
+        if taken(mid) >= n:
+            hi = mid
+        else:
+            lo = mid
+    return [max(1.0, (hi - x) / s) for s, x in zip(spm, fixed)]
+
+
 def message_name(msg) -> str:
     return getattr(msg, "T", None) or type(msg).__name__.lower()
 
@@ -194,6 +217,8 @@ class _Member:
     synced: bool = False         # its replica is at the coordinator's step (or will be by order)
     refused: bool = False
     sec_per_micro: float = 1.0   # adaptive deadline estimate
+    link_s: float = 0.0          # seconds its link adds to a step (estimate, see _time_task)
+    timed: int = 0               # shares of it timed (the first is left out: warm-up)
     done: int = 0                # micro-batches committed from it
 
 
@@ -258,6 +283,8 @@ class RunPeer:
         self.members: dict[str, _Member] = {}
         self.tasks: dict[int, _Task] = {}
         self.next_task = 0
+        self.self_spm: float | None = None  # the coordinator's own seconds per micro-batch
+        self.timing_from = 0                # ... timed from this step on (see _time_task)
         self.step_started = False
         self.ended = False
         self.refused = False
@@ -537,6 +564,7 @@ class RunPeer:
         self.checks = {}
         self.step_started = False
         self.pending.clear()
+        self.self_spm, self.timing_from = None, self.step + 1  # a term's first step warms up
         out: list[Output] = [Log(f"coordinating the run from step {self.step} (term {self.term})")]
         return out + [Send(p, self._announce()) for p in self._announce_targets()]
 
@@ -636,7 +664,7 @@ class RunPeer:
         self.tasks = {}
         self.checks = {}
         ids = list(range(self.trainer.hp.n_micro))
-        parts = capacity_split(ids, [self._cap(p) for p in live])
+        parts = capacity_split(ids, self._split_weights(live, len(ids)))
         checked = set(checked_micro(self.verify_key, self.step, len(ids), self.verify_rate)) \
             if len(live) > 1 else set()
         new, out = [], []
@@ -654,6 +682,16 @@ class RunPeer:
                                f"its capacity {self._cap(peer):.3g} micro-batches/s is under "
                                f"1/{len(ids)} of the room's {sum(self._cap(p) for p in live):.3g}"))
         return out + self._dispatch(new)
+
+    def _split_weights(self, live: list[str], n: int) -> list[float]:
+        """The capacities, or once a member's link is seen to cost time, shares that make
+        everyone finish together (:func:`finish_shares`): a coordinator that would wait for
+        a member's contribution to cross the wire computes more itself meanwhile."""
+        caps = [self._cap(p) for p in live]
+        links = [0.0] + [self.members[p].link_s for p in live[1:]]
+        if self.self_spm is None or n < len(live) or not any(x > 0 for x in links):
+            return caps
+        return finish_shares([self.self_spm * caps[0] / c for c in caps], links, n)
 
     def _new_task(self, peer: str, micro: tuple[int, ...], kind: str = "main") -> _Task:
         t = _Task(self.next_task, micro, [peer], self.now, self.now + self._deadline(peer, len(micro)),
@@ -698,11 +736,39 @@ class RunPeer:
             m = self.members[sender]
             spent = max(1e-4, self.now - t.sent_at) / len(micro)
             m.sec_per_micro = 0.5 * m.sec_per_micro + 0.5 * spent
+        self._time_task(sender, t)
         out: list[Output] = []
         if len(t.micro) == 1 and t.micro[0] in self.checks:
             self.checks[t.micro[0]].votes[sender] = (np.asarray(ints, np.int64), loss, correct)
             out += self._judge(t.micro[0])
         return out + self._maybe_commit()
+
+    def _time_task(self, sender: str, t: _Task) -> None:
+        """Learn from a peer's whole share of the step once its last task is in (dispatch to
+        contribution; the clock comes from the shell): the coordinator's own seconds per
+        micro-batch, and what each member's link adds beyond computing its share at its
+        capacity relative to the coordinator's (tasks it was first given: main and checks).
+        A term's first step and each member's first share are left out: they include
+        warm-up (compiles, first connections), which would skew the split for many steps."""
+        if t.assignees[0] != sender or self.step < self.timing_from:
+            return
+        share = [x for x in self.tasks.values() if x.assignees[0] == sender]
+        if any(x.result is None for x in share):
+            return
+        n = sum(len(x.micro) for x in share)
+        spent = self.now - min(x.sent_at for x in share)
+        if spent <= 0 or n == 0:
+            return
+        if sender == self.me:
+            per = spent / n
+            self.self_spm = per if self.self_spm is None else 0.5 * self.self_spm + 0.5 * per
+        elif sender in self.members and self.self_spm is not None:
+            m = self.members[sender]
+            m.timed += 1
+            if m.timed == 1:
+                return
+            own = n * self.self_spm * self._cap(self.me) / self._cap(sender)
+            m.link_s = 0.5 * m.link_s + 0.5 * max(0.0, spent - own)
 
     def _maybe_commit(self) -> list[Output]:
         if not self.step_started or not self.tasks:

@@ -207,7 +207,12 @@ export class Mesh {
 
   /** Run `fn` (returning RunPeer outputs) after everything queued before it. */
   _enqueue(fn) {
-    this.queue = this.queue.then(fn).then((outs) => this._perform(outs || [])).catch((err) => {
+    // the run's clock is brought up to now before each input (it times tasks: _timeTask)
+    const clocked = () => {
+      if (this.peer) this.peer.now = Math.max(this.peer.now, this._now());
+      return fn();
+    };
+    this.queue = this.queue.then(clocked).then((outs) => this._perform(outs || [])).catch((err) => {
       console.error("mesh:", err);
       this.bus.emit("run:error", { message: `mesh error: ${err.message}` });
     });

@@ -113,6 +113,26 @@ export function capacitySplit(ids, caps) {
   return out;
 }
 
+/** run.py finish_shares: micro-batch shares (summing to ~n) with which every peer finishes
+ * a step at the same time T: peer k takes max(1, (T - fixed[k]) / spm[k]) micro-batches
+ * (spm: seconds per micro-batch, fixed: seconds its link adds to a step). T by bisection,
+ * the same float operations as Python (shared cases: tests/scenarios/split.json). */
+export function finishShares(spm, fixed, n) {
+  const taken = (t) => {
+    let acc = 0.0;
+    for (let k = 0; k < spm.length; k++) acc += Math.max(1.0, (t - fixed[k]) / spm[k]);
+    return acc;
+  };
+  let lo = 0.0;
+  let hi = Math.max(...fixed) + n * Math.max(...spm);
+  for (let i = 0; i < 100; i++) {
+    const mid = 0.5 * (lo + hi);
+    if (taken(mid) >= n) hi = mid;
+    else lo = mid;
+  }
+  return spm.map((s, k) => Math.max(1.0, (hi - fixed[k]) / s));
+}
+
 /** Segment bounds of the flat vector: one segment per canonical tensor. */
 export function tensorBounds(trainer) {
   const out = [0];
@@ -136,6 +156,8 @@ class Member {
     this.synced = false;   // its replica is at the coordinator's step (or will be by order)
     this.refused = false;
     this.secPerMicro = 1.0;
+    this.linkS = 0.0;      // seconds its link adds to a step (estimate, see _timeTask)
+    this.timed = 0;        // shares of it timed (the first is left out: warm-up)
   }
 }
 
@@ -169,6 +191,8 @@ export class RunPeer {
     this.sha = null;      // cached params hash of this.trainer
     this.steps = 0;
     this.now = 0;
+    this.selfSpm = null;  // the coordinator's own seconds per micro-batch
+    this.timingFrom = 0;  // ... timed from this step on (see _timeTask)
     this.host = null;     // the room host per the signaling server
     this.coord = null;    // the coordinator whose run announce we follow
     this.open = new Set();
@@ -476,6 +500,8 @@ export class RunPeer {
     this.coordinating = true;
     this.coord = this.me;
     this.term += 1;
+    this.selfSpm = null;              // a term's first step warms up: timed from the next
+    this.timingFrom = this.step + 1;
     this.crew = new Map();
     this.tasks = new Map();
     this.checks = new Map();
@@ -680,7 +706,7 @@ export class RunPeer {
     this.checks = new Map();
     const n = this.trainer.hp.batch / this.trainer.hp.micro_batch;
     const ids = Array.from({ length: n }, (_, j) => j);
-    const parts = capacitySplit(ids, live.map((p) => this._cap(p)));
+    const parts = capacitySplit(ids, this._splitWeights(live, n));
     const checked = new Set(live.length > 1 ? checkedMicro(this.verifyKey, this.step, n, this.verifyRate) : []);
     const fresh = [];
     const out = [];
@@ -741,6 +767,38 @@ export class RunPeer {
       .map((m) => m.id).sort();
   }
 
+  /** The capacities, or once a member's link is seen to cost time, shares that make
+   * everyone finish together (finishShares), as run.py _split_weights. */
+  _splitWeights(live, n) {
+    const caps = live.map((p) => this._cap(p));
+    const links = live.map((p, i) => (i === 0 ? 0.0 : this.crew.get(p).linkS));
+    if (this.selfSpm === null || n < live.length || !links.some((x) => x > 0)) return caps;
+    return finishShares(caps.map((c) => (this.selfSpm * caps[0]) / c), links, n);
+  }
+
+  /** As run.py _time_task: once a peer's last task of the step is in, the coordinator's
+   * own seconds per micro-batch, and what each member's link adds beyond computing its
+   * share at its relative capacity (the tasks it was first given: main and checks); a
+   * term's first step and each member's first share are left out (warm-up). */
+  _timeTask(sender, t) {
+    if (t.assignees[0] !== sender || this.step < this.timingFrom) return;
+    const share = [...this.tasks.values()].filter((x) => x.assignees[0] === sender);
+    if (share.some((x) => !x.result)) return;
+    const n = share.reduce((acc, x) => acc + x.micro.length, 0);
+    const spent = this.now - Math.min(...share.map((x) => x.sentAt));
+    if (!(spent > 0) || n === 0) return;
+    if (sender === this.me) {
+      const per = spent / n;
+      this.selfSpm = this.selfSpm === null ? per : 0.5 * this.selfSpm + 0.5 * per;
+    } else if (this.crew.has(sender) && this.selfSpm !== null) {
+      const m = this.crew.get(sender);
+      m.timed += 1;
+      if (m.timed === 1) return;
+      const own = (n * this.selfSpm * this._cap(this.me)) / this._cap(sender);
+      m.linkS = 0.5 * m.linkS + 0.5 * Math.max(0.0, spent - own);
+    }
+  }
+
   async _takeContrib(sender, step, task, micro, ints, loss, correct) {
     const t = this.tasks.get(task);
     if (step !== this.step || !t || t.result || !sameInts(t.micro, micro) || !t.assignees.includes(sender)) {
@@ -752,6 +810,7 @@ export class RunPeer {
       const spent = Math.max(1e-4, this.now - t.sentAt) / micro.length;
       m.secPerMicro = 0.5 * m.secPerMicro + 0.5 * spent;
     }
+    this._timeTask(sender, t);
     const out = [];
     if (t.micro.length === 1 && this.checks.has(t.micro[0])) {
       this.checks.get(t.micro[0]).votes.set(sender, { ints: Float64Array.from(ints), loss, correct });
