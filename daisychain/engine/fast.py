@@ -165,7 +165,8 @@ class FastPath:
         the cache, or None where a kernel's preconditions fail (the caller then takes the
         numpy passes). ``fresh``: the logits in a new array (else a reused work array)."""
         n, b = x.shape[0], x.shape[1]
-        if not self._nb_fits or n * b == 0 or theta.dtype != np.float64:
+        if (not self._nb_fits or n * b == 0 or theta.dtype != np.float64 or theta.ndim != 1
+                or not theta.flags.c_contiguous):
             return None
         x2 = np.ascontiguousarray(x.reshape(n, -1), dtype=np.float64)
         buf = self._buf.get
