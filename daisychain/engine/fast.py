@@ -801,9 +801,10 @@ def _nb_backward_hidden(dX, a_in, relu, b, eg, ew, eg_out):
         for r in range(j * b, j * b + b):
             for c in range(cols):
                 v = np.int64(dX[r, c])
-                if relu and not (a_in[r, c] > 0.0):
-                    v = 0
-                    dX[r, c] = 0.0
+                if relu:
+                    if not (a_in[r, c] > 0.0):
+                        v = 0
+                    dX[r, c] = v
                 if v < 0:
                     v = -v
                 if v > am:
