@@ -26,6 +26,16 @@ definitions by :func:`daisychain.units.gemm.tables_are_exact`):
 
 Anything outside those bounds (K > 1024, huge biases) runs the same formulas in float64,
 where all values are integers below 2**53.
+
+Those numpy passes are the definition of this path. Once numba is loaded (see
+COMPILED_AFTER_S) the same values come from compiled kernels (the end of this module): the
+GEMMs stay the float32 BLAS calls above, over all micro-batches' rows at once, and each pass
+between them is one loop, in integers where the values are integers (accumulator + bias,
+rounding shift, ReLU mask, column sums) and otherwise the same IEEE float64 operations in
+the same order (quantization, bias scaling, softmax with dexp, fixed-point scaling).
+The folded weight gradient there bounds every partial sum per element instead of by the
+worst case, so float32 takes almost every step. A kernel whose preconditions fail
+(non-finite values, exponents beyond +-900, K > 1024) hands the call to the numpy passes.
 """
 
 from __future__ import annotations
