@@ -5,9 +5,10 @@ The baseline is a plain ``torch.nn.Sequential`` of ``nn.Linear`` / ``nn.ReLU`` w
 ``torch.optim.Adam`` (same initial parameters, lr, betas, eps), one forward/backward/step
 per global batch of 64, inputs already tensors. The INT8 engine does what a replica does:
 ``Trainer.contribute`` (all 4 micro-batches of 16, including gathering the samples) and
-``Trainer.apply`` (fixed-point total -> Adam). Runs alternate (torch, INT8, torch, ...) so
-both see the same machine conditions; each figure is the best of the rounds, in CPU time of
-this process.
+``Trainer.apply`` (fixed-point total -> Adam), with the compiled kernels loaded at the start
+(``fast.load_compiled``: a long run switches to them by itself). Runs alternate (torch,
+INT8, torch, ...) so both see the same machine conditions; each figure is the best of the
+rounds, in CPU time of this process.
 
 Run: ``python -m bench.train`` (writes the "train" section of docs/BENCHMARKS.md).
 """
@@ -29,7 +30,7 @@ import torch  # noqa: E402
 from tqdm import tqdm  # noqa: E402
 
 from bench._report import write_section  # noqa: E402
-from daisychain.engine.adam import FUSED_MIN_SIZE  # noqa: E402
+from daisychain.engine import adam as adam_mod, fast  # noqa: E402
 from daisychain.engine.data import prepare_task  # noqa: E402
 from daisychain.engine.model import ParamLayout, init_params  # noqa: E402
 from daisychain.engine.spec import Hyper, mlp  # noqa: E402
@@ -121,6 +122,7 @@ def main() -> None:
     ap.add_argument("--no-write", action="store_true", help="print only")
     args = ap.parse_args()
     torch.set_num_threads(1)
+    compiled = fast.load_compiled()
     ds = prepare_task("digits")
     hp = Hyper()
     rows = []
@@ -145,33 +147,39 @@ def main() -> None:
         tracemalloc.stop()
         mb = args.steps * hp.n_micro
         rows.append((name, mb / t_best, mb / i_best, sorted(ratios), peak / 2**20,
-                     same_bits_as_literal(ds, spec, hp), c_best / args.steps, a_best / args.steps,
-                     irun.tr.layout.size))
+                     same_bits_as_literal(ds, spec, hp), c_best / args.steps, a_best / args.steps))
+    fused = adam_mod._fused_kernel() is not None
     lines = ["## Engine: INT8 micro-batch rate vs torch float32 (digits)", "",
              f"Batch {hp.batch} = {hp.n_micro} micro-batches of {hp.micro_batch}, {args.steps} steps "
              f"per run, one thread (torch.set_num_threads(1), OPENBLAS/OMP/MKL_NUM_THREADS=1), "
              f"{args.rounds} alternating rounds (torch, INT8, torch, ...), best of each, CPU time "
              "of this process. Baseline: nn.Sequential(nn.Linear, nn.ReLU, ...) + "
-             "torch.optim.Adam, one forward/backward/step per batch of 64.", "",
+             "torch.optim.Adam, one forward/backward/step per batch of 64. INT8 engine: "
+             f"compiled kernels {'loaded' if compiled else 'NOT available (numpy passes)'}, "
+             f"Adam {'fused (one compiled pass)' if fused else 'numpy passes'}.", "",
              "| model | torch float32 (baseline) | INT8 engine | ratio (best/best) | "
              "ratio per round, min / median / max | INT8 contribute / apply per step | "
              "INT8 peak traced memory | same bits as the literal-table engine |",
              "|---|---|---|---|---|---|---|---|"]
-    for name, t, i, rs, mem, same, c, a, size in rows:
+    for name, t, i, rs, mem, same, c, a in rows:
         lines.append(f"| {name} | {t:,.0f} micro-batches/s | {i:,.0f} micro-batches/s | "
                      f"{i / t:.2f} | {rs[0]:.2f} / {rs[len(rs) // 2]:.2f} / {rs[-1]:.2f} | "
-                     f"{c * 1e6:,.0f} / {a * 1e6:,.0f} us{' (fused Adam)' if size >= FUSED_MIN_SIZE else ''} | "
+                     f"{c * 1e6:,.0f} / {a * 1e6:,.0f} us | "
                      f"{mem:.1f} MiB | {'yes' if same else 'NO'} |")
     lines += ["", "Goal: ratio >= 1.0 (match or beat float32 torch on one thread). The machine "
               "is shared with other work, so absolute rates vary between runs; the per-round "
               "ratios show the spread.", "",
-              "Contribute is forward + backward of the step's micro-batches (exact float32 "
-              "GEMMs where K * 127^2 < 2^24, float64 otherwise, one float64 GEMM folding all "
-              "micro-batches' weight gradients when their exponents are a few apart); apply "
-              f"is the mean gradient and Adam. Parameter vectors of {FUSED_MIN_SIZE:,} or more "
-              "take Adam as one compiled pass (numba, no fastmath: no fused multiply-add, no "
-              "reordering, the same bits as the numpy passes; imported on first use, ~0.5 s of "
-              "CPU once per process); smaller ones take the numpy passes."]
+              "Contribute is forward + backward of the step's micro-batches: every GEMM one float32 "
+              "BLAS call over all micro-batches' rows (exact: integer operands, K * 127^2 < 2^24, "
+              "the weight gradients folded over micro-batches with each one's power-of-two scale "
+              "when a bound on every partial sum stays below 2^24, float64 below 2^53), and one "
+              "compiled loop (numba, no fastmath) for each pass between them: quantize, bias + "
+              "rounding shift in integers, softmax and output error, fixed-point bias and weight "
+              "gradients, ReLU mask + requantize. Apply is the mean gradient and Adam"
+              f"{' (one compiled pass)' if fused else ''}. Same bits as the numpy passes and the "
+              "literal-table engine (tests/test_engine_fast.py). Peak traced memory is what "
+              "tracemalloc sees (numpy's and Python's allocations, not numba's small scratch "
+              "arrays)."]
     text = "\n".join(lines)
     if not args.no_write:
         write_section("train", text, "python -m bench.train")

@@ -17,15 +17,18 @@ multiply-add, no pow: the bias corrections are running products)::
 from __future__ import annotations
 
 import os
+import sys
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from daisychain.engine.spec import Hyper
 
-#: parameter vectors at least this long take the compiled single pass (numba). Below it the
-#: numpy passes cost under ~100 us a step, less than importing numba (~0.5 s of CPU, once
-#: per process) would save in most runs. Both paths give the same bits.
+#: parameter vectors at least this long take the compiled single pass (numba), shorter ones
+#: too once numba is imported (by the engine's compiled path, daisychain/engine/fast.py).
+#: Otherwise the numpy passes run: for short vectors they cost under ~100 us a step, less
+#: than importing numba (~0.35 s of CPU, once per process) would save in most runs. Both
+#: paths give the same bits.
 FUSED_MIN_SIZE = 16384
 
 
@@ -117,7 +120,7 @@ def adam_step(theta: np.ndarray, state: AdamState, g: np.ndarray, hp: Hyper,
     state.b1t = state.b1t * b1
     state.b2t = state.b2t * b2
     m, v = state._owned("m"), state._owned("v")
-    kern = _fused_kernel() if theta.size >= FUSED_MIN_SIZE else None
+    kern = _fused_kernel() if theta.size >= FUSED_MIN_SIZE or "numba" in sys.modules else None
     if (kern is not None and theta.dtype == np.float64 and theta.ndim == 1
             and theta.flags.c_contiguous and theta.flags.writeable
             and g.ndim == 1 and g.size == theta.size and g.dtype in (np.float64, np.int64)):
