@@ -280,8 +280,12 @@ def report(results: dict) -> str:
             "(the machine is shared with other work: absolute times are inflated, and more so "
             "the more wake-ups a step needs).", "",
             "Each peer: its own process, network namespace (veth to a bridge in the server's "
-            "namespace) and core (taskset); fixed equal capacities (`--capacity 100`, so two peers "
-            "split a step evenly), `--verify-rate 0`, one BLAS thread. Steps/s from the host's "
+            "namespace) and core (taskset); the same capacity (`--capacity 100`: the same "
+            "speed, so the first steps split evenly; once the coordinator has timed itself and "
+            "its member it splits so that both finish together, docs/MESH.md), `--verify-rate 0`, "
+            "one BLAS thread. default = the digits defaults (hidden 128, batch 64 = 4 "
+            "micro-batches); compute-bound NNk = `--layers 256,256 --batch NNk --micro-batch "
+            "max(64, NNk / 256)` (256 micro-batches a step). Steps/s from the host's "
             "commit times after the first steps. Work = each peer's own time per step in "
             "contribute (compute, wall), encode_frames, from_message and Trainer.apply; wire + "
             "waiting = step minus the slowest peer's work.", "", *lines, "",

@@ -7,7 +7,7 @@ tests/scenarios/frames.json) and ``docs/MESH.md`` documents each field.
   at most :data:`MAX_FRAME` bytes, the header layout, the meta JSON (NaN / Infinity refused)
   and the per-channel :class:`Reassembler`;
 - :mod:`daisychain.peer.intcodec`: the integer-vector codecs of CONTRIB / TOTAL bodies
-  (:func:`encode_ints` keeps the smallest) and the STATE body;
+  (:func:`encode_ints` sends NARROW or VARINT, whichever is smaller) and the STATE body;
 - :mod:`daisychain.peer.messages`: the typed run messages and :func:`to_message` /
   :func:`from_message`, every meta field checked.
 """
