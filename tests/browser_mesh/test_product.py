@@ -284,7 +284,11 @@ def test_the_room_shows_links_counters_and_agreeing_hashes(browser_cpu, tabs):
     # the matrix: every pair open with a round trip, on both tabs (from room:links)
     for t in (host, guest):
         t.wait("window.__daisy.matrix !== null", 30_000)
-        cell = t.page.locator(f"#link-matrix td[data-a='{hid}'][data-b='{gid}']")
+        # rows are reported about once a second: a run shorter than that can end before the
+        # first report that sees the link open, so wait for it (it must come)
+        sel = f"#link-matrix td[data-a='{hid}'][data-b='{gid}']"
+        t.wait(f"document.querySelector(\"{sel}\")?.dataset.state === 'open'", 15_000)
+        cell = t.page.locator(sel)
         assert cell.get_attribute("data-state") == "open"
         assert cell.inner_text().endswith(" ms"), cell.inner_text()
     # the counters: the formula of the model shape for the micro-batches done
