@@ -561,6 +561,25 @@ def _nb_bitlen(m):
     return n
 
 
+def _nb_shift_rows(m, add, r0, r1, am, lo):
+    """Rows r0 .. r1 of m (exact integers) in place: m = clamp((m + add + half) >> s, lo,
+    127), the round-shift of docs/UNITS.md, with s = max(0, bitlen(am) - 7) for am = max
+    |m + add| over those rows; returns s."""
+    s = _nb_bitlen(am) - 7
+    if s < 0:
+        s = 0
+    half = (np.int64(1) << s) >> 1
+    for r in range(r0, r1):
+        for c in range(m.shape[1]):
+            q = (np.int64(m[r, c]) + add[c] + half) >> s
+            if q > 127:
+                q = 127
+            if q < lo:
+                q = lo
+            m[r, c] = q
+    return s
+
+
 def _nb_hidden(acc, bias, ex, ew, b, lo, ex_out, bacc):
     """In place, per micro-batch j (rows j*b .. j*b+b of acc, float32 GEMM output): v =
     acc + bacc (exact integers), s = max(0, bitlen(max|v|) - 7), acc = clamp(round-shift(v,
@@ -579,19 +598,7 @@ def _nb_hidden(acc, bias, ex, ew, b, lo, ex_out, bacc):
                     v = -v
                 if v > am:
                     am = v
-        s = _nb_bitlen(am) - 7
-        if s < 0:
-            s = 0
-        half = (np.int64(1) << s) >> 1
-        for r in range(j * b, j * b + b):
-            for o in range(cols):
-                q = (np.int64(acc[r, o]) + bacc[o] + half) >> s
-                if q > 127:
-                    q = 127
-                if q < lo:
-                    q = lo
-                acc[r, o] = q
-        ex_out[j] = sexp + s
+        ex_out[j] = sexp + _nb_shift_rows(acc, bacc, j * b, j * b + b, am, lo)
     return True
 
 
@@ -806,6 +813,7 @@ def _nb_backward_hidden(dX, a_in, relu, b, eg, ew, eg_out):
     eg_out[j] = eg[j] + ew + s."""
     n = eg.shape[0]
     cols = dX.shape[1]
+    zero = np.zeros(cols, np.int64)
     for j in range(n):
         am = np.int64(0)
         for r in range(j * b, j * b + b):
@@ -819,19 +827,7 @@ def _nb_backward_hidden(dX, a_in, relu, b, eg, ew, eg_out):
                     v = -v
                 if v > am:
                     am = v
-        s = _nb_bitlen(am) - 7
-        if s < 0:
-            s = 0
-        half = (np.int64(1) << s) >> 1
-        for r in range(j * b, j * b + b):
-            for c in range(cols):
-                q = (np.int64(dX[r, c]) + half) >> s
-                if q > 127:
-                    q = 127
-                if q < -127:
-                    q = -127
-                dX[r, c] = q
-        eg_out[j] = eg[j] + ew + s
+        eg_out[j] = eg[j] + ew + _nb_shift_rows(dX, zero, j * b, j * b + b, am, -127)
 
 
 class _Kernels:
@@ -870,7 +866,7 @@ def _compile():
     jit = numba.njit(cache=True, fastmath=False, nogil=True, boundscheck=False,
                      error_model="numpy")
     g = globals()
-    for name in ("_nb_bias_acc", "_nb_bitlen", "_nb_dexp"):  # helpers, called from kernels
+    for name in ("_nb_bias_acc", "_nb_bitlen", "_nb_dexp", "_nb_shift_rows"):  # helpers, called from kernels
         g[name] = jit(g[name])
     k = _Kernels()
     for name in ("quant_rows", "hidden", "logits", "output_error", "bias_grad",
