@@ -10,6 +10,7 @@ import random
 import shutil
 import subprocess
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -119,3 +120,103 @@ def test_a_coordinator_computes_more_while_its_member_s_link_costs_time():
     for pid in net.room():
         end = net.of(R.Ended, pid)[0]
         assert end.params_sha256 == want and end.agreed
+
+
+# -- the timing that feeds the split, the same in both languages ---------------------------
+
+TIMING_DRIVER = r"""
+import { readFileSync } from "node:fs";
+const { RunPeer } = await import(process.argv[2]);
+const out = [];
+for (const c of JSON.parse(readFileSync(0, "utf8"))) {
+  const rp = new RunPeer("p0", { capacity: c.caps.p0 });
+  rp.timingFrom = c.timing_from;
+  for (const [id, cap] of Object.entries(c.caps)) {
+    if (id !== "p0") rp.crew.set(id, { id, capacity: cap, linkS: 0.0, timed: 0 });
+  }
+  for (const s of c.steps) {
+    rp.trainer = { step: s.step }; // the step a replica is at comes from its trainer
+    rp.tasks = new Map(s.tasks.map(([peer, n], i) => [i, { task: i, assignees: [peer], sentAt: s.t0,
+      micro: Array.from({ length: n }, (_, j) => j), result: null, kind: "main" }]));
+    for (const [i, now] of s.done) {
+      const t = rp.tasks.get(i);
+      rp.now = now;
+      t.result = { peer: t.assignees[0] };
+      rp._timeTask(t.assignees[0], t);
+    }
+  }
+  const links = {};
+  for (const [id, m] of rp.crew) links[id] = m.linkS;
+  out.push({ self_spm: rp.selfSpm, links, weights: rp._splitWeights(c.live, c.n) });
+}
+console.log(JSON.stringify(out));
+"""
+
+# each step: tasks as (first assignee, micro-batches), dispatched at t0; done: (task, when)
+TIMING_CASES = [
+    {"about": "one member 6 ms away, timed over three steps", "caps": {"p0": 1.0, "p1": 1.0},
+     "timing_from": 0, "live": ["p0", "p1"], "n": 16,
+     "steps": [{"step": s, "t0": 0.1 * s, "tasks": [["p0", 8], ["p1", 8]],
+                "done": [[0, 0.1 * s + 0.008], [1, 0.1 * s + 0.014]]} for s in range(4)]},
+    {"about": "the term's first step is left out", "caps": {"p0": 2.0, "p1": 1.0},
+     "timing_from": 3, "live": ["p0", "p1"], "n": 12,
+     "steps": [{"step": s, "t0": s, "tasks": [["p0", 8], ["p1", 4]],
+                "done": [[0, s + 0.004], [1, s + 0.02]]} for s in (2, 3, 4, 5)]},
+    {"about": "a share of two tasks (its own and a check) is timed once both are in",
+     "caps": {"p0": 1.0, "p1": 3.0, "p2": 1.0}, "timing_from": 0, "live": ["p0", "p1", "p2"], "n": 40,
+     "steps": [{"step": s, "t0": 1.0 * s, "tasks": [["p0", 7], ["p0", 1], ["p1", 24], ["p2", 8]],
+                "done": [[0, s + 0.007], [1, s + 0.008], [3, s + 0.011], [2, s + 0.030]]}
+               for s in range(5)]},
+    {"about": "a member back sooner than its capacity says: no link cost, the capacities",
+     "caps": {"p0": 1.0, "p1": 2.0}, "timing_from": 0, "live": ["p0", "p1"], "n": 9,
+     "steps": [{"step": s, "t0": s, "tasks": [["p0", 3], ["p1", 6]],
+                "done": [[1, s + 0.002], [0, s + 0.003]]} for s in range(3)]},
+]
+
+
+def _python_timing(c: dict) -> dict:
+    rp = R.RunPeer("p0", capacity=c["caps"]["p0"])
+    rp.timing_from = c["timing_from"]
+    for pid, cap in c["caps"].items():
+        if pid != "p0":
+            rp.members[pid] = R._Member(pid, capacity=cap)
+    for s in c["steps"]:
+        rp.trainer = SimpleNamespace(state=SimpleNamespace(step=s["step"]))  # its step
+        rp.tasks = {i: R._Task(i, tuple(range(n)), [peer], s["t0"], 1e9)
+                    for i, (peer, n) in enumerate(s["tasks"])}
+        for i, now in s["done"]:
+            t = rp.tasks[i]
+            rp.now = now
+            t.result = (t.assignees[0], None, 0.0, 0)
+            rp._time_task(t.assignees[0], t)
+    return {"self_spm": rp.self_spm, "links": {p: m.link_s for p, m in rp.members.items()},
+            "weights": rp._split_weights(c["live"], c["n"])}
+
+
+def test_the_timing_that_feeds_the_split():
+    """What the Python coordinator learns from these timings (the JS twin must match)."""
+    one, skipped, checks, flat = (_python_timing(c) for c in TIMING_CASES)
+    # 8 micro-batches in 8 ms; p1's first share is warm-up, then three samples of 6 ms:
+    # a running mean of weight 1/2 from 0 gives 6 ms * (1 - 1/8)
+    assert one["self_spm"] == pytest.approx(0.001) and one["links"]["p1"] == pytest.approx(0.00525)
+    assert one["weights"][0] > one["weights"][1] and sum(one["weights"]) == pytest.approx(16)
+    # step 2 (before timing_from) and p1's first timed share (step 3) are left out: two
+    # samples of 20 ms less its 4 micro-batches at half p0's speed (4 ms) = 16 ms
+    assert skipped["self_spm"] == pytest.approx(0.0005) and skipped["links"]["p1"] == pytest.approx(0.012)
+    # p0's share is 8 micro-batches in 8 ms (its two tasks together); after the first share
+    # of each, four samples: p1 30 ms less 24 micro-batches at 3x p0's speed (8 ms), p2 11 ms
+    # less 8 ms
+    assert checks["self_spm"] == pytest.approx(0.001)
+    assert checks["links"]["p1"] == pytest.approx(0.022 * 15 / 16)
+    assert checks["links"]["p2"] == pytest.approx(0.003 * 15 / 16)
+    assert flat["links"]["p1"] == 0.0 and flat["weights"] == [1.0, 2.0]  # the capacities
+
+
+@pytest.mark.skipif(NODE is None, reason="node is not installed")
+def test_js_learns_the_same_from_the_same_timings(tmp_path):
+    driver = tmp_path / "timing.mjs"
+    driver.write_text(TIMING_DRIVER)
+    r = subprocess.run([NODE, str(driver), package_path("webui", "runpeer.js").as_uri()],
+                       input=json.dumps(TIMING_CASES), capture_output=True, text=True, check=True)
+    for case, got in zip(TIMING_CASES, json.loads(r.stdout), strict=True):
+        assert got == _python_timing(case), case["about"]  # the same floats
