@@ -151,6 +151,8 @@ def varint_decode(data: bytes, count: int) -> tuple[np.ndarray, int]:
     if count == 0:
         return np.zeros(0, np.uint64), 0
     b = np.frombuffer(data, np.uint8)
+    if count > b.size:  # every value takes a byte at least: refused before any allocation
+        raise FrameError("varint segment is cut short")
     k = _kernels() if count >= COMPILED_MIN_SIZE else None
     if k is not None:
         out = np.empty(count, np.uint64)
@@ -252,8 +254,11 @@ def decode_ints(codec: int, body: bytes, size: int | None = None) -> np.ndarray:
         if nseg * 6 > len(rest):
             raise FrameError(f"{nseg} segment headers do not fit the body")
         heads = [struct.unpack_from("<IBB", rest, 6 * i) for i in range(nseg)]
-        if sum(h[0] for h in heads) > MAX_MESSAGE:
+        total = sum(h[0] for h in heads)
+        if total > MAX_MESSAGE:
             raise FrameError("integer vector too long")
+        if size is not None and total != size:  # before anything the headers claim is made
+            raise FrameError(f"integer vector has {total} values, expected {size}")
         pos, parts = 6 * nseg, []
         for length, shift, width in heads:
             if shift > 62:

@@ -158,6 +158,8 @@ export async function decodeInts(codec, body, size = null) {
       heads.push(h);
     }
     if (total > MAX_MESSAGE) throw new FrameError("integer vector too long");
+    // before anything the headers claim is made (a few bytes can claim millions of zeros)
+    if (size !== null && total !== size) throw new FrameError(`integer vector has ${total} values, expected ${size}`);
     out = new Float64Array(total);
     let pos = 6 * nseg;
     let k = 0;
