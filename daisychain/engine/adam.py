@@ -16,12 +16,12 @@ multiply-add, no pow: the bias corrections are running products)::
 
 from __future__ import annotations
 
-import os
 import sys
 from dataclasses import dataclass, field
 
 import numpy as np
 
+from daisychain.compiled import numba_jit
 from daisychain.engine.spec import Hyper
 
 #: parameter vectors at least this long take the compiled single pass (numba), shorter ones
@@ -96,16 +96,11 @@ def _fused_kernel():
     use; None without numba or with DAISYCHAIN_NO_NUMBA set)."""
     global _fused
     if _fused is None:
-        if os.environ.get("DAISYCHAIN_NO_NUMBA"):
+        jit = numba_jit()
+        if jit is None:
             return None
-        try:
-            import numba
-        except ImportError:  # numba is a dependency; the numpy path gives the same bits
-            _fused = False
-            return None
-        _fused = numba.njit(cache=True, fastmath=False, nogil=True, boundscheck=False,
-                            error_model="numpy")(_adam_loop)
-    return _fused or None
+        _fused = jit(_adam_loop)
+    return _fused
 
 
 def adam_step(theta: np.ndarray, state: AdamState, g: np.ndarray, hp: Hyper,

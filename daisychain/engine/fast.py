@@ -48,6 +48,7 @@ import time
 
 import numpy as np
 
+from daisychain.compiled import numba_jit
 from daisychain.engine.detmath import dexp
 
 BIAS_LIMIT = 2.0**30
@@ -859,12 +860,9 @@ def load_compiled() -> bool:
 
 def _compile():
     """The kernels as compiled functions, or False without numba."""
-    try:
-        import numba
-    except ImportError:
+    jit = numba_jit()
+    if jit is None:
         return False
-    jit = numba.njit(cache=True, fastmath=False, nogil=True, boundscheck=False,
-                     error_model="numpy")
     g = globals()
     for name in ("_nb_bias_acc", "_nb_bitlen", "_nb_dexp", "_nb_shift_rows"):  # helpers, called from kernels
         g[name] = jit(g[name])

@@ -10,12 +10,12 @@ more than the bytes it saves, on the critical path of every step (bench/scaling.
 
 from __future__ import annotations
 
-import os
 import struct
 import zlib
 
 import numpy as np
 
+from daisychain.compiled import numba_jit
 from daisychain.peer.framing import MAX_MESSAGE, Codec, FrameError
 
 #: every value of an integer vector must stay below this in magnitude (JS Numbers are exact)
@@ -104,15 +104,11 @@ def _kernels():
     passes (tests/test_peer_frames.py)."""
     global _compiled
     if _compiled is None:
-        _compiled = False
-        if not os.environ.get("DAISYCHAIN_NO_NUMBA"):
-            try:
-                import numba
-            except ImportError:  # numba is a dependency; numpy gives the same bytes
-                return None
-            jit = numba.njit(cache=True, nogil=True, boundscheck=False)
-            _compiled = (jit(_varint_len_loop), jit(_varint_write_loop), jit(_varint_read_loop))
-    return _compiled or None
+        jit = numba_jit()
+        if jit is None:
+            return None
+        _compiled = (jit(_varint_len_loop), jit(_varint_write_loop), jit(_varint_read_loop))
+    return _compiled
 
 
 def varint_encode(z: np.ndarray) -> bytes:
