@@ -344,7 +344,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--steps", type=int, default=300, help="steps of the default run")
     ap.add_argument("--big-steps", type=int, default=30, help="steps of the compute-bound run")
-    ap.add_argument("--big-batch", default="16384,32768,65536",
+    ap.add_argument("--big-batch", type=_batches, default="16384,32768,65536",
                     help="batch of the compute-bound run; a comma-separated list is a sweep")
     ap.add_argument("--big-micro", type=int, default=64,
                     help="smallest micro-batch of the compute-bound run (at least batch / 256, "
@@ -430,6 +430,16 @@ def main() -> None:
     if not args.no_write:
         from bench._report import write_section
         write_section("scaling", text, "sudo .venv/bin/python -m bench.scaling " + " ".join(sys.argv[1:]))
+
+
+def _batches(text: str) -> str:
+    """``--big-batch``: one or more positive batch sizes, comma-separated."""
+    try:
+        if all(int(b) > 0 for b in text.split(",")):
+            return text
+    except ValueError:
+        pass
+    raise argparse.ArgumentTypeError(f"--big-batch takes batch sizes such as 16384,32768, not {text!r}")
 
 
 def _settings(run_args: list[str]):
