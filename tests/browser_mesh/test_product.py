@@ -285,9 +285,12 @@ def test_the_room_shows_links_counters_and_agreeing_hashes(browser_cpu, tabs):
     for t in (host, guest):
         t.wait("window.__daisy.matrix !== null", 30_000)
         # rows are reported about once a second: a run shorter than that can end before the
-        # first report that sees the link open, so wait for it (it must come)
+        # first report that sees the link open, or before the one that carries the pair's first
+        # round trip (getStats has none until the first STUN check answers): wait for it (it
+        # must come)
         sel = f"#link-matrix td[data-a='{hid}'][data-b='{gid}']"
-        t.wait(f"document.querySelector(\"{sel}\")?.dataset.state === 'open'", 15_000)
+        t.wait(f"(c => c?.dataset.state === 'open' && c.textContent.endsWith(' ms'))"
+               f"(document.querySelector(\"{sel}\"))", 30_000)
         cell = t.page.locator(sel)
         assert cell.get_attribute("data-state") == "open"
         assert cell.inner_text().endswith(" ms"), cell.inner_text()
