@@ -41,7 +41,8 @@ from pathlib import Path
 
 import numpy as np
 
-from daisychain.engine.checkpoint import Checkpoint, CheckpointError, read_checkpoint_file
+from daisychain.engine.checkpoint import (MAX_BYTES, Checkpoint, CheckpointError,
+                                          read_checkpoint_file)
 from daisychain.engine.detmath import pow2, quant_exponent, quantize
 from daisychain.engine.model import ParamLayout
 from daisychain.engine.spec import ModelSpec
@@ -59,6 +60,13 @@ class ExportError(ValueError):
 
 
 def _read(path) -> Checkpoint:
+    try:
+        size = Path(path).stat().st_size
+    except OSError as exc:
+        raise ExportError(f"cannot read {path}: {exc.strerror or exc}") from None
+    if size > MAX_BYTES:  # before reading: the loader would hold the whole file first
+        raise ExportError(f"{path}: {size} bytes, more than a checkpoint may have "
+                          f"({MAX_BYTES} bytes)")
     try:
         return read_checkpoint_file(path)
     except CheckpointError as exc:

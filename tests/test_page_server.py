@@ -43,6 +43,20 @@ async def server(host="127.0.0.1", datasets=None):
         await runner.cleanup()
 
 
+@contextlib.asynccontextmanager
+async def room_host(s: aiohttp.ClientSession, base: str):
+    """A device that opened a private room (it is its host): the upload headers with its
+    room credential (issue 21: uploads belong to a room)."""
+    async with s.ws_connect(base.replace("http", "ws") + "/ws") as ws:
+        await ws.send_json({"type": "hello", "version": 1, "name": "host", "kind": "cpu",
+                            "capacity": 1, "room": "new"})
+        welcome = await ws.receive_json(timeout=10)
+        assert welcome["type"] == "welcome", welcome
+        room = await ws.receive_json(timeout=10)
+        assert room["type"] == "room", room
+        yield {"X-Daisy-Token": welcome["token"]}
+
+
 @aio
 async def test_share_on_localhost_offers_lan_addresses_when_listening_on_them():
     lan = lan_addresses()
@@ -91,19 +105,20 @@ async def test_upload_makes_the_dcds_that_train_data_makes(tmp_path, monkeypatch
     (tmp_path / "book.txt").write_text(BOOK)
     monkeypatch.chdir(tmp_path)
     ref = prepare_task("text", "book.txt")  # what `daisychain train --data book.txt` uses
-    async with server() as (s, base, port):
+    async with server() as (s, base, port), room_host(s, base) as cred:
         async with s.get(f"{base}/datasets") as r:
             before = (await r.json())["datasets"]
         assert [d["task"] for d in before] == ["digits", "text"]
         async with s.post(f"{base}/datasets/upload", params={"name": "book.txt"},
-                          data=BOOK.encode()) as r:
+                          data=BOOK.encode(), headers=cred) as r:
             assert r.status == 200, await r.text()
             entry = await r.json()
         assert entry["fingerprint"] == ref.fingerprint
         assert entry["train_args"] == ["--task", "text", "--data", "book.txt"]
-        async with s.get(f"{base}/data/text.dcds", params={"fingerprint": ref.fingerprint}) as r:
+        async with s.get(f"{base}/data/text.dcds", params={"fingerprint": ref.fingerprint},
+                         headers=cred) as r:
             assert hashlib.sha256(await r.read()).hexdigest() == ref.fingerprint
-        async with s.get(f"{base}/datasets") as r:
+        async with s.get(f"{base}/datasets", headers=cred) as r:
             after = (await r.json())["datasets"]
         assert after[-1]["fingerprint"] == ref.fingerprint and after[-1]["origin"] == "upload"
 
@@ -122,20 +137,21 @@ async def test_uploads_leave_nothing_in_the_datasets_cache():
         return {p for p in cache.rglob("*") if p.is_file()} if cache.exists() else set()
 
     before = files()
-    async with server() as (s, base, port):
+    async with server() as (s, base, port), room_host(s, base) as cred:
         for i in range(3):
             body = (BOOK + f"\nupload number {i} of a hostile device\n").encode()
             async with s.post(f"{base}/datasets/upload", params={"name": f"u{i}.txt"},
-                              data=body) as r:
+                              data=body, headers=cred) as r:
                 assert r.status == 200, await r.text()
     assert files() - before == set()
 
 
 @aio
 async def test_bad_uploads_are_refused_in_words_and_change_nothing(tmp_path):
-    async with server() as (s, base, port):
+    async with server() as (s, base, port), room_host(s, base) as cred:
         async def up(name, data, **q):
-            async with s.post(f"{base}/datasets/upload", params={"name": name, **q}, data=data) as r:
+            async with s.post(f"{base}/datasets/upload", params={"name": name, **q}, data=data,
+                              headers=cred) as r:
                 return r.status, await r.text()
 
         st, text = await up("big.txt", b"a" * (MAX_UPLOAD_BYTES + 1))
@@ -152,7 +168,7 @@ async def test_bad_uploads_are_refused_in_words_and_change_nothing(tmp_path):
         assert st == 400 and "no column 'text'" in text and str(tmp_path) not in text
         st, text = await up("empty.txt", b"")
         assert st == 400
-        async with s.get(f"{base}/datasets") as r:
+        async with s.get(f"{base}/datasets", headers=cred) as r:
             assert [d["origin"] for d in (await r.json())["datasets"]] == ["embedded", "embedded"]
 
 

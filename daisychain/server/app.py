@@ -15,7 +15,9 @@ Extending it (the data routes, the run) without touching this file::
 
 URL layout: ``/`` (index.html), ``/selftest``, ``/webui/<path>``, ``/shaders/<name>.wgsl``,
 ``/luts/<file>``, ``/golden/<file>``, ``/healthz``, ``/ice-servers``, ``/ws``,
-``/data/<task>.dcds`` (training data), ``POST /checkpoint/export`` and ``/checkpoint/import``.
+``/data/<task>.dcds`` (training data), ``/datasets``, ``POST /datasets/upload``,
+``POST /checkpoint/export`` and ``/checkpoint/import``, ``/share``, ``/share/qr.svg``.
+Every route that takes a file goes through ``uploads.UploadGuard`` (``GUARD_KEY``).
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ from .config import ServerConfig
 from .groups import client_address, network_group
 from .guard import COUNTER_KEY, upload_slots
 from .rooms import Close, Hub, Send
+from .uploads import GUARD_KEY, UploadGuard
 
 log = logging.getLogger("daisychain.server")
 
@@ -128,6 +131,7 @@ async def _healthz(request: web.Request) -> web.Response:
     return web.json_response({"ok": True, "version": daisychain.__version__,
                               "protocol": p.PROTOCOL_VERSION, **app[HUB_KEY].stats(),
                               "http": counter.stats() if counter is not None else {},
+                              "uploads": app[GUARD_KEY].stats(),
                               "slow_readers_dropped": _Socket.dropped_total,
                               "limits": app[CONFIG_KEY].all_limits()})
 
@@ -295,10 +299,12 @@ async def _timers(app: web.Application):
         while True:
             await asyncio.sleep(app[CONFIG_KEY].tick_s)
             _feed(app, app[HUB_KEY].tick)
+            app[GUARD_KEY].sweep()  # the uploads of rooms that closed
 
     task = asyncio.create_task(loop())
     yield
     task.cancel()
+    app[GUARD_KEY].close()
     with contextlib.suppress(asyncio.CancelledError):
         await task
 
@@ -329,7 +335,7 @@ def create_app(config: ServerConfig | None = None, *,
     checkpoint conversions (``daisychain.server.checkpoints``) are always there."""
     from .checkpoints import checkpoint_routes
     from .datasets_routes import dataset_routes  # /data (wraps .data), /datasets, uploads
-    from .share import share_routes
+    from .share import QR_CACHE_KEY, share_routes
 
     config = config or ServerConfig()
     app = web.Application(client_max_size=1 << 20)
@@ -337,6 +343,8 @@ def create_app(config: ServerConfig | None = None, *,
     app[HUB_KEY] = hub or Hub(config)
     app[SOCKETS_KEY] = {}
     upload_slots(app, config)
+    app[GUARD_KEY] = UploadGuard(config, app[HUB_KEY])  # every upload route goes through it
+    app[QR_CACHE_KEY] = collections.OrderedDict()
     folders = {name: Path(str(daisychain.package_path(name)))
                for name in ("webui", "shaders", "luts", "golden")} | dict(folders or {})
     app[FILES_KEY] = {name: PackageFiles(path) for name, path in folders.items()}

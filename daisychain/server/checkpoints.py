@@ -10,13 +10,15 @@
 The server keeps nothing: both routes are pure conversions. Bad input gets 400 with
 ``{"error": message}``; torch's weights-only loader means nothing in a file executes, and
 the parser checks every declared size against the file before allocating
-(``daisychain.engine.checkpoint``). Bodies are read by ``guard.read_body``: size checked
-against ``Content-Length`` first, a time limit, a cap on uploads at once (503 beyond it).
+(``daisychain.engine.checkpoint``). Both go through the app's ``uploads.UploadGuard`` like
+every upload: the body by ``guard.read_body`` (size checked against ``Content-Length``
+first, a time limit, a cap on uploads at once), the conversion in its bounded parse pool
+(per-address and total caps, a time limit). They keep nothing and show nothing of a room,
+so they need no room credential.
 """
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import binascii
 import json
@@ -30,19 +32,25 @@ from daisychain.engine.checkpoint import (MAX_BYTES, MAX_JSON_DEPTH, CheckpointE
 from daisychain.engine.trainer import run_id
 
 from .config import ServerConfig
-from .guard import read_body, refusal
+from .guard import refusal
+from .uploads import guard_of
 
 LIMIT = min(MAX_BYTES, 64 * 2**20)
 log = logging.getLogger("daisychain.server")
 
 
-def _config(request: web.Request) -> ServerConfig:
-    from .app import CONFIG_KEY
-    return request.app.get(CONFIG_KEY) or ServerConfig()
-
-
 async def _body(request: web.Request) -> bytes:
-    return await read_body(request, _config(request), LIMIT)
+    return await guard_of(request).body(request, LIMIT)
+
+
+def _export(data: bytes):
+    ck = decode_state(data)
+    return ck, save_checkpoint(ck.identity, ck.step, ck.theta, ck.adam)
+
+
+def _import(data: bytes, expected: dict | None):
+    ck = load_checkpoint(data, expected)
+    return ck, encode_state(ck.identity, ck.step, ck.theta, ck.adam)
 
 
 def _bad(message: str, status: int = 400) -> web.HTTPException:
@@ -74,10 +82,11 @@ def expected_identity(raw: str | None) -> dict | None:
 async def export_checkpoint(request: web.Request) -> web.Response:
     data = await _body(request)
     try:
-        ck = await asyncio.to_thread(decode_state, data)
-        pt = await asyncio.to_thread(save_checkpoint, ck.identity, ck.step, ck.theta, ck.adam)
+        ck, pt = await guard_of(request).work(request, _export, data)
     except CheckpointError as exc:
         raise _bad(str(exc)) from None
+    except web.HTTPException:  # the guard's refusals (busy, too slow)
+        raise
     except Exception as exc:  # noqa: BLE001 - a file we cannot read is a 400, never a 500
         log.exception("checkpoint conversion failed on a file it should have refused")
         raise _bad(f"cannot read this file ({type(exc).__name__}: {str(exc)[:200]})") from None
@@ -91,13 +100,14 @@ async def import_checkpoint(request: web.Request) -> web.Response:
     expected = expected_identity(request.headers.get("X-Daisy-Expected-Identity"))
     data = await _body(request)
     try:
-        ck = await asyncio.to_thread(load_checkpoint, data, expected)
+        ck, blob = await guard_of(request).work(request, _import, data, expected)
     except CheckpointError as exc:
         raise _bad(str(exc)) from None
+    except web.HTTPException:  # the guard's refusals (busy, too slow)
+        raise
     except Exception as exc:  # noqa: BLE001 - a file we cannot read is a 400, never a 500
         log.exception("checkpoint conversion failed on a file it should have refused")
         raise _bad(f"cannot read this file ({type(exc).__name__}: {str(exc)[:200]})") from None
-    blob = encode_state(ck.identity, ck.step, ck.theta, ck.adam)
     return web.Response(body=blob, content_type="application/octet-stream",
                         headers={"X-Daisy-Params-Sha256": ck.params_sha256,
                                  "X-Daisy-Step": str(ck.step)})

@@ -52,6 +52,21 @@ LIMIT_FLAGS = [
     ("--body-timeout", "body_timeout_s", float, "seconds for an upload to arrive in full"),
     ("--max-uploads", "max_uploads", int, "uploads read at once; more get 503"),
     ("--max-upload-bytes", "max_upload_bytes", int, "largest upload"),
+    ("--room-uploads", "room_uploads", int, "uploaded data sets one room keeps until it closes"),
+    ("--room-upload-bytes", "room_upload_bytes", int,
+     "bytes of uploaded data one room keeps (as DCDS)"),
+    ("--address-upload-bytes", "address_upload_bytes", int,
+     "bytes of uploaded data one client address keeps, over all its rooms"),
+    ("--uploads-per-min", "uploads_per_min", float, "data uploads per minute per client address"),
+    ("--parses-per-address", "parses_per_address", int,
+     "uploads of one client address parsed at once"),
+    ("--parse-workers", "parse_workers", int, "threads parsing uploads, for all rooms"),
+    ("--parse-timeout", "parse_timeout_s", float, "seconds a parse may take; then 503"),
+    ("--upload-max-columns", "upload_max_columns", int, "columns an uploaded CSV may have"),
+    ("--upload-max-rows", "upload_max_rows", int, "rows an uploaded CSV may have"),
+    ("--upload-max-classes", "upload_max_classes", int,
+     "distinct characters an uploaded text may have (the text task's classes)"),
+    ("--qr-per-min", "qr_per_min", float, "QR codes drawn per minute per client address"),
 ]
 
 
@@ -65,6 +80,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "(default: none, enough on one network)")
     parser.add_argument("--data", metavar="FILE_OR_HF_NAME", action="append", default=[],
                         help="a text dataset hosts may train on (repeatable; listed by /datasets)")
+    parser.add_argument("--uploads-by", choices=("host", "members"), default=_D.uploads_by,
+                        help="who in a room may upload data for it (default %(default)s)")
     lim = parser.add_argument_group("limits")
     lim.add_argument("--max-message-bytes", type=int, default=_D.max_message_bytes,
                      help="largest signaling message (default %(default)s)")
@@ -96,6 +113,7 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
                         max_room_size=args.max_room_size, max_pending=args.max_pending,
                         max_rooms_per_address=args.max_rooms_per_address,
                         grace_s=args.grace_s, ping_interval_s=args.ping_interval_s,
+                        uploads_by=args.uploads_by,
                         **{dest: getattr(args, dest) for _, dest, _, _ in LIMIT_FLAGS})
 
 

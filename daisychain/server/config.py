@@ -85,12 +85,35 @@ class ServerConfig:
     max_uploads: int = 2
     #: Largest upload, in bytes.
     max_upload_bytes: int = 64 << 20
+
+    # -- uploaded data (docs/SECURITY.md, "Uploaded data") ------------------------------------
+    #: Who in a room may upload data for it: "host" or "members" (approved members).
+    uploads_by: str = "host"
+    #: Uploaded data sets one room keeps (until it closes), and their bytes (as DCDS) together.
+    room_uploads: int = 4
+    room_upload_bytes: int = 64 << 20
+    #: Bytes of uploaded data one client address keeps on the server, over all its rooms.
+    address_upload_bytes: int = 96 << 20
+    #: Uploads per minute per client address (also the burst).
+    uploads_per_min: float = 6.0
+    #: Uploads of one client address being parsed at once.
+    parses_per_address: int = 1
+    #: Threads that parse uploads (for all rooms); a parse past its time gets 503.
+    parse_workers: int = 2
+    parse_timeout_s: float = 30.0
+    #: What an uploaded file may hold: CSV columns, CSV rows, distinct characters (the text
+    #: task's classes).
+    upload_max_columns: int = 64
+    upload_max_rows: int = 200_000
+    upload_max_classes: int = 1024
+    #: QR codes drawn per minute per client address (also the burst); drawn codes are cached.
+    qr_per_min: float = 60.0
     trusted_networks: tuple = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         for f in fields(self):
             v = getattr(self, f.name, None)
-            if f.name in ("host", "trust_proxy", "ice_servers", "trusted_networks"):
+            if f.name in ("host", "trust_proxy", "ice_servers", "trusted_networks", "uploads_by"):
                 continue
             if not isinstance(v, (int, float)) or isinstance(v, bool) or v < 0:
                 raise ConfigError(f"{f.name} must be a non-negative number, not {v!r}")
@@ -103,9 +126,14 @@ class ServerConfig:
                      "max_pending_per_address", "pending_timeout_s", "relay_bytes_per_s",
                      "relay_burst_bytes", "room_updates_per_s", "room_update_burst",
                      "max_sockets", "max_sockets_per_address", "header_timeout_s",
-                     "body_timeout_s", "max_uploads", "max_upload_bytes"):
+                     "body_timeout_s", "max_uploads", "max_upload_bytes", "room_uploads",
+                     "room_upload_bytes", "address_upload_bytes", "uploads_per_min",
+                     "parses_per_address", "parse_workers", "parse_timeout_s",
+                     "upload_max_columns", "upload_max_rows", "upload_max_classes", "qr_per_min"):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{name} must be positive")
+        if self.uploads_by not in ("host", "members"):
+            raise ConfigError(f"uploads_by must be 'host' or 'members', not {self.uploads_by!r}")
         nets = []
         for cidr in self.trust_proxy:
             try:

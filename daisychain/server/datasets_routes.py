@@ -1,37 +1,44 @@
-"""The datasets a host can train on, and turning a host's own text file into one.
+"""The datasets a host can train on, and turning a room's own text file into one.
 
 - ``GET /datasets``: ``{"datasets": [...], "max_upload_bytes": N}``, each entry
   ``{id, task, name, origin, fingerprint, train, test, classes, train_args}``: the embedded
   tasks (``origin`` "embedded"), the sets the server was started with (``daisychain serve
-  --data ...``, "server") and the files hosts sent ("upload"). ``train_args`` are the
-  ``daisychain train`` flags that make the same DCDS (same fingerprint).
-- ``POST /datasets/upload?name=FILE.txt[&column=text]``, body: the file's bytes (at most
-  ``MAX_UPLOAD_BYTES``): a ``.txt`` or ``.csv`` file becomes the text task's DCDS exactly as
-  ``daisychain train --task text --data FILE.txt`` makes it, run in the folder holding the
-  file. Answers the new entry, or 400/413 with the reason in words (nothing is kept).
+  --data ...``, "server") and, for a request with a room member's credential
+  (``X-Daisy-Token``, ``uploads.UploadGuard``), the files its room uploaded ("upload").
+  ``train_args`` are the ``daisychain train`` flags that make the same DCDS (same
+  fingerprint).
+- ``POST /datasets/upload?name=FILE.txt[&column=text]``, header ``X-Daisy-Token``, body: the
+  file's bytes (at most ``MAX_UPLOAD_BYTES``): a ``.txt`` or ``.csv`` file becomes the text
+  task's DCDS exactly as ``daisychain train --task text --data FILE.txt`` makes it, run in
+  the folder holding the file, and is kept for the sender's room. Everything about the
+  request goes through the app's ``UploadGuard`` (credential, rate, body, parse pool, the
+  room's quotas); the file's columns, rows and distinct characters are checked before it is
+  parsed. Answers the new entry, or 4xx/503 with ``{"error": reason}`` (nothing is kept).
 - ``GET /data/<task>.dcds[?fingerprint=HEX]``: as ``daisychain.server.data`` (which it wraps),
-  plus the uploaded and server sets by fingerprint.
-
-At most ``MAX_UPLOADS`` uploaded sets are kept (the oldest goes); one upload is converted at
-a time.
+  plus the server's sets by fingerprint, and an upload only to a current member of its room
+  (credential in ``X-Daisy-Token``); to anyone else an upload's fingerprint is a 404 like
+  any unknown one.
 """
 
 from __future__ import annotations
 
 import asyncio
+import csv
+import io
 import re
 import tempfile
-from collections import OrderedDict
 from pathlib import Path
 
 from aiohttp import web
 
 from daisychain.engine.data import TASKS, DataError, Dataset, prepare_task
 
+from .config import ServerConfig
 from .data import data_routes
+from .guard import refusal
+from .uploads import guard_of
 
 MAX_UPLOAD_BYTES = 1 << 20
-MAX_UPLOADS = 16
 UPLOAD_SUFFIXES = (".txt", ".csv")
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._ -]{0,79}$")
 COLUMN_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_ .-]{0,63}$")
@@ -44,12 +51,40 @@ def _entry(ds: Dataset, name: str, origin: str, train_args: list[str]) -> dict:
             "source": str(ds.meta.get("source", "")), "train_args": train_args}
 
 
-def _from_upload(data: bytes, name: str, column: str) -> Dataset:
-    """The DCDS ``daisychain train --task text --data NAME`` makes from these bytes."""
+def check_upload(data: bytes, name: str, config: ServerConfig) -> None:
+    """What the file may cost to parse, checked in one linear pass before it is parsed:
+    UTF-8, distinct characters (the text task's classes), and for a CSV its columns and rows.
+    Raises DataError with words."""
     try:
-        data.decode("utf-8")
+        text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise DataError(f"{name} is not UTF-8 text (byte {exc.start})") from None
+    chars = len(set(text))
+    if chars > config.upload_max_classes:
+        raise DataError(f"{name} has {chars} distinct characters; the text task makes one "
+                        f"class of each and this server takes at most "
+                        f"{config.upload_max_classes}")
+    if Path(name).suffix.lower() != ".csv":
+        return
+    rows = 0
+    try:
+        for row in csv.reader(io.StringIO(text, newline="")):
+            rows += 1
+            if len(row) > config.upload_max_columns:
+                raise DataError(f"{name} has {len(row)} columns in row {rows}; this server "
+                                f"takes at most {config.upload_max_columns}")
+            if rows > config.upload_max_rows + 1:
+                raise DataError(f"{name} has more than {config.upload_max_rows} rows; this "
+                                f"server takes at most {config.upload_max_rows}")
+    except csv.Error as exc:
+        raise DataError(f"{name} is not a CSV file this server reads (row {rows + 1}: "
+                        f"{str(exc)[:120]})") from None
+
+
+def _from_upload(data: bytes, name: str, column: str,
+                 config: ServerConfig | None = None) -> Dataset:
+    """The DCDS ``daisychain train --task text --data NAME`` makes from these bytes."""
+    check_upload(data, name, config or ServerConfig())
     with tempfile.TemporaryDirectory(prefix="daisy-upload-") as tmp:
         path = Path(tmp) / name
         path.write_bytes(data)
@@ -76,22 +111,22 @@ def dataset_routes(datasets: dict[str, Dataset] | None = None) -> list[web.Abstr
         if key not in TASKS:
             args += ["--data", key]
         server_sets[ds.fingerprint] = {"ds": ds, "entry": _entry(ds, key, "server", args)}
-    uploads: OrderedDict[str, dict] = OrderedDict()
     embedded: dict[str, Dataset] = {}
-    lock = asyncio.Lock()
-
-    def by_fp(fp: str) -> Dataset | None:
-        hit = uploads.get(fp) or server_sets.get(fp)
-        return hit["ds"] if hit else None
 
     async def serve_data(request: web.Request) -> web.StreamResponse:
         fp = request.query.get("fingerprint", "")
-        ds = by_fp(fp) if fp else None
+        hit = server_sets.get(fp) if fp else None
+        ds = hit["ds"] if hit else None
+        if ds is None and fp:
+            guard = guard_of(request)
+            who = guard.viewer(request)
+            up = guard.shelf.get(who.room_key if who else None, fp)
+            ds = up.ds if up else None
         if ds is None or ds.task != request.match_info["task"]:
             return await inner(request)
         return web.Response(body=ds.to_bytes(), content_type="application/octet-stream",
                             headers={"X-Dataset-Fingerprint": ds.fingerprint,
-                                     "Cache-Control": "no-cache"})
+                                     "Cache-Control": "no-store"})
 
     async def listing(request: web.Request) -> web.Response:
         out = []
@@ -105,42 +140,35 @@ def dataset_routes(datasets: dict[str, Dataset] | None = None) -> list[web.Abstr
             name = "handwritten digits (8x8)" if task == "digits" else "the Zen of Python (characters)"
             out.append(_entry(ds, name, "embedded", ["--task", task]))
         out += [s["entry"] for s in server_sets.values()]
-        out += [u["entry"] for u in reversed(uploads.values())]
+        who = guard_of(request).viewer(request)
+        out += guard_of(request).shelf.entries(who.room_key if who else None)
         return web.json_response({"datasets": out, "max_upload_bytes": MAX_UPLOAD_BYTES},
                                  headers={"Cache-Control": "no-store"})
 
     async def upload(request: web.Request) -> web.Response:
+        guard = guard_of(request)
         name = request.query.get("name", "").strip()
         column = request.query.get("column", "text").strip() or "text"
         if not NAME_RE.match(name) or Path(name).suffix.lower() not in UPLOAD_SUFFIXES:
-            raise web.HTTPBadRequest(text="the file must be a .txt or .csv file with a plain "
-                                          "name (letters, digits, . _ - and spaces)")
+            raise refusal("the file must be a .txt or .csv file with a plain name (letters, "
+                          "digits, . _ - and spaces)")
         if not COLUMN_RE.match(column):
-            raise web.HTTPBadRequest(text="the column name has characters it cannot have")
-        if request.content_length is not None and request.content_length > MAX_UPLOAD_BYTES:
-            raise web.HTTPRequestEntityTooLarge(max_size=MAX_UPLOAD_BYTES,
-                                                actual_size=request.content_length,
-                                                text=f"{name} is over the {MAX_UPLOAD_BYTES // 1024} KiB limit")
-        buf = bytearray()
-        async for chunk in request.content.iter_chunked(64 * 1024):
-            buf += chunk
-            if len(buf) > MAX_UPLOAD_BYTES:
-                raise web.HTTPRequestEntityTooLarge(max_size=MAX_UPLOAD_BYTES, actual_size=len(buf),
-                                                    text=f"{name} is over the {MAX_UPLOAD_BYTES // 1024} KiB limit")
-        if not buf:
-            raise web.HTTPBadRequest(text=f"{name} is empty")
-        async with lock:
-            try:
-                ds = await asyncio.to_thread(_from_upload, bytes(buf), name, column)
-            except DataError as exc:
-                msg = str(exc)
-                raise web.HTTPBadRequest(text=msg[:400]) from None
+            raise refusal("the column name has characters it cannot have")
+        who = guard.member(request, upload=True)
+        guard.shelf.check_count(who.room_key)
+        guard.charge(request, "upload", guard.config.uploads_per_min)
+        data = await guard.body(request, MAX_UPLOAD_BYTES)
+        if not data:
+            raise refusal(f"{name} is empty")
+        try:
+            ds = await guard.work(request, _from_upload, data, name, column, guard.config)
+        except DataError as exc:
+            raise refusal(str(exc)[:400]) from None
         args = ["--task", "text", "--data", name] + (["--column", column] if column != "text" else [])
         entry = _entry(ds, name, "upload", args)
-        uploads.pop(ds.fingerprint, None)
-        uploads[ds.fingerprint] = {"ds": ds, "entry": entry}
-        while len(uploads) > MAX_UPLOADS:
-            uploads.popitem(last=False)
+        if not guard.hub.has_room(who.room_key):  # it closed while the file was parsed
+            raise refusal("your room closed while the file was read", 403)
+        guard.shelf.add(who.room_key, guard.address(request), ds, entry)
         return web.json_response(entry)
 
     return [web.get("/data/{task:[a-z0-9_-]{1,40}}.dcds", serve_data),

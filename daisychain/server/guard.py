@@ -229,8 +229,9 @@ class GuardedRunner(web.AppRunner):
 
 def refusal(message: str, status: int = 400, **extra) -> web.HTTPException:
     """An HTTP error with ``{"error": message, ...}`` as its body."""
-    cls = {400: web.HTTPBadRequest, 408: web.HTTPRequestTimeout, 413: web.HTTPRequestEntityTooLarge,
-           503: web.HTTPServiceUnavailable}[status]
+    cls = {400: web.HTTPBadRequest, 401: web.HTTPUnauthorized, 403: web.HTTPForbidden,
+           408: web.HTTPRequestTimeout, 413: web.HTTPRequestEntityTooLarge,
+           429: web.HTTPTooManyRequests, 503: web.HTTPServiceUnavailable}[status]
     kw = {"max_size": extra.get("limit", 0), "actual_size": extra.get("current", 0)} \
         if status == 413 else {}
     headers = {"Retry-After": str(int(extra["retry_after_s"]))} if "retry_after_s" in extra else None

@@ -373,6 +373,10 @@ class Hub:
         peer = self._tokens.get(token)
         return self.peer_info(peer.id) if peer else None
 
+    def has_room(self, room_key: str) -> bool:
+        """Whether the room is open (it has a member, connected or within its grace)."""
+        return room_key in self._rooms
+
     def room_members(self, room_key: str) -> list[PeerInfo]:
         room = self._rooms.get(room_key)
         return [self.peer_info(m.id) for m in room.online()] if room else []

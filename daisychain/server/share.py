@@ -8,21 +8,30 @@ gets (the JS units: WebGPU needs a secure context) or why no LAN link is offered
 
 ``GET /share/qr.svg?room=CODE&origin=http://HOST:PORT`` is the QR code (SVG, by ``segno``)
 of ``ORIGIN/?room=CODE``. Both check the code's form and the origin's (scheme, host, port,
-no path), so the server never draws arbitrary text.
+no path, at most ``MAX_ORIGIN`` characters), so the server never draws arbitrary text. A code
+is drawn in a worker thread, never in the event loop, at most ``--qr-per-min`` per client
+address (429 beyond, the ``UploadGuard``'s per-address buckets), and the last ``QR_CACHE``
+drawings are kept by link (a cached one costs no drawing and no budget).
 """
 
 from __future__ import annotations
 
+import asyncio
 import io
 import ipaddress
 import re
 import socket
+from collections import OrderedDict
 from urllib.parse import urlsplit
 
 from aiohttp import web
 
 CODE_RE = re.compile(r"^[0-9A-HJKMNP-TV-Z]{4}-[0-9A-HJKMNP-TV-Z]{4}-[0-9A-HJKMNP-TV-Z]{2}$")
 HOST_RE = re.compile(r"^(\[[0-9a-fA-F:.]+\]|[A-Za-z0-9.-]{1,253})(:[0-9]{1,5})?$")
+
+MAX_ORIGIN = 200
+QR_CACHE = 64
+QR_CACHE_KEY = web.AppKey("daisychain_qr_cache", OrderedDict)
 
 PLAIN_HTTP_NOTE = ("A page opened on a LAN address over plain http trains on the JS units "
                    "(browsers keep WebGPU for secure contexts: https or localhost).")
@@ -108,23 +117,48 @@ async def _share(request: web.Request) -> web.Response:
                              headers={"Cache-Control": "no-store"})
 
 
-async def _qr(request: web.Request) -> web.Response:
+def draw_qr(url: str) -> bytes:
+    """The SVG of ``url``'s QR code (segno)."""
     import segno
 
-    code = _room(request)
-    origin = request.query.get("origin", "")
-    parts = urlsplit(origin)
-    if (parts.scheme not in ("http", "https") or not HOST_RE.match(parts.netloc or "")
-            or parts.path not in ("", "/") or parts.query or parts.fragment or len(origin) > 300):
-        raise web.HTTPBadRequest(text="origin must look like http://HOST:PORT (no path)")
-    url = f"{parts.scheme}://{parts.netloc}/?room={code}"
     buf = io.BytesIO()
     segno.make(url, error="m", micro=False).save(buf, kind="svg", scale=6, border=2,
                                                   dark="#111", light="#fff",
                                                   title=f"QR code of {url}")
-    return web.Response(body=buf.getvalue(), content_type="image/svg+xml",
+    return buf.getvalue()
+
+
+async def _qr(request: web.Request) -> web.Response:
+    from .uploads import guard_of
+
+    code = _room(request)
+    origin = request.query.get("origin", "")
+    parts = urlsplit(origin) if len(origin) <= MAX_ORIGIN else None
+    if (parts is None or parts.scheme not in ("http", "https")
+            or not HOST_RE.match(parts.netloc or "") or parts.path not in ("", "/")
+            or parts.query or parts.fragment):
+        raise web.HTTPBadRequest(text=f"origin must look like http://HOST:PORT (no path, at "
+                                      f"most {MAX_ORIGIN} characters)")
+    url = f"{parts.scheme}://{parts.netloc}/?room={code}"
+    cache: OrderedDict = request.app.get(QR_CACHE_KEY)
+    if cache is None:
+        cache = _FALLBACK_CACHE.setdefault(id(request.app), OrderedDict())
+    svg = cache.get(url)
+    if svg is None:
+        guard = guard_of(request)
+        guard.charge(request, "QR code", guard.config.qr_per_min)
+        svg = await asyncio.to_thread(draw_qr, url)  # ~15-20 ms of CPU: off the event loop
+        cache[url] = svg
+        while len(cache) > QR_CACHE:
+            cache.popitem(last=False)
+    else:
+        cache.move_to_end(url)
+    return web.Response(body=svg, content_type="image/svg+xml",
                         headers={"Cache-Control": "no-store", "X-Content-Type-Options": "nosniff",
                                  "Content-Security-Policy": "default-src 'none'; style-src 'unsafe-inline'"})
+
+
+_FALLBACK_CACHE: dict[int, OrderedDict] = {}  # apps not made by create_app
 
 
 def share_routes() -> list[web.AbstractRouteDef]:

@@ -14,6 +14,7 @@ import { Mesh, selfTestDevice } from "./mesh.js";
 import { Network } from "./network.js";
 import { normalizeRoom, roomFromLocation } from "./protocol.js";
 import * as F from "./ui_format.js";
+import { postUpload } from "./uploads.js";
 
 const $ = (id) => document.getElementById(id);
 
@@ -513,8 +514,7 @@ async function uploadData(file) {
   if (!file.size) return setFieldError("data_file", `${file.name} is empty`);
   $("data-file-hint").textContent = `sending ${file.name} (${F.count(file.size)} bytes)…`;
   try {
-    const resp = await fetch(`/datasets/upload?name=${encodeURIComponent(file.name)}`, {
-      method: "POST", body: file, headers: { "Content-Type": "application/octet-stream" } });
+    const resp = await postUpload(`/datasets/upload?name=${encodeURIComponent(file.name)}`, file, { "Content-Type": "application/octet-stream" });
     if (!resp.ok) {
       const why = (await resp.text()).trim() || `HTTP ${resp.status}`;
       throw new Error(why.replace(/^\d{3}: [A-Za-z ]+\s*/, ""));

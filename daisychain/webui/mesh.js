@@ -14,6 +14,7 @@ import { unitCounts } from "./counters.js";
 import { loadLuts, sha256Hex } from "./luts.js";
 import { floatFailures, goldenFailure, microBatchRate } from "./engine/conformance.js";
 import { parseDataset } from "./engine/data.js";
+import { withCredential } from "./uploads.js";
 import { openPaths } from "./engine/paths.js";
 import { choosePath } from "./gpu.js";
 import { makeHyper, modelFor, ModelSpec } from "./engine/spec.js";
@@ -101,7 +102,7 @@ export async function fetchDataset(task, fingerprint = null, label = null) {
   const what = label || `the ${task} data`;
   const url = `/data/${encodeURIComponent(task)}.dcds` +
     (fingerprint ? `?fingerprint=${encodeURIComponent(fingerprint)}` : "");
-  const resp = await fetch(url, { cache: "no-store" });
+  const resp = await fetch(url, { cache: "no-store", headers: withCredential() }); // an upload: its room's only
   if (!resp.ok) {
     const why = resp.status === 404 ? "the server has no copy of it" : `HTTP ${resp.status}`;
     throw new Error(`${what}${fingerprint ? ` (fingerprint ${fingerprint.slice(0, 12)}…)` : ""}: ${why}`);

@@ -20,6 +20,7 @@
 
 import * as P from "./protocol.js";
 import { LinkMatrix, linkState, linksPayload, cleanRtt, LINKS_TYPE } from "./links.js";
+import { setCredential } from "./uploads.js";
 
 export const CHANNEL_LABEL = "daisychain";
 export const MAX_MESSAGE_BYTES = 256 * 1024;
@@ -318,6 +319,7 @@ export class Network {
     }
     this.id = msg.id;
     this.token = msg.token;
+    setCredential(msg.token); // the room credential of uploads and data fetches (uploads.js)
     if (msg.iceServers?.length) this.iceServers = [...msg.iceServers];
     this.bus.emit("net:welcome", { id: msg.id, token: msg.token, resumed: msg.resumed });
   }
