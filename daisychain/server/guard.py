@@ -10,7 +10,8 @@
   timeout (set to the same) closes one that idles or trickles its next request.
 - :func:`read_body` reads an upload: its ``Content-Length`` checked against the limit before
   reading, the whole body within ``body_timeout_s``, at most ``max_uploads`` at once (more
-  get ``503`` with ``Retry-After``).
+  get ``503`` with ``Retry-After``); a client that resets or closes mid-body is counted
+  (``/healthz`` ``http.uploads_cut``) and logged once per 10 s, without a traceback.
 - :func:`raise_file_limit` raises ``RLIMIT_NOFILE`` to its hard limit and returns the socket
   cap that leaves room below it for the files the server itself opens.
 """
@@ -21,7 +22,7 @@ import asyncio
 import json
 import logging
 
-from aiohttp import web
+from aiohttp import ClientPayloadError, web
 from aiohttp.http_exceptions import HttpProcessingError
 from aiohttp.web_protocol import RequestHandler
 
@@ -147,7 +148,8 @@ class SocketCounter:
                 "sockets_per_address": {"limit": self.config.max_sockets_per_address,
                                         "current": max(self.per.values(), default=0)},
                 "sockets_refused": self.refused, "slow_headers_closed": self.slow,
-                "evicted_at_cap": self.evicted, "bad_requests": self.bad_requests}
+                "evicted_at_cap": self.evicted, "bad_requests": self.bad_requests,
+                "uploads_cut": CUT.count}
 
 
 class _GuardedHandler(RequestHandler):
@@ -264,6 +266,32 @@ async def read_body(request: web.Request, config: ServerConfig, limit: int | Non
         except TimeoutError:
             raise refusal(f"the body did not arrive within {config.body_timeout_s:g} s",
                           408, limit=config.body_timeout_s) from None
+        except (ConnectionError, ClientPayloadError, HttpProcessingError) as exc:
+            # the client reset or closed the connection mid-body: nobody to answer, and a
+            # traceback per cut upload would let a client flood the log (issue 25)
+            CUT.record(request.remote, exc)
+            raise refusal("the upload was cut off before its end", 400) from None
+
+
+class _CutUploads:
+    """Uploads whose client went away mid-body: counted, one log line per 10 s at most."""
+
+    def __init__(self):
+        self.count = 0
+        self._logged_at = float("-inf")
+
+    def record(self, peer, exc: BaseException) -> None:
+        import time
+
+        self.count += 1
+        now = time.monotonic()
+        if now - self._logged_at >= 10:
+            self._logged_at = now
+            log.warning("an upload from %s was cut off mid-body (%s; %d so far)", peer,
+                        type(exc).__name__, self.count)
+
+
+CUT = _CutUploads()
 
 
 async def _read_all(request: web.Request, limit: int) -> bytes:
