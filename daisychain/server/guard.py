@@ -11,7 +11,7 @@
 - :func:`read_body` reads an upload: its ``Content-Length`` checked against the limit before
   reading, the whole body within ``body_timeout_s``, at most ``max_uploads`` at once (more
   get ``503`` with ``Retry-After``); a client that resets or closes mid-body is counted
-  (``/healthz`` ``http.uploads_cut``) and logged once per 10 s, without a traceback.
+  (``/healthz`` ``uploads.cut_mid_body``) and logged once per 10 s, without a traceback.
 - :func:`raise_file_limit` raises ``RLIMIT_NOFILE`` to its hard limit and returns the socket
   cap that leaves room below it for the files the server itself opens.
 """
@@ -148,8 +148,7 @@ class SocketCounter:
                 "sockets_per_address": {"limit": self.config.max_sockets_per_address,
                                         "current": max(self.per.values(), default=0)},
                 "sockets_refused": self.refused, "slow_headers_closed": self.slow,
-                "evicted_at_cap": self.evicted, "bad_requests": self.bad_requests,
-                "uploads_cut": CUT.count}
+                "evicted_at_cap": self.evicted, "bad_requests": self.bad_requests}
 
 
 class _GuardedHandler(RequestHandler):

@@ -40,7 +40,7 @@ from aiohttp import web
 
 from .config import ServerConfig
 from .groups import address_key, client_address
-from .guard import read_body, refusal
+from .guard import CUT, read_body, refusal
 from .rooms import Bucket, Hub, PeerInfo
 
 log = logging.getLogger("daisychain.server")
@@ -257,7 +257,7 @@ class UploadGuard:
                                                   "current": self.busy},
                 "parses_per_address": {"limit": cfg.parses_per_address,
                                        "current": max(self.parsing.values(), default=0)},
-                "refused": dict(self.refused)}
+                "cut_mid_body": CUT.count, "refused": dict(self.refused)}
 
 
 GUARD_KEY = web.AppKey("daisychain_upload_guard", UploadGuard)

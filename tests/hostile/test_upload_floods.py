@@ -161,7 +161,7 @@ def test_uploads_cut_mid_body_log_one_line_not_a_traceback_each(serve):
     log = srv.log()
     assert log.count("\n") <= 4, log[-3000:]
     assert "cut off mid-body" in log
-    assert health["http"]["uploads_cut"] >= 10, health["http"]  # most reach their body
+    assert health["uploads"]["cut_mid_body"] >= 10, health["uploads"]  # most reach their body
     srv.assert_healthy()
 
 
