@@ -14,7 +14,7 @@ import { Mesh, selfTestDevice } from "./mesh.js";
 import { Network } from "./network.js";
 import { normalizeRoom, roomFromLocation } from "./protocol.js";
 import * as F from "./ui_format.js";
-import { postUpload } from "./uploads.js";
+import { postUpload, withCredential } from "./uploads.js";
 
 const $ = (id) => document.getElementById(id);
 
@@ -484,7 +484,7 @@ function chosenDataset() {
 
 async function loadDatasets() {
   try {
-    const resp = await fetch("/datasets", { cache: "no-store" });
+    const resp = await fetch("/datasets", { cache: "no-store", headers: withCredential() });
     if (!resp.ok) throw new Error(`HTTP ${resp.status}`);
     const body = await resp.json();
     state.datasets = Array.isArray(body.datasets) ? body.datasets : [];

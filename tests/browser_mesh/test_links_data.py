@@ -22,11 +22,21 @@ ROOM_OF = "window.__daisy.room"
 TEXT = ("It was the best of times, it was the worst of times, it was the age of wisdom, "
         "it was the age of foolishness, it was the epoch of belief, it was the epoch of "
         "incredulity, it was the season of Light, it was the season of Darkness.\n") * 6
+# through the page's own helper: it sends the room credential (issue 21: uploads belong to a room)
 UPLOAD = """async (text) => {
-  const r = await fetch('/datasets/upload?name=book.txt', { method: 'POST', body: text });
+  const { postUpload } = await import('/webui/uploads.js');
+  const r = await postUpload('/datasets/upload?name=book.txt', text);
   if (!r.ok) throw new Error(await r.text());
   return r.json();
 }"""
+# what a tab gets for (status, one-line reason) when it tries without being the host
+TRY_UPLOAD = """async (text) => {
+  const { postUpload } = await import('/webui/uploads.js');
+  const r = await postUpload('/datasets/upload?name=mine.txt', text);
+  return [r.status, await r.text()];
+}"""
+# a fetch of the upload's data without the credential: what a stranger gets
+BARE_FETCH = "(fp) => fetch('/data/text.dcds?fingerprint=' + fp).then((r) => r.status)"
 
 
 def _host(tabs, browser, name="host"):
@@ -64,6 +74,11 @@ def test_uploaded_text_trains_to_the_daisychain_train_hash(browser_cpu, tabs, se
             sel = f"#approvals li[data-peer]:has-text('{name}') button.approve"
             host.page.wait_for_selector(sel, timeout=120_000)
             host.page.click(sel)
+        # the guest is a member, not the host: it may not upload (the reason in words), and
+        # the data's fingerprint alone opens nothing
+        guest.wait(f"{ROOM_OF} && {ROOM_OF}.members.length >= 2", 60_000)
+        assert guest.page.evaluate(TRY_UPLOAD, TEXT) == [403, "only the room's host may upload data on this server (daisychain serve --uploads-by host)"]
+        assert guest.page.evaluate(BARE_FETCH, entry["fingerprint"]) == 404
         host.wait("Object.values(window.__daisy.links).filter((s) => s === 'open').length === 2", 60_000)
         # daisy-peer shares its links too (daisychain/peer/links.py): its row reaches the tabs
         ids = {m["name"]: m["id"] for m in host.state(f"{ROOM_OF}.members")}
@@ -91,7 +106,10 @@ def test_uploaded_text_trains_to_the_daisychain_train_hash(browser_cpu, tabs, se
         done = t.state(f"{EV}['run:done']")
         assert done["sha"] == want["params_sha256"] and done["agreed"] and done["step"] == s["steps"], t.name
     assert host.state("window.__daisy.mesh.peer.run.run_id") == want["run_id"]
-    # the guest fetched the uploaded set by its fingerprint and did its share
+    # the guest fetched the uploaded set by its fingerprint, from the server with its room's
+    # credential (not from the host over a data channel), and did its share
+    logs = [e.get("text", "") for e in guest.state("window.__ev.all['run:log'] || []")]
+    assert not [t for t in logs if "asking the host for the data" in t], logs
     rows = {r["name"]: r for r in host.state(f"{EV}['room:peers'].rows")}
     assert rows["guest"]["micro"] > 0 and rows["py"]["micro"] > 0
     assert sum(r["micro"] for r in rows.values()) == s["steps"] * s["batch"] // s["micro_batch"]
