@@ -91,9 +91,9 @@ class ServerConfig:
     uploads_by: str = "host"
     #: Uploaded data sets one room keeps (until it closes), and their bytes (as DCDS) together.
     room_uploads: int = 4
-    room_upload_bytes: int = 64 << 20
+    room_upload_bytes: int = 32 << 20
     #: Bytes of uploaded data one client address keeps on the server, over all its rooms.
-    address_upload_bytes: int = 96 << 20
+    address_upload_bytes: int = 64 << 20
     #: Uploads per minute per client address (also the burst).
     uploads_per_min: float = 6.0
     #: Uploads of one client address being parsed at once.

@@ -21,6 +21,7 @@ from daisychain.engine.data import TASKS, DataError, Dataset, prepare_task
 def data_routes(datasets: dict[str, Dataset] | None = None) -> list[web.AbstractRouteDef]:
     served: dict[str, Dataset] = dict(datasets or {})
     by_fp: dict[str, Dataset] = {ds.fingerprint: ds for ds in served.values()}
+    blobs: dict[str, bytes] = {}  # fingerprint -> DCDS, encoded once (not once per request)
 
     async def handler(request: web.Request) -> web.StreamResponse:
         task = request.match_info["task"]
@@ -43,7 +44,9 @@ def data_routes(datasets: dict[str, Dataset] | None = None) -> list[web.Abstract
         headers = {"ETag": etag, "X-Dataset-Fingerprint": fp, "Cache-Control": "no-cache"}
         if etag in request.headers.get("If-None-Match", ""):
             return web.Response(status=304, headers=headers)
-        return web.Response(body=ds.to_bytes(), content_type="application/octet-stream",
-                            headers=headers)
+        blob = blobs.get(fp)
+        if blob is None:
+            blob = blobs[fp] = ds.to_bytes()
+        return web.Response(body=blob, content_type="application/octet-stream", headers=headers)
 
     return [web.get("/data/{task:[a-z0-9_-]{1,40}}.dcds", handler)]

@@ -115,18 +115,15 @@ def dataset_routes(datasets: dict[str, Dataset] | None = None) -> list[web.Abstr
 
     async def serve_data(request: web.Request) -> web.StreamResponse:
         fp = request.query.get("fingerprint", "")
-        hit = server_sets.get(fp) if fp else None
-        ds = hit["ds"] if hit else None
-        if ds is None and fp:
+        up = None
+        if fp and fp not in server_sets:  # the server's sets are served by ``inner``
             guard = guard_of(request)
             who = guard.viewer(request)
             up = guard.shelf.get(who.room_key if who else None, fp)
-            ds = up.ds if up else None
-        if ds is None or ds.task != request.match_info["task"]:
+        if up is None or up.entry["task"] != request.match_info["task"]:
             return await inner(request)
-        return web.Response(body=ds.to_bytes(), content_type="application/octet-stream",
-                            headers={"X-Dataset-Fingerprint": ds.fingerprint,
-                                     "Cache-Control": "no-store"})
+        return web.Response(body=up.data, content_type="application/octet-stream",
+                            headers={"X-Dataset-Fingerprint": fp, "Cache-Control": "no-store"})
 
     async def listing(request: web.Request) -> web.Response:
         out = []
@@ -154,10 +151,7 @@ def dataset_routes(datasets: dict[str, Dataset] | None = None) -> list[web.Abstr
                           "digits, . _ - and spaces)")
         if not COLUMN_RE.match(column):
             raise refusal("the column name has characters it cannot have")
-        who = guard.member(request, upload=True)
-        guard.shelf.check_count(who.room_key)
-        guard.charge(request, "upload", guard.config.uploads_per_min)
-        data = await guard.body(request, MAX_UPLOAD_BYTES)
+        who, data = await guard.receive(request, MAX_UPLOAD_BYTES)
         if not data:
             raise refusal(f"{name} is empty")
         try:

@@ -3,6 +3,10 @@
 :class:`UploadGuard` (one per app, ``GUARD_KEY``) answers, in this order, for a request that
 sends the server a file:
 
+A route that keeps what it is sent calls :meth:`UploadGuard.receive` (steps 1-3), then
+:meth:`UploadGuard.work` (step 4) and :meth:`Shelf.add`; ``datasets_routes.upload`` is the
+example. A route that keeps nothing calls :meth:`UploadGuard.body` and :meth:`UploadGuard.work`.
+
 1. **who** — :meth:`UploadGuard.member`: the device's credential, its signaling session
    token (``welcome.token``), in the ``X-Daisy-Token`` header (never in the URL). No
    credential or a stale one: 401; not an approved member of a room, or (with
@@ -34,7 +38,7 @@ import time
 from collections import Counter, OrderedDict
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Callable
 
 from aiohttp import web
 
@@ -51,10 +55,13 @@ MAX_TOKEN_CHARS = 64
 
 @dataclass
 class Upload:
-    ds: Any            # daisychain.engine.data.Dataset
+    data: bytes        # the DCDS (kept as bytes only: served as they are, never copied)
     entry: dict        # its /datasets entry
-    nbytes: int        # its DCDS size
     address: str       # the uploader's address key
+
+    @property
+    def nbytes(self) -> int:
+        return len(self.data)
 
 
 class Shelf:
@@ -83,7 +90,8 @@ class Shelf:
         self.check_count(room, fp)
         sets = self.rooms.setdefault(room, OrderedDict())
         old = sets.get(fp)
-        nbytes = len(ds.to_bytes())
+        data = ds.to_bytes()
+        nbytes = len(data)
         held = self.room_bytes(room) - (old.nbytes if old else 0)
         if held + nbytes > cfg.room_upload_bytes:
             raise refusal(f"this data set is {nbytes} bytes on the server; your room keeps "
@@ -96,7 +104,7 @@ class Shelf:
                           limit=cfg.address_upload_bytes, current=mine + nbytes)
         if old is not None:
             self._release(old)
-        sets[fp] = Upload(ds, entry, nbytes, address)
+        sets[fp] = Upload(data, entry, address)
         self.by_address[address] += nbytes
 
     def get(self, room: str | None, fingerprint: str) -> Upload | None:
@@ -204,6 +212,16 @@ class UploadGuard:
 
     async def body(self, request: web.Request, limit: int) -> bytes:
         return await read_body(request, self.config, limit)
+
+    async def receive(self, request: web.Request, limit: int) -> tuple[PeerInfo, bytes]:
+        """Steps 1-3 for a route that keeps what it is sent for a room (data, images): the
+        sender (allowed to upload for its room, which has room for one more set), charged
+        one upload, and the body. Then: ``work(request, parse, body, ...)`` and
+        ``shelf.add(who.room_key, address(request), dataset, entry)``."""
+        who = self.member(request, upload=True)
+        self.shelf.check_count(who.room_key)
+        self.charge(request, "upload", self.config.uploads_per_min)
+        return who, await self.body(request, limit)
 
     # -- the work --------------------------------------------------------------------------
 
