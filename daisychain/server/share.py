@@ -9,7 +9,7 @@ gets (the JS units: WebGPU needs a secure context) or why no LAN link is offered
 ``GET /share/qr.svg?room=CODE&origin=http://HOST:PORT`` is the QR code (SVG, by ``segno``)
 of ``ORIGIN/?room=CODE``. Both check the code's form and the origin's (scheme, host, port,
 no path, at most ``MAX_ORIGIN`` characters), so the server never draws arbitrary text. A code
-is drawn in a worker thread, never in the event loop, at most ``--qr-per-min`` per client
+is drawn in one worker thread, never in the event loop, at most ``--qr-per-min`` per client
 address (429 beyond, the ``UploadGuard``'s per-address buckets), and the last ``QR_CACHE``
 drawings are kept by link (a cached one costs no drawing and no budget).
 """
@@ -22,6 +22,7 @@ import ipaddress
 import re
 import socket
 from collections import OrderedDict
+from concurrent.futures import ThreadPoolExecutor
 from urllib.parse import urlsplit
 
 from aiohttp import web
@@ -147,7 +148,9 @@ async def _qr(request: web.Request) -> web.Response:
     if svg is None:
         guard = guard_of(request)
         guard.charge(request, "QR code", guard.config.qr_per_min)
-        svg = await asyncio.to_thread(draw_qr, url)  # ~15-20 ms of CPU: off the event loop
+        # ~15-20 ms of CPU: off the event loop, one at a time (fewer threads fighting the
+        # event loop for the GIL)
+        svg = await asyncio.get_running_loop().run_in_executor(_QR_POOL, draw_qr, url)
         cache[url] = svg
         while len(cache) > QR_CACHE:
             cache.popitem(last=False)
@@ -159,6 +162,7 @@ async def _qr(request: web.Request) -> web.Response:
 
 
 _FALLBACK_CACHE: dict[int, OrderedDict] = {}  # apps not made by create_app
+_QR_POOL = ThreadPoolExecutor(max_workers=1, thread_name_prefix="daisy-qr")
 
 
 def share_routes() -> list[web.AbstractRouteDef]:

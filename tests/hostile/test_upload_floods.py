@@ -118,10 +118,14 @@ def test_csv_bomb_and_a_text_of_148000_classes_are_refused_before_parsing(serve)
                         timeout=__import__("aiohttp").ClientTimeout(total=120)) as r:
                     return r.status, await r.json(content_type=None)
 
-            bomb, other = await asyncio.gather(up("bomb.csv", csv_bomb(), token),
-                                               up("book.txt", TEXT.encode(), token2, "127.0.0.7"))
+            async def check_soon():
+                await asyncio.sleep(0.3)
+                await by.check()
+
+            bomb, other, _ = await asyncio.gather(
+                up("bomb.csv", csv_bomb(), token),
+                up("book.txt", TEXT.encode(), token2, "127.0.0.7"), check_soon())
             out += [bomb, other]
-            await by.check()
             out.append(await up("wide.txt", distinct_text(), token))
             await by.check()
         for w, c in ((ws, s), (ws2, s2)):
@@ -184,8 +188,11 @@ def test_qr_flood_is_rate_limited_per_address_and_cached(serve):
                                          params={"room": code, "origin": origin}) as r:
                             body = await r.read()
                             statuses.append((r.status, body))
-            await asyncio.gather(*(flood(k) for k in range(8)))
-            await by.check()
+            async def check_soon():
+                await asyncio.sleep(0.2)
+                await by.check()
+
+            await asyncio.gather(*(flood(k) for k in range(8)), check_soon())
             async with session() as c:
                 first = "http://" + "h" * 150 + "0x0.example:8787"
                 async with c.get(srv.url + "/share/qr.svg", params={"room": code, "origin": first}) as r:
