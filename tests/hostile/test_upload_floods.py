@@ -222,9 +222,12 @@ def test_export_checks_the_size_before_reading(tmp_path):
     big = tmp_path / "big.pt"
     with open(big, "wb") as f:
         f.truncate(600 * MB)
-    code = ("import resource, sys\nfrom daisychain.cli import main\n"
+    # the peak RSS from /proc (VmHWM, this process image's own): ru_maxrss would carry the
+    # forked pytest's peak over the exec
+    code = ("import re\nfrom daisychain.cli import main\n"
             f"rc = main(['export', {str(big)!r}, '--to', {str(tmp_path / 'out.safetensors')!r}])\n"
-            "print(rc, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)\n")
+            "hwm = re.search(r'VmHWM:\\s+(\\d+) kB', open('/proc/self/status').read())\n"
+            "print(rc, int(hwm.group(1)) * 1024)\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          timeout=300, cwd=tmp_path, env={**os.environ})
     rc, peak = map(int, out.stdout.split())
