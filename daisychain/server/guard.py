@@ -12,6 +12,8 @@
   reading, the whole body within ``body_timeout_s``, at most ``max_uploads`` at once (more
   get ``503`` with ``Retry-After``); a client that resets or closes mid-body is counted
   (``/healthz`` ``uploads.cut_mid_body``) and logged once per 10 s, without a traceback.
+- A request answered before its body was read (a refused upload) is closed ``LINGER_S``
+  after the answer, if the rest of its body has not come by then.
 - :func:`raise_file_limit` raises ``RLIMIT_NOFILE`` to its hard limit and returns the socket
   cap that leaves room below it for the files the server itself opens.
 """
@@ -35,6 +37,10 @@ log = logging.getLogger("daisychain.server")
 #: torch, logs), 128, and the connections the event loop accepts before any is looked at
 #: (up to the listen backlog, 128, per round; a few rounds may overlap), 3 x 128.
 FD_RESERVE = 512
+
+#: Seconds a connection whose request body was refused unread may still send it before it
+#: is closed (the client reads the answer meanwhile).
+LINGER_S = 2.0
 
 UPLOADS_KEY = web.AppKey("daisychain_uploads", asyncio.Semaphore)
 _FALLBACK_SLOTS: dict[int, asyncio.Semaphore] = {}  # apps not made by create_app
@@ -213,6 +219,10 @@ class GuardedRunner(web.AppRunner):
     def __init__(self, app: web.Application, config: ServerConfig, cap: int | None = None,
                  **kwargs):
         kwargs.setdefault("keepalive_timeout", config.header_timeout_s)
+        # after an answer to a request whose body was not read (an upload refused: 401, 408,
+        # 503...), aiohttp reads and drops the rest for this long before it closes; its 10 s
+        # default let a refused, stalled upload hold its socket 10 s longer (issue 25)
+        kwargs.setdefault("lingering_time", LINGER_S)
         kwargs.setdefault("handle_signals", False)
         super().__init__(app, **kwargs)
         self.counter = SocketCounter(config, cap if cap is not None else config.max_sockets)
