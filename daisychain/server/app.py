@@ -37,7 +37,7 @@ import daisychain
 from . import protocol as p
 from .config import ServerConfig
 from .groups import client_address, network_group
-from .guard import COUNTER_KEY, upload_slots
+from .guard import COUNTER_KEY, owed_bodies, upload_slots
 from .rooms import Close, Hub, Send
 from .uploads import GUARD_KEY, UploadGuard
 
@@ -338,7 +338,7 @@ def create_app(config: ServerConfig | None = None, *,
     from .share import QR_CACHE_KEY, share_routes
 
     config = config or ServerConfig()
-    app = web.Application(client_max_size=1 << 20)
+    app = web.Application(client_max_size=1 << 20, middlewares=[owed_bodies])
     app[CONFIG_KEY] = config
     app[HUB_KEY] = hub or Hub(config)
     app[SOCKETS_KEY] = {}

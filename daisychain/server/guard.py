@@ -13,7 +13,8 @@
   get ``503`` with ``Retry-After``); a client that resets or closes mid-body is counted
   (``/healthz`` ``uploads.cut_mid_body``) and logged once per 10 s, without a traceback.
 - A request answered before its body was read (a refused upload) is closed ``LINGER_S``
-  after the answer, if the rest of its body has not come by then.
+  after the answer, if the rest of its body has not come by then; until its body is read to
+  the end such a connection may be closed at the socket cap to make room (``owed_bodies``).
 - :func:`raise_file_limit` raises ``RLIMIT_NOFILE`` to its hard limit and returns the socket
   cap that leaves room below it for the files the server itself opens.
 """
@@ -79,6 +80,9 @@ class SocketCounter:
         self.slow = 0  # closed for not finishing their headers in time
         self.evicted = 0  # closed at the cap to make room for a new connection
         self.fresh: dict = {}  # handlers that have not sent a complete request yet, oldest first
+        #: handlers whose request (a POST) still owes body bytes the server waits for or will
+        #: drop (an upload being read, or refused and lingering), oldest first
+        self.uploading: dict = {}
         self.bad_requests = 0  # malformed requests (aiohttp answered 400)
         self._bad_logged_at = float("-inf")
 
@@ -96,16 +100,24 @@ class SocketCounter:
 
     def evict_one(self) -> bool:
         """At the cap: close the oldest connection that has not completed a request yet (a
-        slowloris holds its socket that way), so that a real request still gets in."""
+        slowloris holds its socket that way), else the oldest that still owes an upload's
+        body (a stalled or refused upload), so that a real request still gets in."""
         for handler in list(self.fresh):
             del self.fresh[handler]
             transport = handler.transport
             if handler._request_count == 0 and transport is not None:
-                self.evicted += 1
-                transport.abort()  # before force_close, which forgets the transport
-                handler.force_close()
-                return True
+                return self._evict(handler)
+        for handler in list(self.uploading):
+            del self.uploading[handler]
+            if handler.transport is not None:
+                return self._evict(handler)
         return False
+
+    def _evict(self, handler) -> bool:
+        self.evicted += 1
+        handler.transport.abort()  # before force_close, which forgets the transport
+        handler.force_close()
+        return True
 
     def is_proxy(self, ip) -> bool:
         return ip is not None and any(ip.version == n.version and ip in n
@@ -193,6 +205,7 @@ class _GuardedHandler(RequestHandler):
         counter = self._manager.daisy_counter
         counter.close(key)
         counter.fresh.pop(self, None)
+        counter.uploading.pop(self, None)
         super().connection_lost(exc)
 
 
@@ -236,6 +249,22 @@ class GuardedRunner(web.AppRunner):
 
 
 # -- uploads ----------------------------------------------------------------------------------
+
+
+@web.middleware
+async def owed_bodies(request: web.Request, handler):
+    """A POST's connection counts as "uploading" (evictable at the socket cap) until its body
+    has been read to the end: while it is read, and after a refusal while aiohttp lingers."""
+    counter = request.app.get(COUNTER_KEY)
+    if counter is None or request.method != "POST" or not request.body_exists:
+        return await handler(request)
+    counter.uploading[request.protocol] = None
+    try:
+        return await handler(request)
+    finally:
+        if request.content.is_eof():
+            counter.uploading.pop(request.protocol, None)
+
 
 
 def refusal(message: str, status: int = 400, **extra) -> web.HTTPException:

@@ -8,6 +8,7 @@ server's memory stays within 200 MB of where it started."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import select
@@ -15,6 +16,7 @@ import socket
 import struct
 import subprocess
 import sys
+import threading
 import time
 
 from hostile import ATTACKER, MB, Bystander, expect, hello, run, session
@@ -104,6 +106,65 @@ def test_stalled_data_uploads_are_cut_at_the_body_timeout(serve):
     assert codes == [408, 408, 503, 503, 503, 503], codes
     assert no_cred == 401
     assert all(closed), closed
+    srv.assert_healthy()
+
+
+def test_at_the_socket_cap_stalled_uploads_make_room_for_healthz(serve):
+    """Stalled uploads from several addresses, reopened as soon as they close, up to the
+    socket cap: a connection that owed an upload's body could not be closed to make room
+    (only ones without a complete request could), so /healthz got 503 for everyone."""
+    srv = serve("--max-sockets", "40", "--max-sockets-per-address", "1000")
+    locals_ = ("127.0.0.1", "127.0.0.3", "127.0.0.4")
+
+    async def main():
+        creds = [await credential(srv.url, local) for local in locals_]
+        heads = [f"X-Daisy-Token: {tok}\r\nContent-Length: 100000\r\n" for _, _, tok in creds]
+        heads += ["Content-Length: 100000\r\n"]  # and strangers: 401, then lingering
+        stop = threading.Event()
+        socks: list[socket.socket] = []
+
+        def keep_open():  # 20 stalled uploads per address, reopened as they close
+            def fresh(i):
+                k = raw_post(srv.port, "/datasets/upload?name=a.txt", heads[i % len(heads)],
+                             b"a" * 1000, locals_[i % len(locals_)])
+                k.setblocking(False)
+                return k
+            socks[:] = [fresh(i) for i in range(60)]
+            while not stop.is_set():
+                for i, k in enumerate(socks):
+                    try:
+                        gone = k.recv(65536) == b""
+                    except BlockingIOError:
+                        gone = False
+                    except OSError:
+                        gone = True
+                    if gone:
+                        k.close()
+                        with contextlib.suppress(OSError):
+                            socks[i] = fresh(i)
+                stop.wait(0.05)
+
+        t = threading.Thread(target=keep_open)
+        t.start()
+        try:
+            async with Bystander(srv.url) as by:
+                await asyncio.sleep(1)
+                health = [await by.check() for _ in range(3)]
+                await asyncio.sleep(2.5)  # past the refused ones' lingering: they come back
+                health += [await by.check() for _ in range(3)]
+        finally:
+            stop.set()
+            t.join()
+            for k in socks:
+                k.close()
+            for s, ws, _ in creds:
+                await ws.close()
+                await s.close()
+        return health
+
+    health = srv.attacked(main(), fds=40 + 3 * 128 + 16)
+    assert health[-1]["http"]["sockets"]["limit"] == 40
+    assert health[-1]["http"]["evicted_at_cap"] >= 20
     srv.assert_healthy()
 
 
