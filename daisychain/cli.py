@@ -24,7 +24,9 @@ COMMANDS: dict[str, tuple[str, str]] = {
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    from daisychain.engine.settings import ArgumentParser  # one-line usage errors
+
+    parser = ArgumentParser(
         prog="daisychain",
         description="Train one small neural network together on the devices you already have.",
     )

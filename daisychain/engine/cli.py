@@ -16,12 +16,12 @@ import time
 import numpy as np
 from tqdm import tqdm
 
-from daisychain.engine.settings import USER_ERRORS, add_run_arguments, settings_from_args
+from daisychain.engine.settings import USER_ERRORS, add_run_arguments, setting_type, settings_from_args
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     add_run_arguments(p)
-    p.add_argument("--workers", type=int, default=1, help="simulated peers (default 1)")
+    p.add_argument("--workers", type=setting_type("workers"), default=1, help="simulated peers (default 1)")
     p.add_argument("--assign", default="round-robin", choices=["round-robin", "random", "capacity"],
                    help="how micro-batches are assigned to the simulated peers")
     p.add_argument("--gemm", default="fast", choices=["fast", "lut"],

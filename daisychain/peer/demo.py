@@ -17,12 +17,12 @@ import sys
 
 from aiohttp import web
 
-from daisychain.engine.settings import USER_ERRORS, add_run_arguments, settings_from_args
+from daisychain.engine.settings import USER_ERRORS, add_run_arguments, setting_type, settings_from_args
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--peers", type=int, default=3, help="headless peers to start (default 3)")
-    p.add_argument("--port", type=int, default=8787,
+    p.add_argument("--peers", type=setting_type("peers"), default=3, help="headless peers to start (default 3)")
+    p.add_argument("--port", type=setting_type("port"), default=8787,
                    help="server port on 127.0.0.1 (default 8787; 0: any free port)")
     p.add_argument("--lan", action="store_true",
                    help="let the peers use this machine's network interfaces for WebRTC so a "
