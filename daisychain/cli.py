@@ -20,6 +20,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "desktop": ("daisychain.desktop.cli", "a desktop window around the local server"),
     "cluster": ("daisychain.cluster", "train over torch.distributed (Gloo), started by torchrun"),
     "export": ("daisychain.export", "a checkpoint as .safetensors or .onnx"),
+    "sample": ("daisychain.sample", "text from a trained text model's checkpoint"),
 }
 
 

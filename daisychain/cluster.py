@@ -295,7 +295,8 @@ def run_cluster(rs, args, dist) -> dict:
             if (args.save_checkpoint and rank == 0 and args.save_every
                     and done % args.save_every == 0 and not last):
                 st = tr.state
-                write_checkpoint_file(args.save_checkpoint, tr.identity, st.step, st.theta, st.adam)
+                write_checkpoint_file(args.save_checkpoint, tr.identity, st.step, st.theta, st.adam,
+                                      tr.ds.meta.get("vocab"))
                 saves += 1
     elapsed = time.perf_counter() - t0
     ran = rs.steps - start
@@ -303,7 +304,8 @@ def run_cluster(rs, args, dist) -> dict:
     _agree(dist, "final parameters", bytes.fromhex(sha))
     if args.save_checkpoint and rank == 0:
         st = tr.state
-        write_checkpoint_file(args.save_checkpoint, tr.identity, st.step, st.theta, st.adam)
+        write_checkpoint_file(args.save_checkpoint, tr.identity, st.step, st.theta, st.adam,
+                              tr.ds.meta.get("vocab"))
         saves += 1
     counts_total = unit_counts(rs.spec, rs.hp.micro_batch, ran * rs.hp.n_micro)
     per_rank = [unit_counts(rs.spec, rs.hp.micro_batch, ran * len(s)) for s in shares]

@@ -73,6 +73,8 @@ SETTINGS: dict[str, Range] = {
     "timeout": Range("float", 0, 86400, lo_open=True),
     "verify_rate": Range("float", 0, 1),
     "strikes": Range("int", 1, 1000),
+    "length": Range("int", 1, 100_000),
+    "temperature": Range("float", 0, 10),
 }
 PAGE_SETTINGS = ("steps", "seed", "batch", "micro_batch", "hidden", "lr")
 

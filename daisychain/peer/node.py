@@ -159,7 +159,8 @@ class Node:
             return None
         st = tr.state
         try:
-            write_checkpoint_file(self.o.save_checkpoint, tr.identity, st.step, st.theta, st.adam)
+            write_checkpoint_file(self.o.save_checkpoint, tr.identity, st.step, st.theta, st.adam,
+                                  tr.ds.meta.get("vocab"))
         except OSError as exc:
             log.warning("could not save the checkpoint to %s: %s", self.o.save_checkpoint, exc)
             return None
