@@ -214,3 +214,27 @@ def capacity_arg(v: str) -> float | None:
         raise argparse.ArgumentTypeError(f"--capacity must be a finite number in "
                                          f"[{MIN_CAPACITY:g}, {MAX_CAPACITY:g}]")
     return c
+
+
+#: the flags of add_run_arguments, in --help order
+RUN_FLAGS = ("task", "data", "column", "context", "steps", "seed", "batch", "micro_batch", "lr",
+             "weight_decay", "hidden", "layers", "embed_dim")
+
+
+def train_command(args: argparse.Namespace) -> str:
+    """The ``daisychain train ...`` command of the same run (the flags that differ from the
+    defaults, and always --steps): it prints the same params-sha256."""
+    import shlex
+
+    p = argparse.ArgumentParser()
+    add_run_arguments(p)
+    defaults = p.parse_args([])
+    words = ["daisychain", "train"]
+    for name in RUN_FLAGS:
+        v = getattr(args, name, None)
+        if v is None or (v == getattr(defaults, name) and name != "steps"):
+            continue
+        if name == "layers":
+            v = ",".join(map(str, v))
+        words += [flag(name), str(v)]
+    return " ".join(shlex.quote(w) for w in words)

@@ -468,6 +468,8 @@ class Node:
         elif isinstance(e, R.Refused) and e.peer == self.me:
             self._fail("refused the run: " + "; ".join(e.reasons))
         elif isinstance(e, R.Ended):
+            if self.mesh is not None:  # peers leave now: a channel that closes is no loss to relink
+                self.mesh.closing = True
             self.result = self.summary(e)
             self.result["checkpoint"] = self.save_checkpoint()
             self.done.set()
