@@ -121,3 +121,16 @@ def test_every_setting_of_every_command_is_in_the_table():
                             f"against SETTINGS")
             if getattr(a.type, "__name__", "") in SETTINGS:
                 assert a.dest == a.type.__name__
+
+
+def test_reliability_doc_table_is_what_the_commands_say():
+    """docs/RELIABILITY.md's settings table is what scripts/settings_table.py gets by running
+    every command with every bad value (it fails itself on any try that is not one line)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("settings_table", ROOT / "scripts" / "settings_table.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    doc = (ROOT / "docs" / "RELIABILITY.md").read_text()
+    a, b = doc.index(mod.BEGIN) + len(mod.BEGIN), doc.index(mod.END)
+    assert doc[a:b].strip() == mod.table().strip()

@@ -121,7 +121,11 @@ class ArgumentParser(argparse.ArgumentParser):
     not the usage block first."""
 
     def error(self, message: str):
-        message = re.sub(r"^argument (--[\w-]+)(/-\w)?: (must|takes) ", r"\1 \3 ", message)
+        m = re.match(r"argument (--[\w-]+)(?:/-\w)?: (.*)", message, re.S)
+        if m:
+            name, rest = m.groups()
+            message = (rest if rest.startswith(name) else f"{name} {rest}"
+                       if rest.startswith(("must", "takes")) else f"{name}: {rest}")
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
