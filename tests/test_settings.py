@@ -134,3 +134,38 @@ def test_reliability_doc_table_is_what_the_commands_say():
     doc = (ROOT / "docs" / "RELIABILITY.md").read_text()
     a, b = doc.index(mod.BEGIN) + len(mod.BEGIN), doc.index(mod.END)
     assert doc[a:b].strip() == mod.table().strip()
+
+
+HYPER_CASES = [{"lr": 1e300}, {"lr": 0.0}, {"lr": "inf"}, {"lr": "nan"}, {"weight_decay": 2.0},
+               {"weight_decay": "inf"}, {"eps": 0.0}, {"beta1": 1.0}, {"lr": 1.0}]
+
+HYPER_DRIVER = """
+import { makeHyper } from "%s";
+import { readFileSync } from "node:fs";
+const num = (v) => (v === "inf" ? Infinity : v === "nan" ? NaN : v);
+const cases = JSON.parse(readFileSync(0, "utf8"));
+console.log(JSON.stringify(cases.map((c) => {
+  try { makeHyper(Object.fromEntries(Object.entries(c).map(([k, v]) => [k, num(v)]))); return null; }
+  catch (e) { return e.message; }
+})));
+"""
+
+
+def test_a_received_runs_hyperparameters_get_the_same_words_in_both_languages(node, tmp_path):
+    """Hyper.validate (a Python member) and makeHyper (a tab) are twins: a host's run with
+    lr 1e300 is refused by both, with the same words (the tab took any positive lr)."""
+    def py(c):
+        try:
+            Hyper(**{k: float(v) for k, v in c.items()}).validate()
+            return None
+        except SpecError as exc:
+            return str(exc)
+
+    want = [py(c) for c in HYPER_CASES]
+    assert want[-1] is None and all(want[:-1])
+    driver = tmp_path / "hyper.mjs"
+    driver.write_text(HYPER_DRIVER % (ROOT / "daisychain" / "webui" / "engine" / "spec.js").as_uri())
+    r = subprocess.run([node, str(driver)], input=json.dumps(HYPER_CASES), capture_output=True,
+                       text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout) == want

@@ -215,11 +215,11 @@ class Hyper:
                             f"--micro-batch ({self.micro_batch})")
         if self.micro_batch > 4096:
             raise SpecError("--micro-batch above 4096 is not supported")
+        # the same checks and words as webui/engine/spec.js makeHyper (a run a host sends)
         if not 0 < self.lr <= MAX_LR:  # also refuses nan
-            raise SpecError(f"--lr must be a finite number in (0, {MAX_LR:g}], not '{self.lr}'")
+            raise SpecError(f"--lr must be a finite number in (0, {MAX_LR:g}]")
         if not 0 <= self.weight_decay <= MAX_WEIGHT_DECAY:
-            raise SpecError(f"--weight-decay must be a finite number in [0, {MAX_WEIGHT_DECAY:g}], "
-                            f"not '{self.weight_decay}'")
+            raise SpecError(f"--weight-decay must be a finite number in [0, {MAX_WEIGHT_DECAY:g}]")
         if not (0 <= self.beta1 < 1 and 0 <= self.beta2 < 1 and 0 < self.eps <= 1):
             raise SpecError("betas must lie in [0, 1) and eps in (0, 1]")
         if not 0 <= self.seed <= 0xFFFFFFFF:
