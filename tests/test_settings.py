@@ -121,6 +121,10 @@ def test_every_setting_of_every_command_is_in_the_table():
                             f"against SETTINGS")
             if getattr(a.type, "__name__", "") in SETTINGS:
                 assert a.dest == a.type.__name__
+        text = " ".join(p.format_help().split())  # --help shows every range
+        for a in p._actions:
+            if getattr(a.type, "__name__", "") in SETTINGS:
+                assert SETTINGS[a.dest].text.removeprefix("must be ") in text, (p.prog, a.dest)
 
 
 def test_reliability_doc_table_is_what_the_commands_say():

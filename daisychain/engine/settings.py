@@ -120,6 +120,15 @@ class ArgumentParser(argparse.ArgumentParser):
     """argparse with one-line errors: ``PROG: error: --lr must be ... (see PROG --help)``,
     not the usage block first."""
 
+    def format_help(self) -> str:
+        """--help shows each setting's range (from SETTINGS) after its own words."""
+        for a in self._actions:
+            rng = SETTINGS.get(getattr(a.type, "__name__", ""))
+            text = rng.text.removeprefix("must be ") if rng is not None else ""
+            if text and a.help and not a.help.endswith(text):
+                a.help += f"; {text}"
+        return super().format_help()
+
     def error(self, message: str):
         m = re.match(r"argument (--[\w-]+)(?:/-\w)?: (.*)", message, re.S)
         if m:
