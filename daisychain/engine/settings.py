@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import math
 import re
-import sys
 from dataclasses import dataclass
 
 from daisychain.engine.data import TASKS, DataError, Dataset, model_for, prepare_task

@@ -9,7 +9,6 @@ on disk is a Hub name. Any data source (text, images) can use these checks.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 from daisychain.engine.data import DataError
