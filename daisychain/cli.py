@@ -20,11 +20,14 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "desktop": ("daisychain.desktop.cli", "a desktop window around the local server"),
     "cluster": ("daisychain.cluster", "train over torch.distributed (Gloo), started by torchrun"),
     "export": ("daisychain.export", "a checkpoint as .safetensors or .onnx"),
+    "sample": ("daisychain.sample", "text from a trained text model's checkpoint"),
 }
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    from daisychain.engine.settings import ArgumentParser  # one-line usage errors
+
+    parser = ArgumentParser(
         prog="daisychain",
         description="Train one small neural network together on the devices you already have.",
     )

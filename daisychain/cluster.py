@@ -35,7 +35,8 @@ from pathlib import Path
 
 import numpy as np
 
-from daisychain.engine.settings import USER_ERRORS, add_run_arguments, capacity_arg, settings_from_args
+from daisychain.engine.settings import (USER_ERRORS, ArgumentParser, add_run_arguments, capacity_arg,
+                                       setting_type, settings_from_args)
 
 #: A TESTING FAULT, for the fault-tolerance tests only: ``RANK:STEP`` makes that rank exit
 #: abruptly (``os._exit(17)``, no clean-up) when it reaches STEP on the group's first attempt
@@ -52,14 +53,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("cluster")
     g.add_argument("--capacity", type=capacity_arg, default=None, metavar="auto|N",
                    help="this rank's micro-batches per second (default auto: measured)")
-    g.add_argument("--timeout", type=float, default=300.0, metavar="S",
+    g.add_argument("--timeout", type=setting_type("timeout"), default=300.0, metavar="S",
                    help="seconds a collective may wait for the other ranks (default 300)")
     g.add_argument("--gemm", default="fast", choices=["fast", "lut"],
                    help="unit GEMM: exact BLAS (fast) or every product from the table (lut)")
     c = p.add_argument_group("checkpoints")
     c.add_argument("--save-checkpoint", metavar="PATH", default=None,
                    help="rank 0 writes the run state as a .pt (the daisy-peer format) at the end")
-    c.add_argument("--save-every", type=int, default=0, metavar="N",
+    c.add_argument("--save-every", type=setting_type("save_every"), default=0, metavar="N",
                    help="with --save-checkpoint: also every N steps; a group restarted by "
                         "torchrun's elastic agent goes on from the last one (default 0: only at the end)")
     c.add_argument("--resume", metavar="PATH", default=None,
@@ -294,7 +295,8 @@ def run_cluster(rs, args, dist) -> dict:
             if (args.save_checkpoint and rank == 0 and args.save_every
                     and done % args.save_every == 0 and not last):
                 st = tr.state
-                write_checkpoint_file(args.save_checkpoint, tr.identity, st.step, st.theta, st.adam)
+                write_checkpoint_file(args.save_checkpoint, tr.identity, st.step, st.theta, st.adam,
+                                      tr.ds.meta.get("vocab"))
                 saves += 1
     elapsed = time.perf_counter() - t0
     ran = rs.steps - start
@@ -302,7 +304,8 @@ def run_cluster(rs, args, dist) -> dict:
     _agree(dist, "final parameters", bytes.fromhex(sha))
     if args.save_checkpoint and rank == 0:
         st = tr.state
-        write_checkpoint_file(args.save_checkpoint, tr.identity, st.step, st.theta, st.adam)
+        write_checkpoint_file(args.save_checkpoint, tr.identity, st.step, st.theta, st.adam,
+                              tr.ds.meta.get("vocab"))
         saves += 1
     counts_total = unit_counts(rs.spec, rs.hp.micro_batch, ran * rs.hp.n_micro)
     per_rank = [unit_counts(rs.spec, rs.hp.micro_batch, ran * len(s)) for s in shares]
@@ -382,7 +385,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="daisychain cluster", description=__doc__.split("\n\n")[0],
+    p = ArgumentParser(prog="daisychain cluster", description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     add_arguments(p)
     return run(p.parse_args(argv))

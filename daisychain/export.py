@@ -20,7 +20,9 @@ rounded into the accumulator per batch. The ``.safetensors`` file holds, for eve
 
 and in its metadata (string -> string) ``format``, ``model`` (the model spec as JSON),
 ``identity`` (the run identity as JSON: settings, dataset fingerprint, unit tables, engine),
-``run_id``, ``step``, ``params_sha256``, ``task`` and, where known, ``vocab``.
+``run_id``, ``step``, ``params_sha256``, ``task`` and, for a text model, ``vocab`` (the
+character of each class: from the checkpoint, or for an older checkpoint of the embedded
+text, from that text).
 
 The ``.onnx`` file is :func:`torch_model`'s float forward traced by ``torch.onnx`` (input
 ``x``: float32 ``(batch, features)`` or int64 token ids ``(batch, context)``; output
@@ -113,7 +115,7 @@ def metadata(ck: Checkpoint) -> dict[str, str]:
             "identity": json.dumps(ck.identity, sort_keys=True),
             "run_id": run_id(ck.identity), "step": str(ck.step),
             "params_sha256": ck.params_sha256, "task": str(ck.identity.get("task", ""))}
-    vocab = _vocab(ck.identity)
+    vocab = ck.vocab or _vocab(ck.identity)
     if vocab is not None:
         meta["vocab"] = vocab
     return meta

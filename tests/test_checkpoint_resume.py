@@ -50,7 +50,7 @@ def reference(steps: int, *argv: str) -> str:
 
 
 def trained(steps: int, *argv: str) -> Trainer:
-    rs = run_settings(steps, *argv)
+    rs = run_settings(max(steps, 1), *argv)  # a run has >= 1 step; the Trainer does `steps` here
     tr = Trainer(rs.spec, rs.hp, rs.ds, load_luts())
     for _ in range(steps):
         tr.apply(tr.contribute(range(tr.hp.n_micro)).grad)

@@ -128,7 +128,7 @@ def test_cli_json_and_params_line():
     (["--task", "nope"], "unknown task 'nope'"),
     (["--batch", "60", "--micro-batch", "16"], "multiple of --micro-batch"),
     (["--seed", "-1"], "--seed must be"),
-    (["--task", "text", "--data", "/nonexistent/corpus.txt"], "not found"),
+    (["--task", "text", "--data", "/nonexistent/corpus.txt"], "the file does not exist"),
     (["--hidden", "0"], "--hidden must be"),
 ])
 def test_bad_settings_get_a_clear_message(args, msg):

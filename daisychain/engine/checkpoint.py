@@ -7,7 +7,8 @@ Layout (a plain dict, so ``torch.load(path, weights_only=True)`` loads it)::
      "params_sha256": str,                       # over the canonical float64 bytes
      "state_dict": {name: float64 tensor},       # torch nn.Linear / nn.Embedding names
      "adam": {"m": {name: tensor}, "v": {name: tensor}, "step": int,
-              "b1t": float, "b2t": float}}
+              "b1t": float, "b2t": float},
+     "vocab": str}                               # text task only: class i is vocab[i]
 
 ``load_checkpoint`` parses with torch's weights-only unpickler (it refuses any object that
 is not a tensor or a plain container, so nothing in the file executes), then checks the
@@ -58,6 +59,7 @@ class Checkpoint:
     theta: np.ndarray
     adam: AdamState
     params_sha256: str
+    vocab: str | None = None  #: text task: the character of each class (not in the run id)
 
 
 def check_json_tree(value, what: str = "identity", max_depth: int = MAX_JSON_DEPTH,
@@ -131,7 +133,10 @@ def _differences(expected: dict, identity: dict) -> list[str]:
             for d in identity_differences(expected, identity)]
 
 
-def save_checkpoint(identity: dict, step: int, theta: np.ndarray, adam: AdamState) -> bytes:
+def save_checkpoint(identity: dict, step: int, theta: np.ndarray, adam: AdamState,
+                    vocab: str | None = None) -> bytes:
+    """The .pt bytes; ``vocab`` (the text task's characters, ``Dataset.meta["vocab"]``) rides
+    along so that a model that leaves keeps the meaning of its classes."""
     import torch
 
     identity = normalize_identity(identity)
@@ -148,6 +153,8 @@ def save_checkpoint(identity: dict, step: int, theta: np.ndarray, adam: AdamStat
            "state_dict": tensors(theta),
            "adam": {"m": tensors(adam.m), "v": tensors(adam.v), "step": int(adam.step),
                     "b1t": float(adam.b1t), "b2t": float(adam.b2t)}}
+    if vocab is not None:
+        obj["vocab"] = _checked_vocab(vocab, spec)
     buf = io.BytesIO()
     torch.save(obj, buf)
     return buf.getvalue()
@@ -258,7 +265,19 @@ def load_checkpoint(data: bytes, expected_identity: dict | None = None) -> Check
         raise CheckpointError("checkpoint step counters are missing or inconsistent")
     if not all(isinstance(b, float) and math.isfinite(b) and 0 <= b <= 1 for b in (b1t, b2t)):
         raise CheckpointError("checkpoint bias-correction products are invalid")
-    return Checkpoint(identity, step, theta, AdamState(m, v, astep, b1t, b2t), got)
+    vocab = obj.get("vocab")
+    if vocab is not None:
+        vocab = _checked_vocab(vocab, spec)
+    return Checkpoint(identity, step, theta, AdamState(m, v, astep, b1t, b2t), got, vocab)
+
+
+def _checked_vocab(vocab, spec: ModelSpec) -> str:
+    """A text model's vocabulary: one distinct character per class of the model."""
+    if (not isinstance(vocab, str) or spec.input_kind != "tokens" or len(vocab) != spec.classes
+            or len(set(vocab)) != len(vocab)):
+        raise CheckpointError(f"the checkpoint's vocab must be {spec.classes} distinct "
+                              f"characters of a text model")
+    return vocab
 
 
 # --------------------------------------------------------------------------- state blob
@@ -361,14 +380,14 @@ def _no_constant(name: str):
 
 
 def write_checkpoint_file(path, identity: dict, step: int, theta: np.ndarray,
-                          adam: AdamState) -> None:
+                          adam: AdamState, vocab: str | None = None) -> None:
     """Write the .pt atomically (a temporary file next to it, then a rename): a crash while
     saving never leaves half a checkpoint where the last good one was."""
     import os
     from pathlib import Path
 
     path = Path(path)
-    data = save_checkpoint(identity, step, theta, adam)
+    data = save_checkpoint(identity, step, theta, adam, vocab)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
         tmp.write_bytes(data)

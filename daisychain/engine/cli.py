@@ -4,6 +4,11 @@ accuracy, the loss and ``params-sha256: <hex>``, the hash every peer of the same
 ``--workers K --assign ...`` simulates K peers in this one process (each computes only its
 own micro-batches; their integer sums are added in a shuffled order): the hash must not
 change. ``--float`` trains the same model in plain float32 (torch), for accuracy only.
+
+``--save-checkpoint PATH`` writes the run's state as a ``.pt`` (the daisy-peer format, read
+by ``--resume`` of every command and by ``daisychain export`` / ``sample``) at the end and
+every ``--save-every`` steps; ``--resume PATH`` goes on from one to ``--steps`` (the run's
+total), ending on the same hash as the uninterrupted run.
 """
 
 from __future__ import annotations
@@ -16,12 +21,12 @@ import time
 import numpy as np
 from tqdm import tqdm
 
-from daisychain.engine.settings import USER_ERRORS, add_run_arguments, settings_from_args
+from daisychain.engine.settings import USER_ERRORS, add_run_arguments, setting_type, settings_from_args
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     add_run_arguments(p)
-    p.add_argument("--workers", type=int, default=1, help="simulated peers (default 1)")
+    p.add_argument("--workers", type=setting_type("workers"), default=1, help="simulated peers (default 1)")
     p.add_argument("--assign", default="round-robin", choices=["round-robin", "random", "capacity"],
                    help="how micro-batches are assigned to the simulated peers")
     p.add_argument("--gemm", default="fast", choices=["fast", "lut"],
@@ -30,13 +35,38 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="plain float32 torch training of the same model (accuracy comparison)")
     p.add_argument("--json", action="store_true", help="print one JSON object instead")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
+    g = p.add_argument_group("checkpoints")
+    g.add_argument("--save-checkpoint", metavar="PATH", default=None,
+                   help="write the run's state as a .pt (torch.load reads it) at the end")
+    g.add_argument("--save-every", type=setting_type("save_every"), default=0, metavar="N",
+                   help="with --save-checkpoint: also every N steps (default 0: only at the end)")
+    g.add_argument("--resume", metavar="PATH", default=None,
+                   help="go on from this .pt of the same run (checked; another run's file is "
+                        "refused with what differs); --steps is the run's total")
+
+
+def _flag_errors(args: argparse.Namespace) -> str | None:
+    """Flags that do not go together, in words (None: fine)."""
+    if args.float_mode:
+        given = [f for f, on in (("--workers", args.workers != 1), ("--gemm", args.gemm != "fast"),
+                                 ("--save-checkpoint", args.save_checkpoint),
+                                 ("--resume", args.resume)) if on]
+        if given:
+            return (f"--float trains plain float32 in one process: {', '.join(given)} "
+                    f"{'does' if len(given) == 1 else 'do'} not apply to it")
+    if args.save_every and not args.save_checkpoint:
+        return "--save-every needs --save-checkpoint PATH"
+    return None
 
 
 def run(args: argparse.Namespace) -> int:
+    from daisychain.engine.checkpoint import CheckpointError
+
     try:
+        problem = _flag_errors(args)
+        if problem:
+            raise ValueError(problem)
         rs = settings_from_args(args)
-        if args.workers < 1:
-            raise ValueError("--workers must be >= 1")
     except (*USER_ERRORS, ValueError) as exc:
         print(f"daisychain train: error: {exc}", file=sys.stderr)
         return 2
@@ -49,27 +79,58 @@ def run(args: argparse.Namespace) -> int:
         else:
             print(f"float32 test accuracy: {out['accuracy'] * 100:.2f}%  loss: {out['loss']:.4f}")
         return 0
-    out = train(rs, args.workers, args.assign, args.gemm, quiet=args.quiet or args.json)
+    try:
+        out = train(rs, args.workers, args.assign, args.gemm, quiet=args.quiet or args.json,
+                    save=args.save_checkpoint, save_every=args.save_every, resume=args.resume)
+    except CheckpointError as exc:
+        print(f"daisychain train: error: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:
+        print(f"daisychain train: error: cannot write the checkpoint: {exc}", file=sys.stderr)
+        return 1
     if args.json:
         print(json.dumps(out))
     else:
-        print(f"test accuracy: {out['accuracy'] * 100:.2f}%  loss: {out['loss']:.4f}  "
-              f"({out['steps']} steps, {out['micro_batches_per_s']:.0f} micro-batches/s)")
+        loss = "n/a" if out["loss"] is None else f"{out['loss']:.4f}"
+        ran = out["steps"] - out["start_step"]
+        print(f"test accuracy: {out['accuracy'] * 100:.2f}%  loss: {loss}  "
+              f"({out['steps']} steps{f', {ran} of them now' if out['start_step'] else ''}, "
+              f"{out['micro_batches_per_s']:.0f} micro-batches/s)")
+        if out["checkpoint"]:
+            print(f"checkpoint: {out['checkpoint']} (step {out['steps']})")
         print(f"params-sha256: {out['params_sha256']}")
     return 0
 
 
 def train(rs, workers: int = 1, how: str = "round-robin", gemm: str = "fast",
-          quiet: bool = False) -> dict:
+          quiet: bool = False, save: str | None = None, save_every: int = 0,
+          resume: str | None = None) -> dict:
+    """Train to ``rs.steps`` (from ``resume``'s step when given); ``save``: write the state
+    there every ``save_every`` steps and at the end. Raises CheckpointError."""
+    from daisychain.engine.checkpoint import CheckpointError, read_checkpoint_file, write_checkpoint_file
     from daisychain.engine.trainer import Trainer, assign
     from daisychain.units import load_luts
 
     tr = Trainer(rs.spec, rs.hp, rs.ds, load_luts(), gemm)
+    start = 0
+    if resume:
+        ck = read_checkpoint_file(resume, tr.identity)
+        if ck.step > rs.steps:
+            raise CheckpointError(f"{resume} is at step {ck.step}, past --steps {rs.steps} (the "
+                                  f"run's total)")
+        tr.state.theta[:] = ck.theta
+        tr.state.adam, tr.state.step, start = ck.adam, ck.step, ck.step
+    vocab = rs.ds.meta.get("vocab")
+
+    def save_state():
+        st = tr.state
+        write_checkpoint_file(save, tr.identity, st.step, st.theta, st.adam, vocab)
+
     order_rng = np.random.default_rng(rs.hp.seed + 1)  # only shuffles summation order
-    loss = float("nan")
+    loss = None
     t0 = time.perf_counter()
-    with tqdm(total=rs.steps, desc="train", unit="step", disable=quiet, leave=False) as bar:
-        for step in range(rs.steps):
+    with tqdm(total=rs.steps - start, desc="train", unit="step", disable=quiet, leave=False) as bar:
+        for step in range(start, rs.steps):
             parts = assign(rs.hp.n_micro, workers, how, step, rs.hp.seed)
             results = [tr.contribute(p) for p in parts]
             total = np.zeros(tr.layout.size, np.int64)
@@ -80,11 +141,17 @@ def train(rs, workers: int = 1, how: str = "round-robin", gemm: str = "fast",
             bar.update(1)
             if step % 20 == 0:
                 bar.set_postfix(loss=f"{loss:.4f}", refresh=False)
+            if save and save_every and (step + 1) % save_every == 0 and step + 1 < rs.steps:
+                save_state()
     elapsed = time.perf_counter() - t0
-    return {"task": rs.ds.task, "steps": rs.steps, "seed": rs.hp.seed,
+    if save:
+        save_state()
+    ran = rs.steps - start
+    return {"task": rs.ds.task, "steps": rs.steps, "start_step": start, "seed": rs.hp.seed,
+            "checkpoint": save,
             "accuracy": tr.accuracy("test"), "loss": loss,
             "params_sha256": tr.params_sha256(), "run_id": tr.run_id,
             "dataset_fingerprint": rs.ds.fingerprint, "manifest_sha256": tr.luts.manifest_sha256,
             "workers": workers, "assign": how, "gemm": gemm,
-            "micro_batches_per_s": rs.steps * rs.hp.n_micro / elapsed if elapsed > 0 else 0.0,
+            "micro_batches_per_s": ran * rs.hp.n_micro / elapsed if elapsed > 0 else 0.0,
             "identity": tr.identity}

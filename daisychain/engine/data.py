@@ -144,29 +144,39 @@ def load_text_source(source: str | None, column: str = "text", split: str = "tra
         datasets.disable_progress_bars()
     except ImportError:  # pragma: no cover - datasets is a dependency
         raise DataError("the `datasets` package is needed to load text datasets") from None
-    path = Path(source)
+    from daisychain.engine.sources import check_file, source_kind
+
+    kind = source_kind(source)
+    path = Path(source).expanduser()
+    if kind == "dir":
+        raise DataError(f"{source}: a folder; give one text file (.txt, .csv, .json, "
+                        f".parquet) or a Hugging Face data set name")
+    if kind == "file":
+        builder = _EXTENSIONS.get(path.suffix.lower())
+        if builder is None:
+            raise DataError(f"{source}: unknown file type {path.suffix!r}; use one of "
+                            f"{sorted(_EXTENSIONS)}")
+        check_file(path, text=builder != "parquet")
     try:
         with contextlib.redirect_stderr(io.StringIO()):
-            if path.is_file():
-                builder = _EXTENSIONS.get(path.suffix.lower())
-                if builder is None:
-                    raise DataError(f"{source}: unknown file type {path.suffix!r}; use one of "
-                                    f"{sorted(_EXTENSIONS)}")
+            if kind == "file":
                 kwargs = {"delimiter": "\t"} if path.suffix.lower() == ".tsv" else {}
                 if cache_dir is not None:
                     kwargs["cache_dir"] = cache_dir
                 ds = datasets.load_dataset(builder, data_files=str(path), split="train", **kwargs)
-            elif path.is_dir():
-                ds = datasets.load_dataset(str(path), split=split)
             else:
                 ds = datasets.load_dataset(source, split=split)
     except DataError:
         raise
     except FileNotFoundError as exc:
-        raise DataError(f"dataset {source!r} not found: it is neither a local file or folder "
-                        f"nor a hub dataset in the local Hugging Face cache (DaisyChain never "
-                        f"downloads at run time) ({exc})") from None
+        raise DataError(f"dataset {source!r} not found: it is neither a local file nor a hub "
+                        f"dataset in the local Hugging Face cache (DaisyChain never downloads "
+                        f"at run time) ({exc})") from None
     except Exception as exc:  # datasets raises many types (ConnectionError, DatasetNotFoundError...)
+        if kind == "hub" and (isinstance(exc, ConnectionError) or "NotFound" in type(exc).__name__):
+            raise DataError(f"{source!r} is not a local file, and no Hugging Face data set of that "
+                            f"name is in the local cache (DaisyChain never downloads at run time: "
+                            f"see the README's \"Your own data\")") from None
         raise DataError(f"could not load dataset {source!r}: {type(exc).__name__}: {exc}. "
                         f"Give a local .txt/.csv/.json/.parquet file or a hub dataset that is "
                         f"already in the local cache.") from None

@@ -1,16 +1,140 @@
-"""The run settings flags shared by ``daisychain train``, ``daisy-peer`` and ``daisychain
-demo``: same names, same defaults, validated once into (task data, model spec, Hyper)."""
+"""The run settings flags shared by ``daisychain train``, ``daisy-peer``, ``daisychain demo``
+and ``daisychain cluster``: same names, same defaults, validated once into (task data, model
+spec, Hyper).
+
+:data:`SETTINGS` is the one table of every number a command takes, with the range in which
+the run's arithmetic stays exact (finite; a learning rate above 1 or a decay above 1 drives
+the parameters past what the INT8 quantization and the float64 Adam hold). A value is
+checked against it when the flag is parsed (:func:`setting_type`) and again in
+:func:`settings_from_args` (for a Namespace built by code). The page checks its fields with
+the same table (``webui/settings_check.js``); ``tests/scenarios/settings_values.json`` holds
+the two together: the same raw text gets the same reason in both languages.
+"""
 
 from __future__ import annotations
 
 import argparse
 import math
+import re
 from dataclasses import dataclass
 
 from daisychain.engine.data import TASKS, DataError, Dataset, model_for, prepare_task
-from daisychain.engine.spec import MAX_CAPACITY, MAX_HIDDEN_LAYERS, MIN_CAPACITY, Hyper, ModelSpec, SpecError, hidden_widths
+from daisychain.engine.spec import (MAX_CAPACITY, MAX_FEATURES, MAX_HIDDEN_LAYERS, MAX_LR, MAX_STEPS,
+                                    MAX_WEIGHT_DECAY, MIN_CAPACITY, Hyper, ModelSpec, SpecError,
+                                    hidden_widths)
 
 DEFAULT_STEPS = 600
+
+
+@dataclass(frozen=True)
+class Range:
+    """A whole number (``kind="int"``) or a finite decimal number (``"float"``) in [lo, hi]
+    (``(lo, hi]`` when ``lo_open``)."""
+
+    kind: str
+    lo: float
+    hi: float
+    lo_open: bool = False
+
+    @property
+    def text(self) -> str:
+        what = "a whole number" if self.kind == "int" else "a finite number"
+        lo = str(int(self.lo)) if self.kind == "int" else f"{self.lo:g}"
+        hi = str(int(self.hi)) if self.kind == "int" else f"{self.hi:g}"
+        return f"must be {what} in {'(' if self.lo_open else '['}{lo}, {hi}]"
+
+    def holds(self, v) -> bool:
+        if self.kind == "int" and (isinstance(v, bool) or not isinstance(v, int)):
+            return False
+        if self.kind == "float" and (isinstance(v, bool) or not isinstance(v, (int, float))
+                                     or not math.isfinite(v)):
+            return False
+        return (self.lo < v if self.lo_open else self.lo <= v) and v <= self.hi
+
+
+#: every number a command takes (flag name with "_"), and its range; the page's fields are
+#: the subset PAGE_SETTINGS, checked by webui/settings_check.js with the same ranges
+SETTINGS: dict[str, Range] = {
+    "steps": Range("int", 1, MAX_STEPS),
+    "seed": Range("int", 0, 0xFFFFFFFF),
+    "batch": Range("int", 1, 65536),
+    "micro_batch": Range("int", 1, 4096),
+    "hidden": Range("int", 1, MAX_FEATURES),
+    "context": Range("int", 1, 256),
+    "embed_dim": Range("int", 1, 1024),
+    "lr": Range("float", 0, MAX_LR, lo_open=True),
+    "weight_decay": Range("float", 0, MAX_WEIGHT_DECAY),
+    "workers": Range("int", 1, 1024),
+    "peers": Range("int", 1, 32),
+    "port": Range("int", 0, 65535),
+    "wait_peers": Range("int", 0, 1000),
+    "save_every": Range("int", 0, MAX_STEPS),
+    "timeout": Range("float", 0, 86400, lo_open=True),
+    "verify_rate": Range("float", 0, 1),
+    "strikes": Range("int", 1, 1000),
+    "length": Range("int", 1, 100_000),
+    "temperature": Range("float", 0, 10),
+}
+PAGE_SETTINGS = ("steps", "seed", "batch", "micro_batch", "hidden", "lr")
+
+_INT = re.compile(r"[+-]?[0-9]{1,30}")
+_FLOAT = re.compile(r"[+-]?([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][+-]?[0-9]{1,4})?")
+
+
+def flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+def check_setting(name: str, raw: str) -> int | float:
+    """The value of setting ``name`` typed as ``raw``; SpecError("<reason>") when it is not a
+    plain decimal number in its range. The reason is the page's too (settings_check.js)."""
+    rng = SETTINGS[name]
+    text = str(raw).strip()
+    v: int | float | None = None
+    if len(text) <= 64 and (_INT if rng.kind == "int" else _FLOAT).fullmatch(text):
+        v = int(text, 10) if rng.kind == "int" else float(text)
+    if v is None or not rng.holds(v):
+        raise SpecError(f"{rng.text}, not '{raw}'")
+    return v
+
+
+def setting_type(name: str):
+    """An argparse ``type=`` for setting ``name``: the value, or a one-line usage error."""
+    def parse(raw: str):
+        try:
+            return check_setting(name, raw)
+        except SpecError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+    parse.__name__ = name
+    return parse
+
+
+def check_value(name: str, v) -> None:
+    """SpecError("--flag must be ...") unless ``v`` (already a number) is in its range."""
+    if v is not None and not SETTINGS[name].holds(v):
+        raise SpecError(f"{flag(name)} {SETTINGS[name].text}, not '{v}'")
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse with one-line errors: ``PROG: error: --lr must be ... (see PROG --help)``,
+    not the usage block first."""
+
+    def format_help(self) -> str:
+        """--help shows each setting's range (from SETTINGS) after its own words."""
+        for a in self._actions:
+            rng = SETTINGS.get(getattr(a.type, "__name__", ""))
+            text = rng.text.removeprefix("must be ") if rng is not None else ""
+            if text and a.help and not a.help.endswith(text):
+                a.help += f"; {text}"
+        return super().format_help()
+
+    def error(self, message: str):
+        m = re.match(r"argument (--[\w-]+)(?:/-\w)?: (.*)", message, re.S)
+        if m:
+            name, rest = m.groups()
+            message = (rest if rest.startswith(name) else f"{name} {rest}"
+                       if rest.startswith(("must", "takes")) else f"{name}: {rest}")
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
 def add_run_arguments(p: argparse.ArgumentParser, steps: int = DEFAULT_STEPS) -> None:
@@ -21,21 +145,21 @@ def add_run_arguments(p: argparse.ArgumentParser, steps: int = DEFAULT_STEPS) ->
                    help="text task: a local .txt/.csv/.json/.parquet file or a cached HF dataset "
                         "(default: the embedded Zen of Python)")
     g.add_argument("--column", default="text", help="text column of --data (default text)")
-    g.add_argument("--context", type=int, default=8, help="text task: context window (default 8)")
-    g.add_argument("--steps", type=int, default=steps, help=f"optimizer steps (default {steps})")
-    g.add_argument("--seed", type=int, default=d.seed, help="run seed (default 0)")
-    g.add_argument("--batch", type=int, default=d.batch, help=f"global batch (default {d.batch})")
-    g.add_argument("--micro-batch", type=int, default=d.micro_batch,
+    g.add_argument("--context", type=setting_type("context"), default=8, help="text task: context window (default 8)")
+    g.add_argument("--steps", type=setting_type("steps"), default=steps, help=f"optimizer steps (default {steps})")
+    g.add_argument("--seed", type=setting_type("seed"), default=d.seed, help="run seed (default 0)")
+    g.add_argument("--batch", type=setting_type("batch"), default=d.batch, help=f"global batch (default {d.batch})")
+    g.add_argument("--micro-batch", type=setting_type("micro_batch"), default=d.micro_batch,
                    help=f"samples per micro-batch (default {d.micro_batch})")
-    g.add_argument("--lr", type=float, default=d.lr, help=f"Adam learning rate (default {d.lr})")
-    g.add_argument("--weight-decay", type=float, default=d.weight_decay,
+    g.add_argument("--lr", type=setting_type("lr"), default=d.lr, help=f"Adam learning rate (default {d.lr})")
+    g.add_argument("--weight-decay", type=setting_type("weight_decay"), default=d.weight_decay,
                    help="decoupled weight decay (default 0)")
-    g.add_argument("--hidden", type=int, default=None,
+    g.add_argument("--hidden", type=setting_type("hidden"), default=None,
                    help="hidden units of the one hidden layer (default 128); see --layers")
     g.add_argument("--layers", type=parse_layers, default=None, metavar="W1,W2,...",
                    help="hidden widths, comma-separated, e.g. 256,256 for two hidden layers of "
                         "256 (default: one hidden layer of --hidden); not together with --hidden")
-    g.add_argument("--embed-dim", type=int, default=16, help="text task: embedding size (default 16)")
+    g.add_argument("--embed-dim", type=setting_type("embed_dim"), default=16, help="text task: embedding size (default 16)")
 
 
 def parse_layers(text: str) -> tuple[int, ...]:
@@ -75,8 +199,9 @@ class RunSettings:
 
 def settings_from_args(args: argparse.Namespace) -> RunSettings:
     """Raises SpecError/DataError with a message for the user."""
-    if args.steps < 0:
-        raise SpecError("--steps must be >= 0")
+    for name in ("steps", "seed", "batch", "micro_batch", "hidden", "context", "embed_dim",
+                 "lr", "weight_decay"):
+        check_value(name, getattr(args, name, None))
     hp = Hyper(lr=args.lr, weight_decay=args.weight_decay, batch=args.batch,
                micro_batch=args.micro_batch, seed=args.seed)
     hp.validate()
@@ -101,3 +226,27 @@ def capacity_arg(v: str) -> float | None:
         raise argparse.ArgumentTypeError(f"--capacity must be a finite number in "
                                          f"[{MIN_CAPACITY:g}, {MAX_CAPACITY:g}]")
     return c
+
+
+#: the flags of add_run_arguments, in --help order
+RUN_FLAGS = ("task", "data", "column", "context", "steps", "seed", "batch", "micro_batch", "lr",
+             "weight_decay", "hidden", "layers", "embed_dim")
+
+
+def train_command(args: argparse.Namespace) -> str:
+    """The ``daisychain train ...`` command of the same run (the flags that differ from the
+    defaults, and always --steps): it prints the same params-sha256."""
+    import shlex
+
+    p = argparse.ArgumentParser()
+    add_run_arguments(p)
+    defaults = p.parse_args([])
+    words = ["daisychain", "train"]
+    for name in RUN_FLAGS:
+        v = getattr(args, name, None)
+        if v is None or (v == getattr(defaults, name) and name != "steps"):
+            continue
+        if name == "layers":
+            v = ",".join(map(str, v))
+        words += [flag(name), str(v)]
+    return " ".join(shlex.quote(w) for w in words)

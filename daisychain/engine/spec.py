@@ -24,6 +24,12 @@ MAX_PARAMS = 50_000_000
 #: ``--capacity`` flag and a ``ready`` message from another peer are held to the same range
 MIN_CAPACITY = 1e-3
 MAX_CAPACITY = 1e9
+#: a run's learning rate lies in (0, MAX_LR] and its weight decay in [0, MAX_WEIGHT_DECAY]:
+#: beyond them the parameters leave the range the INT8 quantization and float64 Adam hold
+#: (an infinite or huge lr makes them NaN); a run has 1 to MAX_STEPS steps
+MAX_LR = 1.0
+MAX_WEIGHT_DECAY = 1.0
+MAX_STEPS = 10_000_000
 
 
 class SpecError(ValueError):
@@ -209,9 +215,13 @@ class Hyper:
                             f"--micro-batch ({self.micro_batch})")
         if self.micro_batch > 4096:
             raise SpecError("--micro-batch above 4096 is not supported")
-        if not (self.lr > 0 and 0 <= self.beta1 < 1 and 0 <= self.beta2 < 1 and self.eps > 0
-                and self.weight_decay >= 0):
-            raise SpecError("lr and eps must be > 0, betas in [0, 1), weight decay >= 0")
+        # the same checks and words as webui/engine/spec.js makeHyper (a run a host sends)
+        if not 0 < self.lr <= MAX_LR:  # also refuses nan
+            raise SpecError(f"--lr must be a finite number in (0, {MAX_LR:g}]")
+        if not 0 <= self.weight_decay <= MAX_WEIGHT_DECAY:
+            raise SpecError(f"--weight-decay must be a finite number in [0, {MAX_WEIGHT_DECAY:g}]")
+        if not (0 <= self.beta1 < 1 and 0 <= self.beta2 < 1 and 0 < self.eps <= 1):
+            raise SpecError("betas must lie in [0, 1) and eps in (0, 1]")
         if not 0 <= self.seed <= 0xFFFFFFFF:
             raise SpecError("--seed must be an integer in [0, 2**32 - 1]")
         if not 0 <= self.grad_frac_bits <= 60:

@@ -262,11 +262,18 @@ def _seed_loop(name, base_seed, max_iter, try_fn, want, describe) -> UnitResult:
                 verify(name, table, want, describe)
             except UnitVerificationError as exc:
                 last = exc
-                tqdm.write(f"  {name} seed {seed}: refused - {exc}")
+                # the normal search (a seed's network is not always exact): not an error
+                tqdm.write(f"  {name} seed {seed}: not exact ({_reason(name, exc)})"
+                           + ("; trying the next seed" if k + 1 < MAX_SEEDS else ""))
                 continue
         return UnitResult(name, table.astype(np.int32), seed, k + 1, residual)
     raise UnitVerificationError(f"{name}: no seed in {base_seed}..{base_seed + MAX_SEEDS - 1} "
                                 f"gave an exact unit; last: {last}")
+
+
+def _reason(name: str, exc: BaseException) -> str:
+    text = str(exc).removeprefix(f"{name}: ")
+    return text.splitlines()[0] if text else type(exc).__name__
 
 
 TRAINERS = {"mul": train_mul, "relu": train_relu, "requantize": train_requantize}

@@ -22,28 +22,9 @@ import socket
 import sys
 
 from daisychain import ENGINE_VERSION
-from daisychain.engine.settings import USER_ERRORS, add_run_arguments, capacity_arg, settings_from_args
+from daisychain.engine.settings import (USER_ERRORS, ArgumentParser, add_run_arguments, capacity_arg,
+                                       setting_type, settings_from_args)
 from daisychain.peer.progress import Progress
-
-
-def rate_arg(v: str) -> float:
-    try:
-        r = float(v)
-    except ValueError:
-        raise argparse.ArgumentTypeError("--verify-rate is a number in [0, 1]") from None
-    if not 0.0 <= r <= 1.0:  # also refuses nan
-        raise argparse.ArgumentTypeError("--verify-rate must be in [0, 1]")
-    return r
-
-
-def strikes_arg(v: str) -> int:
-    try:
-        n = int(v)
-    except ValueError:
-        raise argparse.ArgumentTypeError("--strikes is a whole number >= 1") from None
-    if not 1 <= n <= 1000:
-        raise argparse.ArgumentTypeError("--strikes must be in [1, 1000]")
-    return n
 
 
 def add_trust_arguments(p: argparse.ArgumentParser) -> None:
@@ -51,10 +32,10 @@ def add_trust_arguments(p: argparse.ArgumentParser) -> None:
     from daisychain.peer.run import STRIKES, VERIFY_RATE
 
     g = p.add_argument_group("spot-checks (the host's settings are the run's)")
-    g.add_argument("--verify-rate", type=rate_arg, default=VERIFY_RATE, metavar="R",
+    g.add_argument("--verify-rate", type=setting_type("verify_rate"), default=VERIFY_RATE, metavar="R",
                    help="share of each step's micro-batches that a second peer also computes, "
                         f"compared bit for bit (default {VERIFY_RATE}; 0: off; 1: every one)")
-    g.add_argument("--strikes", type=strikes_arg, default=STRIKES, metavar="N",
+    g.add_argument("--strikes", type=setting_type("strikes"), default=STRIKES, metavar="N",
                    help=f"remove a peer from the run after N mismatches (default {STRIKES})")
     g.add_argument("--fault", choices=sorted(FAULTS), default=None,
                    help="TESTING FAULT, off by default: make this peer a liar that corrupts "
@@ -66,7 +47,7 @@ def add_checkpoint_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--save-checkpoint", metavar="PATH", default=None,
                    help="write this replica's state as a .pt (torch.load reads it) at the end "
                         "of the run and when stopped (Ctrl-C)")
-    g.add_argument("--save-every", type=int, default=0, metavar="N",
+    g.add_argument("--save-every", type=setting_type("save_every"), default=0, metavar="N",
                    help="with --save-checkpoint: also every N steps (default 0: only at the end)")
     g.add_argument("--resume", metavar="PATH", default=None,
                    help="host: start the run from this .pt (checked; a file of another run "
@@ -83,7 +64,7 @@ def checkpoint_errors(args) -> str | None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="daisy-peer", description=__doc__.split("\n\n")[0],
+    p = ArgumentParser(prog="daisy-peer", description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--server", required=True, help="the DaisyChain server, e.g. http://127.0.0.1:8787")
     where = p.add_mutually_exclusive_group()
@@ -96,7 +77,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="micro-batches per second (default auto: measured)")
     p.add_argument("--approve", choices=["all", "prompt", "none"], default="prompt",
                    help="host: who may join (default prompt: ask on the terminal)")
-    p.add_argument("--wait-peers", type=int, default=0, metavar="K",
+    p.add_argument("--wait-peers", type=setting_type("wait_peers"), default=0, metavar="K",
                    help="host: wait for K other peers before the first step (default 0)")
     add_checkpoint_arguments(p)
     add_trust_arguments(p)

@@ -5,7 +5,8 @@ Every connection of the demo's own peers stays on loopback (they gather only 127
 candidates), so it runs on a machine with no network and exposes nothing. Browsers never use
 loopback for WebRTC, so for a tab to join, ``--lan`` lets the peers gather this machine's
 other interfaces too (the server still listens on 127.0.0.1 only). It ends with the
-accuracy and ``params-sha256: <hex>``, equal to ``daisychain train`` with the same settings.
+accuracy and ``params-sha256: <hex>``, equal to ``daisychain train`` with the same settings,
+and prints that ``daisychain train ...`` command.
 """
 
 from __future__ import annotations
@@ -17,12 +18,13 @@ import sys
 
 from aiohttp import web
 
-from daisychain.engine.settings import USER_ERRORS, add_run_arguments, settings_from_args
+from daisychain.engine.settings import (USER_ERRORS, add_run_arguments, setting_type, settings_from_args,
+                                       train_command)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--peers", type=int, default=3, help="headless peers to start (default 3)")
-    p.add_argument("--port", type=int, default=8787,
+    p.add_argument("--peers", type=setting_type("peers"), default=3, help="headless peers to start (default 3)")
+    p.add_argument("--port", type=setting_type("port"), default=8787,
                    help="server port on 127.0.0.1 (default 8787; 0: any free port)")
     p.add_argument("--lan", action="store_true",
                    help="let the peers use this machine's network interfaces for WebRTC so a "
@@ -121,6 +123,9 @@ def run(args: argparse.Namespace) -> int:
     except OSError as exc:
         print(f"daisychain demo: cannot start the server: {exc}", file=sys.stderr)
         return 1
+    out["train_command"] = train_command(args)
+    if not args.json:
+        print(f"the same run in one process (the same params-sha256): {out['train_command']}")
     print_summary(out, args.json)
     if not out["all_agree"]:
         print("daisychain demo: the peers' hashes differ", file=sys.stderr)

@@ -159,7 +159,8 @@ class Node:
             return None
         st = tr.state
         try:
-            write_checkpoint_file(self.o.save_checkpoint, tr.identity, st.step, st.theta, st.adam)
+            write_checkpoint_file(self.o.save_checkpoint, tr.identity, st.step, st.theta, st.adam,
+                                  tr.ds.meta.get("vocab"))
         except OSError as exc:
             log.warning("could not save the checkpoint to %s: %s", self.o.save_checkpoint, exc)
             return None
@@ -263,10 +264,9 @@ class Node:
                         continue
                     try:
                         await handler(msg)
-                    except Exception:  # noqa: BLE001 - a bug, never a reason to stop reading
-                        log.exception("internal error while handling a signaling %s message from "
-                                      "%s (the run goes on)", msg.TYPE,
-                                      getattr(msg, "sender", None) or "the server")
+                    except Exception as exc:  # noqa: BLE001 - a bug: the run ends with it
+                        self._internal_error(f"a signaling {msg.TYPE} message from "
+                                             f"{getattr(msg, 'sender', None) or 'the server'}", exc)
             except SignalingError as exc:
                 if not self._in_run():
                     raise
@@ -388,14 +388,21 @@ class Node:
 
     def _guarded(self, what: str, step) -> None:
         """Run one input of the run state machine and perform its outputs; an exception is
-        a bug, never a reason to stall: it is logged with its traceback and the run goes on.
-        The run's clock is brought up to now first (it times tasks: RunPeer._time_task)."""
+        a bug, never a reason to stall: the run ends with it (its traceback in the log, the
+        reason in PeerFailed). The run's clock is brought up to now first (it times tasks:
+        RunPeer._time_task)."""
         if isinstance(self.run, R.RunPeer):
             self.run.now = max(self.run.now, time.monotonic())
         try:
             self._feed(step())
-        except Exception:  # noqa: BLE001 - logged, and the next input is handled as usual
-            log.exception("internal error while handling %s (the run goes on)", what)
+        except Exception as exc:  # noqa: BLE001 - a bug: the run ends with it, never hangs
+            self._internal_error(what, exc)
+
+    def _internal_error(self, what: str, exc: BaseException) -> None:
+        log.error("internal error while handling %s: %r", what, exc,
+                  exc_info=(type(exc), exc, exc.__traceback__))
+        self._fail(f"internal error while handling {what}: {type(exc).__name__}: "
+                   f"{str(exc).splitlines()[0][:300] if str(exc) else ''}")
 
     # -- run outputs -----------------------------------------------------------------------
 
@@ -426,9 +433,7 @@ class Node:
     def _task_done(self, t: asyncio.Task) -> None:
         self.tasks.discard(t)
         if not t.cancelled() and t.exception() is not None:
-            exc = t.exception()
-            log.error("internal error in a background task (the run goes on): %r", exc,
-                      exc_info=(type(exc), exc, exc.__traceback__))
+            self._internal_error("a background task", t.exception())
 
     async def _compute(self, c: R.Compute) -> None:
         t0 = time.perf_counter()
@@ -463,6 +468,8 @@ class Node:
         elif isinstance(e, R.Refused) and e.peer == self.me:
             self._fail("refused the run: " + "; ".join(e.reasons))
         elif isinstance(e, R.Ended):
+            if self.mesh is not None:  # peers leave now: a channel that closes is no loss to relink
+                self.mesh.closing = True
             self.result = self.summary(e)
             self.result["checkpoint"] = self.save_checkpoint()
             self.done.set()

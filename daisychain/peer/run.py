@@ -992,14 +992,17 @@ class RunPeer:
             late.append(t)
             added[t.task] = backup
         out: list[Output] = []
+        first = self.step < self.timing_from  # a term's first step: no timing known, no miss
         if late:
-            out += [Log(f"task(s) {[t.task for t in late]} of step {self.step} missed the deadline: "
-                        "backup assigned")] + self._dispatch(late, added)
+            out += [Log(f"task(s) {[t.task for t in late]} of step {self.step} " + (
+                "also given to a backup (the first step's timings are not known yet)" if first
+                else "missed the deadline: backup assigned"))] + self._dispatch(late, added)
         if dropped:
             for t in dropped:
                 del self.tasks[t.task]
             out.append(Log(f"spot-check(s) of micro-batch(es) {[t.micro[0] for t in dropped]} of step "
-                           f"{self.step} got no second answer in time: dropped"))
+                           f"{self.step} " + ("skipped (the first step's timings are not known yet)"
+                                              if first else "got no second answer in time: dropped")))
             for j in sorted(self.checks):
                 out += self._judge(j)
             out += self._maybe_commit()

@@ -10,6 +10,7 @@ import { bus } from "./bus.js";
 import { Chart } from "./chart.js";
 import { exportCheckpoint, importCheckpoint, settingsOf } from "./checkpoint.js";
 import { makeHyper, parseLayers } from "./engine/spec.js";
+import { checkSetting } from "./settings_check.js";
 import { Mesh, selfTestDevice } from "./mesh.js";
 import { Network } from "./network.js";
 import { normalizeRoom, roomFromLocation } from "./protocol.js";
@@ -550,20 +551,17 @@ function setFieldError(name, text) {
 function readSettings() {
   const f = $("settings").elements;
   const errors = {};
-  const int = (name, label, lo, hi = Infinity) => {
-    const raw = f[name].value.trim();
-    const v = Number(raw);
-    if (raw === "" || !Number.isInteger(v)) errors[name] = `${label} must be a whole number`;
-    else if (v < lo || v > hi) errors[name] = hi === Infinity ? `${label} must be ${lo} or more` : `${label} must lie in [${lo}, ${hi}]`;
-    return v;
+  const num = (name, label) => { // the ranges of daisychain/engine/settings.py (settings_check.js)
+    const { value, error } = checkSetting(name, f[name].value);
+    if (error) errors[name] = `${label} ${error}`;
+    return value;
   };
-  const steps = int("steps", "steps", 0);
-  const seed = int("seed", "the seed", 0, 0xFFFFFFFF);
-  const batch = int("batch", "the batch", 1);
-  const micro = int("micro_batch", "the micro-batch", 1, 4096);
-  const hidden = int("hidden", "hidden", 1);
-  const lr = Number(f.lr.value);
-  if (f.lr.value.trim() === "" || !Number.isFinite(lr) || !(lr > 0)) errors.lr = "the learning rate must be a positive number";
+  const steps = num("steps", "steps");
+  const seed = num("seed", "the seed");
+  const batch = num("batch", "the batch");
+  const micro = num("micro_batch", "the micro-batch");
+  const hidden = num("hidden", "hidden");
+  const lr = num("lr", "the learning rate");
   if (!errors.batch && !errors.micro_batch && batch % micro) {
     errors.batch = `the batch (${batch}) must be a multiple of the micro-batch (${micro})`;
   }

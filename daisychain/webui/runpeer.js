@@ -1041,13 +1041,16 @@ export class RunPeer {
       added.set(t.task, backup);
     }
     const out = [];
+    const first = this.step < this.timingFrom; // a term's first step: no timing known, no miss
     if (late.length) {
-      out.push(log(`task(s) ${pyList(late.map((t) => t.task))} of step ${this.step} missed the deadline: backup assigned`),
+      out.push(log(`task(s) ${pyList(late.map((t) => t.task))} of step ${this.step} ` + (first
+        ? "also given to a backup (the first step's timings are not known yet)" : "missed the deadline: backup assigned")),
         ...this._dispatch(late, added));
     }
     if (dropped.length) {
       for (const t of dropped) this.tasks.delete(t.task);
-      out.push(log(`spot-check(s) of micro-batch(es) ${pyList(dropped.map((t) => t.micro[0]))} of step ${this.step} got no second answer in time: dropped`));
+      out.push(log(`spot-check(s) of micro-batch(es) ${pyList(dropped.map((t) => t.micro[0]))} of step ${this.step} ` +
+        (first ? "skipped (the first step's timings are not known yet)" : "got no second answer in time: dropped")));
       for (const j of [...this.checks.keys()].sort((a, b) => a - b)) out.push(...(await this._judge(j)));
       out.push(...(await this._maybeCommit()));
     }

@@ -180,8 +180,11 @@ export function makeHyper(overrides = {}) {
     throw new SpecError(`--batch (${hp.batch}) must be a positive multiple of --micro-batch (${hp.micro_batch})`);
   }
   if (hp.micro_batch > 4096) throw new SpecError("--micro-batch above 4096 is not supported");
-  if (!(hp.lr > 0 && hp.beta1 >= 0 && hp.beta1 < 1 && hp.beta2 >= 0 && hp.beta2 < 1 && hp.eps > 0 && hp.weight_decay >= 0)) {
-    throw new SpecError("lr and eps must be > 0, betas in [0, 1), weight decay >= 0");
+  // the same checks and words as spec.py Hyper.validate (a run a host sends)
+  if (!(hp.lr > 0 && hp.lr <= 1)) throw new SpecError("--lr must be a finite number in (0, 1]");
+  if (!(hp.weight_decay >= 0 && hp.weight_decay <= 1)) throw new SpecError("--weight-decay must be a finite number in [0, 1]");
+  if (!(hp.beta1 >= 0 && hp.beta1 < 1 && hp.beta2 >= 0 && hp.beta2 < 1 && hp.eps > 0 && hp.eps <= 1)) {
+    throw new SpecError("betas must lie in [0, 1) and eps in (0, 1]");
   }
   if (!Number.isInteger(hp.seed) || hp.seed < 0 || hp.seed > 0xffffffff) throw new SpecError("--seed must be an integer in [0, 2**32 - 1]");
   if (!(Number.isInteger(hp.grad_frac_bits) && hp.grad_frac_bits >= 0 && hp.grad_frac_bits <= 60)) {

@@ -1,0 +1,35 @@
+// The page's run settings, checked against the same ranges as the commands
+// (daisychain/engine/settings.py SETTINGS, the page's subset PAGE_SETTINGS): a whole number
+// or a finite decimal number, in the range where the run's arithmetic stays exact. The same
+// raw text gets the same reason as in Python (tests/scenarios/settings_values.json holds the
+// two together). No DOM here: app.js shows the reasons next to its fields.
+
+// name -> [kind, lo, hi, loOpen]
+export const SETTINGS = Object.freeze({
+  steps: ["int", 1, 10000000, false],
+  seed: ["int", 0, 4294967295, false],
+  batch: ["int", 1, 65536, false],
+  micro_batch: ["int", 1, 4096, false],
+  hidden: ["int", 1, 66572, false],
+  lr: ["float", 0, 1, true],
+});
+
+const INT = /^[+-]?[0-9]{1,30}$/;
+const FLOAT = /^[+-]?([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][+-]?[0-9]{1,4})?$/;
+
+export function rangeText(name) {
+  const [kind, lo, hi, loOpen] = SETTINGS[name];
+  const what = kind === "int" ? "a whole number" : "a finite number";
+  return `must be ${what} in ${loOpen ? "(" : "["}${lo}, ${hi}]`;
+}
+
+// { value, error }: error is null, or the reason ("must be ... , not 'RAW'").
+export function checkSetting(name, raw) {
+  const [kind, lo, hi, loOpen] = SETTINGS[name];
+  const text = String(raw).trim();
+  let v = null;
+  if (text.length <= 64 && (kind === "int" ? INT : FLOAT).test(text)) v = Number(text);
+  const ok = v !== null && Number.isFinite(v) && (kind !== "int" || Number.isSafeInteger(v)) &&
+    (loOpen ? lo < v : lo <= v) && v <= hi;
+  return ok ? { value: v, error: null } : { value: v, error: `${rangeText(name)}, not '${raw}'` };
+}
