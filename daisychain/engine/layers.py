@@ -493,9 +493,11 @@ def image_input(c: int, h: int, w: int):
             def __init__(self, shape):
                 super().__init__()
                 self.shape = tuple(shape)
+                # 2**-7, a non-persistent buffer: .double() / .to() set the output's dtype
+                self.register_buffer("scale", torch.tensor(1.0 / 128.0), persistent=False)
 
             def forward(self, x):
-                x = torch.floor(x.to(torch.float32) * 0.5) * (1.0 / 128.0)
+                x = torch.floor(x.to(self.scale.dtype) * 0.5) * self.scale
                 return x.reshape(x.shape[0], *self.shape)
 
         _IMAGE_INPUT.append(ImageInput)
