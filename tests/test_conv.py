@@ -179,6 +179,8 @@ def test_refusals_pool_on_1x1_conv_on_dense_and_the_parameter_cap(digits_image):
         model_for(load_digits(), ("conv4", "pool"))
     with pytest.raises(SpecError, match="parameters is more than"):
         cnn((1, 64, 64), ("conv16", 1000), 10)
+    with pytest.raises(SpecError, match="values per sample"):
+        cnn((3, 1024, 1024), ("conv8",), 10)
     bad = mlp(64, 8, 10).to_json()
     bad["layers"].insert(0, {"type": "conv2d", "in_channels": 1, "out_channels": 2, "kernel": 3,
                              "height": 8, "width": 8})
