@@ -447,16 +447,9 @@ def layer_from_json(obj: dict) -> Layer:
 
 
 def _width_before(layers, li: int) -> int:
-    """Width of the activation entering layer li (for unit counts)."""
-    for j in range(li - 1, -1, -1):
-        l = layers[j]
-        if l.type in ("linear", "embedding") and j < li:
-            return l.n_out if l.type == "linear" else 0
-        if l.type == "conv2d":
-            return l.n_out * l.height * l.width
-        if l.type == "maxpool2d":
-            return l.n_in * (l.height // 2) * (l.width // 2)
-    return 0
+    """Width of the activation a relu at li reads: the output of the linear or conv before it."""
+    l = layers[li - 1]
+    return l.n_out * l.height * l.width if l.type == "conv2d" else l.n_out
 
 
 def param_count(layers) -> int:
