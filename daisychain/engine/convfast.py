@@ -59,12 +59,10 @@ def _nb_im2col(a, n_img, H, W, C, k, cols):
 
 
 def _nb_col2im(d, n_img, H, W, C, k, out):
-    """The adjoint of _nb_im2col: out[src, c] = sum of d[r, (dy*k+dx)*C + c] over the rows r
-    that read src (exact int32 sums: at most k*k terms of |Co * 127 * 127|, spec-bounded)."""
+    """The adjoint of _nb_im2col: out[src, c] += sum of d[r, (dy*k+dx)*C + c] over the rows r
+    that read src (out comes zeroed; exact int32 sums: at most k*k terms of |Co * 127 * 127|,
+    spec-bounded)."""
     p = (k - 1) // 2
-    for i in range(out.shape[0]):
-        for c in range(C):
-            out[i, c] = 0
     for s in range(n_img):
         for y in range(H):
             for x in range(W):
@@ -170,12 +168,9 @@ def _nb_pool(a, n_img, H, W, C, out, arg):
 
 
 def _nb_pool_back(g, arg, n_img, H, W, C, mask, use_mask, out):
-    """out (NHWC rows of the pool input) = g at each window's argmax, 0 elsewhere; 0 where
+    """out (NHWC rows of the pool input, comes zeroed) = g at each window's argmax; 0 where
     use_mask and mask <= 0 (the ReLU before the pool)."""
     H2, W2 = H // 2, W // 2
-    for i in range(out.shape[0]):
-        for c in range(C):
-            out[i, c] = 0
     for s in range(n_img):
         for Y in range(H2):
             for X in range(W2):
@@ -389,7 +384,7 @@ class ConvFastPath:
                 a_in, _, arg = cache[idx]
                 if li == 0:
                     break
-                Gp = np.empty(a_in.shape, np.int8)
+                Gp = np.zeros(a_in.shape, np.int8)
                 kern.pool_back(G, arg, nb, f["h"], f["w"], f["c"], a_in, f["mask"], Gp)
                 G = Gp
                 continue
@@ -412,7 +407,7 @@ class ConvFastPath:
                 break
             d = self._mm(G, Wq)  # (rows, K) int32, exponent eg + ew
             if kind == "conv":
-                dX = np.empty(a_in.shape, np.int32)
+                dX = np.zeros(a_in.shape, np.int32)
                 kern.col2im(d, nb, f["h"], f["w"], f["ci"], f["k"], dX)
             else:
                 dX = d  # (nb, F), the layout of a_in
