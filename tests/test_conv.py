@@ -225,3 +225,27 @@ def test_weight_gradients_split_into_int32_safe_chunks_give_the_same_bytes(luts,
     monkeypatch.setattr(convfast, "MAX_K", 5)
     for gemm in ("lut", "fast"):
         assert Engine(spec, luts, gemm).grad(theta, x, y, 40, 2.0**49).grad.tobytes() == want.tobytes()
+
+
+def test_without_numba_a_conv_model_trains_to_the_same_hash(luts):
+    """The compiled image path needs numba; without it (DAISYCHAIN_NO_NUMBA) the reference
+    path runs, to the same hash."""
+    import os
+    import subprocess
+    import sys
+
+    code = ("from daisychain.engine.golden import image_digits; from daisychain.engine.data import model_for;"
+            "from daisychain.engine.spec import Hyper; from daisychain.engine.trainer import Trainer;"
+            "from daisychain.units import load_luts; import sys\n"
+            "ds = image_digits(1); tr = Trainer(model_for(ds, ('conv4', 'pool', 10)), Hyper(seed=6), ds, load_luts())\n"
+            "for _ in range(3): tr.apply(tr.contribute(range(4)).grad)\n"
+            "print(tr.params_sha256(), 'numba' in sys.modules)")
+    env = dict(os.environ, DAISYCHAIN_NO_NUMBA="1")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
+    sha, numba_loaded = r.stdout.split()
+    ds = image_digits(1)
+    tr = Trainer(model_for(ds, ("conv4", "pool", 10)), Hyper(seed=6), ds, luts)
+    for _ in range(3):
+        tr.apply(tr.contribute(range(4)).grad)
+    assert tr.engine.conv_fast is not None and sha == tr.params_sha256()
+    assert numba_loaded == "False"

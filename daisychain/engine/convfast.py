@@ -27,6 +27,7 @@ kernel's preconditions fail, the engine takes the reference path (same bits).
 from __future__ import annotations
 
 import math
+import threading
 
 import numpy as np
 
@@ -210,11 +211,16 @@ class _K:
 
 
 _KERN: list = []
+_LOCK = threading.Lock()
 
 
 def kernels():
     """The compiled loops (with engine/fast.py's), or None without numba."""
-    if not _KERN:
+    if _KERN:
+        return _KERN[0]
+    with _LOCK:
+        if _KERN:
+            return _KERN[0]
         base = fast._kernels()
         jit = numba_jit()
         if base is None or jit is None:
