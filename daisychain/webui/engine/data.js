@@ -1,6 +1,7 @@
 // Prepared datasets in the DCDS byte format of daisychain/engine/data.py:
 //   b"DCDS", u32 LE header length, header (canonical JSON, UTF-8), then the arrays named in
-//   header.arrays in that order, each raw little-endian, row-major ("<f8" or "<i4").
+//   header.arrays in that order, each raw little-endian, row-major ("<f8", "<i4", or "|u1" /
+//   "<u1" for the uint8 pixels of an image task).
 // The dataset fingerprint is the SHA-256 of these bytes.
 
 import { sha256Hex } from "../luts.js";
@@ -39,6 +40,10 @@ export function parseDataset(buffer) {
       data = new Int32Array(count);
       for (let i = 0; i < count; i++) data[i] = dv.getInt32(off + 4 * i, true);
       off += 4 * count;
+    } else if (a.dtype === "|u1" || a.dtype === "<u1") {
+      if (off + count > bytes.length) throw new DataError("dataset has missing bytes");
+      data = bytes.slice(off, off + count);
+      off += count;
     } else {
       throw new DataError(`array ${a.name}: unsupported dtype ${a.dtype}`);
     }

@@ -1,38 +1,32 @@
 // Model specs and hyperparameters, mirroring daisychain/engine/spec.py: the same JSON, the
 // same validation, the same canonical parameter order.
 
-import { MAX_K } from "../gemm.js";
+import { Conv2d, int, layerFromJson, Linear, MAX_FEATURES, MaxPool2d, Relu, SpecError } from "./layers.js";
 
-export const MAX_FEATURES = Math.floor((2147483647 - 1073741824) / (127 * 127));
 export const MAX_PARAMS = 50_000_000;
+export const INPUT_KINDS = ["dense", "tokens", "image"];
 
-export class SpecError extends Error {
-  constructor(message) {
-    super(message);
-    this.name = "SpecError";
-  }
-}
+export { MAX_FEATURES, SpecError };
 
-/** @typedef {{type: "linear"|"relu"|"embedding", nIn: number, nOut: number}} Layer */
-
+/** Layers are the classes of layers.js (Linear, Embedding, Relu, Conv2d, MaxPool2d); an
+ *  image input is {kind: "image", dim: C*H*W, channels: C, height: H, width: W}. */
 export class ModelSpec {
-  constructor(layers, inputKind, inputDim, classes) {
-    this.layers = layers;
+  constructor(layers, inputKind, inputDim, classes, image = null) {
+    this.layers = layers.map((l) => (typeof l.forward === "function" ? l : layerFromJson(legacyJson(l))));
     this.inputKind = inputKind;
     this.inputDim = inputDim;
     this.classes = classes;
+    this.image = image; // {c, h, w} of an image input
   }
 
   static fromJson(obj) {
     let spec;
     try {
-      const layers = obj.layers.map((l) => {
-        if (l.type === "linear") return { type: "linear", nIn: int(l.in), nOut: int(l.out) };
-        if (l.type === "embedding") return { type: "embedding", nIn: int(l.vocab), nOut: int(l.dim) };
-        if (l.type === "relu") return { type: "relu", nIn: 0, nOut: 0 };
-        throw new SpecError(`unknown layer type ${JSON.stringify(l.type)}`);
-      });
-      spec = new ModelSpec(layers, String(obj.input.kind), int(obj.input.dim), int(obj.classes));
+      const layers = obj.layers.map(layerFromJson);
+      const kind = String(obj.input.kind);
+      const image = kind === "image" && obj.input.channels !== undefined
+        ? { c: int(obj.input.channels), h: int(obj.input.height), w: int(obj.input.width) } : null;
+      spec = new ModelSpec(layers, kind, int(obj.input.dim), int(obj.classes), image);
     } catch (err) {
       if (err instanceof SpecError) throw err;
       throw new SpecError(`malformed model spec: ${err.message}`);
@@ -42,50 +36,41 @@ export class ModelSpec {
   }
 
   toJson() {
-    return {
-      input: { kind: this.inputKind, dim: this.inputDim }, classes: this.classes,
-      layers: this.layers.map((l) => (l.type === "linear" ? { type: "linear", in: l.nIn, out: l.nOut }
-        : l.type === "embedding" ? { type: "embedding", vocab: l.nIn, dim: l.nOut } : { type: "relu" })),
-    };
+    const input = { kind: this.inputKind, dim: this.inputDim };
+    if (this.image) Object.assign(input, { channels: this.image.c, height: this.image.h, width: this.image.w });
+    return { input, classes: this.classes, layers: this.layers.map((l) => l.toJson()) };
   }
 
   /** Canonical parameter order: by layer, weight then bias. [[name, shape], ...] */
   paramShapes() {
-    const out = [];
-    this.layers.forEach((l, i) => {
-      if (l.type === "linear") out.push([`layers.${i}.weight`, [l.nOut, l.nIn]], [`layers.${i}.bias`, [l.nOut]]);
-      else if (l.type === "embedding") out.push([`layers.${i}.weight`, [l.nIn, l.nOut]]);
-    });
-    return out;
+    return this.layers.flatMap((l, i) => l.paramShapes(i));
+  }
+
+  /** The shape the input gives the first layer: {width} or, for an image, {width, c, h, w}. */
+  inputShape() {
+    if (this.inputKind !== "image") return { width: this.inputDim };
+    let img = this.image;
+    if (!img) { // the geometry of an image input without one is the first conv / pool's
+      const l = this.layers[0];
+      if (l.type === "conv2d") img = { c: l.ci, h: l.h, w: l.w };
+      else if (l.type === "maxpool2d") img = { c: l.c, h: l.h, w: l.w };
+      else return { width: this.inputDim };
+    }
+    if (!(img.c >= 1 && img.h >= 1 && img.w >= 1) || img.c * img.h * img.w !== this.inputDim) {
+      throw new SpecError(`an image input of ${img.c}x${img.h}x${img.w} does not have ${this.inputDim} values`);
+    }
+    return { width: this.inputDim, ...img };
   }
 
   validate() {
     const L = this.layers;
     if (!L.length) throw new SpecError("a model needs at least one layer");
-    if (this.inputKind !== "dense" && this.inputKind !== "tokens") {
-      throw new SpecError(`input kind must be 'dense' or 'tokens', got '${this.inputKind}'`);
+    if (!INPUT_KINDS.includes(this.inputKind)) {
+      throw new SpecError(`input kind must be 'dense', 'tokens' or 'image', got '${this.inputKind}'`);
     }
-    let width = this.inputDim;
-    L.forEach((l, i) => {
-      if (l.type === "embedding") {
-        if (i !== 0 || this.inputKind !== "tokens") throw new SpecError("an embedding must be the first layer of a 'tokens' model");
-        if (l.nIn < 1 || l.nOut < 1) throw new SpecError("embedding vocab and dim must be >= 1");
-        width = this.inputDim * l.nOut;
-      } else if (l.type === "linear") {
-        if (l.nIn !== width) throw new SpecError(`layer ${i}: linear expects ${l.nIn} inputs, gets ${width}`);
-        if (!(l.nIn >= 1 && l.nIn <= MAX_FEATURES) || l.nOut < 1) {
-          throw new SpecError(`layer ${i}: linear in-features must lie in [1, ${MAX_FEATURES}] so its int32 accumulator cannot overflow`);
-        }
-        if (l.nOut > MAX_K) throw new SpecError(`layer ${i}: out-features above ${MAX_K} would overflow the error GEMM`);
-        width = l.nOut;
-      } else if (l.type === "relu") {
-        if (i === 0 || L[i - 1].type !== "linear" || i === L.length - 1) {
-          throw new SpecError(`layer ${i}: relu must follow a hidden linear layer`);
-        }
-      } else {
-        throw new SpecError(`layer ${i}: unknown type '${l.type}'`);
-      }
-    });
+    if (!(this.inputDim >= 1)) throw new SpecError("the input dimension must be >= 1");
+    let shape = this.inputShape();
+    L.forEach((l, i) => { shape = l.outShape(i, shape, this); });
     if (this.inputKind === "tokens" && L[0].type !== "embedding") throw new SpecError("a 'tokens' model must start with an embedding");
     const last = L[L.length - 1];
     if (last.type !== "linear" || last.nOut !== this.classes) throw new SpecError(`the last layer must be linear(.., ${this.classes})`);
@@ -94,10 +79,11 @@ export class ModelSpec {
   }
 }
 
-function int(x) {
-  const v = Number(x);
-  if (!Number.isInteger(v)) throw new SpecError(`expected an integer, got ${JSON.stringify(x)}`);
-  return v;
+/** {type, nIn, nOut} (the form older code builds) -> the layer's spec JSON. */
+function legacyJson(l) {
+  if (l.type === "linear") return { type: "linear", in: l.nIn, out: l.nOut };
+  if (l.type === "embedding") return { type: "embedding", vocab: l.nIn, dim: l.nOut };
+  return l;
 }
 
 /** spec.py MAX_HIDDEN_LAYERS: most hidden layers a `layers` setting may name. */
@@ -114,14 +100,81 @@ export function hiddenWidths(hidden, depth = 1) {
   return widths;
 }
 
-/** settings.py parse_layers: "256,256" -> [256, 256] (the `--layers` / `?layers=` text). */
+/** settings.py parse_layers: "256,256" -> [256, 256] (the `--layers` / `?layers=` text). An
+ *  image model's text also names convolutions and pools: "conv16,pool,conv32k5,pool,128" ->
+ *  ["conv16", "pool", "conv32k5", "pool", 128] (conv<N> = N filters 3x3, conv<N>k<K> = K x K,
+ *  pool = 2x2 max pool, an integer = a dense hidden layer; see imageCnn). */
 export function parseLayers(text) {
   const parts = String(text).split(",").map((t) => t.trim());
   if (parts.length > MAX_HIDDEN_LAYERS) throw new SpecError(`at most ${MAX_HIDDEN_LAYERS} hidden layers`);
+  if (parts.some((t) => CONV_ITEM.test(t) || t === "pool")) {
+    return parts.map((t) => {
+      if (/^[+-]?[0-9]+$/.test(t)) return hiddenWidths([parseInt(t, 10)])[0];
+      const m = CONV_ITEM.exec(t);
+      if (m) return m[2] === undefined || m[2] === "3" ? `conv${+m[1]}` : `conv${+m[1]}k${+m[2]}`;
+      if (t === "pool") return t;
+      throw new SpecError(`--layers takes comma-separated hidden widths such as 256,256 (or conv16,conv16k5,pool,128 ` +
+        `for images), not ${JSON.stringify(String(text))}`);
+    });
+  }
   if (!parts.every((t) => /^[+-]?[0-9]+$/.test(t))) {
     throw new SpecError(`--layers takes comma-separated hidden widths such as 256,256, not ${JSON.stringify(String(text))}`);
   }
   return hiddenWidths(parts.map((t) => parseInt(t, 10)));
+}
+
+const CONV_ITEM = /^conv([0-9]+)(?:k([0-9]+))?$/;
+
+/** The default layers of an image model (spec.py decides; this mirrors it). */
+export const IMAGE_LAYERS_DEFAULT = ["conv16", "pool", "conv32", "pool", 64];
+
+/**
+ * A CNN on a C x H x W image: conv items become conv2d + relu, pool a maxpool2d, integers a
+ * linear + relu (flattening channel-major at the first), then linear(.., classes).
+ */
+export function imageCnn(c, h, w, items, classes) {
+  if (!Array.isArray(items) || !items.length) throw new SpecError("an image model needs a list of layers");
+  const layers = [];
+  let shape = { c, h, w };
+  let width = c * h * w;
+  items.forEach((it) => {
+    if (typeof it === "number") {
+      hiddenWidths([it]);
+      layers.push(new Linear(width, it), new Relu());
+      width = it;
+      shape = null;
+      return;
+    }
+    const m = CONV_ITEM.exec(String(it));
+    if (!shape) throw new SpecError(`--layers: ${it} comes after a dense layer; convolutions and pools come first`);
+    if (m) {
+      const co = +m[1];
+      const k = m[2] === undefined ? 3 : +m[2];
+      if (co < 1) throw new SpecError(`--layers: ${it} needs at least one filter`);
+      layers.push(new Conv2d(shape.c, co, k, shape.h, shape.w), new Relu());
+      shape = { c: co, h: shape.h, w: shape.w };
+    } else if (it === "pool") {
+      if (shape.h < 2 || shape.w < 2) throw new SpecError(`--layers: a pool on a ${shape.h}x${shape.w} map (it needs 2x2 at least)`);
+      layers.push(new MaxPool2d(shape.c, shape.h, shape.w));
+      shape = { c: shape.c, h: shape.h >> 1, w: shape.w >> 1 };
+    } else {
+      throw new SpecError(`--layers: unknown item ${JSON.stringify(it)}`);
+    }
+    width = shape.c * shape.h * shape.w;
+  });
+  layers.push(new Linear(width, classes));
+  const spec = new ModelSpec(layers, "image", c * h * w, classes, { c, h, w });
+  spec.validate();
+  return spec;
+}
+
+/** (C, H, W) of an image dataset: its x_train shape (N, C, H, W), or meta.channels/height/width. */
+export function imageShape(ds) {
+  const sh = ds.x_train.shape;
+  if (sh.length === 4) return [sh[1], sh[2], sh[3]];
+  const m = ds.meta || {};
+  if (sh.length === 3) return [m.channels ?? 1, sh[1], sh[2]];
+  return [m.channels, m.height, m.width];
 }
 
 /** spec.py hidden_of: the hidden widths (out-features of every linear but the last) of a
@@ -159,6 +212,14 @@ export function charMlp(vocab, context, dim, hidden) {
  *  `--hidden`) or the array of hidden widths (`--layers`). */
 export function modelFor(ds, layers = 128, dim = 16) {
   if (typeof layers === "number" && layers < 1) throw new SpecError("--hidden must be >= 1");
+  if (ds.kind === "image") {
+    const [c, h, w] = imageShape(ds);
+    return imageCnn(c, h, w, typeof layers === "number" && layers === 128 ? IMAGE_LAYERS_DEFAULT
+      : typeof layers === "number" ? [layers] : layers, ds.classes);
+  }
+  if (Array.isArray(layers) && layers.some((it) => typeof it !== "number")) {
+    throw new SpecError("conv and pool layers need an image input (--task image)");
+  }
   if (ds.kind === "dense") return mlp(ds.x_train.shape[1], layers, ds.classes);
   return charMlp(ds.classes, ds.x_train.shape[1], dim, layers);
 }

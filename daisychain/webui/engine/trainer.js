@@ -110,7 +110,7 @@ export class Trainer {
     this.luts = luts;
     this.engine = new Engine(spec, units);
     this.layout = new ParamLayout(spec);
-    this.rowLen = dataset.x_train.shape[1];
+    this.rowLen = dataset.x_train.shape.slice(1).reduce((a, b) => a * b, 1); // values per sample
     this.schedule = new Schedule(dataset.y_train.data.length, hyper);
     this.theta = initParams(spec, hyper.seed);
     this.adam = new AdamState(this.theta.length);
