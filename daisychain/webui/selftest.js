@@ -3,9 +3,10 @@
 // literal table GEMM — measures each path's unit-GEMM rate and micro-batch rate, chooses
 // the faster passing path as a tab does (gpu.js choosePath -> result.choice), then, when
 // the query names `task` or `steps`, trains in the page exactly as `daisychain train` does:
-//   /selftest?task=digits|text&steps=N&seed=S&path=gpu|cpu   (path: default the chosen one)
+//   /selftest?task=digits|text|image&steps=N&seed=S&path=gpu|cpu   (path: default the chosen one)
 //   (also batch, micro-batch, lr, weight-decay, hidden, layers=256,256, embed-dim; defaults
-//   as the CLI's, and as there `layers` and `hidden` do not go together). It shows the
+//   as the CLI's, and as there `layers` and `hidden` do not go together; an image task's
+//   layers name convolutions and pools too: layers=conv16,pool,conv32k5,pool,64). It shows the
 //   outcome to a person and writes it as JSON into #result, then
 // sets window.__selftestDone = true.
 //
