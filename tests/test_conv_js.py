@@ -6,6 +6,7 @@ im2col + the unit GEMM must compute."""
 
 from __future__ import annotations
 
+import argparse
 import json
 import shutil
 import subprocess
@@ -14,6 +15,9 @@ import numpy as np
 import pytest
 
 from daisychain import package_path
+from daisychain.engine.data import Dataset, model_for
+from daisychain.engine.settings import parse_layers
+from daisychain.engine.spec import SpecError
 
 NODE = shutil.which("node")
 pytestmark = pytest.mark.skipif(NODE is None, reason="node is not installed")
@@ -28,16 +32,19 @@ const rd = (n) => { const b = readFileSync(`${lutDir}/${n}.bin`); return new Int
 const luts = { mul: rd("mul"), relu: rd("relu"), requantize: rd("requantize"),
   manifestSha256: JSON.parse(readFileSync(`${lutDir}/manifest.json`)).manifest_sha256 };
 const job = JSON.parse(readFileSync(0, "utf8"));
-const out = { parsed: [], errors: [] };
-for (const t of job.parse) out.parsed.push(S.parseLayers(t));
-for (const [kind, text] of job.bad) {
+const out = { results: [] };
+const img = { kind: "image", task: "img", x_train: { shape: [1, 16] }, classes: 10, meta: { image_shape: job.image } };
+for (const text of job.texts) {
   try {
-    const ds = kind === "dense" ? { kind, x_train: { shape: [1, 64] }, classes: 10 }
-      : { kind, x_train: { shape: [1, 1, 4, 4] }, classes: 10 };
-    S.modelFor(ds, S.parseLayers(text));
-    out.errors.push(null);
-  } catch (e) { out.errors.push(`${e.name}: ${e.message}`); }
+    out.results.push(S.modelFor(img, S.parseLayers(text)).toJson());
+  } catch (e) {
+    if (e.name !== "SpecError") throw e;
+    out.results.push(e.message);
+  }
 }
+try {
+  S.modelFor({ kind: "dense", task: "digits", x_train: { shape: [1, 64] }, classes: 10 }, ["conv4", 10]);
+} catch (e) { out.dense_error = e.message; }
 const spec = S.imageCnn(job.c, job.h, job.w, S.parseLayers(job.layers), 10);
 out.model = spec.toJson();
 out.roundtrip = S.ModelSpec.fromJson(JSON.parse(JSON.stringify(out.model))).toJson();
@@ -72,24 +79,25 @@ def quantize(v):
 def test_conv_layers_syntax_spec_and_accumulator(tmp_path):
     rng = np.random.default_rng(5)
     b, c, h, w = 2, 3, 7, 6
+    texts = ["conv16,pool,conv32k5,pool,128", "conv8k3, pool ,10", "256,256", "conv16,10", "32,conv8",
+             "pool,pool,pool", "conv8k4", "conv0", "conv8,x", "conv8,0", "conv5000", "conv8k", "pool",
+             ",".join(["pool"] * 33), ",".join(["conv2"] * 17 + ["4"] * 17), "conv2,-3", "+4,conv2"]
     job = {
-        "parse": ["conv16,pool,conv32k5,pool,128", "conv8k3, pool ,10", "256,256"],
-        "bad": [["dense", "conv16,10"], ["image", "32,conv8"], ["image", "pool,pool,pool"],
-                ["image", "conv8k4"], ["image", "conv0"], ["image", "conv8,x"], ["image", "conv8,0"]],
+        "texts": texts, "image": [1, 4, 4],
         "layers": "conv5,conv4k5,pool,7", "c": c, "h": h, "w": w, "b": b,
         "x": rng.integers(0, 256, b * c * h * w).tolist(),
     }
     got = run_driver(tmp_path, job)
-    assert got["parsed"] == [["conv16", "pool", "conv32k5", "pool", 128], ["conv8", "pool", 10], [256, 256]]
-    e = got["errors"]
-    assert "conv and pool layers need an image input" in e[0]
-    assert "convolutions and pools come first" in e[1]
-    assert "a pool on a 1x1 map" in e[2]
-    assert "kernel must be odd" in e[3]
-    assert "needs at least one filter" in e[4]
-    assert "comma-separated hidden widths" in e[5]
-    assert "hidden widths must be >= 1" in e[6]
-    assert all(x.startswith("SpecError") for x in e), e
+    # the same specs and the same refusals, word for word, as settings.parse_layers + model_for
+    img = Dataset("img", np.zeros((1, 16), np.uint8), np.zeros(1, np.int32), np.zeros((1, 16), np.uint8),
+                  np.zeros(1, np.int32), 10, meta={"image_shape": [1, 4, 4]})
+    for text, have in zip(texts, got["results"]):
+        try:
+            want = model_for(img, parse_layers(text)).to_json()
+        except (argparse.ArgumentTypeError, SpecError) as exc:
+            want = str(exc)
+        assert have == want, text
+    assert got["dense_error"] == "conv and pool layers need an image input (--task image); the digits task takes dense widths only"
 
     model = got["model"]
     assert got["roundtrip"] == model

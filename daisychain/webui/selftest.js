@@ -57,7 +57,7 @@ async function runTraining(result, { params, luts, opened }) {
   }
   if (params.has("hidden") && params.has("layers")) throw new Error("give layers or hidden, not both (hidden=N is layers=N)");
   const hidden = params.has("layers") ? parseLayers(params.get("layers"))
-    : params.has("hidden") ? parseNumber("hidden", params.get("hidden"), "int") : 128;
+    : params.has("hidden") ? parseNumber("hidden", params.get("hidden"), "int") : null; // null: the task's default model
   const dim = params.has("embed-dim") ? parseNumber("embed-dim", params.get("embed-dim"), "int") : 16;
   const want = params.get("path") || result.choice.path || "cpu"; // default: the faster passing path
   if (want !== "gpu" && want !== "cpu") throw new Error(`path must be gpu or cpu, not ${want}`);

@@ -24,6 +24,7 @@ import { absmax, exponent, pow2, quantExponent, quantize } from "./detmath.js";
 
 export const BIAS_LIMIT = 1073741824; // 2^30
 export const MAX_FEATURES = Math.floor((2147483647 - 1073741824) / (127 * 127));
+export const KERNELS = [3, 5]; // conv2d kernel sizes
 
 export class SpecError extends Error {
   constructor(message) {
@@ -287,14 +288,19 @@ export class Conv2d {
 
   outShape(i, shape) {
     const { ci, co, k, h, w } = this;
-    if (!(ci >= 1 && co >= 1 && h >= 1 && w >= 1)) throw new SpecError(`layer ${i}: conv2d channels and size must be >= 1`);
-    if (!(k >= 1 && k % 2 === 1 && k <= 15)) throw new SpecError(`layer ${i}: conv2d kernel must be odd, 1 to 15, not ${k}`);
-    if (shape.c === undefined) throw new SpecError(`layer ${i}: a conv2d needs an image input, not a flat vector of ${shape.width}`);
-    if (shape.c !== ci || shape.h !== h || shape.w !== w) {
-      throw new SpecError(`layer ${i}: conv2d expects ${ci}x${h}x${w}, gets ${shape.c}x${shape.h}x${shape.w}`);
+    if (shape.c === undefined) {
+      throw new SpecError(`layer ${i}: conv2d needs an image-shaped input (an image or the output of a ` +
+        "conv2d/maxpool2d), not a dense one: put every conv before the first dense layer");
     }
-    if (ci * k * k > MAX_FEATURES) throw new SpecError(`layer ${i}: conv2d in_channels*kernel^2 must be <= ${MAX_FEATURES} so its int32 accumulator cannot overflow`);
-    if (co * k * k > MAX_K) throw new SpecError(`layer ${i}: conv2d out_channels*kernel^2 above ${MAX_K} would overflow the input error`);
+    if (shape.c !== ci || shape.h !== h || shape.w !== w) {
+      throw new SpecError(`layer ${i}: conv2d expects a ${ci}x${h}x${w} input, gets ${shape.c}x${shape.h}x${shape.w}`);
+    }
+    if (!KERNELS.includes(k)) throw new SpecError(`layer ${i}: conv2d kernel must be one of (3, 5), not ${k}`);
+    if (co < 1) throw new SpecError(`layer ${i}: conv2d needs at least one output channel`);
+    if (ci * k * k > MAX_FEATURES) {
+      throw new SpecError(`layer ${i}: conv2d in_channels * kernel^2 must be at most ${MAX_FEATURES} so its int32 accumulator cannot overflow`);
+    }
+    if (co * k * k > MAX_K) throw new SpecError(`layer ${i}: conv2d out_channels * kernel^2 above ${MAX_K} would overflow the input error`);
     return { width: co * h * w, c: co, h, w };
   }
 
@@ -365,14 +371,16 @@ export class MaxPool2d {
   }
 
   outShape(i, shape) {
-    if (shape.c === undefined) throw new SpecError(`layer ${i}: a maxpool2d needs an image input, not a flat vector of ${shape.width}`);
-    if (shape.c !== this.c || shape.h !== this.h || shape.w !== this.w) {
-      throw new SpecError(`layer ${i}: maxpool2d expects ${this.c}x${this.h}x${this.w}, gets ${shape.c}x${shape.h}x${shape.w}`);
+    const { c, h, w } = this;
+    if (shape.c === undefined) throw new SpecError(`layer ${i}: maxpool2d needs an image-shaped input, not a dense one`);
+    if (shape.c !== c || shape.h !== h || shape.w !== w) {
+      throw new SpecError(`layer ${i}: maxpool2d expects a ${c}x${h}x${w} input, gets ${shape.c}x${shape.h}x${shape.w}`);
     }
-    if (this.h < 2 || this.w < 2) throw new SpecError(`layer ${i}: a 2x2 pool needs a map of at least 2x2, not ${this.h}x${this.w}`);
-    const h = this.h >> 1;
-    const w = this.w >> 1;
-    return { width: this.c * h * w, c: this.c, h, w };
+    if (h < 2 || w < 2) {
+      throw new SpecError(`layer ${i}: maxpool2d on a ${h}x${w} map: a 2x2 pool needs a map of at least 2x2 ` +
+        "(too many pools for this image size)");
+    }
+    return { width: c * (h >> 1) * (w >> 1), c, h: h >> 1, w: w >> 1 };
   }
 
   async forward(ctx, st) {

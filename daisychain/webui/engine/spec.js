@@ -1,10 +1,12 @@
 // Model specs and hyperparameters, mirroring daisychain/engine/spec.py: the same JSON, the
 // same validation, the same canonical parameter order.
 
-import { Conv2d, int, layerFromJson, Linear, MAX_FEATURES, MaxPool2d, Relu, SpecError } from "./layers.js";
+import { Conv2d, int, KERNELS, layerFromJson, Linear, MAX_FEATURES, MaxPool2d, Relu, SpecError } from "./layers.js";
 
 export const MAX_PARAMS = 50_000_000;
 export const INPUT_KINDS = ["dense", "tokens", "image"];
+export const MAX_IMAGE_SIDE = 1024; // largest image height or width
+export const MAX_CHANNELS = 64; // most image channels
 
 export { MAX_FEATURES, SpecError };
 
@@ -24,7 +26,7 @@ export class ModelSpec {
     try {
       const layers = obj.layers.map(layerFromJson);
       const kind = String(obj.input.kind);
-      const image = kind === "image" && obj.input.channels !== undefined
+      const image = kind === "image"
         ? { c: int(obj.input.channels), h: int(obj.input.height), w: int(obj.input.width) } : null;
       spec = new ModelSpec(layers, kind, int(obj.input.dim), int(obj.classes), image);
     } catch (err) {
@@ -48,25 +50,24 @@ export class ModelSpec {
 
   /** The shape the input gives the first layer: {width} or, for an image, {width, c, h, w}. */
   inputShape() {
-    if (this.inputKind !== "image") return { width: this.inputDim };
-    let img = this.image;
-    if (!img) { // the geometry of an image input without one is the first conv / pool's
-      const l = this.layers[0];
-      if (l.type === "conv2d") img = { c: l.ci, h: l.h, w: l.w };
-      else if (l.type === "maxpool2d") img = { c: l.c, h: l.h, w: l.w };
-      else return { width: this.inputDim };
+    if (this.inputKind !== "image") {
+      if (this.image) throw new SpecError("only an image input has channels, height and width");
+      return { width: this.inputDim };
     }
-    if (!(img.c >= 1 && img.h >= 1 && img.w >= 1) || img.c * img.h * img.w !== this.inputDim) {
-      throw new SpecError(`an image input of ${img.c}x${img.h}x${img.w} does not have ${this.inputDim} values`);
+    if (!this.image) throw new SpecError("an image input needs channels, height and width");
+    const { c, h, w } = this.image;
+    if (!(c >= 1 && c <= MAX_CHANNELS && h >= 1 && h <= MAX_IMAGE_SIDE && w >= 1 && w <= MAX_IMAGE_SIDE)) {
+      throw new SpecError(`an image is 1..${MAX_CHANNELS} channels of 1..${MAX_IMAGE_SIDE} x 1..${MAX_IMAGE_SIDE} pixels, not ${c}x${h}x${w}`);
     }
-    return { width: this.inputDim, ...img };
+    if (this.inputDim !== c * h * w) throw new SpecError(`image input dim ${this.inputDim} is not ${c}*${h}*${w}`);
+    return { width: this.inputDim, c, h, w };
   }
 
   validate() {
     const L = this.layers;
     if (!L.length) throw new SpecError("a model needs at least one layer");
     if (!INPUT_KINDS.includes(this.inputKind)) {
-      throw new SpecError(`input kind must be 'dense', 'tokens' or 'image', got '${this.inputKind}'`);
+      throw new SpecError(`input kind must be one of ${INPUT_KINDS.join(", ")}, got '${this.inputKind}'`);
     }
     if (!(this.inputDim >= 1)) throw new SpecError("the input dimension must be >= 1");
     let shape = this.inputShape();
@@ -100,81 +101,105 @@ export function hiddenWidths(hidden, depth = 1) {
   return widths;
 }
 
-/** settings.py parse_layers: "256,256" -> [256, 256] (the `--layers` / `?layers=` text). An
- *  image model's text also names convolutions and pools: "conv16,pool,conv32k5,pool,128" ->
- *  ["conv16", "pool", "conv32k5", "pool", 128] (conv<N> = N filters 3x3, conv<N>k<K> = K x K,
- *  pool = 2x2 max pool, an integer = a dense hidden layer; see imageCnn). */
+/** settings.py parse_layers: "256,256" -> [256, 256] (the `--layers` / `?layers=` text); an
+ *  image model's text also names convolutions and pools: "conv16,pool,conv32k5,pool,64" ->
+ *  ["conv16", "pool", "conv32k5", "pool", 64] (see layerItems and imageCnn). */
 export function parseLayers(text) {
   const parts = String(text).split(",").map((t) => t.trim());
-  if (parts.length > MAX_HIDDEN_LAYERS) throw new SpecError(`at most ${MAX_HIDDEN_LAYERS} hidden layers`);
-  if (parts.some((t) => CONV_ITEM.test(t) || t === "pool")) {
-    return parts.map((t) => {
-      if (/^[+-]?[0-9]+$/.test(t)) return hiddenWidths([parseInt(t, 10)])[0];
-      const m = CONV_ITEM.exec(t);
-      if (m) return m[2] === undefined || m[2] === "3" ? `conv${+m[1]}` : `conv${+m[1]}k${+m[2]}`;
-      if (t === "pool") return t;
-      throw new SpecError(`--layers takes comma-separated hidden widths such as 256,256 (or conv16,conv16k5,pool,128 ` +
-        `for images), not ${JSON.stringify(String(text))}`);
-    });
+  if (parts.some((t) => t === "pool" || t.startsWith("conv"))) {
+    if (parts.length > MAX_LAYER_ITEMS) throw new SpecError(`at most ${MAX_LAYER_ITEMS} layers`);
+    return layerItems(parts.map((t) => {
+      if (/^[0-9]+$/.test(t)) return parseInt(t, 10);
+      if (t === "pool" || /^conv[\x21-\x7e]*$/.test(t)) return t;
+      throw new SpecError(`--layers takes comma-separated hidden widths such as 256,256 (and for images ` +
+        `convN, convNkK, pool), not ${pyRepr(String(text))}`);
+    }));
   }
-  if (!parts.every((t) => /^[+-]?[0-9]+$/.test(t))) {
-    throw new SpecError(`--layers takes comma-separated hidden widths such as 256,256, not ${JSON.stringify(String(text))}`);
+  if (parts.length > MAX_HIDDEN_LAYERS) throw new SpecError(`at most ${MAX_HIDDEN_LAYERS} hidden layers`);
+  if (!parts.every((t) => /^[0-9]+$/.test(t))) {
+    throw new SpecError(`--layers takes comma-separated hidden widths such as 256,256, not ${pyRepr(String(text))}`);
   }
   return hiddenWidths(parts.map((t) => parseInt(t, 10)));
 }
 
+/** spec.py DEFAULT_CNN: the default layers of an image task. */
+export const DEFAULT_CNN = Object.freeze(["conv16", "pool", "conv32", "pool", "conv64", "pool"]);
+/** spec.py MAX_LAYER_ITEMS: most items a --layers setting may name. */
+export const MAX_LAYER_ITEMS = 32;
+/** Python's repr() of a str in the messages Python also writes (ASCII text). */
+function pyRepr(t) {
+  return t.includes("'") && !t.includes('"') ? `"${t}"` : `'${t.replace(/\\/g, "\\\\").replace(/'/g, "\\'")}'`;
+}
+
 const CONV_ITEM = /^conv([0-9]+)(?:k([0-9]+))?$/;
 
-/** The default layers of an image model (spec.py decides; this mirrors it). */
-export const IMAGE_LAYERS_DEFAULT = ["conv16", "pool", "conv32", "pool", 64];
+/** spec.py layer_items: check a --layers list of widths and convN, convNkK, pool. */
+export function layerItems(items) {
+  items = Array.from(items);
+  if (items.length < 1 || items.length > MAX_LAYER_ITEMS) {
+    throw new SpecError(`--layers names 1 to ${MAX_LAYER_ITEMS} layers, not ${items.length}`);
+  }
+  const out = items.map((t) => {
+    if (typeof t === "number" && Number.isInteger(t)) return t;
+    const m = CONV_ITEM.exec(String(t));
+    if (t !== "pool" && !m) {
+      throw new SpecError(`unknown --layers item ${pyRepr(String(t))}: use a width (128), convN (3x3), ` +
+        "convNkK (KxK, K in 3 or 5) or pool");
+    }
+    if (m && m[2] !== undefined && !KERNELS.includes(+m[2])) throw new SpecError(`${t}: the kernel size must be 3 or 5`);
+    if (m && !(+m[1] >= 1 && +m[1] <= 4096)) throw new SpecError(`${t}: a conv has 1 to 4096 filters`);
+    return String(t);
+  });
+  const dense = out.filter((t) => typeof t === "number");
+  if (dense.length > MAX_HIDDEN_LAYERS) throw new SpecError(`at most ${MAX_HIDDEN_LAYERS} hidden layers, not ${dense.length}`);
+  if (dense.some((w) => w < 1)) throw new SpecError(`hidden widths must be >= 1, got ${dense.join(",")}`);
+  return out;
+}
 
 /**
- * A CNN on a C x H x W image: conv items become conv2d + relu, pool a maxpool2d, integers a
- * linear + relu (flattening channel-major at the first), then linear(.., classes).
+ * spec.py cnn: an image model from --layers items: each convN / convNkK is conv2d + relu,
+ * pool a 2x2 max pool, each width a dense hidden layer + relu (the map is flattened,
+ * channel-major, before the first one), then linear(.., classes).
  */
 export function imageCnn(c, h, w, items, classes) {
-  if (!Array.isArray(items) || !items.length) throw new SpecError("an image model needs a list of layers");
+  items = layerItems(items);
   const layers = [];
-  let shape = { c, h, w };
+  let map = { c, h, w };
   let width = c * h * w;
-  items.forEach((it) => {
-    if (typeof it === "number") {
-      hiddenWidths([it]);
-      layers.push(new Linear(width, it), new Relu());
-      width = it;
-      shape = null;
-      return;
+  for (const t of items) {
+    if (typeof t === "number") {
+      layers.push(new Linear(map ? map.c * map.h * map.w : width, t), new Relu());
+      map = null;
+      width = t;
+      continue;
     }
-    const m = CONV_ITEM.exec(String(it));
-    if (!shape) throw new SpecError(`--layers: ${it} comes after a dense layer; convolutions and pools come first`);
-    if (m) {
-      const co = +m[1];
-      const k = m[2] === undefined ? 3 : +m[2];
-      if (co < 1) throw new SpecError(`--layers: ${it} needs at least one filter`);
-      layers.push(new Conv2d(shape.c, co, k, shape.h, shape.w), new Relu());
-      shape = { c: co, h: shape.h, w: shape.w };
-    } else if (it === "pool") {
-      if (shape.h < 2 || shape.w < 2) throw new SpecError(`--layers: a pool on a ${shape.h}x${shape.w} map (it needs 2x2 at least)`);
-      layers.push(new MaxPool2d(shape.c, shape.h, shape.w));
-      shape = { c: shape.c, h: shape.h >> 1, w: shape.w >> 1 };
+    if (!map) {
+      throw new SpecError(`--layers: ${t} comes after a dense layer; every conv and pool must ` +
+        "come before the first dense width");
+    }
+    if (t === "pool") {
+      layers.push(new MaxPool2d(map.c, map.h, map.w));
+      map = { c: map.c, h: map.h >> 1, w: map.w >> 1 };
     } else {
-      throw new SpecError(`--layers: unknown item ${JSON.stringify(it)}`);
+      const m = CONV_ITEM.exec(t);
+      const co = +m[1];
+      layers.push(new Conv2d(map.c, co, m[2] === undefined ? 3 : +m[2], map.h, map.w), new Relu());
+      map = { c: co, h: map.h, w: map.w };
     }
-    width = shape.c * shape.h * shape.w;
-  });
-  layers.push(new Linear(width, classes));
+  }
+  layers.push(new Linear(map ? map.c * map.h * map.w : width, classes));
   const spec = new ModelSpec(layers, "image", c * h * w, classes, { c, h, w });
   spec.validate();
   return spec;
 }
 
-/** (C, H, W) of an image dataset: its x_train shape (N, C, H, W), or meta.channels/height/width. */
+/** data.py Dataset.image_shape: (C, H, W) of an image dataset, from meta.image_shape. */
 export function imageShape(ds) {
-  const sh = ds.x_train.shape;
-  if (sh.length === 4) return [sh[1], sh[2], sh[3]];
-  const m = ds.meta || {};
-  if (sh.length === 3) return [m.channels ?? 1, sh[1], sh[2]];
-  return [m.channels, m.height, m.width];
+  const sh = ds.meta && ds.meta.image_shape;
+  if (!Array.isArray(sh) || sh.length !== 3 || !sh.every(Number.isInteger)) {
+    throw new SpecError("an image dataset names its [channels, height, width] in meta.image_shape");
+  }
+  return sh;
 }
 
 /** spec.py hidden_of: the hidden widths (out-features of every linear but the last) of a
@@ -209,16 +234,18 @@ export function charMlp(vocab, context, dim, hidden) {
 }
 
 /** data.py model_for: the model of a prepared dataset; `layers` is one hidden width (a number,
- *  `--hidden`) or the array of hidden widths (`--layers`). */
-export function modelFor(ds, layers = 128, dim = 16) {
+ *  `--hidden`), the --layers items (widths, and for an image task convN / convNkK / pool), or
+ *  null for the task's default (one hidden layer of 128; an image task: DEFAULT_CNN). */
+export function modelFor(ds, layers = null, dim = 16) {
   if (typeof layers === "number" && layers < 1) throw new SpecError("--hidden must be >= 1");
   if (ds.kind === "image") {
+    const items = layers === null || layers === undefined ? DEFAULT_CNN : typeof layers === "number" ? [layers] : layers;
     const [c, h, w] = imageShape(ds);
-    return imageCnn(c, h, w, typeof layers === "number" && layers === 128 ? IMAGE_LAYERS_DEFAULT
-      : typeof layers === "number" ? [layers] : layers, ds.classes);
+    return imageCnn(c, h, w, items, ds.classes);
   }
-  if (Array.isArray(layers) && layers.some((it) => typeof it !== "number")) {
-    throw new SpecError("conv and pool layers need an image input (--task image)");
+  layers = layers ?? 128;
+  if (typeof layers !== "number" && Array.from(layers).some((t) => typeof t === "string")) {
+    throw new SpecError(`conv and pool layers need an image input (--task image); the ${ds.task} task takes dense widths only`);
   }
   if (ds.kind === "dense") return mlp(ds.x_train.shape[1], layers, ds.classes);
   return charMlp(ds.classes, ds.x_train.shape[1], dim, layers);
