@@ -137,3 +137,52 @@ def test_conv_layers_syntax_spec_and_accumulator(tmp_path):
     assert s == max(int(np.abs(acc).max()).bit_length() - 7, 0)
     q = np.clip(np.floor(acc / 2.0**s + 0.5), -127, 127).astype(np.int64)
     assert tr["layers.0.out_q"] == q.transpose(0, 3, 1, 2).ravel().tolist()
+
+
+RECIPE = r"""
+const S = await import(process.argv[2] + "/engine/spec.js");
+const T = await import(process.argv[2] + "/engine/trainer.js");
+const out = {};
+out.plain = S.hyperJson(S.makeHyper({ seed: 3 }));
+out.recipe = S.hyperJson(S.makeHyper({ augment_shift: 2, lr_warmup: 10, lr_decay_steps: 100 }));
+out.errors = [];
+for (const o of [{ augment_shift: 9 }, { lr_warmup: 5, lr_decay_steps: 5 }, { lr_warmup: 1.5 }, { augment: 1 }]) {
+  try { S.makeHyper(o); out.errors.push(null); } catch (e) { out.errors.push(e.message); }
+}
+const ds = { kind: "image", task: "img", x_train: { shape: [1, 16], data: new Uint8Array(16) }, y_train: { data: new Int32Array(1) },
+             classes: 10, meta: { image_shape: [1, 4, 4] } };
+const spec = S.modelFor(ds, ["conv2", "pool", 4]);
+for (const o of [{ augment_shift: 2 }, { lr_warmup: 3 }]) {
+  try { await T.Trainer.create({ spec, hyper: S.makeHyper(o), dataset: ds, luts: {}, units: {} }); out.errors.push(null); }
+  catch (e) { out.errors.push(`${e.name}: ${e.message}`); }
+}
+const dense = { ...ds, kind: "dense", x_train: { shape: [1, 64], data: new Float64Array(64) } };
+try { await T.Trainer.create({ spec: S.mlp(64, 8, 10), hyper: S.makeHyper({ augment_shift: 1 }), dataset: dense, luts: {}, units: {} }); }
+catch (e) { out.errors.push(e.message); }
+out.identity_hyper = T.runIdentity(spec, S.makeHyper({ seed: 3 }), { fingerprint: "f", task: "img" }, { manifestSha256: "m" }).hyper;
+console.log(JSON.stringify(out));
+"""
+
+
+def test_hyper_image_recipe_fields_and_the_trainer_refuses_what_it_does_not_apply(tmp_path):
+    """The image recipe's hyperparameters (spec.py Hyper: augment_shift, lr_warmup,
+    lr_decay_steps) are taken and checked, left out of the JSON when 0 (a run without them
+    keeps its identity), and the JS trainer, which does not apply them, refuses a run that
+    sets them instead of training other bits than Python."""
+    driver = tmp_path / "recipe.mjs"
+    driver.write_text(RECIPE)
+    r = subprocess.run([NODE, str(driver), package_path("webui").as_uri()], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    got = json.loads(r.stdout)
+    plain = {"lr": 3e-3, "beta1": 0.9, "beta2": 0.999, "eps": 1e-8, "weight_decay": 0.0, "batch": 64,
+             "micro_batch": 16, "grad_frac_bits": 40, "seed": 3}
+    assert got["plain"] == plain == got["identity_hyper"]
+    assert got["recipe"] == {**plain, "seed": 0, "augment_shift": 2, "lr_warmup": 10, "lr_decay_steps": 100}
+    e = got["errors"]
+    assert e[0] == "--augment-shift must lie in [0, 8] pixels"
+    assert e[1] == "--lr-warmup (5) must be below --lr-decay-steps (5)"
+    assert e[2] == "lr_warmup must be an integer, got 1.5"
+    assert e[3] == "unknown hyperparameter augment"
+    assert e[4].startswith("SpecError: this engine does not apply the image recipe yet (augment_shift set)")
+    assert e[5].startswith("SpecError: this engine does not apply the image recipe yet (lr_warmup set)")
+    assert e[6] == "--augment-shift applies to the image task"

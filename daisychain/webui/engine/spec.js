@@ -255,14 +255,21 @@ export function modelFor(ds, layers = null, dim = 16) {
 export const HYPER_DEFAULTS = Object.freeze({
   lr: 3e-3, beta1: 0.9, beta2: 0.999, eps: 1e-8, weight_decay: 0.0,
   batch: 64, micro_batch: 16, grad_frac_bits: 40, seed: 0,
+  augment_shift: 0, lr_warmup: 0, lr_decay_steps: 0,
 });
 /** Hyper fields that are floats in Python (their canonical JSON spelling differs from ints). */
 export const HYPER_FLOATS = ["lr", "beta1", "beta2", "eps", "weight_decay"];
+/** spec.py RECIPE_FIELDS: the image recipe's fields, left out of the JSON when 0 (so that a
+ *  run without them keeps its identity). */
+export const RECIPE_FIELDS = ["augment_shift", "lr_warmup", "lr_decay_steps"];
 
 export function makeHyper(overrides = {}) {
   const hp = { ...HYPER_DEFAULTS, ...overrides };
   for (const k of Object.keys(hp)) {
     if (!(k in HYPER_DEFAULTS)) throw new SpecError(`unknown hyperparameter ${k}`);
+  }
+  for (const k of RECIPE_FIELDS) {
+    if (!Number.isInteger(hp[k])) throw new SpecError(`${k} must be an integer, got ${JSON.stringify(hp[k])}`);
   }
   if (!(hp.micro_batch >= 1 && hp.batch >= 1) || hp.batch % hp.micro_batch) {
     throw new SpecError(`--batch (${hp.batch}) must be a positive multiple of --micro-batch (${hp.micro_batch})`);
@@ -275,7 +282,21 @@ export function makeHyper(overrides = {}) {
   if (!(Number.isInteger(hp.grad_frac_bits) && hp.grad_frac_bits >= 0 && hp.grad_frac_bits <= 60)) {
     throw new SpecError("grad_frac_bits must lie in [0, 60]");
   }
+  if (!(hp.augment_shift >= 0 && hp.augment_shift <= 8)) throw new SpecError("--augment-shift must lie in [0, 8] pixels");
+  if (!(hp.lr_warmup >= 0 && hp.lr_warmup <= 2 ** 31 && hp.lr_decay_steps >= 0 && hp.lr_decay_steps <= 2 ** 31)) {
+    throw new SpecError("--lr-warmup and --lr-decay-steps must lie in [0, 2**31]");
+  }
+  if (hp.lr_decay_steps && hp.lr_warmup >= hp.lr_decay_steps) {
+    throw new SpecError(`--lr-warmup (${hp.lr_warmup}) must be below --lr-decay-steps (${hp.lr_decay_steps})`);
+  }
   return Object.freeze(hp);
+}
+
+/** spec.py Hyper.to_json: every field, but the recipe's only when set. */
+export function hyperJson(hp) {
+  const out = { ...hp };
+  for (const k of RECIPE_FIELDS) if (!out[k]) delete out[k];
+  return out;
 }
 
 export const nMicro = (hp) => hp.batch / hp.micro_batch;
