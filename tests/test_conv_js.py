@@ -186,3 +186,39 @@ def test_hyper_image_recipe_fields_and_the_trainer_refuses_what_it_does_not_appl
     assert e[4].startswith("SpecError: this engine does not apply the image recipe yet (augment_shift set)")
     assert e[5].startswith("SpecError: this engine does not apply the image recipe yet (lr_warmup set)")
     assert e[6] == "--augment-shift applies to the image task"
+
+
+RATE = r"""
+import { readFileSync } from "node:fs";
+const [web, lutDir] = process.argv.slice(2);
+const S = await import(web + "/engine/spec.js");
+const { microBatchRate } = await import(web + "/engine/conformance.js");
+const { CpuUnits } = await import(web + "/engine/paths.js");
+const rd = (n) => { const b = readFileSync(`${lutDir}/${n}.bin`); return new Int32Array(b.buffer, b.byteOffset, b.length / 4).slice(); };
+const luts = { mul: rd("mul"), relu: rd("relu"), requantize: rd("requantize"),
+  manifestSha256: JSON.parse(readFileSync(`${lutDir}/manifest.json`)).manifest_sha256 };
+const cpu = new CpuUnits(luts);
+const calls = {};
+const units = new Proxy(cpu, { get: (t, k) => typeof t[k] === "function"
+  ? (...a) => { calls[k] = (calls[k] || 0) + 1; return t[k](...a); } : t[k] });
+const out = {};
+out.image = await microBatchRate(units, { minMs: 20, spec: S.imageCnn(3, 8, 8, ["conv4", "pool", 8], 10) });
+out.image_calls = { ...calls };
+out.dense = await microBatchRate(units, { minMs: 20 });
+console.log(JSON.stringify(out));
+"""
+
+
+def test_capacity_figure_runs_the_model_it_is_given(tmp_path):
+    """conformance.microBatchRate measures an image model on a synthetic micro-batch of
+    pixels (its im2col and pool units run; the first conv computes no input error), not
+    only the digits MLP."""
+    driver = tmp_path / "rate.mjs"
+    driver.write_text(RATE)
+    r = subprocess.run([NODE, str(driver), package_path("webui").as_uri(), str(package_path("luts"))],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    got = json.loads(r.stdout)
+    assert got["image"] > 0 and got["dense"] > 0, got
+    calls = got["image_calls"]
+    assert calls["im2col"] >= 2 and "col2im" not in calls and calls["maxpool"] == calls["maxpoolBack"] == calls["im2col"], calls

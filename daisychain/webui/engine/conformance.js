@@ -221,16 +221,19 @@ export async function gemmRate(units, { m = 64, k = 256, n = 64, minMs = 300 } =
   return { shape: [m, k, n], runs, ms: dt, gops: (2 * m * k * n * runs) / (dt * 1e6) };
 }
 
-/** Micro-batches per second of one path: the default digits model (64-128-10) on a synthetic
- *  micro-batch of 16, forward + backward + fixed-point contribution. */
-export async function microBatchRate(units, { minMs = 300 } = {}) {
-  const spec = mlp(64, 128, 10);
+/** Micro-batches per second of one path: forward + backward + fixed-point contribution of a
+ *  synthetic micro-batch of 16 through `spec` (default: the digits model 64-128-10; an image
+ *  spec gets random pixels, a tokens spec random ids). */
+export async function microBatchRate(units, { minMs = 300, spec = mlp(64, 128, 10) } = {}) {
   const hp = makeHyper();
   const engine = new Engine(spec, units);
   const theta = initParams(spec, 1);
   const b = hp.micro_batch;
-  const x = uniform(1, 99, b * 64).map((v) => Math.floor(v * 17));
-  const y = Int32Array.from(u32(1, 98, b), (v) => v % 10);
+  const n = b * spec.inputDim;
+  const x = spec.inputKind === "image" ? Uint8Array.from(u32(1, 97, n), (v) => v & 255)
+    : spec.inputKind === "tokens" ? Int32Array.from(u32(1, 97, n), (v) => v % spec.layers[0].nIn)
+      : uniform(1, 99, n).map((v) => Math.floor(v * 17));
+  const y = Int32Array.from(u32(1, 98, b), (v) => v % spec.classes);
   const total = new Float64Array(theta.length);
   const run = () => engine.gradInto(total, theta, x, y, b, hp.grad_frac_bits, gradLimit(hp));
   await run();
