@@ -15,7 +15,6 @@ import hashlib
 import json
 import os
 import struct
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
