@@ -17,7 +17,7 @@ import pytest
 from daisychain import package_path
 from daisychain.engine.data import Dataset, model_for
 from daisychain.engine.settings import parse_layers
-from daisychain.engine.spec import SpecError
+from daisychain.engine.spec import SpecError, layers_text
 
 NODE = shutil.which("node")
 pytestmark = pytest.mark.skipif(NODE is None, reason="node is not installed")
@@ -49,6 +49,7 @@ const spec = S.imageCnn(job.c, job.h, job.w, S.parseLayers(job.layers), 10);
 out.model = spec.toJson();
 out.roundtrip = S.ModelSpec.fromJson(JSON.parse(JSON.stringify(out.model))).toJson();
 out.shapes = spec.paramShapes();
+out.texts = job.texts.map((t) => { try { const m = S.modelFor(img, S.parseLayers(t)); return [S.layersText(m), S.layersText(m.toJson())]; } catch (e) { return null; } });
 const theta = initParams(spec, 3);
 out.theta = Array.from(theta);
 const x = Uint8Array.from(job.x);
@@ -97,6 +98,11 @@ def test_conv_layers_syntax_spec_and_accumulator(tmp_path):
         except (argparse.ArgumentTypeError, SpecError) as exc:
             want = str(exc)
         assert have == want, text
+    assert sum(h is not None for h in got["texts"]) >= 4
+    for text, have in zip(texts, got["texts"]):  # layers_text of the spec, from the spec and its JSON
+        if have is not None:
+            want = layers_text(model_for(img, parse_layers(text)))
+            assert have == [want, want], text
     assert got["dense_error"] == "conv and pool layers need an image input (--task image); the digits task takes dense widths only"
 
     model = got["model"]

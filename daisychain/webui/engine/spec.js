@@ -208,6 +208,22 @@ export function hiddenOf(spec) {
   return spec.layers.filter((l) => l.type === "linear").map((l) => l.nOut ?? l.out).slice(0, -1);
 }
 
+/** spec.py layers_text: the --layers text that makes this spec (its convs, pools and hidden
+ *  widths in order: "conv16,pool,conv32k5,pool,64"), of a ModelSpec or of its JSON. */
+export function layersText(spec) {
+  const layers = spec.layers;
+  const last = layers.map((l) => l.type).lastIndexOf("linear");
+  const out = [];
+  layers.forEach((l, i) => {
+    if (l.type === "conv2d") {
+      const k = l.k ?? l.kernel;
+      out.push(`conv${l.co ?? l.out_channels}${k !== 3 ? `k${k}` : ""}`);
+    } else if (l.type === "maxpool2d") out.push("pool");
+    else if (l.type === "linear" && i !== last) out.push(String(l.nOut ?? l.out));
+  });
+  return out.join(",");
+}
+
 function stack(width, widths, classes) {
   const layers = [];
   for (const w of widths) {
