@@ -228,3 +228,47 @@ def test_capacity_figure_runs_the_model_it_is_given(tmp_path):
     assert got["image"] > 0 and got["dense"] > 0, got
     calls = got["image_calls"]
     assert calls["im2col"] >= 2 and "col2im" not in calls and calls["maxpool"] == calls["maxpoolBack"] == calls["im2col"], calls
+
+
+SPLIT = r"""
+import { readFileSync } from "node:fs";
+const [web, lutDir] = process.argv.slice(2);
+const S = await import(web + "/engine/spec.js");
+const { Engine, initParams } = await import(web + "/engine/model.js");
+const { CpuUnits } = await import(web + "/engine/paths.js");
+const rd = (n) => { const b = readFileSync(`${lutDir}/${n}.bin`); return new Int32Array(b.buffer, b.byteOffset, b.length / 4).slice(); };
+const luts = { mul: rd("mul"), relu: rd("relu"), requantize: rd("requantize"),
+  manifestSha256: JSON.parse(readFileSync(`${lutDir}/manifest.json`)).manifest_sha256 };
+const job = JSON.parse(readFileSync(0, "utf8"));
+const spec = S.ModelSpec.fromJson(job.model);
+const theta = initParams(spec, 4);
+const total = new Float64Array(theta.length);
+await new Engine(spec, new CpuUnits(luts)).gradInto(total, theta, Uint8Array.from(Buffer.from(job.x, "hex")),
+  Int32Array.from(job.y), job.b, 40, 2 ** 51);
+console.log(JSON.stringify(Array.from(total)));
+"""
+
+
+def test_conv_weight_gradient_over_more_rows_than_one_gemm_takes_matches_numpy(tmp_path):
+    """A conv whose weight-gradient GEMM has K = b*H*W = 16*96*96 = 147,456 rows, above the
+    unit GEMM's 131,071: the JS engine splits K and sums the int32 parts exactly; the
+    micro-batch's fixed-point gradient equals numpy's (which sums in float64)."""
+    from daisychain.engine.model import Engine, init_params
+    from daisychain.engine.spec import cnn
+    from daisychain.units import load_luts
+
+    b = 16
+    spec = cnn((1, 96, 96), ("conv2", "pool", "pool", "pool", "pool"), 10)
+    rng = np.random.default_rng(8)
+    x = rng.integers(0, 256, (1, b, 96 * 96)).astype(np.uint8)
+    y = rng.integers(0, 10, (1, b))
+    want = Engine(spec, load_luts()).grad(init_params(spec, 4), x, y, 40, float(2**51)).grad
+    driver = tmp_path / "split.mjs"
+    driver.write_text(SPLIT)
+    job = {"model": spec.to_json(), "x": x.tobytes().hex(), "y": y.ravel().tolist(), "b": b}
+    r = subprocess.run([NODE, str(driver), package_path("webui").as_uri(), str(package_path("luts"))],
+                       input=json.dumps(job), capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    got = json.loads(r.stdout)
+    assert np.any(want[:18] != 0)
+    assert got == want.tolist()
