@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import shutil
 import subprocess
 
 import numpy as np
@@ -19,8 +18,6 @@ from daisychain.engine.data import Dataset, model_for
 from daisychain.engine.settings import parse_layers
 from daisychain.engine.spec import SpecError, layers_text
 
-NODE = shutil.which("node")
-pytestmark = pytest.mark.skipif(NODE is None, reason="node is not installed")
 
 DRIVER = r"""
 import { readFileSync } from "node:fs";
@@ -60,12 +57,12 @@ console.log(JSON.stringify(out));
 """
 
 
-def run_driver(tmp_path, job):
+def run_driver(tmp_path, node, job):
     driver = tmp_path / "driver.mjs"
     driver.write_text(DRIVER)
     web = package_path("webui")
     luts = package_path("luts")
-    r = subprocess.run([NODE, str(driver), web.as_uri(), str(luts)], input=json.dumps(job),
+    r = subprocess.run([node, str(driver), web.as_uri(), str(luts)], input=json.dumps(job),
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     return json.loads(r.stdout)
@@ -77,7 +74,7 @@ def quantize(v):
     return np.clip(np.floor(v * 2.0**-e + 0.5), -127, 127), e
 
 
-def test_conv_layers_syntax_spec_and_accumulator(tmp_path):
+def test_conv_layers_syntax_spec_and_accumulator(tmp_path, node):
     rng = np.random.default_rng(5)
     b, c, h, w = 2, 3, 7, 6
     texts = ["conv16,pool,conv32k5,pool,128", "conv8k3, pool ,10", "256,256", "conv16,10", "32,conv8",
@@ -88,7 +85,7 @@ def test_conv_layers_syntax_spec_and_accumulator(tmp_path):
         "layers": "conv5,conv4k5,pool,7", "c": c, "h": h, "w": w, "b": b,
         "x": rng.integers(0, 256, b * c * h * w).tolist(),
     }
-    got = run_driver(tmp_path, job)
+    got = run_driver(tmp_path, node, job)
     # the same specs and the same refusals, word for word, as settings.parse_layers + model_for
     img = Dataset("img", np.zeros((1, 16), np.uint8), np.zeros(1, np.int32), np.zeros((1, 16), np.uint8),
                   np.zeros(1, np.int32), 10, meta={"image_shape": [1, 4, 4]})
@@ -170,14 +167,14 @@ console.log(JSON.stringify(out));
 """
 
 
-def test_hyper_image_recipe_fields_and_the_trainer_refuses_what_it_does_not_apply(tmp_path):
+def test_hyper_image_recipe_fields_and_the_trainer_refuses_what_it_does_not_apply(tmp_path, node):
     """The image recipe's hyperparameters (spec.py Hyper: augment_shift, lr_warmup,
     lr_decay_steps) are taken and checked, left out of the JSON when 0 (a run without them
     keeps its identity), and the JS trainer, which does not apply them, refuses a run that
     sets them instead of training other bits than Python."""
     driver = tmp_path / "recipe.mjs"
     driver.write_text(RECIPE)
-    r = subprocess.run([NODE, str(driver), package_path("webui").as_uri()], capture_output=True, text=True, timeout=60)
+    r = subprocess.run([node, str(driver), package_path("webui").as_uri()], capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
     got = json.loads(r.stdout)
     plain = {"lr": 3e-3, "beta1": 0.9, "beta2": 0.999, "eps": 1e-8, "weight_decay": 0.0, "batch": 64,
@@ -215,13 +212,13 @@ console.log(JSON.stringify(out));
 """
 
 
-def test_capacity_figure_runs_the_model_it_is_given(tmp_path):
+def test_capacity_figure_runs_the_model_it_is_given(tmp_path, node):
     """conformance.microBatchRate measures an image model on a synthetic micro-batch of
     pixels (its im2col and pool units run; the first conv computes no input error), not
     only the digits MLP."""
     driver = tmp_path / "rate.mjs"
     driver.write_text(RATE)
-    r = subprocess.run([NODE, str(driver), package_path("webui").as_uri(), str(package_path("luts"))],
+    r = subprocess.run([node, str(driver), package_path("webui").as_uri(), str(package_path("luts"))],
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     got = json.loads(r.stdout)
@@ -249,7 +246,7 @@ console.log(JSON.stringify(Array.from(total)));
 """
 
 
-def test_conv_weight_gradient_over_more_rows_than_one_gemm_takes_matches_numpy(tmp_path):
+def test_conv_weight_gradient_over_more_rows_than_one_gemm_takes_matches_numpy(tmp_path, node):
     """A conv whose weight-gradient GEMM has K = b*H*W = 16*96*96 = 147,456 rows, above the
     unit GEMM's 131,071: the JS engine splits K and sums the int32 parts exactly; the
     micro-batch's fixed-point gradient equals numpy's (which sums in float64)."""
@@ -266,7 +263,7 @@ def test_conv_weight_gradient_over_more_rows_than_one_gemm_takes_matches_numpy(t
     driver = tmp_path / "split.mjs"
     driver.write_text(SPLIT)
     job = {"model": spec.to_json(), "x": x.tobytes().hex(), "y": y.ravel().tolist(), "b": b}
-    r = subprocess.run([NODE, str(driver), package_path("webui").as_uri(), str(package_path("luts"))],
+    r = subprocess.run([node, str(driver), package_path("webui").as_uri(), str(package_path("luts"))],
                        input=json.dumps(job), capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
     got = json.loads(r.stdout)

@@ -6,7 +6,6 @@ a header claiming 20M float64 values allocated 160 MB before noticing the bytes 
 from __future__ import annotations
 
 import json
-import shutil
 import struct
 import subprocess
 
@@ -17,8 +16,6 @@ from daisychain import package_path
 from daisychain.engine.data import Dataset
 from daisychain.engine.spec import dumps_canonical
 
-NODE = shutil.which("node")
-pytestmark = pytest.mark.skipif(NODE is None, reason="node is not installed")
 
 DRIVER = r"""
 import { readFileSync } from "node:fs";
@@ -35,10 +32,10 @@ console.log(JSON.stringify(out));
 """
 
 
-def parse(tmp_path, blobs):
+def parse(tmp_path, node, blobs):
     driver = tmp_path / "driver.mjs"
     driver.write_text(DRIVER)
-    r = subprocess.run([NODE, str(driver), (package_path("webui") / "engine" / "data.js").as_uri()],
+    r = subprocess.run([node, str(driver), (package_path("webui") / "engine" / "data.js").as_uri()],
                        input=json.dumps([b.hex() for b in blobs]), capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     return json.loads(r.stdout)
@@ -53,7 +50,7 @@ def with_header(ds: Dataset, edit) -> bytes:
     return b"DCDS" + struct.pack("<I", len(text)) + text + body
 
 
-def test_image_and_hostile_datasets(tmp_path):
+def test_image_and_hostile_datasets(tmp_path, node):
     rng = np.random.default_rng(1)
     img = Dataset("img", rng.integers(0, 256, (3, 12), dtype=np.uint8), np.arange(3, dtype=np.int32),
                   rng.integers(0, 256, (2, 12), dtype=np.uint8), np.array([1, 0], np.int32), 3,
@@ -68,7 +65,7 @@ def test_image_and_hostile_datasets(tmp_path):
     blobs = [img.to_bytes(), dense.to_bytes()[:-8], with_header(dense, claim(20_000_000)),
              with_header(dense, claim(-4)), with_header(img, lambda h: h["arrays"][0].update(dtype="<f4")),
              img.to_bytes() + b"\0"]
-    got = parse(tmp_path, blobs)
+    got = parse(tmp_path, node, blobs)
     assert got[0] == {"kind": "image", "meta": {"image_shape": [3, 2, 2]}, "x": img.x_train.ravel().tolist(),
                       "xshape": [3, 12], "type": "Uint8Array", "y": [1, 0]}
     assert got[1] == {"error": "DataError: dataset has missing bytes"}

@@ -1,7 +1,8 @@
 // Forward and backward through the units, line for line daisychain/engine/model.py (the
-// sequence is written down in docs/ENGINE.md); what each layer type does is in layers.js. One micro-batch at a time: everything a
-// micro-batch produces depends only on (parameters, its samples), and contributions are
-// integer sums, so processing them one by one gives numpy's bits.
+// sequence is written down in docs/ENGINE.md); what each layer type does is in layers.js.
+// One micro-batch at a time: everything a micro-batch produces depends only on (parameters,
+// its samples), and contributions are integer sums, so processing them one by one gives
+// numpy's bits.
 //
 // Integer-valued arrays are Int32Array (int8 activations/errors, int32 accumulators) or
 // Float64Array holding exact integers; `units` is a CpuUnits or GpuUnits (engine/paths.js):
