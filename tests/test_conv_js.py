@@ -11,7 +11,6 @@ import json
 import subprocess
 
 import numpy as np
-import pytest
 
 from daisychain import package_path
 from daisychain.engine.data import Dataset, model_for

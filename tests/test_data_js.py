@@ -10,7 +10,6 @@ import struct
 import subprocess
 
 import numpy as np
-import pytest
 
 from daisychain import package_path
 from daisychain.engine.data import Dataset
