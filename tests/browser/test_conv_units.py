@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from browser_helpers import open_harness
+from browser_helpers import open_harness, run_selftest
 from numpy.lib.stride_tricks import sliding_window_view
 
 pytestmark = pytest.mark.browser
@@ -170,3 +170,28 @@ def test_conv_model_gradient_is_the_same_on_every_path(harness, layers, c, h, w)
     for p in ("gpu", "cpu-lut"):
         assert got[p]["trace"] == ref["trace"], p
         assert got[p]["total"] == ref["total"], p
+
+
+def test_selftest_checks_the_image_kernels_on_every_path(gpu_page, server_url):
+    result = run_selftest(gpu_page, f"{server_url}/selftest")
+    assert result["error"] is None, result["error"]
+    for path in ("gpu", "cpu", "cpu-lut"):
+        image = result["paths"][path]["sets"]["image"]
+        assert image["pass"] and len(image["cases"]) == 8, (path, image)
+    assert result["usable_paths"] == ["gpu", "cpu", "cpu-lut"]
+
+
+def test_a_pool_kernel_with_another_tie_rule_fails_the_selftest_and_gpu_is_disabled(gpu_page, server_url):
+    """A maxpool_back.wgsl that gives the error to the LAST maximum of a window (>= for >)
+    trains other bits: the self-test's image cases catch it before the tab trains."""
+    def last_max(route):
+        src = route.fetch().body().decode()
+        assert src.count("] > a[best]") == 3
+        route.fulfill(body=src.replace("] > a[best]", "] >= a[best]"), content_type="text/plain")
+    gpu_page.route("**/shaders/maxpool_back.wgsl", last_max)
+    result = run_selftest(gpu_page, f"{server_url}/selftest")
+    assert result["error"] is None
+    gpu = result["paths"]["gpu"]
+    assert gpu["tried"] and not gpu["pass"]
+    assert "failed golden vectors: image maxpoolBack" in gpu["disabled"], gpu["disabled"]
+    assert result["usable_paths"] == ["cpu", "cpu-lut"]
