@@ -47,7 +47,7 @@ def _random_conv_spec(rng) -> ModelSpec:
     return cnn((int(rng.integers(1, 4)), h, w), items, int(rng.integers(2, 7)))
 
 
-@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("seed", range(12))
 def test_literal_table_gemm_equals_the_fast_engine_on_random_conv_models(luts, seed):
     rng = np.random.default_rng(seed)
     spec = _random_conv_spec(rng)
@@ -179,6 +179,8 @@ def test_refusals_pool_on_1x1_conv_on_dense_and_the_parameter_cap(digits_image):
         model_for(load_digits(), ("conv4", "pool"))
     with pytest.raises(SpecError, match="parameters is more than"):
         cnn((1, 64, 64), ("conv16", 1000), 10)
+    with pytest.raises(SpecError, match="values per sample"):
+        cnn((3, 1024, 1024), ("conv8",), 10)
     bad = mlp(64, 8, 10).to_json()
     bad["layers"].insert(0, {"type": "conv2d", "in_channels": 1, "out_channels": 2, "kernel": 3,
                              "height": 8, "width": 8})
@@ -192,3 +194,34 @@ def test_refusals_pool_on_1x1_conv_on_dense_and_the_parameter_cap(digits_image):
     js["input"]["height"] = 9
     with pytest.raises(SpecError, match="image input dim"):
         ModelSpec.from_json(js)
+
+
+def test_unit_counts_of_a_conv_model():
+    """conv: a linear over b*H*W rows with in = Ci*k*k (forward + weight gradient, no input
+    error as the first layer), its requantize b*Co*H*W; the ReLU on the map; the linear
+    after the pool passes a requantized error of b*64 down; the pool runs no unit."""
+    from daisychain.engine.counters import unit_counts_per_micro_batch
+
+    spec = cnn((1, 8, 8), ("conv4", "pool"), 10)
+    got = unit_counts_per_micro_batch(spec, 16)
+    per = 16 * 64 * 9 * 4
+    assert got == {"multiply": 2 * per + 3 * 16 * 64 * 10, "requantize": 16 * 64 * 4 + 16 * 64,
+                   "relu": 16 * 64 * 4}
+
+
+def test_weight_gradients_split_into_int32_safe_chunks_give_the_same_bytes(luts, monkeypatch):
+    """A conv's weight gradient has inner size b*H*W, which may pass the int32 limit
+    (MAX_K): the literal engine and the compiled path split it into chunks summed in int64.
+    With the limit made tiny, every split must still give the unsplit bytes."""
+    from daisychain.engine import convfast, model
+
+    spec = cnn((2, 6, 5), ("conv3", "pool", "conv4k5"), 4)
+    rng = np.random.default_rng(9)
+    theta = init_params(spec, 9)
+    x = rng.integers(0, 256, (2, 3, spec.input_dim)).astype(np.uint8)
+    y = rng.integers(0, 4, (2, 3))
+    want = Engine(spec, luts, "fast").grad(theta, x, y, 40, 2.0**49).grad
+    monkeypatch.setattr(model, "MAX_K", 7)
+    monkeypatch.setattr(convfast, "MAX_K", 5)
+    for gemm in ("lut", "fast"):
+        assert Engine(spec, luts, gemm).grad(theta, x, y, 40, 2.0**49).grad.tobytes() == want.tobytes()
