@@ -11,6 +11,7 @@ import json
 import subprocess
 
 import numpy as np
+import pytest
 
 from daisychain import package_path
 from daisychain.engine.data import Dataset, model_for
@@ -38,6 +39,9 @@ for (const text of job.texts) {
     out.results.push(e.message);
   }
 }
+out.big = job.big.map((t) => {
+  try { S.modelFor({ ...img, meta: { image_shape: [1, 64, 64] } }, ["conv600", t]); return null; } catch (e) { return e.message; }
+});
 try {
   S.modelFor({ kind: "dense", task: "digits", x_train: { shape: [1, 64] }, classes: 10 }, ["conv4", 10]);
 } catch (e) { out.dense_error = e.message; }
@@ -79,8 +83,9 @@ def test_conv_layers_syntax_spec_and_accumulator(tmp_path, node):
     texts = ["conv16,pool,conv32k5,pool,128", "conv8k3, pool ,10", "256,256", "conv16,10", "32,conv8",
              "pool,pool,pool", "conv8k4", "conv0", "conv8,x", "conv8,0", "conv5000", "conv8k", "pool",
              ",".join(["pool"] * 33), ",".join(["conv2"] * 17 + ["4"] * 17), "conv2,-3", "+4,conv2"]
+    big = ["conv4096", "conv600k5"]  # on 64x64: 64*64*4096 outputs, 64*64*600*25 im2col values
     job = {
-        "texts": texts, "image": [1, 4, 4],
+        "texts": texts, "image": [1, 4, 4], "big": big,
         "layers": "conv5,conv4k5,pool,7", "c": c, "h": h, "w": w, "b": b,
         "x": rng.integers(0, 256, b * c * h * w).tolist(),
     }
@@ -94,6 +99,12 @@ def test_conv_layers_syntax_spec_and_accumulator(tmp_path, node):
         except (argparse.ArgumentTypeError, SpecError) as exc:
             want = str(exc)
         assert have == want, text
+    img64 = Dataset("img", np.zeros((1, 4096), np.uint8), np.zeros(1, np.int32), np.zeros((1, 4096), np.uint8),
+                    np.zeros(1, np.int32), 10, meta={"image_shape": [1, 64, 64]})
+    for t, have in zip(big, got["big"]):  # the per-sample value cap, in Python's words
+        with pytest.raises(SpecError) as exc:
+            model_for(img64, ("conv600", t))
+        assert have == str(exc.value) and "values per sample" in have
     assert sum(h is not None for h in got["texts"]) >= 4
     for text, have in zip(texts, got["texts"]):  # layers_text of the spec, from the spec and its JSON
         if have is not None:

@@ -25,6 +25,9 @@ import { absmax, exponent, pow2, quantExponent, quantize } from "./detmath.js";
 export const BIAS_LIMIT = 1073741824; // 2^30
 export const MAX_FEATURES = Math.floor((2147483647 - 1073741824) / (127 * 127));
 export const KERNELS = [3, 5]; // conv2d kernel sizes
+/** Most im2col values (h*w*ci*k*k) or output values (co*h*w) of one conv per sample: bounds
+ *  the memory a spec from elsewhere can make the engine allocate (layers.py MAX_CONV_VALUES). */
+export const MAX_CONV_VALUES = 2 ** 23;
 
 export class SpecError extends Error {
   constructor(message) {
@@ -301,6 +304,10 @@ export class Conv2d {
       throw new SpecError(`layer ${i}: conv2d in_channels * kernel^2 must be at most ${MAX_FEATURES} so its int32 accumulator cannot overflow`);
     }
     if (co * k * k > MAX_K) throw new SpecError(`layer ${i}: conv2d out_channels * kernel^2 above ${MAX_K} would overflow the input error`);
+    if (h * w * ci * k * k > MAX_CONV_VALUES || h * w * co > MAX_CONV_VALUES) {
+      throw new SpecError(`layer ${i}: conv2d on a ${h}x${w} map with ${ci} -> ${co} channels needs more than ` +
+        `${MAX_CONV_VALUES.toLocaleString("en-US")} values per sample; pool first or use fewer channels`);
+    }
     return { width: co * h * w, c: co, h, w };
   }
 
