@@ -195,3 +195,27 @@ def test_a_pool_kernel_with_another_tie_rule_fails_the_selftest_and_gpu_is_disab
     assert gpu["tried"] and not gpu["pass"]
     assert "failed golden vectors: image maxpoolBack" in gpu["disabled"], gpu["disabled"]
     assert result["usable_paths"] == ["cpu", "cpu-lut"]
+
+
+BIG = """
+async ([b, ci, k, h, w]) => {
+  const { gpu, cpu } = window.__units.paths;
+  let s = 99;
+  const rnd = (lo, hi) => { s = (Math.imul(s, 1103515245) + 12345) >>> 0; return lo + (s >>> 8) % (hi - lo); };
+  const g = { ci, k, h, w };
+  const a = Int32Array.from({ length: b * ci * h * w }, () => rnd(-128, 128));
+  const same = (x, y) => x.length === y.length && x.every((v, i) => v === y[i]);
+  const c1 = await gpu.im2col(a, b, g);
+  const c0 = await cpu.im2col(a, b, g);
+  const d = Int32Array.from({ length: c0.length }, () => rnd(-50000, 50000));
+  return { n: c0.length, groups: gpu.limits.maxComputeWorkgroupsPerDimension,
+           im2col: same(c1, c0), col2im: same(await gpu.col2im(d, b, g), await cpu.col2im(d, b, g)) };
+}
+"""
+
+
+def test_image_kernels_past_one_dispatch_dimension(harness):
+    """More than 65,535 workgroups of 64: the kernels take the second dispatch dimension."""
+    got = harness.evaluate(BIG, [16, 16, 5, 28, 28])
+    assert got["n"] > 64 * got["groups"], got
+    assert got["im2col"] and got["col2im"], got
