@@ -16,7 +16,8 @@ import pytest
 from daisychain import package_path
 from daisychain.engine.data import Dataset, model_for
 from daisychain.engine.settings import parse_layers
-from daisychain.engine.spec import SpecError, layers_text
+from daisychain.engine.counters import unit_counts_per_micro_batch
+from daisychain.engine.spec import SpecError, char_mlp, cnn, layers_text, mlp
 
 
 DRIVER = r"""
@@ -49,6 +50,7 @@ const spec = S.imageCnn(job.c, job.h, job.w, S.parseLayers(job.layers), 10);
 out.model = spec.toJson();
 out.roundtrip = S.ModelSpec.fromJson(JSON.parse(JSON.stringify(out.model))).toJson();
 out.shapes = spec.paramShapes();
+out.counts = job.count_specs.map((m) => S.layerUnitCounts(S.ModelSpec.fromJson(m), 16));
 out.texts = job.texts.map((t) => { try { const m = S.modelFor(img, S.parseLayers(t)); return [S.layersText(m), S.layersText(m.toJson())]; } catch (e) { return null; } });
 const theta = initParams(spec, 3);
 out.theta = Array.from(theta);
@@ -83,13 +85,17 @@ def test_conv_layers_syntax_spec_and_accumulator(tmp_path, node):
     texts = ["conv16,pool,conv32k5,pool,128", "conv8k3, pool ,10", "256,256", "conv16,10", "32,conv8",
              "pool,pool,pool", "conv8k4", "conv0", "conv8,x", "conv8,0", "conv5000", "conv8k", "pool",
              ",".join(["pool"] * 33), ",".join(["conv2"] * 17 + ["4"] * 17), "conv2,-3", "+4,conv2"]
-    big = ["conv4096", "conv600k5"]  # on 64x64: 64*64*4096 outputs, 64*64*600*25 im2col values
+    big = ["conv4096", "conv600k5"]
+    count_specs = [cnn((3, 9, 7), ("conv4", "pool", "conv6k5", 12), 10), cnn((1, 8, 8), ("pool", "conv3", 5), 10),
+                   cnn((1, 6, 6), (7,), 10), mlp(64, (24, 16), 10), char_mlp(30, 4, 8, 16)]  # on 64x64: 64*64*4096 outputs, 64*64*600*25 im2col values
     job = {
-        "texts": texts, "image": [1, 4, 4], "big": big,
+        "texts": texts, "image": [1, 4, 4], "big": big, "count_specs": [s.to_json() for s in count_specs],
         "layers": "conv5,conv4k5,pool,7", "c": c, "h": h, "w": w, "b": b,
         "x": rng.integers(0, 256, b * c * h * w).tolist(),
     }
     got = run_driver(tmp_path, node, job)
+    # unit counts through the registry: counters.py's numbers
+    assert got["counts"] == [unit_counts_per_micro_batch(s, 16) for s in count_specs]
     # the same specs and the same refusals, word for word, as settings.parse_layers + model_for
     img = Dataset("img", np.zeros((1, 16), np.uint8), np.zeros(1, np.int32), np.zeros((1, 16), np.uint8),
                   np.zeros(1, np.int32), 10, meta={"image_shape": [1, 4, 4]})

@@ -14,6 +14,9 @@
 // when ctx.needInput, returns the error of its input: {dX, e, int8}, int8 = true when dX is
 // already int8 (maxpool) and false for an int32 accumulator the engine requantizes.
 //
+// units(b, li, layers) -> [multiply, requantize, relu] unit invocations of one micro-batch of b
+// samples (engine/counters.py: each layer type's count is its class's `units`).
+//
 // Units each layer calls (the `units` interface of engine/paths.js):
 //   linear:    gemm, requantize (+ relu fused)        embedding: none (a table gather)
 //   conv2d:    im2col, gemm, requantize, col2im        maxpool2d: maxpool, maxpoolBack
@@ -153,6 +156,17 @@ export class Linear {
     return { width: this.nOut };
   }
 
+  units(b, li, layers) {
+    let mul = 2 * b * this.nIn * this.nOut; // forward + weight gradient
+    let rq = 0;
+    if (li > 0) {
+      mul += b * this.nIn * this.nOut; // error into the layer below
+      if (layers[li - 1].type !== "embedding") rq += b * this.nIn; // requantized before it is used
+    }
+    if (li !== layers.length - 1) rq += b * this.nOut;
+    return [mul, rq, 0];
+  }
+
   async forward(ctx, st) {
     const [W, bias] = ctx.params;
     const r = await denseForward(ctx, st.a, st.ex, W, bias, ctx.b, this.nIn, this.nOut);
@@ -194,6 +208,10 @@ export class Embedding {
     if (i !== 0 || spec.inputKind !== "tokens") throw new SpecError("an embedding must be the first layer of a 'tokens' model");
     if (this.nIn < 1 || this.nOut < 1) throw new SpecError("embedding vocab and dim must be >= 1");
     return { width: spec.inputDim * this.nOut };
+  }
+
+  units() {
+    return [0, 0, 0];
   }
 
   /** st.tokens: Int32Array (b * context) token ids. */
@@ -254,6 +272,11 @@ export class Relu {
     return shape;
   }
 
+  units(b, li, layers) {
+    const l = layers[li - 1]; // the linear or conv whose output this reads
+    return [0, 0, b * (l.type === "conv2d" ? l.co * l.h * l.w : l.nOut)];
+  }
+
   async forward(ctx, st) {
     const a = await ctx.units.relu(st.a);
     ctx.tr(`layers.${ctx.li}.out_q`, a);
@@ -309,6 +332,17 @@ export class Conv2d {
         `${MAX_CONV_VALUES.toLocaleString("en-US")} values per sample; pool first or use fewer channels`);
     }
     return { width: co * h * w, c: co, h, w };
+  }
+
+  units(b, li) {
+    const per = b * this.h * this.w * this.ci * this.k * this.k * this.co;
+    let mul = 2 * per;
+    let rq = b * this.h * this.w * this.co;
+    if (li > 0) {
+      mul += per;
+      rq += b * this.ci * this.h * this.w;
+    }
+    return [mul, rq, 0];
   }
 
   async forward(ctx, st) {
@@ -388,6 +422,10 @@ export class MaxPool2d {
         "(too many pools for this image size)");
     }
     return { width: c * (h >> 1) * (w >> 1), c, h: h >> 1, w: w >> 1 };
+  }
+
+  units() {
+    return [0, 0, 0]; // a max of int8 values runs no unit
   }
 
   async forward(ctx, st) {

@@ -80,6 +80,19 @@ export class ModelSpec {
   }
 }
 
+/** counters.py unit_counts_per_micro_batch through the registry: {multiply, requantize, relu}
+ *  unit invocations of one micro-batch of `microBatch` samples (forward + backward). */
+export function layerUnitCounts(spec, microBatch) {
+  const out = { multiply: 0, requantize: 0, relu: 0 };
+  spec.layers.forEach((l, i) => {
+    const [m, r, u] = l.units(microBatch, i, spec.layers);
+    out.multiply += m;
+    out.requantize += r;
+    out.relu += u;
+  });
+  return out;
+}
+
 /** {type, nIn, nOut} (the form older code builds) -> the layer's spec JSON. */
 function legacyJson(l) {
   if (l.type === "linear") return { type: "linear", in: l.nIn, out: l.nOut };
