@@ -1,7 +1,8 @@
 // WebGPU for the units, with every GPU error in this one place.
 //
 // GpuUnits.create() finds an adapter, checks its limits, creates the device, uploads the
-// verified tables and compiles the four kernels (shaders/{gemm,requantize,mul,relu}.wgsl).
+// verified tables and compiles the kernels (shaders/{gemm,requantize,mul,relu}.wgsl and the
+// image kernels {im2col,col2im,maxpool,maxpool_back}.wgsl, layouts in conv.js).
 // Every creation and every dispatch runs inside error scopes (validation, out-of-memory,
 // internal); `device.lost` and `uncapturederror` are handled here too. The first failure of
 // any kind marks the object failed, tells every onFailure listener the reason in words, and
@@ -12,11 +13,12 @@
 // Int32Array. Output buffers are poisoned with 0x7fffffff before each dispatch, so an element
 // a kernel failed to write can never pass for a result.
 
+import { convLayout, poolLayout } from "./conv.js";
 import { gemmLayout, MAX_K } from "./gemm.js";
 import { checkInt8Array, checkIntArray, checkShift, INT32_MAX, INT32_MIN, UnitError } from "./units.js";
 
 export const POISON = 0x7fffffff;
-export const KERNELS = ["gemm", "requantize", "mul", "relu"];
+export const KERNELS = ["gemm", "requantize", "mul", "relu", "im2col", "col2im", "maxpool", "maxpool_back"];
 const TILE = 16; // gemm.wgsl workgroup is TILE x TILE invocations
 const LANES = 64; // workgroup size of the elementwise kernels
 
@@ -347,6 +349,60 @@ export class GpuUnits {
     });
     if (flags) this._fail(`relu kernel saw operands outside int8 (status ${flags}) after the host check passed`);
     return result;
+  }
+
+  // -- the image kernels (conv.js holds the same bytes in JS) ---------------------------------
+
+  async _elementwise(kernel, uniforms, inputs, outLen) {
+    for (const [i, x] of inputs.entries()) this._checkSize(`${kernel} input ${i}`, x.length);
+    this._checkSize(`${kernel} output`, outLen);
+    const { result } = await this._dispatch(kernel, {
+      uniforms, tables: [], inputs: inputs.map((x) => Int32Array.from(x)), outLen, withStatus: false,
+      grid: this._grid1d(outLen),
+    });
+    return result;
+  }
+
+  /** The columns matrix (b*h*w, ci*k*k) of a conv's channel-major int8 input. */
+  async im2col(a, b, geom) {
+    const { hw, cols, p } = convLayout("im2col", b, geom);
+    if (a.length !== b * geom.ci * hw) throw new UnitError(`im2col: a has ${a.length} elements, the shape needs ${b * geom.ci * hw}`);
+    checkInt8Array("im2col", "a", a);
+    const n = b * hw * cols;
+    return this._elementwise("im2col", new Uint32Array([n, geom.ci, geom.k, p, geom.h, geom.w, 0, 0]), [a], n);
+  }
+
+  /** The adjoint of im2col: (b*h*w, ci*k*k) int32 -> (b, ci*h*w) int32 exact sums. */
+  async col2im(d, b, geom) {
+    const { hw, cols, p } = convLayout("col2im", b, geom);
+    if (d.length !== b * hw * cols) throw new UnitError(`col2im: d has ${d.length} elements, the shape needs ${b * hw * cols}`);
+    checkIntArray("col2im", "d", d, INT32_MIN, INT32_MAX);
+    let worst = 0;
+    for (let i = 0; i < d.length; i++) worst = Math.max(worst, Math.abs(d[i]));
+    if (worst * geom.k * geom.k > INT32_MAX) throw new UnitError("col2im: a sum could leave int32");
+    const n = b * geom.ci * hw;
+    return this._elementwise("col2im", new Uint32Array([n, geom.ci, geom.k, p, geom.h, geom.w, 0, 0]), [d], n);
+  }
+
+  /** 2x2 max pool, stride 2: (b, c*h*w) int8 -> (b, c*(h>>1)*(w>>1)). */
+  async maxpool(a, b, geom) {
+    const { hw, oh, ow } = poolLayout("maxpool", b, geom);
+    if (a.length !== b * geom.c * hw) throw new UnitError(`maxpool: a has ${a.length} elements, the shape needs ${b * geom.c * hw}`);
+    checkInt8Array("maxpool", "a", a);
+    const n = b * geom.c * oh * ow;
+    return this._elementwise("maxpool", new Uint32Array([n, geom.h, geom.w, 0]), [a], n);
+  }
+
+  /** The pool's backward: each window's error at its first maximum, 0 elsewhere. */
+  async maxpoolBack(g, a, b, geom) {
+    const { hw, oh, ow } = poolLayout("maxpoolBack", b, geom);
+    if (g.length !== b * geom.c * oh * ow || a.length !== b * geom.c * hw) {
+      throw new UnitError(`maxpoolBack: g has ${g.length}, a ${a.length} elements; the shape needs ${b * geom.c * oh * ow} and ${b * geom.c * hw}`);
+    }
+    checkInt8Array("maxpoolBack", "g", g);
+    checkInt8Array("maxpoolBack", "a", a);
+    const n = b * geom.c * hw;
+    return this._elementwise("maxpool_back", new Uint32Array([n, geom.h, geom.w, 0]), [g, a], n);
   }
 }
 

@@ -3,9 +3,10 @@
 // literal table GEMM — measures each path's unit-GEMM rate and micro-batch rate, chooses
 // the faster passing path as a tab does (gpu.js choosePath -> result.choice), then, when
 // the query names `task` or `steps`, trains in the page exactly as `daisychain train` does:
-//   /selftest?task=digits|text&steps=N&seed=S&path=gpu|cpu   (path: default the chosen one)
+//   /selftest?task=digits|text|image&steps=N&seed=S&path=gpu|cpu   (path: default the chosen one)
 //   (also batch, micro-batch, lr, weight-decay, hidden, layers=256,256, embed-dim; defaults
-//   as the CLI's, and as there `layers` and `hidden` do not go together). It shows the
+//   as the CLI's, and as there `layers` and `hidden` do not go together; an image task's
+//   layers name convolutions and pools too: layers=conv16,pool,conv32k5,pool,64). It shows the
 //   outcome to a person and writes it as JSON into #result, then
 // sets window.__selftestDone = true.
 //
@@ -56,7 +57,7 @@ async function runTraining(result, { params, luts, opened }) {
   }
   if (params.has("hidden") && params.has("layers")) throw new Error("give layers or hidden, not both (hidden=N is layers=N)");
   const hidden = params.has("layers") ? parseLayers(params.get("layers"))
-    : params.has("hidden") ? parseNumber("hidden", params.get("hidden"), "int") : 128;
+    : params.has("hidden") ? parseNumber("hidden", params.get("hidden"), "int") : null; // null: the task's default model
   const dim = params.has("embed-dim") ? parseNumber("embed-dim", params.get("embed-dim"), "int") : 16;
   const want = params.get("path") || result.choice.path || "cpu"; // default: the faster passing path
   if (want !== "gpu" && want !== "cpu") throw new Error(`path must be gpu or cpu, not ${want}`);

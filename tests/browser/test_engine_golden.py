@@ -2,7 +2,8 @@
 PRNG, the shuffle, the deterministic exp, and for each task one step in detail (every
 forward intermediate, the fixed-point contribution of each micro-batch, the averaged
 gradient, Adam's moments) and a 20-step run, on the WebGPU path and on the CPU path; each
-task with one hidden layer and with two (``--layers 32,24``)."""
+task with one hidden layer and with two (``--layers 32,24``), and the conv models' steps
+(``step_image_conv*.json``: uint8 image sets served by a server of their own)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,9 @@ from pathlib import Path
 
 import pytest
 from browser_helpers import open_harness, run_selftest
+from conv_server import serving
+
+from daisychain.engine.golden import GOLDEN_DATA
 
 pytestmark = pytest.mark.browser
 
@@ -101,6 +105,16 @@ def harness(browser_webgpu, server_url):
     page.close()
 
 
+@pytest.fixture(scope="module")
+def image_harness(browser_webgpu):
+    """The harness on a server that also serves the conv goldens' image sets."""
+    with serving({task: make() for task, make in GOLDEN_DATA.items()}) as url:
+        page, info = open_harness(browser_webgpu, url)
+        assert "gpu" in info["paths"], info["gpuReason"]
+        yield page
+        page.close()
+
+
 def test_prng_shuffle_and_exp_match_numpy(harness):
     common = json.loads((GOLDEN / "engine_common.json").read_text())
     got = harness.evaluate(COMMON, common)
@@ -111,10 +125,12 @@ def test_prng_shuffle_and_exp_match_numpy(harness):
     assert got["dexp"] == common["dexp"]["y_f64"]
 
 
-@pytest.mark.parametrize("name", ["digits", "text", "digits_2layers", "text_2layers"])
+@pytest.mark.parametrize("name", ["digits", "text", "digits_2layers", "text_2layers", "image_conv", "image_conv_rgb"])
 @pytest.mark.parametrize("path", ["gpu", "cpu"])
-def test_step_golden_vectors(harness, name, path):
+def test_step_golden_vectors(request, name, path):
+    """Conv models (image_conv: 1x8x8 conv4, pool, conv8k5, pool; image_conv_rgb: 3x8x8) too."""
     g = json.loads((GOLDEN / f"step_{name}.json").read_text())
+    harness = request.getfixturevalue("image_harness" if name.startswith("image") else "harness")
     got = harness.evaluate(STEP, [path, g])
     s0 = g["step0"]
     assert got["fingerprint"] == g["dataset_fingerprint"]

@@ -1,12 +1,14 @@
 // Conformance of one compute path (CpuUnits or GpuUnits), DOM-free, shared by the /selftest
 // page (selftest.js) and the device self-test before joining a run (mesh.js):
-//   runGolden(units, golden)      every golden unit vector (/golden/units.json), set by set
+//   runGolden(units, golden)      every golden unit vector (/golden/units.json), set by set,
+//                                 and the image units against the JS units (imageUnitCases)
 //   goldenFailure(units, golden)  null, or the first failure in words
 //   floatFailures(golden)         one Adam step on the golden Adam vectors and the golden
 //                                 subnormal operations (/golden/selftest.json, the same
 //                                 vectors as daisychain/peer/selftest.py): [] or failures in words
 //   gemmRate, microBatchRate      capacity figures (timings only; nothing feeds training)
 
+import { col2imArray, im2colArray, maxpoolArray, maxpoolBackArray } from "../conv.js";
 import { int32LeBytes, sha256Hex } from "../luts.js";
 import { adamStep, AdamState } from "./adam.js";
 import { Engine, initParams } from "./model.js";
@@ -89,7 +91,47 @@ export async function runGolden(units, golden) {
     cases[g.name] = { pass: r.pass, detail: r.detail || null };
   }
   sets.gemm = { pass: Object.values(cases).every((c) => c.pass), cases };
+
+  const imageCases = {};
+  for (const [name, run] of imageUnitCases()) {
+    r = await guarded("image", name, async () => {
+      const [got, want] = await run(units);
+      return compare(got, want, null);
+    });
+    record("image", name, r);
+    imageCases[name] = { pass: r.pass, detail: r.detail || null };
+  }
+  sets.image = { pass: Object.values(imageCases).every((c) => c.pass), cases: imageCases };
   return { pass: failures.length === 0, sets, failures };
+}
+
+/**
+ * The image units of a path (im2col, col2im, maxpool, maxpoolBack) against the JS units of
+ * conv.js (checked against numpy and the conv goldens by the tests) on fixed PRNG inputs:
+ * padding at every border, odd sizes (a dropped last row / column), pool windows full of
+ * ties, col2im sums at the int32 bound. [[name, async (units) => [got, want]], ...]
+ */
+export function imageUnitCases() {
+  const ints = (stream, n, lo, hi) => Int32Array.from(u32(7, stream, n), (v) => lo + (v % (hi - lo + 1)));
+  const out = [];
+  for (const [b, ci, k, h, w] of [[2, 3, 3, 5, 7], [1, 2, 5, 4, 3]]) {
+    const g = { ci, k, h, w };
+    const tag = `${b}x${ci}x${h}x${w} k${k}`;
+    const a = ints(1000 + k, b * ci * h * w, -128, 127);
+    const bound = Math.floor(2147483647 / (k * k));
+    const d = ints(1100 + k, b * h * w * ci * k * k, -bound, bound);
+    d.fill(bound, 0, Math.min(d.length, 2 * k * k));
+    out.push([`im2col ${tag}`, async (u) => [await u.im2col(a, b, g), im2colArray(a, b, g)]]);
+    out.push([`col2im ${tag}`, async (u) => [await u.col2im(d, b, g), col2imArray(d, b, g)]]);
+  }
+  for (const [b, c, h, w] of [[2, 3, 5, 7], [1, 2, 4, 4]]) {
+    const g = { c, h, w };
+    const a = ints(1200 + h, b * c * h * w, -2, 2); // many ties
+    const e = ints(1300 + h, b * c * (h >> 1) * (w >> 1), -127, 127);
+    out.push([`maxpool ${b}x${c}x${h}x${w}`, async (u) => [await u.maxpool(a, b, g), maxpoolArray(a, b, g)]]);
+    out.push([`maxpoolBack ${b}x${c}x${h}x${w}`, async (u) => [await u.maxpoolBack(e, a, b, g), maxpoolBackArray(e, a, b, g)]]);
+  }
+  return out;
 }
 
 /** The golden vectors through one path: null when all pass, else the first failure. */
@@ -221,16 +263,19 @@ export async function gemmRate(units, { m = 64, k = 256, n = 64, minMs = 300 } =
   return { shape: [m, k, n], runs, ms: dt, gops: (2 * m * k * n * runs) / (dt * 1e6) };
 }
 
-/** Micro-batches per second of one path: the default digits model (64-128-10) on a synthetic
- *  micro-batch of 16, forward + backward + fixed-point contribution. */
-export async function microBatchRate(units, { minMs = 300 } = {}) {
-  const spec = mlp(64, 128, 10);
+/** Micro-batches per second of one path: forward + backward + fixed-point contribution of a
+ *  synthetic micro-batch of 16 through `spec` (default: the digits model 64-128-10; an image
+ *  spec gets random pixels, a tokens spec random ids). */
+export async function microBatchRate(units, { minMs = 300, spec = mlp(64, 128, 10) } = {}) {
   const hp = makeHyper();
   const engine = new Engine(spec, units);
   const theta = initParams(spec, 1);
   const b = hp.micro_batch;
-  const x = uniform(1, 99, b * 64).map((v) => Math.floor(v * 17));
-  const y = Int32Array.from(u32(1, 98, b), (v) => v % 10);
+  const n = b * spec.inputDim;
+  const x = spec.inputKind === "image" ? Uint8Array.from(u32(1, 97, n), (v) => v & 255)
+    : spec.inputKind === "tokens" ? Int32Array.from(u32(1, 97, n), (v) => v % spec.layers[0].nIn)
+      : uniform(1, 99, n).map((v) => Math.floor(v * 17));
+  const y = Int32Array.from(u32(1, 98, b), (v) => v % spec.classes);
   const total = new Float64Array(theta.length);
   const run = () => engine.gradInto(total, theta, x, y, b, hp.grad_frac_bits, gradLimit(hp));
   await run();

@@ -1,9 +1,12 @@
 // Prepared datasets in the DCDS byte format of daisychain/engine/data.py:
 //   b"DCDS", u32 LE header length, header (canonical JSON, UTF-8), then the arrays named in
-//   header.arrays in that order, each raw little-endian, row-major ("<f8" or "<i4").
+//   header.arrays in that order, each raw little-endian, row-major ("<f8", "<i4", or "|u1" /
+//   "<u1" for the uint8 pixels of an image task).
 // The dataset fingerprint is the SHA-256 of these bytes.
 
 import { sha256Hex } from "../luts.js";
+
+const ITEM_SIZE = { "<f8": 8, "<i4": 4, "|u1": 1, "<u1": 1 };
 
 export class DataError extends Error {
   constructor(message) {
@@ -28,21 +31,27 @@ export function parseDataset(buffer) {
   }
   let off = 8 + n;
   const arrays = {};
-  for (const a of head.arrays || []) {
+  if (!head || !Array.isArray(head.arrays)) throw new DataError("malformed dataset header: no list of arrays");
+  for (const a of head.arrays) {
+    const size = ITEM_SIZE[a && a.dtype];
+    if (!size) throw new DataError(`array ${a && a.name}: unsupported dtype ${a && a.dtype}`);
+    if (!Array.isArray(a.shape) || !a.shape.every((d) => Number.isSafeInteger(d) && d >= 0)) {
+      throw new DataError(`array ${a.name}: malformed shape ${JSON.stringify(a.shape)}`);
+    }
     const count = a.shape.reduce((x, y) => x * y, 1);
+    // the bytes must be there before anything of the claimed size is allocated
+    if (!Number.isSafeInteger(count * size) || off + count * size > bytes.length) throw new DataError("dataset has missing bytes");
     let data;
     if (a.dtype === "<f8") {
       data = new Float64Array(count);
       for (let i = 0; i < count; i++) data[i] = dv.getFloat64(off + 8 * i, true);
-      off += 8 * count;
     } else if (a.dtype === "<i4") {
       data = new Int32Array(count);
       for (let i = 0; i < count; i++) data[i] = dv.getInt32(off + 4 * i, true);
-      off += 4 * count;
     } else {
-      throw new DataError(`array ${a.name}: unsupported dtype ${a.dtype}`);
+      data = bytes.slice(off, off + count);
     }
-    if (off > bytes.length) throw new DataError("dataset has missing bytes");
+    off += count * size;
     arrays[a.name] = { data, shape: a.shape };
   }
   if (off !== bytes.length) throw new DataError("dataset has trailing or missing bytes");

@@ -1,16 +1,19 @@
 // Forward and backward through the units, line for line daisychain/engine/model.py (the
-// sequence is written down in docs/ENGINE.md). One micro-batch at a time: everything a
-// micro-batch produces depends only on (parameters, its samples), and contributions are
-// integer sums, so processing them one by one gives numpy's bits.
+// sequence is written down in docs/ENGINE.md); what each layer type does is in layers.js.
+// One micro-batch at a time: everything a micro-batch produces depends only on (parameters,
+// its samples), and contributions are integer sums, so processing them one by one gives
+// numpy's bits.
 //
 // Integer-valued arrays are Int32Array (int8 activations/errors, int32 accumulators) or
 // Float64Array holding exact integers; `units` is a CpuUnits or GpuUnits (engine/paths.js):
 // every product of the matrix work is a unit-GEMM product, every requantize and ReLU a unit.
 
 import { absmax, dexp, exponent, pow2, quantExponent, quantize, quantize1 } from "./detmath.js";
+import { accumulate, BIAS_LIMIT } from "./layers.js";
 import { STREAM_PARAM, uniform } from "./prng.js";
 
-export const BIAS_LIMIT = 1073741824; // 2^30
+/** Exponent of every image micro-batch: a = pixel >> 1 stands for a * 2^-7. */
+export const IMAGE_EXPONENT = -7;
 
 export class ParamLayout {
   constructor(spec) {
@@ -34,27 +37,23 @@ export class ParamLayout {
   }
 }
 
-/** Uniform(-bound, bound) from the integer PRNG; bound = 1/sqrt(fan_in) (linear), 1 (embedding). */
+/** Uniform(-bound, bound) from the integer PRNG, one stream per canonical tensor index; the
+ *  bound is the layer's (layers.js initBound: 1/sqrt(fan_in) for linear and conv2d, 1 for an
+ *  embedding), the same for its weight and bias. */
 export function initParams(spec, seed) {
   const layout = new ParamLayout(spec);
   const theta = new Float64Array(layout.size);
   let idx = 0;
-  for (const layer of spec.layers) {
-    if (layer.type === "relu") continue;
-    const count = layer.type === "linear" ? 2 : 1;
-    const bound = layer.type === "linear" ? 1.0 / Math.sqrt(layer.nIn) : 1.0;
-    for (let c = 0; c < count; c++) {
+  spec.layers.forEach((layer, li) => {
+    const bound = layer.initBound();
+    for (let c = 0; c < layer.paramShapes(li).length; c++) {
       const o = layout.offsets[idx];
       const f = uniform(seed, STREAM_PARAM + idx, layout.view(theta, idx).length);
       for (let i = 0; i < f.length; i++) theta[o + i] = (2.0 * f[i] - 1.0) * bound;
       idx++;
     }
-  }
+  });
   return theta;
-}
-
-function clampBias(x) {
-  return x < -BIAS_LIMIT ? -BIAS_LIMIT : x > BIAS_LIMIT ? BIAS_LIMIT : x;
 }
 
 /** Row softmax with the deterministic exp and a sequential sum over classes. */
@@ -79,88 +78,55 @@ export class Engine {
   }
 
   /**
-   * Forward of one micro-batch of b samples: x is Float64Array (b*F) or Int32Array (b*C).
-   * Returns {logits: Float64Array (b*classes), cache, emb}. `trace(name, value)` if given
-   * receives every intermediate (numpy's trace names).
+   * Forward of one micro-batch of b samples: x is Float64Array (b*F, dense), Int32Array
+   * (b*C, tokens) or Uint8Array (b*C*H*W pixels, image). Returns {logits: Float64Array
+   * (b*classes), cache}. `trace(name, value)` if given receives every intermediate (numpy's
+   * trace names).
    */
   async forward(theta, x, b, trace = null) {
     const tr = trace || (() => {});
     const spec = this.spec;
     const L = this.layout;
     const cache = [];
-    let pi = 0;
-    let emb = null;
-    let a;
-    let ex;
+    let st;
     if (spec.inputKind === "dense") {
-      ex = quantExponent(absmax(x));
-      a = quantize(x, ex);
+      const ex = quantExponent(absmax(x));
+      st = { a: quantize(x, ex), ex };
       tr("input_exponent", [ex]);
+      tr("input_q", st.a);
+    } else if (spec.inputKind === "image") {
+      const a = new Int32Array(x.length); // a = pixel >> 1 in [0, 127], exponent -7
+      for (let i = 0; i < x.length; i++) a[i] = x[i] >> 1;
+      st = { a, ex: IMAGE_EXPONENT };
+      tr("input_exponent", [IMAGE_EXPONENT]);
       tr("input_q", a);
+    } else {
+      st = { tokens: x };
     }
     const layers = spec.layers;
+    let pi = 0;
     for (let li = 0; li < layers.length; li++) {
       const layer = layers[li];
-      if (layer.type === "embedding") {
-        const E = L.view(theta, pi);
-        const D = layer.nOut;
-        const ee = quantExponent(absmax(E));
-        const Eq = quantize(E, ee);
-        const ctx = spec.inputDim;
-        a = new Int32Array(b * ctx * D);
-        for (let t = 0; t < b * ctx; t++) a.set(Eq.subarray(x[t] * D, x[t] * D + D), t * D);
-        ex = ee;
-        tr(`layers.${li}.weight_exponent`, [ee]);
-        tr(`layers.${li}.out_q`, a);
-        emb = { pi, tokens: x, V: layer.nIn, D };
-        pi += 1;
-      } else if (layer.type === "linear") {
-        const W = L.view(theta, pi);
-        const bias = L.view(theta, pi + 1);
-        const nIn = layer.nIn;
-        const nOut = layer.nOut;
-        const ew = quantExponent(absmax(W));
-        const Wq = quantize(W, ew); // (out, in)
-        const prod = await this.units.gemm(a, Wq, { m: b, k: nIn, n: nOut, transB: true }); // (b, out)
-        const sexp = ex + ew;
-        const bscale = pow2(-sexp);
-        const bacc = new Float64Array(nOut);
-        for (let o = 0; o < nOut; o++) bacc[o] = clampBias(Math.floor(bias[o] * bscale + 0.5));
-        const acc = new Int32Array(b * nOut);
-        for (let i = 0; i < b; i++) {
-          for (let o = 0; o < nOut; o++) {
-            const v = prod[i * nOut + o] + bacc[o];
-            if (v > 2147483647 || v < -2147483648) throw new RangeError("linear accumulator left int32");
-            acc[i * nOut + o] = v;
-          }
-        }
-        tr(`layers.${li}.weight_exponent`, [ew]);
-        tr(`layers.${li}.bias_acc`, bacc);
-        tr(`layers.${li}.acc`, acc);
-        const entry = { pi, a, ex, Wq, ew, reluOut: null, nIn, nOut };
-        cache.push(entry);
-        pi += 2;
-        if (li === layers.length - 1) {
-          const scale = pow2(sexp);
-          const logits = new Float64Array(acc.length);
-          for (let i = 0; i < acc.length; i++) logits[i] = acc[i] * scale;
-          tr("logits", logits);
-          return { logits, cache, emb };
-        }
-        const s = Math.max(exponent(absmax(acc)) - 7, 0);
-        const fuseRelu = !trace && layers[li + 1].type === "relu";
-        a = await this.units.requantize(acc, s, { relu: fuseRelu });
-        ex = sexp + s;
-        tr(`layers.${li}.shift`, [s]);
-        tr(`layers.${li}.out_q`, a);
-        if (fuseRelu) {
-          entry.reluOut = a;
-          li += 1; // the relu layer is done (relu(requantize(.)) through both units)
-        }
-      } else if (layer.type === "relu") {
-        a = await this.units.relu(a);
-        cache[cache.length - 1].reluOut = a;
-        tr(`layers.${li}.out_q`, a);
+      const nParams = layer.paramShapes(li).length;
+      const params = Array.from({ length: nParams }, (_, j) => L.view(theta, pi + j));
+      const last = li === layers.length - 1;
+      const fuseRelu = !trace && !last && layers[li + 1].type === "relu";
+      const ctx = { units: this.units, b, tr, li, pi, params, last, fuseRelu };
+      const r = await layer.forward(ctx, st);
+      pi += nParams;
+      st = r.st;
+      if (r.entry) cache.push(r.entry);
+      else cache[cache.length - 1].reluOut = st.a; // a relu: its output masks the error below
+      if (fuseRelu) {
+        cache[cache.length - 1].reluOut = st.a;
+        li += 1; // the relu layer is done (relu(requantize(.)) through both units)
+      }
+      if (last) {
+        const scale = pow2(st.sexp);
+        const logits = new Float64Array(st.logits.length);
+        for (let i = 0; i < logits.length; i++) logits[i] = st.logits[i] * scale;
+        tr("logits", logits);
+        return { logits, cache };
       }
     }
     throw new Error("spec validation guarantees a final linear layer");
@@ -171,7 +137,7 @@ export class Engine {
    * of exact integers, length P). Returns {loss, correct} (loss for display only).
    */
   async gradInto(total, theta, x, y, b, fracBits, limit) {
-    const { logits: z, cache, emb } = await this.forward(theta, x, b);
+    const { logits: z, cache } = await this.forward(theta, x, b);
     const C = this.spec.classes;
     const p = new Float64Array(z.length);
     let lossSum = 0;
@@ -189,32 +155,29 @@ export class Engine {
     }
     let eg = quantExponent(absmax(dz));
     let G = quantize(dz, eg); // (b, out) int8 errors
-    const L = this.layout;
+    const ctx = { units: this.units, b, total, offsets: this.layout.offsets, fracBits, limit, needInput: true };
     for (let k = cache.length - 1; k >= 0; k--) {
-      const { pi, a, ex, Wq, ew, nIn, nOut } = cache[k];
-      const dW = await this.units.gemm(G, a, { m: nOut, k: b, n: nIn, transA: true }); // (out, in)
-      accumulate(total, L.offsets[pi], dW, eg + ex, fracBits, limit);
-      const db = new Float64Array(nOut);
-      for (let i = 0; i < b; i++) for (let o = 0; o < nOut; o++) db[o] += G[i * nOut + o];
-      accumulate(total, L.offsets[pi + 1], db, eg, fracBits, limit);
-      if (k === 0 && emb === null) break;
-      const dX = await this.units.gemm(G, Wq, { m: b, k: nOut, n: nIn }); // (b, in)
-      const dexpX = eg + ew;
-      if (k === 0) { // into the embedding: integer scatter-add of dX's rows
-        const { pi: epi, tokens, V, D } = emb;
-        const dE = new Float64Array(V * D);
-        for (let t = 0; t < tokens.length; t++) {
-          const row = tokens[t] * D;
-          for (let d = 0; d < D; d++) dE[row + d] += dX[t * D + d];
-        }
-        accumulate(total, L.offsets[epi], dE, dexpX, fracBits, limit);
+      const entry = cache[k];
+      const below = k > 0 ? cache[k - 1] : null;
+      // The first layer never computes an input error; an embedding below takes it raw.
+      ctx.needInput = below !== null;
+      const r = await entry.layer.backward(ctx, entry, G, eg);
+      if (!r) break;
+      if (below.raw) {
+        await below.layer.backward(ctx, below, r.dX, r.e);
         break;
       }
-      const reluOut = cache[k - 1].reluOut;
+      const { dX } = r;
+      const reluOut = below.reluOut;
       if (reluOut) for (let j = 0; j < dX.length; j++) if (!(reluOut[j] > 0)) dX[j] = 0;
-      const s = Math.max(exponent(absmax(dX)) - 7, 0);
-      G = await this.units.requantize(dX, s);
-      eg = dexpX + s;
+      if (r.int8) {
+        G = dX;
+        eg = r.e;
+      } else {
+        const s = Math.max(exponent(absmax(dX)) - 7, 0);
+        G = await this.units.requantize(dX, s);
+        eg = r.e + s;
+      }
     }
     return { loss: lossSum / b, correct };
   }
@@ -236,14 +199,4 @@ export class Engine {
   }
 }
 
-/** total[off + j] += floor(clamp(ints[j] * 2^(e + S), -L, L) + 1/2) */
-export function accumulate(total, off, ints, e, fracBits, limit) {
-  const scale = pow2(e + fracBits);
-  for (let j = 0; j < ints.length; j++) {
-    let v = ints[j] * scale;
-    v = v < -limit ? -limit : v > limit ? limit : v;
-    total[off + j] += Math.floor(v + 0.5);
-  }
-}
-
-export { quantize1 };
+export { accumulate, BIAS_LIMIT, quantize1 };

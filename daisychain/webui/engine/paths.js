@@ -3,11 +3,14 @@
 //   gemm(a, b, {m, k, n, transA, transB}) -> Int32Array (M, N)
 //   requantize(acc, shift, {relu})         -> Int32Array of int8 values
 //   mul(a, b), relu(x)                      -> Int32Array
+//   im2col(a, b, geom), col2im(d, b, geom)  -> Int32Array    (conv.js has the layouts)
+//   maxpool(a, b, geom), maxpoolBack(g, a, b, geom) -> Int32Array
 // CpuUnits runs the JS units (units.js, gemm.js); GpuUnits (gpu.js) the WGSL kernels.
 // openPaths() tries the GPU and, if it cannot be used, says why in words.
 
 import { gemmFast, gemmLayout, gemmLut } from "../gemm.js";
 import { GpuUnits, POISON } from "../gpu.js";
+import { col2imArray, convLayout, im2colArray, maxpoolArray, maxpoolBackArray, poolLayout } from "../conv.js";
 import { mulArray, reluArray, requantizeArray } from "../units.js";
 
 export class CpuUnits {
@@ -35,6 +38,25 @@ export class CpuUnits {
 
   async relu(x) {
     return reluArray(x, this.luts, new Int32Array(x.length).fill(POISON));
+  }
+
+  async im2col(a, b, geom) {
+    const { hw, cols } = convLayout("im2col", b, geom);
+    return im2colArray(a, b, geom, new Int32Array(b * hw * cols).fill(POISON));
+  }
+
+  async col2im(d, b, geom) {
+    const { hw } = convLayout("col2im", b, geom);
+    return col2imArray(d, b, geom, new Int32Array(b * geom.ci * hw).fill(POISON));
+  }
+
+  async maxpool(a, b, geom) {
+    const { oh, ow } = poolLayout("maxpool", b, geom);
+    return maxpoolArray(a, b, geom, new Int32Array(b * geom.c * oh * ow).fill(POISON));
+  }
+
+  async maxpoolBack(g, a, b, geom) {
+    return maxpoolBackArray(g, a, b, geom);
   }
 
   onFailure() {}

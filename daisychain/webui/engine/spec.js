@@ -1,38 +1,34 @@
 // Model specs and hyperparameters, mirroring daisychain/engine/spec.py: the same JSON, the
 // same validation, the same canonical parameter order.
 
-import { MAX_K } from "../gemm.js";
+import { Conv2d, int, KERNELS, layerFromJson, Linear, MAX_FEATURES, MaxPool2d, Relu, SpecError } from "./layers.js";
 
-export const MAX_FEATURES = Math.floor((2147483647 - 1073741824) / (127 * 127));
 export const MAX_PARAMS = 50_000_000;
+export const INPUT_KINDS = ["dense", "tokens", "image"];
+export const MAX_IMAGE_SIDE = 1024; // largest image height or width
+export const MAX_CHANNELS = 64; // most image channels
 
-export class SpecError extends Error {
-  constructor(message) {
-    super(message);
-    this.name = "SpecError";
-  }
-}
+export { MAX_FEATURES, SpecError };
 
-/** @typedef {{type: "linear"|"relu"|"embedding", nIn: number, nOut: number}} Layer */
-
+/** Layers are the classes of layers.js (Linear, Embedding, Relu, Conv2d, MaxPool2d); an
+ *  image input is {kind: "image", dim: C*H*W, channels: C, height: H, width: W}. */
 export class ModelSpec {
-  constructor(layers, inputKind, inputDim, classes) {
-    this.layers = layers;
+  constructor(layers, inputKind, inputDim, classes, image = null) {
+    this.layers = layers.map((l) => (typeof l.forward === "function" ? l : layerFromJson(legacyJson(l))));
     this.inputKind = inputKind;
     this.inputDim = inputDim;
     this.classes = classes;
+    this.image = image; // {c, h, w} of an image input
   }
 
   static fromJson(obj) {
     let spec;
     try {
-      const layers = obj.layers.map((l) => {
-        if (l.type === "linear") return { type: "linear", nIn: int(l.in), nOut: int(l.out) };
-        if (l.type === "embedding") return { type: "embedding", nIn: int(l.vocab), nOut: int(l.dim) };
-        if (l.type === "relu") return { type: "relu", nIn: 0, nOut: 0 };
-        throw new SpecError(`unknown layer type ${JSON.stringify(l.type)}`);
-      });
-      spec = new ModelSpec(layers, String(obj.input.kind), int(obj.input.dim), int(obj.classes));
+      const layers = obj.layers.map(layerFromJson);
+      const kind = String(obj.input.kind);
+      const image = kind === "image"
+        ? { c: int(obj.input.channels), h: int(obj.input.height), w: int(obj.input.width) } : null;
+      spec = new ModelSpec(layers, kind, int(obj.input.dim), int(obj.classes), image);
     } catch (err) {
       if (err instanceof SpecError) throw err;
       throw new SpecError(`malformed model spec: ${err.message}`);
@@ -42,50 +38,40 @@ export class ModelSpec {
   }
 
   toJson() {
-    return {
-      input: { kind: this.inputKind, dim: this.inputDim }, classes: this.classes,
-      layers: this.layers.map((l) => (l.type === "linear" ? { type: "linear", in: l.nIn, out: l.nOut }
-        : l.type === "embedding" ? { type: "embedding", vocab: l.nIn, dim: l.nOut } : { type: "relu" })),
-    };
+    const input = { kind: this.inputKind, dim: this.inputDim };
+    if (this.image) Object.assign(input, { channels: this.image.c, height: this.image.h, width: this.image.w });
+    return { input, classes: this.classes, layers: this.layers.map((l) => l.toJson()) };
   }
 
   /** Canonical parameter order: by layer, weight then bias. [[name, shape], ...] */
   paramShapes() {
-    const out = [];
-    this.layers.forEach((l, i) => {
-      if (l.type === "linear") out.push([`layers.${i}.weight`, [l.nOut, l.nIn]], [`layers.${i}.bias`, [l.nOut]]);
-      else if (l.type === "embedding") out.push([`layers.${i}.weight`, [l.nIn, l.nOut]]);
-    });
-    return out;
+    return this.layers.flatMap((l, i) => l.paramShapes(i));
+  }
+
+  /** The shape the input gives the first layer: {width} or, for an image, {width, c, h, w}. */
+  inputShape() {
+    if (this.inputKind !== "image") {
+      if (this.image) throw new SpecError("only an image input has channels, height and width");
+      return { width: this.inputDim };
+    }
+    if (!this.image) throw new SpecError("an image input needs channels, height and width");
+    const { c, h, w } = this.image;
+    if (!(c >= 1 && c <= MAX_CHANNELS && h >= 1 && h <= MAX_IMAGE_SIDE && w >= 1 && w <= MAX_IMAGE_SIDE)) {
+      throw new SpecError(`an image is 1..${MAX_CHANNELS} channels of 1..${MAX_IMAGE_SIDE} x 1..${MAX_IMAGE_SIDE} pixels, not ${c}x${h}x${w}`);
+    }
+    if (this.inputDim !== c * h * w) throw new SpecError(`image input dim ${this.inputDim} is not ${c}*${h}*${w}`);
+    return { width: this.inputDim, c, h, w };
   }
 
   validate() {
     const L = this.layers;
     if (!L.length) throw new SpecError("a model needs at least one layer");
-    if (this.inputKind !== "dense" && this.inputKind !== "tokens") {
-      throw new SpecError(`input kind must be 'dense' or 'tokens', got '${this.inputKind}'`);
+    if (!INPUT_KINDS.includes(this.inputKind)) {
+      throw new SpecError(`input kind must be one of ${INPUT_KINDS.join(", ")}, got '${this.inputKind}'`);
     }
-    let width = this.inputDim;
-    L.forEach((l, i) => {
-      if (l.type === "embedding") {
-        if (i !== 0 || this.inputKind !== "tokens") throw new SpecError("an embedding must be the first layer of a 'tokens' model");
-        if (l.nIn < 1 || l.nOut < 1) throw new SpecError("embedding vocab and dim must be >= 1");
-        width = this.inputDim * l.nOut;
-      } else if (l.type === "linear") {
-        if (l.nIn !== width) throw new SpecError(`layer ${i}: linear expects ${l.nIn} inputs, gets ${width}`);
-        if (!(l.nIn >= 1 && l.nIn <= MAX_FEATURES) || l.nOut < 1) {
-          throw new SpecError(`layer ${i}: linear in-features must lie in [1, ${MAX_FEATURES}] so its int32 accumulator cannot overflow`);
-        }
-        if (l.nOut > MAX_K) throw new SpecError(`layer ${i}: out-features above ${MAX_K} would overflow the error GEMM`);
-        width = l.nOut;
-      } else if (l.type === "relu") {
-        if (i === 0 || L[i - 1].type !== "linear" || i === L.length - 1) {
-          throw new SpecError(`layer ${i}: relu must follow a hidden linear layer`);
-        }
-      } else {
-        throw new SpecError(`layer ${i}: unknown type '${l.type}'`);
-      }
-    });
+    if (!(this.inputDim >= 1)) throw new SpecError("the input dimension must be >= 1");
+    let shape = this.inputShape();
+    L.forEach((l, i) => { shape = l.outShape(i, shape, this); });
     if (this.inputKind === "tokens" && L[0].type !== "embedding") throw new SpecError("a 'tokens' model must start with an embedding");
     const last = L[L.length - 1];
     if (last.type !== "linear" || last.nOut !== this.classes) throw new SpecError(`the last layer must be linear(.., ${this.classes})`);
@@ -94,10 +80,24 @@ export class ModelSpec {
   }
 }
 
-function int(x) {
-  const v = Number(x);
-  if (!Number.isInteger(v)) throw new SpecError(`expected an integer, got ${JSON.stringify(x)}`);
-  return v;
+/** counters.py unit_counts_per_micro_batch through the registry: {multiply, requantize, relu}
+ *  unit invocations of one micro-batch of `microBatch` samples (forward + backward). */
+export function layerUnitCounts(spec, microBatch) {
+  const out = { multiply: 0, requantize: 0, relu: 0 };
+  spec.layers.forEach((l, i) => {
+    const [m, r, u] = l.units(microBatch, i, spec.layers);
+    out.multiply += m;
+    out.requantize += r;
+    out.relu += u;
+  });
+  return out;
+}
+
+/** {type, nIn, nOut} (the form older code builds) -> the layer's spec JSON. */
+function legacyJson(l) {
+  if (l.type === "linear") return { type: "linear", in: l.nIn, out: l.nOut };
+  if (l.type === "embedding") return { type: "embedding", vocab: l.nIn, dim: l.nOut };
+  return l;
 }
 
 /** spec.py MAX_HIDDEN_LAYERS: most hidden layers a `layers` setting may name. */
@@ -114,20 +114,127 @@ export function hiddenWidths(hidden, depth = 1) {
   return widths;
 }
 
-/** settings.py parse_layers: "256,256" -> [256, 256] (the `--layers` / `?layers=` text). */
+/** settings.py parse_layers: "256,256" -> [256, 256] (the `--layers` / `?layers=` text); an
+ *  image model's text also names convolutions and pools: "conv16,pool,conv32k5,pool,64" ->
+ *  ["conv16", "pool", "conv32k5", "pool", 64] (see layerItems and imageCnn). */
 export function parseLayers(text) {
   const parts = String(text).split(",").map((t) => t.trim());
+  if (parts.some((t) => t === "pool" || t.startsWith("conv"))) {
+    if (parts.length > MAX_LAYER_ITEMS) throw new SpecError(`at most ${MAX_LAYER_ITEMS} layers`);
+    return layerItems(parts.map((t) => {
+      if (/^[0-9]+$/.test(t)) return parseInt(t, 10);
+      if (t === "pool" || /^conv[\x21-\x7e]*$/.test(t)) return t;
+      throw new SpecError(`--layers takes comma-separated hidden widths such as 256,256 (and for images ` +
+        `convN, convNkK, pool), not ${pyRepr(String(text))}`);
+    }));
+  }
   if (parts.length > MAX_HIDDEN_LAYERS) throw new SpecError(`at most ${MAX_HIDDEN_LAYERS} hidden layers`);
-  if (!parts.every((t) => /^[+-]?[0-9]+$/.test(t))) {
-    throw new SpecError(`--layers takes comma-separated hidden widths such as 256,256, not ${JSON.stringify(String(text))}`);
+  if (!parts.every((t) => /^[0-9]+$/.test(t))) {
+    throw new SpecError(`--layers takes comma-separated hidden widths such as 256,256, not ${pyRepr(String(text))}`);
   }
   return hiddenWidths(parts.map((t) => parseInt(t, 10)));
+}
+
+/** spec.py DEFAULT_CNN: the default layers of an image task. */
+export const DEFAULT_CNN = Object.freeze(["conv16", "pool", "conv32", "pool", "conv64", "pool"]);
+/** spec.py MAX_LAYER_ITEMS: most items a --layers setting may name. */
+export const MAX_LAYER_ITEMS = 32;
+/** Python's repr() of a str in the messages Python also writes (ASCII text). */
+function pyRepr(t) {
+  return t.includes("'") && !t.includes('"') ? `"${t}"` : `'${t.replace(/\\/g, "\\\\").replace(/'/g, "\\'")}'`;
+}
+
+const CONV_ITEM = /^conv([0-9]+)(?:k([0-9]+))?$/;
+
+/** spec.py layer_items: check a --layers list of widths and convN, convNkK, pool. */
+export function layerItems(items) {
+  items = Array.from(items);
+  if (items.length < 1 || items.length > MAX_LAYER_ITEMS) {
+    throw new SpecError(`--layers names 1 to ${MAX_LAYER_ITEMS} layers, not ${items.length}`);
+  }
+  const out = items.map((t) => {
+    if (typeof t === "number" && Number.isInteger(t)) return t;
+    const m = CONV_ITEM.exec(String(t));
+    if (t !== "pool" && !m) {
+      throw new SpecError(`unknown --layers item ${pyRepr(String(t))}: use a width (128), convN (3x3), ` +
+        "convNkK (KxK, K in 3 or 5) or pool");
+    }
+    if (m && m[2] !== undefined && !KERNELS.includes(+m[2])) throw new SpecError(`${t}: the kernel size must be 3 or 5`);
+    if (m && !(+m[1] >= 1 && +m[1] <= 4096)) throw new SpecError(`${t}: a conv has 1 to 4096 filters`);
+    return String(t);
+  });
+  const dense = out.filter((t) => typeof t === "number");
+  if (dense.length > MAX_HIDDEN_LAYERS) throw new SpecError(`at most ${MAX_HIDDEN_LAYERS} hidden layers, not ${dense.length}`);
+  if (dense.some((w) => w < 1)) throw new SpecError(`hidden widths must be >= 1, got ${dense.join(",")}`);
+  return out;
+}
+
+/**
+ * spec.py cnn: an image model from --layers items: each convN / convNkK is conv2d + relu,
+ * pool a 2x2 max pool, each width a dense hidden layer + relu (the map is flattened,
+ * channel-major, before the first one), then linear(.., classes).
+ */
+export function imageCnn(c, h, w, items, classes) {
+  items = layerItems(items);
+  const layers = [];
+  let map = { c, h, w };
+  let width = c * h * w;
+  for (const t of items) {
+    if (typeof t === "number") {
+      layers.push(new Linear(map ? map.c * map.h * map.w : width, t), new Relu());
+      map = null;
+      width = t;
+      continue;
+    }
+    if (!map) {
+      throw new SpecError(`--layers: ${t} comes after a dense layer; every conv and pool must ` +
+        "come before the first dense width");
+    }
+    if (t === "pool") {
+      layers.push(new MaxPool2d(map.c, map.h, map.w));
+      map = { c: map.c, h: map.h >> 1, w: map.w >> 1 };
+    } else {
+      const m = CONV_ITEM.exec(t);
+      const co = +m[1];
+      layers.push(new Conv2d(map.c, co, m[2] === undefined ? 3 : +m[2], map.h, map.w), new Relu());
+      map = { c: co, h: map.h, w: map.w };
+    }
+  }
+  layers.push(new Linear(map ? map.c * map.h * map.w : width, classes));
+  const spec = new ModelSpec(layers, "image", c * h * w, classes, { c, h, w });
+  spec.validate();
+  return spec;
+}
+
+/** data.py Dataset.image_shape: (C, H, W) of an image dataset, from meta.image_shape. */
+export function imageShape(ds) {
+  const sh = ds.meta && ds.meta.image_shape;
+  if (!Array.isArray(sh) || sh.length !== 3 || !sh.every(Number.isInteger)) {
+    throw new SpecError("an image dataset names its [channels, height, width] in meta.image_shape");
+  }
+  return sh;
 }
 
 /** spec.py hidden_of: the hidden widths (out-features of every linear but the last) of a
  *  ModelSpec or of its JSON (`{layers: [{type: "linear", out}, ...]}`). */
 export function hiddenOf(spec) {
   return spec.layers.filter((l) => l.type === "linear").map((l) => l.nOut ?? l.out).slice(0, -1);
+}
+
+/** spec.py layers_text: the --layers text that makes this spec (its convs, pools and hidden
+ *  widths in order: "conv16,pool,conv32k5,pool,64"), of a ModelSpec or of its JSON. */
+export function layersText(spec) {
+  const layers = spec.layers;
+  const last = layers.map((l) => l.type).lastIndexOf("linear");
+  const out = [];
+  layers.forEach((l, i) => {
+    if (l.type === "conv2d") {
+      const k = l.k ?? l.kernel;
+      out.push(`conv${l.co ?? l.out_channels}${k !== 3 ? `k${k}` : ""}`);
+    } else if (l.type === "maxpool2d") out.push("pool");
+    else if (l.type === "linear" && i !== last) out.push(String(l.nOut ?? l.out));
+  });
+  return out.join(",");
 }
 
 function stack(width, widths, classes) {
@@ -156,9 +263,19 @@ export function charMlp(vocab, context, dim, hidden) {
 }
 
 /** data.py model_for: the model of a prepared dataset; `layers` is one hidden width (a number,
- *  `--hidden`) or the array of hidden widths (`--layers`). */
-export function modelFor(ds, layers = 128, dim = 16) {
+ *  `--hidden`), the --layers items (widths, and for an image task convN / convNkK / pool), or
+ *  null for the task's default (one hidden layer of 128; an image task: DEFAULT_CNN). */
+export function modelFor(ds, layers = null, dim = 16) {
   if (typeof layers === "number" && layers < 1) throw new SpecError("--hidden must be >= 1");
+  if (ds.kind === "image") {
+    const items = layers === null || layers === undefined ? DEFAULT_CNN : typeof layers === "number" ? [layers] : layers;
+    const [c, h, w] = imageShape(ds);
+    return imageCnn(c, h, w, items, ds.classes);
+  }
+  layers = layers ?? 128;
+  if (typeof layers !== "number" && Array.from(layers).some((t) => typeof t === "string")) {
+    throw new SpecError(`conv and pool layers need an image input (--task image); the ${ds.task} task takes dense widths only`);
+  }
   if (ds.kind === "dense") return mlp(ds.x_train.shape[1], layers, ds.classes);
   return charMlp(ds.classes, ds.x_train.shape[1], dim, layers);
 }
@@ -167,14 +284,21 @@ export function modelFor(ds, layers = 128, dim = 16) {
 export const HYPER_DEFAULTS = Object.freeze({
   lr: 3e-3, beta1: 0.9, beta2: 0.999, eps: 1e-8, weight_decay: 0.0,
   batch: 64, micro_batch: 16, grad_frac_bits: 40, seed: 0,
+  augment_shift: 0, lr_warmup: 0, lr_decay_steps: 0,
 });
 /** Hyper fields that are floats in Python (their canonical JSON spelling differs from ints). */
 export const HYPER_FLOATS = ["lr", "beta1", "beta2", "eps", "weight_decay"];
+/** spec.py RECIPE_FIELDS: the image recipe's fields, left out of the JSON when 0 (so that a
+ *  run without them keeps its identity). */
+export const RECIPE_FIELDS = ["augment_shift", "lr_warmup", "lr_decay_steps"];
 
 export function makeHyper(overrides = {}) {
   const hp = { ...HYPER_DEFAULTS, ...overrides };
   for (const k of Object.keys(hp)) {
     if (!(k in HYPER_DEFAULTS)) throw new SpecError(`unknown hyperparameter ${k}`);
+  }
+  for (const k of RECIPE_FIELDS) {
+    if (!Number.isInteger(hp[k])) throw new SpecError(`${k} must be an integer, got ${JSON.stringify(hp[k])}`);
   }
   if (!(hp.micro_batch >= 1 && hp.batch >= 1) || hp.batch % hp.micro_batch) {
     throw new SpecError(`--batch (${hp.batch}) must be a positive multiple of --micro-batch (${hp.micro_batch})`);
@@ -190,7 +314,21 @@ export function makeHyper(overrides = {}) {
   if (!(Number.isInteger(hp.grad_frac_bits) && hp.grad_frac_bits >= 0 && hp.grad_frac_bits <= 60)) {
     throw new SpecError("grad_frac_bits must lie in [0, 60]");
   }
+  if (!(hp.augment_shift >= 0 && hp.augment_shift <= 8)) throw new SpecError("--augment-shift must lie in [0, 8] pixels");
+  if (!(hp.lr_warmup >= 0 && hp.lr_warmup <= 2 ** 31 && hp.lr_decay_steps >= 0 && hp.lr_decay_steps <= 2 ** 31)) {
+    throw new SpecError("--lr-warmup and --lr-decay-steps must lie in [0, 2**31]");
+  }
+  if (hp.lr_decay_steps && hp.lr_warmup >= hp.lr_decay_steps) {
+    throw new SpecError(`--lr-warmup (${hp.lr_warmup}) must be below --lr-decay-steps (${hp.lr_decay_steps})`);
+  }
   return Object.freeze(hp);
+}
+
+/** spec.py Hyper.to_json: every field, but the recipe's only when set. */
+export function hyperJson(hp) {
+  const out = { ...hp };
+  for (const k of RECIPE_FIELDS) if (!out[k]) delete out[k];
+  return out;
 }
 
 export const nMicro = (hp) => hp.batch / hp.micro_batch;

@@ -13,7 +13,7 @@ import { adamStep, AdamState } from "./adam.js";
 import { pow2 } from "./detmath.js";
 import { Engine, initParams, ParamLayout } from "./model.js";
 import { permutation, STREAM_SHUFFLE } from "./prng.js";
-import { nMicro } from "./spec.js";
+import { hyperJson, nMicro, RECIPE_FIELDS, SpecError } from "./spec.js";
 
 export const ENGINE_VERSION = "1";
 
@@ -104,13 +104,21 @@ export class Trainer {
 
   constructor({ spec, hyper, dataset, luts, units }) {
     spec.validate();
+    if (hyper.augment_shift && dataset.kind !== "image") throw new SpecError("--augment-shift applies to the image task");
+    // The image recipe (shift augmentation, learning-rate schedule: engine/augment.py) is
+    // not applied by this trainer: refuse a run that sets it rather than train other bits.
+    const recipe = RECIPE_FIELDS.filter((k) => hyper[k]);
+    if (recipe.length) {
+      throw new SpecError(`this engine does not apply the image recipe yet (${recipe.join(", ")} set); ` +
+        "train with augment_shift, lr_warmup and lr_decay_steps at 0");
+    }
     this.spec = spec;
     this.hp = hyper;
     this.ds = dataset;
     this.luts = luts;
     this.engine = new Engine(spec, units);
     this.layout = new ParamLayout(spec);
-    this.rowLen = dataset.x_train.shape[1];
+    this.rowLen = dataset.x_train.shape.slice(1).reduce((a, b) => a * b, 1); // values per sample
     this.schedule = new Schedule(dataset.y_train.data.length, hyper);
     this.theta = initParams(spec, hyper.seed);
     this.adam = new AdamState(this.theta.length);
@@ -218,7 +226,7 @@ export function canonicalJson(obj, floats = new Set()) {
 
 /** trainer.py run_identity / run_id: what fixes a run, and its 16-hex-digit id. */
 export function runIdentity(spec, hp, ds, luts) {
-  return { model: spec.toJson(), hyper: { ...hp }, dataset: ds.fingerprint, task: ds.task,
+  return { model: spec.toJson(), hyper: hyperJson(hp), dataset: ds.fingerprint, task: ds.task,
     luts: luts.manifestSha256, engine: ENGINE_VERSION, seed: hp.seed };
 }
 
