@@ -156,6 +156,19 @@ class Trainer:
         adam_step(self.state.theta, self.state.adam, total.reshape(-1), self.hp, gscale, gdiv)
         self.state.step += 1
 
+    def snapshot(self) -> TrainState:
+        """A copy of the replica's state (parameters, Adam moments and step)."""
+        st, a = self.state, self.state.adam
+        return TrainState(st.theta.copy(), AdamState(a.m.copy(), a.v.copy(), a.step, a.b1t, a.b2t), st.step)
+
+    def load(self, state: TrainState) -> None:
+        """Replace the replica's state with a copy of ``state`` (theta is written in place)."""
+        st, a = self.state, state.adam
+        st.theta[:] = state.theta
+        st.adam.m, st.adam.v = np.array(a.m, np.float64), np.array(a.v, np.float64)
+        st.adam.b1t, st.adam.b2t = float(a.b1t), float(a.b2t)
+        st.adam.step = st.step = int(state.step)
+
     def accuracy(self, split: str = "test") -> float:
         x = self.ds.x_test if split == "test" else self.ds.x_train
         y = self.ds.y_test if split == "test" else self.ds.y_train

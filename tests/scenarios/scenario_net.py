@@ -81,8 +81,8 @@ def norm_output(pid: str, o) -> list | None:
         return ["log", pid, bool(o.loud), o.text]
     if isinstance(o, R.Ended):
         return ["ended", pid, o.step, o.params_sha256, bool(o.agreed)]
-    if isinstance(o, R.Failed):
-        return ["failed", pid, o.reason]
+    if isinstance(o, R.Removed):
+        return ["removed", pid, o.by, o.reason]
     if isinstance(o, R.Restored):
         return ["restored", pid, o.step, o.params_sha256, o.by]
     if isinstance(o, R.Alarm):
