@@ -462,6 +462,8 @@ class Node:
                 self.save_checkpoint("autosave")
         elif isinstance(e, R.Refused) and e.peer == self.me:
             self._fail("refused the run: " + "; ".join(e.reasons))
+        elif isinstance(e, R.Removed):
+            self._fail(f"removed from the run by {e.by}: {e.reason}")
         elif isinstance(e, R.Ended):
             self.result = self.summary(e)
             self.result["checkpoint"] = self.save_checkpoint()

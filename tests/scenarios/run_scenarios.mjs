@@ -86,7 +86,7 @@ function normOutput(pid, o) {
     case "refused": return ["refused", pid, o.peer, [...o.reasons]];
     case "log": return ["log", pid, !!o.loud, o.text];
     case "ended": return ["ended", pid, o.step, o.params_sha256, !!o.agreed];
-    case "failed": return ["failed", pid, o.reason];
+    case "removed": return ["removed", pid, o.by, o.reason];
     case "restored": return ["restored", pid, o.step, o.params_sha256, o.by];
     case "alarm": return ["alarm", pid, o.alarm, o.peer, o.name, o.step, o.micro, o.strikes, o.text];
     default: throw new Error(`unknown output ${o.kind}`);

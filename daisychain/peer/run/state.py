@@ -34,7 +34,7 @@ def checked_state(trainer: Trainer, step: int, theta, m, v, b1t: float, b2t: flo
         raise RestoreError(f"the state holds {theta.size} parameters, the run's model {n}")
     if not (np.isfinite(theta).all() and np.isfinite(m).all() and np.isfinite(v).all()):
         raise RestoreError("the state holds non-finite values")
-    got = params_sha256(theta)
+    got = params_sha256(theta) if sha is not None else None
     if sha is not None and sha != got:
         raise RestoreError(f"the state's parameters hash to {got}, not {sha}")
     return TrainState(theta, AdamState(m, v, int(step), float(b1t), float(b2t)), int(step))
