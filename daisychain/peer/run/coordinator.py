@@ -117,7 +117,8 @@ class CoordinatorRole:
     def _new_window(self) -> None:
         """A rollback window from this replica's state on (a new term, a restore, a catch-up):
         what came before it cannot be rolled back."""
-        self.window = Window(window_steps(self.verify_rate, self.strikes))
+        size = self.window_size if self.window_size is not None else window_steps(self.verify_rate, self.strikes)
+        self.window = Window(size)
         self.window.reset(self.trainer)
         self.unchecked_since = {}
 

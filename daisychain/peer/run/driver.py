@@ -40,7 +40,7 @@ class RunPeer(MemberRole, CoordinatorRole, TrustRole):
                  capacity: float | None = None, selftest: tuple[bool, str] = (True, "ok"),
                  trainer: Trainer | None = None, steps: int = 0, wait_peers: int = 0,
                  verify_rate: float = VERIFY_RATE, strikes: int = STRIKES,
-                 verify_key: str | None = None):
+                 verify_key: str | None = None, window: int | None = None):
         self.me = me
         if not (math.isfinite(verify_rate) and 0.0 <= verify_rate <= 1.0):
             raise ValueError("the verify rate must be in [0, 1]")
@@ -49,6 +49,7 @@ class RunPeer(MemberRole, CoordinatorRole, TrustRole):
         self.verify_rate = float(verify_rate)
         self.strikes = int(strikes)
         self.verify_key = verify_key or secrets.token_hex(16)
+        self.window_size = window  # the rollback window in steps (None: from the verify rate)
         self.names: dict[str, str] = {}    # signaling id -> the name it gave (for logs)
         self.checks: dict[int, _Check] = {}  # coordinator: spot-checks of the current step
         self.strike_count: dict[str, int] = {}

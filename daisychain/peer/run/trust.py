@@ -73,7 +73,7 @@ class TrustRole:
         text = f"liar removed: {name} ({peer}) after {n} strikes"
         out: list[Output] = [Log(text, loud=True), Alarm("removed", peer, name, self.step, None, n, text)]
         if peer in self.open:
-            why = f"removed after {n} strikes; the last: {last}"[:1000]
+            why = f"{n} strikes (the last: {last})"[:1000]
             out.append(Send(peer, F.Refuse(self.term, (why,))))
         since = self.window.earliest(peer)
         first = self.unchecked_since.get(peer)
@@ -100,5 +100,5 @@ class TrustRole:
         self.window.go_back(self.trainer, since)
         self.unchecked_since = {p: s for p, s in self.unchecked_since.items() if s < since}
         self.term += 1
-        return self._reopen([Log(f"rolled back {n} steps: liar {self._name(peer)} sent unchecked "
+        return self._reopen([Log(f"rolled back {n} step{'' if n == 1 else 's'}: liar {self._name(peer)} sent unchecked "
                                  f"contributions since step {since}", loud=True)])

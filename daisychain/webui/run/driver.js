@@ -40,7 +40,7 @@ function randomKey() {
 
 export class RunPeer {
   constructor(me, { kind = "cpu", capacity = null, makeTrainer = null, selftest = [true, "ok"],
-    verifyRate = VERIFY_RATE, strikes = STRIKES, verifyKey = null, waitPeers = 0 } = {}) {
+    verifyRate = VERIFY_RATE, strikes = STRIKES, verifyKey = null, waitPeers = 0, window = null } = {}) {
     if (!(Number.isFinite(verifyRate) && verifyRate >= 0 && verifyRate <= 1)) throw new RangeError("the verify rate must be in [0, 1]");
     if (!(Number.isInteger(strikes) && strikes >= 1 && strikes <= MAX_STRIKES)) throw new RangeError(`strikes must be in [1, ${MAX_STRIKES}]`);
     this.me = me;
@@ -51,6 +51,7 @@ export class RunPeer {
     this.verifyRate = verifyRate;
     this.strikes = strikes;
     this.verifyKey = verifyKey || randomKey();
+    this.windowSize = window; // the rollback window in steps (null: from the verify rate)
     this.waitPeers = waitPeers;
     this.names = new Map();    // signaling id -> the name it gave (for logs)
     this.checks = new Map();   // coordinator: spot-checks of the current step

@@ -61,7 +61,7 @@ export class TrustRole {
     const text = `liar removed: ${name} (${peer}) after ${n} strikes`;
     const out = [log(text, true), { kind: "alarm", alarm: "removed", peer, name, step: this.step, micro: null, strikes: n, text }];
     if (this.open.has(peer)) {
-      out.push(send(peer, { T: "refuse", term: this.term, reasons: [`removed after ${n} strikes; the last: ${last}`.slice(0, 1000)] }));
+      out.push(send(peer, { T: "refuse", term: this.term, reasons: [`${n} strikes (the last: ${last})`.slice(0, 1000)] }));
     }
     const since = this.window.earliest(peer);
     const first = this.uncheckedSince.get(peer);
@@ -89,6 +89,6 @@ export class TrustRole {
     await this._rehash();
     for (const [p, s] of [...this.uncheckedSince]) if (s >= since) this.uncheckedSince.delete(p);
     this.term += 1;
-    return this._reopen([log(`rolled back ${n} steps: liar ${this._name(peer)} sent unchecked contributions since step ${since}`, true)]);
+    return this._reopen([log(`rolled back ${n} step${n === 1 ? "" : "s"}: liar ${this._name(peer)} sent unchecked contributions since step ${since}`, true)]);
   }
 }

@@ -1,0 +1,74 @@
+"""The rollback window (daisychain/peer/run/rollback.py, webui/run/rollback.js): its size from
+the verify rate and strikes is the smallest with a liar's escape probability under 10^-6
+(checked against exact binomial sums), the same in Python and JS; and going back within
+it gives the bits the replica had at that step."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from fractions import Fraction
+from math import comb
+
+import numpy as np
+import pytest
+
+from daisychain import package_path
+from daisychain.engine.trainer import params_sha256
+from daisychain.peer.run.rollback import ESCAPE, Window, window_steps
+
+GRID = [(r, s) for r in (1.0, 0.5, 0.25, 0.1, 0.05, 0.02, 0.01) for s in (1, 2, 3, 5)] + [(0.0, 3)]
+
+
+def escape(k: int, rate: float, strikes: int) -> Fraction:
+    """P(fewer than ``strikes`` of k steps checked), exactly."""
+    r = Fraction(rate)
+    return sum(comb(k, i) * r**i * (1 - r) ** (k - i) for i in range(strikes))
+
+
+@pytest.mark.parametrize("rate,strikes", [g for g in GRID if 0 < g[0] < 1 and g[0] >= 0.05])
+def test_the_window_is_the_smallest_with_escape_under_the_bound(rate, strikes):
+    k = window_steps(rate, strikes)
+    assert escape(k, rate, strikes) < ESCAPE <= escape(k - 1, rate, strikes)
+
+
+def test_no_checks_no_window_and_rate_one_is_the_strikes():
+    assert window_steps(0.0, 3) == 0
+    assert window_steps(1.0, 3) == 3
+
+
+def test_python_and_js_size_the_window_alike(node):
+    js = f"""
+const {{ windowSteps }} = await import({json.dumps(package_path("webui", "run", "rollback.js").as_uri())});
+console.log(JSON.stringify({json.dumps(GRID)}.map(([r, s]) => windowSteps(r, s))));
+"""
+    out = subprocess.run([node, "--input-type=module", "-e", js], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout) == [window_steps(r, s) for r, s in GRID]
+
+
+def test_going_back_gives_the_bits_of_that_step():
+    import sys
+    from pathlib import Path
+    sys.path.insert(0, str(Path(__file__).parent / "scenarios"))
+    from scenario_net import settings
+    from daisychain.engine.trainer import Trainer
+    from daisychain.units import load_luts
+    rs = settings(("--hidden", "8", "--batch", "8", "--micro-batch", "2", "--steps", "6"))
+    tr = Trainer(rs.spec, rs.hp, rs.ds, load_luts())
+    w = Window(3)
+    w.reset(tr)
+    seen = {}
+    for step in range(6):
+        seen[step] = tr.snapshot()
+        total = tr.contribute(range(rs.hp.n_micro)).grad
+        tr.apply(total)
+        w.record(tr, step, total, {"p1"} if step >= 2 else set())
+    assert w.first == 3 and w.earliest("p1") == 3  # steps 0..2 folded into the snapshot
+    end = tr.snapshot()
+    w.go_back(tr, 4)
+    assert tr.state.step == 4 and tr.params_sha256() == params_sha256(seen[4].theta)
+    assert np.array_equal(tr.state.adam.m, seen[4].adam.m) and np.array_equal(tr.state.adam.v, seen[4].adam.v)
+    assert not np.array_equal(tr.theta, end.theta)
+    assert w.earliest("p1") == 3 and [s.step for s in w.steps] == [3]
+
