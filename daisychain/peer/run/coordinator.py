@@ -118,7 +118,7 @@ class CoordinatorRole:
         """A rollback window from this replica's state on (a new term, a restore, a catch-up):
         what came before it cannot be rolled back."""
         size = self.window_size if self.window_size is not None else window_steps(self.verify_rate, self.strikes)
-        self.window = Window(size)
+        self.window = Window(size, self.bounds)
         self.window.reset(self.trainer)
         self.unchecked_since = {}
 

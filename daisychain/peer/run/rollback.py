@@ -6,8 +6,10 @@ at least ``r`` (the verify rate); it is removed at its ``strikes``-th mismatch. 
 holds the last :func:`window_steps` steps, so that a liar is removed within the window
 with probability at least 1 - 10**-6. It keeps one snapshot of the state at the window's
 first step and the integer total of every committed step since (with who sent unchecked
-contributions in it); going back to step S is loading the snapshot and applying the totals
-before S again: the same bits as the run had at S.
+contributions in it), each stored as the wire stores it (NARROW or VARINT, the smaller:
+intcodec.py); going back to step S is loading the snapshot and applying the totals before S
+again: the same bits as the run had at S. Steps older than the window are folded into the
+snapshot a quarter window at a time (so it holds between ``size`` and 1.25 ``size`` steps).
 """
 
 from __future__ import annotations
@@ -17,6 +19,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from daisychain.engine.trainer import Trainer, TrainState
+from daisychain.peer.framing import Codec
+from daisychain.peer.intcodec import decode_ints, encode_ints
 
 #: the chance, at most, that a liar stays unremoved for longer than the window
 ESCAPE = 1e-6
@@ -53,15 +57,20 @@ def window_steps(rate: float, strikes: int, escape: float = ESCAPE) -> int:
 @dataclass
 class _Step:
     step: int
-    total: np.ndarray
+    codec: int
+    body: bytes            # the total, encoded (intcodec)
     unchecked: frozenset   # peers with a contribution in it that no spot-check confirmed
+
+    def total(self, size: int) -> np.ndarray:
+        return decode_ints(self.codec, self.body, size)
 
 
 class Window:
     """The last ``size`` committed steps of this coordinator (see the module docstring)."""
 
-    def __init__(self, size: int):
+    def __init__(self, size: int, bounds: list[int] | None = None):
         self.size = int(size)
+        self.bounds = bounds
         self.base: TrainState | None = None
         self.steps: list[_Step] = []
 
@@ -76,16 +85,19 @@ class Window:
         self.steps = []
 
     def record(self, trainer: Trainer, step: int, total: np.ndarray, unchecked) -> None:
-        """``total`` was applied at ``step`` (``trainer`` is now at step + 1). The oldest step
-        beyond the window is folded into the snapshot (applied to it)."""
+        """``total`` was applied at ``step`` (``trainer`` is now at step + 1). Past 1.25 times
+        the window, the oldest quarter is folded into the snapshot (applied to it)."""
         if self.base is None:
             return
-        self.steps.append(_Step(step, np.array(total, np.int64), frozenset(unchecked)))
-        if len(self.steps) > self.size:
-            old = self.steps.pop(0)
+        codec, body = encode_ints(np.asarray(total, np.int64), self.bounds, (Codec.NARROW, Codec.VARINT))
+        self.steps.append(_Step(step, codec, body, frozenset(unchecked)))
+        chunk = max(1, self.size // 4)
+        if len(self.steps) >= self.size + chunk:
+            old, self.steps = self.steps[:chunk], self.steps[chunk:]
             now = trainer.snapshot()
             trainer.load(self.base)
-            trainer.apply(old.total)
+            for s in old:
+                trainer.apply(s.total(now.theta.size))
             self.base = trainer.snapshot()
             trainer.load(now)
 
@@ -99,7 +111,7 @@ class Window:
         trainer.load(self.base)
         keep = [s for s in self.steps if s.step < step]
         for s in keep:
-            trainer.apply(s.total)
+            trainer.apply(s.total(self.base.theta.size))
         self.steps = keep
 
     def nbytes(self) -> int:
@@ -107,4 +119,4 @@ class Window:
         if self.base is None:
             return 0
         b = self.base
-        return b.theta.nbytes + b.adam.m.nbytes + b.adam.v.nbytes + sum(s.total.nbytes for s in self.steps)
+        return b.theta.nbytes + b.adam.m.nbytes + b.adam.v.nbytes + sum(len(s.body) for s in self.steps)

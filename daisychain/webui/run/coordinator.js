@@ -182,7 +182,7 @@ export class CoordinatorRole {
   /** A rollback window from this replica's state on (a new term, a restore, a catch-up):
    * what came before it cannot be rolled back. */
   async _newWindow() {
-    this.window = new Window(this.windowSize ?? windowSteps(this.verifyRate, this.strikes));
+    this.window = new Window(this.windowSize ?? windowSteps(this.verifyRate, this.strikes), this.bounds);
     await this.window.reset(this.trainer);
     this.uncheckedSince = new Map();
   }

@@ -1,7 +1,12 @@
 // The rollback window of a coordinator (run.py's run/rollback.py): one snapshot of the state
 // at the window's first step and the integer total of every committed step since (with who
-// sent unchecked contributions in it), the last windowSteps(rate, strikes) steps; going back
-// to step S is loading the snapshot and applying the totals before S again.
+// sent unchecked contributions in it, stored NARROW or VARINT as on the wire), the last
+// windowSteps(rate, strikes) steps (up to 1.25 times that: the oldest quarter is folded into
+// the snapshot at once); going back to step S is loading the snapshot and applying the
+// totals before S again.
+
+import { Codec } from "../framing.js";
+import { decodeInts, encodeInts } from "../intcodec.js";
 
 /** The chance, at most, that a liar stays unremoved for longer than the window. */
 export const ESCAPE = 1e-6;
@@ -32,10 +37,11 @@ export function windowSteps(rate, strikes, escape = ESCAPE) {
 }
 
 export class Window {
-  constructor(size) {
+  constructor(size, bounds = null) {
     this.size = size;
+    this.bounds = bounds;
     this.base = null;  // a Trainer.snapshot() at the window's first step
-    this.steps = [];   // [{step, total, unchecked: Set}]
+    this.steps = [];   // [{step, codec, body, unchecked: Set}]
   }
 
   /** The earliest step the window can go back to (null: none). */
@@ -47,16 +53,18 @@ export class Window {
     this.steps = [];
   }
 
-  /** `total` was applied at `step`; the oldest step beyond the window is folded into the
-   * snapshot (applied to it). */
+  /** `total` was applied at `step`; past 1.25 times the window, the oldest quarter is
+   * folded into the snapshot (applied to it). */
   async record(trainer, step, total, unchecked) {
     if (!this.base) return;
-    this.steps.push({ step, total: Float64Array.from(total), unchecked: new Set(unchecked) });
-    if (this.steps.length > this.size) {
-      const old = this.steps.shift();
+    const { codec, body } = encodeInts(total, this.bounds, [Codec.NARROW, Codec.VARINT]);
+    this.steps.push({ step, codec, body, unchecked: new Set(unchecked) });
+    const chunk = Math.max(1, Math.floor(this.size / 4));
+    if (this.steps.length >= this.size + chunk) {
+      const old = this.steps.splice(0, chunk);
       const now = await trainer.snapshot();
       await trainer.load(this.base);
-      await trainer.apply(old.total);
+      for (const s of old) await trainer.apply(await decodeInts(s.codec, s.body, now.theta.length));
       this.base = await trainer.snapshot();
       await trainer.load(now);
     }
@@ -72,13 +80,13 @@ export class Window {
   async goBack(trainer, step) {
     await trainer.load(this.base);
     const keep = this.steps.filter((s) => s.step < step);
-    for (const s of keep) await trainer.apply(s.total);
+    for (const s of keep) await trainer.apply(await decodeInts(s.codec, s.body, this.base.theta.length));
     this.steps = keep;
   }
 
   /** Bytes the window holds: the snapshot and the totals. */
   bytes() {
     if (!this.base) return 0;
-    return (this.base.theta.length * 3 + this.steps.reduce((a, s) => a + s.total.length, 0)) * 8;
+    return this.base.theta.length * 3 * 8 + this.steps.reduce((a, s) => a + s.body.length, 0);
   }
 }
