@@ -227,7 +227,7 @@ def run_cluster(rs, args, dist) -> dict:
     from daisychain.engine.checkpoint import write_checkpoint_file
     from daisychain.engine.counters import unit_counts
     from daisychain.engine.trainer import Trainer, capacity_split
-    from daisychain.peer.run import measure_capacity
+    from daisychain.engine.capacity import measure_capacity
     from daisychain.units import load_luts
 
     rank, world = dist.get_rank(), dist.get_world_size()

@@ -27,7 +27,7 @@ from daisychain.peer.faults import FAULTS, Liar
 from daisychain.peer.client import SignalingClient, SignalingError, http_url
 from daisychain.peer.rtc import Mesh
 from daisychain.peer.selftest import selftest
-from daisychain.server import protocol as p
+from daisychain import signaling as p
 from daisychain.units import load_luts
 
 log = logging.getLogger("daisychain.peer")

@@ -31,13 +31,13 @@ from daisychain.engine.trainer import run_id
 
 from .config import ServerConfig
 from .guard import read_body, refusal
+from .keys import CONFIG_KEY
 
 LIMIT = min(MAX_BYTES, 64 * 2**20)
 log = logging.getLogger("daisychain.server")
 
 
 def _config(request: web.Request) -> ServerConfig:
-    from .app import CONFIG_KEY
     return request.app.get(CONFIG_KEY) or ServerConfig()
 
 

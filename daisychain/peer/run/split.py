@@ -1,14 +1,15 @@
 """How a step's micro-batches are shared: by capacity, or once a member's link is seen to
-cost time, so that everyone finishes together; and how a machine's capacity is measured."""
+cost time, so that everyone finishes together (the capacity itself is measured by
+:func:`daisychain.engine.capacity.measure_capacity`)."""
 
 from __future__ import annotations
 
-import time
-
 import numpy as np
 
+from daisychain.engine.capacity import measure_capacity  # noqa: F401  (re-exported)
 from daisychain.engine.model import Result
 from daisychain.engine.trainer import Trainer
+
 
 def finish_shares(spm: list[float], fixed: list[float], n: int) -> list[float]:
     """Micro-batch shares (summing to ~n) with which every peer finishes a step at the same
@@ -32,23 +33,6 @@ def finish_shares(spm: list[float], fixed: list[float], n: int) -> list[float]:
 
 
 def contribute_at(trainer: Trainer, theta: np.ndarray, step: int, micro) -> Result:
-    """``Trainer.contribute`` on a given parameter vector (a snapshot, so that a compute in a
-    thread never sees the replica change under it)."""
-    ids = np.asarray(micro, np.int64)
-    idx = np.stack([trainer.schedule.samples(step, int(j)) for j in ids])
-    return trainer.engine.grad(theta, trainer.ds.x_train[idx], trainer.ds.y_train[idx],
-                               trainer.hp.grad_frac_bits, trainer.limit)
-
-
-def measure_capacity(trainer: Trainer, seconds: float = 0.3) -> float:
-    """Micro-batches per second of this machine on this run (a few step-0 micro-batches)."""
-    theta = trainer.theta.copy()
-    n, t0 = 0, time.perf_counter()
-    while True:
-        contribute_at(trainer, theta, 0, [n % trainer.hp.n_micro])
-        n += 1
-        dt = time.perf_counter() - t0
-        if dt > seconds or n >= 200:
-            return n / dt
-
-
+    """``Trainer.contribute`` of ``micro`` of ``step`` on ``theta`` (the shell's compute, in a
+    thread: a copy of the parameters, so it never sees the replica change under it)."""
+    return trainer.contribute(micro, step, theta)
