@@ -20,7 +20,7 @@ import aiohttp
 
 from daisychain import ENGINE_VERSION
 from daisychain.engine.spec import Hyper, ModelSpec
-from daisychain.engine.trainer import Trainer
+from daisychain.engine.trainer import Trainer, TrainState
 from daisychain.peer import frames as F
 from daisychain.peer import run as R
 from daisychain.peer.faults import FAULTS, Liar
@@ -142,9 +142,7 @@ class Node:
             if ck.step > s.steps:
                 raise PeerFailed(f"cannot resume: {self.o.resume} is at step {ck.step}, past "
                                  f"--steps {s.steps} (the run's total)")
-            st = tr.state
-            st.theta[:] = ck.theta
-            st.adam, st.step = ck.adam, ck.step
+            tr.load(TrainState(ck.theta, ck.adam, ck.step))  # the engine seam's one loader
             log.warning("resuming run %s from %s at step %d (params %s)", tr.run_id,
                         self.o.resume, ck.step, ck.params_sha256[:12])
         return tr
