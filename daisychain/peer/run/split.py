@@ -16,7 +16,7 @@ def finish_shares(spm: list[float], fixed: list[float], n: int) -> list[float]:
     time T: peer k takes max(1, (T - fixed[k]) / spm[k]) micro-batches, where spm[k] is its
     seconds per micro-batch and fixed[k] the seconds its link adds to a step (the total
     reaching it, its contribution coming back). T by bisection (the same float operations
-    as runpeer.js finishShares; shared cases in tests/scenarios/split.json)."""
+    as webui/run/split.js finishShares; shared cases in tests/scenarios/split.json)."""
     def taken(t: float) -> float:
         acc = 0.0
         for s, x in zip(spm, fixed):

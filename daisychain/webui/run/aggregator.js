@@ -1,4 +1,4 @@
-// How a step's contributions become its total (run.py's run/aggregator.py). Star: every
+// How a step's contributions become its total (daisychain/peer/run/aggregator.py). Star: every
 // contribution comes to the coordinator, which sums them (each micro-batch exactly once; a
 // spot-checked one from its reference answer) and sends the total to everyone. Another
 // topology (a ring) plugs in here with the same `total` answer.

@@ -1,12 +1,11 @@
-// Spot-checks as pure functions (run.py's run/checks.py): which micro-batches of a step are
+// Spot-checks as pure functions (daisychain/peer/run/checks.py): which micro-batches of a step are
 // checked, and the verdict over the answers a check got.
 
 import { sha256Bytes } from "../sha256.js";
 import { sameInts } from "./util.js";
 
-
 /**
- * run.py checked_micro: micro-batch j of `step` is spot-checked when the first 8 bytes of
+ * run/checks.py checked_micro: micro-batch j of `step` is spot-checked when the first 8 bytes of
  * SHA-256(`key:step:j`), as a big-endian u64, are below floor(rate * 2^64).
  */
 export function checkedMicro(key, step, nMicro, rate) {

@@ -1,4 +1,4 @@
-// The coordinator role (run.py's run/coordinator.py), the room host: announce the run,
+// The coordinator role (daisychain/peer/run/coordinator.py), the room host: announce the run,
 // admit members, split each step into tasks (split.js), dispatch them, give late ones a
 // backup, collect contributions and commit the step's total (aggregator.js) to everyone;
 // restore the room from a state. A member becomes coordinator from its own state
@@ -17,7 +17,7 @@ export const DEADLINE_FACTOR = 4.0;
 export const START_WAIT_S = 20.0;
 /** After a restore, how long the coordinator waits for the members to load the state. */
 export const RESTORE_WAIT_S = 20.0;
-/** How long a coordinator waits for the STATE of a member that said it is ahead (as run.py). */
+/** How long a coordinator waits for the STATE of a member that said it is ahead (as daisychain/peer/run/). */
 export const SYNC_WAIT_S = 20.0;
 
 const STAR = new Star();
@@ -38,7 +38,7 @@ export class Member {
 
 export class CoordinatorRole {
   /** A member that said it is ahead sent no usable STATE in SYNC_WAIT_S (it never answered,
-   * or its state was refused): go on from ours and bring it to it (as run.py). */
+   * or its state was refused): go on from ours and bring it to it (as daisychain/peer/run/). */
   async _checkCatchUp() {
     if (!this.catchingUp || this.now < this.catchUntil) return [];
     this.catchingUp = false;
@@ -340,7 +340,7 @@ export class CoordinatorRole {
   }
 
   /** The capacities, or once a member's link is seen to cost time, shares that make
-   * everyone finish together (finishShares), as run.py _split_weights. */
+   * everyone finish together (finishShares), as run/coordinator.py _split_weights. */
   _splitWeights(live, n) {
     const caps = live.map((p) => this._cap(p));
     const links = live.map((p, i) => (i === 0 ? 0.0 : this.crew.get(p).linkS));
@@ -348,7 +348,7 @@ export class CoordinatorRole {
     return finishShares(caps.map((c) => (this.selfSpm * caps[0]) / c), links, n);
   }
 
-  /** As run.py _time_task: once a peer's last task of the step is in, the coordinator's
+  /** As run/coordinator.py _time_task: once a peer's last task of the step is in, the coordinator's
    * own seconds per micro-batch, and what each member's link adds beyond computing its
    * share at its relative capacity (the tasks it was first given: main and checks); a
    * term's first step and each member's first share are left out (warm-up). */

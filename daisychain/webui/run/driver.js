@@ -1,4 +1,4 @@
-// The thin driver (run.py's run/driver.py): one replica's view of a run, as a plain object:
+// The thin driver (daisychain/peer/run/driver.py): one replica's view of a run, as a plain object:
 // no sockets, no timers, no DOM. It holds what every role shares (the trainer, the room, the
 // term) and routes each input to its role: MemberRole (member.js), CoordinatorRole
 // (coordinator.js), TrustRole (trust.js). A port of daisychain/peer/run/, rule for rule, so that a tab and daisy-peers follow the
@@ -15,7 +15,7 @@
 // Messages are plain objects with `T` = run | ready | refuse | assign | sync | data_request |
 // restore | end | contrib | total | state | data and the fields of frames.py's dataclasses.
 // tests/test_scenarios.py plays the same scenario files (tests/scenarios/*.json) against this
-// and run.py and asserts the same outputs, message for message.
+// and daisychain/peer/run/ and asserts the same outputs, message for message.
 //
 // Hashes are async in the browser (crypto.subtle), so every entry point is async; the shell
 // calls them one at a time.
@@ -151,7 +151,7 @@ export class RunPeer {
 
   /** A decoded message; `runId` is its frame header's. Messages of another run than the one
    * this peer follows are dropped (loudly); only a peer whose run ended takes a `run`
-   * announce of a new one (as run.py). */
+   * announce of a new one (as daisychain/peer/run/). */
   async receive(sender, msg, runId = "") {
     if (runId && this.runId && runId !== this.runId && !(msg.T === "run" && this.ended && !this.coordinating)) {
       return [log(`a ${msg.T} message of run ${runId} from ${this._name(sender)}; this peer follows run ${this.runId}: dropped`, true)];

@@ -1,4 +1,4 @@
-// The member role (run.py's run/member.py): follow the coordinator that announced the run,
+// The member role (daisychain/peer/run/member.py): follow the coordinator that announced the run,
 // compute the tasks it assigns, apply each step's total and compare hashes, take a STATE
 // when behind or restored, and leave when removed. Mixed into RunPeer (driver.js).
 

@@ -1,4 +1,4 @@
-// The rollback window of a coordinator (run.py's run/rollback.py): one snapshot of the state
+// The rollback window of a coordinator (daisychain/peer/run/rollback.py): one snapshot of the state
 // at the window's first step and the integer total of every committed step since (with who
 // sent unchecked contributions in it, stored NARROW or VARINT as on the wire), the last
 // windowSteps(rate, strikes) steps (up to 1.25 times that: the oldest quarter is folded into

@@ -1,4 +1,4 @@
-// How a step's micro-batches are shared (run.py's run/split.py): by capacity, or once a
+// How a step's micro-batches are shared (daisychain/peer/run/split.py): by capacity, or once a
 // member's link is seen to cost time, so that everyone finishes together.
 
 /** trainer.py capacity_split: contiguous shares proportional to capacity (largest remainder). */
@@ -19,7 +19,7 @@ export function capacitySplit(ids, caps) {
   return out;
 }
 
-/** run.py finish_shares: micro-batch shares (summing to ~n) with which every peer finishes
+/** run/split.py finish_shares: micro-batch shares (summing to ~n) with which every peer finishes
  * a step at the same time T: peer k takes max(1, (T - fixed[k]) / spm[k]) micro-batches
  * (spm: seconds per micro-batch, fixed: seconds its link adds to a step). T by bisection,
  * the same float operations as Python (shared cases: tests/scenarios/split.json). */

@@ -1,4 +1,4 @@
-// The one state loader (run.py's run/state.py): a replica takes a whole state (a member's
+// The one state loader (daisychain/peer/run/state.py): a replica takes a whole state (a member's
 // sync or late join, the coordinator catching up with a member ahead, a restore, a
 // rollback, a resumed checkpoint) only through loadState, after checkedState made sure it
 // fits the run. A state is {step, theta, m, v, b1t, b2t} (a STATE message's fields).

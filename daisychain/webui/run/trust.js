@@ -1,4 +1,4 @@
-// The trust role of the coordinator (run.py's run/trust.py): spot-check verdicts
+// The trust role of the coordinator (daisychain/peer/run/trust.py): spot-check verdicts
 // (checks.js verdict) on the answers of the current step, strikes, the removal of a liar,
 // and the rollback of the steps its unchecked contributions went into (rollback.js).
 // Mixed into RunPeer (driver.js).
@@ -12,7 +12,7 @@ export class TrustRole {
     return [...this.tasks.values()].filter((t) => t.micro.length === 1 && t.micro[0] === j && !t.result && t.assignees.length);
   }
 
-  /** Compare the answers for spot-checked micro-batch j, bit for bit (see run.py _judge). */
+  /** Compare the answers for spot-checked micro-batch j, bit for bit (see run/trust.py _judge). */
   async _judge(j) {
     const c = this.checks.get(j);
     if (!c || c.decided || !c.votes.size) return [];
@@ -50,7 +50,7 @@ export class TrustRole {
     return out;
   }
 
-  /** Remove a liar (run.py _remove): it is told why and gets no more work or totals. The
+  /** Remove a liar (run/trust.py _remove): it is told why and gets no more work or totals. The
    * steps in the rollback window that hold an unchecked contribution of it are undone (the
    * room goes back to the earliest and computes them again); unchecked ones older than the
    * window are reported. Without any in the window, none of its answers of this step that a

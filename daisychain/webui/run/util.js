@@ -1,5 +1,5 @@
 // Small helpers of the run protocol (webui/run/): output constructors and the formatting
-// that makes log lines read the same as run.py's.
+// that makes log lines read the same as daisychain/peer/run/'s.
 
 export const send = (to, message) => ({ kind: "send", to, message });
 export const log = (text, loud = false) => ({ kind: "log", text, loud });
