@@ -17,7 +17,8 @@ from daisychain import package_path
 from daisychain.engine.trainer import params_sha256
 from daisychain.peer.run.rollback import ESCAPE, Window, window_steps
 
-GRID = [(r, s) for r in (1.0, 0.5, 0.25, 0.1, 0.05, 0.02, 0.01) for s in (1, 2, 3, 5)] + [(0.0, 3)]
+GRID = [(r, s) for r in (1.0, 0.5, 0.25, 0.1, 0.05, 0.02, 0.01) for s in (1, 2, 3, 5)] + [
+    (0.0, 3), (0.5, 1000), (0.3, 200), (1e-9, 1000), (0.0101, 1000)]
 
 
 def escape(k: int, rate: float, strikes: int) -> Fraction:
@@ -30,6 +31,20 @@ def escape(k: int, rate: float, strikes: int) -> Fraction:
 def test_the_window_is_the_smallest_with_escape_under_the_bound(rate, strikes):
     k = window_steps(rate, strikes)
     assert escape(k, rate, strikes) < ESCAPE <= escape(k - 1, rate, strikes)
+
+
+def test_many_strikes_do_not_underflow_the_window():
+    """1000 strikes at rate 1/2: the window is where fewer than 1000 of k fair coin flips
+    come up checked with probability < 10^-6 (about 2223). A product of the terms underflowed
+    (0.5^k is 0 past k = 1074) and gave 1075, where the escape is almost certain."""
+    k = window_steps(0.5, 1000)
+    p = lambda n: Fraction(sum(comb(n, i) for i in range(1000)), 2**n)  # noqa: E731
+    assert p(k) < ESCAPE <= p(k - 1)
+
+
+def test_a_window_never_reachable_is_the_largest():
+    from daisychain.peer.run.rollback import MAX_WINDOW
+    assert window_steps(1e-9, 1000) == MAX_WINDOW == window_steps(0.0101, 1000)
 
 
 def test_no_checks_no_window_and_rate_one_is_the_strikes():

@@ -14,6 +14,7 @@ snapshot a quarter window at a time (so it holds between ``size`` and 1.25 ``siz
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -28,30 +29,48 @@ ESCAPE = 1e-6
 MAX_WINDOW = 100_000
 
 
+def log_escape(k: int, rate: float, strikes: int) -> float:
+    """log P(fewer than ``strikes`` of ``k`` steps checked), each with probability ``rate``:
+    the binomial terms C(k,i) r^i (1-r)^(k-i), i < strikes, summed in log space (no term
+    underflows, whatever k). The same float operations as rollback.js logEscape."""
+    lq, lr = math.log1p(-rate), math.log(rate)
+    lt = k * lq
+    terms = [lt]
+    for i in range(min(strikes, k + 1) - 1):
+        lt += math.log((k - i) / (i + 1)) + lr - lq
+        terms.append(lt)
+    top = max(terms)
+    acc = 0.0
+    for t in terms:
+        acc += math.exp(t - top)
+    return top + math.log(acc)
+
+
 def window_steps(rate: float, strikes: int, escape: float = ESCAPE) -> int:
     """The smallest k with P(fewer than ``strikes`` of k steps checked) < ``escape``, each
-    step checked with probability ``rate``: P = sum_{i<s} C(k,i) r^i (1-r)^(k-i). 0 when
-    nothing is checked; at most MAX_WINDOW. (The same float operations as rollback.js.)"""
+    step checked with probability ``rate`` (0 when nothing is checked; at most MAX_WINDOW).
+    P falls as k grows, so k is found by bisection, from a k at which P is still >= 1/2
+    (while k * rate <= strikes - 1, the median of the checks is under ``strikes``): a few
+    dozen sums of ``strikes`` terms, whatever a run announce says."""
     if not rate > 0.0:
         return 0
     if rate >= 1.0:
         return int(strikes)
-    q = 1.0 - rate
-    qk = 1.0
-    for _ in range(int(strikes)):
-        qk *= q
-    k = int(strikes)
-    while k < MAX_WINDOW:
-        # terms C(k,i) r^i q^(k-i) for i < strikes, from i = 0 (q^k) upward
-        term, acc = qk, 0.0
-        for i in range(int(strikes)):
-            acc += term
-            term = term * (k - i) / (i + 1) * rate / q
-        if acc < escape:
-            return k
-        k += 1
-        qk *= q
-    return MAX_WINDOW
+    strikes = int(strikes)
+    goal = math.log(escape)
+    lo = max(strikes, math.floor((strikes - 1) / rate))
+    if lo >= MAX_WINDOW or log_escape(MAX_WINDOW, rate, strikes) >= goal:
+        return MAX_WINDOW
+    if log_escape(lo, rate, strikes) < goal:
+        return lo
+    hi = MAX_WINDOW  # P(lo) >= escape > P(hi)
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if log_escape(mid, rate, strikes) < goal:
+            hi = mid
+        else:
+            lo = mid
+    return hi
 
 
 @dataclass

@@ -12,28 +12,40 @@ import { decodeInts, encodeInts } from "../intcodec.js";
 export const ESCAPE = 1e-6;
 export const MAX_WINDOW = 100000;
 
+/** log P(fewer than `strikes` of `k` steps checked), each with probability `rate`, summed in
+ * log space (rollback.py log_escape, the same float operations). */
+export function logEscape(k, rate, strikes) {
+  const lq = Math.log1p(-rate);
+  const lr = Math.log(rate);
+  let lt = k * lq;
+  const terms = [lt];
+  for (let i = 0; i < Math.min(strikes, k + 1) - 1; i++) {
+    lt += Math.log((k - i) / (i + 1)) + lr - lq;
+    terms.push(lt);
+  }
+  const top = Math.max(...terms);
+  let acc = 0.0;
+  for (const t of terms) acc += Math.exp(t - top);
+  return top + Math.log(acc);
+}
+
 /** The smallest k with P(fewer than `strikes` of k steps checked) < `escape` (each step
- * checked with probability `rate`); 0 when nothing is checked. The same float operations
- * as rollback.py window_steps. */
+ * checked with probability `rate`); 0 when nothing is checked, at most MAX_WINDOW. By
+ * bisection from a k where P >= 1/2 (rollback.py window_steps). */
 export function windowSteps(rate, strikes, escape = ESCAPE) {
   if (!(rate > 0)) return 0;
   if (rate >= 1) return strikes;
-  const q = 1.0 - rate;
-  let qk = 1.0;
-  for (let i = 0; i < strikes; i++) qk *= q;
-  let k = strikes;
-  while (k < MAX_WINDOW) {
-    let term = qk;
-    let acc = 0.0;
-    for (let i = 0; i < strikes; i++) {
-      acc += term;
-      term = term * (k - i) / (i + 1) * rate / q;
-    }
-    if (acc < escape) return k;
-    k += 1;
-    qk *= q;
+  const goal = Math.log(escape);
+  let lo = Math.max(strikes, Math.floor((strikes - 1) / rate));
+  if (lo >= MAX_WINDOW || logEscape(MAX_WINDOW, rate, strikes) >= goal) return MAX_WINDOW;
+  if (logEscape(lo, rate, strikes) < goal) return lo;
+  let hi = MAX_WINDOW;
+  while (hi - lo > 1) {
+    const mid = Math.floor((lo + hi) / 2);
+    if (logEscape(mid, rate, strikes) < goal) hi = mid;
+    else lo = mid;
   }
-  return MAX_WINDOW;
+  return hi;
 }
 
 export class Window {
