@@ -87,3 +87,30 @@ def test_going_back_gives_the_bits_of_that_step():
     assert not np.array_equal(tr.theta, end.theta)
     assert w.earliest("p1") == 3 and [s.step for s in w.steps] == [3]
 
+
+
+def test_the_window_holds_no_more_than_its_bytes():
+    """A window sized for many steps (a tiny rate) is held to max_bytes of totals: past it,
+    the oldest quarter is folded into the snapshot, and going back still gives the bits."""
+    import sys
+    from pathlib import Path
+    sys.path.insert(0, str(Path(__file__).parent / "scenarios"))
+    from scenario_net import settings
+    from daisychain.engine.trainer import Trainer
+    from daisychain.peer.run.state import tensor_bounds
+    from daisychain.units import load_luts
+    rs = settings(("--hidden", "8", "--batch", "8", "--micro-batch", "2", "--steps", "12"))
+    tr = Trainer(rs.spec, rs.hp, rs.ds, load_luts())
+    w = Window(1000, tensor_bounds(tr), max_bytes=2000)   # 1000 steps, 2000 bytes: a few steps
+    w.reset(tr)
+    seen = {}
+    for step in range(12):
+        seen[step] = tr.snapshot()
+        total = tr.contribute(range(rs.hp.n_micro)).grad
+        tr.apply(total)
+        w.record(tr, step, total, {"p1"})
+        assert w.steps and w.held == sum(len(s.body) for s in w.steps) <= 2000
+    first = w.first
+    assert 6 <= first < 12 and w.earliest("p1") == first  # the oldest were folded
+    w.go_back(tr, first + 1)
+    assert tr.params_sha256() == params_sha256(seen[first + 1].theta)

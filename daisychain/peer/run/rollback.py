@@ -9,7 +9,9 @@ first step and the integer total of every committed step since (with who sent un
 contributions in it), each stored as the wire stores it (NARROW or VARINT, the smaller:
 intcodec.py); going back to step S is loading the snapshot and applying the totals before S
 again: the same bits as the run had at S. Steps older than the window are folded into the
-snapshot a quarter window at a time (so it holds between ``size`` and 1.25 ``size`` steps).
+snapshot a quarter window at a time (so it holds between ``size`` and 1.25 ``size`` steps),
+and so are the oldest quarter of the totals held once they pass MAX_WINDOW_BYTES (a liar
+whose lies fall out of the window that way is reported, as any older lie).
 """
 
 from __future__ import annotations
@@ -27,6 +29,8 @@ from daisychain.peer.intcodec import decode_ints, encode_ints
 ESCAPE = 1e-6
 #: the longest window (steps), whatever the rate
 MAX_WINDOW = 100_000
+#: the most a window's totals hold (bytes): past it the oldest are folded into the snapshot
+MAX_WINDOW_BYTES = 256 * 2**20
 
 
 def log_escape(k: int, rate: float, strikes: int) -> float:
@@ -87,9 +91,11 @@ class _Step:
 class Window:
     """The last ``size`` committed steps of this coordinator (see the module docstring)."""
 
-    def __init__(self, size: int, bounds: list[int] | None = None):
+    def __init__(self, size: int, bounds: list[int] | None = None, max_bytes: int = MAX_WINDOW_BYTES):
         self.size = int(size)
         self.bounds = bounds
+        self.max_bytes = max_bytes
+        self.held = 0  # bytes of the encoded totals
         self.base: TrainState | None = None
         self.steps: list[_Step] = []
 
@@ -102,17 +108,25 @@ class Window:
         """Start the window at the replica's current state (a new term, a restore)."""
         self.base = trainer.snapshot() if self.size else None
         self.steps = []
+        self.held = 0
 
     def record(self, trainer: Trainer, step: int, total: np.ndarray, unchecked) -> None:
         """``total`` was applied at ``step`` (``trainer`` is now at step + 1). Past 1.25 times
-        the window, the oldest quarter is folded into the snapshot (applied to it)."""
+        the window, the oldest quarter is folded into the snapshot (applied to it); past
+        ``max_bytes`` of totals, the oldest quarter of those held."""
         if self.base is None:
             return
         codec, body = encode_ints(np.asarray(total, np.int64), self.bounds, (Codec.NARROW, Codec.VARINT))
         self.steps.append(_Step(step, codec, body, frozenset(unchecked)))
+        self.held += len(body)
         chunk = max(1, self.size // 4)
-        if len(self.steps) >= self.size + chunk:
+        if self.held > self.max_bytes:
+            chunk = max(1, len(self.steps) // 4)
+        elif len(self.steps) < self.size + chunk:
+            chunk = 0
+        if chunk:
             old, self.steps = self.steps[:chunk], self.steps[chunk:]
+            self.held -= sum(len(s.body) for s in old)
             now = trainer.snapshot()
             trainer.load(self.base)
             for s in old:
@@ -132,6 +146,7 @@ class Window:
         for s in keep:
             trainer.apply(s.total(self.base.theta.size))
         self.steps = keep
+        self.held = sum(len(s.body) for s in keep)
 
     def nbytes(self) -> int:
         """Memory the window holds: the snapshot and the totals."""

@@ -11,6 +11,8 @@ import { decodeInts, encodeInts } from "../intcodec.js";
 /** The chance, at most, that a liar stays unremoved for longer than the window. */
 export const ESCAPE = 1e-6;
 export const MAX_WINDOW = 100000;
+/** The most a window's totals hold (bytes): past it the oldest are folded into the snapshot. */
+export const MAX_WINDOW_BYTES = 256 * 2 ** 20;
 
 /** log P(fewer than `strikes` of `k` steps checked), each with probability `rate`, summed in
  * log space (rollback.py log_escape, the same float operations). */
@@ -49,9 +51,11 @@ export function windowSteps(rate, strikes, escape = ESCAPE) {
 }
 
 export class Window {
-  constructor(size, bounds = null) {
+  constructor(size, bounds = null, maxBytes = MAX_WINDOW_BYTES) {
     this.size = size;
     this.bounds = bounds;
+    this.maxBytes = maxBytes;
+    this.held = 0;     // bytes of the encoded totals
     this.base = null;  // a Trainer.snapshot() at the window's first step
     this.steps = [];   // [{step, codec, body, unchecked: Set}]
   }
@@ -63,17 +67,22 @@ export class Window {
   async reset(trainer) {
     this.base = this.size ? await trainer.snapshot() : null;
     this.steps = [];
+    this.held = 0;
   }
 
   /** `total` was applied at `step`; past 1.25 times the window, the oldest quarter is
-   * folded into the snapshot (applied to it). */
+   * folded into the snapshot (applied to it); past maxBytes of totals, the oldest quarter of those held. */
   async record(trainer, step, total, unchecked) {
     if (!this.base) return;
     const { codec, body } = encodeInts(total, this.bounds, [Codec.NARROW, Codec.VARINT]);
     this.steps.push({ step, codec, body, unchecked: new Set(unchecked) });
-    const chunk = Math.max(1, Math.floor(this.size / 4));
-    if (this.steps.length >= this.size + chunk) {
+    this.held += body.length;
+    let chunk = Math.max(1, Math.floor(this.size / 4));
+    if (this.held > this.maxBytes) chunk = Math.max(1, Math.floor(this.steps.length / 4));
+    else if (this.steps.length < this.size + chunk) chunk = 0;
+    if (chunk) {
       const old = this.steps.splice(0, chunk);
+      for (const s of old) this.held -= s.body.length;
       const now = await trainer.snapshot();
       await trainer.load(this.base);
       for (const s of old) await trainer.apply(await decodeInts(s.codec, s.body, now.theta.length));
@@ -94,6 +103,7 @@ export class Window {
     const keep = this.steps.filter((s) => s.step < step);
     for (const s of keep) await trainer.apply(await decodeInts(s.codec, s.body, this.base.theta.length));
     this.steps = keep;
+    this.held = keep.reduce((a, s) => a + s.body.length, 0);
   }
 
   /** Bytes the window holds: the snapshot and the totals. */
