@@ -18,8 +18,9 @@ committed a few steps (a random number), one fault is injected:
   restart-server  the signaling server is killed and started again at the same address
   garbage         a member sends a burst of malformed frames to everyone (SIGUSR2)
   lie-MODE        a member runs with ``--fault MODE`` (flip, scale, random, stale, nan-meta);
-                  these trials check every micro-batch (``--verify-rate 1``), the others
-                  run at the default 0.05
+                  these trials check ``--lie-rate`` of the micro-batches (default 0.1): the
+                  liar's unchecked lies are rolled back at its removal; the others run at
+                  the default 0.05
 
 A trial passes when every peer still in the run prints the ``params-sha256`` of ``daisychain
 train`` with the same settings; a peer the coordinator removed (``liar removed:``) is out of
@@ -27,7 +28,8 @@ the run and stopped once only removed peers are left. Liars caught: the liar was
 false alarms: alarm lines naming a peer other than the one at fault. Time lost: run seconds
 (the host's first committed step to the last survivor's exit) less the median of the
 fault-free trials. ``--quick``: one trial per fault; ``--trials N``: the first N of the plan.
-The tables go to a marked section of docs/RELIABILITY.md.
+The tables go to a marked section of docs/RELIABILITY.md (a run of lie-MODE trials only, to
+a section of its own).
 """
 
 from __future__ import annotations
@@ -177,6 +179,8 @@ class Trial:
     false_alarms: int = 0
     refusals: int = 0            # "bad frame from" lines (garbage trials)
     caught_at: int | None = None  # the step at which the liar was removed
+    rolled_back: int | None = None  # steps the host rolled back at the liar's removal
+    told: bool = False              # the liar exited with "removed from the run by ..."
     run_s: float = float("nan")   # the host's first committed step to the last survivor's exit
     started: float | None = None  # seconds to the host's first committed step
     exits: dict = field(default_factory=dict)  # peer -> seconds to its exit
@@ -227,13 +231,13 @@ def settle(peers, gone: set, deadline: float, exits: dict | None = None) -> set[
 
 
 def run_trial(t: Trial, server: Server, steps: int, tmp: Path, rng: random.Random,
-              faults_available: bool, timeout: float) -> Trial:
+              faults_available: bool, timeout: float, lie_rate: float = 0.1) -> Trial:
     if t.fault.startswith("lie-") and not faults_available:
         t.note = "not available: this daisy-peer has no --fault/--verify-rate"
         return t
     run = ["--hidden", "32", "--steps", str(steps), "--seed", str(t.seed)]
-    # a liar's unchecked contributions would be in the model: lie trials check every one
-    spot = (["--verify-rate", "1" if t.fault.startswith("lie-") else "0.05"]
+    # a liar's unchecked contributions are rolled back when it is removed
+    spot = (["--verify-rate", str(lie_rate) if t.fault.startswith("lie-") else "0.05"]
             if faults_available else [])
     want = reference(steps, t.seed)  # before the clock starts: the trial's time is the room's
     t0 = time.monotonic()
@@ -315,6 +319,9 @@ def run_trial(t: Trial, server: Server, steps: int, tmp: Path, rng: random.Rando
             m = re.search(rf"^liar removed: {re.escape(liar)} \(\w+\) at step (\d+)$",
                           "".join(p.out for p in peers), re.M)
             t.caught_at = int(m.group(1)) if m else None
+            rb = re.findall(r"rolled back (\d+) steps?: liar " + re.escape(liar), logs[host.name])
+            t.rolled_back = sum(map(int, rb))
+            t.told = "removed from the run by" in logs[liar]
         if not t.passed:
             bad = [n for n, h in t.hashes.items() if h != want]
             t.note = "; ".join(f"{n}: {'no hash' if t.hashes[n] is None else 'other hash'}: "
@@ -328,20 +335,21 @@ def run_trial(t: Trial, server: Server, steps: int, tmp: Path, rng: random.Rando
 
 def table(trials: list[Trial], base: float) -> str:
     rows = ["| # | fault | victim | at step | survivors on the reference hash | removed | liar caught "
-            "(at step) | false alarms | bad frames refused | seconds | run seconds | time lost (s) | note |",
+            "(at step), steps rolled back | false alarms | bad frames refused | seconds | run seconds | time lost (s) | note |",
             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for t in trials:
         if t.passed is None:
             rows.append(f"| {t.n} | {t.fault} | | | not run | | | | | | | | {t.note} |")
             continue
         lost = t.run_s - base
-        caught = (("yes" + (f" ({t.caught_at})" if t.caught_at is not None else "")) if t.liars_caught
-                  else "no") if t.fault.startswith("lie-") else ""
+        caught = (("yes" + (f" ({t.caught_at})" if t.caught_at is not None else "")
+                   + f", {t.rolled_back} rolled back" + (", told" if t.told else ""))
+                  if t.liars_caught else "no") if t.fault.startswith("lie-") else ""
         rows.append(f"| {t.n} | {t.fault} | {t.victim} | {'' if t.fault.startswith('lie-') else t.at_step} | {t.on_hash}/{t.survivors} "
                     f"{'✓' if t.passed else '✗'} | {', '.join(t.removed)} | {caught} | "
                     f"{t.false_alarms} | {t.refusals if t.fault == 'garbage' else ''} | {t.seconds:.1f} | "
                     f"{t.run_s:.1f} | "
-                    f"{'' if t.fault == 'none' else f'{lost:+.1f}'} | {t.note.replace('|', '/')} |")
+                    f"{'' if t.fault == 'none' or lost != lost else f'{lost:+.1f}'} | {t.note.replace('|', '/')} |")
     return "\n".join(rows)
 
 
@@ -360,7 +368,7 @@ def per_fault(trials: list[Trial], base: float) -> str:
         lost = statistics.median(t.run_s - base for t in ts)
         rows.append(f"| {f} | {len(ts)} | {sum(bool(t.passed) for t in ts)}/{len(ts)} | "
                     f"{f'{sum(t.liars_caught for t in ts)}/{len(ts)}' if lie else ''} | "
-                    f"{sum(t.false_alarms for t in ts)} | {'' if f == 'none' else f'{lost:+.1f}'} |")
+                    f"{sum(t.false_alarms for t in ts)} | {'' if f == 'none' or lost != lost else f'{lost:+.1f}'} |")
     return "\n".join(rows)
 
 
@@ -375,6 +383,8 @@ def summary(trials: list[Trial]) -> str:
 
 
 BEGIN, END = "<!-- bench/chaos.py: begin -->", "<!-- bench/chaos.py: end -->"
+#: a run of lie-MODE trials only (``--only lie-...``) has a section of its own
+LIE_BEGIN, LIE_END = "<!-- bench/chaos.py lies: begin -->", "<!-- bench/chaos.py lies: end -->"
 
 
 def put_section(doc: Path, begin: str, end: str, body: str) -> None:
@@ -391,7 +401,9 @@ def put_section(doc: Path, begin: str, end: str, body: str) -> None:
 def write_doc(trials: list[Trial], base: float, steps: int, command: str) -> None:
     import platform
     from datetime import datetime, timezone
-    body = f"""**{summary(trials)}.** Baseline (median run seconds of the fault-free trials): {base:.1f} s.
+    baseline = (f" Baseline (median run seconds of the fault-free trials): {base:.1f} s."
+                if base == base else "")  # (no fault-free trial: no baseline, no time lost)
+    body = f"""**{summary(trials)}.**{baseline}
 
 Per fault:
 
@@ -404,7 +416,8 @@ Every trial:
 Command: `{command}`
 Machine: {platform.machine()}, {os.cpu_count()} cores (shared with other work while it ran),
 Python {platform.python_version()}, {datetime.now(timezone.utc):%Y-%m-%d}, {steps} steps per run."""
-    put_section(DOC, BEGIN, END, body)
+    lies = all(t.fault.startswith("lie-") for t in trials)
+    put_section(DOC, *((LIE_BEGIN, LIE_END) if lies else (BEGIN, END)), body)
 
 
 def make_plan(args) -> list[str]:
@@ -427,6 +440,8 @@ def main(argv=None) -> int:
     ap.add_argument("--only", action="append", default=None, choices=sorted(set(PLAN)),
                     help="run only this fault (repeatable)")
     ap.add_argument("--repeat", type=int, default=None, help="with --only: trials per fault")
+    ap.add_argument("--lie-rate", type=float, default=0.1,
+                    help="--verify-rate of the lie-MODE trials (default 0.1)")
     ap.add_argument("--timeout", type=float, default=180.0, help="seconds per trial at most (default 180)")
     ap.add_argument("--no-write", action="store_true", help="do not write docs/RELIABILITY.md")
     ap.add_argument("--logs", metavar="DIR", default=None,
@@ -452,7 +467,7 @@ def main(argv=None) -> int:
             for n, fault in enumerate(bar, 1):
                 bar.set_postfix_str(fault)
                 t = run_trial(Trial(n, fault, seed=100 + n), server, steps, Path(tmp), rng,
-                              available, args.timeout)
+                              available, args.timeout, args.lie_rate)
                 trials.append(t)
                 state = "n/a" if t.passed is None else ("ok" if t.passed else "FAILED")
                 bar.write(f"trial {n:2d} {fault:15s} {state:6s} {t.on_hash}/{t.survivors} on the "

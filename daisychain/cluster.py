@@ -193,6 +193,7 @@ def _resume_source(dist, args, rank: int) -> tuple[str | None, str]:
 def _load_state(dist, tr, path: str, steps: int, rank: int) -> int:
     """Every rank loads the checkpoint rank 0 read, checked here; returns its step."""
     from daisychain.engine.checkpoint import CheckpointError, load_checkpoint
+    from daisychain.engine.trainer import TrainState
 
     data = _broadcast_file(dist, path, rank)
     try:
@@ -202,9 +203,7 @@ def _load_state(dist, tr, path: str, steps: int, rank: int) -> int:
     if ck.step > steps:
         raise ClusterError(f"cannot resume: {path} is at step {ck.step}, past --steps {steps} "
                            "(the run's total)")
-    st = tr.state
-    st.theta[:] = ck.theta
-    st.adam, st.step = ck.adam, ck.step
+    tr.load(TrainState(ck.theta, ck.adam, ck.step))  # the engine seam's one loader
     if tr.params_sha256() != ck.params_sha256:  # load_checkpoint checked the file; this the copy
         raise ClusterError("the loaded parameters do not hash to the checkpoint's hash")
     return ck.step
@@ -228,7 +227,7 @@ def run_cluster(rs, args, dist) -> dict:
     from daisychain.engine.checkpoint import write_checkpoint_file
     from daisychain.engine.counters import unit_counts
     from daisychain.engine.trainer import Trainer, capacity_split
-    from daisychain.peer.run import measure_capacity
+    from daisychain.engine.capacity import measure_capacity
     from daisychain.units import load_luts
 
     rank, world = dist.get_rank(), dist.get_world_size()

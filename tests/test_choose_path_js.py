@@ -12,7 +12,7 @@ import pytest
 from daisychain import package_path
 
 NODE = shutil.which("node")
-pytestmark = pytest.mark.skipif(NODE is None, reason="node is not installed")
+pytestmark = pytest.mark.usefixtures("node")  # fails, never skips, without node
 
 DRIVER = r"""
 import { readFileSync } from "node:fs";

@@ -45,7 +45,7 @@ def test_python_gives_the_shared_shares_and_counts(case):
     assert [len(p) for p in capacity_split(list(range(case["n"])), shares)] == case["counts"]
 
 
-@pytest.mark.skipif(NODE is None, reason="node is not installed")
+@pytest.mark.usefixtures("node")  # fails, never skips, without node
 def test_js_gives_the_same_floats_and_counts(tmp_path):
     driver = tmp_path / "driver.mjs"
     driver.write_text(DRIVER)
@@ -212,7 +212,7 @@ def test_the_timing_that_feeds_the_split():
     assert flat["links"]["p1"] == 0.0 and flat["weights"] == [1.0, 2.0]  # the capacities
 
 
-@pytest.mark.skipif(NODE is None, reason="node is not installed")
+@pytest.mark.usefixtures("node")  # fails, never skips, without node
 def test_js_learns_the_same_from_the_same_timings(tmp_path):
     driver = tmp_path / "timing.mjs"
     driver.write_text(TIMING_DRIVER)

@@ -123,16 +123,20 @@ class Trainer:
     def theta(self) -> np.ndarray:
         return self.state.theta
 
-    def contribute(self, micro_ids: list[int] | np.ndarray, step: int | None = None) -> Result:
-        """Fixed-point gradient sum of the given micro-batches of a step (default: current)."""
+    def contribute(self, micro_ids: list[int] | np.ndarray, step: int | None = None,
+                   theta: np.ndarray | None = None) -> Result:
+        """Fixed-point gradient sum of the given micro-batches of a step (default: current),
+        on ``theta`` (default: the replica's; a copy lets a compute thread never see the
+        replica change under it)."""
         step = self.state.step if step is None else step
+        theta = self.state.theta if theta is None else theta
         ids = np.asarray(micro_ids, np.int64)
         if ids.size == 0:
             return Result(np.zeros(self.layout.size, np.int64), np.zeros(0), np.zeros(0, np.int64))
         idx = self.schedule.step_samples(step)[ids]
         x = self.ds.x_train[idx]
         y = self.ds.y_train[idx]
-        return self.engine.grad(self.state.theta, x, y, self.hp.grad_frac_bits, self.limit)
+        return self.engine.grad(theta, x, y, self.hp.grad_frac_bits, self.limit)
 
     def grad_scaling(self) -> tuple[float, float]:
         """(gscale, gdiv) with mean gradient = total * gscale / gdiv: total * 2**-S / n_micro,
@@ -155,6 +159,19 @@ class Trainer:
         gscale, gdiv = self.grad_scaling()
         adam_step(self.state.theta, self.state.adam, total.reshape(-1), self.hp, gscale, gdiv)
         self.state.step += 1
+
+    def snapshot(self) -> TrainState:
+        """A copy of the replica's state (parameters, Adam moments and step)."""
+        st, a = self.state, self.state.adam
+        return TrainState(st.theta.copy(), AdamState(a.m.copy(), a.v.copy(), a.step, a.b1t, a.b2t), st.step)
+
+    def load(self, state: TrainState) -> None:
+        """Replace the replica's state with a copy of ``state`` (theta is written in place)."""
+        st, a = self.state, state.adam
+        st.theta[:] = state.theta
+        st.adam.m, st.adam.v = np.array(a.m, np.float64), np.array(a.v, np.float64)
+        st.adam.b1t, st.adam.b2t = float(a.b1t), float(a.b2t)
+        st.adam.step = st.step = int(state.step)
 
     def accuracy(self, split: str = "test") -> float:
         x = self.ds.x_test if split == "test" else self.ds.x_train

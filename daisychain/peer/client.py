@@ -1,5 +1,5 @@
 """The signaling client: one WebSocket to the server's ``/ws``, every message built and read by
-``daisychain.server.protocol`` (the one Python wire module of that channel)."""
+``daisychain.signaling`` (the one Python wire module of that channel)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import logging
 
 import aiohttp
 
-from daisychain.server import protocol as p
+from daisychain import signaling as p
 
 
 log = logging.getLogger("daisychain.peer")

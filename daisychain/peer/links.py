@@ -18,7 +18,7 @@ from __future__ import annotations
 import logging
 import time
 
-from daisychain.server import protocol as p
+from daisychain import signaling as p
 
 log = logging.getLogger("daisychain.peer.links")
 

@@ -20,14 +20,14 @@ import aiohttp
 
 from daisychain import ENGINE_VERSION
 from daisychain.engine.spec import Hyper, ModelSpec
-from daisychain.engine.trainer import Trainer
+from daisychain.engine.trainer import Trainer, TrainState
 from daisychain.peer import frames as F
 from daisychain.peer import run as R
 from daisychain.peer.faults import FAULTS, Liar
 from daisychain.peer.client import SignalingClient, SignalingError, http_url
 from daisychain.peer.rtc import Mesh
 from daisychain.peer.selftest import selftest
-from daisychain.server import protocol as p
+from daisychain import signaling as p
 from daisychain.units import load_luts
 
 log = logging.getLogger("daisychain.peer")
@@ -142,9 +142,7 @@ class Node:
             if ck.step > s.steps:
                 raise PeerFailed(f"cannot resume: {self.o.resume} is at step {ck.step}, past "
                                  f"--steps {s.steps} (the run's total)")
-            st = tr.state
-            st.theta[:] = ck.theta
-            st.adam, st.step = ck.adam, ck.step
+            tr.load(TrainState(ck.theta, ck.adam, ck.step))  # the engine seam's one loader
             log.warning("resuming run %s from %s at step %d (params %s)", tr.run_id,
                         self.o.resume, ck.step, ck.params_sha256[:12])
         return tr
@@ -467,6 +465,8 @@ class Node:
                 self.save_checkpoint("autosave")
         elif isinstance(e, R.Refused) and e.peer == self.me:
             self._fail("refused the run: " + "; ".join(e.reasons))
+        elif isinstance(e, R.Removed):
+            self._fail(f"removed from the run by {e.by}: {e.reason}")
         elif isinstance(e, R.Ended):
             if self.mesh is not None:  # peers leave now: a channel that closes is no loss to relink
                 self.mesh.closing = True

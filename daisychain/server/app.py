@@ -34,17 +34,16 @@ from typing import Iterable
 from aiohttp import WSMsgType, web
 
 import daisychain
-from . import protocol as p
+from daisychain import signaling as p
 from .config import ServerConfig
 from .groups import client_address, network_group
 from .guard import COUNTER_KEY, owed_bodies, upload_slots
+from .keys import CONFIG_KEY, HUB_KEY  # (checkpoints.py and share.py read it there)
 from .rooms import Close, Hub, Send
 from .uploads import GUARD_KEY, UploadGuard
 
 log = logging.getLogger("daisychain.server")
 
-CONFIG_KEY = web.AppKey("daisychain_config", ServerConfig)
-HUB_KEY = web.AppKey("daisychain_hub", Hub)
 SOCKETS_KEY = web.AppKey("daisychain_sockets", dict)
 FILES_KEY = web.AppKey("daisychain_files", dict)
 

@@ -35,7 +35,7 @@ from collections import Counter
 from dataclasses import dataclass, replace
 from typing import Callable, Union
 
-from . import protocol as p
+from daisychain import signaling as p
 from .config import ServerConfig
 from .groups import LOCAL, address_key
 

@@ -27,6 +27,8 @@ from urllib.parse import urlsplit
 
 from aiohttp import web
 
+from .keys import CONFIG_KEY
+
 CODE_RE = re.compile(r"^[0-9A-HJKMNP-TV-Z]{4}-[0-9A-HJKMNP-TV-Z]{4}-[0-9A-HJKMNP-TV-Z]{2}$")
 HOST_RE = re.compile(r"^(\[[0-9a-fA-F:.]+\]|[A-Za-z0-9.-]{1,253})(:[0-9]{1,5})?$")
 
@@ -77,7 +79,6 @@ def lan_addresses() -> list[str]:
 
 def _listening(request: web.Request) -> tuple[str, int]:
     """(address the server listens on, its port) for the socket this request came in on."""
-    from .app import CONFIG_KEY
 
     sock = request.transport.get_extra_info("sockname") if request.transport else None
     port = int(sock[1]) if sock else int(request.url.port or 80)

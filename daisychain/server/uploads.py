@@ -288,7 +288,7 @@ def guard_of(request: web.Request) -> UploadGuard:
     """The app's guard (for apps not built by ``create_app``, one of their own)."""
     guard = request.app.get(GUARD_KEY)
     if guard is None:
-        from .app import CONFIG_KEY, HUB_KEY
+        from .keys import CONFIG_KEY, HUB_KEY
 
         config = request.app.get(CONFIG_KEY) or ServerConfig()
         guard = _FALLBACK.get(id(request.app))

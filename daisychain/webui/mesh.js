@@ -263,7 +263,7 @@ export class Mesh {
         case "handover": this._handover(o.host); break;
         case "peers": this._peers(true); break;
         case "ended": await this._ended(o); break;
-        case "failed": this.bus.emit("run:error", { message: this._named(o.reason).text }); break;
+        case "removed": break; // its loud log line, "removed from the run by ID: why", is the page's run error
         case "joined": this._joined(); break;
         case "restored": this._restored(o); break;
         case "dataBytes": this._dataBytes(o.data); break;

@@ -1,4 +1,4 @@
-// The signaling wire format, JS mirror of daisychain/server/protocol.py (ES module, no DOM).
+// The signaling wire format, JS mirror of daisychain/signaling.py (ES module, no DOM).
 //
 // Nothing else in the page knows a JSON field name of /ws: build what you send with the
 // functions below (hello, join, offer, ...) and `encode` it; read what arrives with

@@ -153,3 +153,27 @@ def test_a_peer_with_another_engine_version_is_refused_in_words(browser_cpu, tab
     odd.proc.wait(60)
     assert odd.proc.returncode != 0
     assert "engine version" in odd.proc.stderr.read()
+
+
+def test_a_tab_hosted_room_rolls_back_a_lying_daisy_peer(browser_cpu, tabs, peers, server_url):
+    """A tab hosts (its coordinator spot-checks at the default rate 0.05, 3 strikes); one
+    daisy-peer is honest, one runs `--fault flip`. Its unchecked lies are rolled back when it
+    is removed: the tab and the honest peer end on `daisychain train`'s hash; the tab's
+    events name the liar and the rollback; the liar exits 1 and says why."""
+    s = dict(SETTINGS, steps=24, seed=3)   # 32 micro-batches a step: ~1.6 checked
+    ref = reference(s)
+    host, code = _host_room(tabs, browser_cpu, "tab-host")
+    peers.append(DaisyPeer(server_url, code, "honest", capacity=60))
+    peers.append(DaisyPeer(server_url, code, "liar", capacity=60, extra=("--fault", "flip")))
+    _approve_all(host, ["honest", "liar"])
+    host.wait("Object.values(window.__daisy.links).filter((s) => s === 'open').length === 2", 60_000)
+    _fill_settings(host, s)
+    host.page.click("#start")
+    host.wait("window.__daisy.run.state === 'done'", 240_000)
+    honest = peers[0].result()
+    _, err = peers[1].proc.communicate(timeout=60)
+    run = host.state("window.__daisy.run")
+    assert run["sha"] == ref["params_sha256"] == honest["params_sha256"]
+    events = "\n".join(host.state("window.__daisy.events"))
+    assert "liar removed: liar" in events and "rolled back" in events, events[-3000:]
+    assert peers[1].proc.returncode == 1 and "removed from the run by" in err, err[-2000:]

@@ -43,8 +43,13 @@ function flip12(v) {
   return bit ? v - 4096 : v + 4096;
 }
 
-function corrupt(ints, fault, step) {
+function corrupt(ints, fault, step, last = null) {
   const out = Float64Array.from(ints);
+  if (fault === "stale") { // the previous contribution again (zeros at first)
+    const prev = last.ints ?? new Float64Array(out.length);
+    last.ints = out;
+    return prev;
+  }
   if (fault === "flip") out[step % out.length] = flip12(out[step % out.length]);
   else if (fault === "scale") for (let i = 0; i < out.length; i++) out[i] *= 2;
   else if (fault === "huge") out[0] = 2 ** 52;
@@ -68,6 +73,10 @@ async function contributeAt(tr, theta, step, micro) {
   return { grad, loss, correct };
 }
 
+/** scenario_net.py loss12: a displayed loss to 12 significant digits (its log is each
+ * language's libm, which may differ in the last place; the run's bits never depend on it). */
+const loss12 = (x) => (typeof x === "number" ? Number(x.toPrecision(12)) : x);
+
 async function normMessage(m) {
   const kind = m.type === W.FrameType.CONTROL ? m.meta.t : TYPE_NAME[m.type];
   let body = m.body;
@@ -75,18 +84,19 @@ async function normMessage(m) {
     const v = await W.decodeInts(m.codec, m.body);
     body = new Uint8Array(BigInt64Array.from(v, (x) => BigInt(x)).buffer);
   }
-  return [kind, m.runId, m.step, m.meta, bodySha(body)];
+  const meta = "loss" in m.meta ? { ...m.meta, loss: loss12(m.meta.loss) } : m.meta;
+  return [kind, m.runId, m.step, meta, bodySha(body)];
 }
 
 function normOutput(pid, o) {
   switch (o.kind) {
     case "compute": return ["compute", pid, o.step, o.task, [...o.micro]];
     case "fetch": return ["fetch", pid, o.task, o.fingerprint];
-    case "committed": return ["committed", pid, o.step, o.loss, o.contributors.map(([p, n]) => [p, n]), o.mine, o.params_sha256];
+    case "committed": return ["committed", pid, o.step, loss12(o.loss), o.contributors.map(([p, n]) => [p, n]), o.mine, o.params_sha256];
     case "refused": return ["refused", pid, o.peer, [...o.reasons]];
     case "log": return ["log", pid, !!o.loud, o.text];
     case "ended": return ["ended", pid, o.step, o.params_sha256, !!o.agreed];
-    case "failed": return ["failed", pid, o.reason];
+    case "removed": return ["removed", pid, o.by, o.reason];
     case "restored": return ["restored", pid, o.step, o.params_sha256, o.by];
     case "alarm": return ["alarm", pid, o.alarm, o.peer, o.name, o.step, o.micro, o.strikes, o.text];
     default: throw new Error(`unknown output ${o.kind}`);
@@ -99,6 +109,7 @@ class Net {
     this.ds = ds;
     this.peers = new Map();
     this.faults = new Map();
+    this.last = new Map(); // a stale liar's previous contribution
     this.dead = new Set();
     this.held = new Set();
     this.wire = [];
@@ -116,7 +127,10 @@ class Net {
       if (o.kind === "send") {
         let msg = o.message;
         const fault = this.faults.get(pid);
-        if (fault && msg.T === "contrib") msg = { ...msg, ints: corrupt(msg.ints, fault, msg.step) };
+        if (fault && msg.T === "contrib") {
+          if (!this.last.has(pid)) this.last.set(pid, {});
+          msg = { ...msg, ints: corrupt(msg.ints, fault, msg.step, this.last.get(pid)) };
+        }
         const p = this.peers.get(pid);
         const no = this.nextNo(pid);
         const frames = W.encode(msg, p.runId, p.bounds, () => no);
@@ -210,7 +224,7 @@ class Net {
     switch (e.op) {
       case "peer": {
         const opts = { kind: "python", capacity: e.capacity ?? 1.0, verifyRate: e.verify_rate ?? 0.0,
-          strikes: e.strikes ?? 3, verifyKey: e.verify_key ?? "key", waitPeers: e.wait_peers ?? 0,
+          strikes: e.strikes ?? 3, verifyKey: e.verify_key ?? "key", waitPeers: e.wait_peers ?? 0, window: e.window ?? null,
           makeTrainer: (identity, ds) => this.makeTrainer(identity, ds) };
         const p = new RunPeer(e.id, opts);
         if (e.host) p._hostSteps = e.steps ?? input.steps;

@@ -3,8 +3,8 @@
 A scenario drives a few replicas of ONE language on a perfect, ordered network: every
 message between them goes through the real frame encoder and reassembler, every compute is
 the real engine on a tiny model, so the outputs are bit-comparable with the JS runner
-(run_scenarios.mjs), which does the same with runpeer.js and frames.js. Both write the same
-normalised output list; tests/test_scenarios.py asserts the two lists are equal and checks
+(run_scenarios.mjs), which does the same with webui/run/ (through runpeer.js) and
+frames.js. Both write the same normalised output list; tests/test_scenarios.py asserts the two lists are equal and checks
 the scenario's expectations. Ops are described in tests/scenarios/README.md.
 """
 
@@ -37,10 +37,15 @@ def flip12(v: int) -> int:
     return int(np.int64(v) ^ np.int64(1 << 12))
 
 
-def corrupt(ints: np.ndarray, fault, step: int) -> np.ndarray:
-    """The harness's liars (as peer/faults.py): flip bit 12 of one value, double all, or put
-    one value past the clamp bound."""
+def corrupt(ints: np.ndarray, fault, step: int, last: dict | None = None) -> np.ndarray:
+    """The harness's liars (as peer/faults.py): flip bit 12 of one value, double all, put
+    one value past the clamp bound, or send the previous contribution again (``stale``:
+    zeros at first; ``last`` holds it)."""
     ints = np.array(ints, np.int64)
+    if fault == "stale":
+        prev = last.get("ints") if last is not None else None
+        last["ints"] = ints
+        return prev if prev is not None else np.zeros_like(ints)
     if fault == "flip":
         ints[step % ints.size] = flip12(ints[step % ints.size])
     elif fault == "scale":
@@ -56,6 +61,12 @@ def body_sha(body: bytes) -> str:
     return hashlib.sha256(bytes(body)).hexdigest()[:16]
 
 
+def loss12(x):
+    """A displayed loss to 12 significant digits: its ``log`` is each language's libm (the
+    bits of the run never depend on it), which may differ in the last place."""
+    return float(format(x, ".12g")) if isinstance(x, float) else x
+
+
 def norm_message(m: F.Message) -> list:
     """kind, run id, step, meta and the SHA-256 of the body: of the integers (int64 LE) for
     CONTRIB / TOTAL, whose codec each side picks (JS has no synchronous zlib), else of the
@@ -64,7 +75,8 @@ def norm_message(m: F.Message) -> list:
     body = m.body
     if m.type in (F.FrameType.CONTRIB, F.FrameType.TOTAL) and m.codec != F.Codec.NONE:
         body = F.decode_ints(m.codec, m.body).astype("<i8").tobytes()
-    return [kind, m.run_id, m.step, m.meta, body_sha(body)]
+    meta = {**m.meta, "loss": loss12(m.meta["loss"])} if "loss" in m.meta else m.meta
+    return [kind, m.run_id, m.step, meta, body_sha(body)]
 
 
 def norm_output(pid: str, o) -> list | None:
@@ -73,7 +85,7 @@ def norm_output(pid: str, o) -> list | None:
     if isinstance(o, R.FetchData):
         return ["fetch", pid, o.task, o.fingerprint]
     if isinstance(o, R.Committed):
-        return ["committed", pid, o.step, o.loss, [list(c) for c in o.contributors], o.mine,
+        return ["committed", pid, o.step, loss12(o.loss), [list(c) for c in o.contributors], o.mine,
                 o.params_sha256]
     if isinstance(o, R.Refused):
         return ["refused", pid, o.peer, list(o.reasons)]
@@ -81,8 +93,8 @@ def norm_output(pid: str, o) -> list | None:
         return ["log", pid, bool(o.loud), o.text]
     if isinstance(o, R.Ended):
         return ["ended", pid, o.step, o.params_sha256, bool(o.agreed)]
-    if isinstance(o, R.Failed):
-        return ["failed", pid, o.reason]
+    if isinstance(o, R.Removed):
+        return ["removed", pid, o.by, o.reason]
     if isinstance(o, R.Restored):
         return ["restored", pid, o.step, o.params_sha256, o.by]
     if isinstance(o, R.Alarm):
@@ -97,6 +109,7 @@ class Net:
         self.luts = load_luts()
         self.peers: dict[str, R.RunPeer] = {}
         self.faults: dict[str, str] = {}
+        self.last: dict[str, dict] = {}   # a stale liar's previous contribution
         self.dead: set[str] = set()
         self.held: set[str] = set()
         self.wire: deque = deque()      # (from, to, [frame bytes])
@@ -115,7 +128,8 @@ class Net:
                 fault = self.faults.get(pid)
                 if fault and isinstance(msg, F.Contrib):
                     import dataclasses
-                    msg = dataclasses.replace(msg, ints=corrupt(msg.ints, fault, msg.step))
+                    msg = dataclasses.replace(msg, ints=corrupt(msg.ints, fault, msg.step,
+                                                                self.last.setdefault(pid, {})))
                 peer = self.peers[pid]
                 m = F.to_message(msg, peer.run_id, peer.bounds)
                 self.put(pid, o.to, m)
@@ -207,7 +221,8 @@ class Net:
         if kind == "peer":
             pid = e["id"]
             kw = dict(capacity=float(e.get("capacity", 1.0)), verify_rate=float(e.get("verify_rate", 0.0)),
-                      strikes=int(e.get("strikes", 3)), verify_key=e.get("verify_key", "key"))
+                      strikes=int(e.get("strikes", 3)), verify_key=e.get("verify_key", "key"),
+                      window=e.get("window"))
             if e.get("host"):
                 self.peers[pid] = R.RunPeer(pid, trainer=Trainer(self.rs.spec, self.rs.hp, self.rs.ds, self.luts),
                                             steps=int(e.get("steps", self.rs.steps)),

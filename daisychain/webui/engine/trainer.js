@@ -173,6 +173,24 @@ export class Trainer {
     this.step += 1;
   }
 
+  /** A copy of the replica's state {step, theta, m, v, b1t, b2t}. */
+  snapshot() {
+    const a = this.adam;
+    return { step: this.step, theta: this.theta.slice(), m: a.m.slice(), v: a.v.slice(), b1t: a.b1t, b2t: a.b2t };
+  }
+
+  /** Replace the replica's state with a copy of `st` (a snapshot or a checked STATE). */
+  load(st) {
+    if (st.theta.length !== this.theta.length) throw new RangeError(`the state holds ${st.theta.length} parameters, the model ${this.theta.length}`);
+    this.theta.set(st.theta);
+    this.adam.m.set(st.m);
+    this.adam.v.set(st.v);
+    this.adam.b1t = st.b1t;
+    this.adam.b2t = st.b2t;
+    this.adam.step = st.step;
+    this.step = st.step;
+  }
+
   async paramsSha256() {
     return paramsSha256(this.theta);
   }

@@ -1,0 +1,20 @@
+"""How fast this machine runs a run: micro-batches per second (the capacity a peer or a
+cluster rank announces, which the split follows)."""
+
+from __future__ import annotations
+
+import time
+
+from daisychain.engine.trainer import Trainer
+
+
+def measure_capacity(trainer: Trainer, seconds: float = 0.3) -> float:
+    """Micro-batches per second of this machine on this run (a few step-0 micro-batches)."""
+    theta = trainer.theta.copy()
+    n, t0 = 0, time.perf_counter()
+    while True:
+        trainer.contribute([n % trainer.hp.n_micro], 0, theta)
+        n += 1
+        dt = time.perf_counter() - t0
+        if dt > seconds or n >= 200:
+            return n / dt

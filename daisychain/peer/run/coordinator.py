@@ -1,0 +1,500 @@
+"""The coordinator role (the room host): announce the run, admit members, split each step
+into tasks (:mod:`.split`), dispatch them, give late ones a backup, collect contributions
+and commit the step's total (:mod:`.aggregator`) to everyone; restore the room from a state.
+A member becomes coordinator from its own state (:meth:`CoordinatorRole._become_coordinator`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from daisychain.engine.trainer import capacity_split
+from daisychain.peer import frames as F
+from daisychain.peer.run.aggregator import Star
+from daisychain.peer.run.checks import checked_micro
+from daisychain.peer.run.outputs import Compute, Ended, Log, Output, Refused, RestoreError, Restored, Send
+from daisychain.peer.run.rollback import Window, window_steps
+from daisychain.peer.run.split import finish_shares
+from daisychain.peer.run.state import checked_state, load_state, state_message
+
+#: smallest and initial deadline (seconds) of a task
+MIN_DEADLINE_S = 2.0
+DEADLINE_FACTOR = 4.0
+#: after a restore, how long the coordinator waits for the members to load the state
+RESTORE_WAIT_S = 20.0
+#: at the start, how long the host waits for the members it announced the run to
+START_WAIT_S = 20.0
+#: how long a coordinator waits for the STATE of a member that said it is ahead
+SYNC_WAIT_S = 20.0
+
+
+@dataclass
+class _Member:
+    id: str
+    capacity: float = 1.0
+    kind: str = "python"
+    ready: bool = False          # sent Ready for this term
+    synced: bool = False         # its replica is at the coordinator's step (or will be by order)
+    refused: bool = False
+    sec_per_micro: float = 1.0   # adaptive deadline estimate
+    link_s: float = 0.0          # seconds its link adds to a step (estimate, see _time_task)
+    timed: int = 0               # shares of it timed (the first is left out: warm-up)
+    done: int = 0                # micro-batches committed from it
+
+
+@dataclass
+class _Task:
+    task: int
+    micro: tuple[int, ...]
+    assignees: list[str]
+    sent_at: float
+    deadline: float
+    result: tuple[str, np.ndarray, float, int] | None = None  # (peer, ints, loss, correct)
+    kind: str = "main"   # main: counts in the total; check / referee: a spot-check's second opinion
+
+
+@dataclass
+class _Check:
+    """A spot-checked micro-batch of the current step: every peer's answer (``votes``) and,
+    once decided, the reference answer the total uses."""
+    micro: int
+    votes: dict = field(default_factory=dict)   # peer -> (ints, loss, correct)
+    decided: tuple | None = None
+    decided_by: str | None = None
+    refereed: bool = False
+
+
+class CoordinatorRole:
+    """Mixed into :class:`~.driver.RunPeer`: everything the room host does."""
+
+    aggregator = Star()
+
+    def _announce_targets(self) -> list[str]:
+        return sorted(p for p in self.open if p in self.room and p != self.me and p not in self.banned)
+
+    def _become_coordinator(self, old_host: str | None) -> list[Output]:
+        self.coordinating = True
+        self.coord = self.me
+        self.term += 1
+        self.members = {}
+        self.tasks = {}
+        self.checks = {}
+        self.step_started = False
+        self.pending.clear()
+        self.self_spm, self.timing_from = None, self.step + 1  # a term's first step warms up
+        self._new_window()
+        out: list[Output] = [Log(f"coordinating the run from step {self.step} (term {self.term})")]
+        return out + [Send(p, self._announce()) for p in self._announce_targets()]
+
+    def _on_ready(self, sender: str, msg: F.Ready) -> list[Output]:
+        if not self.coordinating or msg.term != self.term or self.ended:
+            return []
+        if sender in self.banned:
+            return [Log(f"{self._name(sender)} was removed from the run: its ready is ignored", loud=True)]
+        m = self.members.setdefault(sender, _Member(sender))
+        m.capacity = max(msg.capacity, 1e-3)
+        m.kind, m.ready, m.refused = msg.kind, True, False
+        m.sec_per_micro = 1.0 / m.capacity
+        if msg.step == self.step and msg.params_sha256 == self._hash():
+            m.synced = True
+            return [Log(f"{sender} is ready ({msg.kind}, {msg.capacity:.0f} micro-batches/s)")] + \
+                self._maybe_begin()
+        if msg.step > self.step and self.restored_term != self.term:
+            # it holds a later step than we do: take its state first (not after a restore:
+            # then the restored state is the run's, wherever the member was)
+            self.catching_up, self.catch_from = True, sender
+            self.catch_until = self.now + SYNC_WAIT_S
+            return [Log(f"{sender} is ahead (step {msg.step}): taking its state"),
+                    Send(sender, F.SyncRequest(self.term, self.step, self._hash(), "coordinator behind"))]
+        m.synced = True  # by channel order the state arrives before the next assign / total
+        return [Log(f"{sender} joins at step {self.step}: sending the state"),
+                Send(sender, self._state())] + self._maybe_begin()
+
+    def _state(self) -> F.State:
+        return state_message(self.trainer)
+
+    def _new_window(self) -> None:
+        """A rollback window from this replica's state on (a new term, a restore, a catch-up):
+        what came before it cannot be rolled back."""
+        size = self.window_size if self.window_size is not None else window_steps(self.verify_rate, self.strikes)
+        self.window = Window(size, self.bounds)
+        self.window.reset(self.trainer)
+        self.unchecked_since = {}
+
+    def _caught_up(self) -> list[Output]:
+        """The coordinator took the state of a member that was ahead: restart from there."""
+        self.catching_up = False
+        self.tasks.clear()
+        self.checks.clear()
+        self.step_started = False
+        self._new_window()
+        for m in self.members.values():
+            m.synced = False
+        return [Send(p, self._announce()) for p in self._announce_targets()]
+
+    def _on_refuse(self, sender: str, msg: F.Refuse) -> list[Output]:
+        if not self.coordinating:
+            return []
+        m = self.members.setdefault(sender, _Member(sender))
+        m.refused, m.ready, m.synced = True, False, False
+        return [Refused(sender, msg.reasons)] + self._member_left(sender, quiet=True) + \
+            self._maybe_begin()
+
+    def _on_syncrequest(self, sender: str, msg: F.SyncRequest) -> list[Output]:
+        if self.trainer is None:
+            return []
+        out: list[Output] = []
+        if self.coordinating and msg.reason != "coordinator behind":
+            out.append(Log(f"{sender} diverged at step {msg.step} (params {msg.params_sha256[:12]}, "
+                           f"{msg.reason}): resyncing it", loud=True))
+        return out + [Send(sender, self._state())]
+
+    def _on_datarequest(self, sender: str, msg: F.DataRequest) -> list[Output]:
+        if self.trainer is None or msg.fingerprint != self.trainer.ds.fingerprint:
+            return []
+        return [Send(sender, F.Data(self.trainer.ds.fingerprint, self.trainer.ds.to_bytes()))]
+
+    def _on_contrib(self, sender: str, msg: F.Contrib) -> list[Output]:
+        if not self.coordinating or msg.term != self.term or sender in self.banned:
+            return []
+        bound = len(msg.micro) * self.trainer.limit
+        ints = np.asarray(msg.ints)
+        if ints.dtype.kind not in "iu" or ints.size != self.trainer.layout.size:
+            return self._strike(sender, "refused", None, f"refused a contribution from "
+                                f"{self._name(sender)}: not {self.trainer.layout.size} integers")
+        peak = int(np.abs(ints).max()) if ints.size else 0
+        if peak > bound:
+            return self._strike(sender, "refused", None, f"refused a contribution from "
+                                f"{self._name(sender)}: a value of magnitude {peak} is over the "
+                                f"clamp bound {int(bound)} of {len(msg.micro)} micro-batch(es)")
+        return self._take_contrib(sender, msg.step, msg.task, msg.micro, msg.ints, msg.loss,
+                                  msg.correct)
+
+    def _live(self) -> list[str]:
+        """Peers that take work this step, in a fixed order (self first)."""
+        return [self.me] + sorted(m.id for m in self.members.values()
+                                  if m.synced and m.ready and not m.refused and m.id in self.room
+                                  and m.id in self.open and m.id not in self.banned)
+
+    def _cap(self, peer: str) -> float:
+        return float(self.capacity or 1.0) if peer == self.me else self.members[peer].capacity
+
+    def _maybe_begin(self) -> list[Output]:
+        if self.step_started or self.catching_up or not self.coordinating or self.ended:
+            return []
+        if self.step >= self.steps:
+            return self._end()
+        if self.wait_for and self.now < self.wait_until and any(
+                p in self.room and p in self.open and not self._answered(p) for p in self.wait_for):
+            return []  # after a restore: give the members time to load the state
+        self.wait_for = set()
+        live = self._live()
+        if len(live) - 1 < self.wait_peers:
+            return []
+        self.wait_peers = 0  # wait once, at the start
+        return self._begin_step(live)
+
+    def _begin_step(self, live: list[str]) -> list[Output]:
+        self.step_started = True
+        self.tasks = {}
+        self.checks = {}
+        ids = list(range(self.trainer.hp.n_micro))
+        parts = capacity_split(ids, self._split_weights(live, len(ids)))
+        checked = set(checked_micro(self.verify_key, self.step, len(ids), self.verify_rate)) \
+            if len(live) > 1 else set()
+        new, out = [], []
+        for i, (peer, micro) in enumerate(zip(live, parts)):
+            plain = tuple(j for j in micro if j not in checked)
+            if plain:
+                new.append(self._new_task(peer, plain))
+            for j in micro:
+                if j in checked:  # its own task, and the same micro-batch for the next peer
+                    self.checks[j] = _Check(j)
+                    new.append(self._new_task(peer, (j,)))
+                    new.append(self._new_task(live[(i + 1) % len(live)], (j,), "check"))
+            if not micro and peer != self.me:
+                out.append(Log(f"{self._name(peer)} gets no micro-batch of step {self.step}: "
+                               f"its capacity {self._cap(peer):.3g} micro-batches/s is under "
+                               f"1/{len(ids)} of the room's {sum(self._cap(p) for p in live):.3g}"))
+        return out + self._dispatch(new)
+
+    def _split_weights(self, live: list[str], n: int) -> list[float]:
+        """The capacities, or once a member's link is seen to cost time, shares that make
+        everyone finish together (:func:`finish_shares`): a coordinator that would wait for
+        a member's contribution to cross the wire computes more itself meanwhile."""
+        caps = [self._cap(p) for p in live]
+        links = [0.0] + [self.members[p].link_s for p in live[1:]]
+        if self.self_spm is None or n < len(live) or not any(x > 0 for x in links):
+            return caps
+        return finish_shares([self.self_spm * caps[0] / c for c in caps], links, n)
+
+    def _new_task(self, peer: str, micro: tuple[int, ...], kind: str = "main") -> _Task:
+        t = _Task(self.next_task, micro, [peer], self.now, self.now + self._deadline(peer, len(micro)),
+                  kind=kind)
+        self.next_task += 1
+        self.tasks[t.task] = t
+        return t
+
+    def _deadline(self, peer: str, n: int) -> float:
+        spm = 1.0 / float(self.capacity or 1.0) if peer == self.me else self.members[peer].sec_per_micro
+        return max(MIN_DEADLINE_S, DEADLINE_FACTOR * spm * n + 0.5)
+
+    def _dispatch(self, tasks: list[_Task], peers: dict[int, str] | None = None) -> list[Output]:
+        """Tell everyone about new assignments (``peers``: task -> the newly added assignee)."""
+        if not tasks:
+            return []
+        wire = tuple(F.Task(t.task, (peers or {}).get(t.task, t.assignees[-1]), t.micro) for t in tasks)
+        out: list[Output] = []
+        for p in self._receivers():  # each member hears of its own tasks only
+            mine = tuple(w for w in wire if w.peer == p)
+            if mine:
+                out.append(Send(p, F.Assign(self.term, self.step, mine)))
+        for w in wire:
+            if w.peer == self.me:
+                self.pending[(self.step, w.task)] = w.micro
+                out.append(Compute(self.step, w.task, w.micro, self.trainer.theta.copy()))
+        return out
+
+    def _receivers(self) -> list[str]:
+        """Members that follow the run (get assigns and totals)."""
+        return sorted(m.id for m in self.members.values()
+                      if m.ready and m.synced and not m.refused and m.id in self.open
+                      and m.id not in self.banned)
+
+    def _take_contrib(self, sender, step, task, micro, ints, loss, correct) -> list[Output]:
+        t = self.tasks.get(task)
+        if step != self.step or t is None or t.result is not None or t.micro != tuple(micro) \
+                or sender not in t.assignees:
+            return []  # late, duplicate or not ours: ignored, the step counts each micro once
+        t.result = (sender, ints, loss, correct)
+        if sender != self.me and sender in self.members:
+            m = self.members[sender]
+            spent = max(1e-4, self.now - t.sent_at) / len(micro)
+            m.sec_per_micro = 0.5 * m.sec_per_micro + 0.5 * spent
+        self._time_task(sender, t)
+        out: list[Output] = []
+        if len(t.micro) == 1 and t.micro[0] in self.checks:
+            self.checks[t.micro[0]].votes[sender] = (np.asarray(ints, np.int64), loss, correct)
+            out += self._judge(t.micro[0])
+        return out + self._maybe_commit()
+
+    def _time_task(self, sender: str, t: _Task) -> None:
+        """Learn from a peer's whole share of the step once its last task is in (dispatch to
+        contribution; the clock comes from the shell): the coordinator's own seconds per
+        micro-batch, and what each member's link adds beyond computing its share at its
+        capacity relative to the coordinator's (tasks it was first given: main and checks).
+        A term's first step and each member's first share are left out: they include
+        warm-up (compiles, first connections), which would skew the split for many steps."""
+        if t.assignees[0] != sender or self.step < self.timing_from:
+            return
+        share = [x for x in self.tasks.values() if x.assignees[0] == sender]
+        if any(x.result is None for x in share):
+            return
+        n = sum(len(x.micro) for x in share)
+        spent = self.now - min(x.sent_at for x in share)
+        if spent <= 0 or n == 0:
+            return
+        if sender == self.me:
+            per = spent / n
+            self.self_spm = per if self.self_spm is None else 0.5 * self.self_spm + 0.5 * per
+        elif sender in self.members and self.self_spm is not None:
+            m = self.members[sender]
+            m.timed += 1
+            if m.timed == 1:
+                return
+            own = n * self.self_spm * self._cap(self.me) / self._cap(sender)
+            m.link_s = 0.5 * m.link_s + 0.5 * max(0.0, spent - own)
+
+    def _maybe_commit(self) -> list[Output]:
+        if not self.step_started or not self.tasks:
+            return []
+        if all(x.result is not None for x in self.tasks.values() if x.kind == "main") and \
+                all(c.decided is not None for c in self.checks.values()):
+            return self._commit()
+        return []
+
+    def _commit(self) -> list[Output]:
+        step = self.step
+        total, contributors, loss, unchecked = self.aggregator.total(
+            self.tasks.values(), self.checks, self.trainer.layout.size, self.me)
+        self.trainer.apply(total)
+        self.window.record(self.trainer, step, total, unchecked)
+        for p in unchecked:
+            self.unchecked_since.setdefault(p, step)
+        sha = self._hash()
+        receivers = self._receivers()
+        self.step_started = False
+        self.tasks, self.checks = {}, {}
+        self.pending = {k: v for k, v in self.pending.items() if k[0] > step}
+        committed = self._committed(step, loss, contributors, sha)
+        # the next step's assign rides on each member's total: one message down per step
+        nxt, carried = [], {}
+        for o in self._maybe_begin():
+            if isinstance(o, Send) and isinstance(o.message, F.Assign) and o.to in receivers \
+                    and o.message.step == self.step and o.to not in carried:
+                carried[o.to] = o.message.tasks
+            else:
+                nxt.append(o)
+        out: list[Output] = [Send(p, F.Total(self.term, step, contributors, loss, sha, total,
+                                             carried.get(p, ()))) for p in receivers]
+        return out + committed + nxt
+
+    def _check_catch_up(self) -> list[Output]:
+        """A member that said it is ahead sent no usable STATE in SYNC_WAIT_S (it never
+        answered, or its state was refused): go on from ours and bring it to it."""
+        if not self.catching_up or self.now < self.catch_until:
+            return []
+        self.catching_up = False
+        peer, m = self.catch_from, self.members.get(self.catch_from)
+        out: list[Output] = [Log(f"{self._name(peer)} sent no state in {SYNC_WAIT_S:g} s: going "
+                                 f"on from step {self.step}", loud=True)]
+        if m is not None and m.ready and not m.refused and peer not in self.banned:
+            m.synced = True
+            out.append(Send(peer, self._state()))
+        return out
+
+    def _member_left(self, peer: str, quiet: bool = False, force: bool = False) -> list[Output]:
+        if not self.coordinating or peer == self.me:
+            return []
+        if self.catching_up and peer == self.catch_from:
+            self.catching_up = False
+            return [Log(f"{self._name(peer)} left before sending its state: going on from step "
+                        f"{self.step}", loud=True)] + self._member_left(peer, quiet, force) + \
+                self._maybe_begin()
+        m = self.members.get(peer)
+        if m is not None and (not m.refused or force):
+            del self.members[peer]
+        orphans = []
+        for t in list(self.tasks.values()):
+            if t.result is None and peer in t.assignees:
+                t.assignees.remove(peer)
+                if not t.assignees:
+                    orphans.append(t)
+        if not orphans:
+            out: list[Output] = [] if quiet or m is None else [Log(f"{self._name(peer)} left")]
+            for j in sorted(self.checks):
+                out += self._judge(j)
+            return out + self._maybe_commit()
+        live = self._live()
+        new = []
+        for t in orphans:  # split its micro-batches over those still here
+            del self.tasks[t.task]
+            if t.kind != "main":
+                continue  # a second opinion nobody gives: the check decides with the others
+            for who, micro in zip(live, capacity_split(list(t.micro), [self._cap(p) for p in live])):
+                if micro:
+                    new.append(self._new_task(who, tuple(micro)))
+        mains = [j for t in orphans if t.kind == "main" for j in t.micro]
+        out: list[Output] = [Log(f"{self._name(peer)} left during step {self.step}: its micro-batches "
+                                 f"{mains} go to the others")] if mains else []
+        out += self._dispatch(new)
+        for j in sorted(self.checks):
+            out += self._judge(j)
+        return out + self._maybe_commit()
+
+    def _check_deadlines(self) -> list[Output]:
+        if not self.step_started:
+            return []
+        late, added, dropped = [], {}, []
+        live = self._live()
+        for t in list(self.tasks.values()):
+            if t.result is not None or self.now < t.deadline:
+                continue
+            if t.kind != "main" and t.micro[0] in self.checks:
+                c = self.checks[t.micro[0]]
+                if c.decided is not None:
+                    continue
+                busy = set(c.votes) | {p for u in self.tasks.values() if u.micro == t.micro
+                                       for p in u.assignees}
+            else:
+                busy = set(t.assignees)
+            spare = [p for p in live if p not in busy]
+            if not spare and t.kind != "main":
+                dropped.append(t)  # nobody else can give this second opinion: go without it
+                continue
+            if not spare:
+                t.deadline = self.now + self._deadline(t.assignees[0], len(t.micro))
+                continue
+            backup = max(spare, key=lambda p: (self._cap(p), p == self.me))
+            t.assignees.append(backup)
+            t.sent_at = self.now
+            t.deadline = self.now + self._deadline(backup, len(t.micro))
+            late.append(t)
+            added[t.task] = backup
+        out: list[Output] = []
+        first = self.step < self.timing_from  # a term's first step: no timing known, no miss
+        if late:
+            out += [Log(f"task(s) {[t.task for t in late]} of step {self.step} " + (
+                "also given to a backup (the first step's timings are not known yet)" if first
+                else "missed the deadline: backup assigned"))] + self._dispatch(late, added)
+        if dropped:
+            for t in dropped:
+                del self.tasks[t.task]
+            out.append(Log(f"spot-check(s) of micro-batch(es) {[t.micro[0] for t in dropped]} of step "
+                           f"{self.step} " + ("skipped (the first step's timings are not known yet)"
+                                              if first else "got no second answer in time: dropped")))
+            for j in sorted(self.checks):
+                out += self._judge(j)
+            out += self._maybe_commit()
+        return out
+
+    def _end(self) -> list[Output]:
+        self.ended = True
+        sha = self._hash()
+        msg = F.End(self.term, self.step, sha)
+        return [Send(p, msg) for p in self._receivers()] + [Ended(self.step, sha, True)]
+
+    def _answered(self, peer: str) -> bool:
+        m = self.members.get(peer)
+        return m is not None and (m.ready or m.refused)
+
+    def restore(self, step: int, theta: np.ndarray, adam, params_sha256: str | None = None,
+                source: str = "a checkpoint", steps: int | None = None) -> list[Output]:
+        """The coordinator restores the whole room from a checked state (``adam``: an
+        ``AdamState``): it loads it, opens a new term (open work is dropped) and sends each
+        member ``restore`` + STATE + ``run``; training continues from ``step`` (to ``steps``,
+        the run's total, if given). Raises
+        RestoreError when this peer does not coordinate or the state does not fit the run."""
+        if not self.coordinating or self.trainer is None:
+            raise RestoreError("only the coordinator (the room's host) restores the room")
+        state = checked_state(self.trainer, step, theta, adam.m, adam.v, adam.b1t, adam.b2t,
+                              params_sha256)
+        load_state(self.trainer, state)
+        if steps is not None:
+            self.steps = int(steps)
+        self._new_window()
+        self.term += 1
+        sha = self._hash()
+        return self._reopen([Log(f"restored the room from {source}: step {step}, params {sha[:12]} "
+                                 f"(term {self.term})"), Restored(int(step), sha, self.me)])
+
+    def _reopen(self, out: list[Output]) -> list[Output]:
+        """A new term (already counted) on a state the coordinator loaded (a restore, a
+        rollback): open work is dropped; each member gets ``restore`` + STATE + ``run``."""
+        self.restored_term = self.term
+        self.tasks, self.step_started, self.catching_up, self.ended = {}, False, False, False
+        self.checks = {}
+        self.pending.clear()
+        for mem in self.members.values():
+            mem.ready = mem.synced = False
+        targets = self._announce_targets()
+        self.wait_for, self.wait_until = set(targets), self.now + RESTORE_WAIT_S
+        state, announce = self._state(), self._announce()
+        restore = F.Restore(self.term, self.step, state.params_sha256)
+        for p in targets:  # a member that never joined gets the state when it answers `run`
+            if p in self.members and not self.members[p].refused:
+                out += [Send(p, restore), Send(p, state)]
+            out.append(Send(p, announce))
+        return out + self._maybe_begin()
+
+    def start(self, now: float) -> list[Output]:
+        """The host of a new room: start coordinating (call once the signaling id is known)."""
+        self.now = now
+        if self.host is None:
+            self.host = self.me
+        out = [] if self.coordinating else self._become_coordinator(None)
+        # members the run was announced to get a while to answer before the first step
+        self.wait_for, self.wait_until = set(self._announce_targets()), now + START_WAIT_S
+        return out + self._maybe_begin()
+

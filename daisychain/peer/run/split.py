@@ -1,0 +1,38 @@
+"""How a step's micro-batches are shared: by capacity, or once a member's link is seen to
+cost time, so that everyone finishes together (the capacity itself is measured by
+:func:`daisychain.engine.capacity.measure_capacity`)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from daisychain.engine.capacity import measure_capacity  # noqa: F401  (re-exported)
+from daisychain.engine.model import Result
+from daisychain.engine.trainer import Trainer
+
+
+def finish_shares(spm: list[float], fixed: list[float], n: int) -> list[float]:
+    """Micro-batch shares (summing to ~n) with which every peer finishes a step at the same
+    time T: peer k takes max(1, (T - fixed[k]) / spm[k]) micro-batches, where spm[k] is its
+    seconds per micro-batch and fixed[k] the seconds its link adds to a step (the total
+    reaching it, its contribution coming back). T by bisection (the same float operations
+    as webui/run/split.js finishShares; shared cases in tests/scenarios/split.json)."""
+    def taken(t: float) -> float:
+        acc = 0.0
+        for s, x in zip(spm, fixed):
+            acc += max(1.0, (t - x) / s)
+        return acc
+    lo, hi = 0.0, max(fixed) + n * max(spm)
+    for _ in range(100):
+        mid = 0.5 * (lo + hi)
+        if taken(mid) >= n:
+            hi = mid
+        else:
+            lo = mid
+    return [max(1.0, (hi - x) / s) for s, x in zip(spm, fixed)]
+
+
+def contribute_at(trainer: Trainer, theta: np.ndarray, step: int, micro) -> Result:
+    """``Trainer.contribute`` of ``micro`` of ``step`` on ``theta`` (the shell's compute, in a
+    thread: a copy of the parameters, so it never sees the replica change under it)."""
+    return trainer.contribute(micro, step, theta)

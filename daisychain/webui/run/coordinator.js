@@ -1,0 +1,527 @@
+// The coordinator role (daisychain/peer/run/coordinator.py), the room host: announce the run,
+// admit members, split each step into tasks (split.js), dispatch them, give late ones a
+// backup, collect contributions and commit the step's total (aggregator.js) to everyone;
+// restore the room from a state. A member becomes coordinator from its own state
+// (_becomeCoordinator). Mixed into RunPeer (driver.js).
+
+import { checkedState, loadState, tensorBounds } from "./state.js";
+import { Star } from "./aggregator.js";
+import { checkedMicro } from "./checks.js";
+import { capacitySplit, finishShares } from "./split.js";
+import { Window, windowSteps } from "./rollback.js";
+import { g3, log, pyList, sameInts, send } from "./util.js";
+
+export const MIN_DEADLINE_S = 2.0;
+export const DEADLINE_FACTOR = 4.0;
+/** How long a host waits, at the start, for the members it announced the run to. */
+export const START_WAIT_S = 20.0;
+/** After a restore, how long the coordinator waits for the members to load the state. */
+export const RESTORE_WAIT_S = 20.0;
+/** How long a coordinator waits for the STATE of a member that said it is ahead (as daisychain/peer/run/). */
+export const SYNC_WAIT_S = 20.0;
+
+const STAR = new Star();
+
+export class Member {
+  constructor(id) {
+    this.id = id;
+    this.capacity = 1.0;
+    this.kind = "python";
+    this.ready = false;    // sent ready for this term
+    this.synced = false;   // its replica is at the coordinator's step (or will be by order)
+    this.refused = false;
+    this.secPerMicro = 1.0;
+    this.linkS = 0.0;      // seconds its link adds to a step (estimate, see _timeTask)
+    this.timed = 0;        // shares of it timed (the first is left out: warm-up)
+  }
+}
+
+export class CoordinatorRole {
+  /** A member that said it is ahead sent no usable STATE in SYNC_WAIT_S (it never answered,
+   * or its state was refused): go on from ours and bring it to it (as daisychain/peer/run/). */
+  async _checkCatchUp() {
+    if (!this.catchingUp || this.now < this.catchUntil) return [];
+    this.catchingUp = false;
+    const peer = this.catchFrom;
+    const m = this.crew.get(peer);
+    const out = [log(`${this._name(peer)} sent no state in ${SYNC_WAIT_S} s: going on from step ${this.step}`, true)];
+    if (m && m.ready && !m.refused && !this.banned.has(peer)) {
+      m.synced = true;
+      out.push(send(peer, await this._state()));
+    }
+    return out;
+  }
+
+
+  _announceTargets() {
+    return [...this.open].filter((p) => this.room.has(p) && p !== this.me && !this.banned.has(p)).sort();
+  }
+
+  async _becomeCoordinator() {
+    this.coordinating = true;
+    this.coord = this.me;
+    this.term += 1;
+    this.selfSpm = null;              // a term's first step warms up: timed from the next
+    this.timingFrom = this.step + 1;
+    this.crew = new Map();
+    this.tasks = new Map();
+    this.checks = new Map();
+    this.stepStarted = false;
+    this.pending.clear();
+    await this._newWindow();
+    return [log(`coordinating the run from step ${this.step} (term ${this.term})`),
+      ...this._announceTargets().map((p) => send(p, this._announce()))];
+  }
+
+  /** This tab hosts a new run (the user pressed Start). */
+  async hostRun(trainer, identity, runId, steps, now) {
+    this.now = now;
+    this.trainer = trainer;
+    this.identity = identity;
+    this.bounds = tensorBounds(trainer);
+    this.steps = steps;
+    this.refused = false;
+    this.ended = false;
+    this.doneBy = {};
+    await this._rehash();
+    this.run = { T: "run", identity, run_id: runId, steps, term: this.term, step: 0, params_sha256: this.sha, coordinator: this.me };
+    if (this.host === null) this.host = this.me;
+    // a new term and crew, announced to every open member: also when this tab already
+    // coordinates (a second run after the first ended or was stopped: without the announce
+    // the members still follow the old run and drop every assign of the new one)
+    const out = await this._becomeCoordinator();
+    // members the run was announced to get a while to answer before the first step
+    this.waitFor = new Set(this._announceTargets());
+    this.waitUntil = now + START_WAIT_S;
+    return [...out, ...this._maybeBegin()];
+  }
+
+  /**
+   * The coordinator restores the whole room from a checked state {step, theta, m, v, b1t,
+   * b2t, params_sha256}: loads it, opens a new term (open work is dropped) and sends each
+   * member restore + STATE + run; training continues from `step` (to `steps`, if given).
+   * Throws when this tab does not coordinate or the state does not fit the run.
+   */
+  async restore(st, now, steps = null) {
+    if (!this.coordinating || !this.trainer) throw new Error("only the coordinator (the room's host) restores the room");
+    const checked = await checkedState(this.trainer, st, st.params_sha256 || null);
+    this.now = now;
+    await loadState(this.trainer, checked);
+    const sha = await this._rehash();
+    if (steps !== null) this.steps = steps;
+    await this._newWindow();
+    this.term += 1;
+    return this._reopen([log(`restored the room from a checkpoint: step ${st.step}, params ${sha.slice(0, 12)} (term ${this.term})`),
+      { kind: "restored", step: st.step, params_sha256: sha, by: this.me }]);
+  }
+
+  /** A new term (already counted) on a state the coordinator loaded (a restore, a rollback):
+   * open work is dropped; each member gets restore + STATE + run. */
+  async _reopen(out) {
+    this.restoredTerm = this.term;
+    this.tasks = new Map();
+    this.checks = new Map();
+    this.stepStarted = false;
+    this.catchingUp = false;
+    this.ended = false;
+    this.pending.clear();
+    for (const m of this.crew.values()) {
+      m.ready = false;
+      m.synced = false;
+    }
+    const targets = this._announceTargets();
+    this.waitFor = new Set(targets);
+    this.waitUntil = this.now + RESTORE_WAIT_S;
+    const state = await this._state();
+    const announce = this._announce();
+    for (const p of targets) { // a member that never joined gets the state when it answers `run`
+      const m = this.crew.get(p);
+      if (m && !m.refused) out.push(send(p, { T: "restore", term: this.term, step: this.step, params_sha256: state.params_sha256 }), send(p, state));
+      out.push(send(p, announce));
+    }
+    return [...out, ...this._maybeBegin()];
+  }
+
+  async stop(why) {
+    if (!this.coordinating || this.ended) return [];
+    this.steps = this.step; // end after the step in flight
+    return [log(why), ...(this.stepStarted ? [] : this._maybeBegin())];
+  }
+
+  async _onReady(sender, msg) {
+    if (!this.coordinating || msg.term !== this.term || this.ended) return [];
+    if (this.banned.has(sender)) return [log(`${this._name(sender)} was removed from the run: its ready is ignored`, true)];
+    const m = this._member(sender);
+    m.capacity = Math.max(msg.capacity, 1e-3);
+    m.kind = msg.kind;
+    m.ready = true;
+    m.refused = false;
+    m.secPerMicro = 1.0 / m.capacity;
+    if (msg.step === this.step && msg.params_sha256 === this.sha) {
+      m.synced = true;
+      return [log(`${sender} is ready (${msg.kind}, ${msg.capacity.toFixed(0)} micro-batches/s)`), ...this._maybeBegin()];
+    }
+    if (msg.step > this.step && this.restoredTerm !== this.term) {
+      // it holds a later step than we do: take its state first (not after a restore: then
+      // the restored state is the run's, wherever the member was)
+      this.catchingUp = true;
+      this.catchFrom = sender;
+      this.catchUntil = this.now + SYNC_WAIT_S;
+      return [log(`${sender} is ahead (step ${msg.step}): taking its state`),
+        send(sender, { T: "sync", term: this.term, step: this.step, params_sha256: this.sha, reason: "coordinator behind" })];
+    }
+    m.synced = true; // by channel order the state arrives before the next assign / total
+    return [log(`${sender} joins at step ${this.step}: sending the state`), send(sender, await this._state()), ...this._maybeBegin()];
+  }
+
+  _member(id) {
+    if (!this.crew.has(id)) this.crew.set(id, new Member(id));
+    return this.crew.get(id);
+  }
+
+  /** A rollback window from this replica's state on (a new term, a restore, a catch-up):
+   * what came before it cannot be rolled back. */
+  async _newWindow() {
+    this.window = new Window(this.windowSize ?? windowSteps(this.verifyRate, this.strikes), this.bounds);
+    await this.window.reset(this.trainer);
+    this.uncheckedSince = new Map();
+  }
+
+  /** The coordinator took the state of a member that was ahead: restart from there. */
+  async _caughtUp() {
+    this.catchingUp = false;
+    this.tasks.clear();
+    this.checks.clear();
+    this.stepStarted = false;
+    await this._newWindow();
+    for (const m of this.crew.values()) m.synced = false;
+    return this._announceTargets().map((p) => send(p, this._announce()));
+  }
+
+  async _state() {
+    const st = await this.trainer.snapshot();
+    return { T: "state", step: st.step, params_sha256: this.sha, theta: st.theta, m: st.m, v: st.v, b1t: st.b1t, b2t: st.b2t };
+  }
+
+  async _onRefuse(sender, msg) {
+    if (!this.coordinating) return [];
+    const m = this._member(sender);
+    m.refused = true;
+    m.ready = false;
+    m.synced = false;
+    return [{ kind: "refused", peer: sender, reasons: msg.reasons }, ...(await this._memberLeft(sender, true)),
+      ...this._maybeBegin()];
+  }
+
+  async _onSync(sender, msg) {
+    if (!this.trainer) return [];
+    const out = [];
+    if (this.coordinating && msg.reason !== "coordinator behind") {
+      out.push(log(`${sender} diverged at step ${msg.step} (params ${msg.params_sha256.slice(0, 12)}, ${msg.reason}): resyncing it`, true));
+    }
+    return [...out, send(sender, await this._state())];
+  }
+
+  async _onDataRequest(sender, msg) {
+    if (!this.trainer || msg.fingerprint !== this.trainer.ds.fingerprint || !this.trainer.ds.bytes) return [];
+    return [send(sender, { T: "data", fingerprint: this.trainer.ds.fingerprint, data: this.trainer.ds.bytes })];
+  }
+
+  async _onContrib(sender, msg) {
+    if (!this.coordinating || msg.term !== this.term || this.banned.has(sender)) return [];
+    const size = this.trainer.layout.size;
+    const bound = msg.micro.length * this.trainer.limit;
+    const ints = msg.ints;
+    if (!ints || ints.length !== size) {
+      return this._strike(sender, "refused", null, `refused a contribution from ${this._name(sender)}: not ${size} integers`);
+    }
+    let peak = 0;
+    for (let i = 0; i < ints.length; i++) { const a = Math.abs(ints[i]); if (a > peak) peak = a; }
+    if (peak > bound) {
+      return this._strike(sender, "refused", null, `refused a contribution from ${this._name(sender)}: a value of magnitude ${peak} is over the clamp bound ${bound} of ${msg.micro.length} micro-batch(es)`);
+    }
+    return this._takeContrib(sender, msg.step, msg.task, msg.micro, msg.ints, msg.loss, msg.correct);
+  }
+
+  /** Peers that take work this step, in a fixed order (self first). */
+  _live() {
+    const others = [...this.crew.values()]
+      .filter((m) => m.synced && m.ready && !m.refused && this.room.has(m.id) && this.open.has(m.id) && !this.banned.has(m.id))
+      .map((m) => m.id).sort();
+    return [this.me, ...others];
+  }
+
+  _cap(peer) { return peer === this.me ? Number(this.capacity || 1.0) : this.crew.get(peer).capacity; }
+
+  _answered(peer) {
+    const m = this.crew.get(peer);
+    return !!m && (m.ready || m.refused);
+  }
+
+  _maybeBegin() {
+    if (this.stepStarted || this.catchingUp || !this.coordinating || this.ended) return [];
+    if (this.step >= this.steps) return this._end();
+    if (this.waitFor.size && this.now < this.waitUntil
+        && [...this.waitFor].some((p) => this.room.has(p) && this.open.has(p) && !this._answered(p))) {
+      return []; // give the members the run (or a restore) was announced to time to answer
+    }
+    this.waitFor = new Set();
+    const live = this._live();
+    if (live.length - 1 < this.waitPeers) return [];
+    this.waitPeers = 0; // wait once, at the start
+    return this._beginStep(live);
+  }
+
+  _beginStep(live) {
+    this.stepStarted = true;
+    this.tasks = new Map();
+    this.checks = new Map();
+    const n = this.trainer.hp.batch / this.trainer.hp.micro_batch;
+    const ids = Array.from({ length: n }, (_, j) => j);
+    const parts = capacitySplit(ids, this._splitWeights(live, n));
+    const checked = new Set(live.length > 1 ? checkedMicro(this.verifyKey, this.step, n, this.verifyRate) : []);
+    const fresh = [];
+    const out = [];
+    live.forEach((peer, i) => {
+      const micro = parts[i];
+      const plain = micro.filter((j) => !checked.has(j));
+      if (plain.length) fresh.push(this._newTask(peer, plain));
+      for (const j of micro) {
+        if (checked.has(j)) { // its own task, and the same micro-batch for the next peer
+          this.checks.set(j, { micro: j, votes: new Map(), decided: null, decidedBy: null, refereed: false });
+          fresh.push(this._newTask(peer, [j]));
+          fresh.push(this._newTask(live[(i + 1) % live.length], [j], "check"));
+        }
+      }
+      if (!micro.length && peer !== this.me) {
+        const sum = live.reduce((s, p) => s + this._cap(p), 0);
+        out.push(log(`${this._name(peer)} gets no micro-batch of step ${this.step}: its capacity ${g3(this._cap(peer))} micro-batches/s is under 1/${n} of the room's ${g3(sum)}`));
+      }
+    });
+    return [...out, ...this._dispatch(fresh)];
+  }
+
+  _newTask(peer, micro, kind = "main") {
+    const t = { task: this.nextTask, micro, assignees: [peer], sentAt: this.now,
+      deadline: this.now + this._deadline(peer, micro.length), result: null, kind };
+    this.nextTask += 1;
+    this.tasks.set(t.task, t);
+    return t;
+  }
+
+  _deadline(peer, n) {
+    const spm = peer === this.me ? 1.0 / Number(this.capacity || 1.0) : this.crew.get(peer).secPerMicro;
+    return Math.max(MIN_DEADLINE_S, DEADLINE_FACTOR * spm * n + 0.5);
+  }
+
+  /** Tell the members about new assignments (`peers`: task -> the newly added assignee);
+   * each member hears of its own tasks only. */
+  _dispatch(tasks, peers = null) {
+    if (!tasks.length) return [];
+    const wire = tasks.map((t) => ({ task: t.task, peer: peers?.get(t.task) ?? t.assignees[t.assignees.length - 1], micro: t.micro }));
+    const out = [];
+    for (const p of this._receivers()) {
+      const mine = wire.filter((w) => w.peer === p);
+      if (mine.length) out.push(send(p, { T: "assign", term: this.term, step: this.step, tasks: mine }));
+    }
+    for (const w of wire) {
+      if (w.peer === this.me) {
+        this.pending.set(`${this.step}:${w.task}`, w.micro);
+        out.push({ kind: "compute", step: this.step, task: w.task, micro: w.micro, theta: this.trainer.theta.slice() });
+      }
+    }
+    return out;
+  }
+
+  /** Members that follow the run (get assigns and totals). */
+  _receivers() {
+    return [...this.crew.values()].filter((m) => m.ready && m.synced && !m.refused && this.open.has(m.id) && !this.banned.has(m.id))
+      .map((m) => m.id).sort();
+  }
+
+  /** The capacities, or once a member's link is seen to cost time, shares that make
+   * everyone finish together (finishShares), as run/coordinator.py _split_weights. */
+  _splitWeights(live, n) {
+    const caps = live.map((p) => this._cap(p));
+    const links = live.map((p, i) => (i === 0 ? 0.0 : this.crew.get(p).linkS));
+    if (this.selfSpm === null || n < live.length || !links.some((x) => x > 0)) return caps;
+    return finishShares(caps.map((c) => (this.selfSpm * caps[0]) / c), links, n);
+  }
+
+  /** As run/coordinator.py _time_task: once a peer's last task of the step is in, the coordinator's
+   * own seconds per micro-batch, and what each member's link adds beyond computing its
+   * share at its relative capacity (the tasks it was first given: main and checks); a
+   * term's first step and each member's first share are left out (warm-up). */
+  _timeTask(sender, t) {
+    if (t.assignees[0] !== sender || this.step < this.timingFrom) return;
+    const share = [...this.tasks.values()].filter((x) => x.assignees[0] === sender);
+    if (share.some((x) => !x.result)) return;
+    const n = share.reduce((acc, x) => acc + x.micro.length, 0);
+    const spent = this.now - Math.min(...share.map((x) => x.sentAt));
+    if (!(spent > 0) || n === 0) return;
+    if (sender === this.me) {
+      const per = spent / n;
+      this.selfSpm = this.selfSpm === null ? per : 0.5 * this.selfSpm + 0.5 * per;
+    } else if (this.crew.has(sender) && this.selfSpm !== null) {
+      const m = this.crew.get(sender);
+      m.timed += 1;
+      if (m.timed === 1) return;
+      const own = (n * this.selfSpm * this._cap(this.me)) / this._cap(sender);
+      m.linkS = 0.5 * m.linkS + 0.5 * Math.max(0.0, spent - own);
+    }
+  }
+
+  async _takeContrib(sender, step, task, micro, ints, loss, correct) {
+    const t = this.tasks.get(task);
+    if (step !== this.step || !t || t.result || !sameInts(t.micro, micro) || !t.assignees.includes(sender)) {
+      return []; // late, duplicate or not ours: ignored, the step counts each micro once
+    }
+    t.result = { peer: sender, ints, loss, correct };
+    if (sender !== this.me && this.crew.has(sender)) {
+      const m = this.crew.get(sender);
+      const spent = Math.max(1e-4, this.now - t.sentAt) / micro.length;
+      m.secPerMicro = 0.5 * m.secPerMicro + 0.5 * spent;
+    }
+    this._timeTask(sender, t);
+    const out = [];
+    if (t.micro.length === 1 && this.checks.has(t.micro[0])) {
+      this.checks.get(t.micro[0]).votes.set(sender, { ints: Float64Array.from(ints), loss, correct });
+      out.push(...(await this._judge(t.micro[0])));
+    }
+    return [...out, ...(await this._maybeCommit())];
+  }
+
+  async _maybeCommit() {
+    if (!this.stepStarted || !this.tasks.size) return [];
+    if ([...this.tasks.values()].every((x) => x.kind !== "main" || x.result)
+        && [...this.checks.values()].every((c) => c.decided)) return this._commit();
+    return [];
+  }
+
+  async _commit() {
+    const step = this.step;
+    const { total, contributors, loss, unchecked } = STAR.total(this.tasks.values(), this.checks, this.trainer.layout.size, this.me);
+    await this.trainer.apply(total);
+    await this.window.record(this.trainer, step, total, unchecked);
+    for (const p of unchecked) if (!this.uncheckedSince.has(p)) this.uncheckedSince.set(p, step);
+    const sha = await this._rehash();
+    const receivers = this._receivers();
+    this.stepStarted = false;
+    this.tasks = new Map();
+    this.checks = new Map();
+    for (const k of [...this.pending.keys()]) if (Number(k.split(":")[0]) <= step) this.pending.delete(k);
+    const committed = this._committed(step, loss, contributors, sha);
+    // the next step's assign rides on each member's total: one message down per step
+    const next = [];
+    const carried = new Map();
+    for (const o of this._maybeBegin()) {
+      if (o.kind === "send" && o.message.T === "assign" && receivers.includes(o.to) && o.message.step === this.step && !carried.has(o.to)) {
+        carried.set(o.to, o.message.tasks);
+      } else {
+        next.push(o);
+      }
+    }
+    const out = receivers.map((p) => send(p, { T: "total", term: this.term, step, contributors, loss, params_sha256: sha,
+      ints: total, tasks: carried.get(p) ?? [] }));
+    return [...out, ...committed, ...next];
+  }
+
+  async _memberLeft(peer, quiet = false, force = false) {
+    if (!this.coordinating || peer === this.me) return [];
+    if (this.catchingUp && peer === this.catchFrom) {
+      this.catchingUp = false;
+      return [log(`${this._name(peer)} left before sending its state: going on from step ${this.step}`, true),
+        ...(await this._memberLeft(peer, quiet, force)), ...this._maybeBegin()];
+    }
+    const m = this.crew.get(peer);
+    if (m && (!m.refused || force)) this.crew.delete(peer);
+    const orphans = [];
+    for (const t of this.tasks.values()) {
+      const i = t.assignees.indexOf(peer);
+      if (!t.result && i >= 0) {
+        t.assignees.splice(i, 1);
+        if (!t.assignees.length) orphans.push(t);
+      }
+    }
+    const out = [];
+    if (!orphans.length) {
+      if (!quiet && m) out.push(log(`${this._name(peer)} left`));
+    } else {
+      const live = this._live();
+      const fresh = [];
+      for (const t of orphans) { // split its micro-batches over those still here
+        this.tasks.delete(t.task);
+        if (t.kind !== "main") continue; // a second opinion nobody gives: the check decides with the others
+        const parts = capacitySplit(t.micro, live.map((p) => this._cap(p)));
+        live.forEach((who, i) => { if (parts[i].length) fresh.push(this._newTask(who, parts[i])); });
+      }
+      const mains = orphans.filter((t) => t.kind === "main").flatMap((t) => t.micro);
+      if (mains.length) out.push(log(`${this._name(peer)} left during step ${this.step}: its micro-batches ${pyList(mains)} go to the others`));
+      out.push(...this._dispatch(fresh));
+    }
+    for (const j of [...this.checks.keys()].sort((a, b) => a - b)) out.push(...(await this._judge(j)));
+    out.push(...(await this._maybeCommit()));
+    return out;
+  }
+
+  async _checkDeadlines() {
+    if (!this.stepStarted) return [];
+    const late = [];
+    const added = new Map();
+    const dropped = [];
+    const live = this._live();
+    for (const t of [...this.tasks.values()]) {
+      if (t.result || this.now < t.deadline) continue;
+      let busy;
+      if (t.kind !== "main" && this.checks.has(t.micro[0])) {
+        const c = this.checks.get(t.micro[0]);
+        if (c.decided) continue;
+        busy = new Set(c.votes.keys());
+        for (const u of this.tasks.values()) if (sameInts(u.micro, t.micro)) for (const p of u.assignees) busy.add(p);
+      } else {
+        busy = new Set(t.assignees);
+      }
+      const spare = live.filter((p) => !busy.has(p));
+      if (!spare.length && t.kind !== "main") { // nobody else can give this second opinion: go without it
+        dropped.push(t);
+        continue;
+      }
+      if (!spare.length) {
+        t.deadline = this.now + this._deadline(t.assignees[0], t.micro.length);
+        continue;
+      }
+      const backup = spare.reduce((best, p) => {
+        const kb = [this._cap(best), best === this.me];
+        const kp = [this._cap(p), p === this.me];
+        return kp[0] > kb[0] || (kp[0] === kb[0] && kp[1] && !kb[1]) ? p : best;
+      });
+      t.assignees.push(backup);
+      t.sentAt = this.now;
+      t.deadline = this.now + this._deadline(backup, t.micro.length);
+      late.push(t);
+      added.set(t.task, backup);
+    }
+    const out = [];
+    const first = this.step < this.timingFrom; // a term's first step: no timing known, no miss
+    if (late.length) {
+      out.push(log(`task(s) ${pyList(late.map((t) => t.task))} of step ${this.step} ` + (first
+        ? "also given to a backup (the first step's timings are not known yet)" : "missed the deadline: backup assigned")),
+        ...this._dispatch(late, added));
+    }
+    if (dropped.length) {
+      for (const t of dropped) this.tasks.delete(t.task);
+      out.push(log(`spot-check(s) of micro-batch(es) ${pyList(dropped.map((t) => t.micro[0]))} of step ${this.step} ` +
+        (first ? "skipped (the first step's timings are not known yet)" : "got no second answer in time: dropped")));
+      for (const j of [...this.checks.keys()].sort((a, b) => a - b)) out.push(...(await this._judge(j)));
+      out.push(...(await this._maybeCommit()));
+    }
+    return out;
+  }
+
+  _end() {
+    this.ended = true;
+    const msg = { T: "end", term: this.term, step: this.step, params_sha256: this.sha };
+    return [...this._receivers().map((p) => send(p, msg)),
+      { kind: "ended", step: this.step, params_sha256: this.sha, agreed: true }];
+  }
+}

@@ -1,0 +1,24 @@
+// Small helpers of the run protocol (webui/run/): output constructors and the formatting
+// that makes log lines read the same as daisychain/peer/run/'s.
+
+export const send = (to, message) => ({ kind: "send", to, message });
+export const log = (text, loud = false) => ({ kind: "log", text, loud });
+
+
+/** Python's format(x, ".3g"), for log lines that read the same in both languages. */
+export function g3(x) {
+  if (x === 0) return "0";
+  const exp = Math.floor(Math.log10(Math.abs(Number(x.toPrecision(3)))));
+  if (exp < -4 || exp >= 3) {
+    const [m, e] = x.toExponential(2).split("e");
+    const mm = m.includes(".") ? m.replace(/0+$/, "").replace(/\.$/, "") : m;
+    const n = Number(e);
+    return `${mm}e${n < 0 ? "-" : "+"}${String(Math.abs(n)).padStart(2, "0")}`;
+  }
+  const t = x.toFixed(Math.max(0, 2 - exp));
+  return t.includes(".") ? t.replace(/0+$/, "").replace(/\.$/, "") : t;
+}
+
+/** Python's repr of a list of ints. */
+export const pyList = (a) => `[${a.join(", ")}]`;
+export const sameInts = (a, b) => a.length === b.length && a.every((x, i) => x === b[i]);
