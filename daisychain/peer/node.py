@@ -448,7 +448,11 @@ class Node:
         blob = None
         try:
             url = f"{http_url(self.o.server)}/data/{f.task}.dcds"
-            async with self.session.get(url, params={"fingerprint": f.fingerprint}) as resp:
+            # a room's upload is served only to its members: the device's session token proves it
+            token = self.client.welcome.token if self.client.welcome else None
+            headers = {"X-Daisy-Token": token} if token else None
+            async with self.session.get(url, params={"fingerprint": f.fingerprint},
+                                        headers=headers) as resp:
                 if resp.status == 200:
                     blob = await resp.read()
         except (aiohttp.ClientError, OSError):
