@@ -1,5 +1,6 @@
-"""Tasks and their data: the embedded digits task, and character-level text through HF
-``datasets`` (local files, or hub datasets already in the local cache; never a download).
+"""Tasks and their data: the embedded digits task, character-level text through HF
+``datasets`` (local files, or hub datasets already in the local cache; never a download),
+and images (``daisychain.engine.images``: the embedded MNIST and the ``--data`` sources).
 
 A prepared dataset is a few arrays plus a header, serialised as one byte string (the
 "DCDS" format below) whose SHA-256 is the dataset fingerprint, part of a run's identity.
@@ -24,7 +25,7 @@ import numpy as np
 from daisychain.engine import prng
 from daisychain.engine.spec import ModelSpec, SpecError, char_mlp, dumps_canonical, mlp
 
-TASKS = ("digits", "text")
+TASKS = ("digits", "text", "image")
 ARRAYS = ("x_train", "y_train", "x_test", "y_test")
 MAGIC = b"DCDS"
 
@@ -36,7 +37,7 @@ class DataError(ValueError):
 @dataclass
 class Dataset:
     task: str
-    x_train: np.ndarray  #: dense: float64 (N, F); tokens: int32 (N, context)
+    x_train: np.ndarray  #: dense: float64 (N, F); tokens: int32 (N, context); image: uint8 (N, C*H*W)
     y_train: np.ndarray  #: int32 (N,)
     x_test: np.ndarray
     y_test: np.ndarray
@@ -46,7 +47,13 @@ class Dataset:
 
     @property
     def kind(self) -> str:
-        return "tokens" if self.x_train.dtype.kind == "i" else "dense"
+        kind = self.x_train.dtype.kind
+        return "tokens" if kind == "i" else "image" if kind == "u" else "dense"
+
+    @property
+    def image_shape(self) -> tuple[int, int, int]:
+        """(channels, height, width) of an image dataset."""
+        return (int(self.meta["channels"]), int(self.meta["height"]), int(self.meta["width"]))
 
     def header(self) -> dict:
         return {"format": 1, "task": self.task, "kind": self.kind, "classes": self.classes,
@@ -77,7 +84,7 @@ class Dataset:
             arrays = {}
             for a in head["arrays"]:
                 dt = np.dtype(a["dtype"])
-                if dt.str not in ("<f8", "<i4"):
+                if dt.str not in ("<f8", "<i4", "|u1"):
                     raise DataError(f"array {a['name']}: unsupported dtype {a['dtype']}")
                 count = int(np.prod(a["shape"]))
                 arrays[a["name"]] = np.frombuffer(data, dt, count, off).reshape(a["shape"]).copy()
@@ -213,7 +220,14 @@ def load_text(source: str | None = None, column: str = "text", context: int = 8,
 
 
 def prepare_task(task: str, data: str | None = None, column: str = "text", context: int = 8,
-                 split: str = "train", cache_dir: str | None = None) -> Dataset:
+                 split: str = "train", cache_dir: str | None = None,
+                 image_size: int | None = None) -> Dataset:
+    if image_size is not None and task != "image":
+        raise DataError("--image-size applies to the image task")
+    if task == "image":
+        from daisychain.engine.images import load_images
+
+        return load_images(data, image_size, None if column == "text" else column, cache_dir)
     if task == "digits":
         if data:
             raise DataError("--data applies to the text task; digits is embedded")
