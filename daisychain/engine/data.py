@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from daisychain.engine import prng
-from daisychain.engine.spec import ModelSpec, SpecError, char_mlp, dumps_canonical, mlp
+from daisychain.engine.spec import DEFAULT_CNN, ModelSpec, SpecError, char_mlp, cnn, dumps_canonical, mlp
 
 TASKS = ("digits", "text", "image")
 ARRAYS = ("x_train", "y_train", "x_test", "y_test")
@@ -47,13 +47,16 @@ class Dataset:
 
     @property
     def kind(self) -> str:
-        kind = self.x_train.dtype.kind
-        return "tokens" if kind == "i" else "image" if kind == "u" else "dense"
+        if self.x_train.dtype == np.uint8:
+            return "image"
+        return "tokens" if self.x_train.dtype.kind == "i" else "dense"
 
     @property
     def image_shape(self) -> tuple[int, int, int]:
-        """(channels, height, width) of an image dataset."""
-        return (int(self.meta["channels"]), int(self.meta["height"]), int(self.meta["width"]))
+        """An image dataset's (channels, height, width): ``meta["image_shape"]``; its x rows
+        are the uint8 pixels, channel-major (c*H*W + y*W + x)."""
+        c, h, w = (int(v) for v in self.meta["image_shape"])
+        return c, h, w
 
     def header(self) -> dict:
         return {"format": 1, "task": self.task, "kind": self.kind, "classes": self.classes,
@@ -237,11 +240,20 @@ def prepare_task(task: str, data: str | None = None, column: str = "text", conte
     raise DataError(f"unknown task {task!r}; known tasks: {', '.join(TASKS)}")
 
 
-def model_for(ds: Dataset, hidden: int | Sequence[int] = 128, dim: int = 16) -> ModelSpec:
-    """The model of a prepared dataset; ``hidden`` is one width or the list of hidden widths
-    (``--layers``): the digits MLP stacks them, the char model stacks them after its embedding."""
+def model_for(ds: Dataset, hidden=None, dim: int = 16) -> ModelSpec:
+    """The model of a prepared dataset. ``hidden``: one width, or the --layers items (widths,
+    and for an image task ``convN``/``convNkK``/``pool``), or None for the task's default
+    (one hidden layer of 128; an image task: spec.DEFAULT_CNN). The digits MLP stacks the
+    widths, the char model stacks them after its embedding, an image model is ``spec.cnn``."""
     if isinstance(hidden, (int, np.integer)) and hidden < 1:
         raise SpecError("--hidden must be >= 1")
+    if ds.kind == "image":
+        items = DEFAULT_CNN if hidden is None else (hidden,) if isinstance(hidden, (int, np.integer)) else hidden
+        return cnn(ds.image_shape, items, ds.classes)
+    hidden = 128 if hidden is None else hidden
+    if not isinstance(hidden, (int, np.integer)) and any(isinstance(t, str) for t in hidden):
+        raise SpecError(f"conv and pool layers need an image input (--task image); the "
+                        f"{ds.task} task takes dense widths only")
     if ds.kind == "dense":
         return mlp(ds.x_train.shape[1], hidden, ds.classes)
     return char_mlp(ds.classes, ds.x_train.shape[1], dim, hidden)

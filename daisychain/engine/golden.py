@@ -1,7 +1,8 @@
 """Golden vectors for the full training step, for the browser engine to match.
 
 ``python -m daisychain.engine.golden`` rewrites ``daisychain/golden/step_<name>.json`` (one
-per entry of ``TASKS``: each task with one hidden layer, and with two); a
+per entry of ``TASKS``: each task with one hidden layer, and with two; two conv models on
+digits made images, see ``image_digits``); a
 test checks the committed files are current. Arrays are given by the SHA-256 of their
 canonical bytes (float64 or int64 little-endian, row-major) and, where small, by value:
 integers as numbers, floats as 16-hex-digit IEEE-754 bit patterns (big-endian text,
@@ -18,7 +19,7 @@ import numpy as np
 
 from daisychain.engine import prng
 from daisychain.engine.adam import adam_step
-from daisychain.engine.data import prepare_task, model_for
+from daisychain.engine.data import Dataset, load_digits, model_for, prepare_task
 from daisychain.engine.detmath import dexp
 from daisychain.engine.model import init_params
 from daisychain.engine.spec import Hyper
@@ -30,7 +31,31 @@ RUN_STEPS = 20
 #: golden step file name -> (task, hidden widths): one hidden layer per task, and a
 #: 2-hidden-layer model of each task (``--layers 32,24``)
 TASKS = {"digits": ("digits", 32), "text": ("text", 32),
-         "digits_2layers": ("digits", (32, 24)), "text_2layers": ("text", (32, 24))}
+         "digits_2layers": ("digits", (32, 24)), "text_2layers": ("text", (32, 24)),
+         # conv models (docs/ENGINE.md "conv2d"): 1x8x8 and 3x8x8 images made from digits
+         "image_conv": ("digits-image", ("conv4", "pool", "conv8k5", "pool")),
+         "image_conv_rgb": ("digits-image-rgb", ("conv4", "pool", 12))}
+
+
+def image_digits(channels: int = 1) -> Dataset:
+    """The digits as uint8 images for the conv goldens (and tests): 1x8x8 with pixel =
+    15 * intensity (0..240); with 3 channels, (15 * x, 15 * x transposed, 240 - 15 * x).
+    The same samples and split as the digits task. Task "digits-image" / "digits-image-rgb"
+    (a test server serves them with ``create_app(datasets=...)``)."""
+    d = load_digits()
+
+    def conv(x):
+        x = (x * 15.0).astype(np.uint8).reshape(-1, 8, 8)
+        if channels == 1:
+            return x.reshape(len(x), 64)
+        return np.stack([x, x.transpose(0, 2, 1), 240 - x], axis=1).reshape(len(x), 192)
+
+    task = "digits-image" if channels == 1 else "digits-image-rgb"
+    return Dataset(task, conv(d.x_train), d.y_train, conv(d.x_test), d.y_test, 10,
+                   meta={"source": "digits as uint8 images", "image_shape": [channels, 8, 8]})
+
+
+GOLDEN_DATA = {"digits-image": lambda: image_digits(1), "digits-image-rgb": lambda: image_digits(3)}
 
 
 def sha(a: np.ndarray) -> str:
@@ -66,7 +91,7 @@ def build_common() -> dict:
 def build(name: str) -> dict:
     task, hidden = TASKS[name]
     luts = load_luts()
-    ds = prepare_task(task)
+    ds = GOLDEN_DATA[task]() if task in GOLDEN_DATA else prepare_task(task)
     hp = Hyper(seed=5)
     spec = model_for(ds, hidden)
     tr = Trainer(spec, hp, ds, luts)

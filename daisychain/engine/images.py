@@ -2,8 +2,8 @@
 
 Every source becomes the same :class:`~daisychain.engine.data.Dataset`: ``x_*`` uint8
 ``(N, C*H*W)``, each row one image channel-major (index ``c*H*W + y*W + x``, torch's NCHW
-flattened), ``y_*`` int32 labels in ``[0, classes)``, and ``meta`` holding ``channels``,
-``height``, ``width`` and ``source``. Its DCDS bytes (and so its fingerprint) are what every
+flattened), ``y_*`` int32 labels in ``[0, classes)``, and ``meta`` holding ``image_shape``
+``[C, H, W]`` and ``source``. Its DCDS bytes (and so its fingerprint) are what every
 peer trains on.
 
 ``--data`` takes (docs/DATA.md):
@@ -134,7 +134,7 @@ def _dataset(x_tr, y_tr, x_te, y_te, source: str, image_size: int | None):
     _, h, w, c = x_tr.shape
     flat = [np.ascontiguousarray(x.transpose(0, 3, 1, 2).reshape(len(x), c * h * w))
             for x in (x_tr, x_te)]
-    meta = {"source": source, "channels": c, "height": h, "width": w}
+    meta = {"source": source, "image_shape": [c, h, w]}
     return Dataset("image", flat[0], y_tr, flat[1], y_te, classes=classes, meta=meta)
 
 

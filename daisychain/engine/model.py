@@ -18,12 +18,13 @@ import numpy as np
 
 from daisychain.engine.fast import FastPath
 from daisychain.engine.detmath import dexp, exponent, pow2, quant_exponent, quantize
+from daisychain.engine.layers import BIAS_LIMIT, Back, Flow, kind_of
 from daisychain.engine.spec import ModelSpec
 from daisychain.units import reference as ref
-from daisychain.units.gemm import MAX_K_FLOAT32, gemm_lut, require_exact_mul, tables_are_exact
+from daisychain.units.gemm import MAX_K, MAX_K_FLOAT32, gemm_lut, require_exact_mul, tables_are_exact
 from daisychain.units.luts import LutSet
 
-BIAS_LIMIT = 2.0**30  #: biases in accumulator units are clamped to ±2**30
+IMAGE_EXPONENT = -7  #: an image's input exponent: a = pixel >> 1 means a * 2**-7
 
 
 class ParamLayout:
@@ -47,19 +48,18 @@ class ParamLayout:
 
 
 def init_params(spec: ModelSpec, seed: int) -> np.ndarray:
-    """Uniform(-bound, bound) from the integer PRNG: bound = 1/sqrt(fan_in) for a linear's
-    weight and bias (torch's default), 1 for an embedding. Stream = canonical tensor index."""
+    """Uniform(-bound, bound) from the integer PRNG, the bound given by the layer's kind
+    (1/sqrt(fan_in) for a linear's or conv's weight and bias, torch's default; 1 for an
+    embedding). Stream = canonical tensor index."""
     from daisychain.engine import prng
 
     layout = ParamLayout(spec)
     theta = np.empty(layout.size, np.float64)
     idx = 0
     for layer in spec.layers:
-        if layer.type == "relu":
-            continue
-        count = 2 if layer.type == "linear" else 1
-        bound = 1.0 / np.sqrt(float(layer.n_in)) if layer.type == "linear" else 1.0
-        for _ in range(count):
+        kind = kind_of(layer)
+        bound = kind.init_bound(layer)
+        for _ in range(kind.params):
             o, s = layout.offsets[idx], layout.shapes[idx]
             f = prng.uniform(seed, prng.STREAM_PARAM + idx, int(np.prod(s)))
             theta[o:o + f.size] = (2.0 * f - 1.0) * bound
@@ -101,17 +101,26 @@ class Engine:
         if gemm == "fast":
             require_exact_mul(luts)
         self.gemm = gemm
+        self.first_param = []  # per layer: index of its first parameter tensor
+        pi = 0
+        for layer in spec.layers:
+            self.first_param.append(pi)
+            pi += kind_of(layer).params
         # The fast path (see _grad_fast) computes requantize and ReLU by arithmetic, which
         # is valid only when their tables are exactly their definitions.
-        fast = gemm == "fast" and spec.input_kind == "dense" and tables_are_exact(luts)
+        fast = (gemm == "fast" and spec.input_kind == "dense" and tables_are_exact(luts)
+                and all(kind_of(l).dense_fast for l in spec.layers))
         self.fast = FastPath(spec, self.layout) if fast else None
 
     # ----------------------------------------------------------------- unit ops
     def _mm(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
         """Batched unit GEMM: (n, M, K) x (K, N) or (n, K, N) -> (n, M, N) exact integers."""
-        if self.gemm == "lut":
+        if self.gemm == "lut":  # K split into chunks whose int32 sums cannot overflow, summed in int64
             bb = np.broadcast_to(b, (a.shape[0],) + b.shape[-2:])
-            return np.stack([gemm_lut(a[i].astype(np.int64), bb[i].astype(np.int64), self.luts)
+            K = a.shape[-1]
+            return np.stack([sum(gemm_lut(a[i, :, k:k + MAX_K].astype(np.int64),
+                                          bb[i, k:k + MAX_K].astype(np.int64), self.luts).astype(np.int64)
+                                 for k in range(0, K, MAX_K))
                              for i in range(a.shape[0])]).astype(np.float64)
         dt = np.float32 if a.shape[-1] <= MAX_K_FLOAT32 else np.float64
         a, b = a.astype(dt, copy=False), b.astype(dt, copy=False)
@@ -143,59 +152,32 @@ class Engine:
         return self._forward_reference(theta, x, trace)
 
     def _forward_reference(self, theta, x, trace=None):
-        """The literal forward pass: every requantize and ReLU read from its table."""
+        """The literal forward pass, layer by layer through the registry: every requantize
+        and ReLU read from its table. Returns the logits and one cache entry per layer."""
         tr = trace.append if trace is not None else (lambda item: None)
         params = self.layout.views(theta)
         spec = self.spec
         n = x.shape[0]
-        cache = []  # per linear: (param index, a_in, ex, Wq, ew, relu_out or None)
-        pi = 0
-        emb = None
         if spec.input_kind == "dense":
             ex = quant_exponent(_absmax(x))  # (n,)
             a = quantize(x, _per_mb(ex, x.ndim))
+        elif spec.input_kind == "image":  # uint8 pixels: a = x >> 1, exponent -7
+            a = np.floor_divide(np.asarray(x, np.int64), 2).astype(np.float64)
+            ex = np.full(n, IMAGE_EXPONENT, np.int64)
+        else:  # token ids: the embedding reads them
+            a, ex = x, None
+        if spec.input_kind != "tokens":
             tr(("input_exponent", ex))
             tr(("input_q", a))
-        layers = spec.layers
-        for li, layer in enumerate(layers):
-            if layer.type == "embedding":
-                E = params[pi]
-                ee = int(quant_exponent(np.abs(E).max()))
-                Eq = quantize(E, ee)
-                a = Eq[x].reshape(n, x.shape[1], -1)  # (n, b, C*D)
-                ex = np.full(n, ee, np.int64)
-                tr((f"layers.{li}.weight_exponent", ee))
-                tr((f"layers.{li}.out_q", a))
-                emb = (pi, x)
-                pi += 1
-            elif layer.type == "linear":
-                W, bias = params[pi], params[pi + 1]
-                ew = int(quant_exponent(np.abs(W).max()))
-                Wq = quantize(W, ew)
-                acc = self._mm(a, Wq.T)  # (n, b, out)
-                sexp = ex + ew  # (n,) exponent of the accumulator
-                bacc = np.clip(np.floor(bias[None, :] * pow2(-sexp)[:, None] + 0.5),
-                               -BIAS_LIMIT, BIAS_LIMIT)
-                acc = acc + bacc[:, None, :]
-                tr((f"layers.{li}.weight_exponent", ew))
-                tr((f"layers.{li}.bias_acc", bacc))
-                tr((f"layers.{li}.acc", acc))
-                entry = [pi, a, ex, Wq, ew, None]
-                cache.append(entry)
-                pi += 2
-                if li == len(layers) - 1:
-                    tr(("logits", acc * _per_mb(pow2(sexp), 3)))
-                    return acc * _per_mb(pow2(sexp), 3), (cache, emb)
-                s = np.maximum(exponent(_absmax(acc)) - 7, 0)  # bit length - 7
-                a = self._requantize(acc, s)
-                ex = sexp + s
-                tr((f"layers.{li}.shift", s))
-                tr((f"layers.{li}.out_q", a))
-            elif layer.type == "relu":
-                a = self._relu(a)
-                cache[-1][5] = a
-                tr((f"layers.{li}.out_q", a))
-        raise AssertionError("spec validation guarantees a final linear layer")
+        st = Flow(a, ex, tr)
+        cache = []
+        last = len(spec.layers) - 1
+        for li, layer in enumerate(spec.layers):
+            pi = self.first_param[li]
+            kind = kind_of(layer)
+            st.last = li == last
+            cache.append(kind.forward(self, layer, li, params[pi:pi + kind.params], st))
+        return st.logits, cache
 
     # ----------------------------------------------------------------- loss
     @staticmethod
@@ -225,38 +207,16 @@ class Engine:
         """Fixed-point gradient contribution of the micro-batches x (n, b, ...), y (n, b)."""
         if self.fast is not None:
             return Result(*self.fast.grad(theta, x, y, frac_bits, limit))
-        n, b = y.shape
-        z, (cache, emb) = self._forward_reference(theta, x)
+        z, cache = self._forward_reference(theta, x)
         dz, loss, correct = self._output_error(z, y)
         eg = quant_exponent(_absmax(dz))
         G = quantize(dz, _per_mb(eg, 3))  # (n, b, out) int8 errors
 
         out = np.zeros(self.layout.size, np.int64)
-        for k in range(len(cache) - 1, -1, -1):
-            pi, a_in, ex, Wq, ew, _ = cache[k]
-            self._weight_grad(out, pi, G, a_in, eg + ex, frac_bits, limit)
-            db = G.sum(axis=1)  # (n, out) exact small integers, exponent eg
-            self._accumulate(out, pi + 1, db, eg, frac_bits, limit)
-            if k == 0 and emb is None:
-                break
-            dX = self._mm(G, Wq)  # (n, b, in), exponent eg + ew
-            dexp_x = eg + ew
-            if k == 0:  # into the embedding: scatter-add rows, integers, exponent dexp_x
-                epi, tokens = emb
-                V, D = self.layout.shapes[epi]
-                dXi = dX.astype(np.int64).reshape(n, -1, D)
-                dE = np.zeros((n, V, D), np.int64)
-                flat = tokens.reshape(n, -1)
-                for i in range(n):
-                    np.add.at(dE[i], flat[i], dXi[i])
-                self._accumulate(out, epi, dE.astype(np.float64), dexp_x, frac_bits, limit)
-                break
-            relu_out = cache[k - 1][5]
-            if relu_out is not None:
-                dX = dX * (relu_out > 0)
-            s = np.maximum(exponent(_absmax(dX)) - 7, 0)
-            G = self._requantize(dX, s)
-            eg = dexp_x + s
+        bw = Back(G, eg, False, out, frac_bits, limit)
+        for li in range(len(self.spec.layers) - 1, -1, -1):
+            layer = self.spec.layers[li]
+            kind_of(layer).backward(self, layer, li, self.first_param[li], cache[li], bw)
         return Result(out, loss, correct)
 
     def _weight_grad(self, out, pi, G, a_in, e, frac_bits, limit):

@@ -8,7 +8,8 @@ import math
 from dataclasses import dataclass
 
 from daisychain.engine.data import TASKS, DataError, Dataset, model_for, prepare_task
-from daisychain.engine.spec import MAX_CAPACITY, MAX_HIDDEN_LAYERS, MIN_CAPACITY, Hyper, ModelSpec, SpecError, hidden_widths
+from daisychain.engine.spec import (MAX_CAPACITY, MAX_LAYER_ITEMS, MIN_CAPACITY, Hyper, ModelSpec, SpecError,
+                                    hidden_widths, layer_items)
 
 DEFAULT_STEPS = 600
 
@@ -34,35 +35,48 @@ def add_run_arguments(p: argparse.ArgumentParser, steps: int = DEFAULT_STEPS) ->
                    help="hidden units of the one hidden layer (default 128); see --layers")
     g.add_argument("--layers", type=parse_layers, default=None, metavar="W1,W2,...",
                    help="hidden widths, comma-separated, e.g. 256,256 for two hidden layers of "
-                        "256 (default: one hidden layer of --hidden); not together with --hidden")
+                        "256 (default: one hidden layer of --hidden); image task: convN (N 3x3 "
+                        "filters), convNkK (KxK), pool (2x2 max), then widths, e.g. "
+                        "conv16,pool,conv32,pool,128; not together with --hidden")
     g.add_argument("--embed-dim", type=int, default=16, help="text task: embedding size (default 16)")
 
 
-def parse_layers(text: str) -> tuple[int, ...]:
-    """``"256,256"`` -> ``(256, 256)``; argparse turns the SpecError into a usage error."""
+def parse_layers(text: str) -> tuple[int | str, ...]:
+    """``"256,256"`` -> ``(256, 256)``; ``"conv16,pool,conv32k5,pool,64"`` -> ``("conv16",
+    "pool", "conv32k5", "pool", 64)``; argparse turns the SpecError into a usage error."""
     parts = [t.strip() for t in str(text).split(",")]
-    if len(parts) > MAX_HIDDEN_LAYERS:
-        raise argparse.ArgumentTypeError(f"at most {MAX_HIDDEN_LAYERS} hidden layers")
+    if len(parts) > MAX_LAYER_ITEMS:
+        raise argparse.ArgumentTypeError(f"at most {MAX_LAYER_ITEMS} layers")
+    items = []
+    for t in parts:
+        if t.isdigit() and t.isascii():
+            items.append(int(t, 10))
+        elif t == "pool" or (t.startswith("conv") and t.isascii()):
+            items.append(t)
+        else:
+            raise argparse.ArgumentTypeError(
+                f"--layers takes comma-separated hidden widths such as 256,256 (and for images "
+                f"convN, convNkK, pool), not {text!r}")
     try:
-        widths = tuple(int(t, 10) for t in parts)
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"--layers takes comma-separated hidden widths such as 256,256, not {text!r}") from None
-    try:
-        return hidden_widths(widths)
+        items = layer_items(items)
+        dense = [w for w in items if isinstance(w, int)]
+        if dense and len(dense) == len(items):
+            hidden_widths(dense)
+        return items
     except SpecError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
-def hidden_setting(args: argparse.Namespace) -> int | tuple[int, ...]:
-    """The hidden widths the flags ask for: --layers, else --hidden, else one layer of 128."""
+def hidden_setting(args: argparse.Namespace):
+    """The layers the flags ask for: --layers, else --hidden, else None (the task's default:
+    one hidden layer of 128, or spec.DEFAULT_CNN for an image task)."""
     layers = getattr(args, "layers", None)
     hidden = getattr(args, "hidden", None)
     if layers is not None and hidden is not None:
         raise SpecError("give --layers or --hidden, not both (--hidden N is --layers N)")
     if layers is not None:
         return tuple(layers)
-    return 128 if hidden is None else hidden
+    return hidden
 
 
 @dataclass

@@ -10,67 +10,49 @@ the last layer is a ``linear`` whose output, dequantized, is the logits.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from daisychain.units.gemm import MAX_K
+from daisychain.engine.layers import (KERNELS, MAX_FEATURES, Layer, SpecError, kind_of, layer_from_json,  # noqa: F401
+                                      param_count)
 
-#: a linear's int32 accumulator holds K * 127 * 127 plus a bias clamped to 2**30
-MAX_FEATURES = (2**31 - 1 - 2**30) // (127 * 127)
 MAX_PARAMS = 50_000_000
 #: a peer's capacity (micro-batches per second) lies in [MIN_CAPACITY, MAX_CAPACITY]: the
 #: ``--capacity`` flag and a ``ready`` message from another peer are held to the same range
 MIN_CAPACITY = 1e-3
 MAX_CAPACITY = 1e9
-
-
-class SpecError(ValueError):
-    """A model spec or run setting that cannot be trained."""
-
-
-@dataclass(frozen=True)
-class Layer:
-    type: str  #: "linear" | "relu" | "embedding"
-    n_in: int = 0  #: linear: in features; embedding: vocabulary size
-    n_out: int = 0  #: linear: out features; embedding: vector size
-
-    def to_json(self) -> dict:
-        if self.type == "linear":
-            return {"type": "linear", "in": self.n_in, "out": self.n_out}
-        if self.type == "embedding":
-            return {"type": "embedding", "vocab": self.n_in, "dim": self.n_out}
-        return {"type": "relu"}
+INPUT_KINDS = ("dense", "tokens", "image")
+MAX_IMAGE_SIDE = 1024  #: largest image height or width
+MAX_CHANNELS = 64  #: most image channels
 
 
 @dataclass(frozen=True)
 class ModelSpec:
     layers: tuple[Layer, ...]
-    input_kind: str  #: "dense" (float features) | "tokens" (int ids, embedding first)
-    input_dim: int  #: dense: number of features; tokens: context length
+    input_kind: str  #: "dense" (float features) | "tokens" (int ids, embedding first) | "image"
+    input_dim: int  #: dense: number of features; tokens: context length; image: C*H*W
     classes: int
+    image: tuple[int, int, int] | None = None  #: image: (channels, height, width)
 
     def to_json(self) -> dict:
-        return {"input": {"kind": self.input_kind, "dim": self.input_dim},
-                "classes": self.classes, "layers": [l.to_json() for l in self.layers]}
+        inp = {"kind": self.input_kind, "dim": self.input_dim}
+        if self.input_kind == "image":
+            inp.update(zip(("channels", "height", "width"), self.image))
+        return {"input": inp, "classes": self.classes, "layers": [l.to_json() for l in self.layers]}
 
     @staticmethod
     def from_json(obj: dict) -> "ModelSpec":
         try:
-            layers = []
-            for l in obj["layers"]:
-                t = l["type"]
-                if t == "linear":
-                    layers.append(Layer("linear", int(l["in"]), int(l["out"])))
-                elif t == "embedding":
-                    layers.append(Layer("embedding", int(l["vocab"]), int(l["dim"])))
-                elif t == "relu":
-                    layers.append(Layer("relu"))
-                else:
-                    raise SpecError(f"unknown layer type {t!r}")
-            spec = ModelSpec(tuple(layers), str(obj["input"]["kind"]), int(obj["input"]["dim"]),
-                             int(obj["classes"]))
+            layers = tuple(layer_from_json(l) for l in obj["layers"])
+            inp = obj["input"]
+            kind = str(inp["kind"])
+            image = None
+            if kind == "image":
+                image = tuple(int(inp[k]) for k in ("channels", "height", "width"))
+            spec = ModelSpec(layers, kind, int(inp["dim"]), int(obj["classes"]), image)
         except (KeyError, TypeError, ValueError) as exc:
             if isinstance(exc, SpecError):
                 raise
@@ -80,46 +62,35 @@ class ModelSpec:
 
     def param_shapes(self) -> list[tuple[str, tuple[int, ...]]]:
         """Canonical parameter order: by layer, weight then bias (torch state_dict names)."""
-        out = []
-        for i, l in enumerate(self.layers):
-            if l.type == "linear":
-                out += [(f"layers.{i}.weight", (l.n_out, l.n_in)), (f"layers.{i}.bias", (l.n_out,))]
-            elif l.type == "embedding":
-                out.append((f"layers.{i}.weight", (l.n_in, l.n_out)))
-        return out
+        return [(f"layers.{i}.{suffix}", shape) for i, l in enumerate(self.layers)
+                for suffix, shape in kind_of(l).param_shapes(l)]
 
     def validate(self) -> None:
         if not self.layers:
             raise SpecError("a model needs at least one layer")
-        if self.input_kind not in ("dense", "tokens"):
-            raise SpecError(f"input kind must be 'dense' or 'tokens', got {self.input_kind!r}")
-        width = self.input_dim
+        if self.input_kind not in INPUT_KINDS:
+            raise SpecError(f"input kind must be one of {', '.join(INPUT_KINDS)}, got {self.input_kind!r}")
+        if self.input_kind == "image":
+            if self.image is None or len(self.image) != 3:
+                raise SpecError("an image input needs channels, height and width")
+            c, h, w = self.image
+            if not (1 <= c <= MAX_CHANNELS and 1 <= h <= MAX_IMAGE_SIDE and 1 <= w <= MAX_IMAGE_SIDE):
+                raise SpecError(f"an image is 1..{MAX_CHANNELS} channels of 1..{MAX_IMAGE_SIDE} x "
+                                f"1..{MAX_IMAGE_SIDE} pixels, not {c}x{h}x{w}")
+            if self.input_dim != c * h * w:
+                raise SpecError(f"image input dim {self.input_dim} is not {c}*{h}*{w}")
+            shape = ("map", c, h, w)
+        elif self.image is not None:
+            raise SpecError("only an image input has channels, height and width")
+        else:
+            shape = ("tokens" if self.input_kind == "tokens" else "flat", self.input_dim)
         for i, l in enumerate(self.layers):
-            if l.type == "embedding":
-                if i != 0 or self.input_kind != "tokens":
-                    raise SpecError("an embedding must be the first layer of a 'tokens' model")
-                if l.n_in < 1 or l.n_out < 1:
-                    raise SpecError("embedding vocab and dim must be >= 1")
-                width = self.input_dim * l.n_out
-            elif l.type == "linear":
-                if l.n_in != width:
-                    raise SpecError(f"layer {i}: linear expects {l.n_in} inputs, gets {width}")
-                if not 1 <= l.n_in <= MAX_FEATURES or l.n_out < 1:
-                    raise SpecError(f"layer {i}: linear in-features must lie in [1, {MAX_FEATURES}] "
-                                    f"so its int32 accumulator cannot overflow")
-                if l.n_out > MAX_K:
-                    raise SpecError(f"layer {i}: out-features above {MAX_K} would overflow the error GEMM")
-                width = l.n_out
-            elif l.type == "relu":
-                if i == 0 or self.layers[i - 1].type != "linear" or i == len(self.layers) - 1:
-                    raise SpecError(f"layer {i}: relu must follow a hidden linear layer")
-            else:
-                raise SpecError(f"layer {i}: unknown type {l.type!r}")
+            shape = kind_of(l).out_shape(l, i, shape, self.layers)
         if self.input_kind == "tokens" and self.layers[0].type != "embedding":
             raise SpecError("a 'tokens' model must start with an embedding")
         if self.layers[-1].type != "linear" or self.layers[-1].n_out != self.classes:
             raise SpecError(f"the last layer must be linear(.., {self.classes})")
-        n = sum(int(__import__("math").prod(s)) for _, s in self.param_shapes())
+        n = param_count(self.layers)
         if n > MAX_PARAMS:
             raise SpecError(f"{n} parameters is more than this engine trains ({MAX_PARAMS})")
 
@@ -170,6 +141,88 @@ def char_mlp(vocab: int, context: int, dim: int, hidden: int | Sequence[int]) ->
 def hidden_of(spec: ModelSpec) -> list[int]:
     """The hidden widths of a spec (the out-features of every linear but the last)."""
     return [l.n_out for l in spec.layers if l.type == "linear"][:-1]
+
+
+# ------------------------------------------------------------------ convolutional models
+#: the default CNN of an image task: its parameters sit in the convolutions, not in a
+#: dense head (28x28x1: ~29k parameters, 576 -> classes at the end)
+DEFAULT_CNN = ("conv16", "pool", "conv32", "pool", "conv64", "pool")
+MAX_LAYER_ITEMS = 32  #: most items a --layers setting may name
+_CONV = re.compile(r"conv([0-9]+)(?:k([0-9]+))?")
+
+
+def layer_items(items) -> tuple[int | str, ...]:
+    """Check a --layers list: dense widths (ints) and ``convN``, ``convNkK``, ``pool``."""
+    items = tuple(items)
+    if not 1 <= len(items) <= MAX_LAYER_ITEMS:
+        raise SpecError(f"--layers names 1 to {MAX_LAYER_ITEMS} layers, not {len(items)}")
+    out = []
+    for t in items:
+        if isinstance(t, (int, np.integer)) and not isinstance(t, bool):
+            out.append(int(t))
+            continue
+        m = _CONV.fullmatch(str(t))
+        if t != "pool" and m is None:
+            raise SpecError(f"unknown --layers item {t!r}: use a width (128), convN (3x3), "
+                            f"convNkK (KxK, K in 3 or 5) or pool")
+        if m is not None and m.group(2) is not None and int(m.group(2)) not in KERNELS:
+            raise SpecError(f"{t}: the kernel size must be 3 or 5")
+        if m is not None and not 1 <= int(m.group(1)) <= 4096:
+            raise SpecError(f"{t}: a conv has 1 to 4096 filters")
+        out.append(str(t))
+    dense = [w for w in out if isinstance(w, int)]
+    if len(dense) > MAX_HIDDEN_LAYERS:
+        raise SpecError(f"at most {MAX_HIDDEN_LAYERS} hidden layers, not {len(dense)}")
+    if any(w < 1 for w in dense):
+        raise SpecError(f"hidden widths must be >= 1, got {','.join(map(str, dense))}")
+    return tuple(out)
+
+
+def cnn(image: tuple[int, int, int], items, classes: int) -> ModelSpec:
+    """An image model from --layers items: each ``convN``/``convNkK`` is conv2d + relu,
+    ``pool`` a 2x2 max pool, each width a dense hidden layer + relu (the map is flattened,
+    channel-major, before the first one), then linear(.., classes)."""
+    items = layer_items(items)
+    c, h, w = image
+    shape: tuple = ("map", c, h, w)
+    layers: list[Layer] = []
+    for t in items:
+        if isinstance(t, int):
+            width = shape[1] * shape[2] * shape[3] if shape[0] == "map" else shape[1]
+            layers += [Layer("linear", width, t), Layer("relu")]
+            shape = ("flat", t)
+            continue
+        if shape[0] != "map":
+            raise SpecError(f"--layers: {t} comes after a dense layer; every conv and pool must "
+                            f"come before the first dense width")
+        _, c, h, w = shape
+        if t == "pool":
+            layers.append(Layer("maxpool2d", c, c, 0, h, w))
+            shape = ("map", c, h // 2, w // 2)
+        else:
+            m = _CONV.fullmatch(t)
+            co, k = int(m.group(1)), int(m.group(2) or 3)
+            layers += [Layer("conv2d", c, co, k, h, w), Layer("relu")]
+            shape = ("map", co, h, w)
+    width = shape[1] * shape[2] * shape[3] if shape[0] == "map" else shape[1]
+    layers.append(Layer("linear", width, classes))
+    spec = ModelSpec(tuple(layers), "image", image[0] * image[1] * image[2], classes, tuple(image))
+    spec.validate()
+    return spec
+
+
+def layers_text(spec: ModelSpec) -> str:
+    """The --layers text that makes this spec (conv, pool and hidden widths, in order)."""
+    lin = [i for i, l in enumerate(spec.layers) if l.type == "linear"]
+    out = []
+    for i, l in enumerate(spec.layers):
+        if l.type == "conv2d":
+            out.append(f"conv{l.n_out}" + (f"k{l.kernel}" if l.kernel != 3 else ""))
+        elif l.type == "maxpool2d":
+            out.append("pool")
+        elif l.type == "linear" and i != lin[-1]:
+            out.append(str(l.n_out))
+    return ",".join(out)
 
 
 @dataclass(frozen=True)

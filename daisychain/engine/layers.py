@@ -1,0 +1,456 @@
+"""The layer registry: one class per layer type, the one place that knows a type's spec
+JSON, parameter shapes and init, the shape it maps its input to, forward and backward
+through the units (the Engine's ``_mm``, ``_requantize`` and ``_relu``), unit counts, and
+its torch float twin. Everything else (spec, engine, fast path, trainer, checkpoint,
+export, floatref, golden, counters) asks ``kind_of(layer)``. The contract is written in
+docs/ENGINE.md ("The layer registry"); the JS twin is ``webui/engine/layers.js``.
+
+Shapes flowing between layers (validation): ``("flat", F)`` or ``("map", C, H, W)``.
+Activations in the engine are (n, b, width) arrays, maps channel-major (c*H*W + y*W + x).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from daisychain.engine import conv as C
+from daisychain.engine.detmath import exponent, pow2, quant_exponent, quantize
+from daisychain.units.gemm import MAX_K
+
+#: a linear's (or conv's) int32 accumulator holds K * 127 * 127 plus a bias clamped to 2**30
+MAX_FEATURES = (2**31 - 1 - 2**30) // (127 * 127)
+BIAS_LIMIT = 2.0**30  #: biases in accumulator units are clamped to ±2**30
+KERNELS = (3, 5)  #: conv2d kernel sizes
+
+
+class SpecError(ValueError):
+    """A model spec or run setting that cannot be trained."""
+
+
+@dataclass(frozen=True)
+class Layer:
+    type: str  #: a key of LAYERS
+    n_in: int = 0  #: linear: in features; embedding: vocabulary; conv2d: in channels; maxpool2d: channels
+    n_out: int = 0  #: linear: out features; embedding: vector size; conv2d: out channels; maxpool2d: channels
+    kernel: int = 0  #: conv2d: k (k x k, stride 1, zero padding (k-1)/2)
+    height: int = 0  #: conv2d / maxpool2d: input map height
+    width: int = 0  #: conv2d / maxpool2d: input map width
+
+    def to_json(self) -> dict:
+        return kind_of(self).to_json(self)
+
+
+def _map(shape) -> tuple[int, int, int] | None:
+    return tuple(shape[1:]) if shape[0] == "map" else None
+
+
+def _int(obj: dict, key: str) -> int:
+    return int(obj[key])
+
+
+class LayerKind:
+    """One layer type. ``params`` = number of parameter tensors; ``dense_fast``: the dense
+    fast path (engine/fast.py) handles it."""
+
+    type = ""
+    params = 0
+    dense_fast = False
+
+    # ---- spec
+    def from_json(self, obj: dict) -> Layer:
+        return Layer(self.type)
+
+    def to_json(self, l: Layer) -> dict:
+        return {"type": self.type}
+
+    def param_shapes(self, l: Layer) -> list[tuple[str, tuple[int, ...]]]:
+        """(suffix, shape) of each tensor, canonical order; names are layers.<i>.<suffix>."""
+        return []
+
+    def init_bound(self, l: Layer) -> float:
+        return 1.0
+
+    def out_shape(self, l: Layer, i: int, shape: tuple, layers) -> tuple:
+        """The shape after this layer, given the shape before it; SpecError if it cannot apply."""
+        return shape
+
+    # ---- engine (reference path): see docs/ENGINE.md for the arithmetic
+    def forward(self, eng, l: Layer, li: int, P: list, st: "Flow") -> object:
+        raise NotImplementedError
+
+    def backward(self, eng, l: Layer, li: int, pi: int, cache, bw: "Back") -> None:
+        raise NotImplementedError
+
+    def units(self, l: Layer, b: int, li: int, layers) -> tuple[int, int, int]:
+        """(multiply, requantize, relu) unit invocations for one micro-batch of b samples."""
+        return 0, 0, 0
+
+    # ---- torch float twin
+    def torch_modules(self, l: Layer) -> list:
+        """The torch modules of this layer, in order (the first holds its parameters)."""
+        raise NotImplementedError
+
+
+@dataclass
+class Flow:
+    """The forward pass's running state: the activation ``a`` (n, b, width) with its
+    per-micro-batch exponent ``ex`` (n,), the logits once the last layer ran, the trace."""
+
+    a: np.ndarray
+    ex: np.ndarray
+    tr: object
+    last: bool = False
+    logits: np.ndarray | None = None
+
+
+@dataclass
+class Back:
+    """The backward pass's running state: errors ``G`` (n, b, width) with exponent ``eg``;
+    ``acc`` when G is still an accumulator (not yet requantized: a ReLU may mask it first);
+    the fixed-point gradient ``out`` and its settings."""
+
+    G: np.ndarray
+    eg: np.ndarray
+    acc: bool
+    out: np.ndarray
+    frac_bits: int
+    limit: float
+
+    def int8(self, eng) -> np.ndarray:
+        """G as int8 errors: an accumulator is requantized with s = max(0, bitlen(max|G|) - 7)
+        per micro-batch, and eg grows by s."""
+        if self.acc:
+            s = np.maximum(exponent(_absmax(self.G)) - 7, 0)
+            self.G = eng._requantize(self.G, s)
+            self.eg = self.eg + s
+            self.acc = False
+        return self.G
+
+
+def _per_mb(e, ndim: int) -> np.ndarray:
+    return np.asarray(e).reshape((-1,) + (1,) * (ndim - 1))
+
+
+def _absmax(x: np.ndarray) -> np.ndarray:
+    return np.abs(x).reshape(x.shape[0], -1).max(axis=1)
+
+
+def _affine(eng, li: int, a: np.ndarray, ex: np.ndarray, W2: np.ndarray, bias: np.ndarray, st: Flow):
+    """The linear layer's forward on rows a (n, rows, K): returns (acc, sexp, Wq, ew) with
+    acc = unitGEMM(a, Wq^T) + bacc (n, rows, out) and the trace entries written."""
+    ew = int(quant_exponent(np.abs(W2).max()))
+    Wq = quantize(W2, ew)
+    acc = eng._mm(a, Wq.T)
+    sexp = ex + ew
+    bacc = np.clip(np.floor(bias[None, :] * pow2(-sexp)[:, None] + 0.5), -BIAS_LIMIT, BIAS_LIMIT)
+    acc = acc + bacc[:, None, :]
+    st.tr((f"layers.{li}.weight_exponent", ew))
+    st.tr((f"layers.{li}.bias_acc", bacc))
+    st.tr((f"layers.{li}.acc", acc))
+    return acc, sexp, Wq, ew
+
+
+def _requantize_out(eng, li: int, acc: np.ndarray, sexp: np.ndarray, st: Flow) -> np.ndarray:
+    s = np.maximum(exponent(_absmax(acc)) - 7, 0)  # bit length - 7, per micro-batch
+    st.tr((f"layers.{li}.shift", s))
+    st.ex = sexp + s
+    return eng._requantize(acc, s)
+
+
+class Linear(LayerKind):
+    type = "linear"
+    params = 2
+    dense_fast = True
+
+    def from_json(self, obj):
+        return Layer("linear", _int(obj, "in"), _int(obj, "out"))
+
+    def to_json(self, l):
+        return {"type": "linear", "in": l.n_in, "out": l.n_out}
+
+    def param_shapes(self, l):
+        return [("weight", (l.n_out, l.n_in)), ("bias", (l.n_out,))]
+
+    def init_bound(self, l):
+        return 1.0 / np.sqrt(float(l.n_in))
+
+    def out_shape(self, l, i, shape, layers):
+        m = _map(shape)
+        width = m[0] * m[1] * m[2] if m else shape[1]  # a map is read flattened, channel-major
+        if l.n_in != width:
+            raise SpecError(f"layer {i}: linear expects {l.n_in} inputs, gets {width}")
+        if not 1 <= l.n_in <= MAX_FEATURES or l.n_out < 1:
+            raise SpecError(f"layer {i}: linear in-features must lie in [1, {MAX_FEATURES}] "
+                            f"so its int32 accumulator cannot overflow")
+        if l.n_out > MAX_K:
+            raise SpecError(f"layer {i}: out-features above {MAX_K} would overflow the error GEMM")
+        return ("flat", l.n_out)
+
+    def forward(self, eng, l, li, P, st):
+        W, bias = P
+        acc, sexp, Wq, ew = _affine(eng, li, st.a, st.ex, W, bias, st)
+        cache = (st.a, st.ex, Wq, ew)
+        if st.last:
+            st.logits = acc * _per_mb(pow2(sexp), 3)
+            st.tr(("logits", st.logits))
+            return cache
+        st.a = _requantize_out(eng, li, acc, sexp, st)
+        st.tr((f"layers.{li}.out_q", st.a))
+        return cache
+
+    def backward(self, eng, l, li, pi, cache, bw):
+        a_in, ex, Wq, ew = cache
+        G = bw.int8(eng)
+        eng._weight_grad(bw.out, pi, G, a_in, bw.eg + ex, bw.frac_bits, bw.limit)
+        eng._accumulate(bw.out, pi + 1, G.sum(axis=1), bw.eg, bw.frac_bits, bw.limit)
+        if li == 0:
+            return
+        bw.G, bw.eg, bw.acc = eng._mm(G, Wq), bw.eg + ew, True  # (n, b, in), exponent eg + ew
+
+    def units(self, l, b, li, layers):
+        mul = 2 * b * l.n_in * l.n_out  # forward + weight gradient
+        rq = 0
+        if li > 0:
+            mul += b * l.n_in * l.n_out  # error into the layer below
+            if layers[li - 1].type != "embedding":
+                rq += b * l.n_in  # requantized before the layer below uses it
+        if li != len(layers) - 1:
+            rq += b * l.n_out
+        return mul, rq, 0
+
+    def torch_modules(self, l):
+        import torch
+        mods = [torch.nn.Linear(l.n_in, l.n_out)]
+        return mods
+
+
+class Relu(LayerKind):
+    type = "relu"
+    dense_fast = True
+
+    def out_shape(self, l, i, shape, layers):
+        if i == 0 or layers[i - 1].type not in ("linear", "conv2d") or i == len(layers) - 1:
+            raise SpecError(f"layer {i}: relu must follow a hidden linear or conv2d layer")
+        return shape
+
+    def forward(self, eng, l, li, P, st):
+        st.a = eng._relu(st.a)
+        st.tr((f"layers.{li}.out_q", st.a))
+        return st.a
+
+    def backward(self, eng, l, li, pi, relu_out, bw):
+        bw.G = bw.G * (relu_out > 0)  # before the requantize when G is an accumulator
+
+    def units(self, l, b, li, layers):
+        return 0, 0, b * _width_before(layers, li)
+
+    def torch_modules(self, l):
+        import torch
+        return [torch.nn.ReLU()]
+
+
+class Embedding(LayerKind):
+    type = "embedding"
+    params = 1
+
+    def from_json(self, obj):
+        return Layer("embedding", _int(obj, "vocab"), _int(obj, "dim"))
+
+    def to_json(self, l):
+        return {"type": "embedding", "vocab": l.n_in, "dim": l.n_out}
+
+    def param_shapes(self, l):
+        return [("weight", (l.n_in, l.n_out))]
+
+    def out_shape(self, l, i, shape, layers):
+        if i != 0 or shape[0] != "tokens":
+            raise SpecError("an embedding must be the first layer of a 'tokens' model")
+        if l.n_in < 1 or l.n_out < 1:
+            raise SpecError("embedding vocab and dim must be >= 1")
+        return ("flat", shape[1] * l.n_out)
+
+    def forward(self, eng, l, li, P, st):
+        (E,) = P
+        x = st.a  # token ids (n, b, context)
+        ee = int(quant_exponent(np.abs(E).max()))
+        Eq = quantize(E, ee)
+        st.a = Eq[x].reshape(x.shape[0], x.shape[1], -1)  # (n, b, C*D)
+        st.ex = np.full(x.shape[0], ee, np.int64)
+        st.tr((f"layers.{li}.weight_exponent", ee))
+        st.tr((f"layers.{li}.out_q", st.a))
+        return x
+
+    def backward(self, eng, l, li, pi, tokens, bw):
+        """Scatter-add the (unrequantized) input error rows into the table, integers."""
+        n = tokens.shape[0]
+        V, D = l.n_in, l.n_out
+        dXi = bw.G.astype(np.int64).reshape(n, -1, D)
+        dE = np.zeros((n, V, D), np.int64)
+        flat = tokens.reshape(n, -1)
+        for i in range(n):
+            np.add.at(dE[i], flat[i], dXi[i])
+        eng._accumulate(bw.out, pi, dE.astype(np.float64), bw.eg, bw.frac_bits, bw.limit)
+
+    def torch_modules(self, l):
+        import torch
+        return [torch.nn.Embedding(l.n_in, l.n_out), torch.nn.Flatten(1)]
+
+
+class Conv2d(LayerKind):
+    """k x k, stride 1, zero 'same' padding: im2col, then the linear layer's arithmetic on
+    the columns matrix (CONV_SPEC; docs/ENGINE.md)."""
+
+    type = "conv2d"
+    params = 2
+
+    def from_json(self, obj):
+        return Layer("conv2d", _int(obj, "in_channels"), _int(obj, "out_channels"),
+                     _int(obj, "kernel"), _int(obj, "height"), _int(obj, "width"))
+
+    def to_json(self, l):
+        return {"type": "conv2d", "in_channels": l.n_in, "out_channels": l.n_out,
+                "kernel": l.kernel, "height": l.height, "width": l.width}
+
+    def param_shapes(self, l):
+        return [("weight", (l.n_out, l.n_in, l.kernel, l.kernel)), ("bias", (l.n_out,))]
+
+    def init_bound(self, l):
+        return 1.0 / np.sqrt(float(l.n_in * l.kernel * l.kernel))
+
+    def out_shape(self, l, i, shape, layers):
+        m = _map(shape)
+        if m is None:
+            raise SpecError(f"layer {i}: conv2d needs an image-shaped input (an image or the "
+                            f"output of a conv2d/maxpool2d), not a dense one: put every conv "
+                            f"before the first dense layer")
+        if (l.n_in, l.height, l.width) != m:
+            raise SpecError(f"layer {i}: conv2d expects a {l.n_in}x{l.height}x{l.width} input, "
+                            f"gets {m[0]}x{m[1]}x{m[2]}")
+        if l.kernel not in KERNELS:
+            raise SpecError(f"layer {i}: conv2d kernel must be one of {KERNELS}, not {l.kernel}")
+        if l.n_out < 1:
+            raise SpecError(f"layer {i}: conv2d needs at least one output channel")
+        if l.n_in * l.kernel ** 2 > MAX_FEATURES:
+            raise SpecError(f"layer {i}: conv2d in_channels * kernel^2 must be at most {MAX_FEATURES} "
+                            f"so its int32 accumulator cannot overflow")
+        if l.n_out * l.kernel ** 2 > MAX_K:
+            raise SpecError(f"layer {i}: conv2d out_channels * kernel^2 above {MAX_K} would overflow "
+                            f"the input error")
+        return ("map", l.n_out, l.height, l.width)
+
+    def forward(self, eng, l, li, P, st):
+        W, bias = P
+        n, b = st.a.shape[0], st.a.shape[1]
+        HW = l.height * l.width
+        cols = C.im2col(st.a, l.n_in, l.height, l.width, l.kernel)  # (n, b*H*W, Ci*k*k)
+        acc, sexp, Wq, ew = _affine(eng, li, cols, st.ex, W.reshape(l.n_out, -1), bias, st)
+        cache = (cols, st.ex, Wq, ew)
+        out_q = _requantize_out(eng, li, acc, sexp, st)  # (n, b*H*W, Co)
+        st.a = out_q.reshape(n, b, HW, l.n_out).transpose(0, 1, 3, 2).reshape(n, b, l.n_out * HW)
+        st.tr((f"layers.{li}.out_q", st.a))
+        return cache
+
+    def backward(self, eng, l, li, pi, cache, bw):
+        cols, ex, Wq, ew = cache
+        G = bw.int8(eng)
+        n, b = G.shape[0], G.shape[1]
+        HW = l.height * l.width
+        Gc = G.reshape(n, b, l.n_out, HW).transpose(0, 1, 3, 2).reshape(n, b * HW, l.n_out)
+        eng._weight_grad(bw.out, pi, Gc, cols, bw.eg + ex, bw.frac_bits, bw.limit)
+        eng._accumulate(bw.out, pi + 1, Gc.sum(axis=1), bw.eg, bw.frac_bits, bw.limit)
+        if li == 0:
+            return
+        dcols = eng._mm(Gc, Wq)  # (n, b*H*W, Ci*k*k), exponent eg + ew
+        bw.G = C.col2im(dcols, b, l.n_in, l.height, l.width, l.kernel)
+        bw.eg, bw.acc = bw.eg + ew, True
+
+    def units(self, l, b, li, layers):
+        k2 = l.kernel * l.kernel
+        per = b * l.height * l.width * l.n_in * k2 * l.n_out
+        mul, rq = 2 * per, b * l.height * l.width * l.n_out
+        if li > 0:
+            mul += per
+            rq += b * l.n_in * l.height * l.width
+        return mul, rq, 0
+
+    def torch_modules(self, l):
+        import torch
+        return [torch.nn.Conv2d(l.n_in, l.n_out, l.kernel, padding=(l.kernel - 1) // 2)]
+
+
+class MaxPool2d(LayerKind):
+    """2x2, stride 2; an odd last row/column is dropped; ties go to the first position in
+    the scan (0,0), (0,1), (1,0), (1,1)."""
+
+    type = "maxpool2d"
+
+    def from_json(self, obj):
+        c = _int(obj, "channels")
+        return Layer("maxpool2d", c, c, 0, _int(obj, "height"), _int(obj, "width"))
+
+    def to_json(self, l):
+        return {"type": "maxpool2d", "channels": l.n_in, "height": l.height, "width": l.width}
+
+    def out_shape(self, l, i, shape, layers):
+        m = _map(shape)
+        if m is None:
+            raise SpecError(f"layer {i}: maxpool2d needs an image-shaped input, not a dense one")
+        if (l.n_in, l.height, l.width) != m:
+            raise SpecError(f"layer {i}: maxpool2d expects a {l.n_in}x{l.height}x{l.width} input, "
+                            f"gets {m[0]}x{m[1]}x{m[2]}")
+        if l.height < 2 or l.width < 2:
+            raise SpecError(f"layer {i}: maxpool2d on a {l.height}x{l.width} map: a 2x2 pool "
+                            f"needs a map of at least 2x2 (too many pools for this image size)")
+        return ("map", l.n_in, l.height // 2, l.width // 2)
+
+    def forward(self, eng, l, li, P, st):
+        st.a, arg = C.maxpool(st.a, l.n_in, l.height, l.width)
+        st.tr((f"layers.{li}.out_q", st.a))
+        return arg
+
+    def backward(self, eng, l, li, pi, arg, bw):
+        G = bw.int8(eng)
+        if li == 0:
+            return
+        bw.G = C.maxpool_back(G, arg, l.n_in, l.height, l.width)  # int8, exponent unchanged
+
+    def torch_modules(self, l):
+        import torch
+        return [torch.nn.MaxPool2d(2)]
+
+
+LAYERS: dict[str, LayerKind] = {k.type: k for k in (Linear(), Relu(), Embedding(), Conv2d(), MaxPool2d())}
+
+
+def kind_of(layer: Layer) -> LayerKind:
+    try:
+        return LAYERS[layer.type]
+    except KeyError:
+        raise SpecError(f"unknown layer type {layer.type!r}") from None
+
+
+def layer_from_json(obj: dict) -> Layer:
+    t = obj["type"]
+    if t not in LAYERS:
+        raise SpecError(f"unknown layer type {t!r}")
+    return LAYERS[t].from_json(obj)
+
+
+def _width_before(layers, li: int) -> int:
+    """Width of the activation entering layer li (for unit counts)."""
+    for j in range(li - 1, -1, -1):
+        l = layers[j]
+        if l.type in ("linear", "embedding") and j < li:
+            return l.n_out if l.type == "linear" else 0
+        if l.type == "conv2d":
+            return l.n_out * l.height * l.width
+        if l.type == "maxpool2d":
+            return l.n_in * (l.height // 2) * (l.width // 2)
+    return 0
+
+
+def param_count(layers) -> int:
+    return sum(math.prod(s) for l in layers for _, s in kind_of(l).param_shapes(l))
