@@ -185,10 +185,8 @@ def message_name(msg) -> str:
 def contribute_at(trainer: Trainer, theta: np.ndarray, step: int, micro) -> Result:
     """``Trainer.contribute`` on a given parameter vector (a snapshot, so that a compute in a
     thread never sees the replica change under it)."""
-    ids = np.asarray(micro, np.int64)
-    idx = np.stack([trainer.schedule.samples(step, int(j)) for j in ids])
-    return trainer.engine.grad(theta, trainer.ds.x_train[idx], trainer.ds.y_train[idx],
-                               trainer.hp.grad_frac_bits, trainer.limit)
+    x, y = trainer.inputs(step, np.asarray(micro, np.int64))
+    return trainer.engine.grad(theta, x, y, trainer.hp.grad_frac_bits, trainer.limit)
 
 
 def measure_capacity(trainer: Trainer, seconds: float = 0.3) -> float:
