@@ -26,6 +26,9 @@ from daisychain.engine import prng
 from daisychain.engine.spec import DEFAULT_CNN, ModelSpec, SpecError, char_mlp, cnn, dumps_canonical, mlp
 
 TASKS = ("digits", "text", "image")
+#: what each task's embedded default is, in words (the page's data list)
+EMBEDDED_NAMES = {"digits": "handwritten digits (8x8)", "text": "the Zen of Python (characters)",
+                  "image": "MNIST handwritten digits (28x28)"}
 ARRAYS = ("x_train", "y_train", "x_test", "y_test")
 MAGIC = b"DCDS"
 

@@ -70,6 +70,13 @@ def load_images(source: str | None = None, image_size: int | None = None,
     """The image task's Dataset from ``source`` (None: the embedded MNIST)."""
     if image_size is not None and not MIN_IMAGE_SIZE <= image_size <= MAX_IMAGE_SIZE:
         raise _error(f"--image-size must lie in [{MIN_IMAGE_SIZE}, {MAX_IMAGE_SIZE}]")
+    ds = _load(source, image_size, column, cache_dir)
+    if image_size is not None:
+        ds.meta["image_size"] = image_size  # the flag that made it (the page's train_args)
+    return ds
+
+
+def _load(source: str | None, image_size: int | None, column: str | None, cache_dir: str | None):
     if not source:
         x_tr, y_tr, x_te, y_te = _read_npz(EMBEDDED)
         return _dataset(x_tr, y_tr, x_te, y_te, EMBEDDED_SOURCE, image_size)
