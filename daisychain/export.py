@@ -23,7 +23,8 @@ and in its metadata (string -> string) ``format``, ``model`` (the model spec as 
 ``run_id``, ``step``, ``params_sha256``, ``task`` and, where known, ``vocab``.
 
 The ``.onnx`` file is :func:`torch_model`'s float forward traced by ``torch.onnx`` (input
-``x``: float32 ``(batch, features)`` or int64 token ids ``(batch, context)``; output
+``x``: float32 ``(batch, features)``, int64 token ids ``(batch, context)`` or uint8 pixels
+``(batch, C*H*W)``, channel-major; output
 ``logits``), with the same metadata in its ``metadata_props``.
 
 The float forward is not the engine's INT8 forward (no input quantization, no requantize
@@ -43,6 +44,7 @@ import numpy as np
 
 from daisychain.engine.checkpoint import Checkpoint, CheckpointError, read_checkpoint_file
 from daisychain.engine.detmath import pow2, quant_exponent, quantize
+from daisychain.engine.layers import torch_sequential
 from daisychain.engine.model import ParamLayout
 from daisychain.engine.spec import ModelSpec
 
@@ -133,46 +135,43 @@ def _module_class():
     import torch
 
     class DaisyChainModel(torch.nn.Module):
-        """A DaisyChain model as float torch layers: ``layers`` holds one module per spec
-        layer (``Linear``, ``ReLU``, ``Embedding``), so the state_dict names are the
-        checkpoint's."""
+        """A DaisyChain model as float torch layers: ``layers`` is the registry's
+        ``torch_sequential`` (one module per spec layer, named by its index, so the
+        state_dict names are the checkpoint's; ``Flatten`` and an image model's input
+        module hold no parameters)."""
 
         def __init__(self, spec: ModelSpec, meta: dict[str, str] | None = None):
             super().__init__()
             self.spec = spec
             self.meta = dict(meta or {})
-            mods = []
-            for l in spec.layers:
-                if l.type == "linear":
-                    mods.append(torch.nn.Linear(l.n_in, l.n_out))
-                elif l.type == "embedding":
-                    mods.append(torch.nn.Embedding(l.n_in, l.n_out))
-                else:
-                    mods.append(torch.nn.ReLU())
-            self.layers = torch.nn.ModuleList(mods)
+            self.layers = torch_sequential(spec)
 
         def forward(self, x):
             """x: float (batch, features) for a dense model, int64 token ids (batch, context)
-            for a text model; returns the float logits (batch, classes)."""
-            for m in self.layers:
-                x = m(x)
-                if isinstance(m, torch.nn.Embedding):
-                    x = x.flatten(1)
-            return x
+            for a text model, uint8 pixels (batch, C*H*W) or (batch, C, H, W) for an image
+            model; returns the float logits (batch, classes)."""
+            return self.layers(x)
 
         @torch.no_grad()
         def predict(self, x):
             """Class indices for a batch (or one sample) given as a numpy array, a list or a
             tensor; returns a numpy int64 array (a Python int for one sample)."""
-            dense = self.spec.input_kind == "dense"
-            t = torch.as_tensor(np.asarray(x), dtype=torch.float32 if dense else torch.int64)
+            kind = self.spec.input_kind
+            dtype = {"dense": torch.float32, "tokens": torch.int64, "image": torch.uint8}[kind]
+            x = np.asarray(x)
+            if kind == "image":  # one (C, H, W) image or a (batch, C, H, W) stack: flatten
+                x = x.reshape(-1) if x.ndim == 3 else x.reshape(len(x), -1) if x.ndim == 4 else x
+                if x.dtype != np.uint8 and x.size and (x.min() < 0 or x.max() > 255):
+                    raise ValueError("image pixels must be integers in [0, 255]")
+            t = torch.as_tensor(x.astype(np.uint8) if kind == "image" else x, dtype=dtype)
             one = t.ndim == 1
             if one:
                 t = t[None]
+            dense = kind != "tokens"
             if t.ndim != 2 or t.shape[1] != self.spec.input_dim:
                 raise ValueError(f"predict expects ({'features' if dense else 'context'},) or "
                                  f"(batch, {self.spec.input_dim}); got {tuple(t.shape)}")
-            if not dense and (int(t.min()) < 0 or int(t.max()) >= self.spec.layers[0].n_in):
+            if kind == "tokens" and (int(t.min()) < 0 or int(t.max()) >= self.spec.layers[0].n_in):
                 raise ValueError(f"token ids must lie in [0, {self.spec.layers[0].n_in - 1}]")
             was = self.training
             self.eval()
@@ -275,10 +274,8 @@ def onnx_bytes(ck: Checkpoint, opset: int = 17) -> bytes:
     model = _module_class()(spec)
     model.load_state_dict({k: torch.from_numpy(v) for k, v in float_tensors(spec, ck.theta).items()})
     model.eval()
-    if spec.input_kind == "dense":
-        example = torch.zeros(2, spec.input_dim, dtype=torch.float32)
-    else:
-        example = torch.zeros(2, spec.input_dim, dtype=torch.int64)
+    dtype = {"dense": torch.float32, "tokens": torch.int64, "image": torch.uint8}[spec.input_kind]
+    example = torch.zeros(2, spec.input_dim, dtype=dtype)
     buf = io.BytesIO()
     import warnings
 

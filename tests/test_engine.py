@@ -15,7 +15,7 @@ from daisychain.engine.adam import AdamState, adam_step
 from daisychain.engine.cli import train
 from daisychain.engine.data import DataError, Dataset, load_text, prepare_task
 from daisychain.engine.detmath import EXP_COEFFS, dexp, quant_exponent, quantize
-from daisychain.engine.floatref import FloatModel
+from daisychain.engine.floatref import float_model
 from daisychain.engine.model import Engine, init_params
 from daisychain.engine.settings import RunSettings
 from daisychain.engine.spec import Hyper, ModelSpec, SpecError, mlp
@@ -86,16 +86,17 @@ def test_int8_gradient_is_a_real_gradient(digits):
     y = rng.integers(0, 10, (4, 16))
     S, n = 40, 4
     g_int = eng.grad(theta, x, y, S, 2.0**49).grad.astype(np.float64) * 2.0**-S / n
-    model = FloatModel(spec, theta)
+    model = float_model(spec, theta)
     model.double()
     xt = torch.tensor(x.reshape(-1, 64))
     loss = torch.nn.functional.cross_entropy(model(xt), torch.tensor(y.reshape(-1)))
     loss.backward()
-    g_f = np.concatenate([p.grad.numpy().ravel() for p in model.params])
+    g_f = np.concatenate([p.grad.numpy().ravel() for p in model.parameters()])
     cos = g_int @ g_f / np.linalg.norm(g_int) / np.linalg.norm(g_f)
     assert cos > 0.9, cos
-    for i, p in enumerate(model.params):  # per tensor too
-        o = sum(q.numel() for q in model.params[:i])
+    params = list(model.parameters())
+    for i, p in enumerate(params):  # per tensor too
+        o = sum(q.numel() for q in params[:i])
         gi, gf = g_int[o:o + p.numel()], p.grad.numpy().ravel()
         assert gi @ gf / np.linalg.norm(gi) / np.linalg.norm(gf) > 0.85
 

@@ -33,7 +33,7 @@ import numpy as np
 
 from daisychain.engine.adam import AdamState
 from daisychain.engine.model import ParamLayout
-from daisychain.engine.spec import Hyper, ModelSpec, SpecError
+from daisychain.engine.spec import Hyper, ModelSpec, SpecError, layers_text
 from daisychain.engine.trainer import identity_differences, params_sha256, run_id
 
 FORMAT = "daisychain-checkpoint"
@@ -405,14 +405,13 @@ def run_flags(identity: dict) -> str:
     hp = identity.get("hyper", {})
     spec = ModelSpec.from_json(identity["model"])
     flags = [f"--task {identity.get('task')}"]
-    linears = [l for l in spec.layers if l.type == "linear"]
     if spec.input_kind == "tokens":
         flags += [f"--context {spec.input_dim}", f"--embed-dim {spec.layers[0].n_out}"]
-    hidden = [l.n_out for l in linears[:-1]]
-    if len(hidden) == 1:
-        flags.append(f"--hidden {hidden[0]}")
-    elif hidden:
-        flags.append(f"--layers {','.join(map(str, hidden))}")
+    text = layers_text(spec)
+    if text.isdigit():
+        flags.append(f"--hidden {text}")
+    elif text:
+        flags.append(f"--layers {text}")
     flags += [f"--seed {hp.get('seed')}", f"--batch {hp.get('batch')}",
               f"--micro-batch {hp.get('micro_batch')}", f"--lr {hp.get('lr')}"]
     if hp.get("weight_decay"):

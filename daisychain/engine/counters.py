@@ -11,7 +11,12 @@ they count the same). Per micro-batch of ``b`` samples, for each linear layer ``
   is not the first layer (and for the first when an embedding feeds it);
 - requantize: ``b * out`` after every linear that is not the last (forward), and
   ``b * in`` for every error that is passed into a linear below (backward);
-- ReLU: ``b * width`` per ReLU layer (forward; the backward mask reads its output).
+- ReLU: ``b * width`` per ReLU layer (forward; the backward mask reads its output);
+- conv2d ``(Ci -> Co, k x k, H x W)``: as a linear with ``b * H * W`` rows, ``in = Ci*k*k``
+  and ``out = Co`` (im2col), its forward requantize ``b * Co * H * W`` and the error it
+  passes down ``b * Ci * H * W``; maxpool2d runs no unit (a max of int8 values).
+
+Each layer type's count is its registry class's ``units`` (engine/layers.py).
 
 The same formula is used by the page (``webui/counters.js``, held to it by
 ``tests/test_counters_js.py``), the CLI and the demo.
@@ -19,6 +24,7 @@ The same formula is used by the page (``webui/counters.js``, held to it by
 
 from __future__ import annotations
 
+from daisychain.engine.layers import kind_of
 from daisychain.engine.spec import ModelSpec
 
 
@@ -26,23 +32,9 @@ def unit_counts_per_micro_batch(spec: ModelSpec, micro_batch: int) -> dict[str, 
     """Unit invocations for one micro-batch of ``micro_batch`` samples (forward + backward)."""
     b = int(micro_batch)
     mul = rq = relu = 0
-    layers = spec.layers
-    linears = [i for i, l in enumerate(layers) if l.type == "linear"]
-    has_emb = layers[0].type == "embedding"
-    width = 0
-    for i, l in enumerate(layers):
-        if l.type == "linear":
-            mul += 2 * b * l.n_in * l.n_out  # forward + weight gradient
-            first = i == linears[0]
-            if not first or has_emb:
-                mul += b * l.n_in * l.n_out  # error into the layer below
-            if not first:
-                rq += b * l.n_in  # that error is requantized before the next GEMM
-            if i != linears[-1]:
-                rq += b * l.n_out  # forward activation
-            width = l.n_out
-        elif l.type == "relu":
-            relu += b * width
+    for i, l in enumerate(spec.layers):
+        m, r, u = kind_of(l).units(l, b, i, spec.layers)
+        mul, rq, relu = mul + m, rq + r, relu + u
     return {"multiply": mul, "requantize": rq, "relu": relu}
 
 

@@ -16,7 +16,6 @@ import hashlib
 import json
 import os
 import struct
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 

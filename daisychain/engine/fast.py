@@ -50,6 +50,7 @@ import numpy as np
 
 from daisychain.compiled import numba_jit
 from daisychain.engine.detmath import dexp
+from daisychain.engine.layers import kind_of
 
 BIAS_LIMIT = 2.0**30
 F32_EXACT = 2.0**24
@@ -152,9 +153,9 @@ class FastPath:
         pi = 0
         layers = spec.layers
         for li, layer in enumerate(layers):
-            if layer.type != "linear":
+            if kind_of(layer).params != 2:  # a linear (the engine takes this path for dense_fast kinds only)
                 continue
-            relu = li + 1 < len(layers) and layers[li + 1].type == "relu"
+            relu = li + 1 < len(layers) and kind_of(layers[li + 1]).type == "relu"
             self.plan.append((pi, layer.n_in, layer.n_out, relu,
                               layout.offsets[pi], layout.offsets[pi + 1]))
             pi += 2

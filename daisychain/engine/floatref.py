@@ -8,40 +8,27 @@ import torch
 from tqdm import tqdm
 
 from daisychain.engine.augment import lr_at, step_inputs
+from daisychain.engine.layers import torch_sequential
 from daisychain.engine.model import ParamLayout, init_params
 from daisychain.engine.trainer import Schedule
 
 
-class FloatModel(torch.nn.Module):
-    def __init__(self, spec, theta: np.ndarray):
-        super().__init__()
-        self.spec = spec
-        layout = ParamLayout(spec)
-        self.params = torch.nn.ParameterList(
-            [torch.nn.Parameter(torch.tensor(v, dtype=torch.float32)) for v in layout.views(theta)])
-
-    def forward(self, x):
-        pi = 0
-        h = x
-        for layer in self.spec.layers:
-            if layer.type == "embedding":
-                h = self.params[pi][h].flatten(1)
-                pi += 1
-            elif layer.type == "linear":
-                h = h @ self.params[pi].T + self.params[pi + 1]
-                pi += 2
-            else:
-                h = torch.relu(h)
-        return h
+def float_model(spec, theta: np.ndarray) -> torch.nn.Sequential:
+    """The registry's float twin of the spec (``layers.torch_sequential``) holding theta."""
+    model = torch_sequential(spec)
+    layout = ParamLayout(spec)
+    model.load_state_dict({name[len("layers."):]: torch.tensor(v, dtype=torch.float32)
+                           for name, v in zip(layout.names, layout.views(theta))})
+    return model
 
 
 def train_float(rs, quiet: bool = False) -> dict:
     torch.manual_seed(rs.hp.seed)
-    model = FloatModel(rs.spec, init_params(rs.spec, rs.hp.seed))
+    model = float_model(rs.spec, init_params(rs.spec, rs.hp.seed))
     opt = torch.optim.Adam(model.parameters(), lr=rs.hp.lr, betas=(rs.hp.beta1, rs.hp.beta2),
                            eps=rs.hp.eps, weight_decay=0.0)
     sched = Schedule(len(rs.ds.y_train), rs.hp)
-    dense = rs.ds.kind == "dense"
+    dense = rs.ds.kind == "dense"  # image pixels go in as uint8: the model's input module reads them
     conv = (lambda a: torch.tensor(a, dtype=torch.float32)) if dense else torch.tensor
     loss_v = float("nan")
     for step in tqdm(range(rs.steps), desc="train --float", disable=quiet, leave=False):

@@ -89,8 +89,8 @@ class LayerKind:
         return 0, 0, 0
 
     # ---- torch float twin
-    def torch_modules(self, l: Layer) -> list:
-        """The torch modules of this layer, in order (the first holds its parameters)."""
+    def torch_module(self, l: Layer):
+        """The torch module of this layer (its parameters have the engine's shapes)."""
         raise NotImplementedError
 
 
@@ -221,10 +221,9 @@ class Linear(LayerKind):
             rq += b * l.n_out
         return mul, rq, 0
 
-    def torch_modules(self, l):
+    def torch_module(self, l):
         import torch
-        mods = [torch.nn.Linear(l.n_in, l.n_out)]
-        return mods
+        return torch.nn.Linear(l.n_in, l.n_out)
 
 
 class Relu(LayerKind):
@@ -247,9 +246,9 @@ class Relu(LayerKind):
     def units(self, l, b, li, layers):
         return 0, 0, b * _width_before(layers, li)
 
-    def torch_modules(self, l):
+    def torch_module(self, l):
         import torch
-        return [torch.nn.ReLU()]
+        return torch.nn.ReLU()
 
 
 class Embedding(LayerKind):
@@ -294,9 +293,9 @@ class Embedding(LayerKind):
             np.add.at(dE[i], flat[i], dXi[i])
         eng._accumulate(bw.out, pi, dE.astype(np.float64), bw.eg, bw.frac_bits, bw.limit)
 
-    def torch_modules(self, l):
+    def torch_module(self, l):
         import torch
-        return [torch.nn.Embedding(l.n_in, l.n_out), torch.nn.Flatten(1)]
+        return torch.nn.Embedding(l.n_in, l.n_out)
 
 
 class Conv2d(LayerKind):
@@ -376,9 +375,9 @@ class Conv2d(LayerKind):
             rq += b * l.n_in * l.height * l.width
         return mul, rq, 0
 
-    def torch_modules(self, l):
+    def torch_module(self, l):
         import torch
-        return [torch.nn.Conv2d(l.n_in, l.n_out, l.kernel, padding=(l.kernel - 1) // 2)]
+        return torch.nn.Conv2d(l.n_in, l.n_out, l.kernel, padding=(l.kernel - 1) // 2)
 
 
 class MaxPool2d(LayerKind):
@@ -417,9 +416,9 @@ class MaxPool2d(LayerKind):
             return
         bw.G = C.maxpool_back(G, arg, l.n_in, l.height, l.width)  # int8, exponent unchanged
 
-    def torch_modules(self, l):
+    def torch_module(self, l):
         import torch
-        return [torch.nn.MaxPool2d(2)]
+        return torch.nn.MaxPool2d(2)
 
 
 LAYERS: dict[str, LayerKind] = {k.type: k for k in (Linear(), Relu(), Embedding(), Conv2d(), MaxPool2d())}
@@ -454,3 +453,52 @@ def _width_before(layers, li: int) -> int:
 
 def param_count(layers) -> int:
     return sum(math.prod(s) for l in layers for _, s in kind_of(l).param_shapes(l))
+
+
+def torch_sequential(spec):
+    """The float twin of a spec as a ``torch.nn.Sequential``: one module per layer named by
+    its index (so the state_dict names are the checkpoint's ``<i>.weight``), a
+    ``Flatten`` (named ``flatten<i>``) before a linear whose input is a map or an
+    embedding's rows, and for an image input an ``ImageInput`` (named ``input``) that
+    reads uint8 pixels as the engine does: (x >> 1) * 2**-7, shaped (batch, C, H, W)."""
+    from collections import OrderedDict
+
+    import torch
+
+    mods = OrderedDict()
+    shaped = False  # the running activation is not (batch, features)
+    if spec.input_kind == "image":
+        mods["input"] = image_input(*spec.image)
+        shaped = True
+    for i, l in enumerate(spec.layers):
+        if l.type == "linear" and shaped:
+            mods[f"flatten{i}"] = torch.nn.Flatten(1)
+            shaped = False
+        mods[str(i)] = kind_of(l).torch_module(l)
+        if l.type in ("embedding", "conv2d", "maxpool2d"):
+            shaped = True
+    return torch.nn.Sequential(mods)
+
+
+_IMAGE_INPUT = []  #: the ImageInput class, made on first use (torch is imported lazily)
+
+
+def image_input(c: int, h: int, w: int):
+    """A torch module: uint8 pixels (batch, C*H*W) or (batch, C, H, W) -> float (batch, C,
+    H, W) holding the engine's input value (pixel >> 1) * 2**-7."""
+    if not _IMAGE_INPUT:
+        import torch
+
+        class ImageInput(torch.nn.Module):
+            def __init__(self, shape):
+                super().__init__()
+                self.shape = tuple(shape)
+                # 2**-7, a non-persistent buffer: .double() / .to() set the output's dtype
+                self.register_buffer("scale", torch.tensor(1.0 / 128.0), persistent=False)
+
+            def forward(self, x):
+                x = torch.floor(x.to(self.scale.dtype) * 0.5) * self.scale
+                return x.reshape(x.shape[0], *self.shape)
+
+        _IMAGE_INPUT.append(ImageInput)
+    return _IMAGE_INPUT[0]((c, h, w))

@@ -18,7 +18,7 @@ import numpy as np
 
 from daisychain.engine.fast import FastPath
 from daisychain.engine.detmath import dexp, exponent, pow2, quant_exponent, quantize
-from daisychain.engine.layers import BIAS_LIMIT, Back, Flow, kind_of
+from daisychain.engine.layers import BIAS_LIMIT, Back, Flow, kind_of  # noqa: F401 (BIAS_LIMIT: the public name)
 from daisychain.engine.spec import ModelSpec
 from daisychain.units import reference as ref
 from daisychain.units.gemm import MAX_K, MAX_K_FLOAT32, gemm_lut, require_exact_mul, tables_are_exact
