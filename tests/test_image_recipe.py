@@ -190,6 +190,46 @@ def test_train_image_split_over_random_workers_gives_trains_hash():
     assert off["params_sha256"] != one["params_sha256"] and off["run_id"] != one["run_id"]
 
 
+
+SMALL = ["--task", "image", "--image-size", "8", "--layers", "conv4,pool,16", "--steps", "4",
+         "--batch", "32", "--micro-batch", "8", "--seed", "3"]
+
+
+def test_peers_run_protocol_with_augmentation_reaches_trains_hash():
+    """Three replicas of daisy-peer's run protocol (sans-IO, test_peer_run.Net): each computes
+    its micro-batches through run.contribute_at, which must augment as the trainer does."""
+    import argparse
+
+    from daisychain.engine.cli import train
+    from daisychain.engine.settings import add_run_arguments, settings_from_args
+    from daisychain.peer import run as R
+    from test_peer_run import Net
+
+    p = argparse.ArgumentParser()
+    add_run_arguments(p)
+    rs = settings_from_args(p.parse_args(SMALL))
+    reference = train(rs, quiet=True)["params_sha256"]
+    net = Net(rs, 3)
+    net.run()
+    for pid in net.room():
+        ends = net.of(R.Ended, pid)
+        assert ends and ends[0].params_sha256 == reference
+
+
+def test_cluster_image_run_matches_train():
+    import os
+    import re
+
+    env = dict(os.environ, OMP_NUM_THREADS="1", GLOO_SOCKET_IFNAME="lo")
+    outs = []
+    for cmd in (["daisychain.cli", "train"], ["daisychain.cluster"]):
+        r = subprocess.run([sys.executable, "-m", *cmd, "--quiet", *SMALL], capture_output=True,
+                           text=True, timeout=300, env=env, cwd=ROOT)
+        assert r.returncode == 0, r.stderr[-2000:]
+        outs.append(re.findall(r"params-sha256: ([0-9a-f]{64})", r.stdout + r.stderr)[-1])
+    assert outs[0] == outs[1]
+
+
 if __name__ == "__main__":
     CASES.parent.mkdir(parents=True, exist_ok=True)
     CASES.write_text(json.dumps(make_cases()) + "\n")
