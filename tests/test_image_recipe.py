@@ -230,6 +230,27 @@ def test_cluster_image_run_matches_train():
     assert outs[0] == outs[1]
 
 
+@pytest.mark.parametrize("extra", [[], ["--augment-shift", "0", "--lr-decay-steps", "0", "--lr-warmup", "0"]])
+def test_checkpoint_run_flags_remake_the_image_identity(extra):
+    """A checkpoint's hint flags must give back the same run, the recipe included (an image
+    run made without augmentation must not come back with the default shift)."""
+    import argparse
+    import shlex
+
+    from daisychain.engine.checkpoint import run_flags
+    from daisychain.engine.settings import add_run_arguments, settings_from_args
+    from daisychain.engine.trainer import run_identity
+    from daisychain.units import load_luts
+
+    p = argparse.ArgumentParser()
+    add_run_arguments(p)
+    rs = settings_from_args(p.parse_args([*SMALL, *extra]))
+    ident = run_identity(rs.spec, rs.hp, rs.ds, load_luts())
+    flags = shlex.split(run_flags(ident)) + ["--image-size", "8", "--steps", "4"]
+    again = settings_from_args(p.parse_args(flags))
+    assert run_identity(again.spec, again.hp, again.ds, load_luts()) == ident
+
+
 if __name__ == "__main__":
     CASES.parent.mkdir(parents=True, exist_ok=True)
     CASES.write_text(json.dumps(make_cases()) + "\n")
