@@ -47,7 +47,7 @@ def _random_conv_spec(rng) -> ModelSpec:
     return cnn((int(rng.integers(1, 4)), h, w), items, int(rng.integers(2, 7)))
 
 
-@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("seed", range(12))
 def test_literal_table_gemm_equals_the_fast_engine_on_random_conv_models(luts, seed):
     rng = np.random.default_rng(seed)
     spec = _random_conv_spec(rng)

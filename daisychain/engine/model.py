@@ -111,6 +111,10 @@ class Engine:
         fast = (gemm == "fast" and spec.input_kind == "dense" and tables_are_exact(luts)
                 and all(kind_of(l).dense_fast for l in spec.layers))
         self.fast = FastPath(spec, self.layout) if fast else None
+        self.conv_fast = None  # image models: engine/convfast.py (same bits, needs numba)
+        if gemm == "fast" and spec.input_kind == "image" and tables_are_exact(luts):
+            from daisychain.engine.convfast import ConvFastPath
+            self.conv_fast = ConvFastPath(spec, self.layout)
 
     # ----------------------------------------------------------------- unit ops
     def _mm(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -149,6 +153,10 @@ class Engine:
         collects (name, value) pairs of every intermediate (for golden vectors)."""
         if self.fast is not None and trace is None:
             return self.fast.forward(theta, x)
+        if self.conv_fast is not None and trace is None:
+            got = self.conv_fast.forward(theta, x)
+            if got is not None:
+                return got
         return self._forward_reference(theta, x, trace)
 
     def _forward_reference(self, theta, x, trace=None):
@@ -207,6 +215,10 @@ class Engine:
         """Fixed-point gradient contribution of the micro-batches x (n, b, ...), y (n, b)."""
         if self.fast is not None:
             return Result(*self.fast.grad(theta, x, y, frac_bits, limit))
+        if self.conv_fast is not None:
+            got = self.conv_fast.grad(theta, x, y, frac_bits, limit)
+            if got is not None:
+                return Result(*got)
         z, cache = self._forward_reference(theta, x)
         dz, loss, correct = self._output_error(z, y)
         eg = quant_exponent(_absmax(dz))
