@@ -6,7 +6,8 @@ float32 (``train --float``) on the same settings, several runs at once, one thre
 
 Each positional argument is one run's extra ``daisychain train`` flags (after ``--task
 image``; quote each). Prints one JSON line per run (``mode``, ``flags``, ``accuracy``,
-``seconds``, and the engine's ``params_sha256``) and, with ``--out``, writes them to a file.
+``seconds`` of wall time, ``cpu_seconds`` of this process's CPU time, and the engine's
+``params_sha256``) and, with ``--out``, writes them to a file.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ def one(mode: str, flags: str) -> dict:
     p = argparse.ArgumentParser()
     add_run_arguments(p)
     rs = settings_from_args(p.parse_args(["--task", "image", *shlex.split(flags)]))
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     if mode == "float":
         from daisychain.engine.floatref import train_float
 
@@ -44,6 +45,7 @@ def one(mode: str, flags: str) -> dict:
         out = train(rs, quiet=True)
     return {"mode": mode, "flags": flags, "steps": rs.steps, "accuracy": out["accuracy"],
             "seconds": round(time.perf_counter() - t0, 1),
+            "cpu_seconds": round(time.process_time() - c0, 1),
             "params_sha256": out.get("params_sha256"), "hyper": rs.hp.to_json(),
             "layers": [l.type for l in rs.spec.layers]}
 
