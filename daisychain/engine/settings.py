@@ -14,7 +14,7 @@ from daisychain.engine.spec import (MAX_CAPACITY, MAX_LAYER_ITEMS, MIN_CAPACITY,
 DEFAULT_STEPS = 600
 #: the image task's defaults (docs/DATA.md, "The recipe"): with them ``daisychain train --task
 #: image`` reaches the accuracy docs/BENCHMARKS.md reports; lr_decay_steps defaults to --steps
-IMAGE_DEFAULTS = {"steps": 3000, "lr": 3e-3, "augment_shift": 2, "lr_warmup": 100}  # warm-up at most --steps / 10
+IMAGE_DEFAULTS = {"steps": 3000, "lr": 6e-3, "augment_shift": 2, "lr_warmup": 100}  # warm-up at most --steps / 10
 
 
 def add_run_arguments(p: argparse.ArgumentParser, steps: int = DEFAULT_STEPS) -> None:
