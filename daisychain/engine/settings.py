@@ -44,7 +44,7 @@ def add_run_arguments(p: argparse.ArgumentParser, steps: int = DEFAULT_STEPS) ->
                         f"seed (default {IMAGE_DEFAULTS['augment_shift']}; 0 = off)")
     g.add_argument("--lr-warmup", type=int, default=None, metavar="STEPS",
                    help="linear learning-rate warm-up steps (default 0; image task "
-                        f"{IMAGE_DEFAULTS['lr_warmup']})")
+                        f"{IMAGE_DEFAULTS['lr_warmup']}, at most --steps / 10)")
     g.add_argument("--lr-decay-steps", type=int, default=None, metavar="STEPS",
                    help="linear learning-rate decay to 0 at this step (default 0 = constant; "
                         "image task: --steps)")
