@@ -179,6 +179,8 @@ def test_refusals_pool_on_1x1_conv_on_dense_and_the_parameter_cap(digits_image):
         model_for(load_digits(), ("conv4", "pool"))
     with pytest.raises(SpecError, match="parameters is more than"):
         cnn((1, 64, 64), ("conv16", 1000), 10)
+    with pytest.raises(SpecError, match="values per sample"):
+        cnn((3, 1024, 1024), ("conv8",), 10)
     bad = mlp(64, 8, 10).to_json()
     bad["layers"].insert(0, {"type": "conv2d", "in_channels": 1, "out_channels": 2, "kernel": 3,
                              "height": 8, "width": 8})
@@ -192,3 +194,58 @@ def test_refusals_pool_on_1x1_conv_on_dense_and_the_parameter_cap(digits_image):
     js["input"]["height"] = 9
     with pytest.raises(SpecError, match="image input dim"):
         ModelSpec.from_json(js)
+
+
+def test_unit_counts_of_a_conv_model():
+    """conv: a linear over b*H*W rows with in = Ci*k*k (forward + weight gradient, no input
+    error as the first layer), its requantize b*Co*H*W; the ReLU on the map; the linear
+    after the pool passes a requantized error of b*64 down; the pool runs no unit."""
+    from daisychain.engine.counters import unit_counts_per_micro_batch
+
+    spec = cnn((1, 8, 8), ("conv4", "pool"), 10)
+    got = unit_counts_per_micro_batch(spec, 16)
+    per = 16 * 64 * 9 * 4
+    assert got == {"multiply": 2 * per + 3 * 16 * 64 * 10, "requantize": 16 * 64 * 4 + 16 * 64,
+                   "relu": 16 * 64 * 4}
+
+
+def test_weight_gradients_split_into_int32_safe_chunks_give_the_same_bytes(luts, monkeypatch):
+    """A conv's weight gradient has inner size b*H*W, which may pass the int32 limit
+    (MAX_K): the literal engine and the compiled path split it into chunks summed in int64.
+    With the limit made tiny, every split must still give the unsplit bytes."""
+    from daisychain.engine import convfast, model
+
+    spec = cnn((2, 6, 5), ("conv3", "pool", "conv4k5"), 4)
+    rng = np.random.default_rng(9)
+    theta = init_params(spec, 9)
+    x = rng.integers(0, 256, (2, 3, spec.input_dim)).astype(np.uint8)
+    y = rng.integers(0, 4, (2, 3))
+    want = Engine(spec, luts, "fast").grad(theta, x, y, 40, 2.0**49).grad
+    monkeypatch.setattr(model, "MAX_K", 7)
+    monkeypatch.setattr(convfast, "MAX_K", 5)
+    for gemm in ("lut", "fast"):
+        assert Engine(spec, luts, gemm).grad(theta, x, y, 40, 2.0**49).grad.tobytes() == want.tobytes()
+
+
+def test_without_numba_a_conv_model_trains_to_the_same_hash(luts):
+    """The compiled image path needs numba; without it (DAISYCHAIN_NO_NUMBA) the reference
+    path runs, to the same hash."""
+    import os
+    import subprocess
+    import sys
+
+    code = ("from daisychain.engine.golden import image_digits; from daisychain.engine.data import model_for;"
+            "from daisychain.engine.spec import Hyper; from daisychain.engine.trainer import Trainer;"
+            "from daisychain.units import load_luts; import sys\n"
+            "ds = image_digits(1); tr = Trainer(model_for(ds, ('conv4', 'pool', 10)), Hyper(seed=6), ds, load_luts())\n"
+            "for _ in range(3): tr.apply(tr.contribute(range(4)).grad)\n"
+            "print(tr.params_sha256(), 'numba' in sys.modules)")
+    env = dict(os.environ, DAISYCHAIN_NO_NUMBA="1")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
+    sha, numba_loaded = r.stdout.split()
+    ds = image_digits(1)
+    tr = Trainer(model_for(ds, ("conv4", "pool", 10)), Hyper(seed=6), ds, luts)
+    for _ in range(3):
+        tr.apply(tr.contribute(range(4)).grad)
+    assert tr.engine.conv_fast is not None and sha == tr.params_sha256()
+    assert numba_loaded == "False"

@@ -27,6 +27,7 @@ kernel's preconditions fail, the engine takes the reference path (same bits).
 from __future__ import annotations
 
 import math
+import threading
 
 import numpy as np
 
@@ -59,12 +60,10 @@ def _nb_im2col(a, n_img, H, W, C, k, cols):
 
 
 def _nb_col2im(d, n_img, H, W, C, k, out):
-    """The adjoint of _nb_im2col: out[src, c] = sum of d[r, (dy*k+dx)*C + c] over the rows r
-    that read src (exact int32 sums: at most k*k terms of |Co * 127 * 127|, spec-bounded)."""
+    """The adjoint of _nb_im2col: out[src, c] += sum of d[r, (dy*k+dx)*C + c] over the rows r
+    that read src (out comes zeroed; exact int32 sums: at most k*k terms of |Co * 127 * 127|,
+    spec-bounded)."""
     p = (k - 1) // 2
-    for i in range(out.shape[0]):
-        for c in range(C):
-            out[i, c] = 0
     for s in range(n_img):
         for y in range(H):
             for x in range(W):
@@ -170,12 +169,9 @@ def _nb_pool(a, n_img, H, W, C, out, arg):
 
 
 def _nb_pool_back(g, arg, n_img, H, W, C, mask, use_mask, out):
-    """out (NHWC rows of the pool input) = g at each window's argmax, 0 elsewhere; 0 where
+    """out (NHWC rows of the pool input, comes zeroed) = g at each window's argmax; 0 where
     use_mask and mask <= 0 (the ReLU before the pool)."""
     H2, W2 = H // 2, W // 2
-    for i in range(out.shape[0]):
-        for c in range(C):
-            out[i, c] = 0
     for s in range(n_img):
         for Y in range(H2):
             for X in range(W2):
@@ -215,11 +211,16 @@ class _K:
 
 
 _KERN: list = []
+_LOCK = threading.Lock()
 
 
 def kernels():
     """The compiled loops (with engine/fast.py's), or None without numba."""
-    if not _KERN:
+    if _KERN:
+        return _KERN[0]
+    with _LOCK:
+        if _KERN:
+            return _KERN[0]
         base = fast._kernels()
         jit = numba_jit()
         if base is None or jit is None:
@@ -389,7 +390,7 @@ class ConvFastPath:
                 a_in, _, arg = cache[idx]
                 if li == 0:
                     break
-                Gp = np.empty(a_in.shape, np.int8)
+                Gp = np.zeros(a_in.shape, np.int8)
                 kern.pool_back(G, arg, nb, f["h"], f["w"], f["c"], a_in, f["mask"], Gp)
                 G = Gp
                 continue
@@ -412,7 +413,7 @@ class ConvFastPath:
                 break
             d = self._mm(G, Wq)  # (rows, K) int32, exponent eg + ew
             if kind == "conv":
-                dX = np.empty(a_in.shape, np.int32)
+                dX = np.zeros(a_in.shape, np.int32)
                 kern.col2im(d, nb, f["h"], f["w"], f["ci"], f["k"], dX)
             else:
                 dX = d  # (nb, F), the layout of a_in

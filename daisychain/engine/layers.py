@@ -24,6 +24,9 @@ from daisychain.units.gemm import MAX_K
 MAX_FEATURES = (2**31 - 1 - 2**30) // (127 * 127)
 BIAS_LIMIT = 2.0**30  #: biases in accumulator units are clamped to ±2**30
 KERNELS = (3, 5)  #: conv2d kernel sizes
+#: most im2col values (H*W*Ci*k*k) or output values (Co*H*W) of one conv per sample: bounds
+#: the memory a spec from elsewhere can make an engine allocate (8 MiB of int8 per sample)
+MAX_CONV_VALUES = 2**23
 
 
 class SpecError(ValueError):
@@ -338,6 +341,11 @@ class Conv2d(LayerKind):
         if l.n_out * l.kernel ** 2 > MAX_K:
             raise SpecError(f"layer {i}: conv2d out_channels * kernel^2 above {MAX_K} would overflow "
                             f"the input error")
+        hw = l.height * l.width
+        if hw * l.n_in * l.kernel ** 2 > MAX_CONV_VALUES or hw * l.n_out > MAX_CONV_VALUES:
+            raise SpecError(f"layer {i}: conv2d on a {l.height}x{l.width} map with {l.n_in} -> {l.n_out} "
+                            f"channels needs more than {MAX_CONV_VALUES:,} values per sample; pool "
+                            f"first or use fewer channels")
         return ("map", l.n_out, l.height, l.width)
 
     def forward(self, eng, l, li, P, st):
@@ -439,16 +447,9 @@ def layer_from_json(obj: dict) -> Layer:
 
 
 def _width_before(layers, li: int) -> int:
-    """Width of the activation entering layer li (for unit counts)."""
-    for j in range(li - 1, -1, -1):
-        l = layers[j]
-        if l.type in ("linear", "embedding") and j < li:
-            return l.n_out if l.type == "linear" else 0
-        if l.type == "conv2d":
-            return l.n_out * l.height * l.width
-        if l.type == "maxpool2d":
-            return l.n_in * (l.height // 2) * (l.width // 2)
-    return 0
+    """Width of the activation a relu at li reads: the output of the linear or conv before it."""
+    l = layers[li - 1]
+    return l.n_out * l.height * l.width if l.type == "conv2d" else l.n_out
 
 
 def param_count(layers) -> int:

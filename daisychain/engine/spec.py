@@ -1,10 +1,12 @@
 """Model specs and run settings: small declarative descriptions, serialisable to JSON so that
 a browser builds the identical model.
 
-A model is a list of layers applied in order. ``embedding`` may only come first (it maps a
-window of token ids to the concatenation of their vectors); every ``linear`` that is not
-the last layer is followed by the requantize unit (and ``relu`` if the next layer is one);
-the last layer is a ``linear`` whose output, dequantized, is the logits.
+A model is a list of layers applied in order; each layer type is a class of the registry
+(``engine/layers.py``), which validates it. ``embedding`` may only come first (it maps a
+window of token ids to the concatenation of their vectors); every ``linear`` or ``conv2d``
+that is not the last layer is followed by the requantize unit (and ``relu`` if the next
+layer is one); ``conv2d`` and ``maxpool2d`` need a map (an image input or a conv/pool
+before them); the last layer is a ``linear`` whose output, dequantized, is the logits.
 """
 
 from __future__ import annotations
