@@ -108,7 +108,7 @@ async def test_upload_makes_the_dcds_that_train_data_makes(tmp_path, monkeypatch
     async with server() as (s, base, port), room_host(s, base) as cred:
         async with s.get(f"{base}/datasets") as r:
             before = (await r.json())["datasets"]
-        assert [d["task"] for d in before] == ["digits", "text"]
+        assert [d["task"] for d in before] == ["digits", "text", "image"]
         async with s.post(f"{base}/datasets/upload", params={"name": "book.txt"},
                           data=BOOK.encode(), headers=cred) as r:
             assert r.status == 200, await r.text()
@@ -169,7 +169,7 @@ async def test_bad_uploads_are_refused_in_words_and_change_nothing(tmp_path):
         st, text = await up("empty.txt", b"")
         assert st == 400
         async with s.get(f"{base}/datasets", headers=cred) as r:
-            assert [d["origin"] for d in (await r.json())["datasets"]] == ["embedded", "embedded"]
+            assert [d["origin"] for d in (await r.json())["datasets"]] == ["embedded"] * 3
 
 
 @aio

@@ -12,6 +12,9 @@ multiply-add, no pow: the bias corrections are running products)::
     u = mhat / (sqrt(vhat) + eps)
     p = p - lr * u                               # weight_decay == 0
     p = p - (lr * u + (lr * weight_decay) * p)   # weight_decay > 0 (decoupled, AdamW)
+
+``lr`` is the schedule's rate for this update (``augment.lr_at(hp, t)``, t = the number of
+updates before this one): ``hp.lr`` itself unless ``lr_warmup`` / ``lr_decay_steps`` are set.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from daisychain.compiled import numba_jit
+from daisychain.engine.augment import lr_at
 from daisychain.engine.spec import Hyper
 
 #: parameter vectors at least this long take the compiled single pass (numba), shorter ones
@@ -111,6 +115,7 @@ def adam_step(theta: np.ndarray, state: AdamState, g: np.ndarray, hp: Hyper,
     Trainer.mean_grad). With numba this is one compiled pass over the elements; without
     it (or for arrays it does not take), numpy passes into preallocated arrays."""
     b1, b2 = hp.beta1, hp.beta2
+    lr = lr_at(hp, state.step)
     state.step += 1
     state.b1t = state.b1t * b1
     state.b2t = state.b2t * b2
@@ -123,8 +128,8 @@ def adam_step(theta: np.ndarray, state: AdamState, g: np.ndarray, hp: Hyper,
         if not src.flags.writeable:  # e.g. a decoded total: numba would compile another
             src = src.copy()         # specialization for a read-only array (seconds, once)
         kern(theta, m, v, src, float(gscale), float(gdiv), b1, b2,
-             1.0 - b1, 1.0 - b2, 1.0 - state.b1t, 1.0 - state.b2t, hp.eps, hp.lr,
-             bool(hp.weight_decay), hp.lr * hp.weight_decay)
+             1.0 - b1, 1.0 - b2, 1.0 - state.b1t, 1.0 - state.b2t, hp.eps, lr,
+             bool(hp.weight_decay), lr * hp.weight_decay)
         return
     if gscale != 1.0 or gdiv != 1.0 or g.dtype != np.float64:
         g = np.multiply(g, gscale, dtype=np.float64)
@@ -143,8 +148,8 @@ def adam_step(theta: np.ndarray, state: AdamState, g: np.ndarray, hp: Hyper,
     np.sqrt(t1, out=t1)
     t1 += hp.eps
     np.divide(t2, t1, out=t2)  # u = mhat / (sqrt(vhat) + eps)
-    t2 *= hp.lr  # lr * u
+    t2 *= lr  # lr * u
     if hp.weight_decay:
-        np.multiply(theta, hp.lr * hp.weight_decay, out=t1)
+        np.multiply(theta, lr * hp.weight_decay, out=t1)
         t2 += t1  # lr * u + (lr * weight_decay) * p
     theta -= t2

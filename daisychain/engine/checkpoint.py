@@ -435,4 +435,7 @@ def run_flags(identity: dict) -> str:
               f"--micro-batch {hp.get('micro_batch')}", f"--lr {hp.get('lr')}"]
     if hp.get("weight_decay"):
         flags.append(f"--weight-decay {hp.get('weight_decay')}")
+    for name in ("augment_shift", "lr_warmup", "lr_decay_steps"):  # the image task's defaults are not 0
+        if hp.get(name) or identity.get("task") == "image":
+            flags.append(f"--{name.replace('_', '-')} {hp.get(name, 0)}")
     return " ".join(flags)

@@ -1,5 +1,6 @@
-"""Tasks and their data: the embedded digits task, and character-level text through HF
-``datasets`` (local files, or hub datasets already in the local cache; never a download).
+"""Tasks and their data: the embedded digits task, character-level text through HF
+``datasets`` (local files, or hub datasets already in the local cache; never a download),
+and images (``daisychain.engine.images``: the embedded MNIST and the ``--data`` sources).
 
 A prepared dataset is a few arrays plus a header, serialised as one byte string (the
 "DCDS" format below) whose SHA-256 is the dataset fingerprint, part of a run's identity.
@@ -23,7 +24,10 @@ import numpy as np
 from daisychain.engine import prng
 from daisychain.engine.spec import DEFAULT_CNN, ModelSpec, SpecError, char_mlp, cnn, dumps_canonical, mlp
 
-TASKS = ("digits", "text")
+TASKS = ("digits", "text", "image")
+#: what each task's embedded default is, in words (the page's data list)
+EMBEDDED_NAMES = {"digits": "handwritten digits (8x8)", "text": "the Zen of Python (characters)",
+                  "image": "MNIST handwritten digits (28x28)"}
 ARRAYS = ("x_train", "y_train", "x_test", "y_test")
 MAGIC = b"DCDS"
 
@@ -35,7 +39,7 @@ class DataError(ValueError):
 @dataclass
 class Dataset:
     task: str
-    x_train: np.ndarray  #: dense: float64 (N, F); tokens: int32 (N, context)
+    x_train: np.ndarray  #: dense: float64 (N, F); tokens: int32 (N, context); image: uint8 (N, C*H*W)
     y_train: np.ndarray  #: int32 (N,)
     x_test: np.ndarray
     y_test: np.ndarray
@@ -231,7 +235,14 @@ def load_text(source: str | None = None, column: str = "text", context: int = 8,
 
 
 def prepare_task(task: str, data: str | None = None, column: str = "text", context: int = 8,
-                 split: str = "train", cache_dir: str | None = None) -> Dataset:
+                 split: str = "train", cache_dir: str | None = None,
+                 image_size: int | None = None) -> Dataset:
+    if image_size is not None and task != "image":
+        raise DataError("--image-size applies to the image task")
+    if task == "image":
+        from daisychain.engine.images import load_images
+
+        return load_images(data, image_size, None if column == "text" else column, cache_dir)
     if task == "digits":
         if data:
             raise DataError("--data applies to the text task; digits is embedded")

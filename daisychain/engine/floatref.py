@@ -7,6 +7,7 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
+from daisychain.engine.augment import lr_at, step_inputs
 from daisychain.engine.layers import torch_sequential
 from daisychain.engine.model import ParamLayout, init_params
 from daisychain.engine.trainer import Schedule
@@ -31,8 +32,11 @@ def train_float(rs, quiet: bool = False) -> dict:
     conv = (lambda a: torch.tensor(a, dtype=torch.float32)) if dense else torch.tensor
     loss_v = float("nan")
     for step in tqdm(range(rs.steps), desc="train --float", disable=quiet, leave=False):
-        idx = np.concatenate([sched.samples(step, j) for j in range(rs.hp.n_micro)])
-        x, y = conv(rs.ds.x_train[idx]), torch.tensor(rs.ds.y_train[idx], dtype=torch.long)
+        xs, ys = step_inputs(rs.ds, rs.hp, sched, step, range(rs.hp.n_micro))  # augmented as the engine's
+        x = conv(xs.reshape((-1,) + xs.shape[2:]))
+        y = torch.tensor(ys.reshape(-1), dtype=torch.long)
+        for group in opt.param_groups:  # the run's learning-rate schedule
+            group["lr"] = lr_at(rs.hp, step)
         loss = torch.nn.functional.cross_entropy(model(x), y)
         opt.zero_grad()
         loss.backward()

@@ -24,6 +24,9 @@ from daisychain.engine.spec import (MAX_CAPACITY, MAX_FEATURES, MAX_HIDDEN_LAYER
                                     hidden_widths, layer_items)
 
 DEFAULT_STEPS = 600
+#: the image task's defaults (docs/DATA.md, "The recipe"): with them ``daisychain train --task
+#: image`` reaches the accuracy docs/BENCHMARKS.md reports; lr_decay_steps defaults to --steps
+IMAGE_DEFAULTS = {"steps": 3000, "lr": 6e-3, "augment_shift": 2, "lr_warmup": 100}  # warm-up at most --steps / 10
 
 
 @dataclass(frozen=True)
@@ -74,6 +77,10 @@ SETTINGS: dict[str, Range] = {
     "strikes": Range("int", 1, 1000),
     "length": Range("int", 1, 100_000),
     "temperature": Range("float", 0, 10),
+    "image_size": Range("int", 1, 1024),
+    "augment_shift": Range("int", 0, 8),
+    "lr_warmup": Range("int", 0, MAX_STEPS),
+    "lr_decay_steps": Range("int", 0, MAX_STEPS),
 }
 PAGE_SETTINGS = ("steps", "seed", "batch", "micro_batch", "hidden", "lr")
 
@@ -143,15 +150,31 @@ def add_run_arguments(p: argparse.ArgumentParser, steps: int = DEFAULT_STEPS) ->
     g.add_argument("--task", default="digits", help=f"one of {', '.join(TASKS)} (default digits)")
     g.add_argument("--data", default=None,
                    help="text task: a local .txt/.csv/.json/.parquet file or a cached HF dataset "
-                        "(default: the embedded Zen of Python)")
+                        "(default: the embedded Zen of Python); image task: a Keras .npz, a "
+                        "folder of class subfolders, an HF image .parquet/.arrow file or an HF "
+                        "dataset name (default: the embedded MNIST digits)")
+    g.add_argument("--image-size", type=setting_type("image_size"), default=None, metavar="N",
+                   help="image task: resize every image to N x N (default: keep the size)")
     g.add_argument("--column", default="text", help="text column of --data (default text)")
     g.add_argument("--context", type=setting_type("context"), default=8, help="text task: context window (default 8)")
-    g.add_argument("--steps", type=setting_type("steps"), default=steps, help=f"optimizer steps (default {steps})")
+    g.add_argument("--steps", type=setting_type("steps"), default=None,
+                   help=f"optimizer steps (default {steps}; image task {IMAGE_DEFAULTS['steps']})")
+    p.set_defaults(_default_steps=steps)
     g.add_argument("--seed", type=setting_type("seed"), default=d.seed, help="run seed (default 0)")
     g.add_argument("--batch", type=setting_type("batch"), default=d.batch, help=f"global batch (default {d.batch})")
     g.add_argument("--micro-batch", type=setting_type("micro_batch"), default=d.micro_batch,
                    help=f"samples per micro-batch (default {d.micro_batch})")
-    g.add_argument("--lr", type=setting_type("lr"), default=d.lr, help=f"Adam learning rate (default {d.lr})")
+    g.add_argument("--lr", type=setting_type("lr"), default=None,
+                   help=f"Adam learning rate (default {d.lr}; image task {IMAGE_DEFAULTS['lr']})")
+    g.add_argument("--augment-shift", type=setting_type("augment_shift"), default=None, metavar="PX",
+                   help="image task: shift each training image by up to PX pixels, drawn from the "
+                        f"seed (default {IMAGE_DEFAULTS['augment_shift']}; 0 = off)")
+    g.add_argument("--lr-warmup", type=setting_type("lr_warmup"), default=None, metavar="STEPS",
+                   help="linear learning-rate warm-up steps (default 0; image task "
+                        f"{IMAGE_DEFAULTS['lr_warmup']}, at most --steps / 10)")
+    g.add_argument("--lr-decay-steps", type=setting_type("lr_decay_steps"), default=None, metavar="STEPS",
+                   help="linear learning-rate decay to 0 at this step (default 0 = constant; "
+                        "image task: --steps)")
     g.add_argument("--weight-decay", type=setting_type("weight_decay"), default=d.weight_decay,
                    help="decoupled weight decay (default 0)")
     g.add_argument("--hidden", type=setting_type("hidden"), default=None,
@@ -212,13 +235,29 @@ class RunSettings:
 
 def settings_from_args(args: argparse.Namespace) -> RunSettings:
     """Raises SpecError/DataError with a message for the user."""
+    image = args.task == "image"
+    task_default = IMAGE_DEFAULTS if image else {}
+    if getattr(args, "steps", None) is None:
+        args.steps = task_default.get("steps", getattr(args, "_default_steps", DEFAULT_STEPS))
     for name in ("steps", "seed", "batch", "micro_batch", "hidden", "context", "embed_dim",
-                 "lr", "weight_decay"):
+                 "lr", "weight_decay", "image_size", "augment_shift", "lr_warmup", "lr_decay_steps"):
         check_value(name, getattr(args, name, None))
-    hp = Hyper(lr=args.lr, weight_decay=args.weight_decay, batch=args.batch,
-               micro_batch=args.micro_batch, seed=args.seed)
+
+    def pick(name: str, default):
+        v = getattr(args, name, None)
+        return task_default.get(name, default) if v is None else v
+
+    if not image and (pick("augment_shift", 0) or getattr(args, "image_size", None) is not None):
+        raise SpecError("--augment-shift and --image-size apply to the image task")
+    hp = Hyper(lr=pick("lr", Hyper.lr), weight_decay=args.weight_decay, batch=args.batch,
+               micro_batch=args.micro_batch, seed=args.seed,
+               augment_shift=pick("augment_shift", 0),
+               lr_warmup=pick("lr_warmup", 0) if getattr(args, "lr_warmup", None) is not None or not image
+               else min(IMAGE_DEFAULTS["lr_warmup"], args.steps // 10),
+               lr_decay_steps=pick("lr_decay_steps", args.steps if image else 0))
     hp.validate()
-    ds = prepare_task(args.task, args.data, args.column, args.context)
+    ds = prepare_task(args.task, args.data, args.column, args.context,
+                      image_size=getattr(args, "image_size", None))
     spec = model_for(ds, hidden_setting(args), args.embed_dim)
     return RunSettings(ds, spec, hp, args.steps)
 

@@ -246,6 +246,11 @@ class Hyper:
     micro_batch: int = 16  #: samples per micro-batch; batch must be a multiple
     grad_frac_bits: int = 40  #: S: gradients cross the wire as floor(g * 2**S + 1/2)
     seed: int = 0
+    #: the image recipe (daisychain/engine/augment.py); 0 = off, and then left out of the
+    #: JSON, so that a run without them keeps its identity
+    augment_shift: int = 0  #: image task: random shifts of up to this many pixels
+    lr_warmup: int = 0  #: linear learning-rate warm-up over this many steps
+    lr_decay_steps: int = 0  #: linear learning-rate decay to 0 at this step
 
     def __post_init__(self):
         # floats are floats (a JSON 0 from a peer must not change the run id), ints are ints
@@ -254,7 +259,7 @@ class Hyper:
             if isinstance(v, bool) or not isinstance(v, (int, float)):
                 raise SpecError(f"{name} must be a number, got {v!r}")
             object.__setattr__(self, name, float(v))
-        for name in ("batch", "micro_batch", "grad_frac_bits", "seed"):
+        for name in ("batch", "micro_batch", "grad_frac_bits", "seed", *RECIPE_FIELDS):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
                 raise SpecError(f"{name} must be an integer, got {v!r}")
@@ -281,9 +286,23 @@ class Hyper:
             raise SpecError("--seed must be an integer in [0, 2**32 - 1]")
         if not 0 <= self.grad_frac_bits <= 60:
             raise SpecError("grad_frac_bits must lie in [0, 60]")
+        if not 0 <= self.augment_shift <= 8:
+            raise SpecError("--augment-shift must lie in [0, 8] pixels")
+        if not (0 <= self.lr_warmup <= 2**31 and 0 <= self.lr_decay_steps <= 2**31):
+            raise SpecError("--lr-warmup and --lr-decay-steps must lie in [0, 2**31]")
+        if self.lr_decay_steps and self.lr_warmup >= self.lr_decay_steps:
+            raise SpecError(f"--lr-warmup ({self.lr_warmup}) must be below --lr-decay-steps "
+                            f"({self.lr_decay_steps})")
 
     def to_json(self) -> dict:
-        return asdict(self)
+        out = asdict(self)
+        for name in RECIPE_FIELDS:
+            if not out[name]:
+                del out[name]
+        return out
+
+
+RECIPE_FIELDS = ("augment_shift", "lr_warmup", "lr_decay_steps")
 
 
 def dumps_canonical(obj) -> str:

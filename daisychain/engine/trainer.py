@@ -11,10 +11,11 @@ import numpy as np
 from daisychain import ENGINE_VERSION
 from daisychain.engine import prng
 from daisychain.engine.adam import AdamState, adam_step
+from daisychain.engine.augment import step_inputs
 from daisychain.engine.detmath import pow2
 from daisychain.engine.data import Dataset
 from daisychain.engine.model import Engine, ParamLayout, Result, init_params
-from daisychain.engine.spec import Hyper, ModelSpec, dumps_canonical
+from daisychain.engine.spec import Hyper, ModelSpec, SpecError, dumps_canonical
 from daisychain.units.luts import LutSet
 
 
@@ -109,6 +110,8 @@ class Trainer:
     def __init__(self, spec: ModelSpec, hp: Hyper, ds: Dataset, luts: LutSet, gemm: str = "fast"):
         hp.validate()
         spec.validate()
+        if hp.augment_shift and ds.kind != "image":
+            raise SpecError("--augment-shift applies to the image task")
         self.spec, self.hp, self.ds, self.luts = spec, hp, ds, luts
         self.engine = Engine(spec, luts, gemm)
         self.layout = ParamLayout(spec)
@@ -133,10 +136,13 @@ class Trainer:
         ids = np.asarray(micro_ids, np.int64)
         if ids.size == 0:
             return Result(np.zeros(self.layout.size, np.int64), np.zeros(0), np.zeros(0, np.int64))
-        idx = self.schedule.step_samples(step)[ids]
-        x = self.ds.x_train[idx]
-        y = self.ds.y_train[idx]
+        x, y = self.inputs(step, ids)
         return self.engine.grad(theta, x, y, self.hp.grad_frac_bits, self.limit)
+
+    def inputs(self, step: int, micro_ids) -> tuple[np.ndarray, np.ndarray]:
+        """x (n, b, ...), y (n, b) of the given micro-batches of a step, augmented when the
+        run augments (``daisychain.engine.augment.step_inputs``)."""
+        return step_inputs(self.ds, self.hp, self.schedule, step, micro_ids)
 
     def grad_scaling(self) -> tuple[float, float]:
         """(gscale, gdiv) with mean gradient = total * gscale / gdiv: total * 2**-S / n_micro,

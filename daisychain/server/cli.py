@@ -82,6 +82,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="a text dataset hosts may train on (repeatable; listed by /datasets)")
     parser.add_argument("--uploads-by", choices=("host", "members"), default=_D.uploads_by,
                         help="who in a room may upload data for it (default %(default)s)")
+    parser.add_argument("--image-data", metavar="SOURCE", action="append", default=[],
+                        help="an image dataset hosts may train on (--task image --data SOURCE: "
+                             ".npz, class folders, HF .parquet/.arrow or HF name; repeatable)")
+    parser.add_argument("--image-size", type=int, default=None, metavar="N",
+                        help="resize the --image-data sets to N x N")
     lim = parser.add_argument_group("limits")
     lim.add_argument("--max-message-bytes", type=int, default=_D.max_message_bytes,
                      help="largest signaling message (default %(default)s)")
@@ -154,9 +159,14 @@ def run(args: argparse.Namespace) -> int:
     try:
         from .app import create_app
         from daisychain.engine.data import DataError, prepare_task
-        sets = {src: prepare_task("text", src) for src in args.data}
+        sets, flag = {}, "--data"
+        for src in args.data:
+            sets[src] = prepare_task("text", src)
+        flag = "--image-data"
+        for src in args.image_data:
+            sets[src] = prepare_task("image", src, image_size=args.image_size)
     except DataError as exc:
-        print(f"daisychain serve: --data: {exc}", file=sys.stderr)
+        print(f"daisychain serve: {flag}: {exc}", file=sys.stderr)
         return 2
     try:
         asyncio.run(serve(config, create_app(config, datasets=sets) if sets else None))

@@ -32,7 +32,7 @@ from pathlib import Path
 
 from aiohttp import web
 
-from daisychain.engine.data import TASKS, DataError, Dataset, prepare_task
+from daisychain.engine.data import EMBEDDED_NAMES, TASKS, DataError, Dataset, prepare_task
 
 from .config import ServerConfig
 from .data import data_routes
@@ -115,6 +115,8 @@ def dataset_routes(datasets: dict[str, Dataset] | None = None) -> list[web.Abstr
         args = ["--task", ds.task]
         if key not in TASKS:
             args += ["--data", key]
+        if ds.meta.get("image_size"):
+            args += ["--image-size", str(ds.meta["image_size"])]
         server_sets[ds.fingerprint] = {"ds": ds, "entry": _entry(ds, key, "server", args)}
     embedded: dict[str, Dataset] = {}
 
@@ -139,7 +141,7 @@ def dataset_routes(datasets: dict[str, Dataset] | None = None) -> list[web.Abstr
                 except DataError:
                     continue
             ds = embedded[task]
-            name = "handwritten digits (8x8)" if task == "digits" else "the Zen of Python (characters)"
+            name = EMBEDDED_NAMES.get(task, task)
             out.append(_entry(ds, name, "embedded", ["--task", task]))
         out += [s["entry"] for s in server_sets.values()]
         who = guard_of(request).viewer(request)
