@@ -75,7 +75,9 @@ def dataset_routes(datasets: dict[str, Dataset] | None = None) -> list[web.Abstr
         args = ["--task", ds.task]
         if key not in TASKS:
             args += ["--data", key]
-        server_sets[ds.fingerprint] = {"ds": ds, "entry": _entry(ds, key, "server", args)}
+        # shown to every client: the file's name, never the server's path to it
+        shown = key if key in TASKS else Path(key).name or key
+        server_sets[ds.fingerprint] = {"ds": ds, "entry": _entry(ds, shown, "server", args)}
     uploads: OrderedDict[str, dict] = OrderedDict()
     embedded: dict[str, Dataset] = {}
     lock = asyncio.Lock()

@@ -54,6 +54,12 @@ window.__daisy = state;
 
 const now = () => performance.now() / 1000;
 
+/** Learn a device's name (this device's own is its device name, never "you"). */
+function learnName(id, name) {
+  if (!id || !name || (id === state.id && name === "you")) return;
+  state.names[id] = name;
+}
+
 function nameOf(id) {
   if (!id) return "someone";
   if (id === state.id) return "you";
@@ -131,8 +137,8 @@ function renderDevice() {
   const d = state.device;
   if (!d) return;
   $("device-kind").textContent = d.kind === "webgpu" ? "WebGPU (the WGSL unit kernels)" : "CPU (the JS units)";
-  $("device-reason").textContent = deviceReason(d);
-  $("device-capacity").textContent = `${d.capacity.toFixed(1)} micro-batches/s`;
+  $("device-reason").textContent = F.plainReason(deviceReason(d));
+  $("device-capacity").textContent = F.rate(d.capacity);
   renderChecklist();
 }
 
@@ -176,6 +182,8 @@ function renderRoom() {
       "The host sees your device and decides; this page continues by itself once you are let in.";
     renderCode($("room-code"), state.pending.code);
     $("room-info").textContent = "Waiting for approval.";
+  } else if (state.denied && !r) {
+    $("room-info").textContent = "Not let in: the host declined. Ask again, or create a room of your own.";
   } else if (r) {
     const n = r.members.length;
     const hostName = r.isHost ? "you are the host" : `${nameOf(r.host)} is the host`;
@@ -185,6 +193,8 @@ function renderRoom() {
     if (r.code) renderCode($("room-code"), r.code);
     else $("room-code").textContent = "network room (no code)";
   }
+  $("denied-row").hidden = !(state.denied && !r && !waiting);
+  renderAskAgain();
   const code = !waiting && r?.room === "private" ? r.code : null;
   $("share-box").hidden = !code;
   if (code && state.share.code !== code) loadShare(code);
@@ -195,6 +205,17 @@ function renderRoom() {
   renderMatrix();
   renderSettings();
   renderChecklist();
+}
+
+/** "Ask to join again", counting down while the server's cool-down after a refusal lasts. */
+function renderAskAgain() {
+  const left = state.denied ? Math.ceil(state.denied.until - now()) : 0;
+  $("ask-again").disabled = left > 0;
+  $("ask-again").textContent = left > 0 ? `Ask to join again (in ${left} s)` : "Ask to join again";
+  if (left > 0) {
+    clearTimeout(renderAskAgain.timer);
+    renderAskAgain.timer = setTimeout(renderAskAgain, 1000);
+  }
 }
 
 /** The join links other devices can reach (GET /share), the QR code of the chosen one. */
@@ -268,7 +289,7 @@ function renderApprovals() {
     const li = document.createElement("li");
     li.dataset.peer = dev.id;
     const label = document.createElement("span");
-    label.textContent = `${dev.name} — ${kindName(dev.kind)}, ${dev.capacity.toFixed(1)} micro-batches/s`;
+    label.textContent = `${dev.name} — ${kindName(dev.kind)}, ${F.rate(dev.capacity)}`;
     const yes = document.createElement("button");
     yes.className = "approve";
     yes.type = "button";
@@ -298,14 +319,19 @@ function renderChecklist() {
     $(id).classList.toggle("done", done);
     $(`${id}-text`).textContent = text;
   };
+  const guest = !!r && !r.isHost;
+  const waitingWhy = state.pending ? "; waiting for the host to let you in" : state.denied ? "; not let in" : "; connecting…";
   set("check-ready", ready, !d ? "the self-test is running"
-    : `computes on ${d.kind === "webgpu" ? "WebGPU" : "the JS units"}, ${d.capacity.toFixed(1)} micro-batches/s${r ? "" : "; connecting…"}`);
-  set("check-share", shared, !r ? "create a private room, then let others scan its code"
+    : `computes on ${d.kind === "webgpu" ? "WebGPU" : "the JS units"}, ${F.rate(d.capacity)}${r ? "" : waitingWhy}`);
+  set("check-share", shared || guest, state.pending ? "the host of the room decides whether you join"
+    : state.denied ? "the host declined: ask again, or create a room of your own"
+    : guest ? `you are in ${nameOf(r.host)}'s room`
+    : !r ? "create a private room, then let others scan its code"
     : r.members.length > 1 ? `${r.members.length} devices in the room`
       : r.room === "private" ? "show the QR code or send the link; approve who asks" : "create a private room, or wait for devices on your network");
   set("check-start", started, started ? (state.run.state === "done" ? "the run is done" : "the run is going")
-    : r?.isHost ? "pick the data below and press Start training" : "the host starts the run");
-  const first = [["check-ready", ready], ["check-share", shared], ["check-start", started]].find(([, ok]) => !ok);
+    : r?.isHost ? "pick the data below and press Start training" : "the host starts the run; this page follows by itself");
+  const first = [["check-ready", ready], ["check-share", shared || guest], ["check-start", started]].find(([, ok]) => !ok);
   for (const id of ["check-ready", "check-share", "check-start"]) $(id).classList.toggle("now", first?.[0] === id);
 }
 
@@ -347,7 +373,7 @@ function renderPeers() {
     const micro = p.micro ?? state.run.done?.[m.id] ?? 0;
     const hash = p.hashAgrees === true ? "agrees" : p.hashAgrees === false ? "differs" : "—";
     const cells = [p.name || m.name, kindName(p.kind || m.kind),
-      Number.isFinite(cap) ? `${cap.toFixed(1)} micro-batches/s` : "—", link.state,
+      F.rate(cap), link.state,
       Number.isFinite(link.rttMs) ? `${Math.round(link.rttMs)} ms` : "—", shareText(m.id, rows[m.id]),
       F.count(micro), hash];
     cells.forEach((text, i) => {
@@ -623,7 +649,9 @@ function chartAdd(key, x, y) {
 function newRun() {
   state.times = [];
   state.lastRate = NaN;
-  state.runStart = { t: now(), step: state.run.step || 0 };
+  state.runStart = { t: now(), step: 0 };
+  state.liveAccuracy = { next: 0, busy: false, step: null, n: 0 };
+  state.run.accuracy = null;
   state.end = null;
   state.counters = null;
   state.counterSteps = [];
@@ -647,15 +675,25 @@ function rateAndEta() {
   return { rate, eta };
 }
 
+/** renderRun at the next frame, once however many events ask for it before then. */
+function renderRunSoon() {
+  if (renderRunSoon.queued) return;
+  renderRunSoon.queued = true;
+  const go = () => { renderRunSoon.queued = false; renderRun(); };
+  if (document.hidden) setTimeout(go, 250); else requestAnimationFrame(go);
+}
+
 function renderRun() {
   const r = state.run;
   $("run-state").textContent = words(r.text || r.state);
   $("step").textContent = String(r.step);
   $("steps-total").textContent = r.steps ?? "—";
-  $("loss").textContent = Number.isFinite(r.loss) ? r.loss.toFixed(4) : "—";
+  $("loss").textContent = F.loss(r.loss);
   $("params-sha256").textContent = r.sha || "—";
   $("run-id").textContent = r.runId || "—";
-  $("accuracy").textContent = Number.isFinite(r.accuracy) ? `${(r.accuracy * 100).toFixed(2)}%` : "—";
+  const la = state.liveAccuracy;
+  $("accuracy").textContent = r.state === "done" && Number.isFinite(r.accuracy) ? `${F.percent(r.accuracy)} (the whole test set)`
+    : la && Number.isFinite(la.value) ? `${F.percent(la.value)} at step ${la.step} (${F.count(la.n)} test samples)` : "—";
   const { rate, eta } = rateAndEta();
   const live = r.state === "running";
   if (live && Number.isFinite(rate)) state.lastRate = rate;
@@ -666,6 +704,32 @@ function renderRun() {
   renderPeers();
   renderSettings();
   renderChecklist();
+}
+
+/** Test samples the live accuracy is measured on (the first ones of the test split). */
+const LIVE_ACC_SAMPLES = 500;
+
+/** Every this many steps the page measures the test accuracy (about 40 points a run). */
+function accuracyEvery(steps) {
+  return Math.max(5, Math.ceil((Number(steps) || 0) / 40));
+}
+
+/** Test accuracy of the replica now, on a fixed subset, in the compute worker; the
+ *  parameters are only read (a copy goes to the worker), so the run's hash is unchanged. */
+function liveAccuracy(step) {
+  const la = state.liveAccuracy;
+  const tr = mesh?.peer?.trainer;
+  if (!la || la.busy || !tr || typeof tr.probs !== "function" || step < la.next) return;
+  if (Number.isFinite(state.run.steps) && step >= state.run.steps) return; // the end measures the whole set
+  la.busy = true;
+  la.next = step + accuracyEvery(state.run.steps);
+  const n = Math.min(LIVE_ACC_SAMPLES, tr.ds.y_test.data.length);
+  tr.accuracy("test", n).then((acc) => {
+    if (state.liveAccuracy !== la) return; // another run began meanwhile
+    Object.assign(la, { value: acc, step, n });
+    chartAdd("accuracy", step, acc);
+    renderRun();
+  }).catch((err) => console.warn(`live accuracy: ${err.message}`)).finally(() => { la.busy = false; });
 }
 
 function renderPreparing() {
@@ -710,16 +774,16 @@ function showEnd(d) {
       }
     });
   }
-  const done = r.done || {};
+  const done = { ...(r.done || {}), ...(mesh?.peer?.doneBy || {}) };
   const rows = Object.fromEntries((state.roomPeers?.rows || []).map((p) => [p.id, p]));
   const ids = [...new Set([...(state.room?.members || []).map((m) => m.id), ...Object.keys(done), ...Object.keys(rows)])];
-  const micro = Object.fromEntries(ids.map((id) => [id, rows[id]?.micro ?? done[id] ?? 0]));
+  const micro = Object.fromEntries(ids.map((id) => [id, done[id] ?? rows[id]?.micro ?? 0]));
   const total = Object.values(micro).reduce((a, b) => a + b, 0);
   state.end = { accuracy: d.accuracy, loss: r.loss, seconds: t, stepsPerSecond: t > 0 ? stepsDone / t : null,
     step: d.step, steps: r.steps, sha: d.sha, command, who: ids.map((id) => ({ id, name: nameOf(id), micro: micro[id] })) };
   $("end-title").textContent = d.step < (r.steps ?? d.step) ? `The run stopped at step ${d.step}` : "The run is done";
-  $("end-accuracy").textContent = Number.isFinite(d.accuracy) ? `${(d.accuracy * 100).toFixed(2)}%` : "—";
-  $("end-loss").textContent = Number.isFinite(r.loss) ? r.loss.toFixed(4) : "—";
+  $("end-accuracy").textContent = F.percent(d.accuracy);
+  $("end-loss").textContent = F.loss(r.loss);
   $("end-time").textContent = F.duration(t);
   $("end-rate").textContent = state.end.stepsPerSecond ? `${state.end.stepsPerSecond.toFixed(2)}` : "—";
   $("end-steps").textContent = `${d.step}${r.steps ? ` of ${r.steps}` : ""}`;
@@ -734,8 +798,11 @@ function showEnd(d) {
   $("end-command").textContent = command || "daisychain train (the settings of this run)";
   $("end-same").hidden = !command;
   $("copy-command").hidden = !command;
+  $("back-to-settings").hidden = !state.room?.isHost;
   $("end-card").hidden = false;
   renderCheckpoint();
+  $("end-card").scrollIntoView({ block: "start", behavior: "smooth" });
+  $("end-card").focus({ preventScroll: true });
 }
 
 // -- checkpoints -------------------------------------------------------------------------------
@@ -841,6 +908,10 @@ bus.on("net:status", ({ state: s, text }) => {
 });
 bus.on("net:welcome", ({ id, resumed }) => {
   state.id = id;
+  state.online = true;
+  const queued = state.queuedRoomAction;
+  state.queuedRoomAction = null;
+  if (queued) setTimeout(queued, 0);
   if (state.device) state.names[id] = state.device.name;
   event(resumed ? "reconnected to the server" : "connected to the server");
 });
@@ -870,6 +941,9 @@ bus.on("net:room", (room) => {
 });
 bus.on("net:pending", ({ code }) => {
   state.pending = { code };
+  state.deniedCode = code;
+  state.denied = null;
+  showError("room-error", "");
   state.room = null;
   event(`asked to join room ${code}; waiting for the host`);
   renderRoom();
@@ -881,7 +955,10 @@ bus.on("net:join-request", ({ peer }) => {
 bus.on("net:error", ({ code, message }) => {
   state.error = words(message);
   if (code === "denied") {
-    state.denied = message;
+    const wait = /ask again in (\d+) s/.exec(message);
+    state.denied = { message, code: state.pending?.code || state.deniedCode || null,
+      until: wait ? now() + Number(wait[1]) : 0 };
+    state.room = null;
     state.pending = null;
     showError("room-error", `Not let in: ${message}.`);
     status(`Not let in: ${message}.`, true);
@@ -916,8 +993,8 @@ bus.on("links", ({ rows }) => {
 bus.on("room:links", (d) => { state.matrix = d; renderMatrix(); });
 bus.on("room:peers", (d) => {
   state.roomPeers = d;
-  for (const r of d.rows || []) if (r.name) state.names[r.id] = r.name;
-  renderRun();
+  for (const r of d.rows || []) learnName(r.id, r.name);
+  renderRunSoon();
 });
 bus.on("counters", (c) => {
   state.counters = c;
@@ -931,16 +1008,16 @@ bus.on("run:preparing", (p) => {
   renderRun();
 });
 bus.on("run:handover", ({ step, host, hostName }) => {
-  if (hostName && host) state.names[host] = hostName;
+  if (hostName && host) learnName(host, hostName);
   handover(host, step);
 });
 bus.on("run:stopped", ({ by, byName, step }) => {
-  if (byName && by) state.names[by] = byName;
+  if (byName && by) learnName(by, byName);
   const who = by === state.id ? "you" : byName || nameOf(by);
   announce(`${who} stopped the run at step ${step}`, `stopped:${state.run.runId}`);
 });
 bus.on("room:left", ({ id, name }) => {
-  if (name) state.names[id] = name;
+  if (name) learnName(id, name);
   announce(`${name || nameOf(id)} left the room`, `left:${id}:${state.run.runId || ""}:${state.run.step}`);
 });
 
@@ -956,6 +1033,8 @@ bus.on("run:state", (s) => {
   else if (fresh && !state.runStart) newRun();
   Object.assign(state.run, s);
   if (s.state === "running" && !state.runStart) state.runStart = { t: now(), step: s.step || 0 };
+  // a run that starts from a checkpoint counts its steps from there
+  else if (s.state === "running" && state.runStart && !state.times.length && Number.isFinite(s.step)) state.runStart.step = s.step;
   if (s.text) event(s.text, s.state === "refused" || s.state === "failed" ? "error" : "");
   if (["running", "starting"].includes(s.state)) status(s.text || "training");
   renderRun();
@@ -967,7 +1046,8 @@ bus.on("run:step", (s) => {
   if (state.times.length > 200) state.times.splice(0, 100);
   chartAdd("loss", s.step, s.loss);
   if (Number.isFinite(s.accuracy)) chartAdd("accuracy", s.step, s.accuracy);
-  renderRun();
+  liveAccuracy(s.step);
+  renderRunSoon();
 });
 bus.on("run:done", (s) => {
   Object.assign(state.run, s);
@@ -985,7 +1065,7 @@ bus.on("run:done", (s) => {
   state.runStart = null;
 });
 bus.on("run:refused", ({ peer, name, message }) => {
-  if (name && peer) state.names[peer] = name;
+  learnName(peer, name);
   const text = peer === state.id ? message : words(message);
   state.refusals.push({ peer, message: text });
   const li = document.createElement("li");
@@ -997,7 +1077,7 @@ bus.on("run:refused", ({ peer, name, message }) => {
     `refused:${peer}:${state.run.runId}:${text}`);
 });
 bus.on("run:log", ({ text, peer, name }) => {
-  if (name && peer) state.names[peer] = name;
+  learnName(peer, name);
   event(text);
 });
 bus.on("run:restored", (r) => {
@@ -1007,7 +1087,7 @@ bus.on("run:restored", (r) => {
   renderRun();
 });
 bus.on("run:error", ({ message, peer, name }) => {
-  if (name && peer) state.names[peer] = name;
+  learnName(peer, name);
   state.error = words(message);
   showError("run-error", message);
   status(message, true);
@@ -1020,6 +1100,13 @@ let net = null;
 let mesh = null;
 newChart();
 
+/** Do a room action now, or (while a rename reconnects to the server) once it is back. */
+function roomAction(fn, what) {
+  if (state.online !== false) return fn();
+  state.queuedRoomAction = fn;
+  status(`reconnecting after the rename: ${what} as soon as the server answers`);
+}
+
 function joinFromBox() {
   let code;
   try {
@@ -1030,8 +1117,10 @@ function joinFromBox() {
     return;
   }
   showError("room-error", "");
-  net.join(code);
-  history.replaceState(null, "", `?room=${code}`);
+  roomAction(() => {
+    net.join(code);
+    history.replaceState(null, "", `?room=${code}`);
+  }, `asking to join ${code}`);
 }
 
 async function copyText(text, feedback) {
@@ -1052,8 +1141,16 @@ async function copyText(text, feedback) {
 function wire() {
   $("create-room").onclick = () => {
     showError("room-error", "");
-    net.createRoom();
-    history.replaceState(null, "", location.pathname);
+    roomAction(() => {
+      net.createRoom();
+      history.replaceState(null, "", location.pathname);
+    }, "creating the private room");
+  };
+  $("ask-again").onclick = () => {
+    const code = state.denied?.code;
+    if (!code) return;
+    showError("room-error", "");
+    roomAction(() => net.join(code), `asking to join ${code} again`);
   };
   $("join-room").onclick = joinFromBox;
   $("join-code").addEventListener("keydown", (e) => {
@@ -1064,8 +1161,10 @@ function wire() {
   });
   $("network-room").onclick = () => {
     showError("room-error", "");
-    net.join("network");
-    history.replaceState(null, "", location.pathname);
+    roomAction(() => {
+      net.join("network");
+      history.replaceState(null, "", location.pathname);
+    }, "joining the network room");
   };
   $("copy-link").onclick = async () => {
     if (await copyText($("room-link").href, "copy-feedback")) {
@@ -1088,6 +1187,7 @@ function wire() {
     localStorage.setItem("daisychain.name", name);
     state.device.name = name;
     if (state.id) state.names[state.id] = name;
+    state.online = false; // the rename reconnects: room clicks wait for the server (roomAction)
     net.update({ name });
     event(`renamed to ${name}`);
   };
