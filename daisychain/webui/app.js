@@ -492,7 +492,8 @@ function renderDatasets(selectFp = null) {
     for (const d of list) {
       const o = document.createElement("option");
       o.value = d.fingerprint;
-      o.textContent = datasetLabel(d);
+      o.textContent = d.name; // the sizes go under the list (a long option is cut in a narrow card)
+      o.title = datasetLabel(d);
       g.appendChild(o);
     }
     sel.appendChild(g);
@@ -501,6 +502,12 @@ function renderDatasets(selectFp = null) {
   const pick = state.datasets.find((d) => d.fingerprint === keep)
     || state.datasets.find((d) => d.origin === "embedded" && d.task === task) || state.datasets[0];
   sel.value = pick.fingerprint;
+  renderDatasetInfo();
+}
+
+function renderDatasetInfo() {
+  const d = chosenDataset();
+  $("dataset-info").textContent = d ? `${d.task} task: ${F.count(d.train)} training and ${F.count(d.test)} test samples, ${d.classes} classes` : "";
 }
 
 function chosenDataset() {
@@ -700,6 +707,7 @@ function renderRun() {
   $("step-rate").textContent = live || r.state === "done" ? F.stepRate(live ? rate : state.lastRate) : "—";
   $("eta").textContent = live ? F.duration(eta) : r.state === "done" ? "done" : "—";
   $("preparing").hidden = r.state !== "starting";
+  renderRunbar(eta);
   renderPreparing();
   renderPeers();
   renderSettings();
@@ -730,6 +738,37 @@ function liveAccuracy(step) {
     chartAdd("accuracy", step, acc);
     renderRun();
   }).catch((err) => console.warn(`live accuracy: ${err.message}`)).finally(() => { la.busy = false; });
+}
+
+const TITLE = document.title;
+
+/** The bar pinned at the top during a run (step / total, time left, accuracy) and the tab's title. */
+function renderRunbar(eta) {
+  const r = state.run;
+  const live = ["starting", "running"].includes(r.state);
+  $("runbar").hidden = !live;
+  if (!live) return;
+  const total = Number.isFinite(r.steps) ? r.steps : null;
+  $("rb-step").textContent = `${F.count(r.step)} / ${total === null ? "—" : F.count(total)}`;
+  $("rb-progress").value = total ? Math.min(1, r.step / total) : 0;
+  $("rb-eta").textContent = r.state === "starting" ? "preparing" : F.duration(eta);
+  $("rb-acc").textContent = F.percent(state.liveAccuracy?.value);
+  document.title = total ? `${Math.floor((100 * r.step) / Math.max(total, 1))}% · step ${r.step} of ${total} — DaisyChain` : TITLE;
+}
+
+/** The end of a run, said where the person is: the tab's title and (if allowed) a notification. */
+function sayRunEnded(d) {
+  const acc = Number.isFinite(d.accuracy) ? `, test accuracy ${F.percent(d.accuracy)}` : "";
+  const stopped = Number.isFinite(state.run.steps) && d.step < state.run.steps;
+  const text = `${stopped ? "Stopped" : "Done"} after ${F.count(d.step)} steps${acc}`;
+  document.title = `${stopped ? "Stopped" : "Done"}${acc ? `: ${F.percent(d.accuracy)}` : ""} — DaisyChain`;
+  state.ended = { text, title: document.title, notified: false };
+  if (typeof Notification === "function" && Notification.permission === "granted" && document.hidden) {
+    try {
+      new Notification("DaisyChain: the run is done", { body: text, tag: "daisychain-run" });
+      state.ended.notified = true;
+    } catch { /* some browsers only notify from a service worker: the title says it */ }
+  }
 }
 
 function renderPreparing() {
@@ -1057,6 +1096,7 @@ bus.on("run:done", (s) => {
   event(s.text || "the run is done");
   renderRun();
   showEnd(s);
+  sayRunEnded(s);
   // a run that ends before its steps was stopped: said once, by run:stopped when it comes
   const runId = state.run.runId;
   if (Number.isFinite(state.run.steps) && s.step < state.run.steps) {
@@ -1200,6 +1240,7 @@ function wire() {
     validate();
   });
   $("f-dataset").addEventListener("change", () => {
+    renderDatasetInfo();
     const ds = chosenDataset();
     if (ds) $("f-task").value = ds.task;
     validate();
@@ -1219,6 +1260,9 @@ function wire() {
       return;
     }
     showError("run-error", "");
+    if (typeof Notification === "function" && Notification.permission === "default") {
+      Notification.requestPermission().catch(() => {});
+    }
     const resume = state.checkpoint.loaded;
     state.settingsUsed = settings;
     mesh.start(settings, resume).then(() => {

@@ -95,3 +95,23 @@ def test_a_denied_guest_sees_one_state_and_can_ask_again(browser_nogpu, server_u
     finally:
         hctx.close()
         gctx.close()
+
+
+def test_the_data_list_is_not_cut_at_1280_px(browser_nogpu, server_url):
+    ctx = browser_nogpu.new_context(viewport={"width": 1280, "height": 900})
+    try:
+        page = ctx.new_page()
+        page.goto(f"{server_url}/?name=wide&path=cpu")
+        page.wait_for_function("window.__daisy && window.__daisy.datasetsLoaded && "
+                               "document.querySelector('#f-dataset').options.length >= 2", timeout=120_000)
+        cut = page.evaluate("""() => {
+          const s = document.querySelector('#f-dataset');
+          const c = document.createElement('canvas').getContext('2d');
+          c.font = getComputedStyle(s).font;
+          const room = s.clientWidth - 36; // the list's arrow and padding
+          return [...s.options].filter((o) => c.measureText(o.textContent).width > room).map((o) => o.textContent);
+        }""")
+        assert cut == [], cut
+        assert "training and" in page.inner_text("#dataset-info")
+    finally:
+        ctx.close()
