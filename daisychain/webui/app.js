@@ -9,11 +9,13 @@
 import { bus } from "./bus.js";
 import { Chart } from "./chart.js";
 import { exportCheckpoint, importCheckpoint, settingsOf } from "./checkpoint.js";
-import { makeHyper, parseLayers } from "./engine/spec.js";
+import { makeHyper, ModelSpec, parseLayers } from "./engine/spec.js";
 import { Mesh, selfTestDevice } from "./mesh.js";
 import { Network } from "./network.js";
 import { normalizeRoom, roomFromLocation } from "./protocol.js";
+import { TryPanel } from "./panels/try.js";
 import * as F from "./ui_format.js";
+import { createTrainer } from "./worker/trainer_proxy.js";
 
 const $ = (id) => document.getElementById(id);
 
@@ -844,6 +846,36 @@ function showEnd(d) {
   $("end-card").focus({ preventScroll: true });
 }
 
+// -- try the model -----------------------------------------------------------------------------
+
+let tryPanel = null;
+
+/** The try panel on this tab's replica (unless a checkpoint was chosen for it). */
+function offerTry() {
+  if (!tryPanel || state.tryCheckpoint) return;
+  const tr = mesh?.peer?.trainer;
+  tryPanel.use(tr || null, tr ? `the run's model as it is now (run ${state.run.runId || "—"})` : "");
+}
+
+/** A downloaded .pt (checked by the server) as the model to try; the run is not touched. */
+async function tryCheckpoint(file) {
+  $("try-error").textContent = "";
+  try {
+    const st = await importCheckpoint(new Uint8Array(await file.arrayBuffer()));
+    const id = st.identity;
+    const ds = await mesh.loadData(id.task, id.dataset);
+    const d = state.device;
+    const tr = await createTrainer({ spec: ModelSpec.fromJson(id.model), hyper: makeHyper(id.hyper), dataset: ds,
+      luts: d.luts, units: d.units, kind: d.kind });
+    tr.theta.set(st.theta);
+    state.tryCheckpoint = { name: file.name, step: st.step, sha: st.params_sha256 };
+    tryPanel.use(tr, `${file.name} (step ${st.step})`);
+    event(`trying ${file.name}: the model at step ${st.step}`);
+  } catch (err) {
+    $("try-error").textContent = `${file.name} cannot be tried: ${err.message}`;
+  }
+}
+
 // -- checkpoints -------------------------------------------------------------------------------
 
 function renderCheckpoint() {
@@ -1076,6 +1108,7 @@ bus.on("run:state", (s) => {
   else if (s.state === "running" && state.runStart && !state.times.length && Number.isFinite(s.step)) state.runStart.step = s.step;
   if (s.text) event(s.text, s.state === "refused" || s.state === "failed" ? "error" : "");
   if (["running", "starting"].includes(s.state)) status(s.text || "training");
+  if (s.state === "running") offerTry();
   renderRun();
 });
 bus.on("run:step", (s) => {
@@ -1097,6 +1130,7 @@ bus.on("run:done", (s) => {
   renderRun();
   showEnd(s);
   sayRunEnded(s);
+  offerTry();
   // a run that ends before its steps was stopped: said once, by run:stopped when it comes
   const runId = state.run.runId;
   if (Number.isFinite(state.run.steps) && s.step < state.run.steps) {
@@ -1273,6 +1307,15 @@ function wire() {
     }).catch((err) => bus.emit("run:error", { message: err.message }));
   };
   $("download-checkpoint").onclick = () => downloadCheckpoint();
+  $("try-it").onclick = () => {
+    $("try-panel").scrollIntoView({ block: "start" });
+    $("try-title").focus?.();
+  };
+  $("try-checkpoint").onchange = (e) => {
+    const file = e.target.files?.[0];
+    e.target.value = "";
+    if (file) tryCheckpoint(file);
+  };
   $("end-download").onclick = () => downloadCheckpoint();
   $("copy-command").onclick = () => copyText($("end-command").textContent, "command-feedback");
   $("back-to-settings").onclick = () => {
@@ -1313,6 +1356,9 @@ async function main() {
   net = new Network(bus, { name, kind: device.kind, capacity: device.capacity, room });
   mesh = new Mesh(bus, net, device);
   window.__daisy.mesh = mesh; // its state, for reading
+  tryPanel = new TryPanel($("try-panel"));
+  window.__tryPanel = tryPanel; // for tests (not in window.__daisy: it holds a model)
+  offerTry();
   wire();
   datasets.then(() => validate());
   await net.start();
