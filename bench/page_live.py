@@ -41,9 +41,9 @@ def one_run(browser, base: str, steps: int, layers: str, worker: bool, verbose: 
     page.fill("#f-steps", str(steps))
     page.fill("#f-layers", layers)
     page.evaluate(OBSERVE, not worker)
-    page.click("#start")
     t0 = time.perf_counter()
-    answers = []
+    page.click("#start")  # Playwright's click returns once the page has handled it
+    answers = [time.perf_counter() - t0]
     while True:
         t = time.perf_counter()
         st = page.evaluate("() => [window.__daisy.run.state, window.__daisy.run.step]")
@@ -91,6 +91,13 @@ def main(argv=None) -> None:
         lines.append(f"| {label} | {r['steps']} | {r['wall']:.1f} | {r['steps'] / r['wall']:.1f} | "
                      f"{len(r['answers'])} | {max(r['answers']):.3f} | {len(r['long'])} | "
                      f"{max(r['long'], default=0):.0f} |")
+    (_, w), (_, m) = rows
+    lines += ["", f"Steps/s of the worker run: {w['steps'] / w['wall'] / (m['steps'] / m['wall']):.2f}x the baseline's "
+              "(each step is a round trip of messages to the worker, and the page draws while it trains). "
+              "What stays on the page's main thread each step: the run protocol (runpeer.js), the Adam step and the "
+              "parameter hash (runpeer.js reads the replica's state synchronously), the messages to and from the "
+              "worker (a copy of the parameters goes with each), and drawing. Long tasks are wall time on a shared "
+              "machine: a task waiting for a core counts."]
     if not a.no_write:
         write_section("page_live", "## A tab that trains alone stays live (bench/page_live.py)\n\n" + "\n".join(lines),
                       f"scripts/in-netns.sh .venv/bin/python -m bench.page_live --steps {a.steps} "
