@@ -60,3 +60,20 @@ def test_a_solo_tab_computes_in_the_worker_with_the_cli_hash(cpu_page, server_ur
     assert counts["accuracy"] >= 1, counts
     assert cpu_page.evaluate("window.__mainCalls") == 0
     assert cpu_page.evaluate("window.__daisy.mesh.peer.trainer.constructor.name") == "WorkerTrainer"
+
+
+def test_a_webgpu_tab_computes_on_webgpu_in_the_worker_with_the_cli_hash(gpu_page, server_url):
+    cli = subprocess.run([str(CLI), "train", "--task", "digits", "--steps", "3", "--seed", "0", "--json"],
+                         capture_output=True, text=True, timeout=300)
+    assert cli.returncode == 0, cli.stderr
+    gpu_page.goto(f"{server_url}/?name=gpu&path=gpu")
+    gpu_page.wait_for_function("window.__daisy && window.__daisy.ready && window.__daisy.id", timeout=120_000)
+    assert gpu_page.evaluate("window.__daisy.device.kind") == "webgpu"
+    gpu_page.click("#create-room")
+    gpu_page.wait_for_function("window.__daisy.room && !document.querySelector('#start').disabled", timeout=60_000)
+    gpu_page.fill("#f-steps", "3")
+    gpu_page.click("#start")
+    gpu_page.wait_for_function("window.__daisy.end && window.__daisy.end.step === 3", timeout=300_000)
+    tr = "window.__daisy.mesh.peer.trainer"
+    assert gpu_page.evaluate(f"[{tr}.workerUnits, {tr}.workerGpuReason]") == ["gpu", None]
+    assert gpu_page.evaluate("window.__daisy.run.sha") == json.loads(cli.stdout)["params_sha256"]
