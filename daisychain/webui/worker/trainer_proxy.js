@@ -84,8 +84,11 @@ export class WorkerTrainer extends Trainer {
 
   /** Trainer.contribute on a parameter snapshot (mesh.js contributeAt), in the worker. */
   async contributeAt(theta, step, micro) {
-    const copy = theta.buffer.byteLength === theta.byteLength ? theta : theta.slice();
-    return this.worker.post("contribute", { key: this.key, theta: copy, step, micro: Array.from(micro) });
+    const own = theta.buffer.byteLength === theta.byteLength ? theta : theta.slice();
+    // The snapshot is handed over, not copied, where no one uses it again: on the JS units
+    // (mesh.js retries a failed compute with the same snapshot only after a GPU failure).
+    const hand = this.engine.units.name !== "gpu" ? [own.buffer] : [];
+    return this.worker.post("contribute", { key: this.key, theta: own, step, micro: Array.from(micro) }, hand);
   }
 
   /** Accuracy on the first `limit` samples of a split (all when null), parameters untouched. */
