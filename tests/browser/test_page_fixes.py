@@ -115,3 +115,12 @@ def test_the_data_list_is_not_cut_at_1280_px(browser_nogpu, server_url):
         assert "training and" in page.inner_text("#dataset-info")
     finally:
         ctx.close()
+
+
+def test_the_device_panel_speaks_plainly(cpu_page, server_url):
+    cpu_page.goto(f"{server_url}/?name=plain")  # this browser has no WebGPU adapter
+    cpu_page.wait_for_function("window.__daisy && window.__daisy.device", timeout=120_000)
+    reason = cpu_page.inner_text("#device-reason")
+    assert "requestAdapter" not in reason and "navigator.gpu" not in reason and "no WebGPU" in reason, reason
+    assert "samples each" in cpu_page.inner_text("#device-capacity")
+    assert "link" in cpu_page.inner_text("#share-why")  # why a share is not the capacity's
