@@ -96,7 +96,7 @@ def main(argv=None) -> None:
               "(each step is a round trip of messages to the worker, and the page draws while it trains). "
               "What stays on the page's main thread each step: the run protocol (runpeer.js), the Adam step and the "
               "parameter hash (runpeer.js reads the replica's state synchronously), the messages to and from the "
-              "worker (a copy of the parameters goes with each), and drawing. Long tasks are wall time on a shared "
+              "worker (a snapshot of the parameters goes with each compute), and drawing. Long tasks are wall time on a shared "
               "machine: a task waiting for a core counts."]
     if not a.no_write:
         write_section("page_live", "## A tab that trains alone stays live (bench/page_live.py)\n\n" + "\n".join(lines),
