@@ -1,5 +1,8 @@
 """Screenshots of the page for README.md: the room mid-run and the end card, at 1280 px (the
-host, a laptop) and 390 px (a phone that joined by the room's link), into docs/screenshots/.
+host, a laptop) and 390 px (a phone that joined by the room's link); the phone mid-run
+scrolled to the chart with the status bar pinned at the top; the "try the model" panel on
+the text model (a sampled continuation) and on a digits model (a drawn digit), into
+docs/screenshots/.
 
 WebRTC needs the private network namespace (as the browser_mesh tests):
 
@@ -90,6 +93,9 @@ def main() -> None:
         wait(host, f"window.__daisy.run.step >= {a.steps // 2}")
         host.screenshot(path=str(out / "room-1280.png"), full_page=True)
         phone.screenshot(path=str(out / "room-390.png"), full_page=False)
+        phone.locator("#train-panel").scroll_into_view_if_needed()
+        phone.evaluate("window.scrollBy(0, -60)")  # the chart under the pinned status bar
+        phone.screenshot(path=str(out / "run-390.png"), full_page=False)
         for page in (host, phone):
             wait(page, "window.__daisy.run.state === 'done' && !document.getElementById('end-card').hidden")
         wait(phone, "document.getElementById('end-command').textContent.includes('daisychain train')")
@@ -97,6 +103,30 @@ def main() -> None:
         host.screenshot(path=str(out / "end-1280.png"), full_page=False)
         phone.locator("#end-card").scroll_into_view_if_needed()
         phone.screenshot(path=str(out / "end-390.png"), full_page=False)
+        # try the model: the text model continues a prompt ...
+        host.click("#try-it")
+        host.fill("#try-panel .try-prompt", "the daisy ")
+        host.click("#try-panel .try-sample")
+        wait(host, "document.querySelector('#try-panel .try-continuation').textContent.length === 80")
+        host.locator("#try-panel").screenshot(path=str(out / "try-text-1280.png"))
+        # ... and a digits run reads a drawn digit
+        host.click("#back-to-settings")
+        digits = host.evaluate("window.__daisy.datasets.find((d) => d.task === 'digits').fingerprint")
+        host.select_option("#f-dataset", digits)
+        for k, v in dict(steps=200, batch=64, micro_batch=16, layers="", seed=0).items():
+            host.fill(f"#settings [name={k}]", str(v))
+        host.click("#start")
+        wait(host, "window.__daisy.end && window.__daisy.end.step === 200")
+        host.click("#try-it")
+        box = host.locator("#try-panel canvas.try-draw").bounding_box()
+        pts = [(0.3, 0.25), (0.5, 0.15), (0.7, 0.25), (0.65, 0.45), (0.3, 0.85), (0.75, 0.85)]  # a "2"
+        host.mouse.move(box["x"] + pts[0][0] * box["width"], box["y"] + pts[0][1] * box["height"])
+        host.mouse.down()
+        for fx, fy in pts[1:]:
+            host.mouse.move(box["x"] + fx * box["width"], box["y"] + fy * box["height"], steps=8)
+        host.mouse.up()
+        wait(host, "document.querySelectorAll('#try-panel .try-probs li').length === 10")
+        host.locator("#try-panel").screenshot(path=str(out / "try-digit-1280.png"))
         browser.close()
     for f in sorted(out.glob("*.png")):
         print(f, f.stat().st_size, "bytes")

@@ -117,7 +117,9 @@ def dataset_routes(datasets: dict[str, Dataset] | None = None) -> list[web.Abstr
             args += ["--data", key]
         if ds.meta.get("image_size"):
             args += ["--image-size", str(ds.meta["image_size"])]
-        server_sets[ds.fingerprint] = {"ds": ds, "entry": _entry(ds, key, "server", args)}
+        # shown to every client: the file's name, never the server's path to it
+        shown = key if key in TASKS else Path(key).name or key
+        server_sets[ds.fingerprint] = {"ds": ds, "entry": _entry(ds, shown, "server", args)}
     embedded: dict[str, Dataset] = {}
 
     async def serve_data(request: web.Request) -> web.StreamResponse:

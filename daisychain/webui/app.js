@@ -6,830 +6,20 @@
 //
 // window.__daisy exposes the page's state for tests and curious users (read-only use).
 
-import { bus } from "./bus.js";
-import { Chart } from "./chart.js";
-import { exportCheckpoint, importCheckpoint, settingsOf } from "./checkpoint.js";
-import { makeHyper, parseLayers } from "./engine/spec.js";
-import { checkSetting } from "./settings_check.js";
 import { Mesh, selfTestDevice } from "./mesh.js";
 import { Network } from "./network.js";
+import { TryPanel } from "./panels/try.js";
+import { bus } from "./bus.js";
 import { normalizeRoom, roomFromLocation } from "./protocol.js";
-import * as F from "./ui_format.js";
-import { postUpload, withCredential } from "./uploads.js";
-
-const $ = (id) => document.getElementById(id);
-
-const state = {
-  ready: false,        // self-test done and connected to the server
-  device: null,        // {name, kind, capacity, reason, paths}
-  id: null,
-  room: null,          // {room, code, host, members, isHost}
-  pending: null,       // {code} while waiting for approval
-  denied: null,        // the host's refusal, in words
-  error: null,         // the last error, in words
-  requests: [],        // join requests (host only)
-  links: {},           // peer id -> "open" | "closed" | connection state
-  names: {},           // every device id seen -> its name (also after it left)
-  run: { state: "idle", step: 0, steps: null, loss: null, sha: null, runId: null, shares: {}, done: {}, accuracy: null },
-  refusals: [],        // {peer, message}: devices that declined the run, and why
-  checkpoint: { busy: false, loaded: null, saved: [], restores: [], error: null, info: null },
-  share: { links: [], note: "", chosen: 0, copied: false, code: null },
-  datasets: [],        // GET /datasets entries
-  datasetsLoaded: false, // GET /datasets answered (or failed: the embedded sets only)
-  maxUpload: null,     // bytes, from GET /datasets
-  upload: null,        // the last uploaded entry
-  counters: null,      // {multiply, requantize, relu, micro}
-  counterSteps: [],    // counters.micro of every counters event of this run, in order
-  roomPeers: null,     // room:peers detail
-  linkRows: {},        // id -> {state, rttMs} (this tab's links, from `links`)
-  matrix: null,        // room:links detail
-  preparing: null,     // {stage, done, total}
-  times: [],           // [seconds, step] of committed steps of this run
-  runStart: null,      // {t, step} when this run began here
-  chart: { loss: [], accuracy: [] },
-  fieldErrors: {},
-  announcements: [],
-  end: null,           // the end card's numbers
-  events: [],
-};
-window.__daisy = state;
-
-const now = () => performance.now() / 1000;
-
-function nameOf(id) {
-  if (!id) return "someone";
-  if (id === state.id) return "you";
-  return state.room?.members.find((m) => m.id === id)?.name || state.names[id] || "a device that left";
-}
-
-/** Text from the mesh with device ids put in words. */
-function words(text) {
-  return F.namesForIds(text, state.names);
-}
-
-function event(text, cls = "") {
-  text = words(text);
-  state.events.push(text);
-  console.log(`[daisy] ${text}`);
-  const li = document.createElement("li");
-  const t = document.createElement("time");
-  t.textContent = new Date().toLocaleTimeString();
-  li.append(t, ` — ${text}`);
-  if (cls) li.className = cls;
-  const ol = $("events");
-  ol.appendChild(li);
-  while (ol.children.length > 200) ol.firstChild.remove();
-  ol.scrollTop = ol.scrollHeight;
-}
-
-/** Said to this device in a banner at the top (and in the event list). */
-function announce(text, key = text) {
-  if (state.announcements.some((a) => a.key === key)) return;
-  text = words(text);
-  state.announcements.push({ key, text });
-  const el = $("announce");
-  el.textContent = text;
-  el.hidden = false;
-  event(text, "loud");
-}
-
-function status(text, isError = false) {
-  $("status").textContent = words(text);
-  $("status").classList.toggle("error", isError);
-}
-
-function showError(id, text) {
-  const el = $(id);
-  el.textContent = text ? words(text) : "";
-  el.hidden = !text;
-}
-
-function defaultName() {
-  const saved = localStorage.getItem("daisychain.name");
-  if (saved) return saved;
-  const ua = navigator.userAgent;
-  const os = /Android/.test(ua) ? "Android" : /iPhone|iPad/.test(ua) ? "iOS" : /Mac/.test(ua) ? "Mac"
-    : /Windows/.test(ua) ? "Windows" : /Linux/.test(ua) ? "Linux" : "Device";
-  return `${os} ${Math.floor(Math.random() * 900 + 100)}`;
-}
-
-function kindName(kind) {
-  return { webgpu: "WebGPU tab", cpu: "CPU tab", python: "daisy-peer (Python)" }[kind] || kind || "—";
-}
-
-const running = () => ["starting", "running"].includes(state.run.state);
-
-// -- this device -------------------------------------------------------------------------------
-
-/** A plain-http page on a LAN address is no secure context: say that, not "navigator.gpu is missing". */
-function deviceReason(d) {
-  if (window.isSecureContext || d.kind === "webgpu") return d.reason;
-  const why = `WebGPU needs a secure context (https, or http on localhost) and this page was opened over plain http on ${location.host}`;
-  const replaced = d.reason.replace(/this browser has no WebGPU \(navigator\.gpu is missing\)/, why);
-  return replaced === d.reason ? `${why}; ${d.reason}` : replaced;
-}
-
-function renderDevice() {
-  const d = state.device;
-  if (!d) return;
-  $("device-kind").textContent = d.kind === "webgpu" ? "WebGPU (the WGSL unit kernels)" : "CPU (the JS units)";
-  $("device-reason").textContent = deviceReason(d);
-  $("device-capacity").textContent = `${d.capacity.toFixed(1)} micro-batches/s`;
-  renderChecklist();
-}
-
-// -- the room and sharing it ------------------------------------------------------------------
-
-function roomLink(code) {
-  const url = new URL(location.href);
-  url.search = `?room=${code}`;
-  url.hash = "";
-  return url.toString();
-}
-
-function renderCode(el, code) {
-  el.replaceChildren();
-  const groups = F.codeGroups(code);
-  if (!groups.length || !/-/.test(code)) {
-    el.textContent = code || "—";
-    return;
-  }
-  el.setAttribute("aria-label", code.split("").join(" "));
-  groups.forEach((g, i) => {
-    if (i) {
-      const s = document.createElement("span");
-      s.className = "sep";
-      s.textContent = "-";
-      el.appendChild(s);
-    }
-    const span = document.createElement("span");
-    span.className = "group";
-    span.textContent = g;
-    el.appendChild(span);
-  });
-}
-
-function renderRoom() {
-  const r = state.room;
-  const waiting = !!state.pending;
-  $("waiting").hidden = !waiting;
-  if (waiting) {
-    $("waiting-text").textContent = `You asked to join room ${state.pending.code}. ` +
-      "The host sees your device and decides; this page continues by itself once you are let in.";
-    renderCode($("room-code"), state.pending.code);
-    $("room-info").textContent = "Waiting for approval.";
-  } else if (r) {
-    const n = r.members.length;
-    const hostName = r.isHost ? "you are the host" : `${nameOf(r.host)} is the host`;
-    $("room-info").textContent = r.room === "private"
-      ? `Private room — ${n} device${n === 1 ? "" : "s"}, ${hostName}.`
-      : `Network room: the devices on your network — ${n} here, ${hostName}.`;
-    if (r.code) renderCode($("room-code"), r.code);
-    else $("room-code").textContent = "network room (no code)";
-  }
-  const code = !waiting && r?.room === "private" ? r.code : null;
-  $("share-box").hidden = !code;
-  if (code && state.share.code !== code) loadShare(code);
-  const host = !!r?.isHost;
-  $("approvals-panel").hidden = !(host && r.room === "private");
-  renderApprovals();
-  renderPeers();
-  renderMatrix();
-  renderSettings();
-  renderChecklist();
-}
-
-/** The join links other devices can reach (GET /share), the QR code of the chosen one. */
-async function loadShare(code) {
-  state.share = { links: [{ url: roomLink(code), label: "this page's address", lan: false }], note: "",
-    chosen: 0, copied: false, code };
-  renderShare();
-  try {
-    const resp = await fetch(`/share?room=${encodeURIComponent(code)}`, { cache: "no-store" });
-    if (!resp.ok) throw new Error(`HTTP ${resp.status}`);
-    const body = await resp.json();
-    if (state.share.code !== code) return;
-    if (Array.isArray(body.links) && body.links.length) state.share.links = body.links;
-    state.share.note = body.note || "";
-  } catch (err) {
-    console.warn(`share: /share did not answer (${err.message}); the page's own address is the link`);
-  }
-  renderShare();
-}
-
-function isLoopbackPage() {
-  const h = location.hostname.replace(/^\[|\]$/g, "");
-  return h === "localhost" || h.endsWith(".localhost") || /^127\./.test(h) || h === "::1";
-}
-
-function renderShare() {
-  const s = state.share;
-  if (!s.code) return;
-  const link = s.links[Math.min(s.chosen, s.links.length - 1)];
-  const a = $("room-link");
-  a.textContent = link.url;
-  a.href = link.url;
-  const origin = new URL(link.url).origin;
-  const src = `/share/qr.svg?room=${encodeURIComponent(s.code)}&origin=${encodeURIComponent(origin)}`;
-  if ($("room-qr").getAttribute("src") !== src) $("room-qr").src = src;
-  $("room-qr").alt = `QR code of ${link.url}`;
-  const sel = $("share-choice");
-  $("share-choice-row").hidden = s.links.length < 2;
-  sel.replaceChildren(...s.links.map((l, i) => {
-    const o = document.createElement("option");
-    o.value = String(i);
-    o.textContent = `${l.label} — ${new URL(l.url).host}`;
-    return o;
-  }));
-  sel.value = String(s.chosen);
-  const notes = [];
-  if (isLoopbackPage() && s.links.some((l) => l.lan)) {
-    notes.push("You opened this page on localhost, which other devices cannot reach: the link and the QR code use this machine's LAN address.");
-  } else if (isLoopbackPage() && !s.note) notes.push("You opened this page on localhost, which other devices cannot reach.");
-  if (s.note) notes.push(s.note);
-  else if (s.links.some((l) => l.lan)) {
-    notes.push("A page opened on a LAN address over plain http trains on the JS units (browsers keep WebGPU for secure contexts: https or localhost).");
-  }
-  $("share-note").textContent = notes.join(" ");
-  $("share-link").hidden = typeof navigator.share !== "function";
-}
-
-function renderApprovals() {
-  const ul = $("approvals");
-  ul.replaceChildren();
-  const list = state.room?.pending || [];
-  if (!list.length) {
-    const li = document.createElement("li");
-    li.className = "hint";
-    li.textContent = "Nobody is waiting.";
-    ul.appendChild(li);
-    return;
-  }
-  for (const dev of list) {
-    state.names[dev.id] = dev.name;
-    const li = document.createElement("li");
-    li.dataset.peer = dev.id;
-    const label = document.createElement("span");
-    label.textContent = `${dev.name} — ${kindName(dev.kind)}, ${dev.capacity.toFixed(1)} micro-batches/s`;
-    const yes = document.createElement("button");
-    yes.className = "approve";
-    yes.type = "button";
-    yes.textContent = "Approve";
-    yes.setAttribute("aria-label", `Approve ${dev.name}`);
-    yes.onclick = () => { net.approve(dev.id); event(`you let ${dev.name} in`); };
-    const no = document.createElement("button");
-    no.className = "deny";
-    no.type = "button";
-    no.textContent = "Deny";
-    no.setAttribute("aria-label", `Deny ${dev.name}`);
-    no.onclick = () => { net.deny(dev.id); event(`you declined ${dev.name}`); };
-    li.append(label, yes, no);
-    ul.appendChild(li);
-  }
-}
-
-// -- the checklist -----------------------------------------------------------------------------
-
-function renderChecklist() {
-  const d = state.device;
-  const r = state.room;
-  const ready = !!d && !!r;
-  const shared = !!r && (r.members.length > 1 || (r.room === "private" && state.share.copied));
-  const started = ["running", "done"].includes(state.run.state) || state.run.step > 0;
-  const set = (id, done, text) => {
-    $(id).classList.toggle("done", done);
-    $(`${id}-text`).textContent = text;
-  };
-  set("check-ready", ready, !d ? "the self-test is running"
-    : `computes on ${d.kind === "webgpu" ? "WebGPU" : "the JS units"}, ${d.capacity.toFixed(1)} micro-batches/s${r ? "" : "; connecting…"}`);
-  set("check-share", shared, !r ? "create a private room, then let others scan its code"
-    : r.members.length > 1 ? `${r.members.length} devices in the room`
-      : r.room === "private" ? "show the QR code or send the link; approve who asks" : "create a private room, or wait for devices on your network");
-  set("check-start", started, started ? (state.run.state === "done" ? "the run is done" : "the run is going")
-    : r?.isHost ? "pick the data below and press Start training" : "the host starts the run");
-  const first = [["check-ready", ready], ["check-share", shared], ["check-start", started]].find(([, ok]) => !ok);
-  for (const id of ["check-ready", "check-share", "check-start"]) $(id).classList.toggle("now", first?.[0] === id);
-}
-
-// -- peers, links, the matrix ------------------------------------------------------------------
-
-function linkOf(id) {
-  const row = state.linkRows[id];
-  // the link events (peer:open/close/state) are the fresher; `links` adds the round trip
-  return { state: state.links[id] || row?.state || "connecting", rttMs: row?.rttMs ?? null };
-}
-
-function shareText(id, row) {
-  if (row && Number.isFinite(row.share)) {
-    return row.share <= 1 ? `${Math.round(100 * row.share)}%` : String(row.share);
-  }
-  const shares = state.run.shares || {};
-  const total = Object.values(shares).reduce((a, b) => a + b, 0);
-  return shares[id] !== undefined && total
-    ? `${shares[id]} of ${total} (${Math.round((100 * shares[id]) / total)}%)` : "—";
-}
-
-const PEER_COLUMNS = ["Name", "Device", "Capacity", "Link", "Round trip", "Share of the step", "Micro-batches done", "Params hash"];
-
-function renderPeers() {
-  const tb = $("peers");
-  tb.replaceChildren();
-  const r = state.room;
-  if (!r) return;
-  const rows = Object.fromEntries((state.roomPeers?.rows || []).map((p) => [p.id, p]));
-  for (const m of r.members) {
-    const p = rows[m.id] || {};
-    const tr = document.createElement("tr");
-    tr.dataset.peer = m.id;
-    if (m.id === r.you) tr.classList.add("me");
-    if (m.host) tr.classList.add("host");
-    const me = m.id === r.you;
-    const link = me ? { state: "—", rttMs: null } : linkOf(m.id);
-    const cap = p.capacity ?? m.capacity;
-    const micro = p.micro ?? state.run.done?.[m.id] ?? 0;
-    const hash = p.hashAgrees === true ? "agrees" : p.hashAgrees === false ? "differs" : "—";
-    const cells = [p.name || m.name, kindName(p.kind || m.kind),
-      Number.isFinite(cap) ? `${cap.toFixed(1)} micro-batches/s` : "—", link.state,
-      Number.isFinite(link.rttMs) ? `${Math.round(link.rttMs)} ms` : "—", shareText(m.id, rows[m.id]),
-      F.count(micro), hash];
-    cells.forEach((text, i) => {
-      const td = document.createElement("td");
-      td.textContent = text;
-      td.dataset.label = PEER_COLUMNS[i];
-      if (i === 3) td.className = `state-${link.state}`;
-      if (i === 7) td.className = `state-${hash}`;
-      tr.appendChild(td);
-    });
-    tb.appendChild(tr);
-  }
-  renderPooled();
-}
-
-function renderMatrix() {
-  const t = $("link-matrix");
-  t.replaceChildren();
-  const r = state.room;
-  const ids = state.matrix?.members?.length ? state.matrix.members : (r?.members || []).map((m) => m.id);
-  if (!r || ids.length < 2) {
-    $("matrix-hint").textContent = "Once two devices are in the room, every pair's direct link shows here.";
-    return;
-  }
-  $("matrix-hint").textContent = "Each cell: the direct link between the row's device and the column's (open, connecting, failed) and its round trip.";
-  const cell = (a, b) => {
-    const m = state.matrix?.matrix;
-    const c = m?.[a]?.[b] || m?.[b]?.[a];
-    if (c) return c;
-    if (a === state.id) return linkOf(b);
-    if (b === state.id) return linkOf(a);
-    return { state: "unknown", rttMs: null };
-  };
-  const head = document.createElement("tr");
-  head.appendChild(document.createElement("th"));
-  for (const b of ids) {
-    const th = document.createElement("th");
-    th.scope = "col";
-    th.textContent = nameOf(b) === "you" ? `${state.names[b] || "you"} (you)` : nameOf(b);
-    head.appendChild(th);
-  }
-  const thead = document.createElement("thead");
-  thead.appendChild(head);
-  const tbody = document.createElement("tbody");
-  for (const a of ids) {
-    const tr = document.createElement("tr");
-    const th = document.createElement("th");
-    th.scope = "row";
-    th.textContent = nameOf(a) === "you" ? `${state.names[a] || "you"} (you)` : nameOf(a);
-    tr.appendChild(th);
-    for (const b of ids) {
-      const td = document.createElement("td");
-      td.dataset.a = a;
-      td.dataset.b = b;
-      if (a === b) {
-        td.className = "self";
-        td.textContent = "—";
-      } else {
-        const c = cell(a, b);
-        td.dataset.state = c.state;
-        td.className = `state-${c.state}`;
-        td.textContent = Number.isFinite(c.rttMs) ? `${c.state}, ${Math.round(c.rttMs)} ms` : c.state;
-      }
-      tr.appendChild(td);
-    }
-    tbody.appendChild(tr);
-  }
-  t.append(thead, tbody);
-}
-
-function renderPooled() {
-  const rp = state.roomPeers;
-  let pooled = rp?.pooledCapacity;
-  if (!Number.isFinite(pooled) && state.room) pooled = state.room.members.reduce((a, m) => a + (m.capacity || 0), 0);
-  $("pooled").textContent = Number.isFinite(pooled) ? `${pooled.toFixed(1)} micro-batches/s` : "—";
-}
-
-// -- settings, datasets, uploads --------------------------------------------------------------
-
-const FIELDS = ["dataset", "data_file", "task", "steps", "layers", "hidden", "batch", "micro_batch", "lr", "seed"];
-
-function renderSettings() {
-  const host = !!state.room?.isHost && !state.pending;
-  const busy = running();
-  $("start").disabled = !host || busy || !state.ready;
-  $("stop").disabled = !host || !busy;
-  for (const el of $("settings").elements) el.disabled = !host || busy;
-  renderCheckpoint();
-  $("settings-hint").textContent = host
-    ? "You are the host: choose the data and the model and start; every device trains the same model."
-    : "The host chooses these settings and starts the run.";
-}
-
-function datasetLabel(d) {
-  const size = `${F.count(d.train)} train / ${F.count(d.test)} test`;
-  return `${d.name} (${d.task}, ${size})`;
-}
-
-function renderDatasets(selectFp = null) {
-  const sel = $("f-dataset");
-  const keep = selectFp ?? sel.value;
-  sel.replaceChildren();
-  if (!state.datasets.length) {
-    const o = document.createElement("option");
-    o.value = "";
-    o.textContent = "the embedded set of the task";
-    sel.appendChild(o);
-    return;
-  }
-  const groups = { embedded: "Built in", server: "Started with the server", upload: "Sent from a device" };
-  for (const [origin, label] of Object.entries(groups)) {
-    const list = state.datasets.filter((d) => d.origin === origin);
-    if (!list.length) continue;
-    const g = document.createElement("optgroup");
-    g.label = label;
-    for (const d of list) {
-      const o = document.createElement("option");
-      o.value = d.fingerprint;
-      o.textContent = datasetLabel(d);
-      g.appendChild(o);
-    }
-    sel.appendChild(g);
-  }
-  const task = $("f-task").value;
-  const pick = state.datasets.find((d) => d.fingerprint === keep)
-    || state.datasets.find((d) => d.origin === "embedded" && d.task === task) || state.datasets[0];
-  sel.value = pick.fingerprint;
-}
-
-function chosenDataset() {
-  return state.datasets.find((d) => d.fingerprint === $("f-dataset").value) || null;
-}
-
-async function loadDatasets() {
-  try {
-    const resp = await fetch("/datasets", { cache: "no-store", headers: withCredential() });
-    if (!resp.ok) throw new Error(`HTTP ${resp.status}`);
-    const body = await resp.json();
-    state.datasets = Array.isArray(body.datasets) ? body.datasets : [];
-    state.maxUpload = Number.isFinite(body.max_upload_bytes) ? body.max_upload_bytes : null;
-  } catch (err) {
-    console.warn(`datasets: /datasets did not answer (${err.message}); the embedded sets only`);
-  }
-  state.datasetsLoaded = true;
-  renderDatasets();
-  $("data-file-hint").textContent = state.maxUpload
-    ? `at most ${F.count(state.maxUpload / 1024)} KiB; the server turns it into the text task's data (as daisychain train --data FILE)`
-    : "the server turns it into the text task's data (as daisychain train --data FILE)";
-}
-
-const UPLOAD_NAME = /^[A-Za-z0-9][A-Za-z0-9._ -]{0,79}$/;
-
-async function uploadData(file) {
-  setFieldError("data_file", "");
-  const ext = (file.name.match(/\.[^.]+$/) || [""])[0].toLowerCase();
-  if (![".txt", ".csv"].includes(ext)) return setFieldError("data_file", `${file.name} is not a .txt or .csv file`);
-  if (!UPLOAD_NAME.test(file.name)) {
-    return setFieldError("data_file", "rename the file: letters, digits, . _ - and spaces only (at most 80 characters)");
-  }
-  if (state.maxUpload && file.size > state.maxUpload) {
-    return setFieldError("data_file", `${file.name} is ${F.count(file.size / 1024)} KiB, over the ${F.count(state.maxUpload / 1024)} KiB limit`);
-  }
-  if (!file.size) return setFieldError("data_file", `${file.name} is empty`);
-  $("data-file-hint").textContent = `sending ${file.name} (${F.count(file.size)} bytes)…`;
-  try {
-    const resp = await postUpload(`/datasets/upload?name=${encodeURIComponent(file.name)}`, file, { "Content-Type": "application/octet-stream" });
-    if (!resp.ok) {
-      const why = (await resp.text()).trim() || `HTTP ${resp.status}`;
-      throw new Error(why.replace(/^\d{3}: [A-Za-z ]+\s*/, ""));
-    }
-    const entry = await resp.json();
-    state.upload = entry;
-    state.datasets = [entry, ...state.datasets.filter((d) => d.fingerprint !== entry.fingerprint)];
-    $("f-task").value = entry.task;
-    renderDatasets(entry.fingerprint);
-    $("data-file-hint").textContent = `${entry.name}: ${F.count(entry.train)} training and ${F.count(entry.test)} test samples, ` +
-      `${entry.classes} classes, fingerprint ${entry.fingerprint.slice(0, 12)}…`;
-    event(`${entry.name} is on the server: ${F.count(entry.train)} training samples (fingerprint ${entry.fingerprint.slice(0, 12)}…)`);
-    validate();
-  } catch (err) {
-    $("data-file-hint").textContent = "";
-    setFieldError("data_file", `${file.name} was not taken: ${err.message}`);
-  }
-}
-
-function setFieldError(name, text) {
-  if (text) state.fieldErrors[name] = text;
-  else delete state.fieldErrors[name];
-  const el = $(`err-${name}`);
-  if (!el) return;
-  el.textContent = text || "";
-  el.closest(".field")?.classList.toggle("invalid", !!text);
-  const input = $("settings").elements[name];
-  if (input) input.setAttribute("aria-invalid", text ? "true" : "false");
-}
-
-/** The settings form -> {settings, errors: {field: message}}, with the rules of
- *  engine/settings.py and spec.py (Hyper.validate, parse_layers). */
-function readSettings() {
-  const f = $("settings").elements;
-  const errors = {};
-  const num = (name, label) => { // the ranges of daisychain/engine/settings.py (settings_check.js)
-    const { value, error } = checkSetting(name, f[name].value);
-    if (error) errors[name] = `${label} ${error}`;
-    return value;
-  };
-  const steps = num("steps", "steps");
-  const seed = num("seed", "the seed");
-  const batch = num("batch", "the batch");
-  const micro = num("micro_batch", "the micro-batch");
-  const hidden = num("hidden", "hidden");
-  const lr = num("lr", "the learning rate");
-  if (!errors.batch && !errors.micro_batch && batch % micro) {
-    errors.batch = `the batch (${batch}) must be a multiple of the micro-batch (${micro})`;
-  }
-  if (!errors.batch && !errors.micro_batch && !errors.seed && !errors.lr) {
-    try {
-      makeHyper({ seed, batch, micro_batch: micro, lr });
-    } catch (err) {
-      errors.batch = err.message;
-    }
-  }
-  let layers = null;
-  const lt = f.layers.value.trim();
-  if (lt) {
-    try {
-      layers = parseLayers(lt);
-    } catch (err) {
-      errors.layers = err.message.replace("--layers takes", "takes");
-    }
-  }
-  const task = f.task.value;
-  const ds = chosenDataset();
-  if (state.datasets.length && !ds) errors.dataset = "choose the data to train on";
-  else if (ds && ds.task !== task) errors.dataset = `${ds.name} is data of the ${ds.task} task, not ${task}`;
-  if (state.fieldErrors.data_file) errors.data_file = state.fieldErrors.data_file;
-  const settings = { task, steps, seed, batch, micro_batch: micro, lr, hidden, layers, dataset: ds };
-  return { settings, errors };
-}
-
-function validate() {
-  const { settings, errors } = readSettings();
-  for (const name of FIELDS) if (name !== "data_file") setFieldError(name, errors[name] || "");
-  return { settings, errors };
-}
-
-// -- the run -----------------------------------------------------------------------------------
-
-let chart = null;
-
-function newChart() {
-  state.chart = { loss: [], accuracy: [] };
-  if (chart && typeof chart.clear === "function") {
-    chart.clear();
-    return;
-  }
-  chart = new Chart($("loss-plot"), {
-    series: [{ key: "loss", label: "loss", axis: "left" }, { key: "accuracy", label: "test accuracy", axis: "right" }],
-    logY: $("log-scale").checked,
-  });
-}
-
-function chartAdd(key, x, y) {
-  if (!Number.isFinite(y)) return;
-  state.chart[key].push([x, y]);
-  chart.add(key, x, y);
-}
-
-function newRun() {
-  state.times = [];
-  state.lastRate = NaN;
-  state.runStart = { t: now(), step: state.run.step || 0 };
-  state.end = null;
-  state.counters = null;
-  state.counterSteps = [];
-  state.preparing = null;
-  $("end-card").hidden = true;
-  newChart();
-  renderCounters();
-}
-
-function rateAndEta() {
-  const rp = state.roomPeers;
-  let rate = rp?.stepRate;
-  let eta = rp?.etaSeconds;
-  if (!Number.isFinite(rate)) {
-    const t = state.times.slice(-30);
-    rate = t.length >= 2 && t.at(-1)[0] > t[0][0] ? (t.at(-1)[1] - t[0][1]) / (t.at(-1)[0] - t[0][0]) : NaN;
-  }
-  if (!Number.isFinite(eta) && Number.isFinite(rate) && rate > 0 && Number.isFinite(state.run.steps)) {
-    eta = Math.max(0, state.run.steps - state.run.step) / rate;
-  }
-  return { rate, eta };
-}
-
-function renderRun() {
-  const r = state.run;
-  $("run-state").textContent = words(r.text || r.state);
-  $("step").textContent = String(r.step);
-  $("steps-total").textContent = r.steps ?? "—";
-  $("loss").textContent = Number.isFinite(r.loss) ? r.loss.toFixed(4) : "—";
-  $("params-sha256").textContent = r.sha || "—";
-  $("run-id").textContent = r.runId || "—";
-  $("accuracy").textContent = Number.isFinite(r.accuracy) ? `${(r.accuracy * 100).toFixed(2)}%` : "—";
-  const { rate, eta } = rateAndEta();
-  const live = r.state === "running";
-  if (live && Number.isFinite(rate)) state.lastRate = rate;
-  $("step-rate").textContent = live || r.state === "done" ? F.stepRate(live ? rate : state.lastRate) : "—";
-  $("eta").textContent = live ? F.duration(eta) : r.state === "done" ? "done" : "—";
-  $("preparing").hidden = r.state !== "starting";
-  renderPreparing();
-  renderPeers();
-  renderSettings();
-  renderChecklist();
-}
-
-function renderPreparing() {
-  const p = state.preparing;
-  const bar = $("preparing-bar");
-  if (p && Number.isFinite(p.total) && p.total > 0) {
-    bar.max = p.total;
-    bar.value = Math.min(p.done ?? 0, p.total);
-    $("preparing-text").textContent = `Preparing the run: ${p.stage || "working"} (${p.done ?? 0} of ${p.total})`;
-  } else {
-    bar.removeAttribute("value");
-    $("preparing-text").textContent = p?.stage ? `Preparing the run: ${p.stage}…` : "Preparing the run…";
-  }
-}
-
-function renderCounters() {
-  const c = state.counters;
-  for (const k of ["multiply", "requantize", "relu", "micro"]) {
-    const el = $(`count-${k}`);
-    el.textContent = c && Number.isFinite(c[k]) ? F.count(c[k]) : "—";
-    el.dataset.value = c && Number.isFinite(c[k]) ? String(c[k]) : "";
-  }
-}
-
-function identityOfRun() {
-  return mesh?.peer?.identity || mesh?.peer?.run?.identity || null;
-}
-
-function showEnd(d) {
-  const r = state.run;
-  const t = state.runStart ? now() - state.runStart.t : NaN;
-  const stepsDone = d.step - (state.runStart?.step ?? 0);
-  const identity = identityOfRun();
-  const entry = identity ? state.datasets.find((x) => x.fingerprint === identity.dataset) : null;
-  const command = identity ? F.trainCommand(identity, entry?.train_args, d.step) : null;
-  if (identity && !entry) { // data another device sent after this page read the list: read it again
-    loadDatasets().then(() => {
-      const e = state.datasets.find((x) => x.fingerprint === identity.dataset);
-      if (e && state.end?.sha === d.sha) {
-        state.end.command = F.trainCommand(identity, e.train_args, d.step);
-        $("end-command").textContent = state.end.command;
-      }
-    });
-  }
-  const done = r.done || {};
-  const rows = Object.fromEntries((state.roomPeers?.rows || []).map((p) => [p.id, p]));
-  const ids = [...new Set([...(state.room?.members || []).map((m) => m.id), ...Object.keys(done), ...Object.keys(rows)])];
-  const micro = Object.fromEntries(ids.map((id) => [id, rows[id]?.micro ?? done[id] ?? 0]));
-  const total = Object.values(micro).reduce((a, b) => a + b, 0);
-  state.end = { accuracy: d.accuracy, loss: r.loss, seconds: t, stepsPerSecond: t > 0 ? stepsDone / t : null,
-    step: d.step, steps: r.steps, sha: d.sha, command, who: ids.map((id) => ({ id, name: nameOf(id), micro: micro[id] })) };
-  $("end-title").textContent = d.step < (r.steps ?? d.step) ? `The run stopped at step ${d.step}` : "The run is done";
-  $("end-accuracy").textContent = Number.isFinite(d.accuracy) ? `${(d.accuracy * 100).toFixed(2)}%` : "—";
-  $("end-loss").textContent = Number.isFinite(r.loss) ? r.loss.toFixed(4) : "—";
-  $("end-time").textContent = F.duration(t);
-  $("end-rate").textContent = state.end.stepsPerSecond ? `${state.end.stepsPerSecond.toFixed(2)}` : "—";
-  $("end-steps").textContent = `${d.step}${r.steps ? ` of ${r.steps}` : ""}`;
-  $("end-who").replaceChildren(...state.end.who.sort((a, b) => b.micro - a.micro).map((w) => {
-    const li = document.createElement("li");
-    li.dataset.peer = w.id;
-    const pct = total ? ` (${Math.round((100 * w.micro) / total)}%)` : "";
-    li.textContent = `${w.name === "you" ? `${state.names[w.id] || "this device"} (you)` : w.name}: ${F.count(w.micro)} micro-batches${pct}`;
-    return li;
-  }));
-  $("end-sha").textContent = d.sha || "—";
-  $("end-command").textContent = command || "daisychain train (the settings of this run)";
-  $("end-same").hidden = !command;
-  $("copy-command").hidden = !command;
-  $("end-card").hidden = false;
-  renderCheckpoint();
-}
-
-// -- checkpoints -------------------------------------------------------------------------------
-
-function renderCheckpoint() {
-  const c = state.checkpoint;
-  const host = !!state.room?.isHost && !state.pending;
-  const noDownload = c.busy || !mesh?.hasState() || state.run.state === "starting";
-  $("download-checkpoint").disabled = noDownload;
-  $("end-download").disabled = noDownload;
-  $("upload-checkpoint").disabled = c.busy || !host || !state.ready || state.run.state === "starting";
-  $("upload-label").title = host ? "" : "Only the host restores the room from a checkpoint.";
-  if (c.info) $("checkpoint-info").textContent = words(c.info);
-  showError("checkpoint-error", c.error);
-}
-
-function checkpointNote(text) {
-  state.checkpoint.info = text;
-  state.checkpoint.error = null;
-  event(text);
-  renderCheckpoint();
-}
-
-function checkpointError(text) {
-  state.checkpoint.error = text;
-  event(text, "error");
-  renderCheckpoint();
-}
-
-/** Any device holding the run: the replica's state -> a .pt download. */
-async function downloadCheckpoint() {
-  state.checkpoint.busy = true;
-  state.checkpoint.error = null;
-  renderCheckpoint();
-  try {
-    const snap = await mesh.snapshot();
-    const { bytes, filename, params_sha256: sha } = await exportCheckpoint(snap);
-    const url = URL.createObjectURL(new Blob([bytes], { type: "application/octet-stream" }));
-    const a = document.createElement("a");
-    a.href = url;
-    a.download = filename;
-    document.body.appendChild(a);
-    a.click();
-    a.remove();
-    setTimeout(() => URL.revokeObjectURL(url), 60_000);
-    state.checkpoint.saved.push({ filename, step: snap.step, sha });
-    checkpointNote(`Saved ${filename}: step ${snap.step}, params-sha256 ${sha}.`);
-  } catch (err) {
-    checkpointError(`The checkpoint could not be made: ${err.message}`);
-  } finally {
-    state.checkpoint.busy = false;
-    renderCheckpoint();
-  }
-}
-
-/** The host: a .pt -> checked by the server -> the room restored (or, before a run, the
- *  state the next Start begins from). A bad file changes nothing and says why. */
-async function uploadCheckpoint(file) {
-  state.checkpoint.busy = true;
-  state.checkpoint.error = null;
-  renderCheckpoint();
-  try {
-    const bytes = new Uint8Array(await file.arrayBuffer());
-    const restoring = mesh.canRestore();
-    const st = await importCheckpoint(bytes, restoring ? mesh.peer.identity : null);
-    if (restoring) {
-      const done = state.run.state === "done";
-      const steps = done ? readSettings().settings.steps : null; // a finished run goes on to the steps set below
-      await mesh.restore(st, steps);
-      state.checkpoint.restores.push({ name: file.name, step: st.step, sha: st.params_sha256 });
-      checkpointNote(`${file.name} restored the room: every device continues from step ${st.step} ` +
-        `(params-sha256 ${st.params_sha256}).`);
-    } else {
-      state.checkpoint.loaded = { ...st, name: file.name };
-      const s = settingsOf(st.identity);
-      const f = $("settings").elements;
-      if (s.task && f.task) f.task.value = s.task;
-      for (const [k, v] of Object.entries(s)) {
-        if (k === "layers" || k === "task") continue;
-        if (v !== null && v !== undefined && f[k]) f[k].value = String(v);
-      }
-      f.layers.value = s.layers && s.layers.length > 1 ? s.layers.join(",") : "";
-      const ds = state.datasets.find((d) => d.fingerprint === st.identity.dataset);
-      renderDatasets(ds?.fingerprint ?? state.datasets.find((d) => d.origin === "embedded" && d.task === s.task)?.fingerprint);
-      if (Number(f.steps.value) < st.step) f.steps.value = String(st.step);
-      validate();
-      checkpointNote(`${file.name} is checked and loaded (${st.identity.task}, step ${st.step}, params-sha256 ` +
-        `${st.params_sha256}). Start trains from step ${st.step} to the steps set below.`);
-    }
-  } catch (err) {
-    checkpointError(`${file.name} was not loaded: ${err.message}. Nothing was changed.`);
-  } finally {
-    state.checkpoint.busy = false;
-    renderCheckpoint();
-  }
-}
+import { $, ctx, defaultName, kindName, learnName, nameOf, now, running, state, words } from "./panels/store.js";
+import { announce, event, showError, status } from "./panels/events.js";
+import { deviceReason, renderDevice } from "./panels/device.js";
+import { renderChecklist, renderRoom, renderShare } from "./panels/room.js";
+import { renderMatrix, renderPeers } from "./panels/peers.js";
+import { chosenDataset, loadDatasets, renderDatasetInfo, renderDatasets, renderSettings, uploadData, validate } from "./panels/settings.js";
+import { chartAdd, newChart } from "./panels/chart_panel.js";
+import { liveAccuracy, newRun, renderCounters, renderRun, renderRunSoon, sayRunEnded } from "./panels/run.js";
+import { checkpointNote, downloadCheckpoint, offerTry, showEnd, tryCheckpoint, uploadCheckpoint } from "./panels/end.js";
 
 // -- bus -> DOM --------------------------------------------------------------------------------
 
@@ -839,6 +29,10 @@ bus.on("net:status", ({ state: s, text }) => {
 });
 bus.on("net:welcome", ({ id, resumed }) => {
   state.id = id;
+  state.online = true;
+  const queued = state.queuedRoomAction;
+  state.queuedRoomAction = null;
+  if (queued) setTimeout(queued, 0);
   if (state.device) state.names[id] = state.device.name;
   event(resumed ? "reconnected to the server" : "connected to the server");
 });
@@ -868,6 +62,9 @@ bus.on("net:room", (room) => {
 });
 bus.on("net:pending", ({ code }) => {
   state.pending = { code };
+  state.deniedCode = code;
+  state.denied = null;
+  showError("room-error", "");
   state.room = null;
   event(`asked to join room ${code}; waiting for the host`);
   renderRoom();
@@ -879,7 +76,10 @@ bus.on("net:join-request", ({ peer }) => {
 bus.on("net:error", ({ code, message }) => {
   state.error = words(message);
   if (code === "denied") {
-    state.denied = message;
+    const wait = /ask again in (\d+) s/.exec(message);
+    state.denied = { message, code: state.pending?.code || state.deniedCode || null,
+      until: wait ? now() + Number(wait[1]) : 0 };
+    state.room = null;
     state.pending = null;
     showError("room-error", `Not let in: ${message}.`);
     status(`Not let in: ${message}.`, true);
@@ -914,8 +114,8 @@ bus.on("links", ({ rows }) => {
 bus.on("room:links", (d) => { state.matrix = d; renderMatrix(); });
 bus.on("room:peers", (d) => {
   state.roomPeers = d;
-  for (const r of d.rows || []) if (r.name) state.names[r.id] = r.name;
-  renderRun();
+  for (const r of d.rows || []) learnName(r.id, r.name);
+  renderRunSoon();
 });
 bus.on("counters", (c) => {
   state.counters = c;
@@ -929,16 +129,16 @@ bus.on("run:preparing", (p) => {
   renderRun();
 });
 bus.on("run:handover", ({ step, host, hostName }) => {
-  if (hostName && host) state.names[host] = hostName;
+  if (hostName && host) learnName(host, hostName);
   handover(host, step);
 });
 bus.on("run:stopped", ({ by, byName, step }) => {
-  if (byName && by) state.names[by] = byName;
+  if (byName && by) learnName(by, byName);
   const who = by === state.id ? "you" : byName || nameOf(by);
   announce(`${who} stopped the run at step ${step}`, `stopped:${state.run.runId}`);
 });
 bus.on("room:left", ({ id, name }) => {
-  if (name) state.names[id] = name;
+  if (name) learnName(id, name);
   announce(`${name || nameOf(id)} left the room`, `left:${id}:${state.run.runId || ""}:${state.run.step}`);
 });
 
@@ -954,8 +154,11 @@ bus.on("run:state", (s) => {
   else if (fresh && !state.runStart) newRun();
   Object.assign(state.run, s);
   if (s.state === "running" && !state.runStart) state.runStart = { t: now(), step: s.step || 0 };
+  // a run that starts from a checkpoint counts its steps from there
+  else if (s.state === "running" && state.runStart && !state.times.length && Number.isFinite(s.step)) state.runStart.step = s.step;
   if (s.text) event(s.text, s.state === "refused" || s.state === "failed" ? "error" : "");
   if (["running", "starting"].includes(s.state)) status(s.text || "training");
+  if (s.state === "running") offerTry();
   renderRun();
 });
 bus.on("run:step", (s) => {
@@ -965,7 +168,8 @@ bus.on("run:step", (s) => {
   if (state.times.length > 200) state.times.splice(0, 100);
   chartAdd("loss", s.step, s.loss);
   if (Number.isFinite(s.accuracy)) chartAdd("accuracy", s.step, s.accuracy);
-  renderRun();
+  liveAccuracy(s.step);
+  renderRunSoon();
 });
 bus.on("run:done", (s) => {
   Object.assign(state.run, s);
@@ -975,6 +179,8 @@ bus.on("run:done", (s) => {
   event(s.text || "the run is done");
   renderRun();
   showEnd(s);
+  sayRunEnded(s);
+  offerTry();
   // a run that ends before its steps was stopped: said once, by run:stopped when it comes
   const runId = state.run.runId;
   if (Number.isFinite(state.run.steps) && s.step < state.run.steps) {
@@ -983,7 +189,7 @@ bus.on("run:done", (s) => {
   state.runStart = null;
 });
 bus.on("run:refused", ({ peer, name, message }) => {
-  if (name && peer) state.names[peer] = name;
+  learnName(peer, name);
   const text = peer === state.id ? message : words(message);
   state.refusals.push({ peer, message: text });
   const li = document.createElement("li");
@@ -995,7 +201,7 @@ bus.on("run:refused", ({ peer, name, message }) => {
     `refused:${peer}:${state.run.runId}:${text}`);
 });
 bus.on("run:log", ({ text, peer, name }) => {
-  if (name && peer) state.names[peer] = name;
+  learnName(peer, name);
   event(text);
 });
 bus.on("run:restored", (r) => {
@@ -1005,7 +211,7 @@ bus.on("run:restored", (r) => {
   renderRun();
 });
 bus.on("run:error", ({ message, peer, name }) => {
-  if (name && peer) state.names[peer] = name;
+  learnName(peer, name);
   state.error = words(message);
   showError("run-error", message);
   status(message, true);
@@ -1014,9 +220,14 @@ bus.on("run:error", ({ message, peer, name }) => {
 
 // -- DOM -> actions ----------------------------------------------------------------------------
 
-let net = null;
-let mesh = null;
 newChart();
+
+/** Do a room action now, or (while a rename reconnects to the server) once it is back. */
+function roomAction(fn, what) {
+  if (state.online !== false) return fn();
+  state.queuedRoomAction = fn;
+  status(`reconnecting after the rename: ${what} as soon as the server answers`);
+}
 
 function joinFromBox() {
   let code;
@@ -1028,8 +239,10 @@ function joinFromBox() {
     return;
   }
   showError("room-error", "");
-  net.join(code);
-  history.replaceState(null, "", `?room=${code}`);
+  roomAction(() => {
+    ctx.net.join(code);
+    history.replaceState(null, "", `?room=${code}`);
+  }, `asking to join ${code}`);
 }
 
 async function copyText(text, feedback) {
@@ -1050,8 +263,16 @@ async function copyText(text, feedback) {
 function wire() {
   $("create-room").onclick = () => {
     showError("room-error", "");
-    net.createRoom();
-    history.replaceState(null, "", location.pathname);
+    roomAction(() => {
+      ctx.net.createRoom();
+      history.replaceState(null, "", location.pathname);
+    }, "creating the private room");
+  };
+  $("ask-again").onclick = () => {
+    const code = state.denied?.code;
+    if (!code) return;
+    showError("room-error", "");
+    roomAction(() => ctx.net.join(code), `asking to join ${code} again`);
   };
   $("join-room").onclick = joinFromBox;
   $("join-code").addEventListener("keydown", (e) => {
@@ -1062,8 +283,10 @@ function wire() {
   });
   $("network-room").onclick = () => {
     showError("room-error", "");
-    net.join("network");
-    history.replaceState(null, "", location.pathname);
+    roomAction(() => {
+      ctx.net.join("network");
+      history.replaceState(null, "", location.pathname);
+    }, "joining the network room");
   };
   $("copy-link").onclick = async () => {
     if (await copyText($("room-link").href, "copy-feedback")) {
@@ -1086,7 +309,8 @@ function wire() {
     localStorage.setItem("daisychain.name", name);
     state.device.name = name;
     if (state.id) state.names[state.id] = name;
-    net.update({ name });
+    state.online = false; // the rename reconnects: room clicks wait for the server (roomAction)
+    ctx.net.update({ name });
     event(`renamed to ${name}`);
   };
   $("f-task").addEventListener("change", () => {
@@ -1098,6 +322,7 @@ function wire() {
     validate();
   });
   $("f-dataset").addEventListener("change", () => {
+    renderDatasetInfo();
     const ds = chosenDataset();
     if (ds) $("f-task").value = ds.task;
     validate();
@@ -1117,9 +342,12 @@ function wire() {
       return;
     }
     showError("run-error", "");
+    if (typeof Notification === "function" && Notification.permission === "default") {
+      Notification.requestPermission().catch(() => {});
+    }
     const resume = state.checkpoint.loaded;
     state.settingsUsed = settings;
-    mesh.start(settings, resume).then(() => {
+    ctx.mesh.start(settings, resume).then(() => {
       if (resume) {
         state.checkpoint.loaded = null;
         checkpointNote(`The run goes on from ${resume.name} (step ${resume.step}).`);
@@ -1127,6 +355,15 @@ function wire() {
     }).catch((err) => bus.emit("run:error", { message: err.message }));
   };
   $("download-checkpoint").onclick = () => downloadCheckpoint();
+  $("try-it").onclick = () => {
+    $("try-panel").scrollIntoView({ block: "start" });
+    $("try-title").focus?.();
+  };
+  $("try-checkpoint").onchange = (e) => {
+    const file = e.target.files?.[0];
+    e.target.value = "";
+    if (file) tryCheckpoint(file);
+  };
   $("end-download").onclick = () => downloadCheckpoint();
   $("copy-command").onclick = () => copyText($("end-command").textContent, "command-feedback");
   $("back-to-settings").onclick = () => {
@@ -1140,8 +377,8 @@ function wire() {
     e.target.value = ""; // choosing the same file again is a new upload
     if (file) uploadCheckpoint(file);
   };
-  $("stop").onclick = () => mesh.stop("the host stopped the run");
-  $("log-scale").onchange = (e) => chart.setLog(e.target.checked);
+  $("stop").onclick = () => ctx.mesh.stop("the host stopped the run");
+  $("log-scale").onchange = (e) => ctx.chart.setLog(e.target.checked);
   // numbers that change with time (step rate, time left) without a new event
   setInterval(() => { if (state.run.state === "running") renderRun(); }, 1000);
 }
@@ -1164,12 +401,15 @@ async function main() {
   state.device = { ...device, name };
   renderDevice();
   event(`self-test: ${deviceReason(device)}`);
-  net = new Network(bus, { name, kind: device.kind, capacity: device.capacity, room });
-  mesh = new Mesh(bus, net, device);
-  window.__daisy.mesh = mesh; // its state, for reading
+  ctx.net = new Network(bus, { name, kind: device.kind, capacity: device.capacity, room });
+  ctx.mesh = new Mesh(bus, ctx.net, device);
+  window.__daisy.mesh = ctx.mesh; // its state, for reading
+  ctx.tryPanel = new TryPanel($("try-panel"));
+  window.__tryPanel = ctx.tryPanel; // for tests (not in window.__daisy: it holds a model)
+  offerTry();
   wire();
   datasets.then(() => validate());
-  await net.start();
+  await ctx.net.start();
   state.ready = !!state.room;
   renderSettings();
   renderChecklist();
@@ -1177,7 +417,7 @@ async function main() {
 
 // Closing the only replica of a running run loses it: ask first (the others keep it alive).
 window.addEventListener("beforeunload", (e) => {
-  const busy = running() && mesh?.hasState();
+  const busy = running() && ctx.mesh?.hasState();
   const others = Object.values(state.links).some((s) => s === "open");
   if (busy && !others) {
     e.preventDefault();

@@ -18,9 +18,10 @@ import { withCredential } from "./uploads.js";
 import { openPaths } from "./engine/paths.js";
 import { choosePath } from "./gpu.js";
 import { makeHyper, modelFor, ModelSpec } from "./engine/spec.js";
-import { paramsSha256, runId, runIdentity, Trainer } from "./engine/trainer.js";
+import { paramsSha256, runId, runIdentity } from "./engine/trainer.js";
 import * as W from "./frames.js";
 import { identityDifferences, RunPeer } from "./runpeer.js";
+import { createTrainer } from "./worker/trainer_proxy.js";
 
 // -- self-test -----------------------------------------------------------------------------
 
@@ -203,7 +204,7 @@ export class Mesh {
   _makeTrainer(identity, ds) {
     const spec = ModelSpec.fromJson(identity.model);
     const hyper = makeHyper(identity.hyper);
-    return Trainer.create({ spec, hyper, dataset: ds, luts: this.device.luts, units: this.device.units });
+    return createTrainer({ spec, hyper, dataset: ds, luts: this.device.luts, units: this.device.units, kind: this.device.kind });
   }
 
   /** Run `fn` (returning RunPeer outputs) after everything queued before it. */
@@ -584,7 +585,7 @@ export class Mesh {
     }
     this._preparing("model", 1, 4, "building the model");
     const spec = modelFor(ds, layers ?? hidden, 16);
-    const trainer = await Trainer.create({ spec, hyper, dataset: ds, luts: this.device.luts, units: this.device.units });
+    const trainer = await createTrainer({ spec, hyper, dataset: ds, luts: this.device.luts, units: this.device.units, kind: this.device.kind });
     this._preparing("identity", 2, 4, "hashing the run identity");
     const identity = runIdentity(spec, hyper, ds, this.device.luts);
     const id = await runId(identity);
@@ -686,6 +687,7 @@ function loadState(tr, st) {
 
 /** Trainer.contribute on a parameter snapshot, for micro-batch ids `micro` of `step`. */
 export async function contributeAt(tr, theta, step, micro) {
+  if (tr.contributeAt) return tr.contributeAt(theta, step, micro); // worker/trainer_proxy.js
   const grad = new Float64Array(tr.layout.size);
   const loss = new Float64Array(micro.length);
   const correct = new Int32Array(micro.length);

@@ -115,7 +115,8 @@ function showPath(name, info) {
   const label = { gpu: "WebGPU kernels", cpu: "JS units (fast GEMM)", "cpu-lut": "JS units (table GEMM)" }[name] || name;
   if (info.disabled) {
     li.className = info.tried ? "fail" : "off";
-    li.textContent = `${label}: disabled — ${info.disabled}`;
+    // the reason WebGPU is missing is said once, in the status above
+    li.textContent = info.tried ? `${label}: disabled — ${info.disabled}` : `${label}: not available on this device (why: above)`;
   } else {
     li.className = "pass";
     li.textContent = `${label}: all golden vectors pass; unit GEMM ${info.gemm.gops.toFixed(3)} GOP/s, ` +
@@ -176,9 +177,8 @@ async function main() {
     for (const [name, info] of Object.entries(result.paths)) showPath(name, info);
     const gpuOk = result.usable_paths.includes("gpu");
     $("status").textContent = gpuOk
-      ? "This device is OK: the WebGPU kernels and the JS units give the golden results."
-      : `This device can train on the JS units (CPU). ${result.webgpu.available ? "The WebGPU path failed its self-test"
-        : "WebGPU is not available here"}: ${result.paths.gpu.disabled}`;
+      ? "The WebGPU kernels and the JS units give the golden results."
+      : `${result.webgpu.available ? "The WebGPU path failed its self-test" : "WebGPU is not available here"}.`;
     result.micro_batch_rate = Math.max(0, ...result.usable_paths.map((p) => result.paths[p].micro_batch_rate));
     // The path a tab computes on: the faster of the two that passed (as the page chooses).
     const rate = (p) => (result.usable_paths.includes(p) ? result.paths[p].micro_batch_rate : null);
@@ -189,6 +189,10 @@ async function main() {
         gpuWhy: result.paths.gpu.disabled, cpuWhy: result.paths.cpu.disabled })
       : { path: null, reason: "neither path passed its self-test", rates: { gpu: null, cpu: null }, ratio: null };
     $("status").textContent += ` A tab computes on the faster path: ${result.choice.reason}.`;
+    const on = { gpu: "WebGPU", cpu: "the JS units" }[result.choice.path];
+    $("verdict").textContent = on ? `This device is OK: it can train with DaisyChain (on ${on}).`
+      : "This device cannot train: neither compute path passed its self-test.";
+    $("verdict").className = on ? "pass" : "fail";
     log(`choice: ${result.choice.reason}`);
     if (params.has("task") || params.has("steps")) await runTraining(result, { params, luts, opened });
   } catch (err) {
@@ -196,6 +200,8 @@ async function main() {
     if (result.training && !result.training.params_sha256) result.training.error = result.error;
     $("status").textContent = `Self-test failed: ${result.error}`;
     $("status").className = "fail";
+    $("verdict").textContent = "This device cannot train with DaisyChain: the self-test failed (below).";
+    $("verdict").className = "fail";
     console.error(err);
   }
   result.ready = true;

@@ -2,7 +2,11 @@
 
 /** 1234567 -> "1,234,567" (the same in every locale, so tests and screenshots read alike). */
 export function count(n) {
-  return Number.isFinite(n) ? Math.round(n).toLocaleString("en-US") : "—";
+  if (!Number.isFinite(n)) return "—";
+  // as toLocaleString("en-US"), which is slow enough to show when called at every step
+  const r = Math.round(n);
+  const digits = String(Math.abs(r)).replace(/\B(?=(\d{3})+(?!\d))/g, ",");
+  return r < 0 ? `-${digits}` : digits;
 }
 
 /** Seconds -> "45 s", "3 min 05 s", "2 h 07 min". */
@@ -57,4 +61,34 @@ export function namesForIds(text, names) {
     if (id && id.length >= 6 && name && out.includes(id)) out = out.split(id).join(name);
   }
   return out;
+}
+
+/** A loss with its significant digits: 2.3026, 0.0412, 0.000123, 3.45e-7 (never "0.0000"). */
+export function loss(x) {
+  if (!Number.isFinite(x)) return "—";
+  if (x === 0) return "0";
+  const a = Math.abs(x);
+  if (a >= 0.01) return x.toFixed(4);
+  if (a >= 1e-5) return String(Number(x.toPrecision(3)));
+  return x.toExponential(2);
+}
+
+/** An accuracy in [0, 1] -> "93.10%". */
+export function percent(x) {
+  return Number.isFinite(x) ? `${(x * 100).toFixed(2)}%` : "—";
+}
+
+/** A device's measured speed, in words a newcomer reads: "812.5 micro-batches/s (16 samples each)". */
+export function rate(capacity, microBatch = 16) {
+  return Number.isFinite(capacity) ? `${capacity.toFixed(1)} micro-batches/s (${microBatch} samples each)` : "—";
+}
+
+/** A compute-path reason in a newcomer's words (the engine's own words name the API calls). */
+export function plainReason(text) {
+  return String(text ?? "")
+    .replace(/WebGPU is present but requestAdapter\(\) returned null: no usable GPU adapter \(([^)]*)\)/g,
+      "no WebGPU here: the browser found no graphics chip it may use ($1)")
+    .replace(/this browser has no WebGPU \(navigator\.gpu is missing\)/g, "this browser has no WebGPU")
+    .replace(/WebGPU requestAdapter\(\) failed: /g, "the browser could not open the graphics chip for WebGPU: ")
+    .replace(/WebGPU requestDevice\(\) failed: /g, "the graphics chip refused WebGPU: ");
 }

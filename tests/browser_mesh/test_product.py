@@ -167,6 +167,9 @@ def test_phone_scans_the_qr_joins_and_trains_on_the_hosts_file(browser_cpu, lan_
         assert host.page.inner_text("#err-batch") == "" and host.page.inner_text("#err-layers") == ""
 
         host.page.click("#start")
+        # as the run starts, the phone sees the progress at the top of its window (issue 23)
+        phone.wait("""(() => { const b = document.getElementById('runbar'); if (b.hidden) return false;
+          const r = b.getBoundingClientRect(); return r.height > 0 && r.top >= 0 && r.bottom < innerHeight; })()""", 30_000)
         for t in (host, phone):
             t.wait("window.__daisy.run.step >= 3 && window.__daisy.chart.loss.length >= 3", 120_000)
         assert phone.page.evaluate(NO_SIDE_SCROLL)  # mid-run, the phone still fits
@@ -177,6 +180,13 @@ def test_phone_scans_the_qr_joins_and_trains_on_the_hosts_file(browser_cpu, lan_
             t.wait("window.__daisy.run.state === 'done'", 180_000)
             t.wait("!document.getElementById('end-card').hidden")
         assert phone.page.evaluate(NO_SIDE_SCROLL)
+        # both end cards say who computed how much alike, adding up to the run's micro-batches;
+        # the card holds the focus; only the host is offered "Back to settings" (issue 23)
+        cards = [{w["id"]: w["micro"] for w in t.state("window.__daisy.end.who")} for t in (host, phone)]
+        assert cards[0] == cards[1] and sum(cards[0].values()) == RUN["steps"] * RUN["batch"] // RUN["micro_batch"], cards
+        for t in (host, phone):
+            assert t.page.evaluate("document.activeElement.id") == "end-card"
+        assert host.page.is_visible("#back-to-settings") and not phone.page.is_visible("#back-to-settings")
 
         # the run trained on the host's file, and the end card's command makes the same hash
         identity = host.page.evaluate("window.__daisy.mesh.peer.identity")

@@ -1,0 +1,202 @@
+// The room: its code and join link (QR), who asks to join, the three steps, a denied guest.
+// A panel of the page (app.js wires the bus to them): it owns its part of the DOM and reads
+// the one store (store.js state).
+
+import * as F from "../ui_format.js";
+import { $, ctx, kindName, nameOf, now, state } from "./store.js";
+import { event } from "./events.js";
+import { renderMatrix, renderPeers } from "./peers.js";
+import { renderSettings } from "./settings.js";
+
+// -- the room and sharing it ------------------------------------------------------------------
+
+export function roomLink(code) {
+  const url = new URL(location.href);
+  url.search = `?room=${code}`;
+  url.hash = "";
+  return url.toString();
+}
+
+export function renderCode(el, code) {
+  el.replaceChildren();
+  const groups = F.codeGroups(code);
+  if (!groups.length || !/-/.test(code)) {
+    el.textContent = code || "—";
+    return;
+  }
+  el.setAttribute("aria-label", code.split("").join(" "));
+  groups.forEach((g, i) => {
+    if (i) {
+      const s = document.createElement("span");
+      s.className = "sep";
+      s.textContent = "-";
+      el.appendChild(s);
+    }
+    const span = document.createElement("span");
+    span.className = "group";
+    span.textContent = g;
+    el.appendChild(span);
+  });
+}
+
+export function renderRoom() {
+  const r = state.room;
+  const waiting = !!state.pending;
+  $("waiting").hidden = !waiting;
+  if (waiting) {
+    $("waiting-text").textContent = `You asked to join room ${state.pending.code}. ` +
+      "The host sees your device and decides; this page continues by itself once you are let in.";
+    renderCode($("room-code"), state.pending.code);
+    $("room-info").textContent = "Waiting for approval.";
+  } else if (state.denied && !r) {
+    $("room-info").textContent = "Not let in: the host declined. Ask again, or create a room of your own.";
+  } else if (r) {
+    const n = r.members.length;
+    const hostName = r.isHost ? "you are the host" : `${nameOf(r.host)} is the host`;
+    $("room-info").textContent = r.room === "private"
+      ? `Private room — ${n} device${n === 1 ? "" : "s"}, ${hostName}.`
+      : `Network room: the devices on your network — ${n} here, ${hostName}.`;
+    if (r.code) renderCode($("room-code"), r.code);
+    else $("room-code").textContent = "network room (no code)";
+  }
+  $("denied-row").hidden = !(state.denied && !r && !waiting);
+  renderAskAgain();
+  const code = !waiting && r?.room === "private" ? r.code : null;
+  $("share-box").hidden = !code;
+  if (code && state.share.code !== code) loadShare(code);
+  const host = !!r?.isHost;
+  $("approvals-panel").hidden = !(host && r.room === "private");
+  renderApprovals();
+  renderPeers();
+  renderMatrix();
+  renderSettings();
+  renderChecklist();
+}
+
+/** "Ask to join again", counting down while the server's cool-down after a refusal lasts. */
+export function renderAskAgain() {
+  const left = state.denied ? Math.ceil(state.denied.until - now()) : 0;
+  $("ask-again").disabled = left > 0;
+  $("ask-again").textContent = left > 0 ? `Ask to join again (in ${left} s)` : "Ask to join again";
+  if (left > 0) {
+    clearTimeout(renderAskAgain.timer);
+    renderAskAgain.timer = setTimeout(renderAskAgain, 1000);
+  }
+}
+
+/** The join links other devices can reach (GET /share), the QR code of the chosen one. */
+export async function loadShare(code) {
+  state.share = { links: [{ url: roomLink(code), label: "this page's address", lan: false }], note: "",
+    chosen: 0, copied: false, code };
+  renderShare();
+  try {
+    const resp = await fetch(`/share?room=${encodeURIComponent(code)}`, { cache: "no-store" });
+    if (!resp.ok) throw new Error(`HTTP ${resp.status}`);
+    const body = await resp.json();
+    if (state.share.code !== code) return;
+    if (Array.isArray(body.links) && body.links.length) state.share.links = body.links;
+    state.share.note = body.note || "";
+  } catch (err) {
+    console.warn(`share: /share did not answer (${err.message}); the page's own address is the link`);
+  }
+  renderShare();
+}
+
+export function isLoopbackPage() {
+  const h = location.hostname.replace(/^\[|\]$/g, "");
+  return h === "localhost" || h.endsWith(".localhost") || /^127\./.test(h) || h === "::1";
+}
+
+export function renderShare() {
+  const s = state.share;
+  if (!s.code) return;
+  const link = s.links[Math.min(s.chosen, s.links.length - 1)];
+  const a = $("room-link");
+  a.textContent = link.url;
+  a.href = link.url;
+  const origin = new URL(link.url).origin;
+  const src = `/share/qr.svg?room=${encodeURIComponent(s.code)}&origin=${encodeURIComponent(origin)}`;
+  if ($("room-qr").getAttribute("src") !== src) $("room-qr").src = src;
+  $("room-qr").alt = `QR code of ${link.url}`;
+  const sel = $("share-choice");
+  $("share-choice-row").hidden = s.links.length < 2;
+  sel.replaceChildren(...s.links.map((l, i) => {
+    const o = document.createElement("option");
+    o.value = String(i);
+    o.textContent = `${l.label} — ${new URL(l.url).host}`;
+    return o;
+  }));
+  sel.value = String(s.chosen);
+  const notes = [];
+  if (isLoopbackPage() && s.links.some((l) => l.lan)) {
+    notes.push("You opened this page on localhost, which other devices cannot reach: the link and the QR code use this machine's LAN address.");
+  } else if (isLoopbackPage() && !s.note) notes.push("You opened this page on localhost, which other devices cannot reach.");
+  if (s.note) notes.push(s.note);
+  else if (s.links.some((l) => l.lan)) {
+    notes.push("A page opened on a LAN address over plain http trains on the JS units (browsers keep WebGPU for secure contexts: https or localhost).");
+  }
+  $("share-note").textContent = notes.join(" ");
+  $("share-link").hidden = typeof navigator.share !== "function";
+}
+
+export function renderApprovals() {
+  const ul = $("approvals");
+  ul.replaceChildren();
+  const list = state.room?.pending || [];
+  if (!list.length) {
+    const li = document.createElement("li");
+    li.className = "hint";
+    li.textContent = "Nobody is waiting.";
+    ul.appendChild(li);
+    return;
+  }
+  for (const dev of list) {
+    state.names[dev.id] = dev.name;
+    const li = document.createElement("li");
+    li.dataset.peer = dev.id;
+    const label = document.createElement("span");
+    label.textContent = `${dev.name} — ${kindName(dev.kind)}, ${F.rate(dev.capacity)}`;
+    const yes = document.createElement("button");
+    yes.className = "approve";
+    yes.type = "button";
+    yes.textContent = "Approve";
+    yes.setAttribute("aria-label", `Approve ${dev.name}`);
+    yes.onclick = () => { ctx.net.approve(dev.id); event(`you let ${dev.name} in`); };
+    const no = document.createElement("button");
+    no.className = "deny";
+    no.type = "button";
+    no.textContent = "Deny";
+    no.setAttribute("aria-label", `Deny ${dev.name}`);
+    no.onclick = () => { ctx.net.deny(dev.id); event(`you declined ${dev.name}`); };
+    li.append(label, yes, no);
+    ul.appendChild(li);
+  }
+}
+
+// -- the checklist -----------------------------------------------------------------------------
+
+export function renderChecklist() {
+  const d = state.device;
+  const r = state.room;
+  const ready = !!d && !!r;
+  const shared = !!r && (r.members.length > 1 || (r.room === "private" && state.share.copied));
+  const started = ["running", "done"].includes(state.run.state) || state.run.step > 0;
+  const set = (id, done, text) => {
+    $(id).classList.toggle("done", done);
+    $(`${id}-text`).textContent = text;
+  };
+  const guest = !!r && !r.isHost;
+  const waitingWhy = state.pending ? "; waiting for the host to let you in" : state.denied ? "; not let in" : "; connecting…";
+  set("check-ready", ready, !d ? "the self-test is running"
+    : `computes on ${d.kind === "webgpu" ? "WebGPU" : "the JS units"}, ${F.rate(d.capacity)}${r ? "" : waitingWhy}`);
+  set("check-share", shared || guest, state.pending ? "the host of the room decides whether you join"
+    : state.denied ? "the host declined: ask again, or create a room of your own"
+    : guest ? `you are in ${nameOf(r.host)}'s room`
+    : !r ? "create a private room, then let others scan its code"
+    : r.members.length > 1 ? `${r.members.length} devices in the room`
+      : r.room === "private" ? "show the QR code or send the link; approve who asks" : "create a private room, or wait for devices on your network");
+  set("check-start", started, started ? (state.run.state === "done" ? "the run is done" : "the run is going")
+    : r?.isHost ? "pick the data below and press Start training" : "the host starts the run; this page follows by itself");
+  const first = [["check-ready", ready], ["check-share", shared || guest], ["check-start", started]].find(([, ok]) => !ok);
+  for (const id of ["check-ready", "check-share", "check-start"]) $(id).classList.toggle("now", first?.[0] === id);
+}

@@ -1,0 +1,187 @@
+// The run settings: data sets, an uploaded file, every field checked as `daisychain train` does.
+// A panel of the page (app.js wires the bus to them): it owns its part of the DOM and reads
+// the one store (store.js state).
+
+import * as F from "../ui_format.js";
+import { makeHyper, parseLayers } from "../engine/spec.js";
+import { checkSetting } from "../settings_check.js";
+import { postUpload, withCredential } from "../uploads.js";
+import { $, running, state } from "./store.js";
+import { event } from "./events.js";
+import { renderCheckpoint } from "./end.js";
+
+// -- settings, datasets, uploads --------------------------------------------------------------
+
+export const FIELDS = ["dataset", "data_file", "task", "steps", "layers", "hidden", "batch", "micro_batch", "lr", "seed"];
+
+export function renderSettings() {
+  const host = !!state.room?.isHost && !state.pending;
+  const busy = running();
+  $("start").disabled = !host || busy || !state.ready;
+  $("stop").disabled = !host || !busy;
+  for (const el of $("settings").elements) el.disabled = !host || busy;
+  renderCheckpoint();
+  $("settings-hint").textContent = host
+    ? "You are the host: choose the data and the model and start; every device trains the same model."
+    : "The host chooses these settings and starts the run.";
+}
+
+export function datasetLabel(d) {
+  const size = `${F.count(d.train)} train / ${F.count(d.test)} test`;
+  return `${d.name} (${d.task}, ${size})`;
+}
+
+export function renderDatasets(selectFp = null) {
+  const sel = $("f-dataset");
+  const keep = selectFp ?? sel.value;
+  sel.replaceChildren();
+  if (!state.datasets.length) {
+    const o = document.createElement("option");
+    o.value = "";
+    o.textContent = "the embedded set of the task";
+    sel.appendChild(o);
+    return;
+  }
+  const groups = { embedded: "Built in", server: "Started with the server", upload: "Sent from a device" };
+  for (const [origin, label] of Object.entries(groups)) {
+    const list = state.datasets.filter((d) => d.origin === origin);
+    if (!list.length) continue;
+    const g = document.createElement("optgroup");
+    g.label = label;
+    for (const d of list) {
+      const o = document.createElement("option");
+      o.value = d.fingerprint;
+      o.textContent = d.name; // the sizes go under the list (a long option is cut in a narrow card)
+      o.title = datasetLabel(d);
+      g.appendChild(o);
+    }
+    sel.appendChild(g);
+  }
+  const task = $("f-task").value;
+  const pick = state.datasets.find((d) => d.fingerprint === keep)
+    || state.datasets.find((d) => d.origin === "embedded" && d.task === task) || state.datasets[0];
+  sel.value = pick.fingerprint;
+  renderDatasetInfo();
+}
+
+export function renderDatasetInfo() {
+  const d = chosenDataset();
+  $("dataset-info").textContent = d ? `${d.task} task: ${F.count(d.train)} training and ${F.count(d.test)} test samples, ${d.classes} classes` : "";
+}
+
+export function chosenDataset() {
+  return state.datasets.find((d) => d.fingerprint === $("f-dataset").value) || null;
+}
+
+export async function loadDatasets() {
+  try {
+    const resp = await fetch("/datasets", { cache: "no-store", headers: withCredential() });
+    if (!resp.ok) throw new Error(`HTTP ${resp.status}`);
+    const body = await resp.json();
+    state.datasets = Array.isArray(body.datasets) ? body.datasets : [];
+    state.maxUpload = Number.isFinite(body.max_upload_bytes) ? body.max_upload_bytes : null;
+  } catch (err) {
+    console.warn(`datasets: /datasets did not answer (${err.message}); the embedded sets only`);
+  }
+  state.datasetsLoaded = true;
+  renderDatasets();
+  $("data-file-hint").textContent = state.maxUpload
+    ? `at most ${F.count(state.maxUpload / 1024)} KiB; the server turns it into the text task's data (as daisychain train --data FILE)`
+    : "the server turns it into the text task's data (as daisychain train --data FILE)";
+}
+
+export const UPLOAD_NAME = /^[A-Za-z0-9][A-Za-z0-9._ -]{0,79}$/;
+
+export async function uploadData(file) {
+  setFieldError("data_file", "");
+  const ext = (file.name.match(/\.[^.]+$/) || [""])[0].toLowerCase();
+  if (![".txt", ".csv"].includes(ext)) return setFieldError("data_file", `${file.name} is not a .txt or .csv file`);
+  if (!UPLOAD_NAME.test(file.name)) {
+    return setFieldError("data_file", "rename the file: letters, digits, . _ - and spaces only (at most 80 characters)");
+  }
+  if (state.maxUpload && file.size > state.maxUpload) {
+    return setFieldError("data_file", `${file.name} is ${F.count(file.size / 1024)} KiB, over the ${F.count(state.maxUpload / 1024)} KiB limit`);
+  }
+  if (!file.size) return setFieldError("data_file", `${file.name} is empty`);
+  $("data-file-hint").textContent = `sending ${file.name} (${F.count(file.size)} bytes)…`;
+  try {
+    const resp = await postUpload(`/datasets/upload?name=${encodeURIComponent(file.name)}`, file, { "Content-Type": "application/octet-stream" });
+    if (!resp.ok) {
+      const why = (await resp.text()).trim() || `HTTP ${resp.status}`;
+      throw new Error(why.replace(/^\d{3}: [A-Za-z ]+\s*/, ""));
+    }
+    const entry = await resp.json();
+    state.upload = entry;
+    state.datasets = [entry, ...state.datasets.filter((d) => d.fingerprint !== entry.fingerprint)];
+    $("f-task").value = entry.task;
+    renderDatasets(entry.fingerprint);
+    $("data-file-hint").textContent = `${entry.name}: ${F.count(entry.train)} training and ${F.count(entry.test)} test samples, ` +
+      `${entry.classes} classes, fingerprint ${entry.fingerprint.slice(0, 12)}…`;
+    event(`${entry.name} is on the server: ${F.count(entry.train)} training samples (fingerprint ${entry.fingerprint.slice(0, 12)}…)`);
+    validate();
+  } catch (err) {
+    $("data-file-hint").textContent = "";
+    setFieldError("data_file", `${file.name} was not taken: ${err.message}`);
+  }
+}
+
+export function setFieldError(name, text) {
+  if (text) state.fieldErrors[name] = text;
+  else delete state.fieldErrors[name];
+  const el = $(`err-${name}`);
+  if (!el) return;
+  el.textContent = text || "";
+  el.closest(".field")?.classList.toggle("invalid", !!text);
+  const input = $("settings").elements[name];
+  if (input) input.setAttribute("aria-invalid", text ? "true" : "false");
+}
+
+/** The settings form -> {settings, errors: {field: message}}, with the rules of
+ *  engine/settings.py and spec.py (Hyper.validate, parse_layers). */
+export function readSettings() {
+  const f = $("settings").elements;
+  const errors = {};
+  const num = (name, label) => { // the ranges of daisychain/engine/settings.py (settings_check.js)
+    const { value, error } = checkSetting(name, f[name].value);
+    if (error) errors[name] = `${label} ${error}`;
+    return value;
+  };
+  const steps = num("steps", "steps");
+  const seed = num("seed", "the seed");
+  const batch = num("batch", "the batch");
+  const micro = num("micro_batch", "the micro-batch");
+  const hidden = num("hidden", "hidden");
+  const lr = num("lr", "the learning rate");
+  if (!errors.batch && !errors.micro_batch && batch % micro) {
+    errors.batch = `the batch (${batch}) must be a multiple of the micro-batch (${micro})`;
+  }
+  if (!errors.batch && !errors.micro_batch && !errors.seed && !errors.lr) {
+    try {
+      makeHyper({ seed, batch, micro_batch: micro, lr });
+    } catch (err) {
+      errors.batch = err.message;
+    }
+  }
+  let layers = null;
+  const lt = f.layers.value.trim();
+  if (lt) {
+    try {
+      layers = parseLayers(lt);
+    } catch (err) {
+      errors.layers = err.message.replace("--layers takes", "takes");
+    }
+  }
+  const task = f.task.value;
+  const ds = chosenDataset();
+  if (state.datasets.length && !ds) errors.dataset = "choose the data to train on";
+  else if (ds && ds.task !== task) errors.dataset = `${ds.name} is data of the ${ds.task} task, not ${task}`;
+  if (state.fieldErrors.data_file) errors.data_file = state.fieldErrors.data_file;
+  const settings = { task, steps, seed, batch, micro_batch: micro, lr, hidden, layers, dataset: ds };
+  return { settings, errors };
+}
+
+export function validate() {
+  const { settings, errors } = readSettings();
+  for (const name of FIELDS) if (name !== "data_file") setFieldError(name, errors[name] || "");
+  return { settings, errors };
+}
