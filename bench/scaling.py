@@ -371,6 +371,8 @@ def main() -> None:
     ap.add_argument("--image-batch", type=_batches, default="64,256", help="with --task image: batches")
     ap.add_argument("--image-steps", type=int, default=60, help="with --task image: steps at batch 64 "
                     "(fewer at larger batches: 64 * this / batch, at least 24)")
+    ap.add_argument("--switch-s", type=float, default=None,
+                    help="with --task image: each round also runs 2 peers with this sys.setswitchinterval")
     ap.add_argument("--rounds", type=int, default=2, help="with --task image: rounds, each 1 then 2 peers")
     args = ap.parse_args()
     if args.task == "image" and not args.report:

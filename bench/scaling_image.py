@@ -52,11 +52,16 @@ def main_image(args) -> None:
             for net in nets:
                 rate, delay = NETS[net]
                 for run, rargs in runs.items():
-                    for n in (1, 2):
-                        tag = f"img-{rnd}-{net}-{run.replace(' ', '')}-{n}"
+                    for n, switch in ((1, None), (2, None), *(((2, args.switch_s),) if args.switch_s else ())):
+                        tag = f"img-{rnd}-{net}-{run.replace(' ', '')}-{n}{'-sw' if switch else ''}"
                         print(f"[scaling] {tag}", file=sys.stderr, flush=True)
-                        r = run_mesh(tmp, n, rargs, rate, delay, tag)
-                        r.update(net=net, run=run, round=rnd, load=os.getloadavg()[0])
+                        if switch:  # each daisy-peer's sys.setswitchinterval (bench/scaling_peer.py)
+                            os.environ["SCALING_SWITCH_S"] = str(switch)
+                        try:
+                            r = run_mesh(tmp, n, rargs, rate, delay, tag)
+                        finally:
+                            os.environ.pop("SCALING_SWITCH_S", None)
+                        r.update(net=net, run=run, round=rnd, load=os.getloadavg()[0], switch_s=switch)
                         results["mesh"].append(r)
                         print(f"[scaling] {tag}: {r['step_s'] * 1e3:.1f} ms/step", file=sys.stderr, flush=True)
         results["raw"] = {}
@@ -94,33 +99,37 @@ def report_image(results: dict) -> str:
                     and b["round"] == r["round"])
         ratio = base["step_s"] / r["step_s"]
         if r["n"] == 2:
-            ratios.setdefault((r["run"], r["net"]), []).append(ratio)
+            ratios.setdefault((r["run"], r["net"], r.get("switch_s")), []).append(ratio)
         split = "; ".join(f"{p['compute_wall'] * 1e3:.1f} / {p['encode'] * 1e3:.1f} / {p['decode'] * 1e3:.1f}"
                           f" / {p['apply'] * 1e3:.1f} / {max(0.0, r['step_s'] - _work(p)) * 1e3:.1f}"
                           for p in r["peers"])
         same = r["hash"] == base["hash"] and r["hashes_agree"]
-        rows.append(f"| {r['round'] + 1} | {r['run']} | {NET_NAMES[r['net']]} | {r['n']} | "
+        peers = f"{r['n']}" + (f" (switch interval {r['switch_s'] * 1e3:g} ms)" if r.get("switch_s") else "")
+        rows.append(f"| {r['round'] + 1} | {r['run']} | {NET_NAMES[r['net']]} | {peers} | "
                     f"{meta['batch'][r['run']] / r['step_s']:,.0f} | {r['step_s'] * 1e3:.1f} | {ratio:.2f}x | "
                     f"{split} | {r['bytes_per_step']:,.0f} | {r['load']:.1f} | {'yes' if same else 'NO'} |")
-    summary = ["| run | network | 2 peers vs 1, each round | median | goal (issue 19) |", "|---|---|---|---|---|"]
+    summary = ["| run | network | 2 peers | 2 peers vs 1, each round | median | goal (issue 19) |",
+               "|---|---|---|---|---|---|"]
     goal = {64: 1.3, 256: 1.6}
-    for (run, net), rs in ratios.items():
+    for (run, net, sw), rs in ratios.items():
         g = goal.get(meta["batch"][run])
         med = statistics.median(rs)
-        summary.append(f"| {run} | {NET_NAMES[net]} | {', '.join(f'{x:.2f}x' for x in rs)} | {med:.2f}x | "
+        how = f"switch interval {sw * 1e3:g} ms" if sw else "as shipped"
+        summary.append(f"| {run} | {NET_NAMES[net]} | {how} | {', '.join(f'{x:.2f}x' for x in rs)} | {med:.2f}x | "
                        + (f">= {g}x: {'met' if med >= g else 'NOT met'}" if g else "") + " |")
     limit = ["| run | network | compute per micro-batch c ms (1 peer) | micro-batches M | "
              "link L ms (2 peers: member's step minus its own work) | best a 2-peer star allows: "
              "T1 / max((M c + L) / 2, L + c) | measured (median) |", "|---|---|---|---|---|---|---|"]
-    for (run, net), rs in ratios.items():
+    for (run, net, sw), rs in ratios.items():
         ones = [r for r in mesh if r["run"] == run and r["net"] == net and r["n"] == 1]
-        twos = [r for r in mesh if r["run"] == run and r["net"] == net and r["n"] == 2]
+        twos = [r for r in mesh if r["run"] == run and r["net"] == net and r["n"] == 2
+                and r.get("switch_s") == sw]
         m = meta["n_micro"][run]
         c = statistics.median(r["peers"][0]["compute_wall"] for r in ones) / m
         link = statistics.median(r["step_s"] - r["peers"][1]["compute_wall"] for r in twos)
         t1 = statistics.median(r["step_s"] for r in ones)
         best = t1 / max((m * c + link) / 2, link + c)
-        limit.append(f"| {run} | {NET_NAMES[net]} | {c * 1e3:.2f} | {m} | {link * 1e3:.1f} | {best:.2f}x | "
+        limit.append(f"| {run}{f' (switch {sw * 1e3:g} ms)' if sw else ''} | {NET_NAMES[net]} | {c * 1e3:.2f} | {m} | {link * 1e3:.1f} | {best:.2f}x | "
                      f"{statistics.median(rs):.2f}x |")
     raw = "; ".join(f"{NET_NAMES[net]}: round trip of 32 B {x['rtt_s'] * 1e3:.2f} ms, one "
                     f"{x['bytes']:,} B message {x['bytes'] / x['rate_Bps'] * 1e3:.1f} ms "
