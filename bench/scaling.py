@@ -373,6 +373,9 @@ def main() -> None:
                     "(fewer at larger batches: 64 * this / batch, at least 24)")
     ap.add_argument("--switch-s", type=float, default=None,
                     help="with --task image: each round also runs 2 peers with this sys.setswitchinterval")
+    ap.add_argument("--sctp-burst", type=int, default=None,
+                    help="with --task image: each round also runs 2 peers whose aiortc SCTP bursts "
+                         "this many chunks instead of 4 (an experiment), and probes the raw channel so")
     ap.add_argument("--rounds", type=int, default=2, help="with --task image: rounds, each 1 then 2 peers")
     args = ap.parse_args()
     if args.task == "image" and not args.report:

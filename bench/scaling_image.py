@@ -40,6 +40,8 @@ def main_image(args) -> None:
     tmp = Path(tempfile.mkdtemp(prefix="dc-scaling-image-"))
     first = next(iter(runs.values()))
     spec = _settings(first).spec
+    variants = ([("SCALING_SWITCH_S", str(args.switch_s))] if args.switch_s else []) + \
+        ([("SCALING_SCTP_BURST", str(args.sctp_burst))] if args.sctp_burst else [])
     results = {"meta": {"cpus": os.cpu_count(), "load_start": os.getloadavg(),
                         "layers": args.layers or "(image default)",
                         "model": " ".join(l.type for l in spec.layers if l.type != "relu"),
@@ -52,16 +54,19 @@ def main_image(args) -> None:
             for net in nets:
                 rate, delay = NETS[net]
                 for run, rargs in runs.items():
-                    for n, switch in ((1, None), (2, None), *(((2, args.switch_s),) if args.switch_s else ())):
-                        tag = f"img-{rnd}-{net}-{run.replace(' ', '')}-{n}{'-sw' if switch else ''}"
+                    for n, var in ((1, None), (2, None), *((2, v) for v in variants)):
+                        tag = f"img-{rnd}-{net}-{run.replace(' ', '')}-{n}{'-' + var[0] if var else ''}"
                         print(f"[scaling] {tag}", file=sys.stderr, flush=True)
-                        if switch:  # each daisy-peer's sys.setswitchinterval (bench/scaling_peer.py)
-                            os.environ["SCALING_SWITCH_S"] = str(switch)
+                        if var:  # each daisy-peer's experiment (bench/scaling_peer.py)
+                            os.environ[var[0]] = var[1]
                         try:
                             r = run_mesh(tmp, n, rargs, rate, delay, tag)
                         finally:
-                            os.environ.pop("SCALING_SWITCH_S", None)
-                        r.update(net=net, run=run, round=rnd, load=os.getloadavg()[0], switch_s=switch)
+                            if var:
+                                os.environ.pop(var[0], None)
+                        r.update(net=net, run=run, round=rnd, load=os.getloadavg()[0],
+                                 switch_s=float(var[1]) if var and var[0] == "SCALING_SWITCH_S" else None,
+                                 variant=f"{var[0]}={var[1]}" if var else None)
                         results["mesh"].append(r)
                         print(f"[scaling] {tag}: {r['step_s'] * 1e3:.1f} ms/step", file=sys.stderr, flush=True)
         results["raw"] = {}
@@ -70,6 +75,13 @@ def main_image(args) -> None:
             two = [r for r in results["mesh"] if r["net"] == net and r["n"] == 2]
             one_msg = int(max(p["bytes_out"] for p in two[-1]["peers"]))
             results["raw"][net] = {"bytes": one_msg, **raw_probe(tmp, one_msg, rate, delay, f"img-{net}")}
+            if args.sctp_burst:  # the same probe with the experiment's burst
+                os.environ["SCALING_SCTP_BURST"] = str(args.sctp_burst)
+                try:
+                    results["raw"][f"{net} burst {args.sctp_burst}"] = {
+                        "bytes": one_msg, **raw_probe(tmp, one_msg, rate, delay, f"img-{net}-burst")}
+                finally:
+                    os.environ.pop("SCALING_SCTP_BURST", None)
         results["meta"]["load_end"] = os.getloadavg()
     finally:
         if not os.environ.get("SCALING_KEEP"):
@@ -81,6 +93,15 @@ def main_image(args) -> None:
     if not args.no_write:
         from bench._report import write_section
         write_section("scaling-image", text, "sudo .venv/bin/python -m bench.scaling " + " ".join(sys.argv[1:]))
+
+
+def _label(r: dict) -> str | None:
+    """A 2-peer row's experiment, in words (None: daisy-peer as shipped)."""
+    if r.get("switch_s"):
+        return f"switch interval {r['switch_s'] * 1e3:g} ms"
+    if (r.get("variant") or "").startswith("SCALING_SCTP_BURST="):
+        return f"SCTP burst {r['variant'].split('=')[1]} chunks"
+    return None
 
 
 def _work(p: dict) -> float:
@@ -99,12 +120,12 @@ def report_image(results: dict) -> str:
                     and b["round"] == r["round"])
         ratio = base["step_s"] / r["step_s"]
         if r["n"] == 2:
-            ratios.setdefault((r["run"], r["net"], r.get("switch_s")), []).append(ratio)
+            ratios.setdefault((r["run"], r["net"], _label(r)), []).append(ratio)
         split = "; ".join(f"{p['compute_wall'] * 1e3:.1f} / {p['encode'] * 1e3:.1f} / {p['decode'] * 1e3:.1f}"
                           f" / {p['apply'] * 1e3:.1f} / {max(0.0, r['step_s'] - _work(p)) * 1e3:.1f}"
                           for p in r["peers"])
         same = r["hash"] == base["hash"] and r["hashes_agree"]
-        peers = f"{r['n']}" + (f" (switch interval {r['switch_s'] * 1e3:g} ms)" if r.get("switch_s") else "")
+        peers = f"{r['n']}" + (f" ({_label(r)})" if _label(r) else "")
         rows.append(f"| {r['round'] + 1} | {r['run']} | {NET_NAMES[r['net']]} | {peers} | "
                     f"{meta['batch'][r['run']] / r['step_s']:,.0f} | {r['step_s'] * 1e3:.1f} | {ratio:.2f}x | "
                     f"{split} | {r['bytes_per_step']:,.0f} | {r['load']:.1f} | {'yes' if same else 'NO'} |")
@@ -114,7 +135,7 @@ def report_image(results: dict) -> str:
     for (run, net, sw), rs in ratios.items():
         g = goal.get(meta["batch"][run])
         med = statistics.median(rs)
-        how = f"switch interval {sw * 1e3:g} ms" if sw else "as shipped"
+        how = sw or "as shipped"
         summary.append(f"| {run} | {NET_NAMES[net]} | {how} | {', '.join(f'{x:.2f}x' for x in rs)} | {med:.2f}x | "
                        + (f">= {g}x: {'met' if med >= g else 'NOT met'}" if g else "") + " |")
     limit = ["| run | network | compute per micro-batch c ms (1 peer) | micro-batches M | "
@@ -123,15 +144,15 @@ def report_image(results: dict) -> str:
     for (run, net, sw), rs in ratios.items():
         ones = [r for r in mesh if r["run"] == run and r["net"] == net and r["n"] == 1]
         twos = [r for r in mesh if r["run"] == run and r["net"] == net and r["n"] == 2
-                and r.get("switch_s") == sw]
+                and _label(r) == sw]
         m = meta["n_micro"][run]
         c = statistics.median(r["peers"][0]["compute_wall"] for r in ones) / m
         link = statistics.median(r["step_s"] - r["peers"][1]["compute_wall"] for r in twos)
         t1 = statistics.median(r["step_s"] for r in ones)
         best = t1 / max((m * c + link) / 2, link + c)
-        limit.append(f"| {run}{f' (switch {sw * 1e3:g} ms)' if sw else ''} | {NET_NAMES[net]} | {c * 1e3:.2f} | {m} | {link * 1e3:.1f} | {best:.2f}x | "
+        limit.append(f"| {run}{f' ({sw})' if sw else ''} | {NET_NAMES[net]} | {c * 1e3:.2f} | {m} | {link * 1e3:.1f} | {best:.2f}x | "
                      f"{statistics.median(rs):.2f}x |")
-    raw = "; ".join(f"{NET_NAMES[net]}: round trip of 32 B {x['rtt_s'] * 1e3:.2f} ms, one "
+    raw = "; ".join(f"{NET_NAMES.get(net.split(' ')[0])}{net[len(net.split(' ')[0]):]}: round trip of 32 B {x['rtt_s'] * 1e3:.2f} ms, one "
                     f"{x['bytes']:,} B message {x['bytes'] / x['rate_Bps'] * 1e3:.1f} ms "
                     f"({x['rate_Bps'] / 1e6:.1f} MB/s)" for net, x in results.get("raw", {}).items())
     return "\n".join([
