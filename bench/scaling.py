@@ -9,6 +9,10 @@ kernel). In the same run and network: the raw data channel's round trip and rate
 namespaces, and a Gloo all-reduce of the same number of values.
 
     sudo .venv/bin/python -m bench.scaling [--quick]
+    sudo .venv/bin/python -m bench.scaling --task image [--layers conv16,pool,...] [--rounds 2]
+
+``--task image`` measures the CNN instead (bench/scaling_image.py): 1 and 2 peers over 1 ms of
+delay at ``--image-batch`` (64,256), rounds alternating 1 and 2 peers, into its own section.
 
 Needs root (network namespaces). It re-executes itself in a private namespace (the server's),
 so nothing outside it is touched.
@@ -351,7 +355,8 @@ def main() -> None:
                          "so a step has at most 256 micro-batches: with more, the clamp bound "
                          "2**51 / n_micro drops the engine's weight gradient from its one folded "
                          "GEMM to one float64 GEMM per micro-batch, ~3x slower per sample)")
-    ap.add_argument("--nets", default="veth,tbf,delay", help="networks to run (comma-separated)")
+    ap.add_argument("--nets", default=None, help="networks to run (comma-separated; default veth,tbf,delay, "
+                    "with --task image delay)")
     ap.add_argument("--out", default=None, help="also write the raw results (JSON) here")
     ap.add_argument("--report", default=None, help="only rewrite the report from a --out file")
     ap.add_argument("--raw", default=None, metavar="DIR",
@@ -360,9 +365,37 @@ def main() -> None:
                     help="only a 2-peer default run on the veth, each peer under cProfile (stats in DIR)")
     ap.add_argument("--runs", default="default,compute-bound", help="runs (comma-separated)")
     ap.add_argument("--no-write", action="store_true")
+    ap.add_argument("--task", default=None, choices=("image",),
+                    help="image: the CNN rows instead (1 and 2 peers, --nets, --image-batch)")
+    ap.add_argument("--layers", default=None, help="with --task image: the model (default: the image default CNN)")
+    ap.add_argument("--image-batch", type=_batches, default="64,256", help="with --task image: batches")
+    ap.add_argument("--image-steps", type=int, default=60, help="with --task image: steps at batch 64 "
+                    "(fewer at larger batches: 64 * this / batch, at least 24)")
+    ap.add_argument("--switch-s", type=float, default=None,
+                    help="with --task image: each round also runs 2 peers with this sys.setswitchinterval")
+    ap.add_argument("--sctp-burst", type=int, default=None,
+                    help="with --task image: each round also runs 2 peers whose aiortc SCTP bursts "
+                         "this many chunks instead of 4 (an experiment), and probes the raw channel so")
+    ap.add_argument("--rounds", type=int, default=2, help="with --task image: rounds, each 1 then 2 peers")
     args = ap.parse_args()
+    if args.task == "image" and not args.report:
+        if os.environ.get("DAISY_SCALING_NS") != "1":
+            os.execvp("unshare", ["unshare", "-n", "--", "env", "DAISY_SCALING_NS=1", PY, "-m",
+                                  "bench.scaling", *sys.argv[1:]])
+        setup_bridge()
+        from bench.scaling_image import main_image
+        main_image(args)
+        return
     if args.report:
         results = json.loads(Path(args.report).read_text())
+        if "layers" in results["meta"]:  # a --task image run
+            from bench.scaling_image import report_image
+            text = report_image(results)
+            print(text)
+            if not args.no_write:
+                from bench._report import write_section
+                write_section("scaling-image", text, "sudo .venv/bin/python -m bench.scaling " + " ".join(sys.argv[1:]))
+            return
         if args.raw:
             for r in results["mesh"]:
                 tag = f"{r['net']}-{r['run']}-{r['n']}"
@@ -403,7 +436,7 @@ def main() -> None:
                         "params": {run: _params(rargs) for run, rargs in runs.items()}},
                "mesh": [], "raw": {}, "gloo": {}}
     try:
-        for net in args.nets.split(","):
+        for net in (args.nets or "veth,tbf,delay").split(","):
             rate, delay = nets[net]
             for run, rargs in runs.items():
                 for n in (1, 2):

@@ -7,6 +7,9 @@ Environment:
 * ``SCALING_OUT``: write this process's timings (JSON) there at exit: per hook a list of
   (when it ended, seconds), so that start-up can be left out;
 * ``SCALING_PROFILE``: run daisy-peer under cProfile (main thread), stats written there;
+* ``SCALING_SCTP_BURST``: an experiment, not daisy-peer's behaviour: aiortc's SCTP puts up
+  to this many chunks beyond those in flight on the wire per transmit, instead of 4
+  (RFC 4960's Max.Burst; ``_transmit`` is recompiled with the number replaced);
 * ``SCALING_DELAY_MS``: hold every datagram aioice sends on an ICE connection (DTLS/SCTP,
   i.e. all data-channel traffic) this long before it goes out (a delay-line thread, see
   ``_add_delay``): both peers do it, so each direction gets the delay once (STUN checks
@@ -87,6 +90,23 @@ def _add_delay(ms: float) -> None:
             due.notify()
 
     aioice.ice.StunProtocol.send_data = send_data
+
+
+def _sctp_burst(n: int) -> None:
+    """aiortc's ``RTCSctpTransport._transmit`` with a burst of ``n`` chunks instead of 4."""
+    import inspect
+    import textwrap
+
+    import aiortc.rtcsctptransport as S
+
+    src = textwrap.dedent(inspect.getsource(S.RTCSctpTransport._transmit))
+    old = "burst_size = 4 * USERDATA_MAX_LENGTH"
+    if old not in src:
+        raise SystemExit("SCALING_SCTP_BURST: this aiortc's _transmit has no Max.Burst line")
+    scope: dict = {}
+    exec(compile(src.replace(old, f"burst_size = {n} * USERDATA_MAX_LENGTH"), S.__file__, "exec"),
+         S.__dict__, scope)
+    S.RTCSctpTransport._transmit = scope["_transmit"]
 
 
 def _instrument() -> None:
@@ -248,6 +268,8 @@ def _gloo(rank: int, addr: str, n: int) -> dict | None:
 def main(argv: list[str]) -> int:
     if os.environ.get("SCALING_SWITCH_S"):
         sys.setswitchinterval(float(os.environ["SCALING_SWITCH_S"]))
+    if os.environ.get("SCALING_SCTP_BURST"):
+        _sctp_burst(int(os.environ["SCALING_SCTP_BURST"]))
     if os.environ.get("SCALING_DELAY_MS"):
         _add_delay(float(os.environ["SCALING_DELAY_MS"]))
     mode, rest = argv[0], argv[1:]
