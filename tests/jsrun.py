@@ -74,13 +74,17 @@ def run_node(body: str, imports: dict[str, str | Path] | None = None, data: Any 
 
 def run_js(body: str, imports: dict[str, str | Path] | None = None, data: Any = None,
            timeout: float = 60, args: list[str] | None = None) -> Any:
-    """Run the snippet in node and return its stdout parsed as JSON (the snippet prints exactly
-    one JSON document); a non-zero exit fails the test with node's stderr."""
+    """Run the snippet in node and return its stdout parsed as JSON (the snippet prints one JSON
+    document, last: what the modules log before it is passed over); a non-zero exit fails the
+    test with node's stderr."""
     proc = run_node(body, imports, data, timeout, args)
     if proc.returncode != 0:
         pytest.fail(f"node exited {proc.returncode}:\n{proc.stderr[-4000:]}", pytrace=False)
-    try:
-        return json.loads(proc.stdout)
-    except json.JSONDecodeError:
-        pytest.fail(f"node printed no JSON document:\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}",
-                    pytrace=False)
+    lines = proc.stdout.strip().splitlines()
+    for text in (proc.stdout, lines[-1] if lines else ""):  # the whole output, or its last line
+        try:
+            return json.loads(text)
+        except json.JSONDecodeError:
+            pass
+    pytest.fail(f"node printed no JSON document:\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}",
+                pytrace=False)
