@@ -84,3 +84,12 @@ def test_no_test_skips_when_node_is_missing():
             if re.search(r"pytest\.skip\(|mark\.skipif\(", line) and "node" in near:
                 found.append(f"{path.relative_to(ROOT)}:{i + 1}")
     assert found == []
+
+
+def test_js_snippets_run_through_jsrun():
+    """One node driver (tests/jsrun.py): no test writes its own driver script or runs node
+    on an inline snippet (tests/scenarios/run_scenarios.mjs, a runner file, is run as it is)."""
+    inline = re.compile(r'from "node:fs"|--input-type=module|\[(node|NODE|"node"), (str\(driver|"-e")')
+    found = [str(p.relative_to(ROOT)) for p in (ROOT / "tests").rglob("*.py")
+             if p.name not in ("test_hygiene.py", "jsrun.py") and inline.search(p.read_text())]
+    assert found == []
