@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from daisychain.units.luts import default_dir
+from jsrun import node_binary
 
 
 @pytest.fixture
@@ -19,15 +20,8 @@ def lut_copy(tmp_path: Path) -> Path:
     return dst
 
 
-NODE_MISSING = ("node is not installed: the JS mirror tests need it (scripts/setup.sh installs "
-                "Debian's nodejs)")
-
-
 @pytest.fixture
 def node() -> str:
     """The node binary. Without it the JS tests FAIL (never skip): a test run that did not
     run the JS side must not look green."""
-    path = shutil.which("node")
-    if path is None:
-        pytest.fail(NODE_MISSING, pytrace=False)
-    return path
+    return node_binary()

@@ -11,10 +11,7 @@ from __future__ import annotations
 
 import argparse
 import base64
-import json
-import shutil
 import signal
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -30,6 +27,7 @@ from daisychain.engine.settings import add_run_arguments, settings_from_args
 from daisychain.engine.trainer import Trainer, params_sha256
 from daisychain.peer import frames as F
 from daisychain.peer import run as R
+from jsrun import run_js
 from peer_process import PeerProcess, server_thread
 from daisychain.units import load_luts
 from test_peer_run import STEPS, Net
@@ -292,14 +290,8 @@ def test_resume_refuses_a_file_of_another_run(peers, tmp_path):
 
 # -- the JS side in node: the state blob and a tab member's restore ----------------------------
 
-NODE = shutil.which("node")
-
 JS_DRIVER = r"""
-import { readFileSync } from "node:fs";
-const C = await import(process.argv[2] + "/checkpoint.js");
-const { RunPeer } = await import(process.argv[2] + "/runpeer.js");
-const { paramsSha256 } = await import(process.argv[2] + "/engine/trainer.js");
-const input = JSON.parse(readFileSync(0, "utf8"));
+const input = DATA;
 const f64 = (a) => Float64Array.from(a);
 const out = {};
 // a page's state blob, at step 0 (b1t = b2t = 1, written by JSON as 1)
@@ -334,11 +326,10 @@ console.log(JSON.stringify(out));
 
 
 @pytest.mark.usefixtures("node")  # fails, never skips, without node
-def test_js_state_blob_and_tab_member_restore(tmp_path):
+def test_js_state_blob_and_tab_member_restore():
     """checkpoint.js writes blobs Python reads (b1t = 1 written as the JSON integer 1) and
     reads Python's; runpeer.js loads a restored STATE only if it is the announced one and
     hashes right, and only from the coordinator."""
-    from daisychain import package_path
     from daisychain.engine.checkpoint import decode_state, encode_state
 
     fresh = trained(0, *RUN)
@@ -346,17 +337,13 @@ def test_js_state_blob_and_tab_member_restore(tmp_path):
     pyblob = encode_state(at3.identity, 3, at3.theta, at3.state.adam)
     bad = bytearray(pyblob)  # one bit of theta flipped: the header's hash no longer fits
     bad[8 + int.from_bytes(pyblob[4:8], "little") + 5] ^= 0x10
-    driver = tmp_path / "driver.mjs"
-    driver.write_text(JS_DRIVER)
     z = np.zeros(fresh.theta.size)
     payload = {"identity": dict(fresh.identity, hyper={**fresh.identity["hyper"], "weight_decay": 0}),
                "theta": fresh.theta.tolist(), "m": z.tolist(), "v": z.tolist(),
                "pyblob": base64.b64encode(pyblob).decode(),
                "badblob": base64.b64encode(bytes(bad)).decode()}
-    res = subprocess.run([NODE, str(driver), str(package_path("webui"))], input=json.dumps(payload),
-                         capture_output=True, text=True, timeout=60)
-    assert res.returncode == 0, res.stderr
-    out = json.loads(res.stdout)
+    out = run_js(JS_DRIVER, imports={"C": "checkpoint.js", "{ RunPeer }": "runpeer.js",
+                                     "{ paramsSha256 }": "engine/trainer.js"}, data=payload)
     ck = decode_state(base64.b64decode(out["blob"]), fresh.identity)
     assert ck.params_sha256 == fresh.params_sha256() and ck.adam.b1t == 1.0 and ck.step == 0
     assert out["decoded"] == {"step": 3, "sha": at3.params_sha256(), "b1t": at3.state.adam.b1t,

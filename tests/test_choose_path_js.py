@@ -3,22 +3,15 @@ passing path, and the words it says why in."""
 
 from __future__ import annotations
 
-import json
-import shutil
-import subprocess
-
 import pytest
 
-from daisychain import package_path
+from jsrun import run_js
 
-NODE = shutil.which("node")
 pytestmark = pytest.mark.usefixtures("node")  # fails, never skips, without node
 
 DRIVER = r"""
-import { readFileSync } from "node:fs";
-const { choosePath } = await import(process.argv[2]);
 const out = [];
-for (const c of JSON.parse(readFileSync(0, "utf8"))) {
+for (const c of DATA) {
   try { out.push(choosePath(c)); } catch (e) { out.push({ error: e.message }); }
 }
 console.log(JSON.stringify(out));
@@ -42,13 +35,9 @@ CASES = [
 ]
 
 
-def test_choose_path_takes_the_faster_passing_path_and_says_why(tmp_path):
-    driver = tmp_path / "driver.mjs"
-    driver.write_text(DRIVER)
+def test_choose_path_takes_the_faster_passing_path_and_says_why():
     cases = [c for c, _, _ in CASES] + [{"rates": {"gpu": None, "cpu": None}, "cpuWhy": "mul"}]
-    r = subprocess.run([NODE, str(driver), package_path("webui", "gpu.js").as_uri()],
-                       input=json.dumps(cases), capture_output=True, text=True, check=True)
-    got = json.loads(r.stdout)
+    got = run_js(DRIVER, imports={"{ choosePath }": "gpu.js"}, data=cases)
     for (case, path, reason), have in zip(CASES, got):
         assert have["path"] == path, (case, have)
         assert have["reason"] == reason

@@ -7,8 +7,6 @@ im2col + the unit GEMM must compute."""
 from __future__ import annotations
 
 import argparse
-import json
-import subprocess
 
 import numpy as np
 import pytest
@@ -18,18 +16,27 @@ from daisychain.engine.data import Dataset, model_for
 from daisychain.engine.settings import parse_layers
 from daisychain.engine.counters import unit_counts_per_micro_batch
 from daisychain.engine.spec import SpecError, char_mlp, cnn, layers_text, mlp
+from jsrun import run_js
 
+pytestmark = pytest.mark.usefixtures("node")  # fails, never skips, without node
 
-DRIVER = r"""
-import { readFileSync } from "node:fs";
-const [web, lutDir] = process.argv.slice(2);
-const S = await import(web + "/engine/spec.js");
-const { Engine, initParams } = await import(web + "/engine/model.js");
-const { CpuUnits } = await import(web + "/engine/paths.js");
+# the committed LUTs, in the JS engine's form (the lut folder is the snippet's first argument)
+LUTS = r"""
+const lutDir = process.argv[2];
 const rd = (n) => { const b = readFileSync(`${lutDir}/${n}.bin`); return new Int32Array(b.buffer, b.byteOffset, b.length / 4).slice(); };
 const luts = { mul: rd("mul"), relu: rd("relu"), requantize: rd("requantize"),
   manifestSha256: JSON.parse(readFileSync(`${lutDir}/manifest.json`)).manifest_sha256 };
-const job = JSON.parse(readFileSync(0, "utf8"));
+"""
+ENGINE = {"S": "engine/spec.js", "{ Engine, initParams }": "engine/model.js", "{ CpuUnits }": "engine/paths.js"}
+
+
+def run_luts(body: str, imports: dict, data=None, timeout: float = 120):
+    """run_js with ``luts`` (the committed tables) defined before ``body``."""
+    return run_js(LUTS + body, imports=imports, data=data, timeout=timeout, args=[str(package_path("luts"))])
+
+
+DRIVER = r"""
+const job = DATA;
 const out = { results: [] };
 const img = { kind: "image", task: "img", x_train: { shape: [1, 16] }, classes: 10, meta: { image_shape: job.image } };
 for (const text of job.texts) {
@@ -62,15 +69,8 @@ console.log(JSON.stringify(out));
 """
 
 
-def run_driver(tmp_path, node, job):
-    driver = tmp_path / "driver.mjs"
-    driver.write_text(DRIVER)
-    web = package_path("webui")
-    luts = package_path("luts")
-    r = subprocess.run([node, str(driver), web.as_uri(), str(luts)], input=json.dumps(job),
-                       capture_output=True, text=True, timeout=120)
-    assert r.returncode == 0, r.stderr
-    return json.loads(r.stdout)
+def run_driver(job):
+    return run_luts(DRIVER, ENGINE, data=job)
 
 
 def quantize(v):
@@ -79,7 +79,7 @@ def quantize(v):
     return np.clip(np.floor(v * 2.0**-e + 0.5), -127, 127), e
 
 
-def test_conv_layers_syntax_spec_and_accumulator(tmp_path, node):
+def test_conv_layers_syntax_spec_and_accumulator():
     rng = np.random.default_rng(5)
     b, c, h, w = 2, 3, 7, 6
     texts = ["conv16,pool,conv32k5,pool,128", "conv8k3, pool ,10", "256,256", "conv16,10", "32,conv8",
@@ -93,7 +93,7 @@ def test_conv_layers_syntax_spec_and_accumulator(tmp_path, node):
         "layers": "conv5,conv4k5,pool,7", "c": c, "h": h, "w": w, "b": b,
         "x": rng.integers(0, 256, b * c * h * w).tolist(),
     }
-    got = run_driver(tmp_path, node, job)
+    got = run_driver(job)
     # unit counts through the registry: counters.py's numbers
     assert got["counts"] == [unit_counts_per_micro_batch(s, 16) for s in count_specs]
     # the same specs and the same refusals, word for word, as settings.parse_layers + model_for
@@ -159,8 +159,6 @@ def test_conv_layers_syntax_spec_and_accumulator(tmp_path, node):
 
 
 RECIPE = r"""
-const S = await import(process.argv[2] + "/engine/spec.js");
-const T = await import(process.argv[2] + "/engine/trainer.js");
 const out = {};
 out.plain = S.hyperJson(S.makeHyper({ seed: 3 }));
 out.recipe = S.hyperJson(S.makeHyper({ augment_shift: 2, lr_warmup: 10, lr_decay_steps: 100 }));
@@ -183,16 +181,12 @@ console.log(JSON.stringify(out));
 """
 
 
-def test_hyper_image_recipe_fields_and_the_trainer_refuses_what_it_does_not_apply(tmp_path, node):
+def test_hyper_image_recipe_fields_and_the_trainer_refuses_what_it_does_not_apply():
     """The image recipe's hyperparameters (spec.py Hyper: augment_shift, lr_warmup,
     lr_decay_steps) are taken and checked, left out of the JSON when 0 (a run without them
     keeps its identity), and the JS trainer, which does not apply them, refuses a run that
     sets them instead of training other bits than Python."""
-    driver = tmp_path / "recipe.mjs"
-    driver.write_text(RECIPE)
-    r = subprocess.run([node, str(driver), package_path("webui").as_uri()], capture_output=True, text=True, timeout=60)
-    assert r.returncode == 0, r.stderr
-    got = json.loads(r.stdout)
+    got = run_js(RECIPE, imports={"S": "engine/spec.js", "T": "engine/trainer.js"})
     plain = {"lr": 3e-3, "beta1": 0.9, "beta2": 0.999, "eps": 1e-8, "weight_decay": 0.0, "batch": 64,
              "micro_batch": 16, "grad_frac_bits": 40, "seed": 3}
     assert got["plain"] == plain == got["identity_hyper"]
@@ -208,14 +202,6 @@ def test_hyper_image_recipe_fields_and_the_trainer_refuses_what_it_does_not_appl
 
 
 RATE = r"""
-import { readFileSync } from "node:fs";
-const [web, lutDir] = process.argv.slice(2);
-const S = await import(web + "/engine/spec.js");
-const { microBatchRate } = await import(web + "/engine/conformance.js");
-const { CpuUnits } = await import(web + "/engine/paths.js");
-const rd = (n) => { const b = readFileSync(`${lutDir}/${n}.bin`); return new Int32Array(b.buffer, b.byteOffset, b.length / 4).slice(); };
-const luts = { mul: rd("mul"), relu: rd("relu"), requantize: rd("requantize"),
-  manifestSha256: JSON.parse(readFileSync(`${lutDir}/manifest.json`)).manifest_sha256 };
 const cpu = new CpuUnits(luts);
 const calls = {};
 const units = new Proxy(cpu, { get: (t, k) => typeof t[k] === "function"
@@ -228,31 +214,19 @@ console.log(JSON.stringify(out));
 """
 
 
-def test_capacity_figure_runs_the_model_it_is_given(tmp_path, node):
+def test_capacity_figure_runs_the_model_it_is_given():
     """conformance.microBatchRate measures an image model on a synthetic micro-batch of
     pixels (its im2col and pool units run; the first conv computes no input error), not
     only the digits MLP."""
-    driver = tmp_path / "rate.mjs"
-    driver.write_text(RATE)
-    r = subprocess.run([node, str(driver), package_path("webui").as_uri(), str(package_path("luts"))],
-                       capture_output=True, text=True, timeout=120)
-    assert r.returncode == 0, r.stderr
-    got = json.loads(r.stdout)
+    got = run_luts(RATE, {"S": "engine/spec.js", "{ microBatchRate }": "engine/conformance.js",
+                          "{ CpuUnits }": "engine/paths.js"})
     assert got["image"] > 0 and got["dense"] > 0, got
     calls = got["image_calls"]
     assert calls["im2col"] >= 2 and "col2im" not in calls and calls["maxpool"] == calls["maxpoolBack"] == calls["im2col"], calls
 
 
 SPLIT = r"""
-import { readFileSync } from "node:fs";
-const [web, lutDir] = process.argv.slice(2);
-const S = await import(web + "/engine/spec.js");
-const { Engine, initParams } = await import(web + "/engine/model.js");
-const { CpuUnits } = await import(web + "/engine/paths.js");
-const rd = (n) => { const b = readFileSync(`${lutDir}/${n}.bin`); return new Int32Array(b.buffer, b.byteOffset, b.length / 4).slice(); };
-const luts = { mul: rd("mul"), relu: rd("relu"), requantize: rd("requantize"),
-  manifestSha256: JSON.parse(readFileSync(`${lutDir}/manifest.json`)).manifest_sha256 };
-const job = JSON.parse(readFileSync(0, "utf8"));
+const job = DATA;
 const spec = S.ModelSpec.fromJson(job.model);
 const theta = initParams(spec, 4);
 const total = new Float64Array(theta.length);
@@ -262,7 +236,7 @@ console.log(JSON.stringify(Array.from(total)));
 """
 
 
-def test_conv_weight_gradient_over_more_rows_than_one_gemm_takes_matches_numpy(tmp_path, node):
+def test_conv_weight_gradient_over_more_rows_than_one_gemm_takes_matches_numpy():
     """A conv whose weight-gradient GEMM has K = b*H*W = 16*96*96 = 147,456 rows, above the
     unit GEMM's 131,071: the JS engine splits K and sums the int32 parts exactly; the
     micro-batch's fixed-point gradient equals numpy's (which sums in float64)."""
@@ -276,12 +250,7 @@ def test_conv_weight_gradient_over_more_rows_than_one_gemm_takes_matches_numpy(t
     x = rng.integers(0, 256, (1, b, 96 * 96)).astype(np.uint8)
     y = rng.integers(0, 10, (1, b))
     want = Engine(spec, load_luts()).grad(init_params(spec, 4), x, y, 40, float(2**51)).grad
-    driver = tmp_path / "split.mjs"
-    driver.write_text(SPLIT)
     job = {"model": spec.to_json(), "x": x.tobytes().hex(), "y": y.ravel().tolist(), "b": b}
-    r = subprocess.run([node, str(driver), package_path("webui").as_uri(), str(package_path("luts"))],
-                       input=json.dumps(job), capture_output=True, text=True, timeout=300)
-    assert r.returncode == 0, r.stderr
-    got = json.loads(r.stdout)
+    got = run_luts(SPLIT, ENGINE, data=job, timeout=300)
     assert np.any(want[:18] != 0)
     assert got == want.tolist()

@@ -6,9 +6,10 @@ Regenerate the file with ``python tests/test_counters_js.py --write``."""
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
@@ -16,8 +17,8 @@ if str(ROOT) not in sys.path:
 
 from daisychain.engine.counters import unit_counts  # noqa: E402
 from daisychain.engine.spec import Layer, ModelSpec, char_mlp, mlp  # noqa: E402
+from jsrun import run_js  # noqa: E402
 
-WEBUI = ROOT / "daisychain" / "webui"
 DATA = Path(__file__).with_name("unit_counts.json")
 
 
@@ -44,21 +45,16 @@ def test_shared_data_is_the_python_formula():
     assert json.loads(DATA.read_text()) == cases()
 
 
-def test_counters_js_equals_python_on_the_shared_data(tmp_path, node):
-    script = tmp_path / "run.mjs"
-    script.write_text(f"""
-import {{ readFileSync }} from "node:fs";
-import {{ unitCounts }} from "{(WEBUI / 'counters.js').as_uri()}";
-import {{ ModelSpec }} from "{(WEBUI / 'engine' / 'spec.js').as_uri()}";
-const cases = JSON.parse(readFileSync({json.dumps(str(DATA))}, "utf8"));
-const out = cases.map(c => ({{
+@pytest.mark.usefixtures("node")  # fails, never skips, without node
+def test_counters_js_equals_python_on_the_shared_data():
+    got = run_js("""
+const cases = JSON.parse(readFileSync(DATA, "utf8"));
+const out = cases.map(c => ({
   json: unitCounts(c.model, c.micro_batch, c.micro_batches),
   spec: unitCounts(ModelSpec.fromJson(c.model), c.micro_batch, c.micro_batches),
-}}));
+}));
 console.log(JSON.stringify(out));
-""")
-    got = json.loads(subprocess.run([node, str(script)], capture_output=True, text=True,
-                                    check=True).stdout)
+""", imports={"{ unitCounts }": "counters.js", "{ ModelSpec }": "engine/spec.js"}, data=str(DATA))
     want = json.loads(DATA.read_text())
     assert len(got) == len(want) > 0
     for g, c in zip(got, want):

@@ -6,21 +6,17 @@ must be a FrameError in both (never an allocation of the whole output, never ano
 from __future__ import annotations
 
 import base64
-import json
-import subprocess
 import zlib
 
 import pytest
 
-from daisychain import package_path
 from daisychain.peer import frames as F
+from jsrun import run_js
 
 pytestmark = pytest.mark.usefixtures("node")  # fails, never skips, without node
 
 DRIVER = r"""
-import { readFileSync } from "node:fs";
-const W = await import(process.argv[2]);
-const input = JSON.parse(readFileSync(0, "utf8"));
+const input = DATA;
 const out = {};
 for (const [name, c] of Object.entries(input)) {
   const bytes = new Uint8Array(Buffer.from(c.b64, "base64"));
@@ -78,17 +74,12 @@ def _python(case) -> str:
         return f"FrameError: {exc}"
 
 
-def test_python_and_js_refuse_the_same_hostile_frames(tmp_path):
+def test_python_and_js_refuse_the_same_hostile_frames():
     cases = _cases()
     assert len(cases["zip_bomb"]["raw"]) < 100_000  # small on the wire, 64 MiB inflated
-    driver = tmp_path / "driver.mjs"
-    driver.write_text(DRIVER)
     payload = {k: {**{x: y for x, y in c.items() if x != "raw"},
                    "b64": base64.b64encode(c["raw"]).decode()} for k, c in cases.items()}
-    res = subprocess.run(["node", str(driver), str(package_path("webui/frames.js"))],
-                         input=json.dumps(payload), capture_output=True, text=True, timeout=120)
-    assert res.returncode == 0, res.stderr
-    js = json.loads(res.stdout)
+    js = run_js(DRIVER, imports={"W": "frames.js"}, data=payload, timeout=120)
     for name, case in cases.items():
         py = _python(case)
         assert py.startswith("FrameError"), (name, py)

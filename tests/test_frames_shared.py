@@ -8,23 +8,20 @@ from __future__ import annotations
 import base64
 import copy
 import json
-import subprocess
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from daisychain import package_path
 from daisychain.peer import frames as F
 from daisychain.peer.run import message_name
+from jsrun import run_js
 
 CASES = json.loads((Path(__file__).parent / "scenarios" / "frames.json").read_text())
 pytestmark = pytest.mark.usefixtures("node")  # fails, never skips, without node
 
 DRIVER = r"""
-import { readFileSync } from "node:fs";
-const W = await import(process.argv[2]);
-const input = JSON.parse(readFileSync(0, "utf8"));
+const input = DATA;
 const norm = (v) => {
   if (v instanceof Float64Array) return Array.from(v);
   if (v instanceof Uint8Array) return Buffer.from(v).toString("hex");
@@ -128,11 +125,7 @@ def test_every_frame_type_and_every_refusal_agree():
     built = {c["name"]: build(c) for c in cases}
     payload = [{"name": n, "size": s, "frames": [base64.b64encode(f).decode() for f in fr]}
                for n, (fr, s) in built.items()]
-    res = subprocess.run(["node", "-e", DRIVER.replace("process.argv[2]", json.dumps(
-        str(package_path("webui", "frames.js"))))], input=json.dumps(payload),
-        capture_output=True, text=True, timeout=120)
-    assert res.returncode == 0, res.stderr
-    js = json.loads(res.stdout)
+    js = run_js(DRIVER, imports={"W": "frames.js"}, data=payload, timeout=120)
     assert {c["type"] for c in CASES["accept"]} == {"control", "contrib", "total", "state", "data"}
     assert {c["meta"]["t"] for c in CASES["accept"] if c["type"] == "control"} == {
         "run", "ready", "refuse", "assign", "sync", "data_request", "restore", "end"}

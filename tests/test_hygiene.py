@@ -71,3 +71,25 @@ def test_a_run_without_node_fails_instead_of_skipping(tmp_path):
     assert res.returncode != 0, out
     assert "node is not installed" in out and "skipped" not in out, out
     assert re.search(r"\b3 errors?\b", out), out
+
+
+def test_no_test_skips_when_node_is_missing():
+    """A JS mirror test takes the ``node`` fixture or tests/jsrun.py (both fail without node);
+    a skip on a missing node would make a run that never ran the JS side look green."""
+    found = []
+    for path in (ROOT / "tests").rglob("*.py"):
+        lines = path.read_text().splitlines()
+        for i, line in enumerate(lines):
+            near = " ".join(lines[max(0, i - 2):i + 3]).lower()
+            if re.search(r"pytest\.skip\(|mark\.skipif\(", line) and "node" in near:
+                found.append(f"{path.relative_to(ROOT)}:{i + 1}")
+    assert found == []
+
+
+def test_js_snippets_run_through_jsrun():
+    """One node driver (tests/jsrun.py): no test writes its own driver script or runs node
+    on an inline snippet (tests/scenarios/run_scenarios.mjs, a runner file, is run as it is)."""
+    inline = re.compile(r'from "node:fs"|--input-type=module|\[(node|NODE|"node"), (str\(driver|"-e")')
+    found = [str(p.relative_to(ROOT)) for p in (ROOT / "tests").rglob("*.py")
+             if p.name not in ("test_hygiene.py", "jsrun.py") and inline.search(p.read_text())]
+    assert found == []

@@ -9,7 +9,6 @@ Regenerate the shared cases (only when the algorithm changes on purpose):
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -23,9 +22,9 @@ sys.path.insert(0, str(ROOT))
 from daisychain.engine import augment  # noqa: E402
 from daisychain.engine.augment import lr_at, shift_images, shifts, step_inputs  # noqa: E402
 from daisychain.engine.spec import Hyper, SpecError  # noqa: E402
+from jsrun import run_js  # noqa: E402
 
 CASES = ROOT / "tests" / "data" / "augment_cases.json"
-WEBUI = ROOT / "daisychain" / "webui"
 
 
 def make_cases() -> dict:
@@ -138,37 +137,30 @@ def test_adam_follows_the_schedule():
     assert np.array_equal(th2, th3)
 
 
-def test_js_twin_reproduces_the_shared_cases(tmp_path):
-    node = shutil.which("node")
-    if node is None:
-        pytest.fail("node is required for the JS tests")
-    script = tmp_path / "run.mjs"
-    script.write_text(f"""
-import {{ readFileSync }} from "node:fs";
-import {{ shifts, shiftImage, lrAt, STREAM_AUGMENT }} from "{(WEBUI / 'engine' / 'augment.js').as_uri()}";
-const c = JSON.parse(readFileSync("{CASES}", "utf8"));
-const hex = (x) => {{  // Python's float.hex for the finite doubles here
+@pytest.mark.usefixtures("node")  # fails, never skips, without node
+def test_js_twin_reproduces_the_shared_cases():
+    got = run_js("""
+const c = JSON.parse(readFileSync(DATA, "utf8"));
+const hex = (x) => {  // Python's float.hex for the finite doubles here
   if (x === 0) return "0x0.0p+0";
   const b = new DataView(new ArrayBuffer(8)); b.setFloat64(0, x);
   const hi = b.getUint32(0), lo = b.getUint32(4);
   const e = ((hi >>> 20) & 0x7ff) - 1023;
   const m = (hi & 0xfffff).toString(16).padStart(5, "0") + lo.toString(16).padStart(8, "0");
   return (x < 0 ? "-" : "") + "0x1." + m + "p" + (e >= 0 ? "+" : "") + e;
-}};
-const out = {{ stream_augment: STREAM_AUGMENT, draws: [], images: [], lr: [] }};
-for (const d of c.draws) {{
+};
+const out = { stream_augment: STREAM_AUGMENT, draws: [], images: [], lr: [] };
+for (const d of c.draws) {
   const [dx, dy] = shifts(d.seed, d.step, d.slots, d.shift);
-  out.draws.push({{ ...d, dx: Array.from(dx), dy: Array.from(dy) }});
-}}
-for (const m of c.images) {{
-  out.images.push({{ ...m, out: Array.from(shiftImage(Uint8Array.from(m.in), m.shape, m.dx, m.dy)) }});
-}}
-for (const l of c.lr) out.lr.push({{ ...l, lr_hex: l.t.map((t) => hex(lrAt(l.hyper, t))) }});
+  out.draws.push({ ...d, dx: Array.from(dx), dy: Array.from(dy) });
+}
+for (const m of c.images) {
+  out.images.push({ ...m, out: Array.from(shiftImage(Uint8Array.from(m.in), m.shape, m.dx, m.dy)) });
+}
+for (const l of c.lr) out.lr.push({ ...l, lr_hex: l.t.map((t) => hex(lrAt(l.hyper, t))) });
 console.log(JSON.stringify(out));
-""")
-    proc = subprocess.run([node, str(script)], capture_output=True, text=True, timeout=60)
-    assert proc.returncode == 0, proc.stderr
-    assert json.loads(proc.stdout) == json.loads(CASES.read_text())
+""", imports={"{ shifts, shiftImage, lrAt, STREAM_AUGMENT }": "engine/augment.js"}, data=str(CASES))
+    assert got == json.loads(CASES.read_text())
 
 
 def _train(*extra: str) -> dict:

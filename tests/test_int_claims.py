@@ -6,15 +6,13 @@ all-zero segment (both languages)."""
 
 from __future__ import annotations
 
-import json
 import struct
-import subprocess
 import tracemalloc
 
 import pytest
 
-from daisychain import package_path
 from daisychain.peer import frames as F
+from jsrun import run_js
 
 pytestmark = pytest.mark.usefixtures("node")  # fails, never skips, without node
 
@@ -49,10 +47,8 @@ def test_python_refuses_a_claim_before_allocating_it(name):
 
 
 DRIVER = r"""
-import { readFileSync } from "node:fs";
-const W = await import(process.argv[2]);
 const out = {};
-for (const [name, c] of Object.entries(JSON.parse(readFileSync(0, "utf8")))) {
+for (const [name, c] of Object.entries(DATA)) {
   const before = process.memoryUsage().arrayBuffers;
   let words = "accepted";
   try {
@@ -66,15 +62,11 @@ console.log(JSON.stringify(out));
 """
 
 
-def test_js_refuses_the_same_claims_before_allocating_them(tmp_path, node):
+def test_js_refuses_the_same_claims_before_allocating_them():
     import base64
     cases = {n: {"codec": int(c), "b64": base64.b64encode(b).decode(), "size": s}
              for n, (c, b, s, _) in CASES.items() if s is not None}  # JS decodes with the size
-    driver = tmp_path / "claims.mjs"
-    driver.write_text(DRIVER)
-    r = subprocess.run([node, str(driver), package_path("webui", "frames.js").as_uri()],
-                       input=json.dumps(cases), capture_output=True, text=True, check=True)
-    got = json.loads(r.stdout)
+    got = run_js(DRIVER, imports={"W": "frames.js"}, data=cases)
     for name in cases:
         assert got[name]["words"] == f"FrameError: integer vector has {F.MAX_MESSAGE} values, expected {SIZE}"
         assert got[name]["grew"] < 2**20, f"{name}: {got[name]['grew'] / 2**20:.0f} MiB of array buffers"

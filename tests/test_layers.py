@@ -7,13 +7,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import shutil
 import subprocess
 import sys
 
 import pytest
 
-from daisychain import package_path
 from daisychain.engine.checkpoint import run_flags
 from daisychain.engine.cli import train
 from daisychain.engine.data import prepare_task
@@ -21,8 +19,7 @@ from daisychain.engine.settings import add_run_arguments, settings_from_args
 from daisychain.engine.spec import SpecError, hidden_of
 from daisychain.engine.trainer import Trainer
 from daisychain.units import load_luts
-
-NODE = shutil.which("node")
+from jsrun import run_js
 
 
 def _settings(*argv):
@@ -105,11 +102,8 @@ def test_checkpoint_hint_names_the_layers():
     assert "--hidden 32" in run_flags(Trainer(_settings("--hidden", "32").spec, rs.hp, rs.ds, load_luts()).identity)
 
 
-NODE_DRIVER = r"""
-import { readFileSync } from "node:fs";
-const S = await import(process.argv[2]);
-const C = await import(process.argv[3]);
-const cases = JSON.parse(readFileSync(0, "utf8"));
+JS_MODEL_FOR = r"""
+const cases = DATA;
 const out = [];
 for (const c of cases) {
   const ds = { kind: c.kind, x_train: { shape: [1, c.width] }, classes: c.classes };
@@ -126,8 +120,8 @@ console.log(JSON.stringify({ out, errors }));
 """
 
 
-@pytest.mark.skipif(NODE is None, reason="node is not installed")
-def test_js_model_for_makes_the_same_spec_as_python(tmp_path):
+@pytest.mark.usefixtures("node")  # fails, never skips, without node
+def test_js_model_for_makes_the_same_spec_as_python():
     digits, text = prepare_task("digits"), prepare_task("text")
     cases, want = [], []
     for ds, argv in [(digits, ()), (digits, ("--layers", "256,256")), (digits, ("--hidden", "40")),
@@ -138,12 +132,7 @@ def test_js_model_for_makes_the_same_spec_as_python(tmp_path):
         cases.append({"kind": ds.kind, "width": int(ds.x_train.shape[1]), "classes": ds.classes,
                       "layers_text": layers, "hidden": hidden})
         want.append(rs.spec)
-    driver = tmp_path / "driver.mjs"
-    driver.write_text(NODE_DRIVER)
-    web = package_path("webui")
-    r = subprocess.run([NODE, str(driver), (web / "engine" / "spec.js").as_uri(), (web / "checkpoint.js").as_uri()],
-                       input=json.dumps(cases), capture_output=True, text=True, check=True)
-    got = json.loads(r.stdout)
+    got = run_js(JS_MODEL_FOR, imports={"S": "engine/spec.js", "C": "checkpoint.js"}, data=cases)
     for have, spec in zip(got["out"], want):
         assert have["spec"] == spec.to_json()
         assert have["hidden"] == have["hidden_json"] == hidden_of(spec)

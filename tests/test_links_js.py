@@ -5,11 +5,11 @@ Run in Node against hostile payloads; LinkMatrix keeps rows to the room's member
 
 from __future__ import annotations
 
-import json
-import subprocess
-from pathlib import Path
+import pytest
 
-WEBUI = Path(__file__).resolve().parents[1] / "daisychain" / "webui"
+from jsrun import run_js
+
+pytestmark = pytest.mark.usefixtures("node")  # fails, never skips, without node
 A, B, C = "aaaaaaaa", "bbbbbbbb", "cccccccc"
 SHA = "ab" * 32
 
@@ -40,27 +40,21 @@ CASES = [
 ]
 
 
-def _node(node, tmp_path, body: str):
-    script = tmp_path / "run.mjs"
-    script.write_text(f'import * as L from "{(WEBUI / "links.js").as_uri()}";\n{body}')
-    proc = subprocess.run([node, str(script)], capture_output=True, text=True, timeout=60)
-    assert proc.returncode == 0, proc.stderr
-    return json.loads(proc.stdout)
+def _node(body: str):
+    return run_js(body, imports={"L": "links.js"}, data=[[c[0], c[1]] for c in CASES])
 
 
-def test_hostile_link_reports_are_dropped(tmp_path, node):
-    (tmp_path / "cases.json").write_text(json.dumps([[c[0], c[1]] for c in CASES]))
-    got = _node(node, tmp_path, f"""
-import {{ readFileSync }} from "node:fs";
-const cases = JSON.parse(readFileSync({json.dumps(str(tmp_path / 'cases.json'))}, "utf8"));
+def test_hostile_link_reports_are_dropped():
+    got = _node(f"""
+const cases = DATA;
 cases[3][0].rows.{B}.rttMs = Infinity;   // JSON cannot say it; a parsed 1e999 would be
 console.log(JSON.stringify(cases.map(([d, s]) => L.parseLinks(d, s, ["{A}", "{B}", "{C}"]))));
 """)
     assert got == [c[2] for c in CASES]
 
 
-def test_matrix_keeps_members_and_drops_stale_rows(tmp_path, node):
-    got = _node(node, tmp_path, f"""
+def test_matrix_keeps_members_and_drops_stale_rows():
+    got = _node(f"""
 const m = new L.LinkMatrix();
 m.setMembers(["{A}", "{B}", "{C}"]);
 m.setOwn("{A}", {{ "{B}": {{ state: "open", rttMs: 2 }} }}, 0);

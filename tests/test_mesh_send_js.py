@@ -9,15 +9,12 @@ peer receives is reassembled and decoded by the real frames.js.
 
 from __future__ import annotations
 
-import json
-import subprocess
+import pytest
 
-from daisychain import package_path
+from jsrun import run_js
 
 DRIVER = r"""
-const { Mesh } = await import(process.argv[2]);
-const W = await import(process.argv[3]);
-const cfg = JSON.parse(process.argv[4]);
+const cfg = DATA;
 
 const bus = { handlers: {}, logs: [],
   on(ev, f) { (this.handlers[ev] ||= []).push(f); },
@@ -72,33 +69,29 @@ console.log(JSON.stringify({ got, errors, frames: wire.length, accepted, queued,
 SIZE = 9610  # the parameters of the default digits model (64-128-10): a STATE of 4 frames
 
 
-def run_driver(tmp_path, node, **cfg) -> dict:
-    driver = tmp_path / "send.mjs"
-    driver.write_text(DRIVER)
-    res = subprocess.run([node, str(driver), str(package_path("webui", "mesh.js")),
-                          str(package_path("webui", "frames.js")), json.dumps({"size": SIZE, **cfg})],
-                         capture_output=True, text=True, timeout=60)
-    assert res.returncode == 0, res.stderr
-    return json.loads(res.stdout.strip().splitlines()[-1])
+def run_driver(**cfg) -> dict:
+    return run_js(DRIVER, imports={"{ Mesh }": "mesh.js", "W": "frames.js"}, data={"size": SIZE, **cfg})
 
 
-def test_each_message_arrives_whole_in_order(tmp_path, node):
+@pytest.mark.usefixtures("node")  # fails, never skips, without node
+def test_each_message_arrives_whole_in_order():
     """A restore (restore, STATE, run-like control) to two members at once, as
     RunPeer.restore sends it: every member gets every message, whole, in order."""
     sends = [[p, k] for p in ("p1", "p2") for k in ("restore", "state", "end")]
-    out = run_driver(tmp_path, node, sends=sends, expectFrames=2 * (1 + 4 + 1))
+    out = run_driver(sends=sends, expectFrames=2 * (1 + 4 + 1))
     assert out["errors"] == []
     assert out["frames"] == 12  # the STATE is 4 frames
     for p in ("p1", "p2"):
         assert out["got"][p] == ["restore", "state:true", "end"], out
 
 
-def test_the_queue_of_a_link_that_never_drains_is_bounded(tmp_path, node):
+@pytest.mark.usefixtures("node")  # fails, never skips, without node
+def test_the_queue_of_a_link_that_never_drains_is_bounded():
     """A member whose channel never drains: the queue stops at its limit with a line in the
     run log; the other member is not held up."""
     limit = 600_000  # about two STATEs of this model
     sends = [["slow", "state"]] * 5 + [["p1", "state"], ["p1", "end"]]
-    out = run_driver(tmp_path, node, sends=sends, stuck=["slow"], limit=limit, expectFrames=5)
+    out = run_driver(sends=sends, stuck=["slow"], limit=limit, expectFrames=5)
     assert out["accepted"] == [True, True, False, False, False, True, True], out
     assert 0 < out["queued"]["slow"] <= limit
     assert sum("the send queue to slow holds" in line and "state not sent" in line

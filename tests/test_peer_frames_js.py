@@ -5,24 +5,18 @@ integers; JS-encoded contributions decode in Python; both choose the same NARROW
 from __future__ import annotations
 
 import base64
-import json
-import shutil
-import subprocess
 
 import numpy as np
 import pytest
 
-from daisychain import package_path
 from daisychain.peer import frames as F
+from jsrun import run_js
 
-NODE = shutil.which("node")
 pytestmark = pytest.mark.usefixtures("node")  # fails, never skips, without node
 
 
 DRIVER = r"""
-import { readFileSync } from "node:fs";
-const W = await import(process.argv[2]);
-const input = JSON.parse(readFileSync(0, "utf8"));
+const input = DATA;
 const out = { decoded: [], encoded: [] };
 for (const b64 of input.messages) {
   const r = new W.Reassembler();
@@ -49,7 +43,7 @@ console.log(JSON.stringify(out));
 """
 
 
-def test_js_and_python_frames_agree(tmp_path):
+def test_js_and_python_frames_agree():
     rng = np.random.default_rng(5)
     v = np.concatenate([rng.integers(-2**30, 2**30, 3000) << 12, np.zeros(500, np.int64),
                         rng.integers(-2**45, 2**45, 100), [2**52, -(2**52)]]).astype(np.int64)
@@ -61,14 +55,8 @@ def test_js_and_python_frames_agree(tmp_path):
                       {"term": 1, "contributors": [["p0", 4]], "loss": 0.1, "params_sha256": "a" * 64},
                       body, c)
         messages.append(base64.b64encode(b"".join(F.encode_frames(m, 1))).decode())
-    driver = tmp_path / "driver.mjs"
-    driver.write_text(DRIVER)
-    res = subprocess.run([NODE, str(driver), str(package_path("webui", "frames.js"))],
-                         input=json.dumps({"messages": messages, "size": int(v.size),
-                                           "vector": [str(x) for x in v], "bounds": bounds}),
-                         capture_output=True, text=True, timeout=60)
-    assert res.returncode == 0, res.stderr
-    out = json.loads(res.stdout)
+    out = run_js(DRIVER, imports={"W": "frames.js"}, data={"messages": messages, "size": int(v.size),
+                                                            "vector": [str(x) for x in v], "bounds": bounds})
     want = [str(x) for x in v]
     for d in out["decoded"]:
         assert d["T"] == "total" and d["step"] == 4 and d["ints"] == want

@@ -7,13 +7,13 @@ from __future__ import annotations
 
 import copy
 import json
-import subprocess
 
 import pytest
 
 from daisychain import package_path
 from daisychain.peer import selftest as S
 from daisychain.units import load_luts
+from jsrun import run_js
 
 
 @pytest.fixture(scope="module")
@@ -94,36 +94,26 @@ def test_a_tampered_unit_vector_still_fails(luts):
     assert not ok and why == "relu unit: 1 of 256 outputs differ", why
 
 
-DRIVER = r"""
-const C = await import(process.argv[2]);
-const golden = JSON.parse(process.argv[3]);
-console.log(JSON.stringify(await C.floatFailures(golden)));
-"""
+def js_float_failures(golden) -> list[str]:
+    return run_js("console.log(JSON.stringify(await C.floatFailures(DATA)));",
+                  imports={"C": "engine/conformance.js"}, data=golden)
 
 
-def js_float_failures(tmp_path, node, golden) -> list[str]:
-    driver = tmp_path / "float.mjs"
-    driver.write_text(DRIVER)
-    res = subprocess.run([node, str(driver), str(package_path("webui", "engine", "conformance.js")),
-                          json.dumps(golden)], capture_output=True, text=True, timeout=60)
-    assert res.returncode == 0, res.stderr
-    return json.loads(res.stdout)
-
-
-def test_the_tab_runs_the_same_vectors(tmp_path, node, golden, luts):
+@pytest.mark.usefixtures("node")  # fails, never skips, without node
+def test_the_tab_runs_the_same_vectors(golden, luts):
     """conformance.js passes the committed vectors and fails the tampered ones with the same
     words as the Python self-test."""
-    assert js_float_failures(tmp_path, node, golden) == []
+    assert js_float_failures(golden) == []
     for tamper in ("adam", "subnormal"):
         g = copy.deepcopy(golden)
         if tamper == "adam":
             g["adam"][0]["theta"][5] = f"{int(g['adam'][0]['theta'][5], 16) ^ 1:016x}"  # 1 ulp
         else:
             g["subnormal"][1]["out"] = "0000000000000000"
-        js = js_float_failures(tmp_path, node, g)
+        js = js_float_failures(g)
         ok, py = S.selftest(luts, golden=g)
         assert len(js) == 1 and js[0] == py, (js, py)
     g = copy.deepcopy(golden)
     g["adam"][1]["theta"][0] = "zz" * 8
-    js = js_float_failures(tmp_path, node, g)
+    js = js_float_failures(g)
     assert len(js) == 1 and "malformed" in js[0], js

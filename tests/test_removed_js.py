@@ -5,16 +5,11 @@ the run-error box and the status line). The real RunPeer and Mesh; the network i
 
 from __future__ import annotations
 
-import json
-import subprocess
-
 import pytest
 
-from daisychain import package_path
+from jsrun import run_js
 
 DRIVER = r"""
-const { Mesh } = await import(process.argv[2]);
-const { RunPeer } = await import(process.argv[3]);
 const errors = [];
 const bus = { on() {}, emit(ev, x) { if (ev === "run:error") errors.push(x.message); } };
 const mesh = new Mesh(bus, { async send() {} }, { kind: "cpu", capacity: 1 });
@@ -32,13 +27,8 @@ console.log(JSON.stringify({ stranger, kinds: outs.map((o) => o.kind), errors, r
 
 
 @pytest.mark.usefixtures("node")  # fails, never skips, without node
-def test_a_removed_tab_stops_and_says_why(tmp_path, node):
-    driver = tmp_path / "removed.mjs"
-    driver.write_text(DRIVER)
-    res = subprocess.run([node, str(driver), str(package_path("webui", "mesh.js")),
-                          str(package_path("webui", "runpeer.js"))], capture_output=True, text=True, timeout=60)
-    assert res.returncode == 0, res.stderr
-    out = json.loads(res.stdout.strip().splitlines()[-1])
+def test_a_removed_tab_stops_and_says_why():
+    out = run_js(DRIVER, imports={"{ Mesh }": "mesh.js", "{ RunPeer }": "runpeer.js"})
     assert out["stranger"] == []  # only the coordinator it follows can remove it
     assert out["kinds"] == ["log", "removed"] and out["refused"] is True
     assert out["errors"] == ["removed from the run by p0: 3 strikes (the last: spot-check mismatch: "

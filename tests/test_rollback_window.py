@@ -5,17 +5,15 @@ it gives the bits the replica had at that step."""
 
 from __future__ import annotations
 
-import json
-import subprocess
 from fractions import Fraction
 from math import comb
 
 import numpy as np
 import pytest
 
-from daisychain import package_path
 from daisychain.engine.trainer import params_sha256
 from daisychain.peer.run.rollback import ESCAPE, Window, window_steps
+from jsrun import run_js
 
 GRID = [(r, s) for r in (1.0, 0.5, 0.25, 0.1, 0.05, 0.02, 0.01) for s in (1, 2, 3, 5)] + [
     (0.0, 3), (0.5, 1000), (0.3, 200), (1e-9, 1000), (0.0101, 1000)]
@@ -52,14 +50,11 @@ def test_no_checks_no_window_and_rate_one_is_the_strikes():
     assert window_steps(1.0, 3) == 3
 
 
-def test_python_and_js_size_the_window_alike(node):
-    js = f"""
-const {{ windowSteps }} = await import({json.dumps(package_path("webui", "run", "rollback.js").as_uri())});
-console.log(JSON.stringify({json.dumps(GRID)}.map(([r, s]) => windowSteps(r, s))));
-"""
-    out = subprocess.run([node, "--input-type=module", "-e", js], capture_output=True, text=True, timeout=60)
-    assert out.returncode == 0, out.stderr
-    assert json.loads(out.stdout) == [window_steps(r, s) for r, s in GRID]
+@pytest.mark.usefixtures("node")  # fails, never skips, without node
+def test_python_and_js_size_the_window_alike():
+    got = run_js("console.log(JSON.stringify(DATA.map(([r, s]) => windowSteps(r, s))));",
+                 imports={"{ windowSteps }": "run/rollback.js"}, data=GRID)
+    assert got == [window_steps(r, s) for r, s in GRID]
 
 
 def test_going_back_gives_the_bits_of_that_step():

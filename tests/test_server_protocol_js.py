@@ -8,22 +8,16 @@ from __future__ import annotations
 
 import json
 import random
-import shutil
-import subprocess
 
 import pytest
 
-import daisychain
 from daisychain.server import protocol as p
+from jsrun import run_js
 
-NODE = shutil.which("node")
 pytestmark = pytest.mark.usefixtures("node")  # fails, never skips, without node
-MODULE = str(daisychain.package_path("webui", "protocol.js"))
 
 RUNNER = """
-import * as P from %s;
-const input = JSON.parse(await new Promise((ok) => { let s = ""; process.stdin.on("data", (d) => s += d);
-  process.stdin.on("end", () => ok(s)); }));
+const input = DATA;
 const run = (fn) => { try { return { ok: true, msg: fn() }; } catch (e) {
   if (!(e instanceof P.ProtocolError)) throw e; return { ok: false, code: e.code }; } };
 const out = {
@@ -126,11 +120,7 @@ def js_normal(res):
 
 def test_js_mirror_agrees_with_python():
     server, client = server_frames(), client_frames()
-    runner = RUNNER % json.dumps("file://" + MODULE)
-    done = subprocess.run([NODE, "--input-type=module", "-e", runner], capture_output=True, text=True,
-                          input=json.dumps({"server": server, "client": client}), timeout=60)
-    assert done.returncode == 0, done.stderr
-    js = json.loads(done.stdout)
+    js = run_js(RUNNER, imports={"P": "protocol.js"}, data={"server": server, "client": client})
     for side, frames, parse in (("server", server, p.parse_server), ("client", client, p.parse_client)):
         for text, res in zip(frames, js[side]):
             assert js_normal(res) == py_result(parse, text), (side, text)

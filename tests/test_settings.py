@@ -18,6 +18,7 @@ import pytest
 
 from daisychain.engine.settings import PAGE_SETTINGS, SETTINGS, check_setting
 from daisychain.engine.spec import Hyper, SpecError
+from jsrun import run_js
 
 ROOT = Path(__file__).resolve().parents[1]
 VALUES = json.loads((ROOT / "tests" / "settings_values.json").read_text())
@@ -34,9 +35,7 @@ def test_python_gives_the_shared_reasons():
 
 
 NODE_DRIVER = """
-import * as S from "%s";
-import { readFileSync } from "node:fs";
-const values = JSON.parse(readFileSync(process.argv[2], "utf8"));
+const values = JSON.parse(readFileSync(DATA, "utf8"));
 const ranges = Object.fromEntries(Object.keys(S.SETTINGS).map((n) => [n, S.rangeText(n)]));
 const bad = values.bad.map((c) => S.checkSetting(c.setting, c.raw).error);
 const good = values.good.map((c) => S.checkSetting(c.setting, c.raw));
@@ -44,13 +43,9 @@ console.log(JSON.stringify({ ranges, bad, good }));
 """
 
 
-def test_page_gives_the_same_reasons(node, tmp_path):
-    driver = tmp_path / "driver.mjs"
-    driver.write_text(NODE_DRIVER % (ROOT / "daisychain" / "webui" / "settings_check.js").as_uri())
-    r = subprocess.run([node, str(driver), str(ROOT / "tests" / "settings_values.json")],
-                       capture_output=True, text=True, timeout=60)
-    assert r.returncode == 0, r.stderr
-    got = json.loads(r.stdout)
+@pytest.mark.usefixtures("node")  # fails, never skips, without node
+def test_page_gives_the_same_reasons():
+    got = run_js(NODE_DRIVER, imports={"S": "settings_check.js"}, data=str(ROOT / "tests" / "settings_values.json"))
     assert got["ranges"] == VALUES["ranges"]
     assert got["bad"] == [c["reason"] for c in VALUES["bad"]]
     assert [g["error"] for g in got["good"]] == [None] * len(VALUES["good"])
@@ -144,10 +139,8 @@ HYPER_CASES = [{"lr": 1e300}, {"lr": 0.0}, {"lr": "inf"}, {"lr": "nan"}, {"weigh
                {"weight_decay": "inf"}, {"eps": 0.0}, {"beta1": 1.0}, {"lr": 1.0}]
 
 HYPER_DRIVER = """
-import { makeHyper } from "%s";
-import { readFileSync } from "node:fs";
 const num = (v) => (v === "inf" ? Infinity : v === "nan" ? NaN : v);
-const cases = JSON.parse(readFileSync(0, "utf8"));
+const cases = DATA;
 console.log(JSON.stringify(cases.map((c) => {
   try { makeHyper(Object.fromEntries(Object.entries(c).map(([k, v]) => [k, num(v)]))); return null; }
   catch (e) { return e.message; }
@@ -155,7 +148,8 @@ console.log(JSON.stringify(cases.map((c) => {
 """
 
 
-def test_a_received_runs_hyperparameters_get_the_same_words_in_both_languages(node, tmp_path):
+@pytest.mark.usefixtures("node")  # fails, never skips, without node
+def test_a_received_runs_hyperparameters_get_the_same_words_in_both_languages():
     """Hyper.validate (a Python member) and makeHyper (a tab) are twins: a host's run with
     lr 1e300 is refused by both, with the same words (the tab took any positive lr)."""
     def py(c):
@@ -167,9 +161,4 @@ def test_a_received_runs_hyperparameters_get_the_same_words_in_both_languages(no
 
     want = [py(c) for c in HYPER_CASES]
     assert want[-1] is None and all(want[:-1])
-    driver = tmp_path / "hyper.mjs"
-    driver.write_text(HYPER_DRIVER % (ROOT / "daisychain" / "webui" / "engine" / "spec.js").as_uri())
-    r = subprocess.run([node, str(driver)], input=json.dumps(HYPER_CASES), capture_output=True,
-                       text=True, timeout=60)
-    assert r.returncode == 0, r.stderr
-    assert json.loads(r.stdout) == want
+    assert run_js(HYPER_DRIVER, imports={"{ makeHyper }": "engine/spec.js"}, data=HYPER_CASES) == want

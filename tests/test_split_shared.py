@@ -7,29 +7,24 @@ from __future__ import annotations
 
 import json
 import random
-import shutil
-import subprocess
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 
-from daisychain import package_path
 from daisychain.engine.cli import train
 from daisychain.engine.trainer import capacity_split
 from daisychain.peer import frames as F
 from daisychain.peer import run as R
 
+from jsrun import run_js
 from test_peer_run import Net, settings
 
 CASES = json.loads((Path(__file__).parent / "scenarios" / "split.json").read_text())["cases"]
-NODE = shutil.which("node")
 
 DRIVER = r"""
-import { readFileSync } from "node:fs";
-const { finishShares, capacitySplit } = await import(process.argv[2]);
 const out = [];
-for (const c of JSON.parse(readFileSync(0, "utf8"))) {
+for (const c of DATA) {
   const shares = finishShares(c.spm, c.fixed, c.n);
   const ids = Array.from({ length: c.n }, (_, j) => j);
   out.push({ shares, counts: capacitySplit(ids, shares).map((p) => p.length) });
@@ -46,12 +41,9 @@ def test_python_gives_the_shared_shares_and_counts(case):
 
 
 @pytest.mark.usefixtures("node")  # fails, never skips, without node
-def test_js_gives_the_same_floats_and_counts(tmp_path):
-    driver = tmp_path / "driver.mjs"
-    driver.write_text(DRIVER)
-    r = subprocess.run([NODE, str(driver), package_path("webui", "runpeer.js").as_uri()],
-                       input=json.dumps(CASES), capture_output=True, text=True, check=True)
-    for case, got in zip(CASES, json.loads(r.stdout), strict=True):
+def test_js_gives_the_same_floats_and_counts():
+    got_all = run_js(DRIVER, imports={"{ finishShares, capacitySplit }": "runpeer.js"}, data=CASES)
+    for case, got in zip(CASES, got_all, strict=True):
         assert got["shares"] == case["shares"], case["about"]
         assert got["counts"] == case["counts"], case["about"]
 
@@ -125,10 +117,8 @@ def test_a_coordinator_computes_more_while_its_member_s_link_costs_time():
 # -- the timing that feeds the split, the same in both languages ---------------------------
 
 TIMING_DRIVER = r"""
-import { readFileSync } from "node:fs";
-const { RunPeer } = await import(process.argv[2]);
 const out = [];
-for (const c of JSON.parse(readFileSync(0, "utf8"))) {
+for (const c of DATA) {
   const rp = new RunPeer("p0", { capacity: c.caps.p0 });
   rp.timingFrom = c.timing_from;
   for (const [id, cap] of Object.entries(c.caps)) {
@@ -213,10 +203,7 @@ def test_the_timing_that_feeds_the_split():
 
 
 @pytest.mark.usefixtures("node")  # fails, never skips, without node
-def test_js_learns_the_same_from_the_same_timings(tmp_path):
-    driver = tmp_path / "timing.mjs"
-    driver.write_text(TIMING_DRIVER)
-    r = subprocess.run([NODE, str(driver), package_path("webui", "runpeer.js").as_uri()],
-                       input=json.dumps(TIMING_CASES), capture_output=True, text=True, check=True)
-    for case, got in zip(TIMING_CASES, json.loads(r.stdout), strict=True):
+def test_js_learns_the_same_from_the_same_timings():
+    got_all = run_js(TIMING_DRIVER, imports={"{ RunPeer }": "runpeer.js"}, data=TIMING_CASES)
+    for case, got in zip(TIMING_CASES, got_all, strict=True):
         assert got == _python_timing(case), case["about"]  # the same floats

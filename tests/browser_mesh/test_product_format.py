@@ -5,18 +5,14 @@ reads, whatever the file's name; names replace device ids in every line."""
 
 from __future__ import annotations
 
-import json
 import shlex
-import subprocess
-from pathlib import Path
 
 import pytest
 
-from daisychain import package_path
+from jsrun import run_js
 
 DRIVER = r"""
-const F = await import(process.argv[2]);
-const cases = JSON.parse(process.argv[3]);
+const cases = DATA;
 const out = {
   commands: cases.commands.map((c) => F.trainCommand(c.identity, c.args, c.steps)),
   names: F.namesForIds(cases.names.text, cases.names.map),
@@ -37,18 +33,12 @@ ONE = {"layers": [{"type": "linear", "in": 64, "out": 128}, {"type": "relu"},
 HYPER = {"lr": 0.003, "batch": 32, "micro_batch": 8, "seed": 3, "weight_decay": 0.0}
 
 
-def run_driver(cases: dict, tmp_path) -> dict:
-    driver = tmp_path / "driver.mjs"
-    driver.write_text(DRIVER)
-    mod = Path(str(package_path("webui", "ui_format.js"))).as_uri()
-    res = subprocess.run(["node", str(driver), mod, json.dumps(cases)],
-                         capture_output=True, text=True, timeout=60)
-    assert res.returncode == 0, res.stderr
-    return json.loads(res.stdout)
+def run_driver(cases: dict) -> dict:
+    return run_js(DRIVER, imports={"F": "ui_format.js"}, data=cases)
 
 
 @pytest.fixture(scope="module")
-def out(tmp_path_factory):
+def out():
     return run_driver({
         "commands": [
             {"identity": {"task": "text", "hyper": HYPER, "model": MODEL},
@@ -60,7 +50,7 @@ def out(tmp_path_factory):
                   "map": {"f2d3640e": "Phone", "ab": "too short to be an id"}},
         "durations": [4.25, 45, 125, 7384, -1],
         "rates": [12.34, 0.5, 0],
-    }, tmp_path_factory.mktemp("fmt"))
+    })
 
 
 def test_the_end_cards_command_splits_into_the_train_flags(out):
