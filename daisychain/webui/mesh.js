@@ -689,17 +689,15 @@ function loadState(tr, st) {
   tr.step = st.step;
 }
 
-/** Trainer.contribute on a parameter snapshot, for micro-batch ids `micro` of `step`. */
+/** Trainer.contribute on a parameter snapshot, for micro-batch ids `micro` of `step` (the
+ *  inputs augmented as the run says: Trainer.inputs). */
 export async function contributeAt(tr, theta, step, micro) {
   const grad = new Float64Array(tr.layout.size);
   const loss = new Float64Array(micro.length);
   const correct = new Int32Array(micro.length);
   const mb = tr.hp.micro_batch;
   for (let i = 0; i < micro.length; i++) {
-    const idx = tr.samples(step, micro[i]);
-    const x = new tr.ds.x_train.data.constructor(idx.length * tr.rowLen);
-    idx.forEach((r, k) => x.set(tr.ds.x_train.data.subarray(r * tr.rowLen, (r + 1) * tr.rowLen), k * tr.rowLen));
-    const y = Int32Array.from(idx, (r) => tr.ds.y_train.data[r]);
+    const { x, y } = tr.inputs(step, micro[i]);
     const r = await tr.engine.gradInto(grad, theta, x, y, mb, tr.hp.grad_frac_bits, tr.limit);
     loss[i] = r.loss;
     correct[i] = r.correct;
