@@ -48,3 +48,13 @@ def test_a_tab_hosts_the_default_image_run_to_trains_hash(browser_cpu, tabs):
     words = shlex.split(host.page.inner_text("#end-command"))
     again = settings(*words[2:])
     assert run_identity(again.spec, again.hp, again.ds, load_luts()) == want, words
+
+    # the host resumes its own state to step 3 with the same form settings: the recipe is the
+    # checkpoint's (decay at step 2), not the defaults of a 3-step run (decay at 3: another run)
+    host.page.evaluate("""async () => { const m = window.__daisy.mesh; const st = await m.snapshot();
+      await m.start({ task: "image", steps: 3, seed: 7, batch: 64, micro_batch: 16, lr: 0.003, hidden: 128,
+        layers: null, dataset: null }, st); }""")
+    host.wait("window.__daisy.run.state === 'done' && window.__daisy.run.step === 3", 300_000)
+    rs3 = settings("--task", "image", "--steps", "3", "--seed", "7", "--lr", "0.003", "--lr-decay-steps", "2")
+    assert host.state("window.__daisy.mesh.peer.identity") == want
+    assert host.state("window.__daisy.run.sha") == train(rs3, quiet=True)["params_sha256"]
