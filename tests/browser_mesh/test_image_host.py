@@ -13,6 +13,7 @@ import argparse
 import shlex
 
 import pytest
+from mesh_helpers import needs_netns
 
 from daisychain.engine.cli import train
 from daisychain.engine.settings import add_run_arguments, settings_from_args
@@ -58,3 +59,38 @@ def test_a_tab_hosts_the_default_image_run_to_trains_hash(browser_cpu, tabs):
     rs3 = settings("--task", "image", "--steps", "3", "--seed", "7", "--lr", "0.003", "--lr-decay-steps", "2")
     assert host.state("window.__daisy.mesh.peer.identity") == want
     assert host.state("window.__daisy.run.sha") == train(rs3, quiet=True)["params_sha256"]
+
+
+@needs_netns
+def test_a_tab_and_a_daisy_peer_join_a_tab_hosted_image_run(browser_cpu, tabs, server_url):
+    """Two tabs and a daisy-peer split an image run with the recipe (shifts follow the batch
+    slot, whoever computes it): every replica ends on train's hash."""
+    from test_mixed_room import DaisyPeer, _approve_all
+
+    host = tabs(browser_cpu, "img-host2").open("create=1")
+    host.wait(f"{ROOM_OF} && {ROOM_OF}.room === 'private' && {ROOM_OF}.isHost")
+    code = host.state(f"{ROOM_OF}.code")
+    guest = tabs(browser_cpu, "img-guest").open(f"room={code}")
+    peer = DaisyPeer(server_url, code, "py-img", capacity=60)
+    try:
+        _approve_all(host, ["img-guest", "py-img"])
+        host.wait(f"{ROOM_OF}.members.length === 3")
+        host.wait("Object.values(window.__daisy.links).filter((s) => s === 'open').length === 2", 60_000)
+        host.page.evaluate("""() => window.__daisy.mesh.start({ task: "image", steps: 3, seed: 4, batch: 32,
+          micro_batch: 4, lr: 0.01, hidden: 128, layers: ["conv4", "pool", 16], dataset: null,
+          lr_warmup: 1, lr_decay_steps: 5 })""")
+        for t in (host, guest):
+            t.wait("window.__daisy.run.state === 'done'", 300_000)
+        result = peer.result()
+    finally:
+        peer.kill()
+    rs = settings("--task", "image", "--steps", "3", "--seed", "4", "--batch", "32", "--micro-batch", "4",
+                  "--lr", "0.01", "--layers", "conv4,pool,16", "--lr-warmup", "1", "--lr-decay-steps", "5")
+    assert rs.hp.augment_shift == 2
+    want = train(rs, quiet=True)["params_sha256"]
+    for t in (host, guest):
+        run = t.state("window.__daisy.run")
+        assert run["agreed"] is True and run["sha"] == want, t.name
+    assert result["params_sha256"] == want and result["agreed"]
+    done = host.state("window.__daisy.run.done")
+    assert len(done) == 3 and all(n > 0 for n in done.values()), done
