@@ -16,6 +16,7 @@ import pytest
 from mesh_helpers import needs_netns
 
 from daisychain.engine.cli import train
+from daisychain.engine.counters import unit_counts
 from daisychain.engine.settings import add_run_arguments, settings_from_args
 from daisychain.engine.trainer import run_identity
 from daisychain.units import load_luts
@@ -45,6 +46,9 @@ def test_a_tab_hosts_the_default_image_run_to_trains_hash(browser_cpu, tabs):
     assert [l["type"] for l in ident["model"]["layers"]].count("conv2d") == 3
     assert ident["hyper"]["augment_shift"] == 2 and ident["hyper"]["lr_decay_steps"] == 2
     assert host.state("window.__daisy.run.sha") == train(rs, quiet=True)["params_sha256"]
+    # the page's unit counters count the convolutions (counters.py's formula)
+    c = host.state("window.__daisy.mesh.counters()")
+    assert c["micro"] == 8 and {k: c[k] for k in ("multiply", "requantize", "relu")} == unit_counts(rs.spec, 16, 8)
     host.wait("document.querySelector('#end-command').textContent.startsWith('daisychain train')")
     words = shlex.split(host.page.inner_text("#end-command"))
     again = settings(*words[2:])
