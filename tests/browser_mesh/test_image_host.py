@@ -75,7 +75,7 @@ def test_a_tab_and_a_daisy_peer_join_a_tab_hosted_image_run(browser_cpu, tabs, s
     host.wait(f"{ROOM_OF} && {ROOM_OF}.room === 'private' && {ROOM_OF}.isHost")
     code = host.state(f"{ROOM_OF}.code")
     guest = tabs(browser_cpu, "img-guest").open(f"room={code}")
-    peer = DaisyPeer(server_url, code, "py-img", capacity=60)
+    peer = DaisyPeer(server_url, code, "py-img", capacity=5)
     try:
         _approve_all(host, ["img-guest", "py-img"])
         host.wait(f"{ROOM_OF}.members.length === 3")
@@ -96,5 +96,6 @@ def test_a_tab_and_a_daisy_peer_join_a_tab_hosted_image_run(browser_cpu, tabs, s
         run = t.state("window.__daisy.run")
         assert run["agreed"] is True and run["sha"] == want, t.name
     assert result["params_sha256"] == want and result["agreed"]
+    # the work was split (the shares follow measured capacities: who got how much varies)
     done = host.state("window.__daisy.run.done")
-    assert len(done) == 3 and all(n > 0 for n in done.values()), done
+    assert sum(done.values()) == 3 * 8 and len([n for n in done.values() if n > 0]) >= 2, done
