@@ -16,7 +16,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from daisychain.engine.counters import unit_counts  # noqa: E402
-from daisychain.engine.spec import Layer, ModelSpec, char_mlp, mlp  # noqa: E402
+from daisychain.engine.spec import DEFAULT_CNN, Layer, ModelSpec, char_mlp, cnn, mlp  # noqa: E402
 from jsrun import run_js  # noqa: E402
 
 DATA = Path(__file__).with_name("unit_counts.json")
@@ -27,7 +27,10 @@ def _specs() -> dict[str, ModelSpec]:
             "mnist-3layers": mlp(784, [512, 256, 128], 10),
             "linear": ModelSpec((Layer("linear", 5, 4),), "dense", 5, 4),
             "text-char": char_mlp(96, 16, 16, 128), "text-char-2layers": char_mlp(80, 8, 8, [64, 32]),
-            "wide": mlp(1024, [4096, 4096, 2048], 1000)}
+            "wide": mlp(1024, [4096, 4096, 2048], 1000),
+            # conv layers (the page used to count only linears: a CNN's convolutions were missing)
+            "mnist-cnn": cnn((1, 28, 28), DEFAULT_CNN, 10),
+            "rgb-cnn": cnn((3, 32, 32), ("conv8k5", "pool", "conv16", "pool", 32), 10)}
 
 
 def cases() -> list[dict]:

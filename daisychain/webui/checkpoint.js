@@ -11,6 +11,7 @@
 //   const { bytes, filename } = await exportCheckpoint(snapshot);
 //   const st = await importCheckpoint(fileBytes, runIdentityOrNull);   // throws CheckpointError(words)
 
+import { layersText, RECIPE_FIELDS } from "./engine/spec.js";
 import { paramsSha256 } from "./engine/trainer.js";
 
 const MAGIC = [0x44, 0x43, 0x53, 0x56]; // "DCSV"
@@ -137,12 +138,17 @@ export async function importCheckpoint(bytes, expected = null, { base = "" } = {
   return decodeState(new Uint8Array(await resp.arrayBuffer()));
 }
 
-/** The run settings (the page's form fields) an identity was made with: `layers` is the
- *  array of hidden widths (`--layers`, what mesh.start takes), `hidden` the first of them. */
+/** The run settings (the page's form fields) an identity was made with, what mesh.start
+ *  takes: `layers` is the --layers items (hidden widths, and for an image model convN /
+ *  convNkK / pool: spec.js parseLayers of layersText), `hidden` the first width of a dense
+ *  model (null for a model with convolutions or pools), and the image recipe's fields. */
 export function settingsOf(identity) {
   const hp = identity.hyper || {};
-  const linears = (identity.model?.layers || []).filter((l) => l.type === "linear");
-  const layers = linears.slice(0, -1).map((l) => l.out);
-  return { task: identity.task, seed: hp.seed, batch: hp.batch, micro_batch: hp.micro_batch, lr: hp.lr,
-    hidden: layers.length ? layers[0] : null, layers: layers.length ? layers : null };
+  const text = layersText(identity.model || { layers: [] });
+  const layers = text ? text.split(",").map((t) => (/^[0-9]+$/.test(t) ? Number(t) : t)) : null;
+  const dense = layers && layers.every((t) => typeof t === "number");
+  const out = { task: identity.task, seed: hp.seed, batch: hp.batch, micro_batch: hp.micro_batch, lr: hp.lr,
+    hidden: dense ? layers[0] : null, layers };
+  for (const k of RECIPE_FIELDS) out[k] = hp[k] ?? 0;
+  return out;
 }

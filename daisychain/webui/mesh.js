@@ -17,7 +17,7 @@ import { parseDataset } from "./engine/data.js";
 import { withCredential } from "./uploads.js";
 import { openPaths } from "./engine/paths.js";
 import { choosePath } from "./gpu.js";
-import { makeHyper, modelFor, ModelSpec } from "./engine/spec.js";
+import { makeHyper, modelFor, ModelSpec, RECIPE_FIELDS, recipeSettings } from "./engine/spec.js";
 import { paramsSha256, runId, runIdentity } from "./engine/trainer.js";
 import * as W from "./frames.js";
 import { identityDifferences, RunPeer } from "./runpeer.js";
@@ -561,18 +561,23 @@ export class Mesh {
   /**
    * Start a run from the host's settings (same meaning and defaults as `daisychain train`);
    * `resume` (a checked checkpoint state, see checkpoint.js) starts it from that state, if
-   * the settings make the same run. `layers` (an array of hidden widths, `--layers`) wins over
-   * `hidden` (one hidden layer, `--hidden`) when given.
+   * the settings make the same run. `layers` (the `--layers` items) wins over `hidden` (one
+   * hidden layer, `--hidden`) when given; an image task without `layers` trains its default
+   * CNN. The image recipe's fields left null take the task's defaults (spec.js
+   * recipeSettings), or with `resume` the checkpoint's.
    */
-  async start({ task = null, steps = 600, seed = 0, batch = 64, micro_batch = 16, lr = 3e-3, hidden = 128, layers = null, dataset = null } = {}, resume = null) {
+  async start({ task = null, steps = 600, seed = 0, batch = 64, micro_batch = 16, lr = 3e-3, hidden = 128, layers = null, dataset = null,
+    augment_shift = null, lr_warmup = null, lr_decay_steps = null } = {}, resume = null) {
     if (!this.net.room || this.net.room.host !== this.net.id) throw new Error("only the host starts a run");
     if (this.peer?.coordinating && !this.peer.ended) throw new Error("a run is already going");
     const fp = dataset ? String(dataset.fingerprint || "") : null;
     if (dataset && !/^[0-9a-f]{64}$/.test(fp)) throw new Error("the chosen dataset has no valid fingerprint (a /datasets entry has one)");
     if (dataset && task && dataset.task !== task) throw new Error(`the chosen dataset is for the ${dataset.task} task, not ${task}`);
     task = dataset ? String(dataset.task) : task || "digits";
-    const hyper = makeHyper({ seed, batch, micro_batch, lr });
     if (!Number.isInteger(steps) || steps < 0) throw new Error("steps must be a whole number >= 0");
+    const given = { augment_shift, lr_warmup, lr_decay_steps };
+    if (resume) for (const k of RECIPE_FIELDS) given[k] ??= resume.identity?.hyper?.[k] ?? 0;
+    const hyper = makeHyper({ seed, batch, micro_batch, lr, ...recipeSettings(task, steps, given) });
     const label = dataset?.name ? `the dataset ${dataset.name}` : `the ${task} data`;
     this._state("starting", `preparing the ${task} run`);
     this._preparing("data", 0, 4, `fetching ${label}`);
@@ -584,7 +589,7 @@ export class Mesh {
       throw err;
     }
     this._preparing("model", 1, 4, "building the model");
-    const spec = modelFor(ds, layers ?? hidden, 16);
+    const spec = modelFor(ds, layers ?? (ds.kind === "image" ? null : hidden), 16);
     const trainer = await createTrainer({ spec, hyper, dataset: ds, luts: this.device.luts, units: this.device.units, kind: this.device.kind });
     this._preparing("identity", 2, 4, "hashing the run identity");
     const identity = runIdentity(spec, hyper, ds, this.device.luts);
@@ -685,7 +690,8 @@ function loadState(tr, st) {
   tr.step = st.step;
 }
 
-/** Trainer.contribute on a parameter snapshot, for micro-batch ids `micro` of `step`. */
+/** Trainer.contribute on a parameter snapshot, for micro-batch ids `micro` of `step` (the
+ *  inputs augmented as the run says: Trainer.inputs). */
 export async function contributeAt(tr, theta, step, micro) {
   if (tr.contributeAt) return tr.contributeAt(theta, step, micro); // worker/trainer_proxy.js
   const grad = new Float64Array(tr.layout.size);
@@ -693,10 +699,7 @@ export async function contributeAt(tr, theta, step, micro) {
   const correct = new Int32Array(micro.length);
   const mb = tr.hp.micro_batch;
   for (let i = 0; i < micro.length; i++) {
-    const idx = tr.samples(step, micro[i]);
-    const x = new tr.ds.x_train.data.constructor(idx.length * tr.rowLen);
-    idx.forEach((r, k) => x.set(tr.ds.x_train.data.subarray(r * tr.rowLen, (r + 1) * tr.rowLen), k * tr.rowLen));
-    const y = Int32Array.from(idx, (r) => tr.ds.y_train.data[r]);
+    const { x, y } = tr.inputs(step, micro[i]);
     const r = await tr.engine.gradInto(grad, theta, x, y, mb, tr.hp.grad_frac_bits, tr.limit);
     loss[i] = r.loss;
     correct[i] = r.correct;

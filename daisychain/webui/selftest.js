@@ -4,8 +4,10 @@
 // the faster passing path as a tab does (gpu.js choosePath -> result.choice), then, when
 // the query names `task` or `steps`, trains in the page exactly as `daisychain train` does:
 //   /selftest?task=digits|text|image&steps=N&seed=S&path=gpu|cpu   (path: default the chosen one)
-//   (also batch, micro-batch, lr, weight-decay, hidden, layers=256,256, embed-dim; defaults
-//   as the CLI's, and as there `layers` and `hidden` do not go together; an image task's
+//   (also batch, micro-batch, lr, weight-decay, hidden, layers=256,256, embed-dim, and the
+//   image recipe's augment-shift, lr-warmup, lr-decay-steps (default 0 here: name them to
+//   train as the CLI's image defaults do); otherwise defaults as the CLI's, and as there
+//   `layers` and `hidden` do not go together; an image task's
 //   layers name convolutions and pools too: layers=conv16,pool,conv32k5,pool,64). It shows the
 //   outcome to a person and writes it as JSON into #result, then
 // sets window.__selftestDone = true.
@@ -36,6 +38,8 @@ async function fetchJson(url) {
 const CLI_FLAGS = { // query parameter -> [Hyper field or setting, parser]
   seed: ["seed", "int"], batch: ["batch", "int"], "micro-batch": ["micro_batch", "int"],
   lr: ["lr", "float"], "weight-decay": ["weight_decay", "float"],
+  "augment-shift": ["augment_shift", "int"], "lr-warmup": ["lr_warmup", "int"],
+  "lr-decay-steps": ["lr_decay_steps", "int"],
 };
 
 function parseNumber(name, text, kind) {

@@ -1,5 +1,7 @@
 // Words and numbers for the page: pure functions, no DOM, no network (UI code only).
 
+import { layersText, RECIPE_FIELDS } from "./engine/spec.js";
+
 /** 1234567 -> "1,234,567" (the same in every locale, so tests and screenshots read alike). */
 export function count(n) {
   if (!Number.isFinite(n)) return "—";
@@ -39,18 +41,23 @@ export function shellWord(w) {
 /**
  * The `daisychain train` command that makes the same run as a page's run identity:
  * `dataArgs` are the /datasets entry's train_args (["--task", "text", "--data", "f.txt"]),
- * else ["--task", identity.task]. `steps` is the step the run reached.
+ * else ["--task", identity.task]. `steps` is the step the run reached. The model and recipe
+ * flags are checkpoint.py run_flags's: --hidden N or --layers (convs and pools too, spec.js
+ * layersText), and the image recipe's flags whenever set, always for an image run (its
+ * defaults are not 0 and depend on --steps).
  */
 export function trainCommand(identity, dataArgs, steps) {
   const hp = identity.hyper || {};
-  const linears = (identity.model?.layers || []).filter((l) => l.type === "linear");
-  const hidden = linears.slice(0, -1).map((l) => l.out);
+  const layers = layersText(identity.model || { layers: [] });
   const args = [...(dataArgs && dataArgs.length ? dataArgs : ["--task", identity.task])];
   args.push("--steps", String(steps), "--seed", String(hp.seed ?? identity.seed ?? 0),
     "--batch", String(hp.batch), "--micro-batch", String(hp.micro_batch), "--lr", String(hp.lr));
   if (hp.weight_decay) args.push("--weight-decay", String(hp.weight_decay));
-  if (hidden.length === 1) args.push("--hidden", String(hidden[0]));
-  else if (hidden.length > 1) args.push("--layers", hidden.join(","));
+  if (/^[0-9]+$/.test(layers)) args.push("--hidden", layers);
+  else if (layers) args.push("--layers", layers);
+  for (const k of RECIPE_FIELDS) {
+    if (hp[k] || identity.task === "image") args.push(`--${k.replace(/_/g, "-")}`, String(hp[k] ?? 0));
+  }
   return ["daisychain", "train", ...args].map(shellWord).join(" ");
 }
 

@@ -76,3 +76,36 @@ def test_conv_model_trains_to_the_same_hash_in_a_webgpu_tab_and_a_cpu_tab(browse
         tr.apply(tr.contribute(list(range(tr.hp.n_micro))).grad)
     assert results["gpu"]["training"]["params_sha256"] == tr.params_sha256()
     assert results["gpu"]["training"]["accuracy"] == tr.accuracy()
+
+
+def test_conv_model_with_the_image_recipe_trains_to_the_numpy_hash_in_both_tabs(browser_webgpu, browser_nogpu,
+                                                                              image_server):
+    """The image recipe (shift augmentation, warm-up / decay learning rate) in a tab: the JS
+    Trainer used to refuse a run that set it, so no tab could train (or join) a default
+    `--task image` run. Both paths must end on the numpy trainer's hash with the same settings."""
+    recipe = {"augment_shift": 2, "lr_warmup": 2, "lr_decay_steps": 5}
+    query = "task=image&layers=conv4,pool,16&steps=4&seed=5&batch=32&micro-batch=8&" + "&".join(
+        f"{k.replace('_', '-')}={v}" for k, v in recipe.items())
+    results = {}
+    for path, browser in (("gpu", browser_webgpu), ("cpu", browser_nogpu)):
+        page = open_page(browser, f"{path}-recipe-tab")
+        try:
+            results[path] = run_selftest(page, f"{image_server}/selftest?{query}&path={path}")
+        finally:
+            page.close()
+    ds = SETS["image"]()
+    hp = Hyper(seed=5, batch=32, micro_batch=8, **recipe)
+    tr = Trainer(model_for(ds, parse_layers("conv4,pool,16")), hp, ds, load_luts())
+    for _ in range(4):
+        tr.apply(tr.contribute(list(range(hp.n_micro))).grad)
+    plain = Trainer(model_for(ds, parse_layers("conv4,pool,16")), Hyper(seed=5, batch=32, micro_batch=8), ds, load_luts())
+    for _ in range(4):
+        plain.apply(plain.contribute(list(range(hp.n_micro))).grad)
+    assert plain.params_sha256() != tr.params_sha256()  # the recipe changes the bits
+    for path, r in results.items():
+        t = r["training"]
+        assert r["error"] is None, r["error"]
+        assert t["path_used"] == path and t["fallback"] is None, t
+        assert t["run_id"] == tr.run_id
+        assert t["params_sha256"] == tr.params_sha256(), path
+        assert t["accuracy"] == tr.accuracy()

@@ -8,6 +8,9 @@
 //   u = mhat / (sqrt(vhat) + eps)
 //   p = p - lr * u                                (weight_decay == 0)
 //   p = p - (lr * u + (lr * weight_decay) * p)    (weight_decay > 0)
+// lr is the schedule's rate of this update: augment.js lrAt(hp, t), t = the updates before it.
+
+import { lrAt } from "./augment.js";
 
 export class AdamState {
   constructor(size) {
@@ -23,6 +26,7 @@ export class AdamState {
 export function adamStep(theta, state, g, hp) {
   const b1 = hp.beta1;
   const b2 = hp.beta2;
+  const lr = lrAt(hp, state.step);
   state.step += 1;
   state.b1t = state.b1t * b1;
   state.b2t = state.b2t * b2;
@@ -31,7 +35,6 @@ export function adamStep(theta, state, g, hp) {
   const d1 = 1.0 - state.b1t;
   const d2 = 1.0 - state.b2t;
   const { m, v } = state;
-  const lr = hp.lr;
   const eps = hp.eps;
   const wd = hp.weight_decay;
   const lrwd = lr * wd;

@@ -292,6 +292,25 @@ export const HYPER_FLOATS = ["lr", "beta1", "beta2", "eps", "weight_decay"];
  *  run without them keeps its identity). */
 export const RECIPE_FIELDS = ["augment_shift", "lr_warmup", "lr_decay_steps"];
 
+/** settings.py IMAGE_DEFAULTS's recipe part: the image task's shift and warm-up (the warm-up
+ *  at most steps / 10; lr_decay_steps defaults to the run's steps). */
+export const IMAGE_RECIPE = Object.freeze({ augment_shift: 2, lr_warmup: 100 });
+
+/** settings.py settings_from_args's recipe fields for a run of `steps` steps of `task`:
+ *  each of `given` (null or absent: not set) else the task's default (an image task:
+ *  IMAGE_RECIPE and lr_decay_steps = steps; any other task: 0). */
+export function recipeSettings(task, steps, given = {}) {
+  const image = task === "image";
+  const pick = (k, d) => (given[k] === null || given[k] === undefined ? d : given[k]);
+  const out = {
+    augment_shift: pick("augment_shift", image ? IMAGE_RECIPE.augment_shift : 0),
+    lr_warmup: pick("lr_warmup", image ? Math.min(IMAGE_RECIPE.lr_warmup, Math.floor(steps / 10)) : 0),
+    lr_decay_steps: pick("lr_decay_steps", image ? steps : 0),
+  };
+  if (!image && out.augment_shift) throw new SpecError("--augment-shift and --image-size apply to the image task");
+  return out;
+}
+
 export function makeHyper(overrides = {}) {
   const hp = { ...HYPER_DEFAULTS, ...overrides };
   for (const k of Object.keys(hp)) {

@@ -10,10 +10,11 @@
 
 import { sha256Hex } from "../luts.js";
 import { adamStep, AdamState } from "./adam.js";
+import { augmentMicroBatch } from "./augment.js";
 import { pow2 } from "./detmath.js";
 import { Engine, initParams, ParamLayout } from "./model.js";
 import { permutation, STREAM_SHUFFLE } from "./prng.js";
-import { hyperJson, nMicro, RECIPE_FIELDS, SpecError } from "./spec.js";
+import { hyperJson, imageShape, nMicro, SpecError } from "./spec.js";
 
 export const ENGINE_VERSION = "1";
 
@@ -105,13 +106,9 @@ export class Trainer {
   constructor({ spec, hyper, dataset, luts, units }) {
     spec.validate();
     if (hyper.augment_shift && dataset.kind !== "image") throw new SpecError("--augment-shift applies to the image task");
-    // The image recipe (shift augmentation, learning-rate schedule: engine/augment.py) is
-    // not applied by this trainer: refuse a run that sets it rather than train other bits.
-    const recipe = RECIPE_FIELDS.filter((k) => hyper[k]);
-    if (recipe.length) {
-      throw new SpecError(`this engine does not apply the image recipe yet (${recipe.join(", ")} set); ` +
-        "train with augment_shift, lr_warmup and lr_decay_steps at 0");
-    }
+    // the image recipe (engine/augment.py): shifted inputs in contribute, the learning-rate
+    // schedule in adamStep (augment.js lrAt)
+    this.imageShape = hyper.augment_shift ? imageShape(dataset) : null;
     this.spec = spec;
     this.hp = hyper;
     this.ds = dataset;
@@ -136,6 +133,15 @@ export class Trainer {
     return this.schedule.samples(step, j);
   }
 
+  /** x (Uint8Array or Float64Array, micro_batch rows) and y of micro-batch j of a step, the
+   *  pictures shifted when the run augments (trainer.py Trainer.inputs, augment.step_inputs). */
+  inputs(step, j) {
+    const idx = this.samples(step, j);
+    const x = gather(this.ds.x_train.data, this.rowLen, idx);
+    const y = gather(this.ds.y_train.data, 1, idx);
+    return { x: this.imageShape ? augmentMicroBatch(x, this.imageShape, this.hp, step, j) : x, y };
+  }
+
   /**
    * Fixed-point gradient sum of the given micro-batches of a step (default: the current one).
    * @returns {Promise<{grad: Float64Array, loss: Float64Array, correct: Int32Array}>}
@@ -147,9 +153,7 @@ export class Trainer {
     const correct = new Int32Array(microIds.length);
     const mb = this.hp.micro_batch;
     for (let i = 0; i < microIds.length; i++) {
-      const idx = this.samples(step, microIds[i]);
-      const x = gather(this.ds.x_train.data, this.rowLen, idx);
-      const y = gather(this.ds.y_train.data, 1, idx);
+      const { x, y } = this.inputs(step, microIds[i]);
       const r = await this.engine.gradInto(grad, this.theta, x, y, mb, this.hp.grad_frac_bits, this.limit);
       loss[i] = r.loss;
       correct[i] = r.correct;
@@ -166,7 +170,8 @@ export class Trainer {
     return g;
   }
 
-  /** Apply a step's integer total (same on every replica): deterministic Adam, step += 1. */
+  /** Apply a step's integer total (same on every replica): deterministic Adam at the
+   *  schedule's learning rate of this update, step += 1. */
   apply(total) {
     if (total.length !== this.theta.length) throw new RangeError(`gradient has ${total.length} values, model ${this.theta.length}`);
     adamStep(this.theta, this.adam, this.meanGrad(total), this.hp);
