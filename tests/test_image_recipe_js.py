@@ -10,7 +10,6 @@ sample's shift must follow its batch slot, not its place in the list."""
 from __future__ import annotations
 
 import argparse
-import json
 
 from daisychain import package_path
 from daisychain.engine.cli import train
