@@ -100,3 +100,42 @@ async def test_import_reads_a_body_sent_in_many_small_pieces():
             assert decode_state(await r.read()).params_sha256 == tr.params_sha256()
     finally:
         await runner.cleanup()
+
+
+@aio
+async def test_a_text_runs_download_carries_its_vocabulary():
+    """The page's Download checkpoint of a text run had no ``vocab`` (issue 24: text models
+    that leave lose their vocabulary): the page sends its dataset's characters in
+    ``X-Daisy-Vocab``; the server checks them against the model and writes them in the .pt.
+    A vocabulary that does not fit the model, or a header that is not base64 JSON of a
+    string, is refused and nothing is written."""
+    ds = prepare_task("text")
+    tr = Trainer(model_for(ds, 8), Hyper(seed=2), ds, load_luts())
+    blob = encode_state(tr.identity, tr.state.step, tr.theta, tr.state.adam)
+    vocab = ds.meta["vocab"]
+
+    def header(value) -> dict:
+        return {"X-Daisy-Vocab": base64.b64encode(json.dumps(value).encode()).decode()}
+
+    runner = web.AppRunner(create_app(extra_routes=checkpoint_routes()))
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    url = f"http://127.0.0.1:{site._server.sockets[0].getsockname()[1]}/checkpoint/export"
+    try:
+        async with aiohttp.ClientSession() as s:
+            async with s.post(url, data=blob, headers=header(vocab)) as r:
+                assert r.status == 200, await r.text()
+                pt = await r.read()
+            assert torch.load(io.BytesIO(pt), weights_only=True)["vocab"] == vocab
+            for bad in (vocab[:-1], vocab[:-1] + vocab[0], 7):
+                async with s.post(url, data=blob, headers=header(bad)) as r:
+                    assert r.status == 400, bad
+                    assert "vocab" in (await r.json())["error"].lower()
+            async with s.post(url, data=blob, headers={"X-Daisy-Vocab": "%%%"}) as r:
+                assert r.status == 400 and "X-Daisy-Vocab" in (await r.json())["error"]
+            async with s.post(url, data=blob) as r:  # without it: a .pt with no vocab, as before
+                assert r.status == 200
+                assert "vocab" not in torch.load(io.BytesIO(await r.read()), weights_only=True)
+    finally:
+        await runner.cleanup()

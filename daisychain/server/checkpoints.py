@@ -43,9 +43,9 @@ async def _body(request: web.Request) -> bytes:
     return await guard_of(request).body(request, LIMIT)
 
 
-def _export(data: bytes):
+def _export(data: bytes, vocab: str | None = None):
     ck = decode_state(data)
-    return ck, save_checkpoint(ck.identity, ck.step, ck.theta, ck.adam)
+    return ck, save_checkpoint(ck.identity, ck.step, ck.theta, ck.adam, vocab=vocab)
 
 
 def _import(data: bytes, expected: dict | None):
@@ -79,10 +79,25 @@ def expected_identity(raw: str | None) -> dict | None:
     return expected
 
 
+def vocab_header(raw: str | None) -> str | None:
+    """The ``X-Daisy-Vocab`` header: base64 of a JSON string, a text model's characters (the
+    page's dataset ``meta.vocab``); checked against the model when the .pt is written."""
+    if not raw:
+        return None
+    try:
+        vocab = json.loads(base64.b64decode(raw, validate=True))
+    except (ValueError, binascii.Error, UnicodeDecodeError, RecursionError) as exc:
+        raise _bad(f"X-Daisy-Vocab is not base64 JSON: {str(exc)[:200]}") from None
+    if not isinstance(vocab, str):
+        raise _bad("X-Daisy-Vocab is not base64 JSON of a string")
+    return vocab
+
+
 async def export_checkpoint(request: web.Request) -> web.Response:
+    vocab = vocab_header(request.headers.get("X-Daisy-Vocab"))
     data = await _body(request)
     try:
-        ck, pt = await guard_of(request).work(request, _export, data)
+        ck, pt = await guard_of(request).work(request, _export, data, vocab)
     except CheckpointError as exc:
         raise _bad(str(exc)) from None
     except web.HTTPException:  # the guard's refusals (busy, too slow)

@@ -108,8 +108,10 @@ export async function exportCheckpoint(snapshot, { base = "" } = {}) {
   const blob = await encodeState(snapshot);
   let resp;
   try {
-    resp = await fetch(`${base}/checkpoint/export`, { method: "POST", body: blob,
-      headers: { "Content-Type": "application/octet-stream" } });
+    const headers = { "Content-Type": "application/octet-stream" };
+    // a text model's vocabulary (the server checks it against the model and writes it in the .pt)
+    if (typeof snapshot.vocab === "string") headers["X-Daisy-Vocab"] = base64Utf8(JSON.stringify(snapshot.vocab));
+    resp = await fetch(`${base}/checkpoint/export`, { method: "POST", body: blob, headers });
   } catch (err) {
     throw new CheckpointError(`cannot reach the server to make the .pt: ${err.message}`);
   }

@@ -621,14 +621,16 @@ export class Mesh {
   /** Whether this tab coordinates a run it can restore. */
   canRestore() { return !!(this.peer?.coordinating && this.peer.trainer && this.peer.run); }
 
-  /** The replica's state between two steps: {identity, runId, step, theta, m, v, b1t, b2t}. */
+  /** The replica's state between two steps: {identity, runId, step, theta, m, v, b1t, b2t} (+ vocab, text runs). */
   snapshot() {
     return this._call(async () => {
       const p = this.peer;
       if (!p?.trainer) throw new Error("this device holds no run state yet");
       const tr = p.trainer;
+      const vocab = tr.ds?.meta?.vocab; // a text model's characters ride along to the .pt
       return { identity: p.identity, runId: p.runId, step: tr.step, theta: tr.theta.slice(),
-        m: tr.adam.m.slice(), v: tr.adam.v.slice(), b1t: tr.adam.b1t, b2t: tr.adam.b2t };
+        m: tr.adam.m.slice(), v: tr.adam.v.slice(), b1t: tr.adam.b1t, b2t: tr.adam.b2t,
+        ...(typeof vocab === "string" ? { vocab } : {}) };
     });
   }
 
