@@ -58,7 +58,8 @@ function drawRow(x, i, [c, h, w]) {
 
 function trainerNow() {
   const tr = ctx.mesh?.peer?.trainer;
-  return tr && tr.ds && tr.ds.kind === "image" && imageShape(tr.ds) ? tr : null;
+  const shape = tr && tr.ds && tr.ds.kind === "image" ? imageShape(tr.ds) : null;
+  return shape && shape[0] * shape[1] * shape[2] === tr.rowLen ? tr : null; // a row is one image
 }
 
 /** Build the grid for the run's trainer (once per trainer); hide the panel for other data. */
@@ -162,8 +163,12 @@ function renderConfusion(ds, m, step) {
   head.append(cell("th", "true \\ predicted"));
   for (let c = 0; c < C; c++) head.append(cell("th", className(ds, c), "col"));
   const rows = [head];
-  let max = 1;
-  for (const v of m.counts) max = Math.max(max, v);
+  let maxDiag = 1; // shades: the diagonal against its largest count, the errors against theirs
+  let maxOff = 1;
+  for (let i = 0; i < C * C; i++) {
+    if (i % (C + 1) === 0) maxDiag = Math.max(maxDiag, m.counts[i]);
+    else maxOff = Math.max(maxOff, m.counts[i]);
+  }
   for (let t = 0; t < C; t++) {
     const tr = document.createElement("tr");
     tr.append(cell("th", className(ds, t), "row"));
@@ -175,7 +180,7 @@ function renderConfusion(ds, m, step) {
       td.dataset.pred = String(p);
       if (t === p) td.classList.add("diag");
       else if (v) td.classList.add("off");
-      td.style.setProperty("--shade", (v / max).toFixed(3));
+      td.style.setProperty("--shade", (v / (t === p ? maxDiag : maxOff)).toFixed(3));
       tr.append(td);
     }
     rows.push(tr);
