@@ -1,8 +1,8 @@
 """Screenshots of the page for README.md: the room mid-run and the end card, at 1280 px (the
 host, a laptop) and 390 px (a phone that joined by the room's link); the phone mid-run
 scrolled to the chart with the status bar pinned at the top; the "try the model" panel on
-the text model (a sampled continuation) and on a digits model (a drawn digit), into
-docs/screenshots/.
+the text model (a sampled continuation) and on a digits model (a drawn digit); the gallery
+and the confusion matrix of a small CNN on the embedded MNIST, into docs/screenshots/.
 
 WebRTC needs the private network namespace (as the browser_mesh tests):
 
@@ -56,6 +56,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default="docs/screenshots")
     ap.add_argument("--steps", type=int, default=60)
+    ap.add_argument("--image-steps", type=int, default=150)
     a = ap.parse_args()
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -127,6 +128,18 @@ def main() -> None:
         host.mouse.up()
         wait(host, "document.querySelectorAll('#try-panel .try-probs li').length === 10")
         host.locator("#try-panel").screenshot(path=str(out / "try-digit-1280.png"))
+        # ... and an image run shows its gallery and, at the end, the confusion matrix
+        host.click("#back-to-settings")
+        host.select_option("#f-task", "image")
+        mnist = host.evaluate("window.__daisy.datasets.find((d) => d.task === 'image' && d.origin === 'embedded').fingerprint")
+        host.select_option("#f-dataset", mnist)
+        for k, v in dict(steps=a.image_steps, batch=64, micro_batch=16, layers="conv8,pool,conv16,pool", seed=0).items():
+            host.fill(f"#settings [name={k}]", str(v))
+        host.click("#start")
+        wait(host, "window.__daisy.end && !document.getElementById('end-confusion').hidden", 600_000)
+        wait(host, f"(window.__daisy.galleryShown || []).includes({a.image_steps})")
+        host.locator("#gallery-panel").screenshot(path=str(out / "gallery-1280.png"))
+        host.locator("#end-confusion").screenshot(path=str(out / "confusion-1280.png"))
         browser.close()
     for f in sorted(out.glob("*.png")):
         print(f, f.stat().st_size, "bytes")

@@ -19,6 +19,7 @@ import { renderMatrix, renderPeers } from "./panels/peers.js";
 import { chosenDataset, loadDatasets, renderDatasetInfo, renderDatasets, renderSettings, uploadData, validate } from "./panels/settings.js";
 import { chartAdd, newChart } from "./panels/chart_panel.js";
 import { liveAccuracy, newRun, renderCounters, renderRun, renderRunSoon, sayRunEnded } from "./panels/run.js";
+import { galleryDone, galleryReset, galleryStep } from "./panels/gallery.js";
 import { checkpointNote, downloadCheckpoint, offerTry, showEnd, tryCheckpoint, uploadCheckpoint } from "./panels/end.js";
 
 // -- bus -> DOM --------------------------------------------------------------------------------
@@ -150,8 +151,8 @@ function handover(host, step) {
 
 bus.on("run:state", (s) => {
   const fresh = s.state === "starting" || (s.state === "running" && s.runId && s.runId !== state.run.runId && !state.runStart);
-  if (s.state === "starting" && state.run.state !== "starting") newRun();
-  else if (fresh && !state.runStart) newRun();
+  if (s.state === "starting" && state.run.state !== "starting") { newRun(); galleryReset(); }
+  else if (fresh && !state.runStart) { newRun(); galleryReset(); }
   Object.assign(state.run, s);
   if (s.state === "running" && !state.runStart) state.runStart = { t: now(), step: s.step || 0 };
   // a run that starts from a checkpoint counts its steps from there
@@ -169,6 +170,7 @@ bus.on("run:step", (s) => {
   chartAdd("loss", s.step, s.loss);
   if (Number.isFinite(s.accuracy)) chartAdd("accuracy", s.step, s.accuracy);
   liveAccuracy(s.step);
+  galleryStep(s.step);
   renderRunSoon();
 });
 bus.on("run:done", (s) => {
@@ -181,6 +183,7 @@ bus.on("run:done", (s) => {
   showEnd(s);
   sayRunEnded(s);
   offerTry();
+  galleryDone(s.step);
   // a run that ends before its steps was stopped: said once, by run:stopped when it comes
   const runId = state.run.runId;
   if (Number.isFinite(state.run.steps) && s.step < state.run.steps) {

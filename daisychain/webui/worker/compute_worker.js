@@ -6,6 +6,8 @@
 //   {id, op: "contribute", key, theta, step, micro}           -> {grad, loss, correct}
 //   {id, op: "accuracy", key, theta, split, limit}            -> {accuracy, n}
 //   {id, op: "probs", key, theta, x, n}                       -> {probs}  (softmax of the logits)
+//   {id, op: "predict", key, theta, split, index}             -> {pred}   (predictions.js)
+//   {id, op: "confusion", key, theta, split}                  -> {classes, counts, n, correct}
 //   {id, op: "setUnits", kind}                                -> {units}
 //
 // Every answer is {id, ok: true, result} or {id, ok: false, error}. The parameters travel with
@@ -16,6 +18,7 @@ import { CpuUnits } from "../engine/paths.js";
 import { makeHyper, ModelSpec } from "../engine/spec.js";
 import { Trainer } from "../engine/trainer.js";
 import { GpuUnits } from "../gpu.js";
+import { confusionOf, predictRows } from "./predictions.js";
 
 const trainers = new Map(); // key -> Trainer (the newest few)
 const KEEP = 3;
@@ -91,6 +94,16 @@ const OPS = {
     tr.engine.units = units;
     const { logits } = await tr.engine.forward(theta, x, n);
     return { probs: softmax(logits, n, tr.spec.classes) };
+  },
+  async predict({ key, theta, split, index }) {
+    const tr = get(key);
+    tr.engine.units = units;
+    return { pred: await predictRows(tr, theta, split, Array.from(index)) };
+  },
+  async confusion({ key, theta, split }) {
+    const tr = get(key);
+    tr.engine.units = units;
+    return confusionOf(tr, theta, split);
   },
   async setUnits({ kind }) {
     units = kind === "webgpu" && gpu ? gpu : cpu;

@@ -102,6 +102,17 @@ export class WorkerTrainer extends Trainer {
     const r = await this.worker.post("probs", { key: this.key, theta: this.theta.slice(), x, n });
     return r.probs;
   }
+
+  /** Predicted classes of rows `index` of a split (the gallery), in the worker. */
+  async predictions(split, index) {
+    const r = await this.worker.post("predict", { key: this.key, theta: this.theta.slice(), split, index: Array.from(index) });
+    return r.pred;
+  }
+
+  /** The confusion matrix of a split ({classes, counts, n, correct}), in the worker. */
+  async confusion(split = "test") {
+    return this.worker.post("confusion", { key: this.key, theta: this.theta.slice(), split });
+  }
 }
 
 /** The trainer a tab runs: a WorkerTrainer where the browser has module workers, else a Trainer. */
