@@ -602,7 +602,7 @@ export class Mesh {
         this._state("idle", why);
         throw new Error(why);
       }
-      loadState(trainer, resume);
+      trainer.load(resume); // the one state loader (Trainer.load), as sync and restore use
     }
     this._preparing("announce", 3, 4, "announcing the run to the room");
     return this._enqueue(async () => {
@@ -628,8 +628,7 @@ export class Mesh {
       if (!p?.trainer) throw new Error("this device holds no run state yet");
       const tr = p.trainer;
       const vocab = tr.ds?.meta?.vocab; // a text model's characters ride along to the .pt
-      return { identity: p.identity, runId: p.runId, step: tr.step, theta: tr.theta.slice(),
-        m: tr.adam.m.slice(), v: tr.adam.v.slice(), b1t: tr.adam.b1t, b2t: tr.adam.b2t,
+      return { identity: p.identity, runId: p.runId, ...tr.snapshot(),
         ...(typeof vocab === "string" ? { vocab } : {}) };
     });
   }
@@ -680,33 +679,11 @@ export class Mesh {
   }
 }
 
-/** Put a checked state {step, theta, m, v, b1t, b2t} into a fresh trainer. */
-function loadState(tr, st) {
-  if (st.theta.length !== tr.theta.length) throw new Error(`the checkpoint holds ${st.theta.length} parameters, the model ${tr.theta.length}`);
-  tr.theta.set(st.theta);
-  tr.adam.m.set(st.m);
-  tr.adam.v.set(st.v);
-  tr.adam.b1t = st.b1t;
-  tr.adam.b2t = st.b2t;
-  tr.adam.step = st.step;
-  tr.step = st.step;
-}
-
 /** Trainer.contribute on a parameter snapshot, for micro-batch ids `micro` of `step` (the
  *  inputs augmented as the run says: Trainer.inputs). */
 export async function contributeAt(tr, theta, step, micro) {
   if (tr.contributeAt) return tr.contributeAt(theta, step, micro); // worker/trainer_proxy.js
-  const grad = new Float64Array(tr.layout.size);
-  const loss = new Float64Array(micro.length);
-  const correct = new Int32Array(micro.length);
-  const mb = tr.hp.micro_batch;
-  for (let i = 0; i < micro.length; i++) {
-    const { x, y } = tr.inputs(step, micro[i]);
-    const r = await tr.engine.gradInto(grad, theta, x, y, mb, tr.hp.grad_frac_bits, tr.limit);
-    loss[i] = r.loss;
-    correct[i] = r.correct;
-  }
-  return { grad, loss, correct };
+  return tr.contribute(micro, step, theta);
 }
 
 export { paramsSha256 };

@@ -143,18 +143,20 @@ export class Trainer {
   }
 
   /**
-   * Fixed-point gradient sum of the given micro-batches of a step (default: the current one).
+   * Fixed-point gradient sum of the given micro-batches of a step (default: the current one),
+   * on `theta` (default: the replica's; a snapshot lets a compute never see the replica change
+   * under it), as Python's Trainer.contribute(micro_ids, step, theta).
    * @returns {Promise<{grad: Float64Array, loss: Float64Array, correct: Int32Array}>}
    *   grad holds exact integers (sum of floor(g * 2^S + 1/2) over the micro-batches).
    */
-  async contribute(microIds, step = this.step) {
+  async contribute(microIds, step = this.step, theta = this.theta) {
     const grad = new Float64Array(this.layout.size);
     const loss = new Float64Array(microIds.length);
     const correct = new Int32Array(microIds.length);
     const mb = this.hp.micro_batch;
     for (let i = 0; i < microIds.length; i++) {
       const { x, y } = this.inputs(step, microIds[i]);
-      const r = await this.engine.gradInto(grad, this.theta, x, y, mb, this.hp.grad_frac_bits, this.limit);
+      const r = await this.engine.gradInto(grad, theta, x, y, mb, this.hp.grad_frac_bits, this.limit);
       loss[i] = r.loss;
       correct[i] = r.correct;
     }

@@ -78,8 +78,8 @@ export class WorkerTrainer extends Trainer {
     this.worker.post("setUnits", { kind: units.name === "gpu" ? "webgpu" : "cpu" }).catch(() => {});
   }
 
-  async contribute(microIds, step = this.step) {
-    return this.contributeAt(this.theta.slice(), step, microIds);
+  async contribute(microIds, step = this.step, theta = this.theta) {
+    return this.contributeAt(theta.slice(), step, microIds);
   }
 
   /** Trainer.contribute on a parameter snapshot (mesh.js contributeAt), in the worker. */
