@@ -29,12 +29,12 @@ def test_a_liar_is_rolled_back_and_the_room_ends_on_the_reference(server, peers,
     rc, _ = liar.finish()
     log = "\n".join(x for x in h.stderr().splitlines() if "train:" not in x)
     assert re.search(r"liar removed: liar \(\w+\) after 2 strikes", log), log[-3000:]
-    # caught on the first step, before any total was committed, there is nothing to roll back
-    # (its unchecked answers of that step are computed again); caught later, the room rolls back
-    caught = re.search(r"of step (\d+) .*\(strike 2 of 2\)", log)
-    assert caught, log[-3000:]
-    rolled = re.search(r"rolled back \d+ steps?: liar liar \(\w+\) sent unchecked contributions since step \d+", log)
-    assert rolled or int(caught.group(1)) == 0, log[-3000:]
+    # whether a rollback happens depends on which of its lies the random checks saw first (a
+    # liar whose every committed contribution was checked leaves nothing to undo); the hash
+    # above is the proof. A rollback that happens names the liar; the shared scenarios
+    # (tests/scenarios/rollback_*.json) show the rollback itself deterministically.
+    for m in re.finditer(r"rolled back \d+ steps?: liar (.*) sent unchecked contributions since step \d+", log):
+        assert re.fullmatch(r"liar \(\w+\)", m.group(1)), m.group(0)
     assert "older than the rollback window" not in log
     assert rc == 1 and re.search(r"daisy-peer: removed from the run by \w+: 2 strikes \(the last: ", liar.stderr()), \
         liar.stderr()[-3000:]
