@@ -36,7 +36,7 @@ from pathlib import Path
 import numpy as np
 
 from daisychain.engine.settings import (USER_ERRORS, ArgumentParser, add_run_arguments, capacity_arg,
-                                       setting_type, settings_from_args)
+                                       refuse_local_steps, setting_type, settings_from_args)
 
 #: A TESTING FAULT, for the fault-tolerance tests only: ``RANK:STEP`` makes that rank exit
 #: abruptly (``os._exit(17)``, no clean-up) when it reaches STEP on the group's first attempt
@@ -349,6 +349,7 @@ def run(args: argparse.Namespace) -> int:
         return 2
     try:
         rs = settings_from_args(args)
+        refuse_local_steps(rs.hp, "cluster")
     except USER_ERRORS as exc:
         print(f"daisychain cluster: error: {exc}", file=sys.stderr)
         return 2

@@ -123,6 +123,17 @@ class Trainer:
         self.limit = grad_limit(hp)
 
     @property
+    def n_tasks(self) -> int:
+        """The tasks of a step the run protocol hands out: the micro-batches (a
+        LocalTrainer's are its replicas)."""
+        return self.hp.n_micro
+
+    @property
+    def total_size(self) -> int:
+        """Entries of a contribution and of a step's total: one per parameter."""
+        return self.layout.size
+
+    @property
     def theta(self) -> np.ndarray:
         return self.state.theta
 

@@ -19,6 +19,7 @@ from typing import Callable
 import aiohttp
 
 from daisychain import ENGINE_VERSION
+from daisychain.engine.settings import refuse_local_steps
 from daisychain.engine.spec import Hyper, ModelSpec
 from daisychain.engine.trainer import Trainer, TrainState
 from daisychain.peer import frames as F
@@ -120,7 +121,9 @@ class Node:
     # -- building the replica ------------------------------------------------------------
 
     def _make_trainer(self, identity: dict, ds) -> Trainer:
-        tr = Trainer(ModelSpec.from_json(identity["model"]), Hyper(**identity["hyper"]), ds, self.luts)
+        hp = Hyper(**identity["hyper"])
+        refuse_local_steps(hp, "this daisy-peer")
+        tr = Trainer(ModelSpec.from_json(identity["model"]), hp, ds, self.luts)
         if self.o.engine_version != ENGINE_VERSION:
             tr.identity = {**tr.identity, "engine": self.o.engine_version}
         return tr
