@@ -14,7 +14,7 @@ import { augmentMicroBatch } from "./augment.js";
 import { pow2 } from "./detmath.js";
 import { Engine, initParams, ParamLayout } from "./model.js";
 import { permutation, STREAM_SHUFFLE } from "./prng.js";
-import { hyperJson, imageShape, nMicro, SpecError } from "./spec.js";
+import { HYPER_FLOATS, hyperJson, imageShape, nMicro, SpecError } from "./spec.js";
 
 export const ENGINE_VERSION = "1";
 
@@ -256,6 +256,6 @@ export function runIdentity(spec, hp, ds, luts) {
 }
 
 export async function runId(identity) {
-  const text = canonicalJson(identity, new Set(["lr", "beta1", "beta2", "eps", "weight_decay"]));
+  const text = canonicalJson(identity, new Set(HYPER_FLOATS));
   return (await sha256Hex(new TextEncoder().encode(text))).slice(0, 16);
 }
