@@ -202,3 +202,54 @@ def test_a_bad_value_is_one_line(argv, words):
     assert r.returncode == 2
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and words in lines[0], r.stderr
+
+
+def test_the_state_frame_carries_the_whole_round_state():
+    """A late joiner's or a restore's STATE, through the real frame codec: the receiver
+    (decoding with its trainer's state_sizes) ends on the sender's round state."""
+    from daisychain.peer import frames as F
+    from daisychain.peer.framing import Reassembler, encode_frames
+    from daisychain.peer.run.state import checked_state, load_state, state_message
+
+    rs = settings(2, *LOCAL)
+    luts = load_luts()
+    a, b = (LocalTrainer(rs.spec, rs.hp, rs.ds, luts) for _ in range(2))
+    for _ in range(2):
+        a.apply(a.contribute(range(a.n_tasks)).grad)
+    msg = state_message(a)
+    r = Reassembler()
+    got = None
+    for frame in encode_frames(F.to_message(msg, a.run_id), 1):
+        got = r.feed(frame) or got
+    dec = F.from_message(got, b.total_size, b.state_sizes)
+    assert dec.params_sha256 == a.params_sha256()
+    load_state(b, checked_state(b, dec.step, dec.theta, dec.m, dec.v, dec.b1t, dec.b2t, dec.params_sha256))
+    for name in ("theta", "outer", "m", "v"):
+        assert getattr(b.state, name).tobytes() == getattr(a.state, name).tobytes()
+    assert (b.state.step, b.state.inner, b.state.b1t, b.state.b2t) == \
+        (a.state.step, a.state.inner, a.state.b1t, a.state.b2t)
+    with pytest.raises(F.FrameError):  # a synchronous run's sizes do not read it
+        F.from_message(got, b.layout.size)
+
+
+def test_the_rollback_window_goes_back_to_a_rounds_bits():
+    from daisychain.peer.run.rollback import Window
+    from daisychain.peer.run.state import tensor_bounds
+
+    rs = settings(6, *LOCAL)
+    tr = LocalTrainer(rs.spec, rs.hp, rs.ds, load_luts())
+    bounds = tensor_bounds(tr)
+    assert bounds[0] == 0 and bounds[-1] == tr.total_size and bounds == sorted(bounds)
+    w = Window(3, bounds)
+    w.reset(tr)
+    seen = {}
+    for step in range(6):
+        seen[step] = tr.snapshot()
+        total = tr.contribute(range(tr.n_tasks)).grad
+        tr.apply(total)
+        w.record(tr, step, total, {"p1"} if step >= 2 else set())
+    assert w.first == 3 and w.nbytes() > 0
+    w.go_back(tr, 4)
+    for name in ("theta", "outer", "m", "v"):
+        assert getattr(tr.state, name).tobytes() == getattr(seen[4], name).tobytes()
+    assert tr.state.step == 4 and tr.state.inner == 8

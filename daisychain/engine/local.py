@@ -197,6 +197,24 @@ class LocalTrainer:
     def snapshot(self) -> LocalState:
         return self.state.copy()
 
+    @property
+    def state_sizes(self) -> tuple[int, int]:
+        """On the wire (STATE): "theta" is [theta_g | outer buffer], each moment part every
+        replica's, replica after replica."""
+        p = self.layout.size
+        return 2 * p, self.replicas * p
+
+    def wire_state(self) -> tuple:
+        st = self.snapshot()
+        return (st.step, np.concatenate([st.theta, st.outer]), st.m.reshape(-1), st.v.reshape(-1),
+                st.b1t, st.b2t)
+
+    def state_of(self, step: int, theta, m, v, b1t: float, b2t: float) -> LocalState:
+        p, r = self.layout.size, self.replicas
+        theta = np.asarray(theta, np.float64)
+        return LocalState(theta[:p].copy(), theta[p:].copy(), np.asarray(m, np.float64).reshape(r, p),
+                          np.asarray(v, np.float64).reshape(r, p), int(step), int(step) * self.sync_every,
+                          float(b1t), float(b2t))
     def load(self, state: LocalState) -> None:
         """Replace the state with a copy of ``state`` (theta_g is written in place)."""
         p, r = self.layout.size, self.replicas

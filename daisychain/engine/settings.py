@@ -286,8 +286,8 @@ def refuse_local_steps(hp: Hyper, command: str) -> None:
     """SpecError unless a synchronous run: ``command`` does not run local steps (yet)."""
     if hp.local:
         raise SpecError(f"local steps (--replicas {hp.replicas} --sync-every {hp.sync_every}) run in "
-                        f"`daisychain train` only; {command} runs synchronous steps (--replicas 1 "
-                        f"--sync-every 1)")
+                        f"`daisychain train`, `demo` and `daisy-peer`; {command} runs synchronous "
+                        f"steps (--replicas 1 --sync-every 1)")
 USER_ERRORS = (SpecError, DataError)
 
 

@@ -137,6 +137,20 @@ class Trainer:
     def theta(self) -> np.ndarray:
         return self.state.theta
 
+    @property
+    def state_sizes(self) -> tuple[int, int]:
+        """(values of the state's "theta" part, of each moment part) on the wire (STATE)."""
+        return self.layout.size, self.layout.size
+
+    def wire_state(self) -> tuple:
+        """A copy of the state as the STATE frame carries it: (step, theta, m, v, b1t, b2t)."""
+        st = self.snapshot()
+        return st.step, st.theta, st.adam.m, st.adam.v, st.adam.b1t, st.adam.b2t
+
+    def state_of(self, step: int, theta, m, v, b1t: float, b2t: float) -> "TrainState":
+        """The state :meth:`wire_state`'s arrays (checked by the caller) stand for."""
+        return TrainState(theta, AdamState(m, v, int(step), float(b1t), float(b2t)), int(step))
+
     def contribute(self, micro_ids: list[int] | np.ndarray, step: int | None = None,
                    theta: np.ndarray | None = None) -> Result:
         """Fixed-point gradient sum of the given micro-batches of a step (default: current),

@@ -23,7 +23,7 @@ import sys
 
 from daisychain import ENGINE_VERSION
 from daisychain.engine.settings import (USER_ERRORS, ArgumentParser, add_run_arguments, capacity_arg,
-                                       refuse_local_steps, setting_type, settings_from_args)
+                                       setting_type, settings_from_args)
 from daisychain.peer.progress import Progress
 
 
@@ -112,7 +112,6 @@ def main(argv: list[str] | None = None) -> int:
     if args.create_room:
         try:
             settings = settings_from_args(args)
-            refuse_local_steps(settings.hp, "daisy-peer")
         except USER_ERRORS as exc:
             print(f"daisy-peer: error: {exc}", file=sys.stderr)
             return 2

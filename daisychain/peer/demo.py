@@ -18,7 +18,7 @@ import sys
 
 from aiohttp import web
 
-from daisychain.engine.settings import (USER_ERRORS, add_run_arguments, refuse_local_steps, setting_type,
+from daisychain.engine.settings import (USER_ERRORS, add_run_arguments, setting_type,
                                        settings_from_args, train_command)
 
 
@@ -108,7 +108,6 @@ def run(args: argparse.Namespace) -> int:
 
     try:
         settings = settings_from_args(args)
-        refuse_local_steps(settings.hp, "demo")
         if args.peers < 1:
             raise ValueError("--peers must be >= 1")
         if checkpoint_errors(args):

@@ -19,7 +19,7 @@ from typing import Callable
 import aiohttp
 
 from daisychain import ENGINE_VERSION
-from daisychain.engine.settings import refuse_local_steps
+from daisychain.engine.local import make_trainer
 from daisychain.engine.spec import Hyper, ModelSpec
 from daisychain.engine.trainer import Trainer, TrainState
 from daisychain.peer import frames as F
@@ -121,9 +121,7 @@ class Node:
     # -- building the replica ------------------------------------------------------------
 
     def _make_trainer(self, identity: dict, ds) -> Trainer:
-        hp = Hyper(**identity["hyper"])
-        refuse_local_steps(hp, "this daisy-peer")
-        tr = Trainer(ModelSpec.from_json(identity["model"]), hp, ds, self.luts)
+        tr = make_trainer(ModelSpec.from_json(identity["model"]), Hyper(**identity["hyper"]), ds, self.luts)
         if self.o.engine_version != ENGINE_VERSION:
             tr.identity = {**tr.identity, "engine": self.o.engine_version}
         return tr
@@ -134,7 +132,7 @@ class Node:
         from daisychain.engine.checkpoint import CheckpointError, read_checkpoint_file
 
         s = self.o.settings
-        tr = Trainer(s.spec, s.hp, s.ds, self.luts)
+        tr = make_trainer(s.spec, s.hp, s.ds, self.luts)
         if self.o.engine_version != ENGINE_VERSION:
             tr.identity = {**tr.identity, "engine": self.o.engine_version}
         if self.o.resume:
@@ -145,7 +143,7 @@ class Node:
             if ck.step > s.steps:
                 raise PeerFailed(f"cannot resume: {self.o.resume} is at step {ck.step}, past "
                                  f"--steps {s.steps} (the run's total)")
-            tr.load(TrainState(ck.theta, ck.adam, ck.step))  # the engine seam's one loader
+            tr.load(ck.local if s.hp.local else TrainState(ck.theta, ck.adam, ck.step))  # the seam's loader
             log.warning("resuming run %s from %s at step %d (params %s)", tr.run_id,
                         self.o.resume, ck.step, ck.params_sha256[:12])
         return tr
@@ -160,8 +158,9 @@ class Node:
             return None
         st = tr.state
         try:
-            write_checkpoint_file(self.o.save_checkpoint, tr.identity, st.step, st.theta, st.adam,
-                                  tr.ds.meta.get("vocab"))
+            local = st if tr.hp.local else None  # a local-steps run: its whole round state
+            write_checkpoint_file(self.o.save_checkpoint, tr.identity, st.step, st.theta,
+                                  getattr(st, "adam", None), tr.ds.meta.get("vocab"), local)
         except OSError as exc:
             log.warning("could not save the checkpoint to %s: %s", self.o.save_checkpoint, exc)
             return None
@@ -379,8 +378,8 @@ class Node:
             m = r.feed(data)
             if m is None:
                 return
-            size = self.run.trainer.layout.size if self.run.trainer else None
-            msg = F.from_message(m, size)
+            tr = self.run.trainer
+            msg = F.from_message(m, tr.total_size if tr else None, tr.state_sizes if tr else None)
         except F.FrameError as exc:
             self.reasm[peer] = F.Reassembler()
             self._guarded("bad message", lambda: self.run.bad_message(peer, str(exc)))
@@ -528,7 +527,9 @@ class Node:
         once) and this peer's own share of it."""
         from daisychain.engine.counters import unit_counts
         mine = self.run.done_by.get(self.me, 0)
-        total = end.step * tr.hp.n_micro
+        per = tr.hp.n_micro * tr.hp.sync_every if tr.hp.local else 1  # micro-batches of a task
+        mine *= per
+        total = end.step * tr.n_tasks * per
         return {"run_micro_batches": total, "mine_micro_batches": mine,
                 "run": unit_counts(tr.spec, tr.hp.micro_batch, total),
                 "mine": unit_counts(tr.spec, tr.hp.micro_batch, mine)}

@@ -160,9 +160,9 @@ class CoordinatorRole:
             return []
         bound = len(msg.micro) * self.trainer.limit
         ints = np.asarray(msg.ints)
-        if ints.dtype.kind not in "iu" or ints.size != self.trainer.layout.size:
+        if ints.dtype.kind not in "iu" or ints.size != self.trainer.total_size:
             return self._strike(sender, "refused", None, f"refused a contribution from "
-                                f"{self._name(sender)}: not {self.trainer.layout.size} integers")
+                                f"{self._name(sender)}: not {self.trainer.total_size} integers")
         peak = int(np.abs(ints).max()) if ints.size else 0
         if peak > bound:
             return self._strike(sender, "refused", None, f"refused a contribution from "
@@ -199,7 +199,7 @@ class CoordinatorRole:
         self.step_started = True
         self.tasks = {}
         self.checks = {}
-        ids = list(range(self.trainer.hp.n_micro))
+        ids = list(range(self.trainer.n_tasks))  # micro-batches; a local-steps run's replicas
         parts = capacity_split(ids, self._split_weights(live, len(ids)))
         checked = set(checked_micro(self.verify_key, self.step, len(ids), self.verify_rate)) \
             if len(live) > 1 else set()
@@ -317,7 +317,7 @@ class CoordinatorRole:
     def _commit(self) -> list[Output]:
         step = self.step
         total, contributors, loss, unchecked = self.aggregator.total(
-            self.tasks.values(), self.checks, self.trainer.layout.size, self.me)
+            self.tasks.values(), self.checks, self.trainer.total_size, self.me)
         self.trainer.apply(total)
         self.window.record(self.trainer, step, total, unchecked)
         for p in unchecked:

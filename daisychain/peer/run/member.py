@@ -94,7 +94,7 @@ class MemberRole:
         if self.trainer is None or (sender != self.coord and not self.coordinating):
             return []
         restore, self.restoring = (self.restoring, None) if not self.coordinating else (None, None)
-        if params_sha256(msg.theta) != msg.params_sha256:
+        if params_sha256(msg.theta[:self.trainer.layout.size]) != msg.params_sha256:
             return [Log(f"state from {sender} does not match its hash: ignored", loud=True)]
         if restore is not None and restore != (msg.step, msg.params_sha256):
             return [Log(f"restore from {sender}: the state (step {msg.step}, params "

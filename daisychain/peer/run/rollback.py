@@ -130,7 +130,7 @@ class Window:
             now = trainer.snapshot()
             trainer.load(self.base)
             for s in old:
-                trainer.apply(s.total(now.theta.size))
+                trainer.apply(s.total(trainer.total_size))
             self.base = trainer.snapshot()
             trainer.load(now)
 
@@ -144,7 +144,7 @@ class Window:
         trainer.load(self.base)
         keep = [s for s in self.steps if s.step < step]
         for s in keep:
-            trainer.apply(s.total(self.base.theta.size))
+            trainer.apply(s.total(trainer.total_size))
         self.steps = keep
         self.held = sum(len(s.body) for s in keep)
 
@@ -153,4 +153,5 @@ class Window:
         if self.base is None:
             return 0
         b = self.base
-        return b.theta.nbytes + b.adam.m.nbytes + b.adam.v.nbytes + sum(len(s.body) for s in self.steps)
+        held = [b.theta, b.adam.m, b.adam.v] if hasattr(b, "adam") else [b.theta, b.outer, b.m, b.v]
+        return sum(a.nbytes for a in held) + sum(len(s.body) for s in self.steps)
