@@ -281,13 +281,6 @@ def settings_from_args(args: argparse.Namespace) -> RunSettings:
 
 LOCAL_ARGS = ("replicas", "sync_every", "outer_lr", "outer_momentum")
 
-
-def refuse_local_steps(hp: Hyper, command: str) -> None:
-    """SpecError unless a synchronous run: ``command`` does not run local steps (yet)."""
-    if hp.local:
-        raise SpecError(f"local steps (--replicas {hp.replicas} --sync-every {hp.sync_every}) run in "
-                        f"`daisychain train`, `demo` and `daisy-peer`; {command} runs synchronous "
-                        f"steps (--replicas 1 --sync-every 1)")
 USER_ERRORS = (SpecError, DataError)
 
 
