@@ -262,3 +262,60 @@ def test_capacity_flag_refuses_what_a_ready_would_refuse(flag):
     with pytest.raises(argparse.ArgumentTypeError):
         capacity_arg(flag)
     assert capacity_arg("auto") is None and capacity_arg("46.5") == 46.5
+
+
+# -- a local-steps run's contributions (engine/local.py) -----------------------------------
+
+
+@pytest.mark.parametrize("bad", ["negative half", "other replica", "nan moment"])
+def test_a_malformed_local_steps_contribution_is_refused_by_name(bad):
+    """A contribution to a local-steps round carries its replicas' new inner moments as
+    unsigned 32-bit halves: a negative half, moments in a replica it was not given, or a
+    moment that is not finite would pass the clamp bound and stop every replica's apply (the
+    coordinator's first: the run ended with a traceback). Refused by name instead."""
+    from daisychain.engine.local import pack_moments
+
+    rs = settings("--task", "text", "--hidden", "8", "--embed-dim", "4", "--context", "4", "--batch", "8",
+                  "--micro-batch", "4", "--replicas", "3", "--sync-every", "2")
+    net = LyingNet(rs, 2, verify_rate=0.0)
+    coord = net.peers["p0"]
+    coord.names["p1"] = "mallory"
+    for _ in range(1000):  # deliver until p1 holds a task of round 0
+        if any("p1" in t.assignees for t in coord.tasks.values()):
+            break
+        if not net.pump_wire():
+            net.feed("p0", coord.tick(net.now))
+    t = next(t for t in coord.tasks.values() if "p1" in t.assignees)
+    tr = coord.trainer
+    p = tr.layout.size
+    ints = np.asarray(tr.contribute(t.micro).grad, np.int64).copy()
+    j = t.micro[0]
+    if bad == "negative half":
+        ints[p + 4 * p * j + 1] = -5
+    elif bad == "other replica":
+        other = next(k for k in range(3) if k not in t.micro)
+        ints[p + 4 * p * other + 2] = 7
+    else:
+        m = np.zeros(p)
+        m[0] = np.nan
+        ints[p + 4 * p * j:p + 4 * p * (j + 1)] = pack_moments(m, np.zeros(p))
+    out = coord.receive("p1", F.Contrib(coord.term, coord.step, t.task, t.micro, 0.0, 0, ints))
+    texts = [o.text for o in out if isinstance(o, R.Log)]
+    assert any(x.startswith("refused a contribution from mallory (p1)") for x in texts), texts
+    assert [o.kind for o in out if isinstance(o, R.Alarm)] == ["refused"]
+    assert t.result is None and coord.step == 0
+
+
+@pytest.mark.parametrize("mode", ["flip", "scale"])
+def test_a_liar_in_a_local_steps_run_is_caught_and_the_run_ends_on_the_reference(mode):
+    """A spot-check recomputes a whole replica round (its inner steps) and compares the whole
+    vector: a liar is named and removed, the honest end on train's hash."""
+    rs = settings("--task", "text", "--hidden", "8", "--embed-dim", "4", "--context", "4", "--batch", "8",
+                  "--micro-batch", "4", "--replicas", "3", "--sync-every", "2")
+    net = LyingNet(rs, 3, liar="p2", mode=mode)
+    net.run()
+    want = train(rs, quiet=True)["params_sha256"]
+    for pid in ("p0", "p1"):
+        assert net.of(R.Ended, pid)[0].params_sha256 == want
+    alarms = net.of(R.Alarm, "p0")
+    assert alarms and all(a.peer == "p2" for a in alarms) and alarms[-1].kind == "removed"

@@ -161,6 +161,29 @@ class LocalTrainer:
             losses[i] = float(np.mean(np.concatenate(seen))) if seen else 0.0
         return Result(out, losses, correct)
 
+    def contribution_error(self, ints: np.ndarray, micro) -> str | None:
+        """Why a received contribution to replicas ``micro`` cannot be one (None: it can): a
+        moment block of a replica it was not given that is not zero, or in its own blocks
+        halves that are not unsigned 32-bit integers or moments that are not finite (a
+        total holding them would stop every replica's apply). Its values are the
+        spot-checks' business."""
+        p, r = self.layout.size, self.replicas
+        ints = np.asarray(ints, np.int64).reshape(-1)
+        if ints.size != self.total_size:
+            return f"not {self.total_size} integers"
+        mine = {int(j) for j in micro}
+        blocks = ints[p:].reshape(r, 4 * p)
+        for j in range(r):
+            if j not in mine:
+                if blocks[j].any():
+                    return f"moments of replica {j}, which it was not given"
+                continue
+            try:
+                unpack_moments(blocks[j], p)
+            except ValueError as exc:
+                return f"replica {j}: {exc}"
+        return None
+
     def outer_scaling(self) -> tuple[float, float]:
         """(scale, div) with d = Q * scale / div: one exact scaling when R is a power of two."""
         r, d = self.replicas, DELTA_FRAC_BITS

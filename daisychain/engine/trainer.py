@@ -128,6 +128,11 @@ class Trainer:
         LocalTrainer's are its replicas)."""
         return self.hp.n_micro
 
+    def contribution_error(self, ints: np.ndarray, micro) -> str | None:
+        """Why a received contribution cannot be one beyond its size and clamp bound (which
+        the coordinator checks): never, for a synchronous run (LocalTrainer's can)."""
+        return None
+
     @property
     def total_size(self) -> int:
         """Entries of a contribution and of a step's total: one per parameter."""

@@ -168,6 +168,10 @@ class CoordinatorRole:
             return self._strike(sender, "refused", None, f"refused a contribution from "
                                 f"{self._name(sender)}: a value of magnitude {peak} is over the "
                                 f"clamp bound {int(bound)} of {len(msg.micro)} micro-batch(es)")
+        why = self.trainer.contribution_error(ints, msg.micro)  # a local-steps run's moments
+        if why:
+            return self._strike(sender, "refused", None, f"refused a contribution from "
+                                f"{self._name(sender)}: {why}")
         return self._take_contrib(sender, msg.step, msg.task, msg.micro, msg.ints, msg.loss,
                                   msg.correct)
 
