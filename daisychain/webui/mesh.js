@@ -237,7 +237,8 @@ export class Mesh {
       if (!this.peer) return [];
       let msg;
       try {
-        msg = await W.fromMessage(m, this.peer.trainer ? this.peer.trainer.layout.size : null);
+        const tr = this.peer.trainer;
+        msg = await W.fromMessage(m, tr ? tr.totalSize : null, tr ? tr.stateSizes : null);
       } catch (err) {
         return this.peer.badMessage(id, err.message);
       }
@@ -627,6 +628,9 @@ export class Mesh {
       const p = this.peer;
       if (!p?.trainer) throw new Error("this device holds no run state yet");
       const tr = p.trainer;
+      if (tr.nTasks !== undefined && tr.replicas !== undefined) { // engine/local.js LocalTrainer
+        throw new Error("a tab does not write a local-steps run's checkpoint yet: save it with daisy-peer --save-checkpoint");
+      }
       const vocab = tr.ds?.meta?.vocab; // a text model's characters ride along to the .pt
       return { identity: p.identity, runId: p.runId, ...tr.snapshot(),
         ...(typeof vocab === "string" ? { vocab } : {}) };

@@ -19,7 +19,7 @@ import numpy as np
 
 from daisychain.engine.settings import add_run_arguments, settings_from_args
 from daisychain.engine.spec import Hyper, ModelSpec
-from daisychain.engine.trainer import Trainer
+from daisychain.engine.local import make_trainer as build_trainer
 from daisychain.peer import frames as F
 from daisychain.peer import run as R
 from daisychain.units import load_luts
@@ -166,7 +166,8 @@ class Net:
             m = None
             for fr in frames:
                 m = r.feed(fr)
-            msg = F.from_message(m, peer.trainer.layout.size if peer.trainer else None)
+            tr = peer.trainer
+            msg = F.from_message(m, tr.total_size if tr else None, tr.state_sizes if tr else None)
         except F.FrameError as exc:
             self.reasm.pop((sender, to), None)
             n = len(self.out)
@@ -202,7 +203,7 @@ class Net:
     # -- ops -------------------------------------------------------------------------------
 
     def make_trainer(self, identity, ds):
-        return Trainer(ModelSpec.from_json(identity["model"]), Hyper(**identity["hyper"]), ds,
+        return build_trainer(ModelSpec.from_json(identity["model"]), Hyper(**identity["hyper"]), ds,
                        self.luts)
 
     def resolve(self, v, to: str):
@@ -224,7 +225,7 @@ class Net:
                       strikes=int(e.get("strikes", 3)), verify_key=e.get("verify_key", "key"),
                       window=e.get("window"))
             if e.get("host"):
-                self.peers[pid] = R.RunPeer(pid, trainer=Trainer(self.rs.spec, self.rs.hp, self.rs.ds, self.luts),
+                self.peers[pid] = R.RunPeer(pid, trainer=build_trainer(self.rs.spec, self.rs.hp, self.rs.ds, self.luts),
                                             steps=int(e.get("steps", self.rs.steps)),
                                             wait_peers=int(e.get("wait_peers", 0)), **kw)
             else:

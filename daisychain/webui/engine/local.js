@@ -78,7 +78,7 @@ export class LocalTrainer {
     this.syncEvery = this.hp.sync_every;
     const p = this.layout.size;
     this.nTasks = this.replicas; // tasks of a step (a round): one per replica
-    this.totalSize = p * (1 + 4 * this.replicas);
+    this._totalSize = p * (1 + 4 * this.replicas);
     this.limit = deltaLimit(this.replicas);
     this.theta = b.theta; // theta_g
     this.outer = new Float64Array(p);
@@ -178,6 +178,55 @@ export class LocalTrainer {
     this.b1t = b1t;
     this.b2t = b2t;
     this.step += 1;
+  }
+
+  get totalSize() {
+    return this._totalSize;
+  }
+
+  /** On the wire (STATE): theta is [theta_g | outer buffer], each moment part every
+   *  replica's, replica after replica (local.py state_sizes). */
+  get stateSizes() {
+    return [2 * this.layout.size, this.replicas * this.layout.size];
+  }
+
+  wireState() {
+    const p = this.layout.size;
+    const theta = new Float64Array(2 * p);
+    theta.set(this.theta);
+    theta.set(this.outer, p);
+    const flat = (arrs) => { const o = new Float64Array(this.replicas * p); arrs.forEach((a, j) => o.set(a, j * p)); return o; };
+    return { step: this.step, theta, m: flat(this.m), v: flat(this.v), b1t: this.b1t, b2t: this.b2t };
+  }
+
+  stateOf(st) {
+    const p = this.layout.size;
+    const split = (a) => Array.from({ length: this.replicas }, (_, j) => Float64Array.from(a.subarray(j * p, (j + 1) * p)));
+    const theta = Float64Array.from(st.theta);
+    return { step: st.step, inner: st.step * this.syncEvery, theta: theta.subarray(0, p), outer: theta.subarray(p),
+      m: split(Float64Array.from(st.m)), v: split(Float64Array.from(st.v)), b1t: st.b1t, b2t: st.b2t };
+  }
+
+  /** local.py contribution_error: null, or why a received contribution to replicas `micro`
+   *  cannot be one (moments in a replica it was not given, halves that are not unsigned
+   *  32-bit, moments that are not finite). */
+  contributionError(ints, micro) {
+    const p = this.layout.size;
+    if (ints.length !== this.totalSize) return `not ${this.totalSize} integers`;
+    const mine = new Set(micro);
+    for (let j = 0; j < this.replicas; j++) {
+      const at = p + 4 * p * j;
+      if (!mine.has(j)) {
+        for (let i = at; i < at + 4 * p; i++) if (ints[i] !== 0) return `moments of replica ${j}, which it was not given`;
+        continue;
+      }
+      try {
+        unpackMoments(ints, at, p);
+      } catch (err) {
+        return `replica ${j}: ${err.message}`;
+      }
+    }
+    return null;
   }
 
   /** A copy of the whole round state. */

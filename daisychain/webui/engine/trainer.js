@@ -123,6 +123,36 @@ export class Trainer {
     this.limit = gradLimit(hyper);
   }
 
+  /** Tasks of a step the run protocol hands out: the micro-batches (trainer.py n_tasks). */
+  get nTasks() {
+    return nMicro(this.hp);
+  }
+
+  /** Entries of a contribution and of a step's total: one per parameter. */
+  get totalSize() {
+    return this.layout.size;
+  }
+
+  /** [values of the state's theta part, of each moment part] on the wire (STATE). */
+  get stateSizes() {
+    return [this.layout.size, this.layout.size];
+  }
+
+  /** Why a received contribution cannot be one beyond size and clamp bound: never here. */
+  contributionError() {
+    return null;
+  }
+
+  /** The state as the STATE frame carries it: a snapshot. */
+  wireState() {
+    return this.snapshot();
+  }
+
+  /** The state a checked STATE's fields stand for. */
+  stateOf(st) {
+    return { step: st.step, theta: st.theta, m: st.m, v: st.v, b1t: st.b1t, b2t: st.b2t };
+  }
+
   /** Switch compute path (e.g. after a GPU failure); the bits do not change. */
   setUnits(units) {
     this.engine.units = units;

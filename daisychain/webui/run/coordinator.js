@@ -199,7 +199,7 @@ export class CoordinatorRole {
   }
 
   async _state() {
-    const st = await this.trainer.snapshot();
+    const st = await this.trainer.wireState(); // a local-steps run's whole round state
     return { T: "state", step: st.step, params_sha256: this.sha, theta: st.theta, m: st.m, v: st.v, b1t: st.b1t, b2t: st.b2t };
   }
 
@@ -229,7 +229,7 @@ export class CoordinatorRole {
 
   async _onContrib(sender, msg) {
     if (!this.coordinating || msg.term !== this.term || this.banned.has(sender)) return [];
-    const size = this.trainer.layout.size;
+    const size = this.trainer.totalSize;
     const bound = msg.micro.length * this.trainer.limit;
     const ints = msg.ints;
     if (!ints || ints.length !== size) {
@@ -240,6 +240,8 @@ export class CoordinatorRole {
     if (peak > bound) {
       return this._strike(sender, "refused", null, `refused a contribution from ${this._name(sender)}: a value of magnitude ${peak} is over the clamp bound ${bound} of ${msg.micro.length} micro-batch(es)`);
     }
+    const why = this.trainer.contributionError(ints, msg.micro); // a local-steps run's moments
+    if (why) return this._strike(sender, "refused", null, `refused a contribution from ${this._name(sender)}: ${why}`);
     return this._takeContrib(sender, msg.step, msg.task, msg.micro, msg.ints, msg.loss, msg.correct);
   }
 
@@ -276,7 +278,7 @@ export class CoordinatorRole {
     this.stepStarted = true;
     this.tasks = new Map();
     this.checks = new Map();
-    const n = this.trainer.hp.batch / this.trainer.hp.micro_batch;
+    const n = this.trainer.nTasks; // micro-batches; a local-steps run's replicas
     const ids = Array.from({ length: n }, (_, j) => j);
     const parts = capacitySplit(ids, this._splitWeights(live, n));
     const checked = new Set(live.length > 1 ? checkedMicro(this.verifyKey, this.step, n, this.verifyRate) : []);
@@ -400,7 +402,7 @@ export class CoordinatorRole {
 
   async _commit() {
     const step = this.step;
-    const { total, contributors, loss, unchecked } = STAR.total(this.tasks.values(), this.checks, this.trainer.layout.size, this.me);
+    const { total, contributors, loss, unchecked } = STAR.total(this.tasks.values(), this.checks, this.trainer.totalSize, this.me);
     await this.trainer.apply(total);
     await this.window.record(this.trainer, step, total, unchecked);
     for (const p of unchecked) if (!this.uncheckedSince.has(p)) this.uncheckedSince.set(p, step);

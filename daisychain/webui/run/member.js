@@ -122,7 +122,7 @@ export class MemberRole {
     if (!this.trainer || (sender !== this.coord && !this.coordinating)) return [];
     const restore = this.coordinating ? null : this.restoring;
     this.restoring = null;
-    if ((await paramsSha256(msg.theta)) !== msg.params_sha256) {
+    if ((await paramsSha256(msg.theta.subarray(0, this.trainer.layout.size))) !== msg.params_sha256) {
       return [log(`state from ${sender} does not match its hash: ignored`, true)];
     }
     if (restore && (restore.step !== msg.step || restore.sha !== msg.params_sha256)) {

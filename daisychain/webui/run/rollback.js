@@ -85,7 +85,7 @@ export class Window {
       for (const s of old) this.held -= s.body.length;
       const now = await trainer.snapshot();
       await trainer.load(this.base);
-      for (const s of old) await trainer.apply(await decodeInts(s.codec, s.body, now.theta.length));
+      for (const s of old) await trainer.apply(await decodeInts(s.codec, s.body, trainer.totalSize));
       this.base = await trainer.snapshot();
       await trainer.load(now);
     }
@@ -101,7 +101,7 @@ export class Window {
   async goBack(trainer, step) {
     await trainer.load(this.base);
     const keep = this.steps.filter((s) => s.step < step);
-    for (const s of keep) await trainer.apply(await decodeInts(s.codec, s.body, this.base.theta.length));
+    for (const s of keep) await trainer.apply(await decodeInts(s.codec, s.body, trainer.totalSize));
     this.steps = keep;
     this.held = keep.reduce((a, s) => a + s.body.length, 0);
   }

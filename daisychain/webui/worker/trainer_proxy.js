@@ -13,7 +13,8 @@
 // gradient of the micro-batches, the accuracy, a prediction) is sent with a copy of the
 // parameters to the worker, which runs the same Trainer code on its own units.
 
-import { isLocal, SpecError } from "../engine/spec.js";
+import { LocalTrainer } from "../engine/local.js";
+import { isLocal } from "../engine/spec.js";
 import { Trainer } from "../engine/trainer.js";
 
 let shared = null; // the page's one compute worker
@@ -117,12 +118,9 @@ export class WorkerTrainer extends Trainer {
 }
 
 /** The trainer a tab runs: a WorkerTrainer where the browser has module workers, else a
- *  Trainer. A local-steps run (engine/local.js) is refused in words: a tab's run protocol
- *  does not run rounds yet (daisy-peer and `daisychain demo` do). */
+ *  Trainer; a local-steps run's LocalTrainer (engine/local.js) computes on the page's
+ *  thread (its rounds need every replica's moments, which stay on the page). */
 export function createTrainer(o) {
-  if (isLocal(o.hyper)) {
-    throw new SpecError(`local steps (--replicas ${o.hyper.replicas} --sync-every ${o.hyper.sync_every}) run in ` +
-      "`daisychain train`, `demo` and `daisy-peer`; a browser tab runs synchronous steps (--replicas 1 --sync-every 1)");
-  }
+  if (isLocal(o.hyper)) return LocalTrainer.create(o);
   return workersAvailable() ? WorkerTrainer.create(o) : Trainer.create(o);
 }
