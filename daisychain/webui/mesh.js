@@ -141,6 +141,7 @@ export class Mesh {
     this.shaAt = new Map();       // step -> this replica's params hash after it
     this.reports = new Map();     // peer id -> {runId, step, sha} it last reported
     this.lastShares = {};         // peer id -> micro-batches of the last committed step
+    this.lastMine = null;         // a local-steps run: {step, micro} of this device's last task
     this.commits = [];            // [seconds, step] of recent commits (step rate)
     this.stopping = null;         // {by} while the host's stop is on its way
     this.dataCache = new Map();   // "task?fingerprint" -> Promise of a dataset
@@ -356,6 +357,7 @@ export class Mesh {
         tr.setUnits(this.device.cpu);
         res = await contributeAt(tr, theta, step, micro);
       }
+      if (tr.replicas !== undefined) this.lastMine = { step, micro: [...micro] }; // a local-steps run's replicas
       this._enqueue(async () => this.peer.computed(step, task, res));
     }).catch((err) => this.bus.emit("run:error", { message: `compute failed: ${err.message}` }));
   }
@@ -461,6 +463,7 @@ export class Mesh {
   _resetRun() {
     this.shaAt.clear();
     this.lastShares = {};
+    this.lastMine = null;
     this.commits = [];
     this.stopping = null;
   }
@@ -478,7 +481,7 @@ export class Mesh {
     const p = this.peer;
     const members = this.net.room?.members || [];
     const tr = p?.trainer;
-    const nMicro = tr ? tr.hp.batch / tr.hp.micro_batch : null;
+    const nMicro = tr ? tr.nTasks : null; // micro-batches; a local-steps run's replicas
     // members, then those who did work in this run and left (left: true)
     const gone = Object.keys(p?.doneBy || {}).filter((id) => !members.some((m) => m.id === id))
       .map((id) => ({ ...(this.seen.get(id) || { id, name: this.nameOf(id), kind: "?" }), capacity: 0, left: true }));
@@ -498,8 +501,11 @@ export class Mesh {
     const step = p?.step ?? 0;
     const steps = p?.run ? (p.coordinating ? p.steps : p.run.steps) : null;
     const left = steps === null ? null : Math.max(0, steps - step);
+    // a local-steps run (engine/local.js): the round, the inner steps, this device's replicas
+    const local = tr?.replicas !== undefined ? { replicas: tr.replicas, syncEvery: tr.syncEvery, inner: tr.inner,
+      mine: this.lastMine ?? null } : null;
     return { rows, pooledCapacity: members.reduce((s, m) => s + (Number(m.capacity) || 0), 0),
-      stepRate: rate, etaSeconds: rate && left !== null ? left / rate : null, step, steps };
+      stepRate: rate, etaSeconds: rate && left !== null ? left / rate : null, step, steps, local };
   }
 
   /** Emit room:peers: at once, or (while steps commit) at most every PEERS_EVERY_MS. */

@@ -99,3 +99,11 @@ export function plainReason(text) {
     .replace(/WebGPU requestAdapter\(\) failed: /g, "the browser could not open the graphics chip for WebGPU: ")
     .replace(/WebGPU requestDevice\(\) failed: /g, "the graphics chip refused WebGPU: ");
 }
+
+/** A local-steps run's line (engine/local.js): "round 3 · 4 replicas × 8 inner steps (inner
+ *  step 24) · this device computed replicas 0, 2 of round 2". */
+export function localSteps(loc, round) {
+  const mine = loc.mine ? `this device computed replica${loc.mine.micro.length === 1 ? "" : "s"} ` +
+    `${loc.mine.micro.join(", ")} of round ${loc.mine.step}` : "this device has computed no replica yet";
+  return `round ${round} · ${loc.replicas} replicas × ${loc.syncEvery} inner steps (inner step ${loc.inner}) · ${mine}`;
+}

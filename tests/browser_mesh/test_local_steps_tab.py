@@ -55,3 +55,7 @@ def test_a_tab_joins_a_daisy_peer_hosted_local_steps_run_and_ends_on_trains_hash
     assert tab.page.inner_text("#params-sha256") == want
     kinds = {p["kind"]: p["micro_batches"] for p in res["peers"]}
     assert kinds.get("cpu", 0) > 0, kinds  # the tab computed replica rounds
+    # the run panel says it: the round, the inner steps, the replicas this device computed
+    line = tab.page.inner_text("#local-steps")
+    assert tab.page.is_visible("#local-steps") and "4 replicas × 2 inner steps (inner step" in line, line
+    assert re.search(r"this device computed replicas? [0-3](, [0-3])* of round \d+", line), line
