@@ -86,7 +86,8 @@ SETTINGS: dict[str, Range] = {
     "outer_lr": Range("float", 0, MAX_OUTER_LR, lo_open=True),
     "outer_momentum": Range("float", 0, 0.999),
 }
-PAGE_SETTINGS = ("steps", "seed", "batch", "micro_batch", "hidden", "lr")
+PAGE_SETTINGS = ("steps", "seed", "batch", "micro_batch", "hidden", "lr", "replicas", "sync_every",
+                 "outer_lr", "outer_momentum")
 
 _INT = re.compile(r"[+-]?[0-9]{1,30}")
 _FLOAT = re.compile(r"[+-]?([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][+-]?[0-9]{1,4})?")
