@@ -1,6 +1,6 @@
 // Words and numbers for the page: pure functions, no DOM, no network (UI code only).
 
-import { layersText, RECIPE_FIELDS } from "./engine/spec.js";
+import { layersText, LOCAL_FIELDS, RECIPE_FIELDS } from "./engine/spec.js";
 
 /** 1234567 -> "1,234,567" (the same in every locale, so tests and screenshots read alike). */
 export function count(n) {
@@ -58,6 +58,7 @@ export function trainCommand(identity, dataArgs, steps) {
   for (const k of RECIPE_FIELDS) {
     if (hp[k] || identity.task === "image") args.push(`--${k.replace(/_/g, "-")}`, String(hp[k] ?? 0));
   }
+  for (const k of LOCAL_FIELDS) if (k in hp) args.push(`--${k.replace(/_/g, "-")}`, String(hp[k])); // local steps
   return ["daisychain", "train", ...args].map(shellWord).join(" ");
 }
 
