@@ -253,3 +253,15 @@ def test_the_rollback_window_goes_back_to_a_rounds_bits():
     for name in ("theta", "outer", "m", "v"):
         assert getattr(tr.state, name).tobytes() == getattr(seen[4], name).tobytes()
     assert tr.state.step == 4 and tr.state.inner == 8
+
+
+def test_export_and_sample_read_a_local_steps_checkpoint(tmp_path):
+    """`daisychain export` writes theta_g (the run's hash); `sample` runs on it."""
+    ck, out = tmp_path / "local.pt", tmp_path / "local.safetensors"
+    want = train(settings(2, *LOCAL), quiet=True, save=str(ck))["params_sha256"]
+    r = subprocess.run([sys.executable, "-m", "daisychain.cli", "export", str(ck), "--to", str(out)],
+                       capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert r.returncode == 0 and f"params-sha256 {want}" in r.stdout + r.stderr, r.stderr
+    r = subprocess.run([sys.executable, "-m", "daisychain.cli", "sample", str(ck), "--length", "5"],
+                       capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert r.returncode == 0, r.stderr

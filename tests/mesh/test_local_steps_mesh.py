@@ -85,3 +85,17 @@ def test_host_leaves_mid_run_and_the_next_host_finishes(server, peers):
     assert m1.hash() == ref
     assert m2.hash() == ref
     assert "coordinating the run from step" in m1.stderr() + m2.stderr()
+
+
+def test_a_host_resumes_a_local_steps_checkpoint_in_a_room(server, peers, tmp_path):
+    """`daisy-peer --create-room --resume` of a `train` checkpoint at round 20 (the whole
+    round state): the room goes on to round 40 and ends on the uninterrupted run's hash."""
+    ck = tmp_path / "local.pt"
+    p = argparse.ArgumentParser()
+    add_run_arguments(p)
+    train(settings_from_args(p.parse_args(["--steps", "20", *RUN])), quiet=True, save=str(ck))
+    h, code = host(peers, server, 40, 1, *RUN, "--resume", str(ck))
+    m1 = peers(server, "--room", code, name="m1")
+    ref = reference(40, *RUN)
+    assert h.hash() == ref and m1.hash() == ref
+    assert "resuming run" in h.stderr()
