@@ -21,7 +21,9 @@ export function tensorBounds(trainer) {
 /** A state for `trainer`'s run; throws when it has the wrong size, a non-finite value, an
  * invalid step or parameters that do not hash to `sha` (when given). */
 export async function checkedState(trainer, st, sha = null) {
-  const [n, k] = trainer.stateSizes; // the wire form (a local-steps run's differs)
+  // the wire form: a local-steps run's differs (engine/local.js stateSizes); a replica that
+  // does not say holds one value of each per parameter
+  const [n, k] = trainer.stateSizes ?? [trainer.layout.size, trainer.layout.size];
   if (st.theta.length !== n || st.m.length !== k || st.v.length !== k) {
     throw new Error(`the state holds ${st.theta.length} parameters, the run's model ${n}`);
   }
@@ -31,7 +33,8 @@ export async function checkedState(trainer, st, sha = null) {
     if (sha !== got) throw new Error(`the state's parameters hash to ${got}, not ${sha}`);
   }
   if (!Number.isInteger(st.step) || st.step < 0) throw new Error("the state's step is invalid");
-  return trainer.stateOf(st);
+  if (trainer.stateOf) return trainer.stateOf(st);
+  return { step: st.step, theta: st.theta, m: st.m, v: st.v, b1t: st.b1t, b2t: st.b2t };
 }
 
 export async function loadState(trainer, st) {
