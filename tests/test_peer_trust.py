@@ -319,3 +319,27 @@ def test_a_liar_in_a_local_steps_run_is_caught_and_the_run_ends_on_the_reference
         assert net.of(R.Ended, pid)[0].params_sha256 == want
     alarms = net.of(R.Alarm, "p0")
     assert alarms and all(a.peer == "p2" for a in alarms) and alarms[-1].kind == "removed"
+
+
+def test_a_member_ignores_a_local_steps_total_that_no_replica_makes():
+    """A total whose moment halves are not unsigned 32-bit integers (a broken or hostile
+    coordinator) stopped the member with a ValueError out of LocalTrainer.apply; it is
+    ignored in one loud line and the replica is unchanged."""
+    rs = settings("--task", "text", "--hidden", "8", "--embed-dim", "4", "--context", "4", "--batch", "8",
+                  "--micro-batch", "4", "--replicas", "3", "--sync-every", "2")
+    net = LyingNet(rs, 2, verify_rate=0.0)
+    member = net.peers["p1"]
+    for _ in range(1000):  # deliver until the member follows the run
+        if member.trainer is not None and member.coord == "p0" and member.step == 0 and \
+                any(t.assignees == ["p1"] for t in net.peers["p0"].tasks.values()):
+            break
+        if not net.pump_wire():
+            net.feed("p0", net.peers["p0"].tick(net.now))
+    tr = member.trainer
+    bad = np.zeros(tr.total_size, np.int64)
+    bad[tr.layout.size + 1] = -3
+    before = tr.params_sha256()
+    out = member.receive("p0", F.Total(member.term, 0, (("p0", 3),), 0.0, before, bad))
+    texts = [o.text for o in out if isinstance(o, R.Log) and o.loud]
+    assert any("a total of step 0 from" in x and "that no replica makes" in x for x in texts), texts
+    assert member.step == 0 and tr.params_sha256() == before

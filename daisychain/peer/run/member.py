@@ -149,6 +149,10 @@ class MemberRole:
 
     def _apply(self, ints, loss, contributors, sha, sender) -> list[Output]:
         step = self.step
+        why = self.trainer.contribution_error(ints, range(self.trainer.n_tasks))  # local steps
+        if why:
+            return [Log(f"a total of step {step} from {self._name(sender)} that no replica makes "
+                        f"({why}): ignored", loud=True)]
         self.trainer.apply(ints)
         self.pending = {k: v for k, v in self.pending.items() if k[0] > step}
         out = self._committed(step, loss, contributors, sha)

@@ -178,6 +178,8 @@ export class MemberRole {
 
   async _apply(ints, loss, contributors, sha, sender) {
     const step = this.step;
+    const why = this.trainer.contributionError?.(ints, Array.from({ length: this.trainer.nTasks }, (_, j) => j)); // local steps
+    if (why) return [log(`a total of step ${step} from ${this._name(sender)} that no replica makes (${why}): ignored`, true)];
     await this.trainer.apply(ints);
     for (const k of [...this.pending.keys()]) if (Number(k.split(":")[0]) <= step) this.pending.delete(k);
     const out = this._committed(step, loss, contributors, sha);
