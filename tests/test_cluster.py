@@ -232,6 +232,8 @@ def test_torchrun_two_ranks_with_local_steps_match_train(tmp_path):
                 "--quiet", "--steps", "2", *local, "--save-checkpoint", str(ckpt)])
     assert read_checkpoint_file(ckpt).local.step == 2
     assert _hash(_run([str(BIN / "daisychain"), "train", "--steps", "4", *local, "--resume", str(ckpt)])) == ref
+    assert _hash(_run([sys.executable, "-m", "daisychain.cluster", "--quiet", "--steps", "4", *local,
+                       "--resume", str(ckpt)])) == ref  # a cluster of one resumes it too
     out = _run([str(BIN / "torchrun"), "--standalone", "--nproc-per-node", "2", "-m", "daisychain.cluster",
                 "--quiet", "--steps", "4", *local])
     assert _hash(out) == ref
