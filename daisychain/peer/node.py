@@ -540,8 +540,9 @@ def print_summary(out: dict, as_json: bool) -> None:
         print(json.dumps(out))
         return
     who = ", ".join(f"{p['name']} ({p['kind']}) {p['micro_batches']}" for p in out["peers"])
+    local = "replicas" in out.get("identity", {}).get("hyper", {})  # a step is a round, a task a replica
     print(f"test accuracy: {out['accuracy'] * 100:.2f}%  loss: {out['loss']:.4f}  "
-          f"({out['steps']} steps; micro-batches: {who})")
+          f"({out['steps']} {'rounds; replica rounds' if local else 'steps; micro-batches'}: {who})")
     from daisychain.engine.counters import format_counts
     u = out.get("units")
     if u:
