@@ -54,6 +54,7 @@ function corrupt(ints, fault, step, last = null) {
   if (fault === "flip") out[step % out.length] = flip12(out[step % out.length]);
   else if (fault === "scale") for (let i = 0; i < out.length; i++) out[i] *= 2;
   else if (fault === "huge") out[0] = 2 ** 52;
+  else if (fault === "neg-half") out[out.length - 1] = -1; // a local-steps run's: the last moment half negative
   else throw new Error(`unknown fault ${fault}`);
   return out;
 }

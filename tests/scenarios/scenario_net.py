@@ -52,6 +52,8 @@ def corrupt(ints: np.ndarray, fault, step: int, last: dict | None = None) -> np.
         ints = ints * 2
     elif fault == "huge":
         ints[0] = 2 ** 52
+    elif fault == "neg-half":  # a local-steps run's: the last moment half negative
+        ints[-1] = -1
     else:
         raise ValueError(f"unknown fault {fault}")
     return ints
