@@ -129,7 +129,7 @@ def test_a_bad_restore_state_changes_nothing(rs):
     assert p1.trainer.params_sha256() == before and not any(isinstance(o, R.Restored) for o in out)
     # a restore from a member that does not coordinate is ignored
     assert isinstance(p1.receive("p5", F.Restore(term + 9, 3, good.params_sha256()))[0], R.Log)
-    assert p1.restoring is None
+    assert p1.member.restoring is None
 
 
 def test_the_coordinator_checks_the_state_it_restores(rs):

@@ -108,11 +108,11 @@ def test_contribution_over_the_clamp_bound_is_refused_by_name(rs):
     coord = net.peers["p0"]
     coord.names["p1"] = "mallory"
     for _ in range(1000):  # deliver until p1 holds a task of step 0
-        if any("p1" in t.assignees for t in coord.tasks.values()):
+        if any("p1" in t.assignees for t in coord.coordinator.tasks.values()):
             break
         if not net.pump_wire():
             net.feed("p0", coord.tick(net.now))  # the coordinator begins a step on its tick
-    t = next(t for t in coord.tasks.values() if "p1" in t.assignees)
+    t = next(t for t in coord.coordinator.tasks.values() if "p1" in t.assignees)
     huge = np.zeros(coord.trainer.layout.size, np.int64)
     huge[3] = 2**52 - 1  # below 2**53 (the wire accepts it), far above L
     out = coord.receive("p1", F.Contrib(coord.term, coord.step, t.task, t.micro, 0.0, 0, huge))
