@@ -119,18 +119,21 @@ def test_a_coordinator_computes_more_while_its_member_s_link_costs_time():
 TIMING_DRIVER = r"""
 const out = [];
 for (const c of DATA) {
-  const rp = new RunPeer("p0", { capacity: c.caps.p0 });
+  const peer = new RunPeer("p0", { capacity: c.caps.p0, window: 0 });
+  peer.member.trainer = { step: 0 };
+  peer.member.run = { run_id: "" };
+  const rp = new Coordinator(peer, peer.member); // the coordinator alone, on a replica of a step only
   rp.timingFrom = c.timing_from;
   for (const [id, cap] of Object.entries(c.caps)) {
     if (id !== "p0") rp.crew.set(id, { id, capacity: cap, linkS: 0.0, timed: 0 });
   }
   for (const s of c.steps) {
-    rp.trainer = { step: s.step }; // the step a replica is at comes from its trainer
+    peer.member.trainer = { step: s.step }; // the step a replica is at comes from its trainer
     rp.tasks = new Map(s.tasks.map(([peer, n], i) => [i, { task: i, assignees: [peer], sentAt: s.t0,
       micro: Array.from({ length: n }, (_, j) => j), result: null, kind: "main" }]));
     for (const [i, now] of s.done) {
       const t = rp.tasks.get(i);
-      rp.now = now;
+      peer.now = now;
       t.result = { peer: t.assignees[0] };
       rp._timeTask(t.assignees[0], t);
     }
@@ -206,6 +209,6 @@ def test_the_timing_that_feeds_the_split():
 
 @pytest.mark.usefixtures("node")  # fails, never skips, without node
 def test_js_learns_the_same_from_the_same_timings():
-    got_all = run_js(TIMING_DRIVER, imports={"{ RunPeer }": "runpeer.js"}, data=TIMING_CASES)
+    got_all = run_js(TIMING_DRIVER, imports={"{ Coordinator, RunPeer }": "runpeer.js"}, data=TIMING_CASES)
     for case, got in zip(TIMING_CASES, got_all, strict=True):
         assert got == _python_timing(case), case["about"]  # the same floats
