@@ -265,11 +265,6 @@ class Coordinator(TrustRole):
                            f"{msg.reason}): resyncing it", loud=True))
         return out + [Send(sender, self._state())]
 
-    def on_datarequest(self, sender: str, msg: F.DataRequest) -> list[Output]:
-        if self.trainer is None or msg.fingerprint != self.trainer.ds.fingerprint:
-            return []
-        return [Send(sender, F.Data(self.trainer.ds.fingerprint, self.trainer.ds.to_bytes()))]
-
     def on_contrib(self, sender: str, msg: F.Contrib) -> list[Output]:
         if msg.term != self.term or sender in self.banned:
             return []

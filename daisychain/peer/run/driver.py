@@ -27,8 +27,8 @@ STRIKES = 3
 #: the messages each role handles (others are dropped: a coordinator takes no assign, a
 #: member no contribution)
 MEMBER_MESSAGES = frozenset({"run", "assign", "total", "state", "restore", "end", "data", "refuse",
-                             "syncrequest", "datarequest"})
-COORDINATOR_MESSAGES = frozenset({"ready", "refuse", "contrib", "state", "syncrequest", "datarequest"})
+                             "syncrequest"})
+COORDINATOR_MESSAGES = frozenset({"ready", "refuse", "contrib", "state", "syncrequest"})
 
 
 def message_name(msg) -> str:
@@ -186,6 +186,8 @@ class RunPeer:
             return [Log(f"a {message_name(msg)} message of run {run_id} from {self._name(sender)}; "
                         f"this peer follows run {self.run_id}: dropped", loud=True)]
         name = type(msg).__name__.lower()
+        if name == "datarequest":  # either role serves the run's dataset
+            return self.member.on_datarequest(sender, msg)
         role = self.coordinator
         if role is None:
             role = self.member

@@ -83,15 +83,6 @@ export class Coordinator {
   get step() { return this.member.step; }
   get sha() { return this.member.sha; }
   _rehash() { return this.member.rehash(); }
-  get me() { return this.peer.me; }
-  get now() { return this.peer.now; }
-  get open() { return this.peer.open; }
-  get room() { return this.peer.room; }
-  get names() { return this.peer.names; }
-  get capacity() { return this.peer.capacity; }
-  get steps() { return this.peer.steps; }
-  get verifyRate() { return this.peer.verifyRate; }
-  get strikes() { return this.peer.strikes; }
   _name(peer) { return this.peer._name(peer); }
 
   _announce() {
@@ -112,8 +103,7 @@ export class Coordinator {
       ...this._announceTargets().map((p) => send(p, this._announce()))];
   }
 
-  /** The host of a new run: members it was announced to get a while to answer before the
-   * first step. */
+  /** The host of a new run: members it was announced to get a while to answer first. */
   start() {
     this.waitFor = new Set(this._announceTargets());
     this.waitUntil = this.now + START_WAIT_S;
@@ -187,13 +177,9 @@ export class Coordinator {
     return out;
   }
 
-
-  /**
-   * The coordinator restores the whole room from a checked state {step, theta, m, v, b1t,
-   * b2t, params_sha256}: loads it, opens a new term (open work is dropped) and sends each
-   * member restore + STATE + run; training continues from `step` (to `steps`, if given).
-   * Throws when the state does not fit the run.
-   */
+  /** Restore the whole room from a checked state {step, theta, m, v, b1t, b2t, params_sha256}
+   * (coordinator.py restore): a new term, each member gets restore + STATE + run; training
+   * continues from `step` (to `steps`, if given). Throws when the state does not fit the run. */
   async restore(st, steps = null) {
     const checked = await checkedState(this.trainer, st, st.params_sha256 || null);
     const sha = await this.member.load(checked);
@@ -306,8 +292,6 @@ export class Coordinator {
     }
     return [...out, send(sender, await this._state())];
   }
-
-  async onDataRequest(sender, msg) { return this.member.onDataRequest(sender, msg); }
 
   async onContrib(sender, msg) {
     if (msg.term !== this.term || this.banned.has(sender)) return [];
@@ -610,4 +594,9 @@ export class Coordinator {
 
 for (const name of Object.getOwnPropertyNames(TrustRole.prototype)) {
   if (name !== "constructor") Coordinator.prototype[name] = TrustRole.prototype[name];
+}
+
+// the room and the run's settings: the driver's, read only (coordinator.py _of_peer)
+for (const name of ["me", "now", "open", "room", "names", "capacity", "steps", "verifyRate", "strikes"]) {
+  Object.defineProperty(Coordinator.prototype, name, { get() { return this.peer[name]; } });
 }

@@ -41,9 +41,9 @@ function randomKey() {
 /** The messages each role handles (others are dropped: a coordinator takes no assign, a
  * member no contribution), each by its handler's name (driver.py MEMBER_MESSAGES). */
 const MEMBER_MESSAGES = { run: "onRun", assign: "onAssign", total: "onTotal", state: "onState",
-  restore: "onRestore", end: "onEnd", data: "onData", refuse: "onRefuse", sync: "onSync", data_request: "onDataRequest" };
+  restore: "onRestore", end: "onEnd", data: "onData", refuse: "onRefuse", sync: "onSync" };
 const COORDINATOR_MESSAGES = { ready: "onReady", refuse: "onRefuse", contrib: "onContrib", state: "onState",
-  sync: "onSync", data_request: "onDataRequest" };
+  sync: "onSync" };
 
 export class RunPeer {
   constructor(me, { kind = "cpu", capacity = null, makeTrainer = null, selftest = [true, "ok"],
@@ -190,6 +190,7 @@ export class RunPeer {
     if (runId && this.runId && runId !== this.runId && !(msg.T === "run" && this.ended && !this.coordinator)) {
       return [log(`a ${msg.T} message of run ${runId} from ${this._name(sender)}; this peer follows run ${this.runId}: dropped`, true)];
     }
+    if (msg.T === "data_request") return this.member.onDataRequest(sender, msg); // either role serves its dataset
     const known = Object.hasOwn(MEMBER_MESSAGES, msg.T) || Object.hasOwn(COORDINATOR_MESSAGES, msg.T);
     if (!known) return [log(`ignored a ${msg.T} message from ${sender}`)];
     const table = this.coordinator ? COORDINATOR_MESSAGES : MEMBER_MESSAGES;
