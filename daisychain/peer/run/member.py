@@ -3,7 +3,8 @@ that announced the run, compute the tasks it assigns, apply each step's total an
 hashes, take a STATE when behind or restored, serve its state and dataset to whoever asks,
 and leave when removed. While this peer coordinates, its :class:`~.coordinator.Coordinator`
 reads the replica through :class:`Member`'s narrow interface (``trainer``, ``bounds``,
-``step``, ``sha()``, ``load()``, ``committed()``, ``state()``); the member itself is idle."""
+``step``, ``sha()``, ``load()``, ``committed()``, ``state()``); the member itself then only
+serves the run's dataset."""
 
 from __future__ import annotations
 

@@ -3,7 +3,8 @@
 // each step's total and compare hashes, take a STATE when behind or restored, serve its state
 // and dataset to whoever asks, and leave when removed. While this tab coordinates, its
 // Coordinator (coordinator.js) reads the replica through Member's narrow interface (trainer,
-// bounds, identity, step, sha, rehash(), state(), load(), committed()); the member is idle.
+// bounds, identity, step, sha, rehash(), state(), load(), committed()); the member itself then
+// only serves the run's dataset.
 
 import { paramsSha256, runIdentity } from "../engine/trainer.js";
 import { checkedState, loadState, tensorBounds } from "./state.js";
