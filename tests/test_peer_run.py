@@ -233,14 +233,14 @@ def test_duplicate_and_late_contributions_are_ignored(rs, reference):
 
     net = Net(rs, 3)
     coord = net.peers["p0"]
-    orig = coord._take_contrib
+    orig = coord.coordinator._take_contrib
     seen = []
 
     def spy(sender, step, task, micro, *rest):
         out = orig(sender, step, task, micro, *rest)
         seen.append((sender, step, task))
         return out
-    coord._take_contrib = spy
+    coord.coordinator._take_contrib = spy
     # a contribution sent twice on the wire is ignored as well
     net.run(hook)
     assert state["held"] is False

@@ -108,11 +108,11 @@ def test_contribution_over_the_clamp_bound_is_refused_by_name(rs):
     coord = net.peers["p0"]
     coord.names["p1"] = "mallory"
     for _ in range(1000):  # deliver until p1 holds a task of step 0
-        if any("p1" in t.assignees for t in coord.tasks.values()):
+        if any("p1" in t.assignees for t in coord.coordinator.tasks.values()):
             break
         if not net.pump_wire():
             net.feed("p0", coord.tick(net.now))  # the coordinator begins a step on its tick
-    t = next(t for t in coord.tasks.values() if "p1" in t.assignees)
+    t = next(t for t in coord.coordinator.tasks.values() if "p1" in t.assignees)
     huge = np.zeros(coord.trainer.layout.size, np.int64)
     huge[3] = 2**52 - 1  # below 2**53 (the wire accepts it), far above L
     out = coord.receive("p1", F.Contrib(coord.term, coord.step, t.task, t.micro, 0.0, 0, huge))
@@ -281,11 +281,11 @@ def test_a_malformed_local_steps_contribution_is_refused_by_name(bad):
     coord = net.peers["p0"]
     coord.names["p1"] = "mallory"
     for _ in range(1000):  # deliver until p1 holds a task of round 0
-        if any("p1" in t.assignees for t in coord.tasks.values()):
+        if any("p1" in t.assignees for t in coord.coordinator.tasks.values()):
             break
         if not net.pump_wire():
             net.feed("p0", coord.tick(net.now))
-    t = next(t for t in coord.tasks.values() if "p1" in t.assignees)
+    t = next(t for t in coord.coordinator.tasks.values() if "p1" in t.assignees)
     tr = coord.trainer
     p = tr.layout.size
     ints = np.asarray(tr.contribute(t.micro).grad, np.int64).copy()
@@ -330,8 +330,8 @@ def test_a_member_ignores_a_local_steps_total_that_no_replica_makes():
     net = LyingNet(rs, 2, verify_rate=0.0)
     member = net.peers["p1"]
     for _ in range(1000):  # deliver until the member follows the run
-        if member.trainer is not None and member.coord == "p0" and member.step == 0 and \
-                any(t.assignees == ["p1"] for t in net.peers["p0"].tasks.values()):
+        if member.trainer is not None and member.member.coord == "p0" and member.step == 0 and \
+                any(t.assignees == ["p1"] for t in net.peers["p0"].coordinator.tasks.values()):
             break
         if not net.pump_wire():
             net.feed("p0", net.peers["p0"].tick(net.now))

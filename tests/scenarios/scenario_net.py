@@ -211,7 +211,7 @@ class Net:
     def resolve(self, v, to: str):
         peer = self.peers.get(to)
         if isinstance(v, str) and v.startswith("$"):
-            return {"$run": peer.run_id, "$sha": peer._hash() if peer.trainer else "0" * 64,
+            return {"$run": peer.run_id, "$sha": peer.member.sha() if peer.trainer else "0" * 64,
                     "$term": peer.term, "$step": peer.step}[v]
         if isinstance(v, dict):
             return {k: self.resolve(x, to) for k, x in v.items()}
@@ -313,6 +313,6 @@ def run_scenario(scenario: dict) -> dict:
     net = Net(scenario)
     for e in scenario["events"]:
         net.op(e)
-    final = {p: {"step": net.peers[p].step, "sha": net.peers[p]._hash() if net.peers[p].trainer else None}
+    final = {p: {"step": net.peers[p].step, "sha": net.peers[p].member.sha() if net.peers[p].trainer else None}
              for p in net.live()}
     return {"outputs": json.loads(json.dumps(net.out)), "final": final}
