@@ -11,7 +11,8 @@ Layout (a plain dict, so ``torch.load(path, weights_only=True)`` loads it)::
      "vocab": str,                               # text task only: class i is vocab[i]
      "local": {"outer": {name: tensor},          # local-steps run only (engine/local.py):
                "m": [{name: tensor}, ...],       # the outer buffer, and replicas 1..R-1's
-               "v": [{name: tensor}, ...]}}      # moments (replica 0's are "adam"'s)
+               "v": [{name: tensor}, ...],       # moments (replica 0's are "adam"'s) at
+               "hist": [{name: tensor}, ...]}}   # the anchor; theta_g of the rounds since
 
 In a local-steps run, "state_dict" is the global parameters theta_g, "step" the round and
 "adam"'s step the inner steps (round * sync_every), b1t/b2t their bias products.
@@ -169,6 +170,8 @@ def save_checkpoint(identity: dict, step: int, theta: np.ndarray, adam: AdamStat
     if local is not None:
         obj["local"] = {"outer": tensors(local.outer), "m": [tensors(a) for a in local.m[1:]],
                         "v": [tensors(a) for a in local.v[1:]]}
+        if local.hist.size:  # theta_g of the rounds since the anchor (engine/local.py)
+            obj["local"]["hist"] = [tensors(a) for a in local.hist]
     buf = io.BytesIO()
     torch.save(obj, buf)
     return buf.getvalue()
@@ -295,7 +298,7 @@ def load_checkpoint(data: bytes, expected_identity: dict | None = None) -> Check
 def _local_state(obj, hp: Hyper, layout: ParamLayout, size: int, theta, m, v, step, b1t, b2t):
     """A local-steps run's LocalState from the checkpoint's "local" entry (None for a
     synchronous run, which must not have one)."""
-    from daisychain.engine.local import LocalState
+    from daisychain.engine.local import MOMENTS_EVERY, LocalState
 
     if not hp.local:
         if obj is not None:
@@ -306,7 +309,12 @@ def _local_state(obj, hp: Hyper, layout: ParamLayout, size: int, theta, m, v, st
                                             for k in ("m", "v")):
         raise CheckpointError(f"a local-steps run's checkpoint needs its outer buffer and the "
                               f"moments of replicas 1..{r - 1}")
-    need = (2 + 2 * r) * 8 * layout.size
+    n = step % MOMENTS_EVERY  # rounds since the anchor, whose theta_g the checkpoint holds
+    hist = obj.get("hist", [])
+    if not isinstance(hist, list) or len(hist) != n:
+        raise CheckpointError(f"a local-steps run's checkpoint at round {step} needs theta_g of "
+                              f"the {n} round(s) since its anchor (local.hist)")
+    need = (2 + 2 * r + n) * 8 * layout.size
     if need > size:
         raise CheckpointError(f"{r} replicas of {layout.size} parameters need {need} bytes, more "
                               f"than the checkpoint file's {size}")
@@ -315,7 +323,9 @@ def _local_state(obj, hp: Hyper, layout: ParamLayout, size: int, theta, m, v, st
     vs = np.stack([v] + [_tensor_dict(t, f"local.v[{i}]", layout) for i, t in enumerate(obj["v"])])
     if np.any(vs < 0):
         raise CheckpointError("local.v holds negative values")
-    return LocalState(theta.copy(), outer, ms, vs, step, step * hp.sync_every, b1t, b2t)
+    rows = [_tensor_dict(t, f"local.hist[{i}]", layout) for i, t in enumerate(hist)]
+    hist = np.stack(rows) if rows else np.zeros((0, layout.size))
+    return LocalState(theta.copy(), outer, ms, vs, step, step * hp.sync_every, b1t, b2t, hist)
 
 
 def _checked_vocab(vocab, spec: ModelSpec) -> str:

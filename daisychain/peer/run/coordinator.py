@@ -278,7 +278,7 @@ class Coordinator(TrustRole):
             return self._strike(sender, "refused", None, f"refused a contribution from "
                                 f"{self._name(sender)}: a value of magnitude {peak} is over the "
                                 f"clamp bound {int(bound)} of {len(msg.micro)} micro-batch(es)")
-        why = self.trainer.contribution_error(ints, msg.micro)  # a local-steps run's moments
+        why = self.trainer.contribution_error(ints, msg.micro, msg.step)  # local steps: moments
         if why:
             return self._strike(sender, "refused", None, f"refused a contribution from "
                                 f"{self._name(sender)}: {why}")

@@ -306,7 +306,7 @@ export class Coordinator {
     if (peak > bound) {
       return this._strike(sender, "refused", null, `refused a contribution from ${this._name(sender)}: a value of magnitude ${peak} is over the clamp bound ${bound} of ${msg.micro.length} micro-batch(es)`);
     }
-    const why = this.trainer.contributionError(ints, msg.micro); // a local-steps run's moments
+    const why = this.trainer.contributionError(ints, msg.micro, msg.step); // local steps: moments
     if (why) return this._strike(sender, "refused", null, `refused a contribution from ${this._name(sender)}: ${why}`);
     return this._takeContrib(sender, msg.step, msg.task, msg.micro, msg.ints, msg.loss, msg.correct);
   }

@@ -1,0 +1,132 @@
+"""Local steps' moments stay home between anchors (engine/local.py, issue 22 follow-up).
+
+The rules under test: the parameters' bits do not depend on K (MOMENTS_EVERY); a replica
+computed by a device that did not compute it last round (a moved replica, a late joiner, a
+checker) is replayed from the anchor to the same bits; a device's private moments are used
+only when they follow the held history; between anchors contributions and totals carry no
+moments (a total that does is refused); checkpoints and STATE carry the history.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from daisychain.engine.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+from daisychain.engine.local import LocalTrainer
+from daisychain.peer.intcodec import encode_ints
+from daisychain.peer.run.state import checked_state, state_message, tensor_bounds
+from daisychain.units import load_luts
+from tests.test_local_steps import LOCAL, settings, sha
+
+K = "daisychain.engine.local.MOMENTS_EVERY"
+
+
+def trainer(rs) -> LocalTrainer:
+    return LocalTrainer(rs.spec, rs.hp, rs.ds, load_luts())
+
+
+@pytest.mark.parametrize("k", [1, 2, 5])
+def test_the_hash_does_not_depend_on_k(monkeypatch, k):
+    want = sha(7, *LOCAL)  # K = 8: no anchor in 7 rounds
+    monkeypatch.setattr(K, k)
+    assert sha(7, *LOCAL) == want
+    assert sha(7, *LOCAL, workers=2, how="random") == want
+
+
+def test_a_moved_replica_is_replayed_from_the_anchor_to_the_same_bits():
+    rs = settings(6, *LOCAL)
+    a, b = trainer(rs), trainer(rs)
+    for _ in range(3):  # a computes every replica; b only applies the totals
+        total = a.contribute(range(3)).grad
+        assert not total[a.layout.size:].any()  # between anchors: q only
+        b.apply(total)
+        a.apply(total)
+    assert a.state.hist.shape == (3, a.layout.size) and a.replayed == 0
+    want = a.contribute([1]).grad
+    assert b.contribute([1]).grad.tobytes() == want.tobytes()
+    assert b.replayed == 3  # rounds 0..2 of replica 1, then round 3
+    b.own.clear()  # another device took replica 1 this round: b replays again
+    assert b.contribute([1]).grad.tobytes() == want.tobytes() and b.replayed == 6
+    b.apply(a.contribute(range(3)).grad)  # b's own moments of replica 1 after round 3 follow the history
+    a.apply(a.contribute(range(3)).grad)
+    assert b.contribute([1]).grad.tobytes() == a.contribute([1]).grad.tobytes() and b.replayed == 6
+
+
+def test_private_moments_of_another_history_are_not_used():
+    rs = settings(4, *LOCAL)
+    a, b = trainer(rs), trainer(rs)
+    b.contribute([0], 0, a.theta + 1e-3)  # b's moments of replica 0 after a round 0 that never was
+    total = a.contribute(range(3)).grad
+    a.apply(total)
+    b.apply(total)
+    assert b.contribute([0]).grad.tobytes() == a.contribute([0]).grad.tobytes() and b.replayed == 1
+    b.own[0] = (0, b.own[0][1], b.own[0][2] + 1.0, b.own[0][3])  # load drops them all
+    b.load(a.snapshot())
+    assert not b.own
+
+
+def test_an_anchor_round_carries_and_installs_every_replicas_moments(monkeypatch):
+    monkeypatch.setattr(K, 2)
+    rs = settings(4, *LOCAL)
+    tr = trainer(rs)
+    p = tr.layout.size
+    tr.apply(tr.contribute(range(3)).grad)  # round 0: between anchors
+    assert not tr.state.m.any() and tr.state.hist.shape == (1, p)
+    one = tr.contribute([2]).grad  # round 1: an anchor
+    assert one[p + 8 * p:].any() and not one[p:p + 8 * p].any()
+    total = tr.contribute(range(3)).grad
+    own = np.stack([tr.own[j][2] for j in range(3)])
+    tr.apply(total)
+    assert tr.state.m.tobytes() == own.tobytes() and tr.state.hist.shape == (0, p)
+
+
+def test_moments_between_anchors_are_refused():
+    rs = settings(4, *LOCAL)
+    tr = trainer(rs)
+    p = tr.layout.size
+    total = tr.contribute(range(3)).grad
+    bad = total.copy()
+    bad[p + 5] = 7
+    assert tr.contribution_error(bad, [0, 1, 2]) == "moments of replica 0 in a round between anchors"
+    assert tr.contribution_error(bad, [0, 1, 2], 7) is None  # an anchor round: moments are due
+    assert tr.contribution_error(bad, [1, 2], 7) == "moments of replica 0, which it was not given"
+    before = tr.snapshot()
+    with pytest.raises(ValueError, match="between anchors"):
+        tr.apply(bad)
+    assert tr.state.theta.tobytes() == before.theta.tobytes() and tr.state.step == 0
+
+
+def test_the_wire_bytes_between_anchors_are_the_deltas():
+    rs = settings(4, *LOCAL)
+    tr = trainer(rs)
+    bounds = tensor_bounds(tr)
+    between = len(encode_ints(tr.contribute(range(3)).grad, bounds)[1])
+    head = bounds[:bounds.index(tr.layout.size) + 1]
+    deltas = len(encode_ints(tr.contribute(range(3)).grad[:tr.layout.size], head)[1])
+    assert between == deltas + 6 * 4 * 3  # a zero block costs its 6-byte segment head
+
+
+def test_state_and_checkpoint_carry_the_history(monkeypatch):
+    rs = settings(4, *LOCAL)
+    tr = trainer(rs)
+    for _ in range(3):
+        tr.apply(tr.contribute(range(3)).grad)
+    msg = state_message(tr)
+    other = trainer(rs)
+    other.load(checked_state(other, msg.step, msg.theta, msg.m, msg.v, msg.b1t, msg.b2t, msg.params_sha256))
+    assert other.state.hist.tobytes() == tr.state.hist.tobytes()
+    assert other.contribute([2]).grad.tobytes() == tr.contribute([2]).grad.tobytes()
+    data = save_checkpoint(tr.identity, tr.state.step, tr.theta, None, local=tr.state)
+    ck = load_checkpoint(data, tr.identity)
+    assert ck.local.hist.tobytes() == tr.state.hist.tobytes()
+    import io
+
+    import torch
+
+    obj = torch.load(io.BytesIO(data), weights_only=True)
+    obj["local"]["hist"] = obj["local"]["hist"][:2]
+    buf = io.BytesIO()
+    torch.save(obj, buf)
+    with pytest.raises(CheckpointError, match="the 3 round\\(s\\) since its anchor"):
+        load_checkpoint(buf.getvalue(), tr.identity)
