@@ -130,3 +130,16 @@ def test_state_and_checkpoint_carry_the_history(monkeypatch):
     torch.save(obj, buf)
     with pytest.raises(CheckpointError, match="the 3 round\\(s\\) since its anchor"):
         load_checkpoint(buf.getvalue(), tr.identity)
+
+
+def test_capacity_is_measured_on_a_state_past_its_anchor(monkeypatch):
+    """measure_capacity ran round 0, which a state at round 3 of K = 2 no longer holds: a
+    host resuming a local-steps checkpoint stopped with a ValueError (mesh test)."""
+    from daisychain.engine.capacity import measure_capacity
+
+    monkeypatch.setattr(K, 2)
+    rs = settings(4, *LOCAL)
+    tr = trainer(rs)
+    for _ in range(3):
+        tr.apply(tr.contribute(range(3)).grad)
+    assert measure_capacity(tr, 0.01) > 0 and tr.replayed == 0

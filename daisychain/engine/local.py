@@ -156,6 +156,11 @@ class LocalTrainer:
     def theta(self) -> np.ndarray:
         return self.state.theta
 
+    @property
+    def anchor_round(self) -> int:
+        """The round whose start holds the last anchor's moments (a multiple of K)."""
+        return self.state.step - self.state.step % self.moments_every
+
     def is_anchor(self, rnd: int) -> bool:
         """Whether round ``rnd``'s contributions and total carry the moments."""
         return (int(rnd) + 1) % self.moments_every == 0
