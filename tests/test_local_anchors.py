@@ -143,3 +143,77 @@ def test_capacity_is_measured_on_a_state_past_its_anchor(monkeypatch):
     for _ in range(3):
         tr.apply(tr.contribute(range(3)).grad)
     assert measure_capacity(tr, 0.01) > 0 and tr.replayed == 0
+
+
+JS_DRIVER = r"""
+const [lutDir, dataPath] = process.argv.slice(2);
+const rd = (n) => { const b = readFileSync(`${lutDir}/${n}.bin`); return new Int32Array(b.buffer, b.byteOffset, b.length / 4).slice(); };
+const luts = { mul: rd("mul"), relu: rd("relu"), requantize: rd("requantize"),
+  manifestSha256: JSON.parse(readFileSync(`${lutDir}/manifest.json`)).manifest_sha256 };
+const job = DATA;
+const ds = D.parseDataset(readFileSync(dataPath));
+ds.fingerprint = job.fingerprint;
+const spec = S.ModelSpec.fromJson(job.model);
+const hyper = S.makeHyper(job.hyper);
+const make = async (k) => { const t = await L.makeTrainer({ spec, hyper, dataset: ds, luts, units: new P.CpuUnits(luts) }); t.momentsEvery = k; return t; };
+const same = (x, y) => x.length === y.length && x.every((e, i) => e === y[i]);
+const out = {};
+for (const k of job.ks) {
+  const a = await make(k);
+  const b = await make(k);
+  let moved = true;
+  let state = true;
+  for (let r = 0; r < job.rounds; r++) {
+    const parts = [];
+    for (let j = 0; j < hyper.replicas; j++) parts.push((await a.contribute([j])).grad);
+    const mine = (await b.contribute([r % hyper.replicas])).grad;  // b computes another replica each round
+    moved = moved && same(mine, parts[r % hyper.replicas]);
+    if (r === job.rounds - 1) {
+      const c = await make(k);
+      c.load(c.stateOf(a.wireState()));
+      state = same((await c.contribute([1])).grad, parts[1]);
+    }
+    const total = new Float64Array(a.totalSize);
+    for (const g of parts) for (let i = 0; i < total.length; i++) total[i] += g[i];
+    a.apply(total);
+    b.apply(total);
+  }
+  out[k] = { sha: await a.paramsSha256(), bsha: await b.paramsSha256(), moved, state, replayed: b.replayed, hist: a.hist.length };
+}
+console.log(JSON.stringify(out));
+"""
+
+
+def python_moved(rs, k: int, rounds: int) -> dict:
+    a, b = trainer(rs), trainer(rs)
+    a.moments_every = b.moments_every = k
+    for r in range(rounds):
+        parts = [a.contribute([j]).grad for j in range(a.n_tasks)]
+        assert b.contribute([r % a.n_tasks]).grad.tobytes() == parts[r % a.n_tasks].tobytes()
+        total = sum(parts)
+        a.apply(total)
+        b.apply(total)
+    return {"sha": a.params_sha256(), "replayed": b.replayed, "hist": len(a.state.hist)}
+
+
+@pytest.mark.usefixtures("node")  # fails, never skips, without node
+def test_js_anchors_replay_a_moved_replica_to_pythons_bits(tmp_path):
+    from daisychain import package_path
+    from jsrun import run_js
+
+    rounds, ks = 7, [1, 2, 5, 8]
+    rs = settings(rounds, *LOCAL)
+    want = {k: python_moved(rs, k, rounds) for k in ks}
+    assert len({w["sha"] for w in want.values()}) == 1 and want[8]["sha"] == sha(rounds, *LOCAL)
+    data = tmp_path / "text.dcds"
+    data.write_bytes(rs.ds.to_bytes())
+    job = {"model": rs.spec.to_json(), "hyper": rs.hp.to_json(), "rounds": rounds,
+           "fingerprint": rs.ds.fingerprint, "ks": ks}
+    got = run_js(JS_DRIVER, imports={"D": "engine/data.js", "S": "engine/spec.js", "P": "engine/paths.js",
+                                     "L": "engine/local.js"},
+                 data=job, args=[str(package_path("luts")), str(data)], timeout=300)
+    for k in ks:
+        g = got[str(k)]
+        assert g["moved"] and g["state"], (k, g)
+        assert (g["sha"], g["bsha"], g["replayed"], g["hist"]) == (want[k]["sha"], want[k]["sha"],
+                                                                   want[k]["replayed"], want[k]["hist"]), (k, g, want[k])
