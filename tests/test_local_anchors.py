@@ -217,3 +217,47 @@ def test_js_anchors_replay_a_moved_replica_to_pythons_bits(tmp_path):
         assert g["moved"] and g["state"], (k, g)
         assert (g["sha"], g["bsha"], g["replayed"], g["hist"]) == (want[k]["sha"], want[k]["sha"],
                                                                    want[k]["replayed"], want[k]["hist"]), (k, g, want[k])
+
+
+def test_a_steady_room_keeps_each_replica_on_its_device_and_never_replays():
+    """Three peers, R = 4, no spot-checks: the coordinator gives each replica to the device
+    that computed it last round (run/split.py split_tasks), so every device has its own
+    moments and none replays; a peer that drops mid-round gives its replica to one that
+    replays it, the others keep theirs; the room ends on train's hash."""
+    from daisychain.peer import run as R
+    from test_peer_run import Net
+
+    rs = settings(9, *LOCAL[:-4], "--replicas", "4", "--sync-every", "2")
+    want = sha(9, *LOCAL[:-4], "--replicas", "4", "--sync-every", "2")
+    net = Net(rs, 3)
+    host = net.peers["p0"]
+    host.verify_rate = 0.0
+    owners, state = [], {"killed": False}
+    begin = host.coordinator._begin_step
+
+    def spy(live):
+        out = begin(live)
+        owners.append(dict(host.coordinator.owner))
+        return out
+    host.coordinator._begin_step = spy
+
+    def hook(net):
+        if not state["killed"] and host.step == 5 and any(pid == "p2" for pid, _ in net.computes):
+            state["before"] = sum(net.peers[p].member.trainer.replayed for p in ("p0", "p1", "p2"))
+            net.kill("p2")
+            state["killed"] = True
+            return True
+        return False
+    net.run(hook=hook)
+    for pid in net.room():
+        end = net.of(R.Ended, pid)[0]
+        assert end.params_sha256 == want and end.agreed
+    assert owners[0] == owners[4] and sorted(set(owners[0].values())) == ["p0", "p1", "p2"]
+    gone = [j for j, p in owners[0].items() if p == "p2"]
+    assert all(owners[-1][j] == p for j, p in owners[0].items() if p != "p2")  # kept
+    assert state["killed"] and state["before"] == 0 and all(owners[-1][j] != "p2" for j in gone)
+    replays = {pid: net.peers[pid].member.trainer.replayed for pid in ("p0", "p1")}
+    # the taker of p2's replica in round 5 replays rounds 0..4 of it from the anchor; in
+    # round 6 it goes to the first peer with room (which may replay rounds 0..5); round 8 is
+    # after the anchor of round 7
+    assert len(gone) == 1 and 5 <= sum(replays.values()) <= 5 + 6, replays
