@@ -178,7 +178,8 @@ for (const k of job.ks) {
     a.apply(total);
     b.apply(total);
   }
-  out[k] = { sha: await a.paramsSha256(), bsha: await b.paramsSha256(), moved, state, replayed: b.replayed, hist: a.hist.length };
+  const stale = await a.contribute([0], 0, a.theta.slice()).then(() => "computed", (e) => e.name);
+  out[k] = { sha: await a.paramsSha256(), bsha: await b.paramsSha256(), moved, state, replayed: b.replayed, hist: a.hist.length, stale };
 }
 console.log(JSON.stringify(out));
 """
@@ -215,6 +216,7 @@ def test_js_anchors_replay_a_moved_replica_to_pythons_bits(tmp_path):
     for k in ks:
         g = got[str(k)]
         assert g["moved"] and g["state"], (k, g)
+        assert g["stale"] == ("computed" if k > rounds else "StaleRound")  # round 0: before the anchor?
         assert (g["sha"], g["bsha"], g["replayed"], g["hist"]) == (want[k]["sha"], want[k]["sha"],
                                                                    want[k]["replayed"], want[k]["hist"]), (k, g, want[k])
 
@@ -261,3 +263,23 @@ def test_a_steady_room_keeps_each_replica_on_its_device_and_never_replays():
     # round 6 it goes to the first peer with room (which may replay rounds 0..5); round 8 is
     # after the anchor of round 7
     assert len(gone) == 1 and 5 <= sum(replays.values()) <= 5 + 6, replays
+
+
+def test_a_compute_the_room_moved_past_is_dropped_not_fatal(monkeypatch):
+    """A compute of round 1 that waited while the total of anchor round 1 (K = 2) was applied
+    cannot be replayed (the history before the anchor is gone): StaleRound, which the shell's
+    compute seam turns into None (daisy-peer drops it instead of stopping on an internal
+    error); a round ahead of the trainer is refused the same way."""
+    from daisychain.engine.local import StaleRound
+    from daisychain.peer.run.split import contribute_at
+
+    monkeypatch.setattr(K, 2)
+    rs = settings(4, *LOCAL)
+    tr = trainer(rs)
+    for _ in range(2):
+        tr.apply(tr.contribute(range(3)).grad)
+    with pytest.raises(StaleRound):
+        tr.contribute([0], 1)
+    assert contribute_at(tr, tr.theta.copy(), 1, [0]) is None
+    assert contribute_at(tr, tr.theta.copy(), 3, [0]) is None
+    assert contribute_at(tr, tr.theta.copy(), 2, [0]) is not None

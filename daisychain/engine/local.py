@@ -69,6 +69,11 @@ _LO = np.uint64(0xFFFFFFFF)
 _SHIFT = np.uint64(32)
 
 
+class StaleRound(ValueError):
+    """A round this trainer cannot compute now: before its anchor (the room moved past it
+    while the compute waited) or after its current round. The shell drops the compute."""
+
+
 def delta_limit(replicas: int) -> float:
     """L = floor(2**51 / R): a sum of R deltas stays below 2**51, exact in int64 and JS."""
     return float((2**51) // replicas)
@@ -191,7 +196,7 @@ class LocalTrainer:
         round rnd - 1 when they follow the held history, else replayed from the anchor."""
         a = st.step - st.step % self.moments_every
         if not a <= rnd <= st.step or len(st.hist) != st.step - a:
-            raise ValueError(f"round {rnd} is not between this trainer's anchor {a} and round {st.step}")
+            raise StaleRound(f"round {rnd} is not between this trainer's anchor {a} and round {st.step}")
         if rnd > a:
             mine = self.own.get(j)
             if mine is not None and mine[0] == rnd - 1 and mine[1] == theta_key(st.hist[rnd - 1 - a]):
@@ -214,7 +219,7 @@ class LocalTrainer:
         round's start are this device's own when it computed the previous round from the
         held history, else replayed from the anchor. ``split(s)``: how step s's
         micro-batches are shared by simulated workers (default: one share)."""
-        st = self.state  # apply installs new arrays, never writes these: one consistent view
+        st = self.state  # apply and load install a new state object: one consistent view
         step = st.step if step is None else int(step)
         theta = st.theta if theta is None else np.asarray(theta, np.float64)
         ids = [int(j) for j in micro_ids]
@@ -297,17 +302,14 @@ class LocalTrainer:
         mu, lr = hp.outer_momentum, hp.outer_lr
         buf = np.add(np.multiply(st.outer, mu), d)  # buf = mu * buf + d
         step = np.multiply(lr, np.add(d, np.multiply(mu, buf)))  # lr_o * (d + mu * buf)
-        st.theta -= step  # in place: theta_g is the array the caller may hold
         b1t, b2t = st.b1t, st.b2t
         for _ in range(self.sync_every):
             b1t, b2t = b1t * hp.beta1, b2t * hp.beta2
-        st.outer = buf  # new arrays: a contribute in flight keeps its view
-        if anchor:
-            st.m, st.v, st.hist = m, v, np.zeros((0, p))
-        else:
-            st.hist = np.concatenate([st.hist, before[None]])
-        st.inner, st.b1t, st.b2t = st.inner + self.sync_every, b1t, b2t
-        st.step += 1
+        hist = np.zeros((0, p)) if anchor else np.concatenate([st.hist, before[None]])
+        st.theta -= step  # in place: theta_g is the array the caller may hold
+        # one new state object (a contribute in flight keeps its consistent view)
+        self.state = LocalState(st.theta, buf, m if anchor else st.m, v if anchor else st.v,
+                                st.step + 1, st.inner + self.sync_every, b1t, b2t, hist)
 
     def snapshot(self) -> LocalState:
         return self.state.copy()
@@ -354,11 +356,10 @@ class LocalTrainer:
         if src.hist.shape != (n, p):
             raise ValueError(f"a local state at round {src.step} needs theta_g of the {n} "
                              f"round(s) since its anchor, it holds {src.hist.shape[0]}")
-        st = self.state
-        st.theta[:] = src.theta
-        st.outer, st.m, st.v, st.hist = src.outer, src.m, src.v, src.hist
-        st.step, st.inner, st.b1t, st.b2t = src.step, src.inner, src.b1t, src.b2t
-        self.own = {}
+        theta = self.state.theta
+        theta[:] = src.theta
+        src.theta = theta  # theta_g stays the array the caller may hold
+        self.state, self.own = src, {}
 
     def accuracy(self, split: str = "test") -> float:
         return self.base.accuracy(split)

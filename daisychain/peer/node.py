@@ -440,6 +440,8 @@ class Node:
         loop = asyncio.get_running_loop()
         result = await loop.run_in_executor(_COMPUTE, R.contribute_at, self.run.trainer, c.theta,
                                             c.step, c.micro)
+        if result is None:  # a local-steps round its trainer no longer holds: the room moved on
+            return log.info("dropped a compute of round %d: the room moved past it", c.step)
         self.stats.compute_s += time.perf_counter() - t0
         self.stats.computed += len(c.micro)
         if self.stats.first_contribution_s is None:

@@ -352,6 +352,7 @@ export class Mesh {
       try {
         res = await contributeAt(tr, theta, step, micro);
       } catch (err) {
+        if (err.name === "StaleRound") return; // local steps: the room moved past this round (run/split.py contribute_at)
         if (tr.engine.units === this.device.cpu) throw err;
         this.bus.emit("run:log", { text: `the GPU failed (${err.message}); computing on the JS units from now on` });
         tr.setUnits(this.device.cpu);

@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 from daisychain.engine.capacity import measure_capacity  # noqa: F401  (re-exported)
+from daisychain.engine.local import StaleRound
 from daisychain.engine.model import Result
 from daisychain.engine.trainer import Trainer, capacity_split
 
@@ -55,7 +56,12 @@ def split_tasks(ids: list[int], weights: list[float], live: list[str],
     return parts, {j: peer for peer, p in zip(live, parts) for j in p}
 
 
-def contribute_at(trainer: Trainer, theta: np.ndarray, step: int, micro) -> Result:
+def contribute_at(trainer: Trainer, theta: np.ndarray, step: int, micro) -> Result | None:
     """``Trainer.contribute`` of ``micro`` of ``step`` on ``theta`` (the shell's compute, in a
-    thread: a copy of the parameters, so it never sees the replica change under it)."""
-    return trainer.contribute(micro, step, theta)
+    thread: a copy of the parameters, so it never sees the replica change under it); None
+    for a local-steps round the trainer no longer holds (the room moved past its anchor
+    while the compute waited: a late result the coordinator would ignore anyway)."""
+    try:
+        return trainer.contribute(micro, step, theta)
+    except StaleRound:
+        return None

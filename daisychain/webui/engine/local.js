@@ -29,6 +29,15 @@ export const DELTA_FRAC_BITS = 32;
 export const MOMENTS_EVERY = 8;
 const TWO32 = 4294967296;
 
+/** A round this trainer cannot compute now (local.py StaleRound): before its anchor (the room
+ *  moved past it while the compute waited) or after its current round; mesh.js drops it. */
+export class StaleRound extends RangeError {
+  constructor(message) {
+    super(message);
+    this.name = "StaleRound";
+  }
+}
+
 /** L = floor(2^51 / R). */
 export const deltaLimit = (replicas) => Math.floor(2251799813685248 / replicas);
 
@@ -158,7 +167,7 @@ export class LocalTrainer {
     const H = this.syncEvery;
     const a = st.step - (st.step % this.momentsEvery);
     if (!(Number.isInteger(rnd) && rnd >= a && rnd <= st.step) || st.hist.length !== st.step - a) {
-      throw new RangeError(`round ${rnd} is not between this trainer's anchor ${a} and round ${st.step}`);
+      throw new StaleRound(`round ${rnd} is not between this trainer's anchor ${a} and round ${st.step}`);
     }
     const make = (m, v, n, b) => {
       const adam = new AdamState(p);
