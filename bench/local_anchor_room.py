@@ -1,6 +1,6 @@
 """What anchors save in a real room: ``daisychain demo`` (real daisy-peer nodes, aiortc data
 channels on loopback, in-process) of one local-steps run at several K (engine/local.py
-MOMENTS_EVERY, set before each room: the bits do not depend on it), printing the host's
+``--moments-every K``: the bits do not depend on it), printing the host's
 bytes sent and received, its committed rounds per second, the replica rounds it replayed
 and the hash. Run it in the private network namespace:
 
@@ -14,8 +14,6 @@ import contextlib
 import io
 import json
 import sys
-
-import daisychain.engine.local as local
 
 
 def main(argv=None) -> None:
@@ -32,10 +30,9 @@ def main(argv=None) -> None:
     print("| K | host rounds/s | host bytes sent | host bytes received | host replica rounds replayed | hash |")
     print("|---|---|---|---|---|---|")
     for k in ks:
-        local.MOMENTS_EVERY = k
         buf = io.StringIO()
         with contextlib.redirect_stdout(buf):
-            cli(["demo", "--peers", "2", "--port", "0", "--json", *argv])
+            cli(["demo", "--peers", "2", "--port", "0", "--json", *argv, "--moments-every", str(k)])
         out = json.loads(buf.getvalue().strip().splitlines()[-1])
         rate = out.get("steps_per_s")
         print(f"| {k} | {rate:.2f} | {out['bytes_sent']:,} | {out['bytes_received']:,} | "

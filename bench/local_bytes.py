@@ -17,7 +17,6 @@ import dataclasses
 
 import numpy as np
 
-from daisychain.engine import local
 from daisychain.engine.local import make_trainer
 from daisychain.engine.settings import add_run_arguments, settings_from_args
 from daisychain.peer.intcodec import Codec, encode_ints
@@ -48,10 +47,9 @@ def main(argv=None) -> None:
     add_run_arguments(p)
     p.add_argument("--rounds", type=int, default=3, help="rounds before the one measured (not "
                    "an anchor at K: rounds + 1 not a multiple of K)")
-    p.add_argument("--moments-every", type=int, default=local.MOMENTS_EVERY, metavar="K")
     args = p.parse_args(argv)
     rs = settings_from_args(args)
-    k = args.moments_every
+    k = rs.hp.moments_every
     if (args.rounds + 1) % k == 0:
         p.error(f"round {args.rounds} is an anchor at K = {k}: pick another --rounds")
     name = f"R={rs.hp.replicas} H={rs.hp.sync_every}"

@@ -1,6 +1,6 @@
 """Local steps' moments stay home between anchors (engine/local.py, issue 22 follow-up).
 
-The rules under test: the parameters' bits do not depend on K (MOMENTS_EVERY); a replica
+The rules under test: the parameters' bits do not depend on K (--moments-every); a replica
 computed by a device that did not compute it last round (a moved replica, a late joiner, a
 checker) is replayed from the anchor to the same bits; a device's private moments are used
 only when they follow the held history; between anchors contributions and totals carry no
@@ -19,19 +19,20 @@ from daisychain.peer.run.state import checked_state, state_message, tensor_bound
 from daisychain.units import load_luts
 from tests.test_local_steps import LOCAL, settings, sha
 
-K = "daisychain.engine.local.MOMENTS_EVERY"
-
-
 def trainer(rs) -> LocalTrainer:
     return LocalTrainer(rs.spec, rs.hp, rs.ds, load_luts())
 
 
 @pytest.mark.parametrize("k", [1, 2, 5])
-def test_the_hash_does_not_depend_on_k(monkeypatch, k):
+def test_the_hash_does_not_depend_on_k(k):
+    """--moments-every K changes the wire, not the bits; the default K keeps the run id it had
+    before K existed, another K is in the identity JSON (every peer agrees on the totals)."""
     want = sha(7, *LOCAL)  # K = 8: no anchor in 7 rounds
-    monkeypatch.setattr(K, k)
-    assert sha(7, *LOCAL) == want
-    assert sha(7, *LOCAL, workers=2, how="random") == want
+    assert sha(7, *LOCAL, "--moments-every", str(k)) == want
+    assert sha(7, *LOCAL, "--moments-every", str(k), workers=2, how="random") == want
+    assert "moments_every" not in settings(7, *LOCAL).hp.to_json()
+    assert settings(7, *LOCAL, "--moments-every", str(k)).hp.to_json()["moments_every"] == k
+    assert "moments_every" not in settings(7, *LOCAL[:-4], "--moments-every", str(k)).hp.to_json()  # synchronous
 
 
 def test_a_moved_replica_is_replayed_from_the_anchor_to_the_same_bits():
@@ -66,9 +67,8 @@ def test_private_moments_of_another_history_are_not_used():
     assert not b.own
 
 
-def test_an_anchor_round_carries_and_installs_every_replicas_moments(monkeypatch):
-    monkeypatch.setattr(K, 2)
-    rs = settings(4, *LOCAL)
+def test_an_anchor_round_carries_and_installs_every_replicas_moments():
+    rs = settings(4, *LOCAL, "--moments-every", "2")
     tr = trainer(rs)
     p = tr.layout.size
     tr.apply(tr.contribute(range(3)).grad)  # round 0: between anchors
@@ -107,7 +107,7 @@ def test_the_wire_bytes_between_anchors_are_the_deltas():
     assert between == deltas + 6 * 4 * 3  # a zero block costs its 6-byte segment head
 
 
-def test_state_and_checkpoint_carry_the_history(monkeypatch):
+def test_state_and_checkpoint_carry_the_history():
     rs = settings(4, *LOCAL)
     tr = trainer(rs)
     for _ in range(3):
@@ -132,13 +132,12 @@ def test_state_and_checkpoint_carry_the_history(monkeypatch):
         load_checkpoint(buf.getvalue(), tr.identity)
 
 
-def test_capacity_is_measured_on_a_state_past_its_anchor(monkeypatch):
+def test_capacity_is_measured_on_a_state_past_its_anchor():
     """measure_capacity ran round 0, which a state at round 3 of K = 2 no longer holds: a
     host resuming a local-steps checkpoint stopped with a ValueError (mesh test)."""
     from daisychain.engine.capacity import measure_capacity
 
-    monkeypatch.setattr(K, 2)
-    rs = settings(4, *LOCAL)
+    rs = settings(4, *LOCAL, "--moments-every", "2")
     tr = trainer(rs)
     for _ in range(3):
         tr.apply(tr.contribute(range(3)).grad)
@@ -265,7 +264,7 @@ def test_a_steady_room_keeps_each_replica_on_its_device_and_never_replays():
     assert len(gone) == 1 and 5 <= sum(replays.values()) <= 5 + 6, replays
 
 
-def test_a_compute_the_room_moved_past_is_dropped_not_fatal(monkeypatch):
+def test_a_compute_the_room_moved_past_is_dropped_not_fatal():
     """A compute of round 1 that waited while the total of anchor round 1 (K = 2) was applied
     cannot be replayed (the history before the anchor is gone): StaleRound, which the shell's
     compute seam turns into None (daisy-peer drops it instead of stopping on an internal
@@ -273,8 +272,7 @@ def test_a_compute_the_room_moved_past_is_dropped_not_fatal(monkeypatch):
     from daisychain.engine.local import StaleRound
     from daisychain.peer.run.split import contribute_at
 
-    monkeypatch.setattr(K, 2)
-    rs = settings(4, *LOCAL)
+    rs = settings(4, *LOCAL, "--moments-every", "2")
     tr = trainer(rs)
     for _ in range(2):
         tr.apply(tr.contribute(range(3)).grad)
@@ -283,3 +281,30 @@ def test_a_compute_the_room_moved_past_is_dropped_not_fatal(monkeypatch):
     assert contribute_at(tr, tr.theta.copy(), 1, [0]) is None
     assert contribute_at(tr, tr.theta.copy(), 3, [0]) is None
     assert contribute_at(tr, tr.theta.copy(), 2, [0]) is not None
+
+
+K_CASES = [{"moments_every": 0}, {"moments_every": 1025}, {"moments_every": 2.5}, {"replicas": 2, "moments_every": 4},
+           {"replicas": 2, "moments_every": 8}, {"moments_every": 3}, {"sync_every": 4, "moments_every": 1}]
+
+
+@pytest.mark.usefixtures("node")  # fails, never skips, without node
+def test_k_gets_the_same_words_and_json_in_both_languages():
+    """A received run's K is checked with the same words, and is in the identity JSON only
+    for a local-steps run with another K than the default (spec.py / spec.js)."""
+    from daisychain.engine.spec import Hyper, SpecError
+    from jsrun import run_js
+    from test_local_steps_js import HYPER_DRIVER
+
+    def py(c):
+        try:
+            hp = Hyper(**c)
+            hp.validate()
+            return {"json": hp.to_json()}
+        except SpecError as exc:
+            return {"error": str(exc)}
+
+    want = [py(c) for c in K_CASES]
+    assert [("error" in w) for w in want] == [True, True, True, False, False, False, False]
+    assert want[3]["json"]["moments_every"] == 4 and "moments_every" not in want[4]["json"]
+    assert "moments_every" not in want[5]["json"] and want[6]["json"]["moments_every"] == 1
+    assert run_js(HYPER_DRIVER, imports={"{ makeHyper, hyperJson }": "engine/spec.js"}, data=K_CASES) == want

@@ -125,12 +125,12 @@ def test_a_round_is_the_documented_arithmetic():
         assert (tr.state.step, tr.state.inner, tr.state.b1t, tr.state.b2t) == (rnd + 1, inner, b1t, b2t)
 
 
-def test_a_task_carries_only_its_replicas_moments(monkeypatch):
+def test_a_task_carries_only_its_replicas_moments():
     """In an anchor round (every round at K = 1); between anchors no moments at all."""
     rs = settings(1, *LOCAL)
     between = LocalTrainer(rs.spec, rs.hp, rs.ds, load_luts())  # K = 8: round 0 is not an anchor
     assert not between.contribute([1]).grad[between.layout.size:].any()
-    monkeypatch.setattr("daisychain.engine.local.MOMENTS_EVERY", 1)
+    rs = settings(1, *LOCAL, "--moments-every", "1")
     tr = LocalTrainer(rs.spec, rs.hp, rs.ds, load_luts())
     p = tr.layout.size
     assert tr.total_size == p * (1 + 4 * 3) and tr.n_tasks == 3

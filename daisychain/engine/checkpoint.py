@@ -298,7 +298,7 @@ def load_checkpoint(data: bytes, expected_identity: dict | None = None) -> Check
 def _local_state(obj, hp: Hyper, layout: ParamLayout, size: int, theta, m, v, step, b1t, b2t):
     """A local-steps run's LocalState from the checkpoint's "local" entry (None for a
     synchronous run, which must not have one)."""
-    from daisychain.engine.local import MOMENTS_EVERY, LocalState
+    from daisychain.engine.local import LocalState
 
     if not hp.local:
         if obj is not None:
@@ -309,7 +309,7 @@ def _local_state(obj, hp: Hyper, layout: ParamLayout, size: int, theta, m, v, st
                                             for k in ("m", "v")):
         raise CheckpointError(f"a local-steps run's checkpoint needs its outer buffer and the "
                               f"moments of replicas 1..{r - 1}")
-    n = step % MOMENTS_EVERY  # rounds since the anchor, whose theta_g the checkpoint holds
+    n = step % hp.moments_every  # rounds since the anchor, whose theta_g the checkpoint holds
     hist = obj.get("hist", [])
     if not isinstance(hist, list) or len(hist) != n:
         raise CheckpointError(f"a local-steps run's checkpoint at round {step} needs theta_g of "
@@ -495,7 +495,7 @@ def run_flags(identity: dict) -> str:
     for name in ("augment_shift", "lr_warmup", "lr_decay_steps"):  # the image task's defaults are not 0
         if hp.get(name) or identity.get("task") == "image":
             flags.append(f"--{name.replace('_', '-')} {hp.get(name, 0)}")
-    for name in ("replicas", "sync_every", "outer_lr", "outer_momentum"):  # a local-steps run's
+    for name in ("replicas", "sync_every", "outer_lr", "outer_momentum", "moments_every"):  # local steps
         if name in hp:
             flags.append(f"--{name.replace('_', '-')} {hp[name]}")
     return " ".join(flags)

@@ -31,7 +31,8 @@ the float64 bits), zero except in the blocks of the replicas the task computed. 
 (mu = outer_momentum, lr_o = outer_lr; plain averaging is lr_o = 1, mu = 0.)
 
 Anchors: the moment blocks travel only in an *anchor* round, round n with (n + 1) % K == 0
-(K = :data:`MOMENTS_EVERY`); its total installs every replica's moments on every device.
+(K = ``hp.moments_every``, ``--moments-every``, default 8, in the identity JSON only when not
+the default); its total installs every replica's moments on every device.
 Between anchors a contribution's moment blocks are zero (6 bytes a block on the wire,
 peer/intcodec.py) and so are the total's. Every device holds theta_g, the outer buffer, the
 moments of the last anchor (the start of round a = n - n % K) and theta_g at the start of
@@ -53,7 +54,7 @@ from daisychain.engine.adam import AdamState, adam_step
 from daisychain.engine.data import Dataset
 from daisychain.engine.detmath import pow2
 from daisychain.engine.model import Result
-from daisychain.engine.spec import Hyper, ModelSpec
+from daisychain.engine.spec import MOMENTS_EVERY, Hyper, ModelSpec  # noqa: F401  (re-exported)
 from daisychain.engine.trainer import Trainer, params_sha256
 from daisychain.units.luts import LutSet
 
@@ -61,10 +62,6 @@ from daisychain.units.luts import LutSet
 #: far below an Adam step's size, and |delta| up to 2**51 / R / 2**32 (512 at R = 1024)
 #: passes unclamped
 DELTA_FRAC_BITS = 32
-#: K: the inner moments cross the wire every K rounds (an anchor); 1 is every round. Not in
-#: the run's identity (the bits do not depend on it): a constant of the code, so every peer
-#: agrees on which totals carry moments
-MOMENTS_EVERY = 8
 _LO = np.uint64(0xFFFFFFFF)
 _SHIFT = np.uint64(32)
 
@@ -145,7 +142,7 @@ class LocalTrainer:
         self.engine, self.layout, self.schedule = self.base.engine, self.base.layout, self.base.schedule
         self.identity, self.run_id = self.base.identity, self.base.run_id
         self.replicas, self.sync_every = hp.replicas, hp.sync_every
-        self.moments_every = MOMENTS_EVERY  #: K (read when made: tests set the constant)
+        self.moments_every = hp.moments_every  #: K, --moments-every
         p, r = self.layout.size, hp.replicas
         self.n_tasks = r  #: tasks of a step (a round): one per replica
         self.total_size = p * (1 + 4 * r)  #: entries of a contribution and of a total

@@ -21,12 +21,11 @@
 
 import { adamStep, AdamState } from "./adam.js";
 import { pow2 } from "./detmath.js";
-import { isLocal, nMicro } from "./spec.js";
+import { isLocal, MOMENTS_EVERY, nMicro } from "./spec.js";
 import { paramsSha256, Trainer } from "./trainer.js";
 
 export const DELTA_FRAC_BITS = 32;
-/** K: the inner moments cross the wire every K rounds (local.py MOMENTS_EVERY). */
-export const MOMENTS_EVERY = 8;
+export { MOMENTS_EVERY } from "./spec.js"; // the default K (spec.py)
 const TWO32 = 4294967296;
 
 /** A round this trainer cannot compute now (local.py StaleRound): before its anchor (the room
@@ -121,7 +120,7 @@ export class LocalTrainer {
     this.inner = 0; // inner Adam steps each replica took
     this.b1t = 1.0;
     this.b2t = 1.0;
-    this.momentsEvery = MOMENTS_EVERY; // K
+    this.momentsEvery = this.hp.moments_every ?? MOMENTS_EVERY; // K, --moments-every
     this.hist = []; // theta_g at the start of each round since the anchor
     this.own = new Map(); // replica -> {round, theta (theta_g at its start), m, v}: never sent between anchors
     this.replayed = 0; // replica rounds recomputed from the anchor
