@@ -352,6 +352,7 @@ export class Mesh {
       try {
         res = await contributeAt(tr, theta, step, micro);
       } catch (err) {
+        if (err.name === "StaleRound") return; // local steps: the room moved past this round (run/split.py contribute_at)
         if (tr.engine.units === this.device.cpu) throw err;
         this.bus.emit("run:log", { text: `the GPU failed (${err.message}); computing on the JS units from now on` });
         tr.setUnits(this.device.cpu);
@@ -575,7 +576,7 @@ export class Mesh {
    */
   async start({ task = null, steps = 600, seed = 0, batch = 64, micro_batch = 16, lr = 3e-3, hidden = 128, layers = null, dataset = null,
     augment_shift = null, lr_warmup = null, lr_decay_steps = null, replicas = 1, sync_every = 1, outer_lr = 0.7,
-    outer_momentum = 0.9 } = {}, resume = null) {
+    outer_momentum = 0.9, moments_every = 8 } = {}, resume = null) {
     if (!this.net.room || this.net.room.host !== this.net.id) throw new Error("only the host starts a run");
     if (this.peer?.coordinating && !this.peer.ended) throw new Error("a run is already going");
     const fp = dataset ? String(dataset.fingerprint || "") : null;
@@ -586,7 +587,7 @@ export class Mesh {
     const given = { augment_shift, lr_warmup, lr_decay_steps };
     if (resume) for (const k of RECIPE_FIELDS) given[k] ??= resume.identity?.hyper?.[k] ?? 0;
     const hyper = makeHyper({ seed, batch, micro_batch, lr, ...recipeSettings(task, steps, given),
-      replicas, sync_every, outer_lr, outer_momentum });
+      replicas, sync_every, outer_lr, outer_momentum, moments_every });
     const label = dataset?.name ? `the dataset ${dataset.name}` : `the ${task} data`;
     this._state("starting", `preparing the ${task} run`);
     this._preparing("data", 0, 4, `fetching ${label}`);
