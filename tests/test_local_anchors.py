@@ -17,7 +17,7 @@ from daisychain.engine.local import LocalTrainer
 from daisychain.peer.intcodec import encode_ints
 from daisychain.peer.run.state import checked_state, state_message, tensor_bounds
 from daisychain.units import load_luts
-from tests.test_local_steps import LOCAL, settings, sha
+from tests.test_local_steps import LOCAL, TINY, settings, sha
 
 def trainer(rs) -> LocalTrainer:
     return LocalTrainer(rs.spec, rs.hp, rs.ds, load_luts())
@@ -32,7 +32,7 @@ def test_the_hash_does_not_depend_on_k(k):
     assert sha(7, *LOCAL, "--moments-every", str(k), workers=2, how="random") == want
     assert "moments_every" not in settings(7, *LOCAL).hp.to_json()
     assert settings(7, *LOCAL, "--moments-every", str(k)).hp.to_json()["moments_every"] == k
-    assert "moments_every" not in settings(7, *LOCAL[:-4], "--moments-every", str(k)).hp.to_json()  # synchronous
+    assert "moments_every" not in settings(7, *TINY, "--moments-every", str(k)).hp.to_json()  # synchronous
 
 
 def test_a_moved_replica_is_replayed_from_the_anchor_to_the_same_bits():
@@ -228,8 +228,8 @@ def test_a_steady_room_keeps_each_replica_on_its_device_and_never_replays():
     from daisychain.peer import run as R
     from test_peer_run import Net
 
-    rs = settings(9, *LOCAL[:-4], "--replicas", "4", "--sync-every", "2")
-    want = sha(9, *LOCAL[:-4], "--replicas", "4", "--sync-every", "2")
+    rs = settings(9, *TINY, "--replicas", "4", "--sync-every", "2")
+    want = sha(9, *TINY, "--replicas", "4", "--sync-every", "2")
     net = Net(rs, 3)
     host = net.peers["p0"]
     host.verify_rate = 0.0

@@ -33,7 +33,7 @@ ROOT = Path(__file__).resolve().parents[1]
 #: a tiny text run: a round of R=3, H=2 takes a few milliseconds
 TINY = ["--task", "text", "--hidden", "16", "--embed-dim", "4", "--context", "4", "--batch", "16",
         "--micro-batch", "4", "--seed", "3"]
-LOCAL = [*TINY, "--replicas", "3", "--sync-every", "2"]
+LOCAL = [*TINY, "--replicas", "3", "--sync-every", "2", "--outer-lr", "0.7", "--outer-momentum", "0.9"]
 #: the pinned hash of `daisychain train` with LOCAL and --steps 4 (the JS twin must match it)
 LOCAL_SHA = "0313473465ef39ba33838282907c835b7c91bdb03627866c6c1d3f2365a70512"
 
@@ -55,7 +55,7 @@ def test_the_synchronous_run_keeps_its_identity():
     assert not {"replicas", "sync_every", "outer_lr", "outer_momentum"} & set(plain)
     assert Hyper(outer_lr=0.3, outer_momentum=0.0).to_json() == plain
     local = Hyper(replicas=2).to_json()
-    assert local["replicas"] == 2 and local["sync_every"] == 1 and local["outer_lr"] == 0.7
+    assert local["replicas"] == 2 and local["sync_every"] == 1 and local["outer_lr"] == 1.0 and local["outer_momentum"] == 0.5
     assert Hyper(**local) == Hyper(replicas=2)
     rs = settings(2, *TINY)
     assert type(make_trainer(rs.spec, rs.hp, rs.ds, load_luts())) is Trainer

@@ -55,8 +55,8 @@ def python_rounds(rs, rounds: int) -> list[str]:
 
 @pytest.mark.usefixtures("node")  # fails, never skips, without node
 @pytest.mark.parametrize("argv", [
-    LOCAL,  # R=3 (a division), H=2, the default outer step
-    [*TINY, "--replicas", "2", "--sync-every", "3", "--outer-lr", "1", "--outer-momentum", "0.5"],
+    LOCAL,  # R=3 (a division), H=2, an outer step not the default
+    [*TINY, "--replicas", "2", "--sync-every", "3"],  # the default outer step
 ])
 def test_js_local_steps_end_every_round_on_pythons_hash(tmp_path, argv):
     rounds = 4 if argv is LOCAL else 3

@@ -61,8 +61,8 @@ IMAGE_RUNS = [  # --layers / --hidden and recipe flags of image runs whose ident
      "--lr-decay-steps", "0"],
     ["--hidden", "24", "--steps", "9", "--lr-warmup", "2", "--lr-decay-steps", "20", "--weight-decay", "0.01"],
     ["--steps", "12", "--augment-shift", "1"],
-    ["--hidden", "8", "--steps", "5", "--replicas", "3", "--sync-every", "2", "--outer-lr", "1",
-     "--outer-momentum", "0.5"],  # local steps: the command and the settings carry them
+    ["--hidden", "8", "--steps", "5", "--replicas", "3", "--sync-every", "2", "--outer-lr", "0.7",
+     "--outer-momentum", "0.9"],  # local steps: the command and the settings carry them
     ["--hidden", "8", "--steps", "5", "--replicas", "2", "--moments-every", "3"],  # and a K not the default
 ]
 

@@ -266,8 +266,8 @@ class Hyper:
     #: four are left out of the JSON (its identity is the one it always had)
     replicas: int = 1
     sync_every: int = 1
-    outer_lr: float = 0.7
-    outer_momentum: float = 0.9
+    outer_lr: float = 1.0
+    outer_momentum: float = 0.5
     moments_every: int = MOMENTS_EVERY  #: K (the bits do not depend on it, the wire does)
 
     def __post_init__(self):

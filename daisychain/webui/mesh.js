@@ -575,8 +575,8 @@ export class Mesh {
    * recipeSettings), or with `resume` the checkpoint's.
    */
   async start({ task = null, steps = 600, seed = 0, batch = 64, micro_batch = 16, lr = 3e-3, hidden = 128, layers = null, dataset = null,
-    augment_shift = null, lr_warmup = null, lr_decay_steps = null, replicas = 1, sync_every = 1, outer_lr = 0.7,
-    outer_momentum = 0.9, moments_every = 8 } = {}, resume = null) {
+    augment_shift = null, lr_warmup = null, lr_decay_steps = null, replicas = 1, sync_every = 1, outer_lr = 1.0,
+    outer_momentum = 0.5, moments_every = 8 } = {}, resume = null) {
     if (!this.net.room || this.net.room.host !== this.net.id) throw new Error("only the host starts a run");
     if (this.peer?.coordinating && !this.peer.ended) throw new Error("a run is already going");
     const fp = dataset ? String(dataset.fingerprint || "") : null;

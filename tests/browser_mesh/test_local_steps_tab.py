@@ -66,7 +66,7 @@ def test_a_tab_hosts_a_local_steps_run_from_its_settings_and_ends_on_trains_hash
     """The page's settings panel takes replicas, sync every, the outer rate and momentum;
     the tab host and a daisy-peer end on `daisychain train`'s hash for the same flags."""
     s = {"steps": 6, "seed": 3, "batch": 16, "micro_batch": 4, "lr": 0.003, "hidden": 16,
-         "replicas": 4, "sync_every": 2, "outer_lr": 1, "outer_momentum": 0.5}
+         "replicas": 4, "sync_every": 2, "outer_lr": 0.7, "outer_momentum": 0.9}
     flags = [w for k, v in s.items() for w in (f"--{k.replace('_', '-')}", str(v))]
     ref = subprocess.run([str(BIN / "daisychain"), "train", "--task", "text", *flags, "--json"],
                          capture_output=True, text=True, timeout=300)

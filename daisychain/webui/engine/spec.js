@@ -285,7 +285,7 @@ export const HYPER_DEFAULTS = Object.freeze({
   lr: 3e-3, beta1: 0.9, beta2: 0.999, eps: 1e-8, weight_decay: 0.0,
   batch: 64, micro_batch: 16, grad_frac_bits: 40, seed: 0,
   augment_shift: 0, lr_warmup: 0, lr_decay_steps: 0,
-  replicas: 1, sync_every: 1, outer_lr: 0.7, outer_momentum: 0.9, moments_every: 8,
+  replicas: 1, sync_every: 1, outer_lr: 1, outer_momentum: 0.5, moments_every: 8,
 });
 /** spec.py MOMENTS_EVERY: the default K, left out of the identity JSON. */
 export const MOMENTS_EVERY = 8;
