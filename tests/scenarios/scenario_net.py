@@ -222,7 +222,7 @@ class Net:
             pid = e["id"]
             kw = dict(capacity=float(e.get("capacity", 1.0)), verify_rate=float(e.get("verify_rate", 0.0)),
                       strikes=int(e.get("strikes", 3)), verify_key=e.get("verify_key", "key"),
-                      window=e.get("window"))
+                      window=e.get("window"), aggregate=e.get("aggregate", "star"))
             if e.get("host"):
                 self.peers[pid] = R.RunPeer(pid, trainer=Trainer(self.rs.spec, self.rs.hp, self.rs.ds, self.luts),
                                             steps=int(e.get("steps", self.rs.steps)),
@@ -301,7 +301,9 @@ class Net:
             ints = res.grad
             if spec.get("fault"):
                 ints = corrupt(ints, spec["fault"], step)
-            codec, body = F.encode_ints(ints, self.peers[to].bounds)
+            if "slice" in spec:  # a ring chunk: values [lo, hi) of it
+                ints = ints[spec["slice"][0]:spec["slice"][1]]
+            codec, body = F.encode_ints(ints, None if "slice" in spec else self.peers[to].bounds)
         m = F.Message(typ, run_id, step, meta, body, codec)
         self.put(sender, to, m, e.get("meta_raw"))
 

@@ -82,6 +82,7 @@ class CoordinatorRole:
         self.checks = {}
         self.step_started = False
         self.pending.clear()
+        self._ring_drop()  # ring hook
         self.self_spm, self.timing_from = None, self.step + 1  # a term's first step warms up
         self._new_window()
         out: list[Output] = [Log(f"coordinating the run from step {self.step} (term {self.term})")]
@@ -128,6 +129,7 @@ class CoordinatorRole:
         self.tasks.clear()
         self.checks.clear()
         self.step_started = False
+        self._ring_drop()  # ring hook
         self._new_window()
         for m in self.members.values():
             m.synced = False
@@ -148,7 +150,7 @@ class CoordinatorRole:
         if self.coordinating and msg.reason != "coordinator behind":
             out.append(Log(f"{sender} diverged at step {msg.step} (params {msg.params_sha256[:12]}, "
                            f"{msg.reason}): resyncing it", loud=True))
-        return out + [Send(sender, self._state())]
+        return out + [Send(sender, self._state())] + self._ring_resend(sender)  # ring hook
 
     def _on_datarequest(self, sender: str, msg: F.DataRequest) -> list[Output]:
         if self.trainer is None or msg.fingerprint != self.trainer.ds.fingerprint:
@@ -196,6 +198,9 @@ class CoordinatorRole:
         return self._begin_step(live)
 
     def _begin_step(self, live: list[str]) -> list[Output]:
+        ring, said = self._ring_choice(live)  # ring hook: sum this step by a ring (peer/run/ring.py)
+        if ring:
+            return said + self._ring_begin(live)
         self.step_started = True
         self.tasks = {}
         self.checks = {}
@@ -217,7 +222,7 @@ class CoordinatorRole:
                 out.append(Log(f"{self._name(peer)} gets no micro-batch of step {self.step}: "
                                f"its capacity {self._cap(peer):.3g} micro-batches/s is under "
                                f"1/{len(ids)} of the room's {sum(self._cap(p) for p in live):.3g}"))
-        return out + self._dispatch(new)
+        return said + out + self._dispatch(new)
 
     def _split_weights(self, live: list[str], n: int) -> list[float]:
         """The capacities, or once a member's link is seen to cost time, shares that make
@@ -365,6 +370,9 @@ class CoordinatorRole:
         m = self.members.get(peer)
         if m is not None and (not m.refused or force):
             del self.members[peer]
+        ring = self._ring_member_left(peer)  # ring hook: its ring is abandoned, the step redone
+        if ring is not None:
+            return ring
         orphans = []
         for t in list(self.tasks.values()):
             if t.result is None and peer in t.assignees:
@@ -476,6 +484,7 @@ class CoordinatorRole:
         self.tasks, self.step_started, self.catching_up, self.ended = {}, False, False, False
         self.checks = {}
         self.pending.clear()
+        self._ring_drop()  # ring hook
         for mem in self.members.values():
             mem.ready = mem.synced = False
         targets = self._announce_targets()

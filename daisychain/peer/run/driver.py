@@ -19,6 +19,7 @@ from daisychain.peer import frames as F
 from daisychain.peer.run.coordinator import CoordinatorRole
 from daisychain.peer.run.member import MemberRole
 from daisychain.peer.run.outputs import Log, Output, Send
+from daisychain.peer.run.ring import RingRole
 from daisychain.peer.run.rollback import Window
 from daisychain.peer.run.split import measure_capacity
 from daisychain.peer.run.state import tensor_bounds
@@ -33,14 +34,14 @@ def message_name(msg) -> str:
     return getattr(msg, "T", None) or type(msg).__name__.lower()
 
 
-class RunPeer(MemberRole, CoordinatorRole, TrustRole):
+class RunPeer(MemberRole, CoordinatorRole, TrustRole, RingRole):
     """One replica of one run. ``me`` is this peer's signaling id."""
 
     def __init__(self, me: str, *, kind: str = "python", make_trainer: Callable | None = None,
                  capacity: float | None = None, selftest: tuple[bool, str] = (True, "ok"),
                  trainer: Trainer | None = None, steps: int = 0, wait_peers: int = 0,
                  verify_rate: float = VERIFY_RATE, strikes: int = STRIKES,
-                 verify_key: str | None = None, window: int | None = None):
+                 verify_key: str | None = None, window: int | None = None, aggregate: str = "star"):
         self.me = me
         if not (math.isfinite(verify_rate) and 0.0 <= verify_rate <= 1.0):
             raise ValueError("the verify rate must be in [0, 1]")
@@ -90,6 +91,7 @@ class RunPeer(MemberRole, CoordinatorRole, TrustRole):
         self.wait_until = 0.0
         self.window = Window(0)           # coordinator: the rollback window (see rollback.py)
         self.unchecked_since: dict[str, int] = {}  # coordinator: peer -> first unchecked step
+        self._ring_init(aggregate)  # ring hook: auto | star | ring (peer/run/ring.py)
         if trainer is not None:  # the host of a new room: the run is ours
             self.run = self._announce()
             if capacity is None:
@@ -123,7 +125,8 @@ class RunPeer(MemberRole, CoordinatorRole, TrustRole):
         self.now = now
         if not self.coordinating or self.ended:
             return []
-        return self._check_catch_up() + self._check_deadlines() + self._maybe_begin()
+        return self._check_catch_up() + self._check_deadlines() + self._ring_check_deadline() + \
+            self._maybe_begin()
 
     def room_changed(self, ids, host: str | None, names: dict | None = None) -> list[Output]:
         """The signaling room changed: approved online members ``ids`` (self included);
@@ -141,7 +144,7 @@ class RunPeer(MemberRole, CoordinatorRole, TrustRole):
             out.append(Log(f"{host} is the coordinator now"))
         for m in gone:
             out += self._member_left(m)
-        return out
+        return out + self._ring_stuck()  # ring hook
 
     def channel_open(self, peer: str) -> list[Output]:
         self.open.add(peer)
@@ -151,7 +154,7 @@ class RunPeer(MemberRole, CoordinatorRole, TrustRole):
 
     def channel_closed(self, peer: str) -> list[Output]:
         self.open.discard(peer)
-        return self._member_left(peer) if self.coordinating else []
+        return self._member_left(peer) if self.coordinating else self._ring_stuck()  # ring hook
 
     def receive(self, sender: str, msg: F.RunMessage, run_id: str = "") -> list[Output]:
         """A decoded message; ``run_id`` is its frame header's. Messages of another run than
@@ -182,6 +185,8 @@ class RunPeer(MemberRole, CoordinatorRole, TrustRole):
             return []
         loss = float(np.sum(result.loss)) if len(result.loss) else 0.0
         correct = int(np.sum(result.correct))
+        if self._ring_owns(step, task):  # ring hook: a share of this replica's ring
+            return self._ring_computed(step, task, result.grad, loss, correct)
         if self.coordinating:
             return self._take_contrib(self.me, step, task, micro, result.grad, loss, correct)
         if self.coord is None or step != self.step:

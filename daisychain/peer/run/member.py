@@ -25,6 +25,7 @@ class MemberRole:
         first = self.run is None or msg.run_id != self.run.run_id
         if first or msg.term != self.term:
             self.pending.clear()  # (the same announce again, on a reopened channel: work goes on)
+            self._ring_drop()  # ring hook
         self.term, self.run = msg.term, msg
         self.ended = False
         if self.trainer is not None and not first:
@@ -114,7 +115,7 @@ class MemberRole:
             out.append(Restored(msg.step, msg.params_sha256, sender))
         if self.coordinating:  # caught up with a member that was ahead: restart from there
             return out + self._caught_up()
-        return out
+        return out + self._ring_synced()  # ring hook: a held ring plan of this step starts
 
     def _on_restore(self, sender: str, msg: F.Restore) -> list[Output]:
         """The coordinator restored the room: the STATE that follows replaces ours."""
