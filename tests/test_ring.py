@@ -170,3 +170,32 @@ def test_member_still_gathering_when_a_ring_peer_dies_resyncs():
     assert ["log", "p2", False, "a member left while step 0's ring was gathering: resyncing"] in net.out
     want = reference(tuple(sc["settings"]))
     assert p0._hash() == want and p2._hash() == want and p2.step == 3
+
+
+def test_member_dying_with_its_sum_in_flight_after_the_total_is_in():
+    """Regression: the coordinator had gathered the whole total, but p1's ring_sum (its own
+    channel to the coordinator, not the ring's) was still in flight when p1 died; the
+    coordinator waited for it for ever. Now the ring is abandoned and the step done again."""
+    sc = json.loads((HERE / "scenarios" / "ring" / "ring_join.json").read_text())
+    net = Net(sc)
+    for e in sc["events"][:-1]:
+        net.op(e)
+    p0 = net.peers["p0"]
+    for _ in range(10_000):
+        if p0.ring is not None and p0.ring.total is not None:
+            break
+        held = [("p1", "p0") == w[:2] and b'"ring_sum"' in b"".join(w[2]) for w in net.wire]
+        if not all(held):
+            while held[0]:  # the sum waits on its own channel; everything else goes on
+                net.wire.rotate(-1)
+                held = held[1:] + held[:1]
+            net.deliver_one()
+        elif not net.compute_one():
+            raise AssertionError("the ring never reached the moment")
+    assert p0.step == 0 and "p1" not in p0.ring_sums
+    net.op({"op": "kill", "id": "p1", "host": "p0"})
+    net.settle()
+    assert ["log", "p0", False, "p1 left during step 0: its ring is abandoned, the step is done "
+            "again by the others"] in net.out
+    want = reference(tuple(sc["settings"]))
+    assert p0.step == 3 and p0._hash() == want and net.peers["p2"]._hash() == want

@@ -423,10 +423,11 @@ class RingRole:
         return out + self._committed(step, loss, contributors, sha) + self._maybe_begin()
 
     def _ring_member_left(self, peer: str) -> list[Output] | None:
-        """# ring hook (coordinator._member_left): a ring member left before the ring's total
-        was here: abandon the ring, do the step again with those still here."""
+        """# ring hook (coordinator._member_left): a ring member left before the step was
+        committed (its part of the total, or its sum, may be missing): abandon the ring, do
+        the step again with those still here."""
         r = self.ring
-        if not self.coordinating or r is None or r.total is not None or peer not in r.peers:
+        if not self.coordinating or r is None or peer not in r.peers:
             return None
         self._ring_drop()
         self.step_started = False
