@@ -223,6 +223,8 @@ class Net:
             kw = dict(capacity=float(e.get("capacity", 1.0)), verify_rate=float(e.get("verify_rate", 0.0)),
                       strikes=int(e.get("strikes", 3)), verify_key=e.get("verify_key", "key"),
                       window=e.get("window"), aggregate=e.get("aggregate", "star"))
+            if "kind" in e:  # a member that says it is a tab (ring scenarios)
+                kw["kind"] = e["kind"]
             if e.get("host"):
                 self.peers[pid] = R.RunPeer(pid, trainer=Trainer(self.rs.spec, self.rs.hp, self.rs.ds, self.luts),
                                             steps=int(e.get("steps", self.rs.steps)),
