@@ -1,6 +1,6 @@
 """The ring aggregator (daisychain/peer/run/ring.py): its pure state machine, its wire
-messages, the room's choice of star or ring, and the ring scenarios of tests/scenarios/ring/
-(played by the Python runner, every survivor on ``daisychain train``'s hash)."""
+messages, the room's choice of star or ring, and moments of a ring that the scenario files
+(tests/scenarios/ring/, both languages: tests/test_scenarios.py) cannot reach."""
 
 from __future__ import annotations
 
@@ -20,10 +20,9 @@ from daisychain.peer.run.ring import (
 HERE = Path(__file__).parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE / "scenarios"))
-from scenario_net import Net, run_scenario  # noqa: E402
-from test_scenarios import matches, reference  # noqa: E402
+from scenario_net import Net  # noqa: E402
+from test_scenarios import reference  # noqa: E402
 
-RING_SCENARIOS = sorted((HERE / "scenarios" / "ring").glob("*.json"))
 
 
 def wire(msg, run_id="00" * 8):
@@ -122,7 +121,11 @@ def test_choice_of_star_or_ring():
     assert choose("auto", 0.0, 1, 4, 1e-3, 10_000) == ("star", "1 device")
     assert choose("star", 0.0, 4, 4, 1e-3, 10_000)[0] == "star"
     assert choose("ring", 0.0, 4, 4, 1e-3, 10_000)[0] == "ring"
-    # the cost model: the star's coordinator moves 2 (n - 1) whole vectors, the ring 2 (n - 1) / n
+    # the cost model: a small model's step is hops (the ring has 2n - 1 of them, the star 2);
+    # a large one's is bytes (the star's coordinator moves 2 (n - 1) whole vectors, a ring
+    # member 2 (n - 1) / n of one)
+    assert choose("auto", 0.0, 3, 4, 1e-3, 9_610)[0] == "star"
+    assert "the cost model: star" in choose("auto", 0.0, 3, 4, 1e-3, 9_610)[1]
     for n in (2, 4, 8, 16):
         assert ring_seconds(n, 256, 1e-3, 200_000) < star_seconds(n, 256, 1e-3, 200_000)
         assert choose("auto", 0.0, n, 256, 1e-3, 200_000)[0] == "ring"
@@ -130,20 +133,6 @@ def test_choice_of_star_or_ring():
         R.RunPeer("a", aggregate="ring", verify_rate=0.05)
     with pytest.raises(ValueError, match="auto, star, ring"):
         R.RunPeer("a", aggregate="tree", verify_rate=0.0)
-
-
-@pytest.mark.parametrize("path", RING_SCENARIOS, ids=[p.stem for p in RING_SCENARIOS])
-def test_ring_scenario(path):
-    sc = json.loads(path.read_text())
-    py = run_scenario(sc)
-    exp = sc["expect"]
-    for pat in exp.get("has", []):
-        assert any(matches(pat, o) for o in py["outputs"]), f"no output matches {pat}"
-    for pat in exp.get("lacks", []):
-        assert not any(matches(pat, o) for o in py["outputs"]), f"an output matches {pat}"
-    if exp.get("reference"):
-        want = reference(tuple(sc["settings"]))
-        assert py["final"] and all(f["sha"] == want for f in py["final"].values()), py["final"]
 
 
 def test_member_still_gathering_when_a_ring_peer_dies_resyncs():

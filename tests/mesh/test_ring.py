@@ -13,6 +13,16 @@ from .test_mesh import LONG, host, peers, reference, server  # noqa: F401  (fixt
 RING = ("--verify-rate", "0", "--aggregate", "ring")
 
 
+def reference_of(*argv: str) -> str:
+    import argparse
+
+    from daisychain.engine.cli import train
+    from daisychain.engine.settings import add_run_arguments, settings_from_args
+    p = argparse.ArgumentParser()
+    add_run_arguments(p)
+    return train(settings_from_args(p.parse_args(list(argv))), quiet=True)["params_sha256"]
+
+
 def test_three_peers_by_ring_train_to_the_reference_hash(server, peers):  # noqa: F811
     h, code = host(peers, server, 20, 2, *RING)
     members = [peers(server, "--room", code, name=f"m{i}") for i in (1, 2)]
@@ -25,9 +35,12 @@ def test_three_peers_by_ring_train_to_the_reference_hash(server, peers):  # noqa
 
 
 def test_auto_picks_the_ring_without_spot_checks_and_the_star_with_them(server, peers):  # noqa: F811
-    h, code = host(peers, server, 10, 1, "--verify-rate", "0")
+    """auto: the ring for a model whose step is bytes (256,256: 200 k parameters), nothing
+    checked; the star when spot-checks are on."""
+    big = ("--layers", "256,256")
+    h, code = host(peers, server, 10, 1, "--verify-rate", "0", *big)
     m = peers(server, "--room", code, name="m1")
-    assert h.hash() == m.hash() == reference(10)
+    assert h.hash() == m.hash() == reference_of("--steps", "10", *big)
     assert "aggregating by ring: 2 devices, no spot-checks; the cost model" in h.stderr()
     h2, code2 = host(peers, server, 10, 1)
     m2 = peers(server, "--room", code2, name="m2")

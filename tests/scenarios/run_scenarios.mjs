@@ -80,7 +80,7 @@ const loss12 = (x) => (typeof x === "number" ? Number(x.toPrecision(12)) : x);
 async function normMessage(m) {
   const kind = m.type === W.FrameType.CONTROL ? m.meta.t : TYPE_NAME[m.type];
   let body = m.body;
-  if ((m.type === W.FrameType.CONTRIB || m.type === W.FrameType.TOTAL) && m.codec !== W.Codec.NONE) {
+  if ((m.type === W.FrameType.CONTRIB || m.type === W.FrameType.TOTAL || m.type === W.FrameType.RING) && m.codec !== W.Codec.NONE) {
     const v = await W.decodeInts(m.codec, m.body);
     body = new Uint8Array(BigInt64Array.from(v, (x) => BigInt(x)).buffer);
   }
@@ -223,7 +223,7 @@ class Net {
   async op(e) {
     switch (e.op) {
       case "peer": {
-        const opts = { kind: "python", capacity: e.capacity ?? 1.0, verifyRate: e.verify_rate ?? 0.0,
+        const opts = { kind: e.kind ?? "python", aggregate: e.aggregate ?? "star", capacity: e.capacity ?? 1.0, verifyRate: e.verify_rate ?? 0.0,
           strikes: e.strikes ?? 3, verifyKey: e.verify_key ?? "key", waitPeers: e.wait_peers ?? 0, window: e.window ?? null,
           makeTrainer: (identity, ds) => this.makeTrainer(identity, ds) };
         const p = new RunPeer(e.id, opts);
@@ -304,7 +304,8 @@ class Net {
       const res = await contributeAt(p.trainer, p.trainer.theta.slice(), step, e.ints.micro);
       let ints = res.grad;
       if (e.ints.fault) ints = corrupt(ints, e.ints.fault, step);
-      ({ codec, body } = W.encodeInts(ints, p.bounds));
+      if (e.ints.slice) ints = ints.slice(e.ints.slice[0], e.ints.slice[1]); // a ring chunk: values [lo, hi)
+      ({ codec, body } = W.encodeInts(ints, e.ints.slice ? null : p.bounds));
     }
     const no = this.nextNo(from);
     let frames;

@@ -69,11 +69,11 @@ def loss12(x):
 
 def norm_message(m: F.Message) -> list:
     """kind, run id, step, meta and the SHA-256 of the body: of the integers (int64 LE) for
-    CONTRIB / TOTAL, whose codec each side picks (JS has no synchronous zlib), else of the
+    CONTRIB / TOTAL / RING, whose codec each side picks (JS has no synchronous zlib), else of the
     bytes."""
     kind = m.meta.get("t") if m.type == F.FrameType.CONTROL else m.type.name.lower()
     body = m.body
-    if m.type in (F.FrameType.CONTRIB, F.FrameType.TOTAL) and m.codec != F.Codec.NONE:
+    if m.type in (F.FrameType.CONTRIB, F.FrameType.TOTAL, F.FrameType.RING) and m.codec != F.Codec.NONE:
         body = F.decode_ints(m.codec, m.body).astype("<i8").tobytes()
     meta = {**m.meta, "loss": loss12(m.meta["loss"])} if "loss" in m.meta else m.meta
     return [kind, m.run_id, m.step, meta, body_sha(body)]

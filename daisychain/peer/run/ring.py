@@ -50,13 +50,17 @@ RING_KINDS = ("python",)
 #: extra seconds a ring gets over its slowest member's task deadline (2 (n - 1) hops)
 RING_SLACK_S = 2.0
 
-# -- the cost model (docs/BENCHMARKS.md, "Extrapolation to 4-16 devices") -------------------
-#: one message one way (s), seconds per byte, what one message costs its two ends in work
-#: (encode + decode + the event loop), and wire bytes per parameter of a vector: the defaults
-#: are the veth measurements of docs/BENCHMARKS.md and bench/scaling.py --aggregate ring
-LINK_A_S = 0.18e-3
+# -- the cost model (docs/BENCHMARKS.md, "Star or ring: 2 and 3 daisy-peers") ---------------
+#: HOP_S: one message from one peer process to another, its handling and the receiver's
+#: wake-up included (the ring's overhead per hop measured at 3 peers); MEMBER_S: what one
+#: more member costs the star's coordinator per step beyond its bytes (the star's step at 3
+#: peers minus at 2); LINK_B_S_PER_BYTE: seconds per wire byte (the raw data-channel rate
+#: of the veth run); BYTES_PER_VALUE: wire bytes per parameter of a vector (the default
+#: run's contribution: 15.2 kB for 9,610 parameters). Measured by
+#: ``bench.scaling --aggregate star,ring`` (docs/BENCHMARKS.md).
+HOP_S = 6.2e-3
+MEMBER_S = 2.8e-3
 LINK_B_S_PER_BYTE = 55e-9
-MESSAGE_S = 0.35e-3
 BYTES_PER_VALUE = 1.5
 
 
@@ -65,21 +69,21 @@ def chunk_bounds(size: int, n: int) -> list[tuple[int, int]]:
     return [(c * size // n, (c + 1) * size // n) for c in range(n)]
 
 
-def star_seconds(n: int, micro: int, c: float, size: int, a: float = LINK_A_S,
-                 b: float = LINK_B_S_PER_BYTE, o: float = MESSAGE_S) -> float:
-    """A step by the star: ceil(M/n) c + 2 (a + o) + (n - 1) (2a + 2Pb + 2o) (one message
-    each way on the critical path; the coordinator handles every contribution and every
-    total, one after another, on its one link)."""
-    p = size * BYTES_PER_VALUE
-    return math.ceil(micro / n) * c + 2 * (a + o) + (n - 1) * (2 * a + 2 * p * b + 2 * o)
-
-
-def ring_seconds(n: int, micro: int, c: float, size: int, a: float = LINK_A_S,
-                 b: float = LINK_B_S_PER_BYTE, o: float = MESSAGE_S) -> float:
-    """A step by the ring: ceil(M/n) c + 2 (n - 1) (a + o + b V / n) (2 (n - 1) chunk hops
-    one after another, each a message of V / n bytes)."""
+def star_seconds(n: int, micro: int, c: float, size: int, h: float = HOP_S, s: float = MEMBER_S,
+                 b: float = LINK_B_S_PER_BYTE) -> float:
+    """A step by the star: T(n) = ceil(M/n) c + 2h + (n - 1) (s + 2 V b): two hops on the
+    critical path (the total with the next tasks down, a contribution up), and the
+    coordinator sends and takes every member's whole vector, one after another."""
     v = size * BYTES_PER_VALUE
-    return math.ceil(micro / n) * c + 2 * (n - 1) * (a + o + b * v / n)
+    return math.ceil(micro / n) * c + 2 * h + (n - 1) * (s + 2 * v * b)
+
+
+def ring_seconds(n: int, micro: int, c: float, size: int, h: float = HOP_S,
+                 b: float = LINK_B_S_PER_BYTE) -> float:
+    """A step by the ring: T(n) = ceil(M/n) c + (2n - 1) h + 2 (n - 1) b V / n: the plan
+    (riding with the commit) and 2 (n - 1) chunk hops one after another, each V / n bytes."""
+    v = size * BYTES_PER_VALUE
+    return math.ceil(micro / n) * c + (2 * n - 1) * h + 2 * (n - 1) * b * v / n
 
 
 def choose(aggregate: str, verify_rate: float, n: int, micro: int, c: float, size: int) -> tuple[str, str]:
@@ -87,7 +91,7 @@ def choose(aggregate: str, verify_rate: float, n: int, micro: int, c: float, siz
     if n < 2:
         return "star", "1 device"
     if verify_rate > 0:
-        return "star", (f"{n} devices, spot-checks at rate {verify_rate:g} (a ring would hide "
+        return "star", (f"{n} devices, spot-checks at rate {verify_rate:.3g} (a ring would hide "
                         f"the contributions from them)")
     if aggregate == "ring":
         return "ring", f"{n} devices, no spot-checks (--aggregate ring)"
@@ -216,8 +220,9 @@ class RingRole:
         return self.ring is not None and self.ring.step == step and any(
             t.task == task for t in self.ring_plan.tasks if t.peer == self.me)
 
-    def _ring_new(self, plan: F.RingPlan) -> list[Output]:
-        """Take part in ``plan``: compute this replica's tasks (none: a zero contribution)."""
+    def _ring_new(self, plan: F.RingPlan) -> tuple[list[Output], list]:
+        """Take part in ``plan``: compute this replica's tasks (none: a zero contribution).
+        Returns (outputs, the chunks that waited for the plan)."""
         nxt = self.ring_next
         self._ring_drop()  # an abandoned ring's work is not wanted any more
         self.ring_next = nxt if nxt is not None and nxt.step > plan.step else None
@@ -232,7 +237,11 @@ class RingRole:
             out.append(Compute(plan.step, t.task, t.micro, tr.theta.copy()))
         if not mine:
             out += self._ring_sends(self.ring.contribute(np.zeros(tr.layout.size, np.int64)))
-        for sender, msg in self.ring_early.pop((plan.term, plan.step, plan.ring), []):
+        return out, self.ring_early.pop((plan.term, plan.step, plan.ring), [])
+
+    def _ring_start(self, plan: F.RingPlan) -> list[Output]:
+        out, early = self._ring_new(plan)
+        for sender, msg in early:
             out += self._on_ringchunk(sender, msg)
         return out
 
@@ -276,7 +285,7 @@ class RingRole:
         size = self.trainer.layout.size
         key = (msg.term, msg.step, msg.ring)
         self.ring_early = {k: v for k, v in self.ring_early.items()
-                           if k[1] >= self.step and (k[0], k[1]) >= (self.term, self.step)}
+                           if k[1] >= self.step and k[0] >= self.term}
         if msg.step > self.step + 1 or (key not in self.ring_early and len(self.ring_early) >= 2):
             return [Log(f"refused a ring chunk from {self._name(sender)}: step {msg.step} ring "
                         f"{msg.ring} is not planned here (step {self.step})", loud=True)]
@@ -300,7 +309,7 @@ class RingRole:
         if msg.step != self.step or (self.ring_plan is not None and
                                      (self.ring_plan.step, self.ring_plan.ring) == (msg.step, msg.ring)):
             return []
-        return self._ring_new(msg)
+        return self._ring_start(msg)
 
     def _on_ringsum(self, sender: str, msg: F.RingSum) -> list[Output]:
         plan = self.ring_plan
@@ -333,7 +342,7 @@ class RingRole:
         out = self._apply(total, c.loss, c.contributors, c.params_sha256, self.coord)
         nxt, self.ring_next = self.ring_next, None
         if nxt is not None and nxt.step == self.step and self._hash() == c.params_sha256:
-            out += self._ring_new(nxt)
+            out += self._ring_start(nxt)
         return out
 
     def _ring_stuck(self) -> list[Output]:
@@ -353,7 +362,7 @@ class RingRole:
         self.ring = self.ring_commit = None
         nxt, self.ring_next = self.ring_next, None
         if nxt is not None and nxt.step == self.step and nxt.term == self.term:
-            return self._ring_new(nxt)
+            return self._ring_start(nxt)
         return []
 
     # -- coordinator -----------------------------------------------------------------------
@@ -396,7 +405,8 @@ class RingRole:
             self._deadline(t.peer, len(t.micro)) for t in tasks)
         for p in live[1:]:
             out.append(Send(p, self._ring_plan_for(plan, p)))
-        return out + self._ring_new(plan)
+        mine, _ = self._ring_new(plan)  # nothing can wait for a ring the coordinator just made
+        return out + mine
 
     def _ring_plan_for(self, plan: F.RingPlan, peer: str) -> F.RingPlan:
         return F.RingPlan(plan.term, plan.step, plan.ring, plan.peers,

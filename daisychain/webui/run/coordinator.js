@@ -68,6 +68,7 @@ export class CoordinatorRole {
     this.checks = new Map();
     this.stepStarted = false;
     this.pending.clear();
+    this._ringDrop(); // ring hook
     await this._newWindow();
     return [log(`coordinating the run from step ${this.step} (term ${this.term})`),
       ...this._announceTargets().map((p) => send(p, this._announce()))];
@@ -125,6 +126,7 @@ export class CoordinatorRole {
     this.catchingUp = false;
     this.ended = false;
     this.pending.clear();
+    this._ringDrop(); // ring hook
     for (const m of this.crew.values()) {
       m.ready = false;
       m.synced = false;
@@ -193,6 +195,7 @@ export class CoordinatorRole {
     this.tasks.clear();
     this.checks.clear();
     this.stepStarted = false;
+    this._ringDrop(); // ring hook
     await this._newWindow();
     for (const m of this.crew.values()) m.synced = false;
     return this._announceTargets().map((p) => send(p, this._announce()));
@@ -219,7 +222,7 @@ export class CoordinatorRole {
     if (this.coordinating && msg.reason !== "coordinator behind") {
       out.push(log(`${sender} diverged at step ${msg.step} (params ${msg.params_sha256.slice(0, 12)}, ${msg.reason}): resyncing it`, true));
     }
-    return [...out, send(sender, await this._state())];
+    return [...out, send(sender, await this._state()), ...this._ringResend(sender)]; // ring hook
   }
 
   async _onDataRequest(sender, msg) {
@@ -273,6 +276,8 @@ export class CoordinatorRole {
   }
 
   _beginStep(live) {
+    const [ring, said] = this._ringChoice(live); // ring hook: sum this step by a ring (run/ring.js)
+    if (ring) return [...said, ...this._ringBegin(live)];
     this.stepStarted = true;
     this.tasks = new Map();
     this.checks = new Map();
@@ -298,7 +303,7 @@ export class CoordinatorRole {
         out.push(log(`${this._name(peer)} gets no micro-batch of step ${this.step}: its capacity ${g3(this._cap(peer))} micro-batches/s is under 1/${n} of the room's ${g3(sum)}`));
       }
     });
-    return [...out, ...this._dispatch(fresh)];
+    return [...said, ...out, ...this._dispatch(fresh)];
   }
 
   _newTask(peer, micro, kind = "main") {
@@ -435,6 +440,8 @@ export class CoordinatorRole {
     }
     const m = this.crew.get(peer);
     if (m && (!m.refused || force)) this.crew.delete(peer);
+    const ring = this._ringMemberLeft(peer); // ring hook: its ring is abandoned, the step redone
+    if (ring !== null) return ring;
     const orphans = [];
     for (const t of this.tasks.values()) {
       const i = t.assignees.indexOf(peer);

@@ -23,6 +23,7 @@
 import { paramsSha256 } from "../engine/trainer.js";
 import { CoordinatorRole } from "./coordinator.js";
 import { MemberRole } from "./member.js";
+import { RingRole } from "./ring.js";
 import { Window } from "./rollback.js";
 import { log, send } from "./util.js";
 import { TrustRole } from "./trust.js";
@@ -40,7 +41,7 @@ function randomKey() {
 
 export class RunPeer {
   constructor(me, { kind = "cpu", capacity = null, makeTrainer = null, selftest = [true, "ok"],
-    verifyRate = VERIFY_RATE, strikes = STRIKES, verifyKey = null, waitPeers = 0, window = null } = {}) {
+    verifyRate = VERIFY_RATE, strikes = STRIKES, verifyKey = null, waitPeers = 0, window = null, aggregate = "star" } = {}) {
     if (!(Number.isFinite(verifyRate) && verifyRate >= 0 && verifyRate <= 1)) throw new RangeError("the verify rate must be in [0, 1]");
     if (!(Number.isInteger(strikes) && strikes >= 1 && strikes <= MAX_STRIKES)) throw new RangeError(`strikes must be in [1, ${MAX_STRIKES}]`);
     this.me = me;
@@ -90,6 +91,7 @@ export class RunPeer {
     this.waitUntil = 0;
     this.window = new Window(0);       // coordinator: the rollback window (rollback.js)
     this.uncheckedSince = new Map();   // coordinator: peer -> first step with an unchecked contribution
+    this._ringInit(aggregate);         // ring hook: auto | star | ring (ring.js)
   }
 
   get step() { return this.trainer ? this.trainer.step : 0; }
@@ -117,7 +119,8 @@ export class RunPeer {
   async tick(now) {
     this.now = now;
     if (!this.coordinating || this.ended) return [];
-    return [...(await this._checkCatchUp()), ...(await this._checkDeadlines()), ...this._maybeBegin()];
+    return [...(await this._checkCatchUp()), ...(await this._checkDeadlines()), ...this._ringCheckDeadline(), // ring hook
+      ...this._maybeBegin()];
   }
 
   /** The signaling room changed: approved online members `ids` (self included); `names`:
@@ -135,7 +138,7 @@ export class RunPeer {
       out.push(log(`${host} is the coordinator now`));
     }
     for (const m of gone) out.push(...(await this._memberLeft(m)));
-    return out;
+    return [...out, ...this._ringStuck()]; // ring hook
   }
 
   async channelOpen(peer) {
@@ -146,7 +149,7 @@ export class RunPeer {
 
   async channelClosed(peer) {
     this.open.delete(peer);
-    return this.coordinating ? this._memberLeft(peer) : [];
+    return this.coordinating ? this._memberLeft(peer) : this._ringStuck(); // ring hook
   }
 
   /** A decoded message; `runId` is its frame header's. Messages of another run than the one
@@ -160,6 +163,7 @@ export class RunPeer {
       run: this._onRun, ready: this._onReady, refuse: this.coordinating ? this._onRefuse : this._memberOnRefuse, assign: this._onAssign,
       sync: this._onSync, data_request: this._onDataRequest, end: this._onEnd, restore: this._onRestore,
       contrib: this._onContrib, total: this._onTotal, state: this._onState, data: this._onData,
+      ring_plan: this._onRingPlan, ring_sum: this._onRingSum, ring_commit: this._onRingCommit, ring_chunk: this._onRingChunk, // ring hook
     }[msg.T];
     if (!handler) return [log(`ignored a ${msg.T} message from ${sender}`)];
     return handler.call(this, sender, msg);
@@ -182,6 +186,7 @@ export class RunPeer {
     for (const l of result.loss) loss += l;
     let correct = 0;
     for (const c of result.correct) correct += c;
+    if (this._ringOwns(step, task)) return this._ringComputed(step, task, result.grad, loss, correct); // ring hook
     if (this.coordinating) return this._takeContrib(this.me, step, task, micro, result.grad, loss, correct);
     if (this.coord === null || step !== this.step) return [];
     return [send(this.coord, { T: "contrib", term: this.term, step, task, micro, loss, correct, ints: result.grad })];
@@ -204,7 +209,7 @@ export class RunPeer {
 
 }
 
-for (const role of [MemberRole, CoordinatorRole, TrustRole]) {
+for (const role of [MemberRole, CoordinatorRole, TrustRole, RingRole]) {
   for (const name of Object.getOwnPropertyNames(role.prototype)) {
     if (name !== "constructor") RunPeer.prototype[name] = role.prototype[name];
   }

@@ -43,7 +43,10 @@ export class MemberRole {
     this.verifyRate = msg.verify_rate ?? 0.0;
     this.strikes = msg.strikes ?? STRIKES;
     const first = !this.run || msg.run_id !== this.run.run_id;
-    if (first || msg.term !== this.term) this.pending.clear(); // (the same announce again, on a reopened channel: work goes on)
+    if (first || msg.term !== this.term) {
+      this.pending.clear(); // (the same announce again, on a reopened channel: work goes on)
+      this._ringDrop(); // ring hook
+    }
     this.term = msg.term;
     this.run = msg;
     this.ended = false;
@@ -141,7 +144,7 @@ export class MemberRole {
     const out = [log(`synced to step ${msg.step} from ${sender} (params ${msg.params_sha256.slice(0, 12)})`)];
     if (restore) out.push({ kind: "restored", step: msg.step, params_sha256: msg.params_sha256, by: sender });
     if (this.coordinating) return [...out, ...(await this._caughtUp())]; // caught up with a member that was ahead
-    return out;
+    return [...out, ...(await this._ringSynced())]; // ring hook: a held ring plan of this step starts
   }
 
   /** The coordinator restored the room: the STATE that follows replaces ours. */
