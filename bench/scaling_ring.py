@@ -13,7 +13,6 @@ Writes the ``scaling-ring`` section of docs/BENCHMARKS.md.
 from __future__ import annotations
 
 import json
-import math
 import os
 import shutil
 import sys
@@ -24,8 +23,15 @@ from bench.scaling import NCPU, PY, _settings, run_mesh, setup_bridge
 
 
 def main_ring(args) -> None:
-    if args.report:
-        results = json.loads(Path(args.report).read_text())
+    if args.report:  # one results file, or several (comma-separated) merged
+        parts = [json.loads(Path(f).read_text()) for f in args.report.split(",")]
+        results = parts[0]
+        for extra in parts[1:]:
+            results["mesh"] += extra["mesh"]
+            for k in ("batch", "n_micro"):
+                results["meta"][k].update(extra["meta"][k])
+            results["meta"]["rounds"] = f"{results['meta']['rounds']} / {extra['meta']['rounds']}"
+            results["meta"]["load_end"] = extra["meta"].get("load_end")
     else:
         if os.environ.get("DAISY_SCALING_NS") != "1":
             os.execvp("unshare", ["unshare", "-n", "--", "env", "DAISY_SCALING_NS=1", PY, "-m",
@@ -98,22 +104,54 @@ def _rows(results) -> dict:
 
 
 def fit(med: dict, run: str) -> dict | None:
-    """The costs of the model from the 2- and 3-device rows: the star's step overhead
-    ``s0 + s1 (n - 1)`` (s1: what one more member costs the coordinator), the ring's
-    ``2 (n - 1) (h0 + h1 / n)`` (h0: a hop's fixed cost, h1: the whole vector's bytes on one
-    hop), c = compute per micro-batch on one device."""
-    need = [(run, 2, "star"), (run, 3, "star"), (run, 2, "ring"), (run, 3, "ring"), (run, 1, "star")]
-    if not all(k in med for k in need):
+    """The costs of the hop model of daisychain/peer/run/ring.py from this run's rows:
+    V = the wire bytes of one vector (the host's bytes out per step at 2 peers, star),
+    b = seconds per wire byte (ring.py's: the raw rate of the veth run); from the star's
+    overheads at 2 and 3 peers: s = over(3) - over(2) - 2Vb (one more member at the
+    coordinator) and its hop h_star = (over(2) - s - 2Vb) / 2; from the ring's at each n:
+    h_ring = (over(n) - 2 (n - 1) b V / n) / (2n - 1), the median over n; c = compute per
+    micro-batch on one device."""
+    from daisychain.peer.run.ring import LINK_B_S_PER_BYTE as b
+    need = [(run, 1, "star"), (run, 2, "star"), (run, 3, "star")]
+    rings = sorted(n for r, n, a in med if r == run and a == "ring")
+    if not all(k in med for k in need) or not rings:
         return None
-    s2, s3 = med[(run, 2, "star")]["over"], med[(run, 3, "star")]["over"]
-    s1 = s3 - s2
-    s0 = s2 - s1
-    h2, h3 = med[(run, 2, "ring")]["over"] / 2, med[(run, 3, "ring")]["over"] / 4
-    # h(n) = h0 + h1 / n through n = 2 and n = 3
-    h1 = (h2 - h3) / (1 / 2 - 1 / 3)
-    h0 = h2 - h1 / 2
-    return {"s0": s0, "s1": s1, "h0": h0, "h1": h1, "h2": h2, "h3": h3,
+    v = med[(run, 2, "star")]["bytes"][0]
+    s = max(0.0, med[(run, 3, "star")]["over"] - med[(run, 2, "star")]["over"] - 2 * v * b)
+    h_star = max(0.0, (med[(run, 2, "star")]["over"] - s - 2 * v * b) / 2)
+    hops = {n: (med[(run, n, "ring")]["over"] - 2 * (n - 1) * b * v / n) / (2 * n - 1) for n in rings}
+    return {"v": v, "b": b, "s": s, "h_star": h_star, "hops": hops, "h_ring": _median(list(hops.values())),
             "c": med[(run, 1, "star")]["compute"]}
+
+
+def extrapolate(med: dict, meta: dict) -> list[str]:
+    """Per run: the star and the ring at 2-16 devices by ring.py's model, with this run's costs."""
+    from daisychain.peer.run.ring import BYTES_PER_VALUE, ring_seconds, star_seconds
+    out = []
+    for run in dict.fromkeys(r for r, _, _ in med):
+        f = fit(med, run)
+        if f is None:
+            continue
+        n_micro = meta["n_micro"][run]
+        c = f["c"] / n_micro
+        size = f["v"] / BYTES_PER_VALUE
+        hops = ", ".join(f"{f['hops'][n] * 1e3:.2f} ms at {n}" for n in sorted(f["hops"]))
+        rows = [f"#### {run}: the star and the ring at 4-16 devices, from these costs (a model)", "",
+                "The model of `daisychain/peer/run/ring.py` (what `--aggregate auto` uses): star "
+                "T(n) = ceil(M/n) c + 2h + (n - 1) (s + 2Vb): two hops on the critical path and the "
+                "coordinator's serial work per member; ring T(n) = ceil(M/n) c + (2n - 1) h + "
+                "2 (n - 1) b V / n: the plan and 2 (n - 1) chunk hops one after another. From this "
+                f"run: V = {f['v'] / 1e3:.1f} kB, b = {f['b'] * 1e9:.0f} ns/B, s = {f['s'] * 1e3:.2f} ms, "
+                f"the star's hop h = {f['h_star'] * 1e3:.2f} ms, the ring's hop h = {f['h_ring'] * 1e3:.2f} ms "
+                f"(median of {hops}), c = {c * 1e3:.3f} ms, M = {n_micro}.", "",
+                "| n | star ms | ring ms | faster |", "|---|---|---|---|"]
+        for n in (2, 3, 4, 8, 16):
+            st = star_seconds(n, n_micro, c, size, f["h_star"], f["s"], f["b"])
+            ri = ring_seconds(n, n_micro, c, size, f["h_ring"], f["b"])
+            best = "ring" if ri < st else "star"
+            rows.append(f"| {n} | {st * 1e3:.2f} | {ri * 1e3:.2f} | {best} ({max(st, ri) / min(st, ri):.2f}x) |")
+        out.append("\n".join(rows))
+    return out
 
 
 def report_ring(results: dict) -> str:
@@ -141,26 +179,4 @@ def report_ring(results: dict) -> str:
             + ", ".join(f"{o:.1f} / {i:.1f}" for o, i in m["msgs"]) + " | "
             + ", ".join(f"{b / 1e3:.1f} kB" for b in m["bytes"])
             + f" | {m['load']:.1f} | {'yes' if same else 'NO'} |")
-    out = ["\n".join(lines)]
-    for run in dict.fromkeys(r for r, _, _ in med):
-        f = fit(med, run)
-        if f is None:
-            continue
-        n_micro = meta["n_micro"][run]
-        c = f["c"] / n_micro
-        rows = [f"#### {run}: the star and the ring at 4-16 devices, from these per-hop costs (a model)", "",
-                f"star: T(n) = ceil(M/n) c + s0 + s1 (n - 1); ring: T(n) = ceil(M/n) c + 2 (n - 1) "
-                f"(h0 + h1 / n); fitted through the 2- and 3-peer rows: s0 = {f['s0'] * 1e3:.2f} ms, "
-                f"s1 = {f['s1'] * 1e3:.2f} ms, h0 = {f['h0'] * 1e3:.2f} ms, h1 = {f['h1'] * 1e3:.2f} ms "
-                f"(hop at 2 peers {f['h2'] * 1e3:.2f} ms, at 3 {f['h3'] * 1e3:.2f} ms), c = {c * 1e3:.3f} ms, "
-                f"M = {n_micro}.", "",
-                "| n | star ms | ring ms | faster |", "|---|---|---|---|"]
-        for n in (2, 3, 4, 8, 16):
-            comp = math.ceil(n_micro / n) * c
-            st = comp + f["s0"] + f["s1"] * (n - 1)
-            ri = comp + 2 * (n - 1) * (f["h0"] + f["h1"] / n)
-            best = "ring" if ri < st else "star"
-            rows.append(f"| {n} | {st * 1e3:.2f} | {ri * 1e3:.2f} | {best} "
-                        f"({max(st, ri) / min(st, ri):.2f}x) |")
-        out.append("\n".join(rows))
-    return "\n\n".join(out)
+    return "\n\n".join(["\n".join(lines), *extrapolate(med, meta)])

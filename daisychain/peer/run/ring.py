@@ -45,8 +45,8 @@ from daisychain.peer import frames as F
 from daisychain.peer.run.outputs import Compute, Log, Output, Send
 
 AGGREGATES = ("auto", "star", "ring")
-#: member kinds (their ``ready``) that take part in a ring: daisy-peer; a tab's page has no ring yet
-RING_KINDS = ("python",)
+#: member kinds (their ``ready``) that take part in a ring: daisy-peer and the page's two
+RING_KINDS = ("python", "cpu", "webgpu")
 #: extra seconds a ring gets over its slowest member's task deadline (2 (n - 1) hops)
 RING_SLACK_S = 2.0
 
@@ -375,9 +375,10 @@ class RingRole:
         tr = self.trainer
         c = self.self_spm if self.self_spm is not None else 1.0 / float(self.capacity or 1.0)
         mode, why = choose(self.aggregate, self.verify_rate, len(live), tr.hp.n_micro, c, tr.layout.size)
-        others = [self.members[p].kind for p in live[1:] if p in self.members]
-        if mode == "ring" and any(k not in RING_KINDS for k in others):
-            mode, why = "star", f"{len(live)} devices, a browser tab among them (the page has no ring yet)"
+        odd = [self.members[p].kind for p in live[1:] if p in self.members
+               and self.members[p].kind not in RING_KINDS]
+        if mode == "ring" and odd:
+            mode, why = "star", f"{len(live)} devices, one of kind {odd[0]} among them (it has no ring)"
         if self.ring_star_step == self.step:
             mode, why = "star", f"{len(live)} devices, this step's ring missed its deadline"
         out: list[Output] = []

@@ -5,16 +5,16 @@
 // and add chunk (i-1-r) mod n; all-gather rounds send chunk (i+1-r) mod n of the total and
 // keep chunk (i-r) mod n. Every incoming chunk is checked (term, step, ring, sender = the
 // ring predecessor, its place in the sequence, its chunk, its length, the clamp bound).
-// Used only when the run checks nothing (verify rate 0) and every member is a daisy-peer
-// or a page with this file (kinds in RING_KINDS). RingRole is mixed into RunPeer (driver.js);
+// Used only when the run checks nothing (verify rate 0) and every member's kind is in
+// RING_KINDS. RingRole is mixed into RunPeer (driver.js);
 // the roles' files call it through hooks marked "ring hook".
 
 import { capacitySplit } from "./split.js";
 import { g3, log, send } from "./util.js";
 
 export const AGGREGATES = ["auto", "star", "ring"];
-/** Member kinds (their ready) that take part in a ring: daisy-peer; a tab's page has no ring yet. */
-export const RING_KINDS = ["python"];
+/** Member kinds (their ready) that take part in a ring: daisy-peer and the page's two. */
+export const RING_KINDS = ["python", "cpu", "webgpu"];
 /** Extra seconds a ring gets over its slowest member's task deadline. */
 export const RING_SLACK_S = 2.0;
 // the cost model (ring.py): a hop between two peer processes, one more member at the star's
@@ -323,10 +323,10 @@ export class RingRole {
     const tr = this.trainer;
     const c = this.selfSpm !== null ? this.selfSpm : 1.0 / Number(this.capacity || 1.0);
     let [mode, why] = choose(this.aggregate, this.verifyRate, live.length, tr.hp.batch / tr.hp.micro_batch, c, tr.layout.size);
-    const others = live.slice(1).filter((p) => this.crew.has(p)).map((p) => this.crew.get(p).kind);
-    if (mode === "ring" && others.some((k) => !RING_KINDS.includes(k))) {
+    const odd = live.slice(1).filter((p) => this.crew.has(p)).map((p) => this.crew.get(p).kind).filter((k) => !RING_KINDS.includes(k));
+    if (mode === "ring" && odd.length) {
       mode = "star";
-      why = `${live.length} devices, a browser tab among them (the page has no ring yet)`;
+      why = `${live.length} devices, one of kind ${odd[0]} among them (it has no ring)`;
     }
     if (this.ringStarStep === this.step) {
       mode = "star";
