@@ -188,3 +188,36 @@ def test_member_dying_with_its_sum_in_flight_after_the_total_is_in():
             "again by the others"] in net.out
     want = reference(tuple(sc["settings"]))
     assert p0.step == 3 and p0._hash() == want and net.peers["p2"]._hash() == want
+
+
+def test_the_end_waits_for_a_members_last_ring():
+    """Regression: the coordinator commits the last step as soon as it has the whole total
+    and sends ``end``; p2 still waited for p1's last all-gather chunk, took the end first and
+    finished one step short (agreed: false, the wrong hash). Now the end waits for the ring."""
+    sc = json.loads((HERE / "scenarios" / "ring" / "ring_join.json").read_text())
+    net = Net(sc)
+    for e in sc["events"][:-1]:
+        net.op(e)
+    p0, p2 = net.peers["p0"], net.peers["p2"]
+    last = p0.steps - 1
+    for _ in range(10_000):
+        if p0.ended:
+            break
+        gathering = p2.step == last and p2.ring is not None and p2.ring.seen == 3
+        held = [gathering and w[:2] == ("p1", "p2") for w in net.wire]
+        if not all(held):
+            while held[0]:  # p1's last chunk to p2 waits; everything else goes on
+                net.wire.rotate(-1)
+                held = held[1:] + held[:1]
+            net.deliver_one()
+        elif not net.compute_one():
+            raise AssertionError("the run never reached the moment")
+    assert p0.ended and p2.step == last
+    while any(w[:2] != ("p1", "p2") for w in net.wire):  # the end reaches p2 before the chunk
+        while net.wire[0][:2] == ("p1", "p2"):
+            net.wire.rotate(-1)
+        net.deliver_one()
+    net.settle()
+    want = reference(tuple(sc["settings"]))
+    assert ["ended", "p2", last + 1, want, True] in net.out
+    assert not any(o[:2] == ["ended", "p2"] and not o[4] for o in net.out)

@@ -133,6 +133,8 @@ class MemberRole:
     def _on_end(self, sender: str, msg: F.End) -> list[Output]:
         if sender != self.coord or self.trainer is None or self.ended:
             return []
+        if self._ring_holds_end(msg):  # ring hook: our ring's last total is still gathering
+            return []
         self.ended = True
         return [Ended(msg.step, self._hash(), self._hash() == msg.params_sha256 and msg.step == self.step)]
 

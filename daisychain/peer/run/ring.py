@@ -214,6 +214,7 @@ class RingRole:
         self.ring_sums = {}
         self.ring_commit: F.RingCommit | None = None
         self.ring_next: F.RingPlan | None = None
+        self.ring_end: F.End | None = None
 
     def _ring_owns(self, step: int, task: int) -> bool:
         """# ring hook (driver.computed): is this compute this replica's share of its ring?"""
@@ -343,7 +344,21 @@ class RingRole:
         nxt, self.ring_next = self.ring_next, None
         if nxt is not None and nxt.step == self.step and self._hash() == c.params_sha256:
             out += self._ring_start(nxt)
-        return out
+        return out + self._ring_ended()
+
+    def _ring_holds_end(self, msg: F.End) -> bool:
+        """# ring hook (member._on_end): the run's end overtook the last total this replica's
+        ring is still gathering (the coordinator commits when it has the whole total; a
+        member may still wait for a chunk): the end waits for it."""
+        r = self.ring
+        if r is None or r.total is not None or r.step != self.step or self.ring_commit is None:
+            return False
+        self.ring_end = msg
+        return True
+
+    def _ring_ended(self) -> list[Output]:
+        end, self.ring_end = self.ring_end, None
+        return self._on_end(self.coord, end) if end is not None else []
 
     def _ring_stuck(self) -> list[Output]:
         """# ring hook (member: a channel closed, the room changed, a commit came): the
@@ -363,7 +378,7 @@ class RingRole:
         nxt, self.ring_next = self.ring_next, None
         if nxt is not None and nxt.step == self.step and nxt.term == self.term:
             return self._ring_start(nxt)
-        return []
+        return self._ring_ended()
 
     # -- coordinator -----------------------------------------------------------------------
 

@@ -163,6 +163,7 @@ export class MemberRole {
 
   async _onEnd(sender, msg) {
     if (sender !== this.coord || !this.trainer || this.ended) return [];
+    if (this._ringHoldsEnd(msg)) return []; // ring hook: our ring's last total is still gathering
     this.ended = true;
     return [{ kind: "ended", step: msg.step, params_sha256: this.sha,
       agreed: this.sha === msg.params_sha256 && msg.step === this.step }];

@@ -156,6 +156,7 @@ export class RingRole {
     this.ringSums = new Map();
     this.ringCommit = null;
     this.ringNext = null;
+    this.ringEnd = null;
   }
 
   /** ring hook (computed): is this compute this replica's share of its ring? */
@@ -290,7 +291,22 @@ export class RingRole {
     const nxt = this.ringNext;
     this.ringNext = null;
     if (nxt && nxt.step === this.step && this.sha === c.params_sha256) out.push(...(await this._ringStart(nxt)));
-    return out;
+    return [...out, ...(await this._ringEnded())];
+  }
+
+  /** ring hook (member _onEnd): the run's end overtook the last total this replica's ring is
+   * still gathering: the end waits for it. */
+  _ringHoldsEnd(msg) {
+    const r = this.ring;
+    if (!r || r.total !== null || r.step !== this.step || !this.ringCommit) return false;
+    this.ringEnd = msg;
+    return true;
+  }
+
+  async _ringEnded() {
+    const end = this.ringEnd;
+    this.ringEnd = null;
+    return end ? this._onEnd(this.coord, end) : [];
   }
 
   /** ring hook (member: a channel closed, the room changed, a commit came): the coordinator
@@ -312,7 +328,7 @@ export class RingRole {
     const nxt = this.ringNext;
     this.ringNext = null;
     if (nxt && nxt.step === this.step && nxt.term === this.term) return this._ringStart(nxt);
-    return [];
+    return this._ringEnded();
   }
 
   // -- coordinator ----------------------------------------------------------------------------
