@@ -51,15 +51,16 @@ RING_KINDS = ("python", "cpu", "webgpu")
 RING_SLACK_S = 2.0
 
 # -- the cost model (docs/BENCHMARKS.md, "Star or ring: 2 and 3 daisy-peers") ---------------
-#: HOP_S: one message from one peer process to another, its handling and the receiver's
-#: wake-up included (the ring's overhead per hop measured at 3 peers); MEMBER_S: what one
-#: more member costs the star's coordinator per step beyond its bytes (the star's step at 3
-#: peers minus at 2); LINK_B_S_PER_BYTE: seconds per wire byte (the raw data-channel rate
-#: of the veth run); BYTES_PER_VALUE: wire bytes per parameter of a vector (the default
-#: run's contribution: 15.2 kB for 9,610 parameters). Measured by
-#: ``bench.scaling --aggregate star,ring`` (docs/BENCHMARKS.md).
-HOP_S = 6.2e-3
-MEMBER_S = 2.8e-3
+#: STAR_HOP_S / RING_HOP_S: one message from one peer process to another, its handling and
+#: the receiver's wake-up included, in the star's step and in the ring's; MEMBER_S: what one
+#: more member costs the star's coordinator per step beyond its bytes. The default run's fit
+#: of ``bench.scaling --aggregate star,ring`` (docs/BENCHMARKS.md, "Star or ring"; a loaded
+#: 2-core machine). LINK_B_S_PER_BYTE: seconds per wire byte (the raw data-channel rate of
+#: the veth run); BYTES_PER_VALUE: wire bytes per parameter of a vector (the default run's
+#: contribution: 15.2 kB for 9,610 parameters).
+STAR_HOP_S = 7.7e-3
+RING_HOP_S = 5.3e-3
+MEMBER_S = 1.2e-3
 LINK_B_S_PER_BYTE = 55e-9
 BYTES_PER_VALUE = 1.5
 
@@ -69,7 +70,7 @@ def chunk_bounds(size: int, n: int) -> list[tuple[int, int]]:
     return [(c * size // n, (c + 1) * size // n) for c in range(n)]
 
 
-def star_seconds(n: int, micro: int, c: float, size: int, h: float = HOP_S, s: float = MEMBER_S,
+def star_seconds(n: int, micro: int, c: float, size: int, h: float = STAR_HOP_S, s: float = MEMBER_S,
                  b: float = LINK_B_S_PER_BYTE) -> float:
     """A step by the star: T(n) = ceil(M/n) c + 2h + (n - 1) (s + 2 V b): two hops on the
     critical path (the total with the next tasks down, a contribution up), and the
@@ -78,7 +79,7 @@ def star_seconds(n: int, micro: int, c: float, size: int, h: float = HOP_S, s: f
     return math.ceil(micro / n) * c + 2 * h + (n - 1) * (s + 2 * v * b)
 
 
-def ring_seconds(n: int, micro: int, c: float, size: int, h: float = HOP_S,
+def ring_seconds(n: int, micro: int, c: float, size: int, h: float = RING_HOP_S,
                  b: float = LINK_B_S_PER_BYTE) -> float:
     """A step by the ring: T(n) = ceil(M/n) c + (2n - 1) h + 2 (n - 1) b V / n: the plan
     (riding with the commit) and 2 (n - 1) chunk hops one after another, each V / n bytes."""

@@ -19,8 +19,9 @@ export const RING_KINDS = ["python", "cpu", "webgpu"];
 export const RING_SLACK_S = 2.0;
 // the cost model (ring.py): a hop between two peer processes, one more member at the star's
 // coordinator, seconds per wire byte, wire bytes per parameter (measured: docs/BENCHMARKS.md)
-export const HOP_S = 6.2e-3;
-export const MEMBER_S = 2.8e-3;
+export const STAR_HOP_S = 7.7e-3;
+export const RING_HOP_S = 5.3e-3;
+export const MEMBER_S = 1.2e-3;
 export const LINK_B_S_PER_BYTE = 55e-9;
 export const BYTES_PER_VALUE = 1.5;
 
@@ -28,12 +29,12 @@ export function chunkBounds(size, n) {
   return Array.from({ length: n }, (_, c) => [Math.floor((c * size) / n), Math.floor(((c + 1) * size) / n)]);
 }
 
-export function starSeconds(n, micro, c, size, h = HOP_S, s = MEMBER_S, b = LINK_B_S_PER_BYTE) {
+export function starSeconds(n, micro, c, size, h = STAR_HOP_S, s = MEMBER_S, b = LINK_B_S_PER_BYTE) {
   const v = size * BYTES_PER_VALUE;
   return Math.ceil(micro / n) * c + 2 * h + (n - 1) * (s + 2 * v * b);
 }
 
-export function ringSeconds(n, micro, c, size, h = HOP_S, b = LINK_B_S_PER_BYTE) {
+export function ringSeconds(n, micro, c, size, h = RING_HOP_S, b = LINK_B_S_PER_BYTE) {
   const v = size * BYTES_PER_VALUE;
   return Math.ceil(micro / n) * c + (2 * n - 1) * h + (2 * (n - 1) * b * v) / n;
 }
