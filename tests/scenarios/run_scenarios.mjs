@@ -113,6 +113,7 @@ class Net {
     this.dead = new Set();
     this.held = new Set();
     this.wire = [];
+    this.links = new Map(); // "from>to" -> messages still let through (0: held)
     this.computes = [];
     this.reasm = new Map();
     this.msgNo = new Map();
@@ -164,8 +165,15 @@ class Net {
     this.wire.push([from, to, frames]);
   }
 
+  deliverable() {
+    const i = this.wire.findIndex(([a, b]) => this.links.get(`${a}>${b}`) !== 0);
+    return i < 0 ? null : i;
+  }
+
   async deliverOne() {
-    const [sender, to, frames] = this.wire.shift();
+    const [[sender, to, frames]] = this.wire.splice(this.deliverable(), 1);
+    const link = `${sender}>${to}`;
+    if (this.links.has(link)) this.links.set(link, this.links.get(link) - 1);
     const peer = this.peers.get(to);
     const key = `${sender}>${to}`;
     if (!this.reasm.has(key)) this.reasm.set(key, new W.Reassembler());
@@ -199,7 +207,7 @@ class Net {
 
   async settle() {
     for (let i = 0; i < MAX_ITER; i++) {
-      if (this.wire.length) await this.deliverOne();
+      if (this.deliverable() !== null) await this.deliverOne();
       else if (!(await this.computeOne())) return;
     }
     throw new Error("the scenario did not settle");
@@ -256,13 +264,15 @@ class Net {
       }
       case "run": await this.settle(); break;
       case "deliver":
-        for (let i = 0; i < MAX_ITER && this.wire.length; i++) await this.deliverOne();
+        for (let i = 0; i < MAX_ITER && this.deliverable() !== null; i++) await this.deliverOne();
         break;
       case "compute":
         for (let i = 0; i < (e.count ?? MAX_ITER); i++) if (!(await this.computeOne(e.id ?? null))) break;
         break;
       case "hold": this.held.add(e.id); break;
       case "release": this.held.delete(e.id); break;
+      case "hold_link": this.links.set(`${e.from}>${e.to}`, e.after ?? 0); break;
+      case "release_link": this.links.delete(`${e.from}>${e.to}`); break;
       case "tick":
         for (const pid of this.live()) await this.feed(pid, await this.peers.get(pid).tick(e.now));
         break;

@@ -112,6 +112,7 @@ class Net:
         self.last: dict[str, dict] = {}   # a stale liar's previous contribution
         self.dead: set[str] = set()
         self.held: set[str] = set()
+        self.links: dict = {}           # (from, to) -> messages still let through (0: held)
         self.wire: deque = deque()      # (from, to, [frame bytes])
         self.computes: deque = deque()  # (peer, Compute)
         self.reasm: dict = {}
@@ -158,8 +159,19 @@ class Net:
 
     # -- the network -----------------------------------------------------------------------
 
+    def deliverable(self) -> int | None:
+        """The first message on the wire whose link is not held (None: none)."""
+        for i, (sender, to, _) in enumerate(self.wire):
+            if self.links.get((sender, to)) != 0:
+                return i
+        return None
+
     def deliver_one(self) -> None:
-        sender, to, frames = self.wire.popleft()
+        i = self.deliverable()
+        sender, to, frames = self.wire[i]
+        del self.wire[i]
+        if (sender, to) in self.links:
+            self.links[(sender, to)] -= 1
         peer = self.peers[to]
         r = self.reasm.setdefault((sender, to), F.Reassembler())
         try:
@@ -190,7 +202,7 @@ class Net:
 
     def settle(self) -> None:
         for _ in range(MAX_ITER):
-            if self.wire:
+            if self.deliverable() is not None:
                 self.deliver_one()
             elif not self.compute_one():
                 return
@@ -249,7 +261,7 @@ class Net:
             self.settle()
         elif kind == "deliver":
             for _ in range(MAX_ITER):
-                if not self.wire:
+                if self.deliverable() is None:
                     break
                 self.deliver_one()
         elif kind == "compute":
@@ -260,6 +272,10 @@ class Net:
             self.held.add(e["id"])
         elif kind == "release":
             self.held.discard(e["id"])
+        elif kind == "hold_link":
+            self.links[(e["from"], e["to"])] = int(e.get("after", 0))
+        elif kind == "release_link":
+            self.links.pop((e["from"], e["to"]), None)
         elif kind == "tick":
             for pid in self.live():
                 self.feed(pid, self.peers[pid].tick(float(e["now"])))
