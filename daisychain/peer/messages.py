@@ -200,6 +200,7 @@ class RingCommit:
 class RingChunk:
     """Ring member -> the next one: chunk ``chunk`` of the ring's vector in ``phase`` 0
     (reduce-scatter: a partial sum) or 1 (all-gather: the total), round ``round`` of n - 1."""
+    T = "ring_chunk"  # (a RING frame, not CONTROL: the name is for logs, as the JS twin's)
     term: int
     step: int
     ring: int
