@@ -28,6 +28,8 @@ the run and stopped once only removed peers are left. Liars caught: the liar was
 false alarms: alarm lines naming a peer other than the one at fault. Time lost: run seconds
 (the host's first committed step to the last survivor's exit) less the median of the
 fault-free trials. ``--quick``: one trial per fault; ``--trials N``: the first N of the plan.
+``--replicas R --sync-every H``: the same trials on a run with local steps (engine/local.py:
+a step is a round; the reference is ``daisychain train`` with the same flags).
 The tables go to a marked section of docs/RELIABILITY.md (a run of lie-MODE trials only, to
 a section of its own).
 """
@@ -160,10 +162,6 @@ def reference_for(run: list[str]) -> str:
     return _REFS[key]
 
 
-def reference(steps: int, seed: int) -> str:
-    return reference_for(["--hidden", "32", "--steps", str(steps), "--seed", str(seed)])
-
-
 @dataclass
 class Trial:
     n: int
@@ -230,16 +228,19 @@ def settle(peers, gone: set, deadline: float, exits: dict | None = None) -> set[
     return removed_names(peers)
 
 
+LOCAL: list[str] = []  #: --replicas R --sync-every H of every trial's run (main sets it)
+
+
 def run_trial(t: Trial, server: Server, steps: int, tmp: Path, rng: random.Random,
               faults_available: bool, timeout: float, lie_rate: float = 0.1) -> Trial:
     if t.fault.startswith("lie-") and not faults_available:
         t.note = "not available: this daisy-peer has no --fault/--verify-rate"
         return t
-    run = ["--hidden", "32", "--steps", str(steps), "--seed", str(t.seed)]
+    run = ["--hidden", "32", "--steps", str(steps), "--seed", str(t.seed), *LOCAL]
     # a liar's unchecked contributions are rolled back when it is removed
     spot = (["--verify-rate", str(lie_rate) if t.fault.startswith("lie-") else "0.05"]
             if faults_available else [])
-    want = reference(steps, t.seed)  # before the clock starts: the trial's time is the room's
+    want = reference_for(run)  # before the clock starts: the trial's time is the room's
     t0 = time.monotonic()
     host = Peer(server.url, f"t{t.n}-host", ["--create-room", "--approve", "all", "--wait-peers",
                                             "2", *run, *spot], tmp)
@@ -446,7 +447,11 @@ def main(argv=None) -> int:
     ap.add_argument("--no-write", action="store_true", help="do not write docs/RELIABILITY.md")
     ap.add_argument("--logs", metavar="DIR", default=None,
                     help="keep every peer's stderr in DIR (default: a temporary folder, removed)")
+    ap.add_argument("--replicas", type=int, default=1, help="local steps: replicas (default 1)")
+    ap.add_argument("--sync-every", type=int, default=1, help="local steps: inner steps a round (default 1)")
     args = ap.parse_args(argv)
+    if args.replicas != 1 or args.sync_every != 1:
+        LOCAL[:] = ["--replicas", str(args.replicas), "--sync-every", str(args.sync_every)]
     if os.environ.get("DAISY_IN_NETNS") != "1":
         print("chaos: run it inside the private network namespace: ./scripts/in-netns.sh "
               ".venv/bin/python -m bench.chaos", file=sys.stderr)

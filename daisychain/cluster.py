@@ -203,7 +203,7 @@ def _load_state(dist, tr, path: str, steps: int, rank: int) -> int:
     if ck.step > steps:
         raise ClusterError(f"cannot resume: {path} is at step {ck.step}, past --steps {steps} "
                            "(the run's total)")
-    tr.load(TrainState(ck.theta, ck.adam, ck.step))  # the engine seam's one loader
+    tr.load(ck.local if tr.hp.local else TrainState(ck.theta, ck.adam, ck.step))  # the seam's loader
     if tr.params_sha256() != ck.params_sha256:  # load_checkpoint checked the file; this the copy
         raise ClusterError("the loaded parameters do not hash to the checkpoint's hash")
     return ck.step
@@ -220,18 +220,27 @@ def _agree(dist, what: str, mine: bytes) -> None:
             f"ranks {v} have {k}" for k, v in groups.items()))
 
 
+def _save(path, tr) -> None:
+    """Write the trainer's state (a local-steps run's whole round state) to ``path``."""
+    from daisychain.engine.checkpoint import write_checkpoint_file
+
+    st = tr.state
+    write_checkpoint_file(path, tr.identity, st.step, st.theta, getattr(st, "adam", None),
+                          tr.ds.meta.get("vocab"), st if tr.hp.local else None)
+
+
 def run_cluster(rs, args, dist) -> dict:
     """Train on this rank of the group; the same result dict on every rank."""
     import torch
 
-    from daisychain.engine.checkpoint import write_checkpoint_file
     from daisychain.engine.counters import unit_counts
-    from daisychain.engine.trainer import Trainer, capacity_split
     from daisychain.engine.capacity import measure_capacity
+    from daisychain.engine.local import make_trainer
+    from daisychain.engine.trainer import capacity_split
     from daisychain.units import load_luts
 
     rank, world = dist.get_rank(), dist.get_world_size()
-    tr = Trainer(rs.spec, rs.hp, rs.ds, load_luts(), args.gemm)
+    tr = make_trainer(rs.spec, rs.hp, rs.ds, load_luts(), args.gemm)  # local steps: tasks are replicas
     # every rank must be in the same run: same settings flags, data, tables, engine
     _agree(dist, "run (settings, data, unit tables or engine version differ)",
            bytes.fromhex(tr.run_id))
@@ -247,7 +256,7 @@ def run_cluster(rs, args, dist) -> dict:
     caps = [torch.empty_like(caps_t) for _ in range(world)]
     dist.all_gather(caps, caps_t)
     capacities = [float(c) for c in caps]
-    shares = capacity_split(list(range(rs.hp.n_micro)), capacities)
+    shares = capacity_split(list(range(tr.n_tasks)), capacities)
     mine = shares[rank]
 
     fault = os.environ.get(FAULT_ENV)
@@ -266,7 +275,7 @@ def run_cluster(rs, args, dist) -> dict:
               file=sys.stderr, flush=True)
     from tqdm import tqdm
 
-    g = torch.zeros(tr.layout.size, dtype=torch.int64)
+    g = torch.zeros(tr.total_size, dtype=torch.int64)
     loss_t = torch.zeros(2, dtype=torch.float64)
     loss = float("nan")
     allreduce_s = 0.0
@@ -293,21 +302,18 @@ def run_cluster(rs, args, dist) -> dict:
             done = tr.state.step
             if (args.save_checkpoint and rank == 0 and args.save_every
                     and done % args.save_every == 0 and not last):
-                st = tr.state
-                write_checkpoint_file(args.save_checkpoint, tr.identity, st.step, st.theta, st.adam,
-                                      tr.ds.meta.get("vocab"))
+                _save(args.save_checkpoint, tr)
                 saves += 1
     elapsed = time.perf_counter() - t0
     ran = rs.steps - start
     sha = tr.params_sha256()
     _agree(dist, "final parameters", bytes.fromhex(sha))
     if args.save_checkpoint and rank == 0:
-        st = tr.state
-        write_checkpoint_file(args.save_checkpoint, tr.identity, st.step, st.theta, st.adam,
-                              tr.ds.meta.get("vocab"))
+        _save(args.save_checkpoint, tr)
         saves += 1
-    counts_total = unit_counts(rs.spec, rs.hp.micro_batch, ran * rs.hp.n_micro)
-    per_rank = [unit_counts(rs.spec, rs.hp.micro_batch, ran * len(s)) for s in shares]
+    per = rs.hp.n_micro * rs.hp.sync_every if rs.hp.local else 1  # micro-batches of a task
+    counts_total = unit_counts(rs.spec, rs.hp.micro_batch, ran * tr.n_tasks * per)
+    per_rank = [unit_counts(rs.spec, rs.hp.micro_batch, ran * len(s) * per) for s in shares]
     acc = tr.accuracy("test") if rank == 0 else float("nan")
     dist.barrier()
     return {"task": rs.ds.task, "steps": rs.steps, "seed": rs.hp.seed, "world_size": world,

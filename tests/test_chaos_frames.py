@@ -42,7 +42,7 @@ def coordinator():
 
 def _ready_frames(node, term=None):
     run = node.run
-    msg = F.to_message(F.Ready(term or run.term, 5.0, "python", run.step, run._hash()),
+    msg = F.to_message(F.Ready(term or run.term, 5.0, "python", run.step, run.member.sha()),
                        run.run_id, run.bounds)
     return F.encode_frames(msg, 1)
 
@@ -51,7 +51,7 @@ def test_garbage_frames_are_refused_by_name_and_the_sender_removed(coordinator, 
     node, events = coordinator
     for f in _ready_frames(node):
         node._on_message("m1", f)
-    assert node.run.members["m1"].ready
+    assert node.run.coordinator.members["m1"].ready
     frames = garbage_frames(node.run.run_id, node.run.step)
     with caplog.at_level(logging.INFO, "daisychain.peer"):
         for f in frames:
@@ -67,5 +67,5 @@ def test_garbage_frames_are_refused_by_name_and_the_sender_removed(coordinator, 
     alarms = [e for e in events if isinstance(e, R.Alarm)]
     assert [a.kind for a in alarms] == ["refused"] * node.run.strikes + ["removed"]
     assert all(a.peer == "m1" for a in alarms)
-    assert "m1" in node.run.banned and "m1" not in node.run.members
-    assert node.run.members["m2"].ready and node.run.step == 0
+    assert "m1" in node.run.coordinator.banned and "m1" not in node.run.coordinator.members
+    assert node.run.coordinator.members["m2"].ready and node.run.step == 0

@@ -129,7 +129,7 @@ def test_a_bad_restore_state_changes_nothing(rs):
     assert p1.trainer.params_sha256() == before and not any(isinstance(o, R.Restored) for o in out)
     # a restore from a member that does not coordinate is ignored
     assert isinstance(p1.receive("p5", F.Restore(term + 9, 3, good.params_sha256()))[0], R.Log)
-    assert p1.restoring is None
+    assert p1.member.restoring is None
 
 
 def test_the_coordinator_checks_the_state_it_restores(rs):
@@ -308,7 +308,8 @@ const tr = { theta: f64(input.theta), adam: { m: new Float64Array(n), v: new Flo
   layout: { size: n },
   load(st) { this.theta.set(st.theta); this.adam.m.set(st.m); this.adam.v.set(st.v); Object.assign(this.adam, { b1t: st.b1t, b2t: st.b2t, step: st.step }); this.step = st.step; } };
 const peer = new RunPeer("p1", {});
-Object.assign(peer, { trainer: tr, host: "p0", term: 1, run: { run_id: "0".repeat(16) } });
+peer.host = "p0";
+Object.assign(peer.member, { trainer: tr, term: 1, run: { run_id: "0".repeat(16) } });
 const good = { T: "state", step: back.step, params_sha256: back.params_sha256, theta: back.theta, m: back.m,
   v: back.v, b1t: back.b1t, b2t: back.b2t };
 const before = await paramsSha256(tr.theta);

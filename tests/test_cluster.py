@@ -216,3 +216,24 @@ def test_a_dead_rank_ends_the_survivors_in_words(tmp_path):
     err = outs[0][1]
     assert "rank 0: error: the group lost a rank or timed out" in err
     assert "Traceback" not in err
+
+
+def test_torchrun_two_ranks_with_local_steps_match_train(tmp_path):
+    """Local steps (engine/local.py): the ranks share each round's replicas; the all-reduced
+    int64 total carries the deltas and every replica's moments, so the hash is train's, and
+    the checkpoint holds the round state (train --resume goes on from it to train's hash)."""
+    from daisychain.engine.checkpoint import read_checkpoint_file
+
+    local = ["--task", "text", "--hidden", "16", "--embed-dim", "4", "--context", "4", "--batch", "16",
+             "--micro-batch", "4", "--seed", "3", "--replicas", "3", "--sync-every", "2"]
+    ckpt = tmp_path / "local.pt"
+    ref = _hash(_run([str(BIN / "daisychain"), "train", "--steps", "4", *local]))
+    out = _run([str(BIN / "torchrun"), "--standalone", "--nproc-per-node", "2", "-m", "daisychain.cluster",
+                "--quiet", "--steps", "2", *local, "--save-checkpoint", str(ckpt)])
+    assert read_checkpoint_file(ckpt).local.step == 2
+    assert _hash(_run([str(BIN / "daisychain"), "train", "--steps", "4", *local, "--resume", str(ckpt)])) == ref
+    assert _hash(_run([sys.executable, "-m", "daisychain.cluster", "--quiet", "--steps", "4", *local,
+                       "--resume", str(ckpt)])) == ref  # a cluster of one resumes it too
+    out = _run([str(BIN / "torchrun"), "--standalone", "--nproc-per-node", "2", "-m", "daisychain.cluster",
+                "--quiet", "--steps", "4", *local])
+    assert _hash(out) == ref

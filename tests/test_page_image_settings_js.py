@@ -16,7 +16,7 @@ import shlex
 
 from daisychain.engine.data import model_for
 from daisychain.engine.settings import add_run_arguments, parse_layers, settings_from_args
-from daisychain.engine.spec import SpecError
+from daisychain.engine.spec import Hyper, SpecError
 from daisychain.engine.trainer import run_identity
 from daisychain.units import load_luts
 from jsrun import run_js
@@ -61,6 +61,8 @@ IMAGE_RUNS = [  # --layers / --hidden and recipe flags of image runs whose ident
      "--lr-decay-steps", "0"],
     ["--hidden", "24", "--steps", "9", "--lr-warmup", "2", "--lr-decay-steps", "20", "--weight-decay", "0.01"],
     ["--steps", "12", "--augment-shift", "1"],
+    ["--hidden", "8", "--steps", "5", "--replicas", "3", "--sync-every", "2", "--outer-lr", "1",
+     "--outer-momentum", "0.5"],  # local steps: the command and the settings carry them
 ]
 
 
@@ -94,6 +96,8 @@ def test_page_recipe_command_and_settings_of_image_runs_match_python(tmp_path, n
         assert again.steps == 7
         for k in ("augment_shift", "lr_warmup", "lr_decay_steps"):
             assert st[k] == getattr(rs.hp, k)
+        for k in ("replicas", "sync_every", "outer_lr", "outer_momentum"):
+            assert st.get(k, getattr(Hyper(), k)) == getattr(rs.hp, k)
         assert model_for(rs.ds, parse_layers(",".join(map(str, st["layers"])))).to_json() == ident["model"]
         dense = all(isinstance(t, int) for t in st["layers"])
         assert st["hidden"] == (st["layers"][0] if dense else None)

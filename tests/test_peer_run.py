@@ -16,7 +16,7 @@ import pytest
 from daisychain.engine.cli import train
 from daisychain.engine.settings import add_run_arguments, settings_from_args
 from daisychain.engine.spec import Hyper, ModelSpec
-from daisychain.engine.trainer import Trainer
+from daisychain.engine.local import make_trainer
 from daisychain.peer import frames as F
 from daisychain.peer import run as R
 from daisychain.units import load_luts
@@ -42,7 +42,7 @@ def reference(rs):
 
 def make_trainer_for(engine_version=None):
     def make(identity, ds):
-        tr = Trainer(ModelSpec.from_json(identity["model"]), Hyper(**identity["hyper"]), ds, load_luts())
+        tr = make_trainer(ModelSpec.from_json(identity["model"]), Hyper(**identity["hyper"]), ds, load_luts())
         if engine_version is not None:
             tr.identity = {**tr.identity, "engine": engine_version}
         return tr
@@ -55,7 +55,7 @@ class Net:
     def __init__(self, rs, n=3, wait=None, selftest=None, engine_version=None, caps=None):
         self.rs = rs
         self.peers: dict[str, R.RunPeer] = {}
-        host = R.RunPeer("p0", trainer=Trainer(rs.spec, rs.hp, rs.ds, load_luts()), steps=rs.steps,
+        host = R.RunPeer("p0", trainer=make_trainer(rs.spec, rs.hp, rs.ds, load_luts()), steps=rs.steps,
                          capacity=(caps or {}).get("p0", 1.0),
                          wait_peers=n - 1 if wait is None else wait)
         self.peers["p0"] = host
@@ -131,7 +131,8 @@ class Net:
             try:
                 m = r.feed(fr)
                 if m is not None:
-                    msg = F.from_message(m, peer.trainer.layout.size if peer.trainer else None)
+                    tr = peer.trainer
+                    msg = F.from_message(m, tr.total_size if tr else None, tr.state_sizes if tr else None)
             except F.FrameError as exc:
                 self.reasm[(sender, to)] = F.Reassembler()
                 self.feed(to, peer.bad_message(sender, str(exc)))
@@ -232,14 +233,14 @@ def test_duplicate_and_late_contributions_are_ignored(rs, reference):
 
     net = Net(rs, 3)
     coord = net.peers["p0"]
-    orig = coord._take_contrib
+    orig = coord.coordinator._take_contrib
     seen = []
 
     def spy(sender, step, task, micro, *rest):
         out = orig(sender, step, task, micro, *rest)
         seen.append((sender, step, task))
         return out
-    coord._take_contrib = spy
+    coord.coordinator._take_contrib = spy
     # a contribution sent twice on the wire is ignored as well
     net.run(hook)
     assert state["held"] is False

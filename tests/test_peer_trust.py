@@ -108,11 +108,11 @@ def test_contribution_over_the_clamp_bound_is_refused_by_name(rs):
     coord = net.peers["p0"]
     coord.names["p1"] = "mallory"
     for _ in range(1000):  # deliver until p1 holds a task of step 0
-        if any("p1" in t.assignees for t in coord.tasks.values()):
+        if any("p1" in t.assignees for t in coord.coordinator.tasks.values()):
             break
         if not net.pump_wire():
             net.feed("p0", coord.tick(net.now))  # the coordinator begins a step on its tick
-    t = next(t for t in coord.tasks.values() if "p1" in t.assignees)
+    t = next(t for t in coord.coordinator.tasks.values() if "p1" in t.assignees)
     huge = np.zeros(coord.trainer.layout.size, np.int64)
     huge[3] = 2**52 - 1  # below 2**53 (the wire accepts it), far above L
     out = coord.receive("p1", F.Contrib(coord.term, coord.step, t.task, t.micro, 0.0, 0, huge))
@@ -262,3 +262,84 @@ def test_capacity_flag_refuses_what_a_ready_would_refuse(flag):
     with pytest.raises(argparse.ArgumentTypeError):
         capacity_arg(flag)
     assert capacity_arg("auto") is None and capacity_arg("46.5") == 46.5
+
+
+# -- a local-steps run's contributions (engine/local.py) -----------------------------------
+
+
+@pytest.mark.parametrize("bad", ["negative half", "other replica", "nan moment"])
+def test_a_malformed_local_steps_contribution_is_refused_by_name(bad):
+    """A contribution to a local-steps round carries its replicas' new inner moments as
+    unsigned 32-bit halves: a negative half, moments in a replica it was not given, or a
+    moment that is not finite would pass the clamp bound and stop every replica's apply (the
+    coordinator's first: the run ended with a traceback). Refused by name instead."""
+    from daisychain.engine.local import pack_moments
+
+    rs = settings("--task", "text", "--hidden", "8", "--embed-dim", "4", "--context", "4", "--batch", "8",
+                  "--micro-batch", "4", "--replicas", "3", "--sync-every", "2")
+    net = LyingNet(rs, 2, verify_rate=0.0)
+    coord = net.peers["p0"]
+    coord.names["p1"] = "mallory"
+    for _ in range(1000):  # deliver until p1 holds a task of round 0
+        if any("p1" in t.assignees for t in coord.coordinator.tasks.values()):
+            break
+        if not net.pump_wire():
+            net.feed("p0", coord.tick(net.now))
+    t = next(t for t in coord.coordinator.tasks.values() if "p1" in t.assignees)
+    tr = coord.trainer
+    p = tr.layout.size
+    ints = np.asarray(tr.contribute(t.micro).grad, np.int64).copy()
+    j = t.micro[0]
+    if bad == "negative half":
+        ints[p + 4 * p * j + 1] = -5
+    elif bad == "other replica":
+        other = next(k for k in range(3) if k not in t.micro)
+        ints[p + 4 * p * other + 2] = 7
+    else:
+        m = np.zeros(p)
+        m[0] = np.nan
+        ints[p + 4 * p * j:p + 4 * p * (j + 1)] = pack_moments(m, np.zeros(p))
+    out = coord.receive("p1", F.Contrib(coord.term, coord.step, t.task, t.micro, 0.0, 0, ints))
+    texts = [o.text for o in out if isinstance(o, R.Log)]
+    assert any(x.startswith("refused a contribution from mallory (p1)") for x in texts), texts
+    assert [o.kind for o in out if isinstance(o, R.Alarm)] == ["refused"]
+    assert t.result is None and coord.step == 0
+
+
+@pytest.mark.parametrize("mode", ["flip", "scale"])
+def test_a_liar_in_a_local_steps_run_is_caught_and_the_run_ends_on_the_reference(mode):
+    """A spot-check recomputes a whole replica round (its inner steps) and compares the whole
+    vector: a liar is named and removed, the honest end on train's hash."""
+    rs = settings("--task", "text", "--hidden", "8", "--embed-dim", "4", "--context", "4", "--batch", "8",
+                  "--micro-batch", "4", "--replicas", "3", "--sync-every", "2")
+    net = LyingNet(rs, 3, liar="p2", mode=mode)
+    net.run()
+    want = train(rs, quiet=True)["params_sha256"]
+    for pid in ("p0", "p1"):
+        assert net.of(R.Ended, pid)[0].params_sha256 == want
+    alarms = net.of(R.Alarm, "p0")
+    assert alarms and all(a.peer == "p2" for a in alarms) and alarms[-1].kind == "removed"
+
+
+def test_a_member_ignores_a_local_steps_total_that_no_replica_makes():
+    """A total whose moment halves are not unsigned 32-bit integers (a broken or hostile
+    coordinator) stopped the member with a ValueError out of LocalTrainer.apply; it is
+    ignored in one loud line and the replica is unchanged."""
+    rs = settings("--task", "text", "--hidden", "8", "--embed-dim", "4", "--context", "4", "--batch", "8",
+                  "--micro-batch", "4", "--replicas", "3", "--sync-every", "2")
+    net = LyingNet(rs, 2, verify_rate=0.0)
+    member = net.peers["p1"]
+    for _ in range(1000):  # deliver until the member follows the run
+        if member.trainer is not None and member.member.coord == "p0" and member.step == 0 and \
+                any(t.assignees == ["p1"] for t in net.peers["p0"].coordinator.tasks.values()):
+            break
+        if not net.pump_wire():
+            net.feed("p0", net.peers["p0"].tick(net.now))
+    tr = member.trainer
+    bad = np.zeros(tr.total_size, np.int64)
+    bad[tr.layout.size + 1] = -3
+    before = tr.params_sha256()
+    out = member.receive("p0", F.Total(member.term, 0, (("p0", 3),), 0.0, before, bad))
+    texts = [o.text for o in out if isinstance(o, R.Log) and o.loud]
+    assert any("a total of step 0 from" in x and "that no replica makes" in x for x in texts), texts
+    assert member.step == 0 and tr.params_sha256() == before

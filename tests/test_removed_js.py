@@ -15,7 +15,7 @@ const bus = { on() {}, emit(ev, x) { if (ev === "run:error") errors.push(x.messa
 const mesh = new Mesh(bus, { async send() {} }, { kind: "cpu", capacity: 1 });
 clearInterval(mesh.timer);
 const peer = new RunPeer("p1", {});
-Object.assign(peer, { coord: "p0", term: 1, run: { run_id: "0".repeat(16) } });
+Object.assign(peer.member, { coord: "p0", term: 1, run: { run_id: "0".repeat(16) } });
 mesh.peer = peer;
 const why = ["3 strikes (the last: spot-check mismatch: p1 sent a wrong contribution)"];
 const stranger = await peer.receive("p9", { T: "refuse", term: 1, reasons: why });

@@ -5,14 +5,16 @@ it gives the bits the replica had at that step."""
 
 from __future__ import annotations
 
+import json
 from fractions import Fraction
+from pathlib import Path
 from math import comb
 
 import numpy as np
 import pytest
 
 from daisychain.engine.trainer import params_sha256
-from daisychain.peer.run.rollback import ESCAPE, Window, window_steps
+from daisychain.peer.run.rollback import ESCAPE, Window, escape_probability, window_steps
 from jsrun import run_js
 
 GRID = [(r, s) for r in (1.0, 0.5, 0.25, 0.1, 0.05, 0.02, 0.01) for s in (1, 2, 3, 5)] + [
@@ -50,11 +52,58 @@ def test_no_checks_no_window_and_rate_one_is_the_strikes():
     assert window_steps(1.0, 3) == 3
 
 
+CASES = json.loads((Path(__file__).parent / "data" / "window_cases.json").read_text())["cases"]
+
+
+def test_window_sizes_are_the_shared_data():
+    """tests/data/window_cases.json (rates 1e-4..1, strikes 1..10, what an announce may
+    carry, random ones) is the definition of the window's size: Python gives each exactly."""
+    assert len(CASES) > 400
+    assert [window_steps(r, s) for r, s, _ in CASES] == [k for _, _, k in CASES]
+
+
 @pytest.mark.usefixtures("node")  # fails, never skips, without node
-def test_python_and_js_size_the_window_alike():
+def test_js_window_sizes_are_the_shared_data():
     got = run_js("console.log(JSON.stringify(DATA.map(([r, s]) => windowSteps(r, s))));",
-                 imports={"{ windowSteps }": "run/rollback.js"}, data=GRID)
-    assert got == [window_steps(r, s) for r, s in GRID]
+                 imports={"{ windowSteps }": "run/rollback.js"}, data=[[r, s] for r, s, _ in CASES])
+    assert got == [k for _, _, k in CASES]
+
+
+PROBES = [(k, r, s) for k in (1, 7, 68, 183, 374, 2223, 100_000) for r, s in
+          ((0.25, 3), (0.1, 3), (0.05, 3), (0.5, 1000), (1e-4, 10), (0.9999999999999999, 5))]
+
+
+@pytest.mark.usefixtures("node")
+def test_python_and_js_escape_probabilities_are_the_same_bits():
+    """The scaled escape probability itself (mantissa and power of two), not only the window
+    it gives: the same floats in both languages (JSON carries doubles exactly)."""
+    got = run_js("console.log(JSON.stringify(DATA.map(([k, r, s]) => escapeProbability(k, r, s))));",
+                 imports={"{ escapeProbability }": "run/rollback.js"}, data=PROBES)
+    assert got == [list(escape_probability(k, r, s)) for k, r, s in PROBES]
+
+
+def test_escape_probability_is_close_to_the_exact_sum():
+    for k, r, s in [(68, 0.25, 3), (183, 0.1, 3), (374, 0.05, 3), (2223, 0.5, 1000), (40, 0.3, 10)]:
+        m, e = escape_probability(k, r, s)
+        exact = escape(k, r, s)
+        assert abs(Fraction(m) * Fraction(2) ** e - exact) <= exact * Fraction(1, 10**9)
+
+
+def test_a_subnormal_rate_gives_the_largest_window():
+    """A run announce may carry any rate in [0, 1]: at 5e-324 with 1000 strikes, the median
+    count (strikes - 1) / rate is infinite, and Python's window_steps raised OverflowError
+    (math.floor of inf) where the JS gave MAX_WINDOW: a member taking over such a run crashed."""
+    from daisychain.peer.run.rollback import MAX_WINDOW
+    assert window_steps(5e-324, 1000) == MAX_WINDOW
+
+
+def test_the_window_uses_no_library_log_or_exp():
+    """DETERMINISM.md rule 7: the size is computed with + - * / and comparisons only."""
+    import re
+    from daisychain import package_path
+    for f in (package_path("peer") / "run" / "rollback.py", package_path("webui") / "run" / "rollback.js"):
+        src = f.read_text()
+        assert not re.search(r"\b(math|Math|np|numpy)\.(log|log1p|log2|log10|exp|expm1|pow)\b", src), f
 
 
 def test_going_back_gives_the_bits_of_that_step():

@@ -81,7 +81,7 @@ def test_a_coordinator_computes_more_while_its_member_s_link_costs_time():
     receive, computed = host.receive, host.computed
 
     def arrive(task: int, n: int, link: float) -> None:
-        t = host.tasks.get(task)
+        t = host.coordinator.tasks.get(task)
         if t is not None:
             host.now = max(host.now, t.sent_at + 0.001 * n + link)
 
@@ -91,7 +91,7 @@ def test_a_coordinator_computes_more_while_its_member_s_link_costs_time():
         return receive(sender, msg, run_id)
 
     def timed_computed(step, task, result):
-        arrive(task, len(host.pending.get((step, task), ())), 0.0)
+        arrive(task, len(host.coordinator.pending.get((step, task), ())), 0.0)
         return computed(step, task, result)
 
     def host_first(net) -> bool:  # events in time order: p0's compute ends before p1's answer
@@ -107,7 +107,7 @@ def test_a_coordinator_computes_more_while_its_member_s_link_costs_time():
     shares = [dict(c.contributors) for c in net.of(R.Committed, "p0")]
     assert shares[0] == {"p0": 8, "p1": 8}
     assert shares[-1] == {"p0": 11, "p1": 5}
-    assert abs(host.members["p1"].link_s - 0.006) < 1e-4 and abs(host.self_spm - 0.001) < 1e-12
+    assert abs(host.coordinator.members["p1"].link_s - 0.006) < 1e-4 and abs(host.coordinator.self_spm - 0.001) < 1e-12
     want = train(rs, quiet=True)["params_sha256"]
     for pid in net.room():
         end = net.of(R.Ended, pid)[0]
@@ -119,18 +119,21 @@ def test_a_coordinator_computes_more_while_its_member_s_link_costs_time():
 TIMING_DRIVER = r"""
 const out = [];
 for (const c of DATA) {
-  const rp = new RunPeer("p0", { capacity: c.caps.p0 });
+  const peer = new RunPeer("p0", { capacity: c.caps.p0, window: 0 });
+  peer.member.trainer = { step: 0 };
+  peer.member.run = { run_id: "" };
+  const rp = new Coordinator(peer, peer.member); // the coordinator alone, on a replica of a step only
   rp.timingFrom = c.timing_from;
   for (const [id, cap] of Object.entries(c.caps)) {
     if (id !== "p0") rp.crew.set(id, { id, capacity: cap, linkS: 0.0, timed: 0 });
   }
   for (const s of c.steps) {
-    rp.trainer = { step: s.step }; // the step a replica is at comes from its trainer
+    peer.member.trainer = { step: s.step }; // the step a replica is at comes from its trainer
     rp.tasks = new Map(s.tasks.map(([peer, n], i) => [i, { task: i, assignees: [peer], sentAt: s.t0,
       micro: Array.from({ length: n }, (_, j) => j), result: null, kind: "main" }]));
     for (const [i, now] of s.done) {
       const t = rp.tasks.get(i);
-      rp.now = now;
+      peer.now = now;
       t.result = { peer: t.assignees[0] };
       rp._timeTask(t.assignees[0], t);
     }
@@ -165,18 +168,20 @@ TIMING_CASES = [
 
 
 def _python_timing(c: dict) -> dict:
-    rp = R.RunPeer("p0", capacity=c["caps"]["p0"])
+    peer = R.RunPeer("p0", capacity=c["caps"]["p0"], window=0)
+    peer.member.trainer = SimpleNamespace(state=SimpleNamespace(step=0))
+    rp = R.Coordinator(peer, peer.member)  # the coordinator alone, on a replica of a step only
     rp.timing_from = c["timing_from"]
     for pid, cap in c["caps"].items():
         if pid != "p0":
             rp.members[pid] = R._Member(pid, capacity=cap)
     for s in c["steps"]:
-        rp.trainer = SimpleNamespace(state=SimpleNamespace(step=s["step"]))  # its step
+        peer.member.trainer = SimpleNamespace(state=SimpleNamespace(step=s["step"]))  # its step
         rp.tasks = {i: R._Task(i, tuple(range(n)), [peer], s["t0"], 1e9)
                     for i, (peer, n) in enumerate(s["tasks"])}
         for i, now in s["done"]:
             t = rp.tasks[i]
-            rp.now = now
+            peer.now = now
             t.result = (t.assignees[0], None, 0.0, 0)
             rp._time_task(t.assignees[0], t)
     return {"self_spm": rp.self_spm, "links": {p: m.link_s for p, m in rp.members.items()},
@@ -204,6 +209,6 @@ def test_the_timing_that_feeds_the_split():
 
 @pytest.mark.usefixtures("node")  # fails, never skips, without node
 def test_js_learns_the_same_from_the_same_timings():
-    got_all = run_js(TIMING_DRIVER, imports={"{ RunPeer }": "runpeer.js"}, data=TIMING_CASES)
+    got_all = run_js(TIMING_DRIVER, imports={"{ Coordinator, RunPeer }": "runpeer.js"}, data=TIMING_CASES)
     for case, got in zip(TIMING_CASES, got_all, strict=True):
         assert got == _python_timing(case), case["about"]  # the same floats

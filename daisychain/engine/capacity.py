@@ -1,5 +1,6 @@
 """How fast this machine runs a run: micro-batches per second (the capacity a peer or a
-cluster rank announces, which the split follows)."""
+cluster rank announces, which the split follows); for a local-steps run, tasks (replica
+rounds) per second."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ def measure_capacity(trainer: Trainer, seconds: float = 0.3) -> float:
     theta = trainer.theta.copy()
     n, t0 = 0, time.perf_counter()
     while True:
-        trainer.contribute([n % trainer.hp.n_micro], 0, theta)
+        trainer.contribute([n % trainer.n_tasks], 0, theta)
         n += 1
         dt = time.perf_counter() - t0
         if dt > seconds or n >= 200:

@@ -8,7 +8,13 @@ Layout (a plain dict, so ``torch.load(path, weights_only=True)`` loads it)::
      "state_dict": {name: float64 tensor},       # torch nn.Linear / nn.Embedding names
      "adam": {"m": {name: tensor}, "v": {name: tensor}, "step": int,
               "b1t": float, "b2t": float},
-     "vocab": str}                               # text task only: class i is vocab[i]
+     "vocab": str,                               # text task only: class i is vocab[i]
+     "local": {"outer": {name: tensor},          # local-steps run only (engine/local.py):
+               "m": [{name: tensor}, ...],       # the outer buffer, and replicas 1..R-1's
+               "v": [{name: tensor}, ...]}}      # moments (replica 0's are "adam"'s)
+
+In a local-steps run, "state_dict" is the global parameters theta_g, "step" the round and
+"adam"'s step the inner steps (round * sync_every), b1t/b2t their bias products.
 
 ``load_checkpoint`` parses with torch's weights-only unpickler (it refuses any object that
 is not a tensor or a plain container, so nothing in the file executes), then checks the
@@ -60,6 +66,7 @@ class Checkpoint:
     adam: AdamState
     params_sha256: str
     vocab: str | None = None  #: text task: the character of each class (not in the run id)
+    local: object | None = None  #: a local-steps run's whole state (engine/local.py LocalState)
 
 
 def check_json_tree(value, what: str = "identity", max_depth: int = MAX_JSON_DEPTH,
@@ -134,9 +141,10 @@ def _differences(expected: dict, identity: dict) -> list[str]:
 
 
 def save_checkpoint(identity: dict, step: int, theta: np.ndarray, adam: AdamState,
-                    vocab: str | None = None) -> bytes:
+                    vocab: str | None = None, local=None) -> bytes:
     """The .pt bytes; ``vocab`` (the text task's characters, ``Dataset.meta["vocab"]``) rides
-    along so that a model that leaves keeps the meaning of its classes."""
+    along so that a model that leaves keeps the meaning of its classes. ``local``: a
+    local-steps run's LocalState (then ``adam`` is ignored: it is made from ``local``)."""
     import torch
 
     identity = normalize_identity(identity)
@@ -148,6 +156,9 @@ def save_checkpoint(identity: dict, step: int, theta: np.ndarray, adam: AdamStat
         return {n: torch.from_numpy(np.ascontiguousarray(v).copy())
                 for n, v in zip(layout.names, layout.views(flat))}
 
+    if local is not None:
+        theta, step = local.theta, local.step
+        adam = AdamState(local.m[0], local.v[0], local.inner, local.b1t, local.b2t)
     obj = {"format": FORMAT, "version": VERSION, "identity": identity, "run_id": run_id(identity),
            "step": int(step), "params_sha256": params_sha256(theta),
            "state_dict": tensors(theta),
@@ -155,6 +166,9 @@ def save_checkpoint(identity: dict, step: int, theta: np.ndarray, adam: AdamStat
                     "b1t": float(adam.b1t), "b2t": float(adam.b2t)}}
     if vocab is not None:
         obj["vocab"] = _checked_vocab(vocab, spec)
+    if local is not None:
+        obj["local"] = {"outer": tensors(local.outer), "m": [tensors(a) for a in local.m[1:]],
+                        "v": [tensors(a) for a in local.v[1:]]}
     buf = io.BytesIO()
     torch.save(obj, buf)
     return buf.getvalue()
@@ -261,14 +275,47 @@ def load_checkpoint(data: bytes, expected_identity: dict | None = None) -> Check
         raise CheckpointError("adam.v holds negative values")
     step, astep = obj.get("step"), adam.get("step")
     b1t, b2t = adam.get("b1t"), adam.get("b2t")
-    if not (isinstance(step, int) and isinstance(astep, int) and 0 <= astep == step < 2**40):
+    try:
+        hp = Hyper(**identity["hyper"])
+        hp.validate()
+    except SpecError as exc:
+        raise CheckpointError(f"the run identity's hyperparameters are invalid: {exc}") from None
+    if not (isinstance(step, int) and isinstance(astep, int) and 0 <= step < 2**40
+            and astep == step * hp.sync_every):
         raise CheckpointError("checkpoint step counters are missing or inconsistent")
     if not all(isinstance(b, float) and math.isfinite(b) and 0 <= b <= 1 for b in (b1t, b2t)):
         raise CheckpointError("checkpoint bias-correction products are invalid")
     vocab = obj.get("vocab")
     if vocab is not None:
         vocab = _checked_vocab(vocab, spec)
-    return Checkpoint(identity, step, theta, AdamState(m, v, astep, b1t, b2t), got, vocab)
+    local = _local_state(obj.get("local"), hp, layout, len(data), theta, m, v, step, b1t, b2t)
+    return Checkpoint(identity, step, theta, AdamState(m, v, astep, b1t, b2t), got, vocab, local)
+
+
+def _local_state(obj, hp: Hyper, layout: ParamLayout, size: int, theta, m, v, step, b1t, b2t):
+    """A local-steps run's LocalState from the checkpoint's "local" entry (None for a
+    synchronous run, which must not have one)."""
+    from daisychain.engine.local import LocalState
+
+    if not hp.local:
+        if obj is not None:
+            raise CheckpointError("a synchronous run's checkpoint with a local-steps state")
+        return None
+    r = hp.replicas
+    if not isinstance(obj, dict) or not all(isinstance(obj.get(k), list) and len(obj[k]) == r - 1
+                                            for k in ("m", "v")):
+        raise CheckpointError(f"a local-steps run's checkpoint needs its outer buffer and the "
+                              f"moments of replicas 1..{r - 1}")
+    need = (2 + 2 * r) * 8 * layout.size
+    if need > size:
+        raise CheckpointError(f"{r} replicas of {layout.size} parameters need {need} bytes, more "
+                              f"than the checkpoint file's {size}")
+    outer = _tensor_dict(obj.get("outer"), "local.outer", layout)
+    ms = np.stack([m] + [_tensor_dict(t, f"local.m[{i}]", layout) for i, t in enumerate(obj["m"])])
+    vs = np.stack([v] + [_tensor_dict(t, f"local.v[{i}]", layout) for i, t in enumerate(obj["v"])])
+    if np.any(vs < 0):
+        raise CheckpointError("local.v holds negative values")
+    return LocalState(theta.copy(), outer, ms, vs, step, step * hp.sync_every, b1t, b2t)
 
 
 def _checked_vocab(vocab, spec: ModelSpec) -> str:
@@ -380,14 +427,14 @@ def _no_constant(name: str):
 
 
 def write_checkpoint_file(path, identity: dict, step: int, theta: np.ndarray,
-                          adam: AdamState, vocab: str | None = None) -> None:
+                          adam: AdamState, vocab: str | None = None, local=None) -> None:
     """Write the .pt atomically (a temporary file next to it, then a rename): a crash while
     saving never leaves half a checkpoint where the last good one was."""
     import os
     from pathlib import Path
 
     path = Path(path)
-    data = save_checkpoint(identity, step, theta, adam, vocab)
+    data = save_checkpoint(identity, step, theta, adam, vocab, local)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
         tmp.write_bytes(data)
@@ -438,4 +485,7 @@ def run_flags(identity: dict) -> str:
     for name in ("augment_shift", "lr_warmup", "lr_decay_steps"):  # the image task's defaults are not 0
         if hp.get(name) or identity.get("task") == "image":
             flags.append(f"--{name.replace('_', '-')} {hp.get(name, 0)}")
+    for name in ("replicas", "sync_every", "outer_lr", "outer_momentum"):  # a local-steps run's
+        if name in hp:
+            flags.append(f"--{name.replace('_', '-')} {hp[name]}")
     return " ".join(flags)

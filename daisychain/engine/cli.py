@@ -5,6 +5,10 @@ accuracy, the loss and ``params-sha256: <hex>``, the hash every peer of the same
 own micro-batches; their integer sums are added in a shuffled order): the hash must not
 change. ``--float`` trains the same model in plain float32 (torch), for accuracy only.
 
+With local steps (``--replicas R --sync-every H``, daisychain/engine/local.py) a step is a
+round: ``--steps`` counts rounds, the K simulated peers share each round's replicas and each
+inner step's micro-batches (``--assign``), and the hash must not change either.
+
 ``--save-checkpoint PATH`` writes the run's state as a ``.pt`` (the daisy-peer format, read
 by ``--resume`` of every command and by ``daisychain export`` / ``sample``) at the end and
 every ``--save-every`` steps; ``--resume PATH`` goes on from one to ``--steps`` (the run's
@@ -93,11 +97,12 @@ def run(args: argparse.Namespace) -> int:
     else:
         loss = "n/a" if out["loss"] is None else f"{out['loss']:.4f}"
         ran = out["steps"] - out["start_step"]
+        unit = "rounds" if rs.hp.local else "steps"
         print(f"test accuracy: {out['accuracy'] * 100:.2f}%  loss: {loss}  "
-              f"({out['steps']} steps{f', {ran} of them now' if out['start_step'] else ''}, "
+              f"({out['steps']} {unit}{f', {ran} of them now' if out['start_step'] else ''}, "
               f"{out['micro_batches_per_s']:.0f} micro-batches/s)")
         if out["checkpoint"]:
-            print(f"checkpoint: {out['checkpoint']} (step {out['steps']})")
+            print(f"checkpoint: {out['checkpoint']} ({unit[:-1]} {out['steps']})")
         print(f"params-sha256: {out['params_sha256']}")
     return 0
 
@@ -108,32 +113,39 @@ def train(rs, workers: int = 1, how: str = "round-robin", gemm: str = "fast",
     """Train to ``rs.steps`` (from ``resume``'s step when given); ``save``: write the state
     there every ``save_every`` steps and at the end. Raises CheckpointError."""
     from daisychain.engine.checkpoint import CheckpointError, read_checkpoint_file, write_checkpoint_file
-    from daisychain.engine.trainer import Trainer, assign
+    from daisychain.engine.local import make_trainer
+    from daisychain.engine.trainer import TrainState, assign
     from daisychain.units import load_luts
 
-    tr = Trainer(rs.spec, rs.hp, rs.ds, load_luts(), gemm)
+    tr = make_trainer(rs.spec, rs.hp, rs.ds, load_luts(), gemm)
+    local = rs.hp.local
     start = 0
     if resume:
         ck = read_checkpoint_file(resume, tr.identity)
         if ck.step > rs.steps:
             raise CheckpointError(f"{resume} is at step {ck.step}, past --steps {rs.steps} (the "
                                   f"run's total)")
-        tr.state.theta[:] = ck.theta
-        tr.state.adam, tr.state.step, start = ck.adam, ck.step, ck.step
+        tr.load(ck.local if local else TrainState(ck.theta, ck.adam, ck.step))
+        start = ck.step
     vocab = rs.ds.meta.get("vocab")
 
     def save_state():
         st = tr.state
-        write_checkpoint_file(save, tr.identity, st.step, st.theta, st.adam, vocab)
+        write_checkpoint_file(save, tr.identity, st.step, st.theta, getattr(st, "adam", None), vocab,
+                              st if local else None)
 
+    def split(s: int) -> list[list[int]]:  # a local run: an inner step's micro-batches
+        return [p for p in assign(rs.hp.n_micro, workers, how, s, rs.hp.seed) if p]
+
+    extra = {"split": split} if local else {}
     order_rng = np.random.default_rng(rs.hp.seed + 1)  # only shuffles summation order
     loss = None
     t0 = time.perf_counter()
     with tqdm(total=rs.steps - start, desc="train", unit="step", disable=quiet, leave=False) as bar:
         for step in range(start, rs.steps):
-            parts = assign(rs.hp.n_micro, workers, how, step, rs.hp.seed)
-            results = [tr.contribute(p) for p in parts]
-            total = np.zeros(tr.layout.size, np.int64)
+            parts = assign(tr.n_tasks, workers, how, step, rs.hp.seed)
+            results = [tr.contribute(p, **extra) for p in parts]
+            total = np.zeros(tr.total_size, np.int64)
             for k in order_rng.permutation(len(results)):
                 total += results[k].grad
             tr.apply(total)
@@ -153,5 +165,7 @@ def train(rs, workers: int = 1, how: str = "round-robin", gemm: str = "fast",
             "params_sha256": tr.params_sha256(), "run_id": tr.run_id,
             "dataset_fingerprint": rs.ds.fingerprint, "manifest_sha256": tr.luts.manifest_sha256,
             "workers": workers, "assign": how, "gemm": gemm,
-            "micro_batches_per_s": ran * rs.hp.n_micro / elapsed if elapsed > 0 else 0.0,
+            "micro_batches_per_s": ran * rs.hp.n_micro * (rs.hp.replicas * rs.hp.sync_every)
+            / elapsed if elapsed > 0 else 0.0,
+            "replicas": rs.hp.replicas, "sync_every": rs.hp.sync_every,
             "identity": tr.identity}

@@ -20,8 +20,8 @@ from dataclasses import dataclass
 
 from daisychain.engine.data import TASKS, DataError, Dataset, model_for, prepare_task
 from daisychain.engine.spec import (MAX_CAPACITY, MAX_FEATURES, MAX_HIDDEN_LAYERS, MAX_LAYER_ITEMS, MAX_LR,
-                                    MAX_STEPS, MAX_WEIGHT_DECAY, MIN_CAPACITY, Hyper, ModelSpec, SpecError,
-                                    hidden_widths, layer_items)
+                                    MAX_OUTER_LR, MAX_REPLICAS, MAX_STEPS, MAX_SYNC_EVERY, MAX_WEIGHT_DECAY,
+                                    MIN_CAPACITY, Hyper, ModelSpec, SpecError, hidden_widths, layer_items)
 
 DEFAULT_STEPS = 600
 #: the image task's defaults (docs/DATA.md, "The recipe"): with them ``daisychain train --task
@@ -81,8 +81,13 @@ SETTINGS: dict[str, Range] = {
     "augment_shift": Range("int", 0, 8),
     "lr_warmup": Range("int", 0, MAX_STEPS),
     "lr_decay_steps": Range("int", 0, MAX_STEPS),
+    "replicas": Range("int", 1, MAX_REPLICAS),
+    "sync_every": Range("int", 1, MAX_SYNC_EVERY),
+    "outer_lr": Range("float", 0, MAX_OUTER_LR, lo_open=True),
+    "outer_momentum": Range("float", 0, 0.999),
 }
-PAGE_SETTINGS = ("steps", "seed", "batch", "micro_batch", "hidden", "lr")
+PAGE_SETTINGS = ("steps", "seed", "batch", "micro_batch", "hidden", "lr", "replicas", "sync_every",
+                 "outer_lr", "outer_momentum")
 
 _INT = re.compile(r"[+-]?[0-9]{1,30}")
 _FLOAT = re.compile(r"[+-]?([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][+-]?[0-9]{1,4})?")
@@ -185,6 +190,17 @@ def add_run_arguments(p: argparse.ArgumentParser, steps: int = DEFAULT_STEPS) ->
                         "filters), convNkK (KxK), pool (2x2 max), then widths, e.g. "
                         "conv16,pool,conv32,pool,128; not together with --hidden")
     g.add_argument("--embed-dim", type=setting_type("embed_dim"), default=16, help="text task: embedding size (default 16)")
+    g.add_argument("--replicas", type=setting_type("replicas"), default=d.replicas, metavar="R",
+                   help="local steps: R replicas train apart for --sync-every inner steps, then "
+                        "an outer step on their averaged change (default 1: synchronous); with "
+                        "local steps --steps counts rounds")
+    g.add_argument("--sync-every", type=setting_type("sync_every"), default=d.sync_every, metavar="H",
+                   help="local steps: inner Adam steps of each replica a round (default 1)")
+    g.add_argument("--outer-lr", type=setting_type("outer_lr"), default=d.outer_lr,
+                   help=f"local steps: the outer Nesterov step's rate (default {d.outer_lr}; "
+                        f"1 with --outer-momentum 0 is plain averaging)")
+    g.add_argument("--outer-momentum", type=setting_type("outer_momentum"), default=d.outer_momentum,
+                   help=f"local steps: the outer step's momentum (default {d.outer_momentum})")
 
 
 def parse_layers(text: str) -> tuple[int | str, ...]:
@@ -240,7 +256,8 @@ def settings_from_args(args: argparse.Namespace) -> RunSettings:
     if getattr(args, "steps", None) is None:
         args.steps = task_default.get("steps", getattr(args, "_default_steps", DEFAULT_STEPS))
     for name in ("steps", "seed", "batch", "micro_batch", "hidden", "context", "embed_dim",
-                 "lr", "weight_decay", "image_size", "augment_shift", "lr_warmup", "lr_decay_steps"):
+                 "lr", "weight_decay", "image_size", "augment_shift", "lr_warmup", "lr_decay_steps",
+                 "replicas", "sync_every", "outer_lr", "outer_momentum"):
         check_value(name, getattr(args, name, None))
 
     def pick(name: str, default):
@@ -254,13 +271,16 @@ def settings_from_args(args: argparse.Namespace) -> RunSettings:
                augment_shift=pick("augment_shift", 0),
                lr_warmup=pick("lr_warmup", 0) if getattr(args, "lr_warmup", None) is not None or not image
                else min(IMAGE_DEFAULTS["lr_warmup"], args.steps // 10),
-               lr_decay_steps=pick("lr_decay_steps", args.steps if image else 0))
+               lr_decay_steps=pick("lr_decay_steps", args.steps if image else 0),
+               **{k: getattr(args, k) for k in LOCAL_ARGS if getattr(args, k, None) is not None})
     hp.validate()
     ds = prepare_task(args.task, args.data, args.column, args.context,
                       image_size=getattr(args, "image_size", None))
     spec = model_for(ds, hidden_setting(args), args.embed_dim)
     return RunSettings(ds, spec, hp, args.steps)
 
+
+LOCAL_ARGS = ("replicas", "sync_every", "outer_lr", "outer_momentum")
 
 USER_ERRORS = (SpecError, DataError)
 
@@ -282,7 +302,8 @@ def capacity_arg(v: str) -> float | None:
 
 #: the flags of add_run_arguments, in --help order
 RUN_FLAGS = ("task", "data", "column", "context", "steps", "seed", "batch", "micro_batch", "lr",
-             "weight_decay", "hidden", "layers", "embed_dim")
+             "weight_decay", "hidden", "layers", "embed_dim", "replicas", "sync_every", "outer_lr",
+             "outer_momentum")
 
 
 def train_command(args: argparse.Namespace) -> str:

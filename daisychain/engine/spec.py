@@ -32,6 +32,12 @@ MAX_CAPACITY = 1e9
 MAX_LR = 1.0
 MAX_WEIGHT_DECAY = 1.0
 MAX_STEPS = 10_000_000
+#: local steps (daisychain/engine/local.py): a run has 1 to MAX_REPLICAS replicas, each
+#: taking 1 to MAX_SYNC_EVERY inner steps a round; the outer step's rate lies in
+#: (0, MAX_OUTER_LR] and its momentum in [0, 1)
+MAX_REPLICAS = 1024
+MAX_SYNC_EVERY = 100_000
+MAX_OUTER_LR = 4.0
 INPUT_KINDS = ("dense", "tokens", "image")
 MAX_IMAGE_SIDE = 1024  #: largest image height or width
 MAX_CHANNELS = 64  #: most image channels
@@ -251,15 +257,23 @@ class Hyper:
     augment_shift: int = 0  #: image task: random shifts of up to this many pixels
     lr_warmup: int = 0  #: linear learning-rate warm-up over this many steps
     lr_decay_steps: int = 0  #: linear learning-rate decay to 0 at this step
+    #: local steps (daisychain/engine/local.py): R replicas, H inner steps a round, the outer
+    #: Nesterov step's rate and momentum; R == H == 1 is the synchronous run, and then all
+    #: four are left out of the JSON (its identity is the one it always had)
+    replicas: int = 1
+    sync_every: int = 1
+    outer_lr: float = 0.7
+    outer_momentum: float = 0.9
 
     def __post_init__(self):
         # floats are floats (a JSON 0 from a peer must not change the run id), ints are ints
-        for name in ("lr", "beta1", "beta2", "eps", "weight_decay"):
+        for name in ("lr", "beta1", "beta2", "eps", "weight_decay", *OUTER_FLOATS):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, (int, float)):
                 raise SpecError(f"{name} must be a number, got {v!r}")
             object.__setattr__(self, name, float(v))
-        for name in ("batch", "micro_batch", "grad_frac_bits", "seed", *RECIPE_FIELDS):
+        for name in ("batch", "micro_batch", "grad_frac_bits", "seed", *RECIPE_FIELDS, "replicas",
+                     "sync_every"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
                 raise SpecError(f"{name} must be an integer, got {v!r}")
@@ -268,6 +282,11 @@ class Hyper:
     @property
     def n_micro(self) -> int:
         return self.batch // self.micro_batch
+
+    @property
+    def local(self) -> bool:
+        """True for a local-steps run (more than one replica or inner step a round)."""
+        return self.replicas != 1 or self.sync_every != 1
 
     def validate(self) -> None:
         if self.micro_batch < 1 or self.batch < 1 or self.batch % self.micro_batch:
@@ -293,16 +312,30 @@ class Hyper:
         if self.lr_decay_steps and self.lr_warmup >= self.lr_decay_steps:
             raise SpecError(f"--lr-warmup ({self.lr_warmup}) must be below --lr-decay-steps "
                             f"({self.lr_decay_steps})")
+        if not 1 <= self.replicas <= MAX_REPLICAS:
+            raise SpecError(f"--replicas must lie in [1, {MAX_REPLICAS}]")
+        if not 1 <= self.sync_every <= MAX_SYNC_EVERY:
+            raise SpecError(f"--sync-every must lie in [1, {MAX_SYNC_EVERY}]")
+        if not 0 < self.outer_lr <= MAX_OUTER_LR:
+            raise SpecError(f"--outer-lr must be a finite number in (0, {MAX_OUTER_LR:g}]")
+        if not 0 <= self.outer_momentum < 1:
+            raise SpecError("--outer-momentum must be a finite number in [0, 1)")
 
     def to_json(self) -> dict:
         out = asdict(self)
         for name in RECIPE_FIELDS:
             if not out[name]:
                 del out[name]
+        if not self.local:
+            for name in LOCAL_FIELDS:
+                del out[name]
         return out
 
 
 RECIPE_FIELDS = ("augment_shift", "lr_warmup", "lr_decay_steps")
+#: the local-steps fields, all in the JSON of a local-steps run, none in a synchronous one's
+LOCAL_FIELDS = ("replicas", "sync_every", "outer_lr", "outer_momentum")
+OUTER_FLOATS = ("outer_lr", "outer_momentum")
 
 
 def dumps_canonical(obj) -> str:

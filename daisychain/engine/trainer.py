@@ -123,8 +123,38 @@ class Trainer:
         self.limit = grad_limit(hp)
 
     @property
+    def n_tasks(self) -> int:
+        """The tasks of a step the run protocol hands out: the micro-batches (a
+        LocalTrainer's are its replicas)."""
+        return self.hp.n_micro
+
+    def contribution_error(self, ints: np.ndarray, micro) -> str | None:
+        """Why a received contribution cannot be one beyond its size and clamp bound (which
+        the coordinator checks): never, for a synchronous run (LocalTrainer's can)."""
+        return None
+
+    @property
+    def total_size(self) -> int:
+        """Entries of a contribution and of a step's total: one per parameter."""
+        return self.layout.size
+
+    @property
     def theta(self) -> np.ndarray:
         return self.state.theta
+
+    @property
+    def state_sizes(self) -> tuple[int, int]:
+        """(values of the state's "theta" part, of each moment part) on the wire (STATE)."""
+        return self.layout.size, self.layout.size
+
+    def wire_state(self) -> tuple:
+        """A copy of the state as the STATE frame carries it: (step, theta, m, v, b1t, b2t)."""
+        st = self.snapshot()
+        return st.step, st.theta, st.adam.m, st.adam.v, st.adam.b1t, st.adam.b2t
+
+    def state_of(self, step: int, theta, m, v, b1t: float, b2t: float) -> "TrainState":
+        """The state :meth:`wire_state`'s arrays (checked by the caller) stand for."""
+        return TrainState(theta, AdamState(m, v, int(step), float(b1t), float(b2t)), int(step))
 
     def contribute(self, micro_ids: list[int] | np.ndarray, step: int | None = None,
                    theta: np.ndarray | None = None) -> Result:

@@ -18,8 +18,8 @@ import sys
 
 from aiohttp import web
 
-from daisychain.engine.settings import (USER_ERRORS, add_run_arguments, setting_type, settings_from_args,
-                                       train_command)
+from daisychain.engine.settings import (USER_ERRORS, add_run_arguments, setting_type,
+                                       settings_from_args, train_command)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

@@ -298,11 +298,15 @@ def encode_state(theta: np.ndarray, m: np.ndarray, v: np.ndarray, b1t: float, b2
         struct.pack("<dd", b1t, b2t)
 
 
-def decode_state(body: bytes, size: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, float, float]:
-    if len(body) != 24 * size + 16:
+def decode_state(body: bytes, size: int, moments: int | None = None
+                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, float, float]:
+    """The inverse of :func:`encode_state`: theta has ``size`` values, m and v ``moments``
+    each (default ``size``; a local-steps run's differ, engine/local.py)."""
+    k = size if moments is None else moments
+    if len(body) != 8 * (size + 2 * k) + 16:
         raise FrameError(f"state of {len(body)} bytes does not hold {size} parameters")
-    a = np.frombuffer(body, "<f8", 3 * size).astype(np.float64)
+    a = np.frombuffer(body, "<f8", size + 2 * k).astype(np.float64)
     if not np.isfinite(a).all():
         raise FrameError("state holds non-finite values")
-    b1t, b2t = struct.unpack_from("<dd", body, 24 * size)
-    return a[:size].copy(), a[size:2 * size].copy(), a[2 * size:].copy(), b1t, b2t
+    b1t, b2t = struct.unpack_from("<dd", body, 8 * (size + 2 * k))
+    return a[:size].copy(), a[size:size + k].copy(), a[size + k:].copy(), b1t, b2t

@@ -330,9 +330,12 @@ def to_message(msg: RunMessage, run_id: str, bounds: list[int] | None = None) ->
     return Message(FrameType.CONTROL, run_id, getattr(msg, "step", 0), meta)
 
 
-def from_message(m: Message, size: int | None = None) -> RunMessage:
+def from_message(m: Message, size: int | None = None,
+                 state_sizes: tuple[int, int] | None = None) -> RunMessage:
     """The typed run message of a decoded Message; ``size`` is the parameter count (needed
-    for CONTRIB, TOTAL and STATE). Raises FrameError with a message on anything invalid."""
+    for CONTRIB, TOTAL and STATE), or a local-steps run's contribution size with
+    ``state_sizes`` its STATE's (Trainer.state_sizes). Raises FrameError with a message on
+    anything invalid."""
     if m.type == FrameType.CONTRIB:
         f = _M(m.meta, "contrib")
         return Contrib(f.int("term"), m.step, f.int("task"), f.micro(m.meta.get("micro"), "micro"),
@@ -356,7 +359,7 @@ def from_message(m: Message, size: int | None = None) -> RunMessage:
     if m.type == FrameType.STATE:
         if size is None:
             raise FrameError("state: the receiver has no run to load it into")
-        theta, mm, v, b1t, b2t = decode_state(m.body, size)
+        theta, mm, v, b1t, b2t = decode_state(m.body, *(state_sizes or (size, size)))
         return State(m.step, _M(m.meta, "state").hex("params_sha256"), theta, mm, v, b1t, b2t)
     if m.type == FrameType.DATA:
         return Data(_M(m.meta, "data").hex("fingerprint"), m.body)

@@ -19,6 +19,7 @@ from typing import Callable
 import aiohttp
 
 from daisychain import ENGINE_VERSION
+from daisychain.engine.local import make_trainer
 from daisychain.engine.spec import Hyper, ModelSpec
 from daisychain.engine.trainer import Trainer, TrainState
 from daisychain.peer import frames as F
@@ -121,7 +122,7 @@ class Node:
     # -- building the replica ------------------------------------------------------------
 
     def _make_trainer(self, identity: dict, ds) -> Trainer:
-        tr = Trainer(ModelSpec.from_json(identity["model"]), Hyper(**identity["hyper"]), ds, self.luts)
+        tr = make_trainer(ModelSpec.from_json(identity["model"]), Hyper(**identity["hyper"]), ds, self.luts)
         if self.o.engine_version != ENGINE_VERSION:
             tr.identity = {**tr.identity, "engine": self.o.engine_version}
         return tr
@@ -132,7 +133,7 @@ class Node:
         from daisychain.engine.checkpoint import CheckpointError, read_checkpoint_file
 
         s = self.o.settings
-        tr = Trainer(s.spec, s.hp, s.ds, self.luts)
+        tr = make_trainer(s.spec, s.hp, s.ds, self.luts)
         if self.o.engine_version != ENGINE_VERSION:
             tr.identity = {**tr.identity, "engine": self.o.engine_version}
         if self.o.resume:
@@ -143,7 +144,7 @@ class Node:
             if ck.step > s.steps:
                 raise PeerFailed(f"cannot resume: {self.o.resume} is at step {ck.step}, past "
                                  f"--steps {s.steps} (the run's total)")
-            tr.load(TrainState(ck.theta, ck.adam, ck.step))  # the engine seam's one loader
+            tr.load(ck.local if s.hp.local else TrainState(ck.theta, ck.adam, ck.step))  # the seam's loader
             log.warning("resuming run %s from %s at step %d (params %s)", tr.run_id,
                         self.o.resume, ck.step, ck.params_sha256[:12])
         return tr
@@ -158,8 +159,9 @@ class Node:
             return None
         st = tr.state
         try:
-            write_checkpoint_file(self.o.save_checkpoint, tr.identity, st.step, st.theta, st.adam,
-                                  tr.ds.meta.get("vocab"))
+            local = st if tr.hp.local else None  # a local-steps run: its whole round state
+            write_checkpoint_file(self.o.save_checkpoint, tr.identity, st.step, st.theta,
+                                  getattr(st, "adam", None), tr.ds.meta.get("vocab"), local)
         except OSError as exc:
             log.warning("could not save the checkpoint to %s: %s", self.o.save_checkpoint, exc)
             return None
@@ -379,8 +381,8 @@ class Node:
             m = r.feed(data)
             if m is None:
                 return
-            size = self.run.trainer.layout.size if self.run.trainer else None
-            msg = F.from_message(m, size)
+            tr = self.run.trainer
+            msg = F.from_message(m, tr.total_size if tr else None, tr.state_sizes if tr else None)
         except F.FrameError as exc:
             self.reasm[peer] = F.Reassembler()
             self._guarded("bad message", lambda: self.run.bad_message(peer, str(exc)))
@@ -528,7 +530,9 @@ class Node:
         once) and this peer's own share of it."""
         from daisychain.engine.counters import unit_counts
         mine = self.run.done_by.get(self.me, 0)
-        total = end.step * tr.hp.n_micro
+        per = tr.hp.n_micro * tr.hp.sync_every if tr.hp.local else 1  # micro-batches of a task
+        mine *= per
+        total = end.step * tr.n_tasks * per
         return {"run_micro_batches": total, "mine_micro_batches": mine,
                 "run": unit_counts(tr.spec, tr.hp.micro_batch, total),
                 "mine": unit_counts(tr.spec, tr.hp.micro_batch, mine)}
@@ -539,8 +543,9 @@ def print_summary(out: dict, as_json: bool) -> None:
         print(json.dumps(out))
         return
     who = ", ".join(f"{p['name']} ({p['kind']}) {p['micro_batches']}" for p in out["peers"])
+    local = "replicas" in out.get("identity", {}).get("hyper", {})  # a step is a round, a task a replica
     print(f"test accuracy: {out['accuracy'] * 100:.2f}%  loss: {out['loss']:.4f}  "
-          f"({out['steps']} steps; micro-batches: {who})")
+          f"({out['steps']} {'rounds; replica rounds' if local else 'steps; micro-batches'}: {who})")
     from daisychain.engine.counters import format_counts
     u = out.get("units")
     if u:

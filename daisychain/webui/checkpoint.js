@@ -11,7 +11,7 @@
 //   const { bytes, filename } = await exportCheckpoint(snapshot);
 //   const st = await importCheckpoint(fileBytes, runIdentityOrNull);   // throws CheckpointError(words)
 
-import { layersText, RECIPE_FIELDS } from "./engine/spec.js";
+import { layersText, LOCAL_FIELDS, RECIPE_FIELDS } from "./engine/spec.js";
 import { paramsSha256 } from "./engine/trainer.js";
 
 const MAGIC = [0x44, 0x43, 0x53, 0x56]; // "DCSV"
@@ -152,5 +152,6 @@ export function settingsOf(identity) {
   const out = { task: identity.task, seed: hp.seed, batch: hp.batch, micro_batch: hp.micro_batch, lr: hp.lr,
     hidden: dense ? layers[0] : null, layers };
   for (const k of RECIPE_FIELDS) out[k] = hp[k] ?? 0;
+  for (const k of LOCAL_FIELDS) if (k in hp) out[k] = hp[k]; // a local-steps run's (absent: synchronous)
   return out;
 }

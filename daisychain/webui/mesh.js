@@ -141,6 +141,7 @@ export class Mesh {
     this.shaAt = new Map();       // step -> this replica's params hash after it
     this.reports = new Map();     // peer id -> {runId, step, sha} it last reported
     this.lastShares = {};         // peer id -> micro-batches of the last committed step
+    this.lastMine = null;         // a local-steps run: {step, micro} of this device's last task
     this.commits = [];            // [seconds, step] of recent commits (step rate)
     this.stopping = null;         // {by} while the host's stop is on its way
     this.dataCache = new Map();   // "task?fingerprint" -> Promise of a dataset
@@ -237,7 +238,8 @@ export class Mesh {
       if (!this.peer) return [];
       let msg;
       try {
-        msg = await W.fromMessage(m, this.peer.trainer ? this.peer.trainer.layout.size : null);
+        const tr = this.peer.trainer;
+        msg = await W.fromMessage(m, tr ? tr.totalSize : null, tr ? tr.stateSizes : null);
       } catch (err) {
         return this.peer.badMessage(id, err.message);
       }
@@ -355,6 +357,7 @@ export class Mesh {
         tr.setUnits(this.device.cpu);
         res = await contributeAt(tr, theta, step, micro);
       }
+      if (tr.replicas !== undefined) this.lastMine = { step, micro: [...micro] }; // a local-steps run's replicas
       this._enqueue(async () => this.peer.computed(step, task, res));
     }).catch((err) => this.bus.emit("run:error", { message: `compute failed: ${err.message}` }));
   }
@@ -460,6 +463,7 @@ export class Mesh {
   _resetRun() {
     this.shaAt.clear();
     this.lastShares = {};
+    this.lastMine = null;
     this.commits = [];
     this.stopping = null;
   }
@@ -477,7 +481,7 @@ export class Mesh {
     const p = this.peer;
     const members = this.net.room?.members || [];
     const tr = p?.trainer;
-    const nMicro = tr ? tr.hp.batch / tr.hp.micro_batch : null;
+    const nMicro = tr ? tr.nTasks : null; // micro-batches; a local-steps run's replicas
     // members, then those who did work in this run and left (left: true)
     const gone = Object.keys(p?.doneBy || {}).filter((id) => !members.some((m) => m.id === id))
       .map((id) => ({ ...(this.seen.get(id) || { id, name: this.nameOf(id), kind: "?" }), capacity: 0, left: true }));
@@ -497,8 +501,11 @@ export class Mesh {
     const step = p?.step ?? 0;
     const steps = p?.run ? (p.coordinating ? p.steps : p.run.steps) : null;
     const left = steps === null ? null : Math.max(0, steps - step);
+    // a local-steps run (engine/local.js): the round, the inner steps, this device's replicas
+    const local = tr?.replicas !== undefined ? { replicas: tr.replicas, syncEvery: tr.syncEvery, inner: tr.inner,
+      mine: this.lastMine ?? null } : null;
     return { rows, pooledCapacity: members.reduce((s, m) => s + (Number(m.capacity) || 0), 0),
-      stepRate: rate, etaSeconds: rate && left !== null ? left / rate : null, step, steps };
+      stepRate: rate, etaSeconds: rate && left !== null ? left / rate : null, step, steps, local };
   }
 
   /** Emit room:peers: at once, or (while steps commit) at most every PEERS_EVERY_MS. */
@@ -567,7 +574,8 @@ export class Mesh {
    * recipeSettings), or with `resume` the checkpoint's.
    */
   async start({ task = null, steps = 600, seed = 0, batch = 64, micro_batch = 16, lr = 3e-3, hidden = 128, layers = null, dataset = null,
-    augment_shift = null, lr_warmup = null, lr_decay_steps = null, verify_rate = null, aggregate = null } = {}, resume = null) {
+    augment_shift = null, lr_warmup = null, lr_decay_steps = null, replicas = 1, sync_every = 1, outer_lr = 0.7,
+    outer_momentum = 0.9, verify_rate = null, aggregate = null } = {}, resume = null) {
     if (!this.net.room || this.net.room.host !== this.net.id) throw new Error("only the host starts a run");
     if (verify_rate !== null && !(Number.isFinite(verify_rate) && verify_rate >= 0 && verify_rate <= 1)) throw new Error("the verify rate must be in [0, 1]");
     if (aggregate !== null && !["auto", "star", "ring"].includes(aggregate)) throw new Error("the aggregation must be one of auto, star, ring");
@@ -580,7 +588,8 @@ export class Mesh {
     if (!Number.isInteger(steps) || steps < 0) throw new Error("steps must be a whole number >= 0");
     const given = { augment_shift, lr_warmup, lr_decay_steps };
     if (resume) for (const k of RECIPE_FIELDS) given[k] ??= resume.identity?.hyper?.[k] ?? 0;
-    const hyper = makeHyper({ seed, batch, micro_batch, lr, ...recipeSettings(task, steps, given) });
+    const hyper = makeHyper({ seed, batch, micro_batch, lr, ...recipeSettings(task, steps, given),
+      replicas, sync_every, outer_lr, outer_momentum });
     const label = dataset?.name ? `the dataset ${dataset.name}` : `the ${task} data`;
     this._state("starting", `preparing the ${task} run`);
     this._preparing("data", 0, 4, `fetching ${label}`);
@@ -632,6 +641,9 @@ export class Mesh {
       const p = this.peer;
       if (!p?.trainer) throw new Error("this device holds no run state yet");
       const tr = p.trainer;
+      if (tr.nTasks !== undefined && tr.replicas !== undefined) { // engine/local.js LocalTrainer
+        throw new Error("a tab does not write a local-steps run's checkpoint yet: save it with daisy-peer --save-checkpoint");
+      }
       const vocab = tr.ds?.meta?.vocab; // a text model's characters ride along to the .pt
       return { identity: p.identity, runId: p.runId, ...tr.snapshot(),
         ...(typeof vocab === "string" ? { vocab } : {}) };

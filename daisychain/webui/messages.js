@@ -63,7 +63,7 @@ const isList = (v, n = 1 << 16) => Array.isArray(v) && v.length <= n;
 const isTasks = (v) => isList(v) && v.every((x) => x && typeof x === "object" && isInt(x.task) && isStr(x.peer, 64) && isMicro(x.micro));
 
 /** A reassembled message -> a run message object; async (compressed bodies). */
-export async function fromMessage(m, size = null) {
+export async function fromMessage(m, size = null, stateSizes = null) {
   const meta = m.meta;
   if (m.type === FrameType.CONTRIB) {
     need(isInt(meta.term) && isInt(meta.task) && isMicro(meta.micro) && isNum(meta.loss) && isInt(meta.correct), "contrib: bad meta");
@@ -79,16 +79,18 @@ export async function fromMessage(m, size = null) {
   }
   if (m.type === FrameType.STATE) {
     need(size !== null, "state: no run to load it into");
-    need(m.body.length === 24 * size + 16, `state of ${m.body.length} bytes does not hold ${size} parameters`);
+    // theta has n values, m and v k each (a local-steps run's differ: stateSizes)
+    const [n, k] = stateSizes ?? [size, size];
+    need(m.body.length === 8 * (n + 2 * k) + 16, `state of ${m.body.length} bytes does not hold ${n} parameters`);
     need(isHex(meta.params_sha256), "state: bad params_sha256");
     const dv = new DataView(m.body.buffer, m.body.byteOffset, m.body.byteLength);
-    const read = (k) => Float64Array.from({ length: size }, (_, i) => dv.getFloat64(8 * (k * size + i), true));
-    const theta = read(0);
-    const mm = read(1);
-    const v = read(2);
+    const read = (at, len) => Float64Array.from({ length: len }, (_, i) => dv.getFloat64(8 * (at + i), true));
+    const theta = read(0, n);
+    const mm = read(n, k);
+    const v = read(n + k, k);
     for (const a of [theta, mm, v]) need(a.every(Number.isFinite), "state holds non-finite values");
     return { T: "state", step: m.step, params_sha256: meta.params_sha256, theta, m: mm, v,
-      b1t: dv.getFloat64(24 * size, true), b2t: dv.getFloat64(24 * size + 8, true) };
+      b1t: dv.getFloat64(8 * (n + 2 * k), true), b2t: dv.getFloat64(8 * (n + 2 * k) + 8, true) };
   }
   if (m.type === FrameType.RING) { // its length and values are checked against the ring (run/ring.js)
     need(isInt(meta.term) && isInt(meta.ring) && (meta.phase === 0 || meta.phase === 1)

@@ -12,6 +12,10 @@ export const SETTINGS = Object.freeze({
   micro_batch: ["int", 1, 4096, false],
   hidden: ["int", 1, 66572, false],
   lr: ["float", 0, 1, true],
+  replicas: ["int", 1, 1024, false],
+  sync_every: ["int", 1, 100000, false],
+  outer_lr: ["float", 0, 4, true],
+  outer_momentum: ["float", 0, 0.999, false],
 });
 
 const INT = /^[+-]?[0-9]{1,30}$/;

@@ -1,6 +1,6 @@
 // Words and numbers for the page: pure functions, no DOM, no network (UI code only).
 
-import { layersText, RECIPE_FIELDS } from "./engine/spec.js";
+import { layersText, LOCAL_FIELDS, RECIPE_FIELDS } from "./engine/spec.js";
 
 /** 1234567 -> "1,234,567" (the same in every locale, so tests and screenshots read alike). */
 export function count(n) {
@@ -58,6 +58,7 @@ export function trainCommand(identity, dataArgs, steps) {
   for (const k of RECIPE_FIELDS) {
     if (hp[k] || identity.task === "image") args.push(`--${k.replace(/_/g, "-")}`, String(hp[k] ?? 0));
   }
+  for (const k of LOCAL_FIELDS) if (k in hp) args.push(`--${k.replace(/_/g, "-")}`, String(hp[k])); // local steps
   return ["daisychain", "train", ...args].map(shellWord).join(" ");
 }
 
@@ -98,4 +99,12 @@ export function plainReason(text) {
     .replace(/this browser has no WebGPU \(navigator\.gpu is missing\)/g, "this browser has no WebGPU")
     .replace(/WebGPU requestAdapter\(\) failed: /g, "the browser could not open the graphics chip for WebGPU: ")
     .replace(/WebGPU requestDevice\(\) failed: /g, "the graphics chip refused WebGPU: ");
+}
+
+/** A local-steps run's line (engine/local.js): "round 3 · 4 replicas × 8 inner steps (inner
+ *  step 24) · this device computed replicas 0, 2 of round 2". */
+export function localSteps(loc, round) {
+  const mine = loc.mine ? `this device computed replica${loc.mine.micro.length === 1 ? "" : "s"} ` +
+    `${loc.mine.micro.join(", ")} of round ${loc.mine.step}` : "this device has computed no replica yet";
+  return `round ${round} · ${loc.replicas} replicas × ${loc.syncEvery} inner steps (inner step ${loc.inner}) · ${mine}`;
 }

@@ -6,6 +6,7 @@ does not break the run, and a run identity that differs is refused in words."""
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -159,7 +160,10 @@ def test_a_tab_hosted_room_rolls_back_a_lying_daisy_peer(browser_cpu, tabs, peer
     """A tab hosts (its coordinator spot-checks at the default rate 0.05, 3 strikes); one
     daisy-peer is honest, one runs `--fault flip`. Its unchecked lies are rolled back when it
     is removed: the tab and the honest peer end on `daisychain train`'s hash; the tab's
-    events name the liar and the rollback; the liar exits 1 and says why."""
+    events name the liar (and the rollback, when there is one); the liar exits 1 and says why.
+    Whether a rollback happens depends on the random checks: a liar caught by three checks
+    of step 0 (as in one run here) has no committed step to undo. The hash is the proof; the
+    shared scenarios (tests/scenarios/rollback_*.json) show the JS rollback itself."""
     s = dict(SETTINGS, steps=24, seed=3)   # 32 micro-batches a step: ~1.6 checked
     ref = reference(s)
     host, code = _host_room(tabs, browser_cpu, "tab-host")
@@ -175,5 +179,9 @@ def test_a_tab_hosted_room_rolls_back_a_lying_daisy_peer(browser_cpu, tabs, peer
     run = host.state("window.__daisy.run")
     assert run["sha"] == ref["params_sha256"] == honest["params_sha256"]
     events = "\n".join(host.state("window.__daisy.events"))
-    assert "liar removed: liar" in events and "rolled back" in events, events[-3000:]
+    assert "liar removed: liar (" in events, events[-3000:]
+    for line in events.splitlines():
+        if line.startswith("rolled back"):
+            assert re.fullmatch(r"rolled back \d+ steps?: liar liar( \(\w+\))? sent unchecked "
+                                r"contributions since step \d+", line), line
     assert peers[1].proc.returncode == 1 and "removed from the run by" in err, err[-2000:]

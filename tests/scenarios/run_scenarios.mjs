@@ -10,6 +10,7 @@ const input = JSON.parse(readFileSync(0, "utf8"));
 const W = await import(`${input.webui}/frames.js`);
 const { RunPeer } = await import(`${input.webui}/runpeer.js`);
 const T = await import(`${input.webui}/engine/trainer.js`);
+const L = await import(`${input.webui}/engine/local.js`);
 const { ModelSpec, makeHyper } = await import(`${input.webui}/engine/spec.js`);
 const { parseDataset } = await import(`${input.webui}/engine/data.js`);
 const { CpuUnits } = await import(`${input.webui}/engine/paths.js`);
@@ -53,11 +54,13 @@ function corrupt(ints, fault, step, last = null) {
   if (fault === "flip") out[step % out.length] = flip12(out[step % out.length]);
   else if (fault === "scale") for (let i = 0; i < out.length; i++) out[i] *= 2;
   else if (fault === "huge") out[0] = 2 ** 52;
+  else if (fault === "neg-half") out[out.length - 1] = -1; // a local-steps run's: the last moment half negative
   else throw new Error(`unknown fault ${fault}`);
   return out;
 }
 
 async function contributeAt(tr, theta, step, micro) {
+  if (tr.replicas !== undefined) return tr.contribute(micro, step, theta); // engine/local.js: a round
   const grad = new Float64Array(tr.layout.size);
   const loss = new Float64Array(micro.length);
   const correct = new Int32Array(micro.length);
@@ -182,7 +185,8 @@ class Net {
     let msg;
     try {
       for (const f of frames) m = r.feed(f);
-      msg = await W.fromMessage(m, peer.trainer ? peer.trainer.layout.size : null);
+      const tr = peer.trainer;
+      msg = await W.fromMessage(m, tr ? tr.totalSize : null, tr ? tr.stateSizes : null);
     } catch (err) {
       this.reasm.delete(key);
       const n = this.out.length;
@@ -214,7 +218,7 @@ class Net {
   }
 
   async makeTrainer(identity, ds) {
-    return T.Trainer.create({ spec: ModelSpec.fromJson(identity.model), hyper: makeHyper(identity.hyper),
+    return L.makeTrainer({ spec: ModelSpec.fromJson(identity.model), hyper: makeHyper(identity.hyper),
       dataset: ds, luts, units });
   }
 

@@ -19,7 +19,7 @@ import numpy as np
 
 from daisychain.engine.settings import add_run_arguments, settings_from_args
 from daisychain.engine.spec import Hyper, ModelSpec
-from daisychain.engine.trainer import Trainer
+from daisychain.engine.local import make_trainer as build_trainer
 from daisychain.peer import frames as F
 from daisychain.peer import run as R
 from daisychain.units import load_luts
@@ -52,6 +52,8 @@ def corrupt(ints: np.ndarray, fault, step: int, last: dict | None = None) -> np.
         ints = ints * 2
     elif fault == "huge":
         ints[0] = 2 ** 52
+    elif fault == "neg-half":  # a local-steps run's: the last moment half negative
+        ints[-1] = -1
     else:
         raise ValueError(f"unknown fault {fault}")
     return ints
@@ -178,7 +180,8 @@ class Net:
             m = None
             for fr in frames:
                 m = r.feed(fr)
-            msg = F.from_message(m, peer.trainer.layout.size if peer.trainer else None)
+            tr = peer.trainer
+            msg = F.from_message(m, tr.total_size if tr else None, tr.state_sizes if tr else None)
         except F.FrameError as exc:
             self.reasm.pop((sender, to), None)
             n = len(self.out)
@@ -214,13 +217,13 @@ class Net:
     # -- ops -------------------------------------------------------------------------------
 
     def make_trainer(self, identity, ds):
-        return Trainer(ModelSpec.from_json(identity["model"]), Hyper(**identity["hyper"]), ds,
+        return build_trainer(ModelSpec.from_json(identity["model"]), Hyper(**identity["hyper"]), ds,
                        self.luts)
 
     def resolve(self, v, to: str):
         peer = self.peers.get(to)
         if isinstance(v, str) and v.startswith("$"):
-            return {"$run": peer.run_id, "$sha": peer._hash() if peer.trainer else "0" * 64,
+            return {"$run": peer.run_id, "$sha": peer.member.sha() if peer.trainer else "0" * 64,
                     "$term": peer.term, "$step": peer.step}[v]
         if isinstance(v, dict):
             return {k: self.resolve(x, to) for k, x in v.items()}
@@ -238,7 +241,7 @@ class Net:
             if "kind" in e:  # a member that says it is a tab (ring scenarios)
                 kw["kind"] = e["kind"]
             if e.get("host"):
-                self.peers[pid] = R.RunPeer(pid, trainer=Trainer(self.rs.spec, self.rs.hp, self.rs.ds, self.luts),
+                self.peers[pid] = R.RunPeer(pid, trainer=build_trainer(self.rs.spec, self.rs.hp, self.rs.ds, self.luts),
                                             steps=int(e.get("steps", self.rs.steps)),
                                             wait_peers=int(e.get("wait_peers", 0)), **kw)
             else:
@@ -330,6 +333,6 @@ def run_scenario(scenario: dict) -> dict:
     net = Net(scenario)
     for e in scenario["events"]:
         net.op(e)
-    final = {p: {"step": net.peers[p].step, "sha": net.peers[p]._hash() if net.peers[p].trainer else None}
+    final = {p: {"step": net.peers[p].step, "sha": net.peers[p].member.sha() if net.peers[p].trainer else None}
              for p in net.live()}
     return {"outputs": json.loads(json.dumps(net.out)), "final": final}

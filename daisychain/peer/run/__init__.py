@@ -30,8 +30,13 @@ Rollback: when a liar is removed (strikes), every step in the coordinator's roll
 the state before the earliest one (a new term; each member gets ``restore`` + STATE) and
 computes those steps again without it.
 
-Modules, one role each: :mod:`.driver` (the thin :class:`RunPeer` that routes inputs),
-:mod:`.member`, :mod:`.coordinator`, :mod:`.trust` (verdicts, strikes, removal, rollback),
+Hand-over is composition, not a flag: the driver :class:`RunPeer` always holds a
+:class:`~.member.Member` (the replica) and, while this peer is the host, a
+:class:`~.coordinator.Coordinator` built from that member's state; stepping down drops it.
+
+Modules, one role each: :mod:`.driver` (the thin :class:`RunPeer` that routes inputs to the
+role objects), :mod:`.member`, :mod:`.coordinator`, :mod:`.trust` (the coordinator's
+verdicts, strikes, removal, rollback),
 :mod:`.checks` (pure spot-check functions), :mod:`.split`, :mod:`.aggregator`,
 :mod:`.rollback`, :mod:`.state` (the one state loader), :mod:`.outputs`.
 """
@@ -46,4 +51,5 @@ from daisychain.peer.run.outputs import (  # noqa: F401
 from daisychain.peer.run.rollback import Window, window_steps  # noqa: F401
 from daisychain.peer.run.split import contribute_at, finish_shares, measure_capacity  # noqa: F401
 from daisychain.peer.run.state import tensor_bounds  # noqa: F401
-from daisychain.peer.run.coordinator import _Check, _Member, _Task  # noqa: F401  (tests build these)
+from daisychain.peer.run.coordinator import Coordinator, _Check, _Member, _Task  # noqa: F401  (tests build these)
+from daisychain.peer.run.member import Member  # noqa: F401

@@ -1,7 +1,12 @@
 """The coordinator role (the room host): announce the run, admit members, split each step
 into tasks (:mod:`.split`), dispatch them, give late ones a backup, collect contributions
 and commit the step's total (:mod:`.aggregator`) to everyone; restore the room from a state.
-A member becomes coordinator from its own state (:meth:`CoordinatorRole._become_coordinator`)."""
+A :class:`Coordinator` is built from this peer's :class:`~.member.Member` when the peer
+becomes the room's host (hand-over) and dropped when it steps down. It reads the replica only
+through the member's narrow interface (``trainer``, ``bounds``, ``step``, ``sha()``,
+``state()``, ``load()``, ``committed()``) and the room through the driver; every attribute of
+the coordinating (members, tasks, checks, the rollback window, strikes) lives here. The trust
+checks (:mod:`.trust`) are its methods too."""
 
 from __future__ import annotations
 
@@ -9,14 +14,16 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from daisychain.engine.trainer import capacity_split
+from daisychain.engine.trainer import capacity_split, params_sha256
 from daisychain.peer import frames as F
 from daisychain.peer.run.aggregator import Star
 from daisychain.peer.run.checks import checked_micro
 from daisychain.peer.run.outputs import Compute, Ended, Log, Output, Refused, RestoreError, Restored, Send
+from daisychain.peer.run.ring_roles import RingCoordinator
 from daisychain.peer.run.rollback import Window, window_steps
 from daisychain.peer.run.split import finish_shares
-from daisychain.peer.run.state import checked_state, load_state, state_message
+from daisychain.peer.run.state import checked_state
+from daisychain.peer.run.trust import TrustRole
 
 #: smallest and initial deadline (seconds) of a task
 MIN_DEADLINE_S = 2.0
@@ -65,31 +72,143 @@ class _Check:
     refereed: bool = False
 
 
-class CoordinatorRole:
-    """Mixed into :class:`~.driver.RunPeer`: everything the room host does."""
+def _of_peer(name: str) -> property:
+    return property(lambda self: getattr(self.peer, name))
+
+
+class Coordinator(TrustRole):
+    """The room host's side of the run. ``peer``: the driver (settings, room, clock);
+    ``member``: this peer's replica, which the coordinator commits to."""
 
     aggregator = Star()
+
+    def __init__(self, peer, member):
+        self.peer = peer
+        self.member = member
+        member.lead()
+        self.term = member.term + 1
+        self.ended = member.ended
+        self.wait_peers = peer.wait_peers  # the host waits once, at the start
+        peer.wait_peers = 0
+        self.members: dict[str, _Member] = {}
+        self.tasks: dict[int, _Task] = {}
+        self.checks: dict[int, _Check] = {}
+        self.next_task = 0
+        self.pending: dict[tuple[int, int], tuple[int, ...]] = {}  # our own tasks: (step, task) -> micro
+        self.step_started = False
+        self.self_spm: float | None = None  # our own seconds per micro-batch
+        self.timing_from = self.step + 1    # ... timed from this step on (a term's first warms up)
+        self.catching_up = False
+        self.catch_from: str | None = None  # the member ahead whose state we asked for
+        self.catch_until = 0.0
+        self.restored_term = -1             # this term's state came from a restore
+        self.wait_for: set[str] = set()     # members to hear from before a step
+        self.wait_until = 0.0
+        self.strike_count: dict[str, int] = {}
+        self.banned: set[str] = set()       # removed from the run (liars)
+        self.window = Window(0)             # the rollback window (see rollback.py)
+        self.unchecked_since: dict[str, int] = {}  # peer -> first unchecked step
+        self._new_window()
+        self.run: F.Run | None = None  # our announce (made by begin())
+        self.ring = RingCoordinator(self)  # ring hook: a step summed by a ring (ring_roles.py)
+
+    # -- what the coordinator reads: the replica through the member, the room through the peer
+
+    @property
+    def trainer(self):
+        return self.member.trainer
+
+    @property
+    def bounds(self):
+        return self.member.bounds
+
+    @property
+    def step(self) -> int:
+        return self.member.step
+
+    def _hash(self) -> str:
+        return self.member.sha()
+
+    # the room and the run's settings: the driver's, read only
+    me, now, open, room, names, capacity, steps, verify_rate, strikes = (
+        _of_peer(n) for n in ("me", "now", "open", "room", "names", "capacity", "steps",
+                              "verify_rate", "strikes"))
+
+    def _name(self, peer: str) -> str:
+        return self.peer._name(peer)
+
+    def _announce(self) -> F.Run:
+        tr = self.trainer
+        return F.Run(tr.identity, tr.run_id, self.steps, self.term, self.step, self._hash(), self.me,
+                     self.verify_rate, self.strikes)
 
     def _announce_targets(self) -> list[str]:
         return sorted(p for p in self.open if p in self.room and p != self.me and p not in self.banned)
 
-    def _become_coordinator(self, old_host: str | None) -> list[Output]:
-        self.coordinating = True
-        self.coord = self.me
-        self.term += 1
-        self.members = {}
-        self.tasks = {}
-        self.checks = {}
-        self.step_started = False
-        self.pending.clear()
-        self._ring_drop()  # ring hook
-        self.self_spm, self.timing_from = None, self.step + 1  # a term's first step warms up
-        self._new_window()
+    def begin(self, old_host: str | None) -> list[Output]:
+        """Announce the run (a new term) to everyone with an open channel."""
+        self.run = self._announce()
         out: list[Output] = [Log(f"coordinating the run from step {self.step} (term {self.term})")]
         return out + [Send(p, self._announce()) for p in self._announce_targets()]
 
-    def _on_ready(self, sender: str, msg: F.Ready) -> list[Output]:
-        if not self.coordinating or msg.term != self.term or self.ended:
+    def start(self) -> list[Output]:
+        """The host of a new room: members the run was announced to get a while to answer
+        before the first step."""
+        self.wait_for, self.wait_until = set(self._announce_targets()), self.now + START_WAIT_S
+        return self._maybe_begin()
+
+    def tick(self) -> list[Output]:
+        if self.ended:
+            return []
+        return self._check_catch_up() + self._check_deadlines() + self.ring.check_deadline() + \
+            self._maybe_begin()  # ring hook
+
+    def room_left(self) -> list[Output]:
+        """The signaling room changed: members no longer in it left."""
+        out: list[Output] = []
+        for m in [m for m in self.members if m not in self.room]:
+            out += self.member_left(m)
+        return out
+
+    def channel_open(self, peer: str) -> list[Output]:
+        if self.run and not self.ended:
+            return [Send(peer, self._announce())]
+        return []
+
+    def bad_message(self, sender: str, reason: str) -> list[Output]:
+        if sender in self.members and sender not in self.banned:
+            return self._strike(sender, "refused", None,
+                                f"refused a message from {self._name(sender)}: {reason}")
+        return [Log(f"refused a message from {self._name(sender)}: {reason}", loud=True)]
+
+    def computed(self, step: int, task: int, result) -> list[Output]:
+        micro = self.pending.pop((step, task), None)
+        if micro is None or self.ended:
+            return []
+        loss = float(np.sum(result.loss)) if len(result.loss) else 0.0
+        correct = int(np.sum(result.correct))
+        if self.ring.owns(step, task):  # ring hook: our share of the step's ring
+            return self.ring.computed(step, task, result.grad, loss, correct)
+        return self._take_contrib(self.me, step, task, micro, result.grad, loss, correct)
+
+    def on_state(self, sender: str, msg: F.State) -> list[Output]:
+        """The STATE of a member that was ahead: take it and restart from there."""
+        if self.trainer is None or params_sha256(msg.theta) != msg.params_sha256:
+            return [] if self.trainer is None else [
+                Log(f"state from {sender} does not match its hash: ignored", loud=True)]
+        if msg.step <= self.step:
+            return []
+        try:
+            state = checked_state(self.trainer, msg.step, msg.theta, msg.m, msg.v, msg.b1t, msg.b2t)
+        except RestoreError as exc:
+            return [Log(f"state from {sender}: {exc}: ignored", loud=True)]
+        self.member.load(state)
+        self.pending.clear()
+        return [Log(f"synced to step {msg.step} from {sender} "
+                    f"(params {msg.params_sha256[:12]})")] + self._caught_up()
+
+    def on_ready(self, sender: str, msg: F.Ready) -> list[Output]:
+        if msg.term != self.term or self.ended:
             return []
         if sender in self.banned:
             return [Log(f"{self._name(sender)} was removed from the run: its ready is ignored", loud=True)]
@@ -113,12 +232,14 @@ class CoordinatorRole:
                 Send(sender, self._state())] + self._maybe_begin()
 
     def _state(self) -> F.State:
-        return state_message(self.trainer)
+        return self.member.state()
 
     def _new_window(self) -> None:
         """A rollback window from this replica's state on (a new term, a restore, a catch-up):
         what came before it cannot be rolled back."""
-        size = self.window_size if self.window_size is not None else window_steps(self.verify_rate, self.strikes)
+        size = self.peer.window_size
+        if size is None:
+            size = window_steps(self.verify_rate, self.strikes)
         self.window = Window(size, self.bounds)
         self.window.reset(self.trainer)
         self.unchecked_since = {}
@@ -129,47 +250,44 @@ class CoordinatorRole:
         self.tasks.clear()
         self.checks.clear()
         self.step_started = False
-        self._ring_drop()  # ring hook
+        self.ring.drop()  # ring hook
         self._new_window()
         for m in self.members.values():
             m.synced = False
         return [Send(p, self._announce()) for p in self._announce_targets()]
 
-    def _on_refuse(self, sender: str, msg: F.Refuse) -> list[Output]:
-        if not self.coordinating:
-            return []
+    def on_refuse(self, sender: str, msg: F.Refuse) -> list[Output]:
         m = self.members.setdefault(sender, _Member(sender))
         m.refused, m.ready, m.synced = True, False, False
-        return [Refused(sender, msg.reasons)] + self._member_left(sender, quiet=True) + \
+        return [Refused(sender, msg.reasons)] + self.member_left(sender, quiet=True) + \
             self._maybe_begin()
 
-    def _on_syncrequest(self, sender: str, msg: F.SyncRequest) -> list[Output]:
+    def on_syncrequest(self, sender: str, msg: F.SyncRequest) -> list[Output]:
         if self.trainer is None:
             return []
         out: list[Output] = []
-        if self.coordinating and msg.reason != "coordinator behind":
+        if msg.reason != "coordinator behind":
             out.append(Log(f"{sender} diverged at step {msg.step} (params {msg.params_sha256[:12]}, "
                            f"{msg.reason}): resyncing it", loud=True))
-        return out + [Send(sender, self._state())] + self._ring_resend(sender)  # ring hook
+        return out + [Send(sender, self._state())] + self.ring.resend(sender)  # ring hook
 
-    def _on_datarequest(self, sender: str, msg: F.DataRequest) -> list[Output]:
-        if self.trainer is None or msg.fingerprint != self.trainer.ds.fingerprint:
-            return []
-        return [Send(sender, F.Data(self.trainer.ds.fingerprint, self.trainer.ds.to_bytes()))]
-
-    def _on_contrib(self, sender: str, msg: F.Contrib) -> list[Output]:
-        if not self.coordinating or msg.term != self.term or sender in self.banned:
+    def on_contrib(self, sender: str, msg: F.Contrib) -> list[Output]:
+        if msg.term != self.term or sender in self.banned:
             return []
         bound = len(msg.micro) * self.trainer.limit
         ints = np.asarray(msg.ints)
-        if ints.dtype.kind not in "iu" or ints.size != self.trainer.layout.size:
+        if ints.dtype.kind not in "iu" or ints.size != self.trainer.total_size:
             return self._strike(sender, "refused", None, f"refused a contribution from "
-                                f"{self._name(sender)}: not {self.trainer.layout.size} integers")
+                                f"{self._name(sender)}: not {self.trainer.total_size} integers")
         peak = int(np.abs(ints).max()) if ints.size else 0
         if peak > bound:
             return self._strike(sender, "refused", None, f"refused a contribution from "
                                 f"{self._name(sender)}: a value of magnitude {peak} is over the "
                                 f"clamp bound {int(bound)} of {len(msg.micro)} micro-batch(es)")
+        why = self.trainer.contribution_error(ints, msg.micro)  # a local-steps run's moments
+        if why:
+            return self._strike(sender, "refused", None, f"refused a contribution from "
+                                f"{self._name(sender)}: {why}")
         return self._take_contrib(sender, msg.step, msg.task, msg.micro, msg.ints, msg.loss,
                                   msg.correct)
 
@@ -183,7 +301,7 @@ class CoordinatorRole:
         return float(self.capacity or 1.0) if peer == self.me else self.members[peer].capacity
 
     def _maybe_begin(self) -> list[Output]:
-        if self.step_started or self.catching_up or not self.coordinating or self.ended:
+        if self.step_started or self.catching_up or self.ended:
             return []
         if self.step >= self.steps:
             return self._end()
@@ -198,15 +316,15 @@ class CoordinatorRole:
         return self._begin_step(live)
 
     def _begin_step(self, live: list[str]) -> list[Output]:
-        ring, said = self._ring_choice(live)  # ring hook: sum this step by a ring (peer/run/ring.py)
+        ring, said = self.ring.choice(live)  # ring hook: sum this step by a ring (ring_roles.py)
         if ring:
-            return said + self._ring_begin(live)
+            return said + self.ring.begin(live)
         self.step_started = True
         self.tasks = {}
         self.checks = {}
-        ids = list(range(self.trainer.hp.n_micro))
+        ids = list(range(self.trainer.n_tasks))  # micro-batches; a local-steps run's replicas
         parts = capacity_split(ids, self._split_weights(live, len(ids)))
-        checked = set(checked_micro(self.verify_key, self.step, len(ids), self.verify_rate)) \
+        checked = set(checked_micro(self.peer.verify_key, self.step, len(ids), self.verify_rate)) \
             if len(live) > 1 else set()
         new, out = [], []
         for i, (peer, micro) in enumerate(zip(live, parts)):
@@ -322,7 +440,7 @@ class CoordinatorRole:
     def _commit(self) -> list[Output]:
         step = self.step
         total, contributors, loss, unchecked = self.aggregator.total(
-            self.tasks.values(), self.checks, self.trainer.layout.size, self.me)
+            self.tasks.values(), self.checks, self.trainer.total_size, self.me)
         self.trainer.apply(total)
         self.window.record(self.trainer, step, total, unchecked)
         for p in unchecked:
@@ -332,7 +450,7 @@ class CoordinatorRole:
         self.step_started = False
         self.tasks, self.checks = {}, {}
         self.pending = {k: v for k, v in self.pending.items() if k[0] > step}
-        committed = self._committed(step, loss, contributors, sha)
+        committed = self.member.committed(step, loss, contributors, sha)
         # the next step's assign rides on each member's total: one message down per step
         nxt, carried = [], {}
         for o in self._maybe_begin():
@@ -359,18 +477,18 @@ class CoordinatorRole:
             out.append(Send(peer, self._state()))
         return out
 
-    def _member_left(self, peer: str, quiet: bool = False, force: bool = False) -> list[Output]:
-        if not self.coordinating or peer == self.me:
+    def member_left(self, peer: str, quiet: bool = False, force: bool = False) -> list[Output]:
+        if peer == self.me:
             return []
         if self.catching_up and peer == self.catch_from:
             self.catching_up = False
             return [Log(f"{self._name(peer)} left before sending its state: going on from step "
-                        f"{self.step}", loud=True)] + self._member_left(peer, quiet, force) + \
+                        f"{self.step}", loud=True)] + self.member_left(peer, quiet, force) + \
                 self._maybe_begin()
         m = self.members.get(peer)
         if m is not None and (not m.refused or force):
             del self.members[peer]
-        ring = self._ring_member_left(peer)  # ring hook: its ring is abandoned, the step redone
+        ring = self.ring.member_left(peer)  # ring hook: its ring is abandoned, the step redone
         if ring is not None:
             return ring
         orphans = []
@@ -463,14 +581,12 @@ class CoordinatorRole:
         ``AdamState``): it loads it, opens a new term (open work is dropped) and sends each
         member ``restore`` + STATE + ``run``; training continues from ``step`` (to ``steps``,
         the run's total, if given). Raises
-        RestoreError when this peer does not coordinate or the state does not fit the run."""
-        if not self.coordinating or self.trainer is None:
-            raise RestoreError("only the coordinator (the room's host) restores the room")
+        RestoreError when the state does not fit the run."""
         state = checked_state(self.trainer, step, theta, adam.m, adam.v, adam.b1t, adam.b2t,
                               params_sha256)
-        load_state(self.trainer, state)
+        self.member.load(state)
         if steps is not None:
-            self.steps = int(steps)
+            self.peer.steps = int(steps)
         self._new_window()
         self.term += 1
         sha = self._hash()
@@ -484,7 +600,7 @@ class CoordinatorRole:
         self.tasks, self.step_started, self.catching_up, self.ended = {}, False, False, False
         self.checks = {}
         self.pending.clear()
-        self._ring_drop()  # ring hook
+        self.ring.drop()  # ring hook
         for mem in self.members.values():
             mem.ready = mem.synced = False
         targets = self._announce_targets()
@@ -496,14 +612,3 @@ class CoordinatorRole:
                 out += [Send(p, restore), Send(p, state)]
             out.append(Send(p, announce))
         return out + self._maybe_begin()
-
-    def start(self, now: float) -> list[Output]:
-        """The host of a new room: start coordinating (call once the signaling id is known)."""
-        self.now = now
-        if self.host is None:
-            self.host = self.me
-        out = [] if self.coordinating else self._become_coordinator(None)
-        # members the run was announced to get a while to answer before the first step
-        self.wait_for, self.wait_until = set(self._announce_targets()), now + START_WAIT_S
-        return out + self._maybe_begin()
-

@@ -1,9 +1,11 @@
 """The thin driver: one replica of one run, as a plain object (no sockets, no clock, no
-threads). It holds what every role shares (the trainer, the room, the term) and routes each
-input to its role: :class:`~.member.MemberRole` (follow a coordinator: compute, apply,
-state sync), :class:`~.coordinator.CoordinatorRole` (split, dispatch, deadlines, commit),
-:class:`~.trust.TrustRole` (spot-check verdicts, strikes, removal and rollback of a liar).
-See the package docstring for the protocol."""
+threads). It holds what every role shares (the settings, the room, the clock) and two role
+objects: always a :class:`~.member.Member` (the replica: its trainer, the run it follows,
+compute, apply, state sync) and, while this peer is the room's host, a
+:class:`~.coordinator.Coordinator` built from that member's state (split, dispatch,
+deadlines, commit, and the trust checks of :mod:`.trust`). Hand-over is building one;
+stepping down is dropping it (the member takes over its term). Each input goes to the role
+that handles it. See the package docstring for the protocol."""
 
 from __future__ import annotations
 
@@ -11,30 +13,34 @@ import math
 import secrets
 from typing import Callable
 
-import numpy as np
-
 from daisychain.engine.model import Result
 from daisychain.engine.trainer import Trainer
 from daisychain.peer import frames as F
-from daisychain.peer.run.coordinator import CoordinatorRole
-from daisychain.peer.run.member import MemberRole
-from daisychain.peer.run.outputs import Log, Output, Send
-from daisychain.peer.run.ring import RingRole
-from daisychain.peer.run.rollback import Window
-from daisychain.peer.run.split import measure_capacity
-from daisychain.peer.run.state import tensor_bounds
-from daisychain.peer.run.trust import TrustRole
+from daisychain.peer.run.coordinator import Coordinator
+from daisychain.peer.run.member import Member
+from daisychain.peer.run.outputs import Log, Output, RestoreError
+from daisychain.peer.run.ring import AGGREGATES
 
 #: default share of micro-batches spot-checked by a second peer, and mismatches tolerated
 VERIFY_RATE = 0.05
 STRIKES = 3
+
+#: the messages each role handles (others are dropped: a coordinator takes no assign, a
+#: member no contribution)
+MEMBER_MESSAGES = frozenset({"run", "assign", "total", "state", "restore", "end", "data", "refuse",
+                             "syncrequest"})
+COORDINATOR_MESSAGES = frozenset({"ready", "refuse", "contrib", "state", "syncrequest"})
+#: the ring's messages (ring_roles.py), handled by the role's ``ring``: a chunk by whichever
+#: role speaks for the replica, a plan and a commit by a member, a sum by the coordinator
+MEMBER_RING_MESSAGES = frozenset({"ringplan", "ringcommit", "ringchunk"})
+COORDINATOR_RING_MESSAGES = frozenset({"ringsum", "ringchunk"})
 
 
 def message_name(msg) -> str:
     return getattr(msg, "T", None) or type(msg).__name__.lower()
 
 
-class RunPeer(MemberRole, CoordinatorRole, TrustRole, RingRole):
+class RunPeer:
     """One replica of one run. ``me`` is this peer's signaling id."""
 
     def __init__(self, me: str, *, kind: str = "python", make_trainer: Callable | None = None,
@@ -43,90 +49,120 @@ class RunPeer(MemberRole, CoordinatorRole, TrustRole, RingRole):
                  verify_rate: float = VERIFY_RATE, strikes: int = STRIKES,
                  verify_key: str | None = None, window: int | None = None, aggregate: str = "star"):
         self.me = me
+        if aggregate not in AGGREGATES:
+            raise ValueError(f"the aggregation must be one of {', '.join(AGGREGATES)}")
+        if aggregate == "ring" and verify_rate > 0:
+            raise ValueError("--aggregate ring needs --verify-rate 0: a ring hides each "
+                             "contribution from the spot-checks")
+        self.aggregate = aggregate  # auto | star | ring: how a coordinator sums (ring.py)
         if not (math.isfinite(verify_rate) and 0.0 <= verify_rate <= 1.0):
             raise ValueError("the verify rate must be in [0, 1]")
         if not 1 <= int(strikes) <= F.MAX_STRIKES:
             raise ValueError(f"strikes must be in [1, {F.MAX_STRIKES}]")
-        self.verify_rate = float(verify_rate)
+        self.verify_rate = float(verify_rate)   # the run's (a member takes its announce's)
         self.strikes = int(strikes)
         self.verify_key = verify_key or secrets.token_hex(16)
         self.window_size = window  # the rollback window in steps (None: from the verify rate)
         self.names: dict[str, str] = {}    # signaling id -> the name it gave (for logs)
-        self.checks: dict[int, _Check] = {}  # coordinator: spot-checks of the current step
-        self.strike_count: dict[str, int] = {}
-        self.banned: set[str] = set()     # coordinator: removed from the run (liars)
         self.kind = kind
         self.make_trainer = make_trainer   # (identity, Dataset) -> Trainer (this peer's units)
         self.capacity = capacity
         self.selftest = selftest
-        self.trainer = trainer
-        self.bounds = tensor_bounds(trainer) if trainer else None
-        self.steps = steps
-        self.wait_peers = wait_peers
+        self.steps = steps                 # the run's length (the announce's, or ours as host)
+        self.wait_peers = wait_peers       # the host waits once for this many members
         self.now = 0.0
         self.host: str | None = None      # the room host per the signaling server
-        self.coord: str | None = None     # the coordinator whose run announce we follow
         self.open: set[str] = set()       # peers with an open data channel
         self.room: set[str] = set()       # approved members per the signaling server
-        self.term = 0
-        self.run: F.Run | None = None     # the announce (members), or our own (coordinator)
-        self.coordinating = False
-        self.members: dict[str, _Member] = {}
-        self.tasks: dict[int, _Task] = {}
-        self.next_task = 0
-        self.self_spm: float | None = None  # the coordinator's own seconds per micro-batch
-        self.timing_from = 0                # ... timed from this step on (see _time_task)
-        self.step_started = False
-        self.ended = False
-        self.refused = False
-        self.pending: dict[tuple[int, int], tuple[int, ...]] = {}  # member: (step, task) -> micro
         self.done_by: dict[str, int] = {}  # peer -> micro-batches committed (everyone tracks)
-        self.awaiting_data = False
-        self.catching_up = False
-        self.catch_from: str | None = None  # coordinator: the member ahead whose state we asked for
-        self.catch_until = 0.0
-        self.restoring: tuple[int, str] | None = None  # member: (step, hash) a restore announced
-        self.restored_term = -1           # coordinator: this term's state came from a restore
-        self.wait_for: set[str] = set()   # coordinator: members to hear from before a step
-        self.wait_until = 0.0
-        self.window = Window(0)           # coordinator: the rollback window (see rollback.py)
-        self.unchecked_since: dict[str, int] = {}  # coordinator: peer -> first unchecked step
-        self._ring_init(aggregate)  # ring hook: auto | star | ring (peer/run/ring.py)
-        if trainer is not None:  # the host of a new room: the run is ours
-            self.run = self._announce()
-            if capacity is None:
-                self.capacity = measure_capacity(trainer)
+        self.member = Member(self, trainer)
+        self.coordinator: Coordinator | None = None  # while this peer is the room's host
 
-    # -- properties ------------------------------------------------------------------------
+    # -- what callers read -----------------------------------------------------------------
+
+    @property
+    def coordinating(self) -> bool:
+        return self.coordinator is not None
+
+    @property
+    def role(self):
+        """The role that speaks for this replica now: the coordinator, else the member."""
+        return self.coordinator or self.member
+
+    @property
+    def trainer(self) -> Trainer | None:
+        return self.member.trainer
+
+    @property
+    def bounds(self):
+        return self.member.bounds
 
     @property
     def step(self) -> int:
-        return self.trainer.state.step if self.trainer else 0
+        return self.member.step
+
+    @property
+    def term(self) -> int:
+        return self.role.term
+
+    @property
+    def run(self) -> F.Run | None:
+        """The announce: our own while coordinating, else the one the member follows."""
+        return self.role.run
 
     @property
     def run_id(self) -> str:
         return self.run.run_id if self.run else ""
 
-    def _hash(self) -> str:
-        return self.trainer.params_sha256()
+    @property
+    def ended(self) -> bool:
+        return self.role.ended
 
-    def _announce(self) -> F.Run:
-        tr = self.trainer
-        return F.Run(tr.identity, tr.run_id, self.steps, self.term, self.step, self._hash(), self.me,
-                     self.verify_rate, self.strikes)
+    @property
+    def refused(self) -> bool:
+        return self.member.refused
+
+    @property
+    def coord(self) -> str | None:
+        return self.me if self.coordinator else self.member.coord
 
     def _name(self, peer: str) -> str:
         name = self.names.get(peer)
         return f"{name} ({peer})" if name and name != peer else peer
 
+    # -- hand-over -------------------------------------------------------------------------
+
+    def _lead(self, old_host: str | None) -> list[Output]:
+        """This peer became the room's host: a coordinator from the member's state."""
+        self.coordinator = Coordinator(self, self.member)
+        return self.coordinator.begin(old_host)
+
+    def _step_down(self, host: str | None) -> list[Output]:
+        """Another host was named (we were away): drop the coordinator, follow that host."""
+        self.member.follow_after(self.coordinator)
+        self.coordinator = None
+        return [Log(f"{host} is the coordinator now")]
+
     # -- inputs ----------------------------------------------------------------------------
+
+    def start(self, now: float) -> list[Output]:
+        """The host of a new room: start coordinating (call once the signaling id is known)."""
+        self.now = now
+        if self.host is None:
+            self.host = self.me
+        out = [] if self.coordinator else self._lead(None)
+        return out + self.coordinator.start()
+
+    def restore(self, step: int, theta, adam, params_sha256: str | None = None,
+                source: str = "a checkpoint", steps: int | None = None) -> list[Output]:
+        """The coordinator restores the whole room (:meth:`.Coordinator.restore`)."""
+        if self.coordinator is None or self.trainer is None:
+            raise RestoreError("only the coordinator (the room's host) restores the room")
+        return self.coordinator.restore(step, theta, adam, params_sha256, source, steps)
 
     def tick(self, now: float) -> list[Output]:
         self.now = now
-        if not self.coordinating or self.ended:
-            return []
-        return self._check_catch_up() + self._check_deadlines() + self._ring_check_deadline() + \
-            self._maybe_begin()
+        return self.coordinator.tick() if self.coordinator else []
 
     def room_changed(self, ids, host: str | None, names: dict | None = None) -> list[Output]:
         """The signaling room changed: approved online members ``ids`` (self included);
@@ -135,84 +171,61 @@ class RunPeer(MemberRole, CoordinatorRole, TrustRole, RingRole):
         self.room = set(ids)
         if names:
             self.names.update({str(k): str(v)[:64] for k, v in names.items()})
-        gone = [m for m in self.members if m not in self.room]
         old_host, self.host = self.host, host
-        if host == self.me and not self.coordinating and self.trainer is not None and self.run:
-            out += self._become_coordinator(old_host)
-        elif host != self.me and self.coordinating:
-            self.coordinating = False  # another host was named (we were away): follow it
-            out.append(Log(f"{host} is the coordinator now"))
-        for m in gone:
-            out += self._member_left(m)
-        return out + self._ring_stuck()  # ring hook
+        if host == self.me and self.coordinator is None and self.trainer is not None and self.member.run:
+            out += self._lead(old_host)
+        elif host != self.me and self.coordinator is not None:
+            out += self._step_down(host)
+        if self.coordinator:
+            return out + self.coordinator.room_left()
+        return out + self.member.ring.stuck()  # ring hook
 
     def channel_open(self, peer: str) -> list[Output]:
         self.open.add(peer)
-        if self.coordinating and self.run and not self.ended:
-            return [Send(peer, self._announce())]
-        return []
+        return self.coordinator.channel_open(peer) if self.coordinator else []
 
     def channel_closed(self, peer: str) -> list[Output]:
         self.open.discard(peer)
-        return self._member_left(peer) if self.coordinating else self._ring_stuck()  # ring hook
+        return self.coordinator.member_left(peer) if self.coordinator else self.member.ring.stuck()  # ring hook
 
     def receive(self, sender: str, msg: F.RunMessage, run_id: str = "") -> list[Output]:
         """A decoded message; ``run_id`` is its frame header's. Messages of another run than
         the one this peer follows are dropped (loudly); only a peer whose run ended takes a
-        ``run`` announce of a new one."""
+        ``run`` announce of a new one. Each message goes to the role that handles it."""
         if run_id and self.run_id and run_id != self.run_id and not (
-                isinstance(msg, F.Run) and self.ended and not self.coordinating):
+                isinstance(msg, F.Run) and self.ended and self.coordinator is None):
             return [Log(f"a {message_name(msg)} message of run {run_id} from {self._name(sender)}; "
                         f"this peer follows run {self.run_id}: dropped", loud=True)]
         name = type(msg).__name__.lower()
-        if name == "refuse" and not self.coordinating:
-            return self._member_on_refuse(sender, msg)
-        handler = getattr(self, "_on_" + name)
-        return handler(sender, msg)
+        if name == "datarequest":  # either role serves the run's dataset
+            return self.member.on_datarequest(sender, msg)
+        role = self.coordinator
+        if role is None:
+            role = self.member
+            if name in MEMBER_RING_MESSAGES:
+                return getattr(role.ring, "on_" + name)(sender, msg)
+            if name not in MEMBER_MESSAGES:
+                return []
+        elif name in COORDINATOR_RING_MESSAGES:
+            return getattr(role.ring, "on_" + name)(sender, msg)
+        elif name not in COORDINATOR_MESSAGES:
+            return []
+        return getattr(role, "on_" + name)(sender, msg)
 
     def bad_message(self, sender: str, reason: str) -> list[Output]:
         """``sender`` sent bytes that are not a valid message (``reason``). Logged by name;
         the coordinator counts it as a strike against a member of the run."""
-        if self.coordinating and sender in self.members and sender not in self.banned:
-            return self._strike(sender, "refused", None,
-                                f"refused a message from {self._name(sender)}: {reason}")
+        if self.coordinator:
+            return self.coordinator.bad_message(sender, reason)
         return [Log(f"refused a message from {self._name(sender)}: {reason}", loud=True)]
 
     def computed(self, step: int, task: int, result: Result) -> list[Output]:
-        key = (step, task)
-        micro = self.pending.pop(key, None)
-        if micro is None or self.ended:
-            return []
-        loss = float(np.sum(result.loss)) if len(result.loss) else 0.0
-        correct = int(np.sum(result.correct))
-        if self._ring_owns(step, task):  # ring hook: a share of this replica's ring
-            return self._ring_computed(step, task, result.grad, loss, correct)
-        if self.coordinating:
-            return self._take_contrib(self.me, step, task, micro, result.grad, loss, correct)
-        if self.coord is None or step != self.step:
-            return []
-        return [Send(self.coord, F.Contrib(self.term, step, task, micro, loss, correct, result.grad))]
+        return self.role.computed(step, task, result)
 
     def data(self, blob: bytes | None) -> list[Output]:
         """The dataset fetch finished (``None``: failed)."""
-        from daisychain.engine.data import DataError, Dataset
-        if not self.awaiting_data or self.run is None:
-            return []
-        want = self.run.identity.get("dataset")
-        if blob is not None:
-            import hashlib
-            if hashlib.sha256(blob).hexdigest() == want:
-                self.awaiting_data = False
-                try:
-                    ds = Dataset.from_bytes(blob)
-                except DataError as exc:
-                    return self._refuse([f"dataset: {exc}"])
-                return self._prepared(ds)
-        if self.coord and self.coord != self.me:  # ask the coordinator over the channel
-            return [Log("the server has no matching dataset; asking the coordinator"),
-                    Send(self.coord, F.DataRequest(want))]
-        return self._refuse(["dataset fingerprint: no copy of the run's dataset found"])
+        return self.member.data(blob)
 
     def summary(self) -> dict:
         return {"run_id": self.run_id, "step": self.step, "done_by": dict(self.done_by),
-                "params_sha256": self._hash() if self.trainer else None}
+                "params_sha256": self.member.sha() if self.trainer else None}

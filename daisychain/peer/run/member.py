@@ -1,31 +1,130 @@
-"""The member role: follow the coordinator that announced the run, compute the tasks it
-assigns, apply each step's total and compare hashes, take a STATE when behind or restored,
-and leave when removed."""
+"""The member role: the replica (its trainer and the run it follows). Follow the coordinator
+that announced the run, compute the tasks it assigns, apply each step's total and compare
+hashes, take a STATE when behind or restored, serve its state and dataset to whoever asks,
+and leave when removed. While this peer coordinates, its :class:`~.coordinator.Coordinator`
+reads the replica through :class:`Member`'s narrow interface (``trainer``, ``bounds``,
+``step``, ``sha()``, ``load()``, ``committed()``, ``state()``); the member itself then only
+serves the run's dataset."""
 
 from __future__ import annotations
 
-from daisychain.engine.trainer import identity_differences, params_sha256
+import numpy as np
+
+from daisychain.engine.model import Result
+from daisychain.engine.trainer import Trainer, TrainState, identity_differences, params_sha256
 from daisychain.peer import frames as F
 from daisychain.peer.run.outputs import (
     Committed, Compute, Ended, FetchData, Log, Output, Refused, Removed, RestoreError, Restored, Send)
+from daisychain.peer.run.ring_roles import RingMember
 from daisychain.peer.run.split import measure_capacity
-from daisychain.peer.run.state import checked_state, load_state, tensor_bounds
+from daisychain.peer.run.state import checked_state, load_state, state_message, tensor_bounds
 
 
-class MemberRole:
-    """Mixed into :class:`~.driver.RunPeer`: the handlers of what a coordinator sends."""
 
-    def _on_run(self, sender: str, msg: F.Run) -> list[Output]:
-        if self.refused or self.coordinating or msg.term < self.term or (
-                msg.term == self.term and sender != self.coord):
+class Member:
+    """The replica of this peer and the handlers of what a coordinator sends. ``peer``: the
+    driver (settings, room, names, clock)."""
+
+    def __init__(self, peer, trainer: Trainer | None = None):
+        self.peer = peer
+        self.trainer = trainer
+        self.bounds = tensor_bounds(trainer) if trainer else None
+        self.term = 0
+        self.run: F.Run | None = None     # the announce we follow
+        self.coord: str | None = None     # the coordinator whose announce we follow
+        self.ended = False
+        self.refused = False
+        self.pending: dict[tuple[int, int], tuple[int, ...]] = {}  # (step, task) -> micro
+        self.awaiting_data = False
+        self.restoring: tuple[int, str] | None = None  # (step, hash) a restore announced
+        self.ring = RingMember(self)  # ring hook: its part in a ring (ring_roles.py)
+        if trainer is not None:  # the host of a new room: the run is ours
+            self.run = F.Run(trainer.identity, trainer.run_id, peer.steps, 0, self.step, self.sha(),
+                             peer.me, peer.verify_rate, peer.strikes)
+            if peer.capacity is None:
+                peer.capacity = measure_capacity(trainer)
+
+    # -- the narrow interface a coordinator reads the replica through ---------------------
+
+    @property
+    def step(self) -> int:
+        return self.trainer.state.step if self.trainer else 0
+
+    def sha(self) -> str:
+        return self.trainer.params_sha256()
+
+    def state(self) -> F.State:
+        """This replica's whole state as a STATE message."""
+        return state_message(self.trainer)
+
+    def load(self, state: TrainState) -> None:
+        """Take a whole checked state (the one state loader, :mod:`.state`)."""
+        load_state(self.trainer, state)
+        self.pending.clear()
+
+    def committed(self, step, loss, contributors, sha) -> list[Output]:
+        """A step was committed (applied here): count who did what."""
+        for peer, n in contributors:
+            self.peer.done_by[peer] = self.peer.done_by.get(peer, 0) + n
+        mine = dict(contributors).get(self.peer.me, 0)
+        return [Committed(step, loss, contributors, mine, sha)]
+
+    # -- hand-over ---------------------------------------------------------------------------
+
+    def lead(self) -> None:
+        """This peer starts coordinating: its own tasks as a member are dropped."""
+        self.coord = self.peer.me
+        self.pending.clear()
+        self.ring.drop()  # ring hook: the coordinator's ring is its own
+        self.restoring = None
+
+    def follow_after(self, coordinator) -> None:
+        """This peer's coordinator was dropped: the member goes on from its term and announce
+        (a new host's announce has a later term)."""
+        self.term, self.run, self.ended = coordinator.term, coordinator.run, coordinator.ended
+
+    # -- inputs ------------------------------------------------------------------------------
+
+    def computed(self, step: int, task: int, result: Result) -> list[Output]:
+        micro = self.pending.pop((step, task), None)
+        if micro is None or self.ended or self.coord is None or step != self.step:
+            return []
+        loss = float(np.sum(result.loss)) if len(result.loss) else 0.0
+        correct = int(np.sum(result.correct))
+        if self.ring.owns(step, task):  # ring hook: a share of this replica's ring
+            return self.ring.computed(step, task, result.grad, loss, correct)
+        return [Send(self.coord, F.Contrib(self.term, step, task, micro, loss, correct, result.grad))]
+
+    def data(self, blob: bytes | None) -> list[Output]:
+        """The dataset fetch finished (``None``: failed)."""
+        from daisychain.engine.data import DataError, Dataset
+        if not self.awaiting_data or self.run is None:
+            return []
+        want = self.run.identity.get("dataset")
+        if blob is not None:
+            import hashlib
+            if hashlib.sha256(blob).hexdigest() == want:
+                self.awaiting_data = False
+                try:
+                    ds = Dataset.from_bytes(blob)
+                except DataError as exc:
+                    return self._refuse([f"dataset: {exc}"])
+                return self._prepared(ds)
+        if self.coord and self.coord != self.peer.me:  # ask the coordinator over the channel
+            return [Log("the server has no matching dataset; asking the coordinator"),
+                    Send(self.coord, F.DataRequest(want))]
+        return self._refuse(["dataset fingerprint: no copy of the run's dataset found"])
+
+    def on_run(self, sender: str, msg: F.Run) -> list[Output]:
+        if self.refused or msg.term < self.term or (msg.term == self.term and sender != self.coord):
             return []
         self.coord = sender
-        self.steps = msg.steps
-        self.verify_rate, self.strikes = msg.verify_rate, msg.strikes
+        self.peer.steps = msg.steps
+        self.peer.verify_rate, self.peer.strikes = msg.verify_rate, msg.strikes
         first = self.run is None or msg.run_id != self.run.run_id
         if first or msg.term != self.term:
             self.pending.clear()  # (the same announce again, on a reopened channel: work goes on)
-            self._ring_drop()  # ring hook
+            self.ring.drop()  # ring hook
         self.term, self.run = msg.term, msg
         self.ended = False
         if self.trainer is not None and not first:
@@ -37,7 +136,7 @@ class MemberRole:
 
     def _prepared(self, ds) -> list[Output]:
         try:
-            self.trainer = self.make_trainer(self.run.identity, ds)
+            self.trainer = self.peer.make_trainer(self.run.identity, ds)
         except Exception as exc:  # noqa: BLE001 - a run we cannot build is refused, in words
             return self._refuse([f"cannot build the run here: {exc}"])
         self.bounds = tensor_bounds(self.trainer)
@@ -45,83 +144,78 @@ class MemberRole:
 
     def _check_identity(self) -> list[Output]:
         reasons = identity_differences(self.trainer.identity, self.run.identity)
-        if not self.selftest[0]:
-            reasons.append(f"self-test failed: {self.selftest[1]}")
+        if not self.peer.selftest[0]:
+            reasons.append(f"self-test failed: {self.peer.selftest[1]}")
         if reasons:
             return self._refuse(reasons)
-        if self.capacity is None:
-            self.capacity = measure_capacity(self.trainer)
+        if self.peer.capacity is None:
+            self.peer.capacity = measure_capacity(self.trainer)
         return [Log(f"joined run {self.run.run_id} (step {self.run.step} of {self.run.steps})"),
                 Send(self.coord, self._ready())]
 
     def _ready(self) -> F.Ready:
-        return F.Ready(self.term, float(self.capacity or 1.0), self.kind, self.step, self._hash())
+        return F.Ready(self.term, float(self.peer.capacity or 1.0), self.peer.kind, self.step, self.sha())
 
     def _refuse(self, reasons: list[str]) -> list[Output]:
         self.refused = True
-        out: list[Output] = [Refused(self.me, tuple(reasons))]
-        if self.coord and self.coord != self.me:
+        out: list[Output] = [Refused(self.peer.me, tuple(reasons))]
+        if self.coord and self.coord != self.peer.me:
             out.insert(0, Send(self.coord, F.Refuse(self.term, tuple(reasons))))
         return out
 
-    def _on_assign(self, sender: str, msg: F.Assign) -> list[Output]:
-        if self.coordinating or sender != self.coord or msg.term != self.term or self.trainer is None:
+    def on_assign(self, sender: str, msg: F.Assign) -> list[Output]:
+        if sender != self.coord or msg.term != self.term or self.trainer is None:
             return []
         if msg.step != self.step:
             return []
         out: list[Output] = []
         for t in msg.tasks:
-            if t.peer == self.me and (msg.step, t.task) not in self.pending:
+            if t.peer == self.peer.me and (msg.step, t.task) not in self.pending:
                 self.pending[(msg.step, t.task)] = t.micro
                 out.append(Compute(msg.step, t.task, t.micro, self.trainer.theta.copy()))
         return out
 
-    def _on_total(self, sender: str, msg: F.Total) -> list[Output]:
-        if self.coordinating or sender != self.coord or self.trainer is None:
+    def on_total(self, sender: str, msg: F.Total) -> list[Output]:
+        if sender != self.coord or self.trainer is None:
             return []
         if msg.step < self.step:
             return []
         if msg.step > self.step:
             return [Log(f"missed steps {self.step}..{msg.step - 1}: resyncing", loud=True),
-                    Send(sender, F.SyncRequest(self.term, self.step, self._hash(), "behind"))]
+                    Send(sender, F.SyncRequest(self.term, self.step, self.sha(), "behind"))]
         out = self._apply(msg.ints, msg.loss, msg.contributors, msg.params_sha256, sender)
-        if msg.tasks and msg.term == self.term and self._hash() == msg.params_sha256:
+        if msg.tasks and msg.term == self.term and self.sha() == msg.params_sha256:
             # the next step's tasks, started the moment the total is applied (not on a
             # replica that just diverged: it waits for its STATE; a backup takes the task)
-            out += self._on_assign(sender, F.Assign(msg.term, msg.step + 1, msg.tasks))
+            out += self.on_assign(sender, F.Assign(msg.term, msg.step + 1, msg.tasks))
         return out
 
-    def _on_state(self, sender: str, msg: F.State) -> list[Output]:
-        if self.trainer is None or (sender != self.coord and not self.coordinating):
+    def on_state(self, sender: str, msg: F.State) -> list[Output]:
+        if self.trainer is None or sender != self.coord:
             return []
-        restore, self.restoring = (self.restoring, None) if not self.coordinating else (None, None)
-        if params_sha256(msg.theta) != msg.params_sha256:
+        restore, self.restoring = self.restoring, None
+        if params_sha256(msg.theta[:self.trainer.layout.size]) != msg.params_sha256:
             return [Log(f"state from {sender} does not match its hash: ignored", loud=True)]
         if restore is not None and restore != (msg.step, msg.params_sha256):
             return [Log(f"restore from {sender}: the state (step {msg.step}, params "
                         f"{msg.params_sha256[:12]}) is not the announced checkpoint (step "
                         f"{restore[0]}, params {restore[1][:12]}): ignored", loud=True)]
-        if self.coordinating and msg.step <= self.step:
-            return []
         try:
             state = checked_state(self.trainer, msg.step, msg.theta, msg.m, msg.v, msg.b1t, msg.b2t)
         except RestoreError as exc:
             return [Log(f"state from {sender}: {exc}: ignored", loud=True)]
-        load_state(self.trainer, state)
-        self.pending.clear()
+        self.load(state)
         out: list[Output] = [Log(f"synced to step {msg.step} from {sender} "
                                  f"(params {msg.params_sha256[:12]})")]
         if restore is not None:
             out.append(Restored(msg.step, msg.params_sha256, sender))
-        if self.coordinating:  # caught up with a member that was ahead: restart from there
-            return out + self._caught_up()
-        return out + self._ring_synced()  # ring hook: a held ring plan of this step starts
+        return out + self.ring.synced()  # ring hook: a held ring plan of this step starts
 
-    def _on_restore(self, sender: str, msg: F.Restore) -> list[Output]:
+    def on_restore(self, sender: str, msg: F.Restore) -> list[Output]:
         """The coordinator restored the room: the STATE that follows replaces ours."""
-        if self.refused or self.coordinating or self.trainer is None or msg.term < self.term:
+        if self.refused or self.trainer is None or msg.term < self.term:
             return []
-        if sender not in (self.coord, self.host):
+        if sender not in (self.coord, self.peer.host):
             return [Log(f"a restore from {sender}, who does not coordinate the run: ignored", loud=True)]
         self.coord, self.term = sender, msg.term
         self.restoring = (msg.step, msg.params_sha256)
@@ -130,45 +224,50 @@ class MemberRole:
         return [Log(f"{sender} restores the room from a checkpoint: step {msg.step}, "
                     f"params {msg.params_sha256[:12]}")]
 
-    def _on_end(self, sender: str, msg: F.End) -> list[Output]:
+    def on_end(self, sender: str, msg: F.End) -> list[Output]:
         if sender != self.coord or self.trainer is None or self.ended:
             return []
-        if self._ring_holds_end(msg):  # ring hook: our ring's last total is still gathering
+        if self.ring.holds_end(msg):  # ring hook: our ring's last total is still gathering
             return []
         self.ended = True
-        return [Ended(msg.step, self._hash(), self._hash() == msg.params_sha256 and msg.step == self.step)]
+        return [Ended(msg.step, self.sha(), self.sha() == msg.params_sha256 and msg.step == self.step)]
 
-    def _on_data(self, sender: str, msg: F.Data) -> list[Output]:
+    def on_data(self, sender: str, msg: F.Data) -> list[Output]:
         if sender != self.coord:
             return []
         return self.data(msg.data) if self.awaiting_data else []
 
+    def on_syncrequest(self, sender: str, msg: F.SyncRequest) -> list[Output]:
+        """Whoever asks gets this replica's state (a new coordinator that is behind, too)."""
+        return [] if self.trainer is None else [Send(sender, self.state())]
 
-    def _committed(self, step, loss, contributors, sha) -> list[Output]:
-        for peer, n in contributors:
-            self.done_by[peer] = self.done_by.get(peer, 0) + n
-        mine = dict(contributors).get(self.me, 0)
-        return [Committed(step, loss, contributors, mine, sha)]
+    def on_datarequest(self, sender: str, msg: F.DataRequest) -> list[Output]:
+        if self.trainer is None or msg.fingerprint != self.trainer.ds.fingerprint:
+            return []
+        return [Send(sender, F.Data(self.trainer.ds.fingerprint, self.trainer.ds.to_bytes()))]
 
     def _apply(self, ints, loss, contributors, sha, sender) -> list[Output]:
         step = self.step
+        why = self.trainer.contribution_error(ints, range(self.trainer.n_tasks))  # local steps
+        if why:
+            return [Log(f"a total of step {step} from {self.peer._name(sender)} that no replica makes "
+                        f"({why}): ignored", loud=True)]
         self.trainer.apply(ints)
         self.pending = {k: v for k, v in self.pending.items() if k[0] > step}
-        out = self._committed(step, loss, contributors, sha)
-        mine = self._hash()
+        out = self.committed(step, loss, contributors, sha)
+        mine = self.sha()
         if mine != sha:
             out.append(Log(f"PARAMETER HASH MISMATCH after step {step}: {mine[:16]} here, "
                            f"{sha[:16]} at the coordinator: resyncing", loud=True))
             out.append(Send(sender, F.SyncRequest(self.term, self.step, mine, "hash mismatch")))
         return out
 
-
-    def _member_on_refuse(self, sender: str, msg: F.Refuse) -> list[Output]:
+    def on_refuse(self, sender: str, msg: F.Refuse) -> list[Output]:
         """The coordinator removed this replica from the run (``reasons``: why)."""
         if sender != self.coord or self.refused:
             return []
         self.refused = self.ended = True
         self.pending.clear()
         reason = "; ".join(msg.reasons)
-        return [Log(f"removed from the run by {self._name(sender)}: {reason}", loud=True),
+        return [Log(f"removed from the run by {self.peer._name(sender)}: {reason}", loud=True),
                 Removed(sender, reason)]

@@ -33,21 +33,91 @@ MAX_WINDOW = 100_000
 MAX_WINDOW_BYTES = 256 * 2**20
 
 
-def log_escape(k: int, rate: float, strikes: int) -> float:
-    """log P(fewer than ``strikes`` of ``k`` steps checked), each with probability ``rate``:
-    the binomial terms C(k,i) r^i (1-r)^(k-i), i < strikes, summed in log space (no term
-    underflows, whatever k). The same float operations as rollback.js logEscape."""
-    lq, lr = math.log1p(-rate), math.log(rate)
-    lt = k * lq
-    terms = [lt]
+#: exact powers of two that move a scaled number's mantissa 32 binary places at a time
+_BIG = 4294967296.0              # 2**32
+_SMALL = 2.3283064365386963e-10  # 2**-32
+#: terms of the escape sum more than this many binary places under the largest are left out
+_DROP = 1000
+
+
+def _scaled(m: float, e: int) -> tuple[float, int]:
+    """(m, e) as the same number m * 2**e with 1/2 <= m < 1 (0 as (0.0, 0)): only products with
+    powers of two, which are exact, so no value underflows or overflows however small."""
+    if m == 0.0:
+        return 0.0, 0
+    while m >= _BIG:
+        m = m * _SMALL
+        e = e + 32
+    while m < _SMALL:
+        m = m * _BIG
+        e = e - 32
+    while m >= 1.0:
+        m = m * 0.5
+        e = e + 1
+    while m < 0.5:
+        m = m * 2.0
+        e = e - 1
+    return m, e
+
+
+def _times(a: tuple[float, int], b: tuple[float, int]) -> tuple[float, int]:
+    return _scaled(a[0] * b[0], a[1] + b[1])
+
+
+def _power(x: float, n: int) -> tuple[float, int]:
+    """x**n, scaled, by repeated squaring (the bits of n from the lowest)."""
+    acc, base = (0.5, 1), _scaled(x, 0)
+    while n > 0:
+        if n % 2 == 1:
+            acc = _times(acc, base)
+        base = _times(base, base)
+        n = n // 2
+    return acc
+
+
+def _half_power(d: int) -> float:
+    """2**-d (0 <= d <= _DROP), exactly: a product of exact powers of two."""
+    acc, base = 1.0, 0.5
+    while d > 0:
+        if d % 2 == 1:
+            acc = acc * base
+        base = base * base
+        d = d // 2
+    return acc
+
+
+def escape_probability(k: int, rate: float, strikes: int) -> tuple[float, int]:
+    """P(fewer than ``strikes`` of ``k`` steps checked), each with probability ``rate`` (0 < rate
+    < 1), as a scaled number (m, e) = m * 2**e: the binomial terms C(k,i) r^i (1-r)^(k-i),
+    i < strikes, each from the one before by a running product, summed from the largest's
+    binary place. Only + - * / and comparisons (DETERMINISM.md rule 7), in this one order,
+    the same as rollback.js escapeProbability: both languages get the same bits."""
+    q = 1.0 - rate
+    t = _power(q, k)
+    terms = [t]
     for i in range(min(strikes, k + 1) - 1):
-        lt += math.log((k - i) / (i + 1)) + lr - lq
-        terms.append(lt)
-    top = max(terms)
+        m = t[0] * (k - i)
+        m = m / (i + 1)
+        m = m * rate
+        m = m / q
+        t = _scaled(m, t[1])
+        terms.append(t)
+    top = None
+    for m, e in terms:
+        if m != 0.0 and (top is None or e > top):
+            top = e
+    if top is None:
+        return 0.0, 0
     acc = 0.0
-    for t in terms:
-        acc += math.exp(t - top)
-    return top + math.log(acc)
+    for m, e in terms:
+        if m != 0.0 and top - e <= _DROP:
+            acc = acc + m * _half_power(top - e)
+    return _scaled(acc, top)
+
+
+def _below(a: tuple[float, int], b: tuple[float, int]) -> bool:
+    """a < b for scaled numbers (b not 0)."""
+    return a[0] == 0.0 or a[1] < b[1] or (a[1] == b[1] and a[0] < b[0])
 
 
 def window_steps(rate: float, strikes: int, escape: float = ESCAPE) -> int:
@@ -55,22 +125,28 @@ def window_steps(rate: float, strikes: int, escape: float = ESCAPE) -> int:
     step checked with probability ``rate`` (0 when nothing is checked; at most MAX_WINDOW).
     P falls as k grows, so k is found by bisection, from a k at which P is still >= 1/2
     (while k * rate <= strikes - 1, the median of the checks is under ``strikes``): a few
-    dozen sums of ``strikes`` terms, whatever a run announce says."""
+    dozen sums of ``strikes`` terms, whatever a run announce says. P is
+    :func:`escape_probability`: the definition, in Python and JS alike."""
     if not rate > 0.0:
         return 0
     if rate >= 1.0:
         return int(strikes)
     strikes = int(strikes)
-    goal = math.log(escape)
-    lo = max(strikes, math.floor((strikes - 1) / rate))
-    if lo >= MAX_WINDOW or log_escape(MAX_WINDOW, rate, strikes) >= goal:
+    goal = _scaled(float(escape), 0)
+
+    def under(k: int) -> bool:
+        return _below(escape_probability(k, rate, strikes), goal)
+
+    median = (strikes - 1) / rate  # inf for a subnormal rate: no window reaches it
+    if median >= MAX_WINDOW or not under(MAX_WINDOW):
         return MAX_WINDOW
-    if log_escape(lo, rate, strikes) < goal:
+    lo = max(strikes, math.floor(median))
+    if under(lo):
         return lo
     hi = MAX_WINDOW  # P(lo) >= escape > P(hi)
     while hi - lo > 1:
         mid = (lo + hi) // 2
-        if log_escape(mid, rate, strikes) < goal:
+        if under(mid):
             hi = mid
         else:
             lo = mid
@@ -130,7 +206,7 @@ class Window:
             now = trainer.snapshot()
             trainer.load(self.base)
             for s in old:
-                trainer.apply(s.total(now.theta.size))
+                trainer.apply(s.total(trainer.total_size))
             self.base = trainer.snapshot()
             trainer.load(now)
 
@@ -144,7 +220,7 @@ class Window:
         trainer.load(self.base)
         keep = [s for s in self.steps if s.step < step]
         for s in keep:
-            trainer.apply(s.total(self.base.theta.size))
+            trainer.apply(s.total(trainer.total_size))
         self.steps = keep
         self.held = sum(len(s.body) for s in keep)
 
@@ -153,4 +229,5 @@ class Window:
         if self.base is None:
             return 0
         b = self.base
-        return b.theta.nbytes + b.adam.m.nbytes + b.adam.v.nbytes + sum(len(s.body) for s in self.steps)
+        held = [b.theta, b.adam.m, b.adam.v] if hasattr(b, "adam") else [b.theta, b.outer, b.m, b.v]
+        return sum(a.nbytes for a in held) + sum(len(s.body) for s in self.steps)

@@ -12,7 +12,8 @@ from daisychain.peer.run.outputs import Alarm, Log, Output, Send
 
 
 class TrustRole:
-    """Mixed into :class:`~.driver.RunPeer` (with :class:`~.coordinator.CoordinatorRole`)."""
+    """The trust methods of :class:`~.coordinator.Coordinator` (its base class: the same
+    object, the coordinator's attributes; a file of its own for one idea)."""
 
     def _open_for(self, j: int) -> list:
         return [t for t in self.tasks.values() if t.micro == (j,) and t.result is None and t.assignees]
@@ -92,7 +93,7 @@ class TrustRole:
         for c in self.checks.values():
             if c.decided is None:
                 c.votes.pop(peer, None)
-        return out + self._member_left(peer, quiet=True, force=True)
+        return out + self.member_left(peer, quiet=True, force=True)
 
     def _roll_back(self, peer: str, since: int) -> list[Output]:
         """Go back to the state before step ``since`` and compute again from there."""

@@ -14,7 +14,7 @@ import { augmentMicroBatch } from "./augment.js";
 import { pow2 } from "./detmath.js";
 import { Engine, initParams, ParamLayout } from "./model.js";
 import { permutation, STREAM_SHUFFLE } from "./prng.js";
-import { hyperJson, imageShape, nMicro, SpecError } from "./spec.js";
+import { HYPER_FLOATS, hyperJson, imageShape, nMicro, SpecError } from "./spec.js";
 
 export const ENGINE_VERSION = "1";
 
@@ -121,6 +121,36 @@ export class Trainer {
     this.adam = new AdamState(this.theta.length);
     this.step = 0;
     this.limit = gradLimit(hyper);
+  }
+
+  /** Tasks of a step the run protocol hands out: the micro-batches (trainer.py n_tasks). */
+  get nTasks() {
+    return nMicro(this.hp);
+  }
+
+  /** Entries of a contribution and of a step's total: one per parameter. */
+  get totalSize() {
+    return this.layout.size;
+  }
+
+  /** [values of the state's theta part, of each moment part] on the wire (STATE). */
+  get stateSizes() {
+    return [this.layout.size, this.layout.size];
+  }
+
+  /** Why a received contribution cannot be one beyond size and clamp bound: never here. */
+  contributionError() {
+    return null;
+  }
+
+  /** The state as the STATE frame carries it: a snapshot. */
+  wireState() {
+    return this.snapshot();
+  }
+
+  /** The state a checked STATE's fields stand for. */
+  stateOf(st) {
+    return { step: st.step, theta: st.theta, m: st.m, v: st.v, b1t: st.b1t, b2t: st.b2t };
   }
 
   /** Switch compute path (e.g. after a GPU failure); the bits do not change. */
@@ -256,6 +286,6 @@ export function runIdentity(spec, hp, ds, luts) {
 }
 
 export async function runId(identity) {
-  const text = canonicalJson(identity, new Set(["lr", "beta1", "beta2", "eps", "weight_decay"]));
+  const text = canonicalJson(identity, new Set(HYPER_FLOATS));
   return (await sha256Hex(new TextEncoder().encode(text))).slice(0, 16);
 }

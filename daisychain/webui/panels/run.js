@@ -62,6 +62,9 @@ export function renderRun() {
   $("run-state").textContent = words(r.text || r.state);
   $("step").textContent = String(r.step);
   $("steps-total").textContent = r.steps ?? "—";
+  const loc = state.roomPeers?.local; // a local-steps run: a step is a round
+  $("local-label").hidden = $("local-steps").hidden = !loc;
+  if (loc) setText($("local-steps"), F.localSteps(loc, r.step));
   $("loss").textContent = F.loss(r.loss);
   $("params-sha256").textContent = r.sha || "—";
   $("run-id").textContent = r.runId || "—";

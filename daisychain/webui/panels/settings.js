@@ -12,7 +12,8 @@ import { renderCheckpoint } from "./end.js";
 
 // -- settings, datasets, uploads --------------------------------------------------------------
 
-export const FIELDS = ["dataset", "data_file", "task", "steps", "layers", "hidden", "batch", "micro_batch", "lr", "seed", "verify_rate", "aggregate"];
+export const FIELDS = ["dataset", "data_file", "task", "steps", "layers", "hidden", "batch", "micro_batch", "lr", "seed",
+  "replicas", "sync_every", "outer_lr", "outer_momentum", "verify_rate", "aggregate"];
 
 export function renderSettings() {
   const host = !!state.room?.isHost && !state.pending;
@@ -152,6 +153,10 @@ export function readSettings() {
   const micro = num("micro_batch", "the micro-batch");
   const hidden = num("hidden", "hidden");
   const lr = num("lr", "the learning rate");
+  const local = { // local steps (engine/local.js); 1 and 1: the synchronous run
+    replicas: num("replicas", "replicas"), sync_every: num("sync_every", "sync every"),
+    outer_lr: num("outer_lr", "the outer learning rate"), outer_momentum: num("outer_momentum", "the outer momentum"),
+  };
   if (!errors.batch && !errors.micro_batch && batch % micro) {
     errors.batch = `the batch (${batch}) must be a multiple of the micro-batch (${micro})`;
   }
@@ -182,7 +187,7 @@ export function readSettings() {
   if (aggregate === "ring" && verifyRate > 0) {
     errors.aggregate = "ring needs spot-checks off: a ring hides each contribution from them";
   }
-  const settings = { task, steps, seed, batch, micro_batch: micro, lr, hidden, layers, dataset: ds,
+  const settings = { task, steps, seed, batch, micro_batch: micro, lr, hidden, layers, dataset: ds, ...local,
     verify_rate: verifyRate, aggregate };
   return { settings, errors };
 }

@@ -1,15 +1,22 @@
 // The coordinator role (daisychain/peer/run/coordinator.py), the room host: announce the run,
 // admit members, split each step into tasks (split.js), dispatch them, give late ones a
 // backup, collect contributions and commit the step's total (aggregator.js) to everyone;
-// restore the room from a state. A member becomes coordinator from its own state
-// (_becomeCoordinator). Mixed into RunPeer (driver.js).
+// restore the room from a state. A Coordinator is built from this tab's Member (member.js) when
+// the tab becomes the room's host (hand-over) and dropped when it steps down. It reads the
+// replica only through the member's narrow interface (trainer, bounds, identity, step, sha,
+// rehash(), state(), load(), committed()) and the room through the driver; every attribute of
+// the coordinating (crew, tasks, checks, the rollback window, strikes) lives here. The trust
+// checks (trust.js) are its methods too.
 
-import { checkedState, loadState, tensorBounds } from "./state.js";
+import { paramsSha256 } from "../engine/trainer.js";
+import { checkedState } from "./state.js";
 import { Star } from "./aggregator.js";
 import { checkedMicro } from "./checks.js";
 import { capacitySplit, finishShares } from "./split.js";
 import { Window, windowSteps } from "./rollback.js";
+import { TrustRole } from "./trust.js";
 import { g3, log, pyList, sameInts, send } from "./util.js";
+import { RingCoordinator } from "./ring_roles.js";
 
 export const MIN_DEADLINE_S = 2.0;
 export const DEADLINE_FACTOR = 4.0;
@@ -22,7 +29,7 @@ export const SYNC_WAIT_S = 20.0;
 
 const STAR = new Star();
 
-export class Member {
+export class CrewMember {
   constructor(id) {
     this.id = id;
     this.capacity = 1.0;
@@ -36,7 +43,129 @@ export class Member {
   }
 }
 
-export class CoordinatorRole {
+export class Coordinator {
+  /** `peer`: the driver (settings, room, clock); `member`: this tab's replica, which the
+   * coordinator commits to. */
+  constructor(peer, member) {
+    this.peer = peer;
+    this.member = member;
+    member.lead();
+    this.runId = member.run.run_id;
+    this.term = member.term + 1;
+    this.ended = member.ended;
+    this.waitPeers = peer.waitPeers; // the host waits once, at the start
+    peer.waitPeers = 0;
+    this.crew = new Map();
+    this.tasks = new Map();
+    this.checks = new Map();
+    this.nextTask = 0;
+    this.pending = new Map(); // our own tasks: "step:task" -> micro
+    this.stepStarted = false;
+    this.selfSpm = null;      // our own seconds per micro-batch
+    this.timingFrom = this.step + 1; // ... timed from this step on (a term's first warms up)
+    this.catchingUp = false;
+    this.catchFrom = null;    // the member ahead whose state we asked for
+    this.catchUntil = 0;
+    this.restoredTerm = -1;   // this term's state came from a restore
+    this.waitFor = new Set(); // members to hear from before a step
+    this.waitUntil = 0;
+    this.strikeCount = new Map();
+    this.banned = new Set();  // removed from the run (liars)
+    this.window = new Window(0);     // the rollback window (rollback.js)
+    this.uncheckedSince = new Map(); // peer -> first step with an unchecked contribution
+    this.run = null;          // our announce (made by begin())
+    this.ring = new RingCoordinator(this); // ring hook: a step summed by a ring (ring_roles.js)
+  }
+
+  // -- what the coordinator reads: the replica through the member, the room through the peer
+
+  get trainer() { return this.member.trainer; }
+  get bounds() { return this.member.bounds; }
+  get identity() { return this.member.identity; }
+  get step() { return this.member.step; }
+  get sha() { return this.member.sha; }
+  _rehash() { return this.member.rehash(); }
+  _name(peer) { return this.peer._name(peer); }
+
+  _announce() {
+    return { T: "run", identity: this.identity, run_id: this.runId, steps: this.steps,
+      term: this.term, step: this.step, params_sha256: this.sha, coordinator: this.me,
+      verify_rate: this.verifyRate, strikes: this.strikes };
+  }
+
+  _announceTargets() {
+    return [...this.open].filter((p) => this.room.has(p) && p !== this.me && !this.banned.has(p)).sort();
+  }
+
+  /** Announce the run (a new term) to everyone with an open channel. */
+  async begin() {
+    await this._newWindow();
+    this.run = this._announce();
+    return [log(`coordinating the run from step ${this.step} (term ${this.term})`),
+      ...this._announceTargets().map((p) => send(p, this._announce()))];
+  }
+
+  /** The host of a new run: members it was announced to get a while to answer first. */
+  start() {
+    this.waitFor = new Set(this._announceTargets());
+    this.waitUntil = this.now + START_WAIT_S;
+    return this._maybeBegin();
+  }
+
+  async tick() {
+    if (this.ended) return [];
+    return [...(await this._checkCatchUp()), ...(await this._checkDeadlines()), ...this.ring.checkDeadline(), // ring hook
+      ...this._maybeBegin()];
+  }
+
+  /** The signaling room changed: members no longer in it left. */
+  async roomLeft() {
+    const out = [];
+    for (const m of [...this.crew.keys()].filter((id) => !this.room.has(id))) out.push(...(await this._memberLeft(m)));
+    return out;
+  }
+
+  channelOpen(peer) {
+    return this.run && !this.ended ? [send(peer, this._announce())] : [];
+  }
+
+  async badMessage(sender, reason) {
+    const text = `refused a message from ${this._name(sender)}: ${reason}`;
+    if (this.crew.has(sender) && !this.banned.has(sender)) return this._strike(sender, "refused", null, text);
+    return [log(text, true)];
+  }
+
+  async computed(step, task, result) {
+    const key = `${step}:${task}`;
+    const micro = this.pending.get(key);
+    if (micro === undefined || this.ended) return [];
+    this.pending.delete(key);
+    let loss = 0;
+    for (const l of result.loss) loss += l;
+    let correct = 0;
+    for (const c of result.correct) correct += c;
+    if (this.ring.owns(step, task)) return this.ring.computed(step, task, result.grad, loss, correct); // ring hook
+    return this._takeContrib(this.me, step, task, micro, result.grad, loss, correct);
+  }
+
+  /** The STATE of a member that was ahead: take it and restart from there. */
+  async onState(sender, msg) {
+    if (!this.trainer) return [];
+    if ((await paramsSha256(msg.theta)) !== msg.params_sha256) {
+      return [log(`state from ${sender} does not match its hash: ignored`, true)];
+    }
+    if (msg.step <= this.step) return [];
+    let st;
+    try {
+      st = await checkedState(this.trainer, msg);
+    } catch (err) {
+      return [log(`state from ${sender}: ${err.message}: ignored`, true)];
+    }
+    await this.member.load(st);
+    this.pending.clear();
+    return [log(`synced to step ${msg.step} from ${sender} (params ${msg.params_sha256.slice(0, 12)})`), ...(await this._caughtUp())];
+  }
+
   /** A member that said it is ahead sent no usable STATE in SYNC_WAIT_S (it never answered,
    * or its state was refused): go on from ours and bring it to it (as daisychain/peer/run/). */
   async _checkCatchUp() {
@@ -52,64 +181,13 @@ export class CoordinatorRole {
     return out;
   }
 
-
-  _announceTargets() {
-    return [...this.open].filter((p) => this.room.has(p) && p !== this.me && !this.banned.has(p)).sort();
-  }
-
-  async _becomeCoordinator() {
-    this.coordinating = true;
-    this.coord = this.me;
-    this.term += 1;
-    this.selfSpm = null;              // a term's first step warms up: timed from the next
-    this.timingFrom = this.step + 1;
-    this.crew = new Map();
-    this.tasks = new Map();
-    this.checks = new Map();
-    this.stepStarted = false;
-    this.pending.clear();
-    this._ringDrop(); // ring hook
-    await this._newWindow();
-    return [log(`coordinating the run from step ${this.step} (term ${this.term})`),
-      ...this._announceTargets().map((p) => send(p, this._announce()))];
-  }
-
-  /** This tab hosts a new run (the user pressed Start). */
-  async hostRun(trainer, identity, runId, steps, now) {
-    this.now = now;
-    this.trainer = trainer;
-    this.identity = identity;
-    this.bounds = tensorBounds(trainer);
-    this.steps = steps;
-    this.refused = false;
-    this.ended = false;
-    this.doneBy = {};
-    await this._rehash();
-    this.run = { T: "run", identity, run_id: runId, steps, term: this.term, step: 0, params_sha256: this.sha, coordinator: this.me };
-    if (this.host === null) this.host = this.me;
-    // a new term and crew, announced to every open member: also when this tab already
-    // coordinates (a second run after the first ended or was stopped: without the announce
-    // the members still follow the old run and drop every assign of the new one)
-    const out = await this._becomeCoordinator();
-    // members the run was announced to get a while to answer before the first step
-    this.waitFor = new Set(this._announceTargets());
-    this.waitUntil = now + START_WAIT_S;
-    return [...out, ...this._maybeBegin()];
-  }
-
-  /**
-   * The coordinator restores the whole room from a checked state {step, theta, m, v, b1t,
-   * b2t, params_sha256}: loads it, opens a new term (open work is dropped) and sends each
-   * member restore + STATE + run; training continues from `step` (to `steps`, if given).
-   * Throws when this tab does not coordinate or the state does not fit the run.
-   */
-  async restore(st, now, steps = null) {
-    if (!this.coordinating || !this.trainer) throw new Error("only the coordinator (the room's host) restores the room");
+  /** Restore the whole room from a checked state {step, theta, m, v, b1t, b2t, params_sha256}
+   * (coordinator.py restore): a new term, each member gets restore + STATE + run; training
+   * continues from `step` (to `steps`, if given). Throws when the state does not fit the run. */
+  async restore(st, steps = null) {
     const checked = await checkedState(this.trainer, st, st.params_sha256 || null);
-    this.now = now;
-    await loadState(this.trainer, checked);
-    const sha = await this._rehash();
-    if (steps !== null) this.steps = steps;
+    const sha = await this.member.load(checked);
+    if (steps !== null) this.peer.steps = steps;
     await this._newWindow();
     this.term += 1;
     return this._reopen([log(`restored the room from a checkpoint: step ${st.step}, params ${sha.slice(0, 12)} (term ${this.term})`),
@@ -126,7 +204,7 @@ export class CoordinatorRole {
     this.catchingUp = false;
     this.ended = false;
     this.pending.clear();
-    this._ringDrop(); // ring hook
+    this.ring.drop(); // ring hook
     for (const m of this.crew.values()) {
       m.ready = false;
       m.synced = false;
@@ -145,13 +223,13 @@ export class CoordinatorRole {
   }
 
   async stop(why) {
-    if (!this.coordinating || this.ended) return [];
-    this.steps = this.step; // end after the step in flight
+    if (this.ended) return [];
+    this.peer.steps = this.step; // end after the step in flight
     return [log(why), ...(this.stepStarted ? [] : this._maybeBegin())];
   }
 
-  async _onReady(sender, msg) {
-    if (!this.coordinating || msg.term !== this.term || this.ended) return [];
+  async onReady(sender, msg) {
+    if (msg.term !== this.term || this.ended) return [];
     if (this.banned.has(sender)) return [log(`${this._name(sender)} was removed from the run: its ready is ignored`, true)];
     const m = this._member(sender);
     m.capacity = Math.max(msg.capacity, 1e-3);
@@ -177,14 +255,14 @@ export class CoordinatorRole {
   }
 
   _member(id) {
-    if (!this.crew.has(id)) this.crew.set(id, new Member(id));
+    if (!this.crew.has(id)) this.crew.set(id, new CrewMember(id));
     return this.crew.get(id);
   }
 
   /** A rollback window from this replica's state on (a new term, a restore, a catch-up):
    * what came before it cannot be rolled back. */
   async _newWindow() {
-    this.window = new Window(this.windowSize ?? windowSteps(this.verifyRate, this.strikes), this.bounds);
+    this.window = new Window(this.peer.windowSize ?? windowSteps(this.verifyRate, this.strikes), this.bounds);
     await this.window.reset(this.trainer);
     this.uncheckedSince = new Map();
   }
@@ -195,19 +273,15 @@ export class CoordinatorRole {
     this.tasks.clear();
     this.checks.clear();
     this.stepStarted = false;
-    this._ringDrop(); // ring hook
+    this.ring.drop(); // ring hook
     await this._newWindow();
     for (const m of this.crew.values()) m.synced = false;
     return this._announceTargets().map((p) => send(p, this._announce()));
   }
 
-  async _state() {
-    const st = await this.trainer.snapshot();
-    return { T: "state", step: st.step, params_sha256: this.sha, theta: st.theta, m: st.m, v: st.v, b1t: st.b1t, b2t: st.b2t };
-  }
+  _state() { return this.member.state(); }
 
-  async _onRefuse(sender, msg) {
-    if (!this.coordinating) return [];
+  async onRefuse(sender, msg) {
     const m = this._member(sender);
     m.refused = true;
     m.ready = false;
@@ -216,23 +290,18 @@ export class CoordinatorRole {
       ...this._maybeBegin()];
   }
 
-  async _onSync(sender, msg) {
+  async onSync(sender, msg) {
     if (!this.trainer) return [];
     const out = [];
-    if (this.coordinating && msg.reason !== "coordinator behind") {
+    if (msg.reason !== "coordinator behind") {
       out.push(log(`${sender} diverged at step ${msg.step} (params ${msg.params_sha256.slice(0, 12)}, ${msg.reason}): resyncing it`, true));
     }
-    return [...out, send(sender, await this._state()), ...this._ringResend(sender)]; // ring hook
+    return [...out, send(sender, await this._state()), ...this.ring.resend(sender)]; // ring hook
   }
 
-  async _onDataRequest(sender, msg) {
-    if (!this.trainer || msg.fingerprint !== this.trainer.ds.fingerprint || !this.trainer.ds.bytes) return [];
-    return [send(sender, { T: "data", fingerprint: this.trainer.ds.fingerprint, data: this.trainer.ds.bytes })];
-  }
-
-  async _onContrib(sender, msg) {
-    if (!this.coordinating || msg.term !== this.term || this.banned.has(sender)) return [];
-    const size = this.trainer.layout.size;
+  async onContrib(sender, msg) {
+    if (msg.term !== this.term || this.banned.has(sender)) return [];
+    const size = this.trainer.totalSize;
     const bound = msg.micro.length * this.trainer.limit;
     const ints = msg.ints;
     if (!ints || ints.length !== size) {
@@ -243,6 +312,8 @@ export class CoordinatorRole {
     if (peak > bound) {
       return this._strike(sender, "refused", null, `refused a contribution from ${this._name(sender)}: a value of magnitude ${peak} is over the clamp bound ${bound} of ${msg.micro.length} micro-batch(es)`);
     }
+    const why = this.trainer.contributionError(ints, msg.micro); // a local-steps run's moments
+    if (why) return this._strike(sender, "refused", null, `refused a contribution from ${this._name(sender)}: ${why}`);
     return this._takeContrib(sender, msg.step, msg.task, msg.micro, msg.ints, msg.loss, msg.correct);
   }
 
@@ -262,7 +333,7 @@ export class CoordinatorRole {
   }
 
   _maybeBegin() {
-    if (this.stepStarted || this.catchingUp || !this.coordinating || this.ended) return [];
+    if (this.stepStarted || this.catchingUp || this.ended) return [];
     if (this.step >= this.steps) return this._end();
     if (this.waitFor.size && this.now < this.waitUntil
         && [...this.waitFor].some((p) => this.room.has(p) && this.open.has(p) && !this._answered(p))) {
@@ -276,15 +347,15 @@ export class CoordinatorRole {
   }
 
   _beginStep(live) {
-    const [ring, said] = this._ringChoice(live); // ring hook: sum this step by a ring (run/ring.js)
-    if (ring) return [...said, ...this._ringBegin(live)];
+    const [ring, said] = this.ring.choice(live); // ring hook: sum this step by a ring (ring_roles.js)
+    if (ring) return [...said, ...this.ring.begin(live)];
     this.stepStarted = true;
     this.tasks = new Map();
     this.checks = new Map();
-    const n = this.trainer.hp.batch / this.trainer.hp.micro_batch;
+    const n = this.trainer.nTasks; // micro-batches; a local-steps run's replicas
     const ids = Array.from({ length: n }, (_, j) => j);
     const parts = capacitySplit(ids, this._splitWeights(live, n));
-    const checked = new Set(live.length > 1 ? checkedMicro(this.verifyKey, this.step, n, this.verifyRate) : []);
+    const checked = new Set(live.length > 1 ? checkedMicro(this.peer.verifyKey, this.step, n, this.verifyRate) : []);
     const fresh = [];
     const out = [];
     live.forEach((peer, i) => {
@@ -405,7 +476,7 @@ export class CoordinatorRole {
 
   async _commit() {
     const step = this.step;
-    const { total, contributors, loss, unchecked } = STAR.total(this.tasks.values(), this.checks, this.trainer.layout.size, this.me);
+    const { total, contributors, loss, unchecked } = STAR.total(this.tasks.values(), this.checks, this.trainer.totalSize, this.me);
     await this.trainer.apply(total);
     await this.window.record(this.trainer, step, total, unchecked);
     for (const p of unchecked) if (!this.uncheckedSince.has(p)) this.uncheckedSince.set(p, step);
@@ -415,7 +486,7 @@ export class CoordinatorRole {
     this.tasks = new Map();
     this.checks = new Map();
     for (const k of [...this.pending.keys()]) if (Number(k.split(":")[0]) <= step) this.pending.delete(k);
-    const committed = this._committed(step, loss, contributors, sha);
+    const committed = this.member.committed(step, loss, contributors, sha);
     // the next step's assign rides on each member's total: one message down per step
     const next = [];
     const carried = new Map();
@@ -432,7 +503,7 @@ export class CoordinatorRole {
   }
 
   async _memberLeft(peer, quiet = false, force = false) {
-    if (!this.coordinating || peer === this.me) return [];
+    if (peer === this.me) return [];
     if (this.catchingUp && peer === this.catchFrom) {
       this.catchingUp = false;
       return [log(`${this._name(peer)} left before sending its state: going on from step ${this.step}`, true),
@@ -440,7 +511,7 @@ export class CoordinatorRole {
     }
     const m = this.crew.get(peer);
     if (m && (!m.refused || force)) this.crew.delete(peer);
-    const ring = this._ringMemberLeft(peer); // ring hook: its ring is abandoned, the step redone
+    const ring = this.ring.memberLeft(peer); // ring hook: its ring is abandoned, the step redone
     if (ring !== null) return ring;
     const orphans = [];
     for (const t of this.tasks.values()) {
@@ -531,4 +602,13 @@ export class CoordinatorRole {
     return [...this._receivers().map((p) => send(p, msg)),
       { kind: "ended", step: this.step, params_sha256: this.sha, agreed: true }];
   }
+}
+
+for (const name of Object.getOwnPropertyNames(TrustRole.prototype)) {
+  if (name !== "constructor") Coordinator.prototype[name] = TrustRole.prototype[name];
+}
+
+// the room and the run's settings: the driver's, read only (coordinator.py _of_peer)
+for (const name of ["me", "now", "open", "room", "names", "capacity", "steps", "verifyRate", "strikes"]) {
+  Object.defineProperty(Coordinator.prototype, name, { get() { return this.peer[name]; } });
 }

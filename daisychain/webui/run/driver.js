@@ -1,8 +1,11 @@
 // The thin driver (daisychain/peer/run/driver.py): one replica's view of a run, as a plain object:
-// no sockets, no timers, no DOM. It holds what every role shares (the trainer, the room, the
-// term) and routes each input to its role: MemberRole (member.js), CoordinatorRole
-// (coordinator.js), TrustRole (trust.js). A port of daisychain/peer/run/, rule for rule, so that a tab and daisy-peers follow the
-// same run protocol (docs/MESH.md). The shell (mesh.js) feeds it
+// no sockets, no timers, no DOM. It holds what every role shares (the settings, the room, the
+// clock) and two role objects: always a Member (member.js: the replica, its trainer and the run
+// it follows) and, while this tab is the room's host, a Coordinator (coordinator.js, with the
+// trust checks of trust.js) built from that member's state. Hand-over is building one;
+// stepping down is dropping it (the member takes over its term). Each input goes to the role
+// that handles it. A port of daisychain/peer/run/, rule for rule, so that a tab and
+// daisy-peers follow the same run protocol (docs/MESH.md). The shell (mesh.js) feeds it
 //   members(ids, host), channelOpen(id), channelClosed(id), receive(sender, msg),
 //   computed(step, task, result), data(dataset|null), tick(now)
 // and performs what they return (arrays of outputs):
@@ -20,13 +23,10 @@
 // Hashes are async in the browser (crypto.subtle), so every entry point is async; the shell
 // calls them one at a time.
 
-import { paramsSha256 } from "../engine/trainer.js";
-import { CoordinatorRole } from "./coordinator.js";
-import { MemberRole } from "./member.js";
-import { RingRole } from "./ring.js";
-import { Window } from "./rollback.js";
-import { log, send } from "./util.js";
-import { TrustRole } from "./trust.js";
+import { Coordinator } from "./coordinator.js";
+import { Member } from "./member.js";
+import { AGGREGATES } from "./ring.js";
+import { log } from "./util.js";
 
 /** Default share of micro-batches spot-checked by a second peer, and mismatches tolerated. */
 export const VERIFY_RATE = 0.05;
@@ -39,88 +39,131 @@ function randomKey() {
   return [...b].map((x) => x.toString(16).padStart(2, "0")).join("");
 }
 
+/** The messages each role handles (others are dropped: a coordinator takes no assign, a
+ * member no contribution), each by its handler's name (driver.py MEMBER_MESSAGES). */
+const MEMBER_MESSAGES = { run: "onRun", assign: "onAssign", total: "onTotal", state: "onState",
+  restore: "onRestore", end: "onEnd", data: "onData", refuse: "onRefuse", sync: "onSync" };
+const COORDINATOR_MESSAGES = { ready: "onReady", refuse: "onRefuse", contrib: "onContrib", state: "onState",
+  sync: "onSync" };
+/** The ring's messages (ring_roles.js), handled by the role's `ring`: a chunk by whichever
+ * role speaks for the replica, a plan and a commit by a member, a sum by the coordinator. */
+const MEMBER_RING_MESSAGES = { ring_plan: "onRingPlan", ring_commit: "onRingCommit", ring_chunk: "onRingChunk" };
+const COORDINATOR_RING_MESSAGES = { ring_sum: "onRingSum", ring_chunk: "onRingChunk" };
+
 export class RunPeer {
   constructor(me, { kind = "cpu", capacity = null, makeTrainer = null, selftest = [true, "ok"],
     verifyRate = VERIFY_RATE, strikes = STRIKES, verifyKey = null, waitPeers = 0, window = null, aggregate = "star" } = {}) {
     if (!(Number.isFinite(verifyRate) && verifyRate >= 0 && verifyRate <= 1)) throw new RangeError("the verify rate must be in [0, 1]");
+    if (!AGGREGATES.includes(aggregate)) throw new RangeError(`the aggregation must be one of ${AGGREGATES.join(", ")}`);
+    if (aggregate === "ring" && verifyRate > 0) {
+      throw new RangeError("--aggregate ring needs --verify-rate 0: a ring hides each contribution from the spot-checks");
+    }
+    this.aggregate = aggregate; // auto | star | ring: how a coordinator sums (ring.js)
     if (!(Number.isInteger(strikes) && strikes >= 1 && strikes <= MAX_STRIKES)) throw new RangeError(`strikes must be in [1, ${MAX_STRIKES}]`);
     this.me = me;
     this.kind = kind;
     this.capacity = capacity;
     this.makeTrainer = makeTrainer; // async (identity, dataset) -> Trainer
     this.selftest = selftest;
-    this.verifyRate = verifyRate;
+    this.verifyRate = verifyRate;   // the run's (a member takes its announce's)
     this.strikes = strikes;
     this.verifyKey = verifyKey || randomKey();
     this.windowSize = window; // the rollback window in steps (null: from the verify rate)
-    this.waitPeers = waitPeers;
+    this.waitPeers = waitPeers; // the host waits once for this many members
     this.names = new Map();    // signaling id -> the name it gave (for logs)
-    this.checks = new Map();   // coordinator: spot-checks of the current step
-    this.strikeCount = new Map();
-    this.banned = new Set();   // coordinator: removed from the run (liars)
-    this.trainer = null;
-    this.bounds = null;
-    this.identity = null; // this replica's own identity of the run it holds
-    this.sha = null;      // cached params hash of this.trainer
-    this.steps = 0;
+    this.steps = 0;       // the run's length (the announce's, or ours as host)
     this.now = 0;
-    this.selfSpm = null;  // the coordinator's own seconds per micro-batch
-    this.timingFrom = 0;  // ... timed from this step on (see _timeTask)
     this.host = null;     // the room host per the signaling server
-    this.coord = null;    // the coordinator whose run announce we follow
     this.open = new Set();
     this.room = new Set();
-    this.term = 0;
-    this.run = null;
-    this.coordinating = false;
-    this.crew = new Map();
-    this.tasks = new Map();
-    this.nextTask = 0;
-    this.stepStarted = false;
-    this.ended = false;
-    this.refused = false;
-    this.pending = new Map(); // "step:task" -> micro
-    this.doneBy = {};
-    this.awaitingData = false;
-    this.catchingUp = false;
-    this.catchFrom = null;   // coordinator: the member ahead whose state we asked for
-    this.catchUntil = 0;
-    this.restoring = null;   // member: {step, sha} a restore announced, until its STATE
-    this.restoredTerm = -1;  // coordinator: this term's state came from a restore
-    this.waitFor = new Set(); // coordinator: members to hear from before a step
-    this.waitUntil = 0;
-    this.window = new Window(0);       // coordinator: the rollback window (rollback.js)
-    this.uncheckedSince = new Map();   // coordinator: peer -> first step with an unchecked contribution
-    this._ringInit(aggregate);         // ring hook: auto | star | ring (ring.js)
+    this.doneBy = {};     // peer -> micro-batches committed (everyone tracks)
+    this.member = new Member(this);
+    this.coordinator = null; // while this tab is the room's host
   }
 
-  get step() { return this.trainer ? this.trainer.step : 0; }
+  // -- what callers read ---------------------------------------------------------------------
+
+  get coordinating() { return this.coordinator !== null; }
+
+  /** The role that speaks for this replica now: the coordinator, else the member. */
+  get role() { return this.coordinator ?? this.member; }
+
+  get trainer() { return this.member.trainer; }
+
+  get bounds() { return this.member.bounds; }
+
+  get identity() { return this.member.identity; }
+
+  get sha() { return this.member.sha; }
+
+  get step() { return this.member.step; }
+
+  get term() { return this.role.term; }
+
+  /** The announce: our own while coordinating, else the one the member follows. */
+  get run() { return this.role.run; }
 
   get runId() { return this.run ? this.run.run_id : ""; }
 
-  async _rehash() {
-    this.sha = await paramsSha256(this.trainer.theta);
-    return this.sha;
-  }
+  get ended() { return this.role.ended; }
 
-  _announce() {
-    return { T: "run", identity: this.identity, run_id: this.run.run_id, steps: this.steps,
-      term: this.term, step: this.step, params_sha256: this.sha, coordinator: this.me,
-      verify_rate: this.verifyRate, strikes: this.strikes };
-  }
+  get refused() { return this.member.refused; }
+
+  get coord() { return this.coordinator ? this.me : this.member.coord; }
 
   _name(peer) {
     const name = this.names.get(peer);
     return name && name !== peer ? `${name} (${peer})` : peer;
   }
 
+  // -- hand-over -----------------------------------------------------------------------------
+
+  /** This tab became the room's host: a coordinator from the member's state. */
+  async _lead() {
+    this.coordinator = new Coordinator(this, this.member);
+    return this.coordinator.begin();
+  }
+
+  /** Another host was named (we were away): drop the coordinator, follow that host. */
+  _stepDown(host) {
+    this.member.followAfter(this.coordinator);
+    this.coordinator = null;
+    return [log(`${host} is the coordinator now`)];
+  }
+
+  /** This tab hosts a new run (the user pressed Start): a new term and coordinator, announced
+   * to every open member, also when this tab already coordinates (a second run after the
+   * first ended or was stopped: without the announce the members still follow the old run
+   * and drop every assign of the new one). */
+  async hostRun(trainer, identity, runId, steps, now) {
+    this.now = now;
+    if (this.coordinator) this._stepDown(this.me);
+    this.steps = steps;
+    this.doneBy = {};
+    await this.member.host(trainer, identity, runId);
+    if (this.host === null) this.host = this.me;
+    const out = await this._lead();
+    return [...out, ...this.coordinator.start()];
+  }
+
+  /** The coordinator restores the whole room (coordinator.js restore); throws when this tab
+   * does not coordinate or the state does not fit the run. */
+  async restore(st, now, steps = null) {
+    if (!this.coordinator || !this.trainer) throw new Error("only the coordinator (the room's host) restores the room");
+    this.now = now;
+    return this.coordinator.restore(st, steps);
+  }
+
+  /** End the run after the step in flight (the host's Stop). */
+  async stop(why) {
+    return this.coordinator ? this.coordinator.stop(why) : [];
+  }
+
   // -- inputs --------------------------------------------------------------------------------
 
   async tick(now) {
     this.now = now;
-    if (!this.coordinating || this.ended) return [];
-    return [...(await this._checkCatchUp()), ...(await this._checkDeadlines()), ...this._ringCheckDeadline(), // ring hook
-      ...this._maybeBegin()];
+    return this.coordinator ? this.coordinator.tick() : [];
   }
 
   /** The signaling room changed: approved online members `ids` (self included); `names`:
@@ -129,88 +172,58 @@ export class RunPeer {
     const out = [];
     this.room = new Set(ids);
     if (names) for (const [k, v] of Object.entries(names)) this.names.set(String(k), String(v).slice(0, 64));
-    const gone = [...this.crew.keys()].filter((m) => !this.room.has(m));
     this.host = host;
-    if (host === this.me && !this.coordinating && this.trainer && this.run) {
-      out.push(...(await this._becomeCoordinator()));
-    } else if (host !== this.me && this.coordinating) {
-      this.coordinating = false; // another host was named (we were away): follow it
-      out.push(log(`${host} is the coordinator now`));
+    if (host === this.me && !this.coordinator && this.trainer && this.member.run) {
+      out.push(...(await this._lead()));
+    } else if (host !== this.me && this.coordinator) {
+      out.push(...this._stepDown(host));
     }
-    for (const m of gone) out.push(...(await this._memberLeft(m)));
-    return [...out, ...this._ringStuck()]; // ring hook
+    if (this.coordinator) return [...out, ...(await this.coordinator.roomLeft())];
+    return [...out, ...this.member.ring.stuck()]; // ring hook
   }
 
   async channelOpen(peer) {
     this.open.add(peer);
-    if (this.coordinating && this.run && !this.ended) return [send(peer, this._announce())];
-    return [];
+    return this.coordinator ? this.coordinator.channelOpen(peer) : [];
   }
 
   async channelClosed(peer) {
     this.open.delete(peer);
-    return this.coordinating ? this._memberLeft(peer) : this._ringStuck(); // ring hook
+    return this.coordinator ? this.coordinator._memberLeft(peer) : this.member.ring.stuck(); // ring hook
   }
 
   /** A decoded message; `runId` is its frame header's. Messages of another run than the one
    * this peer follows are dropped (loudly); only a peer whose run ended takes a `run`
-   * announce of a new one (as daisychain/peer/run/). */
+   * announce of a new one (as daisychain/peer/run/). Each message goes to the role that
+   * handles it. */
   async receive(sender, msg, runId = "") {
-    if (runId && this.runId && runId !== this.runId && !(msg.T === "run" && this.ended && !this.coordinating)) {
+    if (runId && this.runId && runId !== this.runId && !(msg.T === "run" && this.ended && !this.coordinator)) {
       return [log(`a ${msg.T} message of run ${runId} from ${this._name(sender)}; this peer follows run ${this.runId}: dropped`, true)];
     }
-    const handler = {
-      run: this._onRun, ready: this._onReady, refuse: this.coordinating ? this._onRefuse : this._memberOnRefuse, assign: this._onAssign,
-      sync: this._onSync, data_request: this._onDataRequest, end: this._onEnd, restore: this._onRestore,
-      contrib: this._onContrib, total: this._onTotal, state: this._onState, data: this._onData,
-      ring_plan: this._onRingPlan, ring_sum: this._onRingSum, ring_commit: this._onRingCommit, ring_chunk: this._onRingChunk, // ring hook
-    }[msg.T];
-    if (!handler) return [log(`ignored a ${msg.T} message from ${sender}`)];
-    return handler.call(this, sender, msg);
+    if (msg.T === "data_request") return this.member.onDataRequest(sender, msg); // either role serves its dataset
+    const ringTable = this.coordinator ? COORDINATOR_RING_MESSAGES : MEMBER_RING_MESSAGES;
+    if (Object.hasOwn(ringTable, msg.T)) return this.role.ring[ringTable[msg.T]](sender, msg); // ring hook
+    if (msg.T === "ring_plan" || msg.T === "ring_sum" || msg.T === "ring_commit") return [];
+    const known = Object.hasOwn(MEMBER_MESSAGES, msg.T) || Object.hasOwn(COORDINATOR_MESSAGES, msg.T);
+    if (!known) return [log(`ignored a ${msg.T} message from ${sender}`)];
+    const table = this.coordinator ? COORDINATOR_MESSAGES : MEMBER_MESSAGES;
+    if (!Object.hasOwn(table, msg.T)) return [];
+    return this.role[table[msg.T]](sender, msg);
   }
 
   /** `sender` sent bytes that are not a valid message (`reason`). Logged by name; the
    * coordinator counts it as a strike against a member of the run. */
   async badMessage(sender, reason) {
-    const text = `refused a message from ${this._name(sender)}: ${reason}`;
-    if (this.coordinating && this.crew.has(sender) && !this.banned.has(sender)) return this._strike(sender, "refused", null, text);
-    return [log(text, true)];
+    if (this.coordinator) return this.coordinator.badMessage(sender, reason);
+    return [log(`refused a message from ${this._name(sender)}: ${reason}`, true)];
   }
 
   async computed(step, task, result) {
-    const key = `${step}:${task}`;
-    const micro = this.pending.get(key);
-    if (micro === undefined || this.ended) return [];
-    this.pending.delete(key);
-    let loss = 0;
-    for (const l of result.loss) loss += l;
-    let correct = 0;
-    for (const c of result.correct) correct += c;
-    if (this._ringOwns(step, task)) return this._ringComputed(step, task, result.grad, loss, correct); // ring hook
-    if (this.coordinating) return this._takeContrib(this.me, step, task, micro, result.grad, loss, correct);
-    if (this.coord === null || step !== this.step) return [];
-    return [send(this.coord, { T: "contrib", term: this.term, step, task, micro, loss, correct, ints: result.grad })];
+    return this.role.computed(step, task, result);
   }
 
   /** The dataset fetch finished: a parsed dataset with its fingerprint, or null. */
   async data(ds) {
-    if (!this.awaitingData || !this.run) return [];
-    const want = this.run.identity.dataset;
-    if (ds && ds.fingerprint === want) {
-      this.awaitingData = false;
-      return this._prepared(ds);
-    }
-    if (this.coord && this.coord !== this.me) {
-      return [log("the server has no matching dataset; asking the coordinator"),
-        send(this.coord, { T: "data_request", fingerprint: want })];
-    }
-    return this._refuse(["dataset fingerprint: no copy of the run's dataset found"]);
-  }
-
-}
-
-for (const role of [MemberRole, CoordinatorRole, TrustRole, RingRole]) {
-  for (const name of Object.getOwnPropertyNames(role.prototype)) {
-    if (name !== "constructor") RunPeer.prototype[name] = role.prototype[name];
+    return this.member.data(ds);
   }
 }

@@ -1,10 +1,12 @@
 // The run protocol by role (docs/MESH.md): the driver RunPeer and what the shells and tests
-// import. One module per role: driver.js, member.js, coordinator.js, trust.js, checks.js,
-// split.js, aggregator.js, rollback.js, state.js.
+// import. The driver holds a Member (member.js) and, while it hosts, a Coordinator
+// (coordinator.js, with trust.js) built from it. One module per role: driver.js, member.js,
+// coordinator.js, trust.js, checks.js, split.js, aggregator.js, rollback.js, state.js; the
+// ring aggregator: ring.js (the ring) and ring_roles.js (its member and coordinator sides).
 
 export { MAX_STRIKES, RunPeer, STRIKES, VERIFY_RATE } from "./driver.js";
-export { DEADLINE_FACTOR, MIN_DEADLINE_S, RESTORE_WAIT_S, START_WAIT_S, SYNC_WAIT_S } from "./coordinator.js";
-export { identityDifferences } from "./member.js";
+export { Coordinator, DEADLINE_FACTOR, MIN_DEADLINE_S, RESTORE_WAIT_S, START_WAIT_S, SYNC_WAIT_S } from "./coordinator.js";
+export { Member, identityDifferences } from "./member.js";
 export { checkedMicro, verdict } from "./checks.js";
 export { capacitySplit, finishShares } from "./split.js";
 export { Window, windowSteps } from "./rollback.js";

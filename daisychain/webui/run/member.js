@@ -1,10 +1,15 @@
-// The member role (daisychain/peer/run/member.py): follow the coordinator that announced the run,
-// compute the tasks it assigns, apply each step's total and compare hashes, take a STATE
-// when behind or restored, and leave when removed. Mixed into RunPeer (driver.js).
+// The member role (daisychain/peer/run/member.py): the replica (its trainer and the run it
+// follows). Follow the coordinator that announced the run, compute the tasks it assigns, apply
+// each step's total and compare hashes, take a STATE when behind or restored, serve its state
+// and dataset to whoever asks, and leave when removed. While this tab coordinates, its
+// Coordinator (coordinator.js) reads the replica through Member's narrow interface (trainer,
+// bounds, identity, step, sha, rehash(), state(), load(), committed()); the member itself then
+// only serves the run's dataset.
 
 import { paramsSha256, runIdentity } from "../engine/trainer.js";
 import { checkedState, loadState, tensorBounds } from "./state.js";
 import { log, send } from "./util.js";
+import { RingMember } from "./ring_roles.js";
 
 const IDENTITY_NAMES = { model: "model spec", hyper: "hyperparameters", dataset: "dataset fingerprint",
   luts: "LUT manifest", engine: "engine version", seed: "seed", task: "task" };
@@ -32,20 +37,129 @@ export function identityDifferences(mine, theirs) {
   return out;
 }
 
-export class MemberRole {
-  async _onRun(sender, msg) {
+export class Member {
+  /** `peer`: the driver (settings, room, names, clock). */
+  constructor(peer) {
+    this.peer = peer;
+    this.trainer = null;
+    this.bounds = null;
+    this.identity = null;  // this replica's own identity of the run it holds
+    this.sha = null;       // cached params hash of this.trainer
+    this.term = 0;
+    this.run = null;       // the announce we follow
+    this.coord = null;     // the coordinator whose announce we follow
+    this.ended = false;
+    this.refused = false;
+    this.pending = new Map(); // "step:task" -> micro
+    this.awaitingData = false;
+    this.restoring = null; // {step, sha} a restore announced, until its STATE
+    this.ring = new RingMember(this); // ring hook: its part in a ring (ring_roles.js)
+  }
+
+  // -- the narrow interface a coordinator reads the replica through ------------------------
+
+  get step() { return this.trainer ? this.trainer.step : 0; }
+
+  async rehash() {
+    this.sha = await paramsSha256(this.trainer.theta);
+    return this.sha;
+  }
+
+  /** This replica's whole state as a STATE message. */
+  async state() {
+    const st = await this.trainer.wireState(); // a local-steps run's whole round state
+    return { T: "state", step: st.step, params_sha256: this.sha, theta: st.theta, m: st.m, v: st.v, b1t: st.b1t, b2t: st.b2t };
+  }
+
+  /** Take a whole checked state (the one state loader, state.js). */
+  async load(st) {
+    await loadState(this.trainer, st);
+    this.pending.clear();
+    return this.rehash();
+  }
+
+  /** A step was committed (applied here): count who did what. */
+  committed(step, loss, contributors, sha) {
+    const done = this.peer.doneBy;
+    for (const [peer, n] of contributors) done[peer] = (done[peer] || 0) + n;
+    const mine = contributors.find(([p]) => p === this.peer.me)?.[1] || 0;
+    return [{ kind: "committed", step, loss, contributors, mine, params_sha256: sha }];
+  }
+
+  // -- hand-over -----------------------------------------------------------------------------
+
+  /** This tab starts coordinating: its own tasks as a member are dropped. */
+  lead() {
+    this.coord = this.peer.me;
+    this.pending.clear();
+    this.ring.drop(); // ring hook: the coordinator's ring is its own
+    this.restoring = null;
+  }
+
+  /** This tab's coordinator was dropped: the member goes on from its term and announce (a
+   * new host's announce has a later term). */
+  followAfter(coordinator) {
+    this.term = coordinator.term;
+    this.run = coordinator.run;
+    this.ended = coordinator.ended;
+  }
+
+  /** This tab hosts a new run on `trainer`: the replica and the announce it starts from. */
+  async host(trainer, identity, runId) {
+    this.trainer = trainer;
+    this.identity = identity;
+    this.bounds = tensorBounds(trainer);
+    this.refused = false;
+    this.ended = false;
+    await this.rehash();
+    const p = this.peer;
+    this.run = { T: "run", identity, run_id: runId, steps: p.steps, term: this.term, step: 0, params_sha256: this.sha, coordinator: p.me };
+  }
+
+  // -- inputs --------------------------------------------------------------------------------
+
+  async computed(step, task, result) {
+    const key = `${step}:${task}`;
+    const micro = this.pending.get(key);
+    if (micro === undefined || this.ended) return [];
+    this.pending.delete(key);
+    if (this.coord === null || step !== this.step) return [];
+    let loss = 0;
+    for (const l of result.loss) loss += l;
+    let correct = 0;
+    for (const c of result.correct) correct += c;
+    if (this.ring.owns(step, task)) return this.ring.computed(step, task, result.grad, loss, correct); // ring hook
+    return [send(this.coord, { T: "contrib", term: this.term, step, task, micro, loss, correct, ints: result.grad })];
+  }
+
+  /** The dataset fetch finished: a parsed dataset with its fingerprint, or null. */
+  async data(ds) {
+    if (!this.awaitingData || !this.run) return [];
+    const want = this.run.identity.dataset;
+    if (ds && ds.fingerprint === want) {
+      this.awaitingData = false;
+      return this._prepared(ds);
+    }
+    if (this.coord && this.coord !== this.peer.me) {
+      return [log("the server has no matching dataset; asking the coordinator"),
+        send(this.coord, { T: "data_request", fingerprint: want })];
+    }
+    return this._refuse(["dataset fingerprint: no copy of the run's dataset found"]);
+  }
+
+  async onRun(sender, msg) {
     // A higher term from anyone (a new host's announce can overtake the server's room
     // message that names it), the current term only from the coordinator we follow.
-    if (this.refused || this.coordinating || msg.term < this.term
-        || (msg.term === this.term && sender !== this.coord)) return [];
+    if (this.refused || msg.term < this.term || (msg.term === this.term && sender !== this.coord)) return [];
+    const p = this.peer;
     this.coord = sender;
-    this.steps = msg.steps;
-    this.verifyRate = msg.verify_rate ?? 0.0;
-    this.strikes = msg.strikes ?? STRIKES;
+    p.steps = msg.steps;
+    p.verifyRate = msg.verify_rate ?? 0.0;
+    p.strikes = msg.strikes ?? p.strikes;
     const first = !this.run || msg.run_id !== this.run.run_id;
     if (first || msg.term !== this.term) {
       this.pending.clear(); // (the same announce again, on a reopened channel: work goes on)
-      this._ringDrop(); // ring hook
+      this.ring.drop(); // ring hook
     }
     this.term = msg.term;
     this.run = msg;
@@ -61,43 +175,43 @@ export class MemberRole {
 
   async _prepared(ds) {
     try {
-      this.trainer = await this.makeTrainer(this.run.identity, ds);
+      this.trainer = await this.peer.makeTrainer(this.run.identity, ds);
     } catch (err) {
       return this._refuse([`cannot build the run here: ${err.message}`]);
     }
     this.identity = runIdentity(this.trainer.spec, this.trainer.hp, ds, this.trainer.luts);
     this.bounds = tensorBounds(this.trainer);
-    await this._rehash();
+    await this.rehash();
     return this._checkIdentity();
   }
 
   _checkIdentity() {
     const reasons = identityDifferences(this.identity, this.run.identity);
-    if (!this.selftest[0]) reasons.push(`self-test failed: ${this.selftest[1]}`);
+    if (!this.peer.selftest[0]) reasons.push(`self-test failed: ${this.peer.selftest[1]}`);
     if (reasons.length) return this._refuse(reasons);
     return [log(`joined run ${this.run.run_id} (step ${this.run.step} of ${this.run.steps})`),
       { kind: "joined" }, send(this.coord, this._ready())];
   }
 
   _ready() {
-    return { T: "ready", term: this.term, capacity: Number(this.capacity || 1.0), kind: this.kind,
+    return { T: "ready", term: this.term, capacity: Number(this.peer.capacity || 1.0), kind: this.peer.kind,
       step: this.step, params_sha256: this.sha };
   }
 
   _refuse(reasons) {
     this.refused = true;
-    const out = [{ kind: "refused", peer: this.me, reasons }];
-    if (this.coord && this.coord !== this.me) out.unshift(send(this.coord, { T: "refuse", term: this.term, reasons }));
+    const out = [{ kind: "refused", peer: this.peer.me, reasons }];
+    if (this.coord && this.coord !== this.peer.me) out.unshift(send(this.coord, { T: "refuse", term: this.term, reasons }));
     return out;
   }
 
-  async _onAssign(sender, msg) {
-    if (this.coordinating || sender !== this.coord || msg.term !== this.term || !this.trainer) return [];
+  async onAssign(sender, msg) {
+    if (sender !== this.coord || msg.term !== this.term || !this.trainer) return [];
     if (msg.step !== this.step) return [];
     const out = [];
     for (const t of msg.tasks) {
       const key = `${msg.step}:${t.task}`;
-      if (t.peer === this.me && !this.pending.has(key)) {
+      if (t.peer === this.peer.me && !this.pending.has(key)) {
         this.pending.set(key, t.micro);
         out.push({ kind: "compute", step: msg.step, task: t.task, micro: t.micro, theta: this.trainer.theta.slice() });
       }
@@ -105,8 +219,8 @@ export class MemberRole {
     return out;
   }
 
-  async _onTotal(sender, msg) {
-    if (this.coordinating || sender !== this.coord || !this.trainer) return [];
+  async onTotal(sender, msg) {
+    if (sender !== this.coord || !this.trainer) return [];
     if (msg.step < this.step) return [];
     if (msg.step > this.step) {
       return [log(`missed steps ${this.step}..${msg.step - 1}: resyncing`, true),
@@ -116,41 +230,37 @@ export class MemberRole {
     if (msg.tasks?.length && msg.term === this.term && this.sha === msg.params_sha256) {
       // the next step's tasks, started the moment the total is applied (not on a replica
       // that just diverged: it waits for its STATE; a backup takes the task)
-      out.push(...(await this._onAssign(sender, { T: "assign", term: msg.term, step: msg.step + 1, tasks: msg.tasks })));
+      out.push(...(await this.onAssign(sender, { T: "assign", term: msg.term, step: msg.step + 1, tasks: msg.tasks })));
     }
     return out;
   }
 
-  async _onState(sender, msg) {
-    if (!this.trainer || (sender !== this.coord && !this.coordinating)) return [];
-    const restore = this.coordinating ? null : this.restoring;
+  async onState(sender, msg) {
+    if (!this.trainer || sender !== this.coord) return [];
+    const restore = this.restoring;
     this.restoring = null;
-    if ((await paramsSha256(msg.theta)) !== msg.params_sha256) {
+    if ((await paramsSha256(msg.theta.subarray(0, this.trainer.layout.size))) !== msg.params_sha256) {
       return [log(`state from ${sender} does not match its hash: ignored`, true)];
     }
     if (restore && (restore.step !== msg.step || restore.sha !== msg.params_sha256)) {
       return [log(`restore from ${sender}: the state (step ${msg.step}, params ${msg.params_sha256.slice(0, 12)}) is not the announced checkpoint (step ${restore.step}, params ${restore.sha.slice(0, 12)}): ignored`, true)];
     }
-    if (this.coordinating && msg.step <= this.step) return [];
     let st;
     try {
       st = await checkedState(this.trainer, msg);
     } catch (err) {
       return [log(`state from ${sender}: ${err.message}: ignored`, true)];
     }
-    await loadState(this.trainer, st);
-    this.pending.clear();
-    await this._rehash();
+    await this.load(st);
     const out = [log(`synced to step ${msg.step} from ${sender} (params ${msg.params_sha256.slice(0, 12)})`)];
     if (restore) out.push({ kind: "restored", step: msg.step, params_sha256: msg.params_sha256, by: sender });
-    if (this.coordinating) return [...out, ...(await this._caughtUp())]; // caught up with a member that was ahead
-    return [...out, ...(await this._ringSynced())]; // ring hook: a held ring plan of this step starts
+    return [...out, ...(await this.ring.synced())]; // ring hook: a held ring plan of this step starts
   }
 
   /** The coordinator restored the room: the STATE that follows replaces ours. */
-  async _onRestore(sender, msg) {
-    if (this.refused || this.coordinating || !this.trainer || msg.term < this.term) return [];
-    if (sender !== this.coord && sender !== this.host) {
+  async onRestore(sender, msg) {
+    if (this.refused || !this.trainer || msg.term < this.term) return [];
+    if (sender !== this.coord && sender !== this.peer.host) {
       return [log(`a restore from ${sender}, who does not coordinate the run: ignored`, true)];
     }
     this.coord = sender;
@@ -161,31 +271,38 @@ export class MemberRole {
     return [log(`${sender} restores the room from a checkpoint: step ${msg.step}, params ${msg.params_sha256.slice(0, 12)}`)];
   }
 
-  async _onEnd(sender, msg) {
+  async onEnd(sender, msg) {
     if (sender !== this.coord || !this.trainer || this.ended) return [];
-    if (this._ringHoldsEnd(msg)) return []; // ring hook: our ring's last total is still gathering
+    if (this.ring.holdsEnd(msg)) return []; // ring hook: our ring's last total is still gathering
     this.ended = true;
     return [{ kind: "ended", step: msg.step, params_sha256: this.sha,
       agreed: this.sha === msg.params_sha256 && msg.step === this.step }];
   }
 
-  async _onData(sender, msg) {
+  async onData(sender, msg) {
     if (sender !== this.coord || !this.awaitingData) return [];
     return [{ kind: "dataBytes", data: msg.data }];
   }
 
-  _committed(step, loss, contributors, sha) {
-    for (const [peer, n] of contributors) this.doneBy[peer] = (this.doneBy[peer] || 0) + n;
-    const mine = contributors.find(([p]) => p === this.me)?.[1] || 0;
-    return [{ kind: "committed", step, loss, contributors, mine, params_sha256: sha }];
+  /** Whoever asks gets this replica's state (a new coordinator that is behind, too). */
+  async onSync(sender, msg) {
+    if (!this.trainer) return [];
+    return [send(sender, await this.state())];
+  }
+
+  async onDataRequest(sender, msg) {
+    if (!this.trainer || msg.fingerprint !== this.trainer.ds.fingerprint || !this.trainer.ds.bytes) return [];
+    return [send(sender, { T: "data", fingerprint: this.trainer.ds.fingerprint, data: this.trainer.ds.bytes })];
   }
 
   async _apply(ints, loss, contributors, sha, sender) {
     const step = this.step;
+    const why = this.trainer.contributionError?.(ints, Array.from({ length: this.trainer.nTasks }, (_, j) => j)); // local steps
+    if (why) return [log(`a total of step ${step} from ${this.peer._name(sender)} that no replica makes (${why}): ignored`, true)];
     await this.trainer.apply(ints);
     for (const k of [...this.pending.keys()]) if (Number(k.split(":")[0]) <= step) this.pending.delete(k);
-    const out = this._committed(step, loss, contributors, sha);
-    const mine = await this._rehash();
+    const out = this.committed(step, loss, contributors, sha);
+    const mine = await this.rehash();
     if (mine !== sha) {
       out.push(log(`PARAMETER HASH MISMATCH after step ${step}: ${mine.slice(0, 16)} here, ${sha.slice(0, 16)} at the coordinator: resyncing`, true));
       out.push(send(sender, { T: "sync", term: this.term, step: this.step, params_sha256: mine, reason: "hash mismatch" }));
@@ -194,12 +311,12 @@ export class MemberRole {
   }
 
   /** The coordinator removed this replica from the run (`reasons`: why). */
-  async _memberOnRefuse(sender, msg) {
+  async onRefuse(sender, msg) {
     if (sender !== this.coord || this.refused) return [];
     this.refused = true;
     this.ended = true;
     this.pending.clear();
     const reason = msg.reasons.join("; ");
-    return [log(`removed from the run by ${this._name(sender)}: ${reason}`, true), { kind: "removed", by: sender, reason }];
+    return [log(`removed from the run by ${this.peer._name(sender)}: ${reason}`, true), { kind: "removed", by: sender, reason }];
   }
 }

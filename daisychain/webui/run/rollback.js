@@ -14,22 +14,75 @@ export const MAX_WINDOW = 100000;
 /** The most a window's totals hold (bytes): past it the oldest are folded into the snapshot. */
 export const MAX_WINDOW_BYTES = 256 * 2 ** 20;
 
-/** log P(fewer than `strikes` of `k` steps checked), each with probability `rate`, summed in
- * log space (rollback.py log_escape, the same float operations). */
-export function logEscape(k, rate, strikes) {
-  const lq = Math.log1p(-rate);
-  const lr = Math.log(rate);
-  let lt = k * lq;
-  const terms = [lt];
-  for (let i = 0; i < Math.min(strikes, k + 1) - 1; i++) {
-    lt += Math.log((k - i) / (i + 1)) + lr - lq;
-    terms.push(lt);
-  }
-  const top = Math.max(...terms);
-  let acc = 0.0;
-  for (const t of terms) acc += Math.exp(t - top);
-  return top + Math.log(acc);
+// Exact powers of two that move a scaled number's mantissa 32 binary places at a time.
+const BIG = 4294967296.0;              // 2**32
+const SMALL = 2.3283064365386963e-10;  // 2**-32
+/** Terms of the escape sum more than this many binary places under the largest are left out. */
+const DROP = 1000;
+
+/** [m, e] as the same number m * 2**e with 1/2 <= m < 1 ([0, 0] for 0): only products with
+ * powers of two, which are exact (rollback.py _scaled). */
+function scaled(m, e) {
+  if (m === 0) return [0, 0];
+  while (m >= BIG) { m = m * SMALL; e = e + 32; }
+  while (m < SMALL) { m = m * BIG; e = e - 32; }
+  while (m >= 1.0) { m = m * 0.5; e = e + 1; }
+  while (m < 0.5) { m = m * 2.0; e = e - 1; }
+  return [m, e];
 }
+
+const times = (a, b) => scaled(a[0] * b[0], a[1] + b[1]);
+
+/** x**n, scaled, by repeated squaring (the bits of n from the lowest). */
+function power(x, n) {
+  let acc = [0.5, 1];
+  let base = scaled(x, 0);
+  while (n > 0) {
+    if (n % 2 === 1) acc = times(acc, base);
+    base = times(base, base);
+    n = Math.floor(n / 2);
+  }
+  return acc;
+}
+
+/** 2**-d (0 <= d <= DROP), exactly. */
+function halfPower(d) {
+  let acc = 1.0;
+  let base = 0.5;
+  while (d > 0) {
+    if (d % 2 === 1) acc = acc * base;
+    base = base * base;
+    d = Math.floor(d / 2);
+  }
+  return acc;
+}
+
+/** P(fewer than `strikes` of `k` steps checked), each with probability `rate` (0 < rate < 1),
+ * as a scaled number [m, e] = m * 2**e: the binomial terms built by running products and summed
+ * from the largest's binary place, with + - * / and comparisons only (DETERMINISM.md rule 7),
+ * in the order of rollback.py escape_probability: the same bits in both languages. */
+export function escapeProbability(k, rate, strikes) {
+  const q = 1.0 - rate;
+  let t = power(q, k);
+  const terms = [t];
+  for (let i = 0; i < Math.min(strikes, k + 1) - 1; i++) {
+    let m = t[0] * (k - i);
+    m = m / (i + 1);
+    m = m * rate;
+    m = m / q;
+    t = scaled(m, t[1]);
+    terms.push(t);
+  }
+  let top = null;
+  for (const [m, e] of terms) if (m !== 0 && (top === null || e > top)) top = e;
+  if (top === null) return [0, 0];
+  let acc = 0.0;
+  for (const [m, e] of terms) if (m !== 0 && top - e <= DROP) acc = acc + m * halfPower(top - e);
+  return scaled(acc, top);
+}
+
+/** a < b for scaled numbers (b not 0). */
+const below = (a, b) => a[0] === 0 || a[1] < b[1] || (a[1] === b[1] && a[0] < b[0]);
 
 /** The smallest k with P(fewer than `strikes` of k steps checked) < `escape` (each step
  * checked with probability `rate`); 0 when nothing is checked, at most MAX_WINDOW. By
@@ -37,14 +90,16 @@ export function logEscape(k, rate, strikes) {
 export function windowSteps(rate, strikes, escape = ESCAPE) {
   if (!(rate > 0)) return 0;
   if (rate >= 1) return strikes;
-  const goal = Math.log(escape);
-  let lo = Math.max(strikes, Math.floor((strikes - 1) / rate));
-  if (lo >= MAX_WINDOW || logEscape(MAX_WINDOW, rate, strikes) >= goal) return MAX_WINDOW;
-  if (logEscape(lo, rate, strikes) < goal) return lo;
+  const goal = scaled(escape, 0);
+  const under = (k) => below(escapeProbability(k, rate, strikes), goal);
+  const median = (strikes - 1) / rate; // Infinity for a subnormal rate: no window reaches it
+  if (median >= MAX_WINDOW || !under(MAX_WINDOW)) return MAX_WINDOW;
+  let lo = Math.max(strikes, Math.floor(median));
+  if (under(lo)) return lo;
   let hi = MAX_WINDOW;
   while (hi - lo > 1) {
     const mid = Math.floor((lo + hi) / 2);
-    if (logEscape(mid, rate, strikes) < goal) hi = mid;
+    if (under(mid)) hi = mid;
     else lo = mid;
   }
   return hi;
@@ -85,7 +140,7 @@ export class Window {
       for (const s of old) this.held -= s.body.length;
       const now = await trainer.snapshot();
       await trainer.load(this.base);
-      for (const s of old) await trainer.apply(await decodeInts(s.codec, s.body, now.theta.length));
+      for (const s of old) await trainer.apply(await decodeInts(s.codec, s.body, trainer.totalSize));
       this.base = await trainer.snapshot();
       await trainer.load(now);
     }
@@ -101,7 +156,7 @@ export class Window {
   async goBack(trainer, step) {
     await trainer.load(this.base);
     const keep = this.steps.filter((s) => s.step < step);
-    for (const s of keep) await trainer.apply(await decodeInts(s.codec, s.body, this.base.theta.length));
+    for (const s of keep) await trainer.apply(await decodeInts(s.codec, s.body, trainer.totalSize));
     this.steps = keep;
     this.held = keep.reduce((a, s) => a + s.body.length, 0);
   }

@@ -1,7 +1,8 @@
 // The trust role of the coordinator (daisychain/peer/run/trust.py): spot-check verdicts
 // (checks.js verdict) on the answers of the current step, strikes, the removal of a liar,
 // and the rollback of the steps its unchecked contributions went into (rollback.js).
-// Mixed into RunPeer (driver.js).
+// The methods of Coordinator (coordinator.js copies them onto its prototype: the same object,
+// the coordinator's attributes; a file of its own for one idea).
 
 import { verdict } from "./checks.js";
 import { log, sameInts, send } from "./util.js";

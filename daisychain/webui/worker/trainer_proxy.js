@@ -13,6 +13,8 @@
 // gradient of the micro-batches, the accuracy, a prediction) is sent with a copy of the
 // parameters to the worker, which runs the same Trainer code on its own units.
 
+import { LocalTrainer } from "../engine/local.js";
+import { isLocal } from "../engine/spec.js";
 import { Trainer } from "../engine/trainer.js";
 
 let shared = null; // the page's one compute worker
@@ -115,7 +117,10 @@ export class WorkerTrainer extends Trainer {
   }
 }
 
-/** The trainer a tab runs: a WorkerTrainer where the browser has module workers, else a Trainer. */
+/** The trainer a tab runs: a WorkerTrainer where the browser has module workers, else a
+ *  Trainer; a local-steps run's LocalTrainer (engine/local.js) computes on the page's
+ *  thread (its rounds need every replica's moments, which stay on the page). */
 export function createTrainer(o) {
+  if (isLocal(o.hyper)) return LocalTrainer.create(o);
   return workersAvailable() ? WorkerTrainer.create(o) : Trainer.create(o);
 }

@@ -1,0 +1,313 @@
+"""Time to a target validation loss: synchronous steps against exact local steps
+(``--replicas R --sync-every H``), on 1 and 2 ``daisy-peer`` processes over 1 ms of delay
+each way (issue 22, item 3).
+
+A room ends on the bits of the single-process reference whatever its devices, so a run's
+validation-loss curve *per round* is the reference's, exactly; only the time per round
+depends on the room. The bench therefore measures the two separately and multiplies:
+
+1. **Curves** (this process, the engine itself): validation loss (the test split's mean
+   cross-entropy on the first ``--val`` windows) every round of every run until it reaches
+   the target, or ``--max-samples``. The target is the loss the synchronous run at the
+   default batch reaches after ``--target-steps`` steps (``daisychain train``'s default
+   length), the same for every row.
+2. **Round times** (real rooms, bench/scaling.py's harness: each peer its own process,
+   network namespace and core, 1 ms each way added in user space): seconds per committed
+   step (a round, for local steps) at 1 and 2 peers, wire bytes per round.
+3. Time to target = rounds to target x seconds per round; the baseline is one device
+   running the synchronous run at its best batch size (of ``--batches``).
+
+    sudo .venv/bin/python -m bench.local_steps [--task text] [--data FILE] [--quick]
+
+Writes docs/BENCHMARKS.md (the section between ``<!-- bench:local-steps -->`` markers) and
+docs/local_steps.png (validation loss against wall time). Needs root (namespaces) for part 2;
+``--curves-only`` runs part 1 alone.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import hashlib
+import json
+import math
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+LICENCES = ("GPL-3", "LGPL-2.1", "MPL-1.1")
+
+
+def default_text() -> Path:
+    """A local English text of ~87 kB (three licence texts every Debian system has), or the
+    repository's docs where they are missing."""
+    out = Path(tempfile.gettempdir()) / "daisychain-bench-text.txt"
+    base = Path("/usr/share/common-licenses")
+    parts = [base / n for n in LICENCES] if all((base / n).is_file() for n in LICENCES) else \
+        sorted((ROOT / "docs").glob("*.md"))
+    out.write_text("".join(p.read_text(encoding="utf-8", errors="replace") for p in parts), encoding="utf-8")
+    return out
+
+
+def val_loss(tr, limit: int) -> float:
+    """Mean cross-entropy over the first ``limit`` test samples (display arithmetic: numpy
+    log; it never feeds the parameters)."""
+    ds, eng, mb = tr.ds, tr.engine, tr.hp.micro_batch
+    total, n = 0.0, 0
+    for i in range(0, min(limit, len(ds.y_test)), mb):
+        x, y = ds.x_test[i:min(i + mb, limit)], ds.y_test[i:min(i + mb, limit)]
+        z, _ = eng.forward(tr.theta, x[None])
+        p = eng.softmax(z)[0]
+        total += float(-np.log(np.maximum(p[np.arange(len(y)), y], 1e-300)).sum())
+        n += len(y)
+    return total / max(n, 1)
+
+
+@dataclasses.dataclass
+class Run:
+    name: str
+    batch: int
+    replicas: int = 1
+    sync_every: int = 1
+
+    @property
+    def local(self) -> bool:
+        return self.replicas > 1 or self.sync_every > 1
+
+    def args(self) -> list[str]:
+        out = ["--batch", str(self.batch)]
+        if self.local:
+            out += ["--replicas", str(self.replicas), "--sync-every", str(self.sync_every)]
+        return out
+
+    def samples_per_round(self) -> int:
+        return self.batch * self.replicas * self.sync_every
+
+
+def curve(rs, run: Run, target: float | None, max_samples: int, val: int, every: int = 1) -> dict:
+    """Validation loss after every ``every``-th round until ``target`` (or max_samples)."""
+    from daisychain.engine.local import make_trainer
+    from daisychain.units import load_luts
+
+    hp = dataclasses.replace(rs.hp, batch=run.batch, replicas=run.replicas, sync_every=run.sync_every)
+    tr = make_trainer(rs.spec, hp, rs.ds, load_luts())
+    tasks = list(range(tr.n_tasks))
+    points, rounds, reached = [(0, 0, val_loss(tr, val))], 0, None
+    max_rounds = max(1, max_samples // run.samples_per_round())
+    t0 = time.perf_counter()
+    while rounds < max_rounds:
+        tr.apply(tr.contribute(tasks).grad)
+        rounds += 1
+        if rounds % every == 0 or rounds == max_rounds:
+            loss = val_loss(tr, val)
+            points.append((rounds, rounds * run.samples_per_round(), loss))
+            if target is not None and loss <= target:
+                reached = rounds
+                break
+    return {"run": run.name, "points": points, "rounds_to_target": reached,
+            "cpu_s": time.perf_counter() - t0, "hash": tr.params_sha256()}
+
+
+def plan(local_batches: list[int], batches: list[int], sync_every: list[int], replicas: int) -> list[Run]:
+    runs = [Run(f"sync, batch {b}", b) for b in batches]
+    runs += [Run(f"R={replicas} H={h}, batch {b}", b, replicas, h) for b in local_batches
+             for h in sync_every if h > 1]
+    return runs
+
+
+def curves(args, rs) -> dict:
+    from tqdm import tqdm
+
+    batches = [int(b) for b in args.batches.split(",")]
+    local_batches = [int(b) for b in args.local_batches.split(",")]
+    hs = [int(h) for h in args.sync_every.split(",")]
+    base = Run(f"sync, batch {rs.hp.batch}", rs.hp.batch)
+    target_curve = curve(rs, base, None, args.target_steps * base.batch, args.val, every=args.target_steps)
+    target = target_curve["points"][-1][2]
+    out = {"target": target, "target_run": base.name, "target_steps": args.target_steps, "curves": []}
+    for run in tqdm(plan(local_batches, batches, hs, args.replicas), desc="curves", unit="run"):
+        every = 1 if run.local else max(1, 512 // run.batch)  # sync: every 512 samples
+        out["curves"].append({**curve(rs, run, target, args.max_samples, args.val, every),
+                              "args": run.args(), "local": run.local, "batch": run.batch,
+                              "samples_per_round": run.samples_per_round()})
+    return out
+
+
+def round_times(args, data: Path, res: dict) -> list[dict]:
+    """Real rooms of 1 and 2 daisy-peers (bench/scaling.py's harness), 1 ms each way."""
+    from bench.scaling import run_mesh, setup_bridge
+
+    setup_bridge()
+    tmp = Path(tempfile.mkdtemp(prefix="dc-local-steps-"))
+    rows = []
+    best_sync = min((c for c in res["curves"] if not c["local"] and c["rounds_to_target"]),
+                    key=lambda c: c["rounds_to_target"] * c["samples_per_round"], default=None)
+    for c in res["curves"]:
+        peers = (1, 2) if c["local"] or c is best_sync or c["batch"] == args.batch else (1,)
+        rounds = max(4, math.ceil(args.room_samples / c["samples_per_round"]))
+        for n in peers:
+            tag = f"{c['run'].replace(' ', '').replace(',', '_').replace('=', '')}-{n}"
+            print(f"[local_steps] {tag}: {rounds} rounds", file=sys.stderr, flush=True)
+            r = run_mesh(tmp, n, ["--task", "text", "--data", str(data), *c["args"], "--steps",
+                                  str(rounds)], "", args.delay_ms, tag)
+            rows.append({"run": c["run"], "n": n, "round_s": r["step_s"], "bytes_per_round": r["bytes_per_step"],
+                         "hashes_agree": r["hashes_agree"], "load": os.getloadavg()[0]})
+    return rows
+
+
+def time_to_target(res: dict) -> tuple[list[dict], dict | None]:
+    """Every (run, peers) with a measured round time: rounds to target (from the curves) x
+    seconds per round, and its speed against the best single device: the synchronous run
+    (any batch) with the shortest time to target on 1 peer. Returns (rows, best row)."""
+    times = {(r["run"], r["n"]): r for r in res.get("rooms", [])}
+    rows = []
+    for c in res["curves"]:
+        for n in (1, 2):
+            t = times.get((c["run"], n))
+            if t is None:
+                continue
+            k = c["rounds_to_target"]
+            rows.append({"run": c["run"], "n": n, "local": c["local"], "rounds": k,
+                         "samples_per_round": c["samples_per_round"], "last_samples": c["points"][-1][1],
+                         "round_s": t["round_s"], "bytes_per_round": t["bytes_per_round"],
+                         "agree": t["hashes_agree"], "time_s": k * t["round_s"] if k else math.inf})
+    singles = [r for r in rows if r["n"] == 1 and not r["local"] and r["rounds"]]
+    best = min(singles, key=lambda r: r["time_s"]) if singles else None
+    for r in rows:
+        r["speed"] = best["time_s"] / r["time_s"] if best and r["rounds"] else 0.0
+    return rows, best
+
+
+def report(res: dict) -> str:
+    """The markdown section: per run, rounds to target (exact, from the curves), the measured
+    round time at 1 and 2 peers, and the time to target against the best single device."""
+    rows, best = time_to_target(res)
+    m = res["meta"]
+    lines = [f"Task: text, `{m['data_name']}` ({m['data_chars']:,} characters, sha256 {m['data_sha'][:12]}), "
+             f"{m['model']} ({m['params']:,} parameters). Target: validation loss {res['target']:.4f}, "
+             f"what `{res['target_run']}` reaches after {res['target_steps']} steps. Validation loss = mean "
+             f"cross-entropy over the first {m['val']} test windows. Machine: {m['cpus']} cores, 1-minute "
+             f"load average {m['load_start']:.1f} at the start, {m.get('load_end', float('nan')):.1f} at the end.", "",
+             "Rounds to target come from the single-process reference: every room ends each round on the "
+             "reference's bits, so its loss curve per round is the same. Round time is measured in real "
+             f"rooms of daisy-peers (own process, namespace and core each; {m['delay_ms']:g} ms each way "
+             "added in user space; `--verify-rate 0`). Time to target = rounds x round time.", "",
+             "| run | samples per round | rounds to target | samples to target | peers | round ms | wire bytes per round "
+             "| time to target s | vs best single device | replicas agree |", "|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        reached = (f"{r['rounds']} | {r['rounds'] * r['samples_per_round']:,}" if r["rounds"]
+                   else f"not reached | (> {r['last_samples']:,})")
+        lines.append(f"| {r['run']} | {r['samples_per_round']:,} | {reached} | {r['n']} | {r['round_s'] * 1e3:.1f} | "
+                     f"{r['bytes_per_round']:,.0f} | {r['time_s']:.2f} | {r['speed']:.2f}x | "
+                     f"{'yes' if r['agree'] else 'NO'} |")
+    lines += ["", f"Best single device: `{best['run']}` ({best['time_s']:.2f} s to target)." if best else
+              "No single-device run reached the target.", "",
+              f"Command: `{m['command']}`  ", "Plot: docs/local_steps.png (validation loss against the time "
+              "each round took in the rooms above)."]
+    return "\n".join(lines)
+
+
+def plot(res: dict, path: Path) -> None:
+    """Validation loss against wall time (rounds x measured round time), one line per run and
+    peer count (matplotlib, the `bench` extra)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    times = {(r["run"], r["n"]): r["round_s"] for r in res.get("rooms", [])}
+    fig, ax = plt.subplots(figsize=(8, 5), dpi=100)
+    for c in res["curves"]:
+        for n in (1, 2):
+            if (c["run"], n) not in times:
+                continue
+            xs = [p[0] * times[(c["run"], n)] for p in c["points"]]
+            ax.plot(xs, [p[2] for p in c["points"]], ("-" if n == 2 else "--"),
+                    label=f"{c['run']}, {n} peer{'s' if n > 1 else ''}")
+    ax.axhline(res["target"], color="grey", lw=0.8, ls=":", label="target")
+    ax.set_xlabel("wall time (s): rounds x measured round time")
+    ax.set_ylabel("validation loss")
+    ax.set_title("Synchronous vs exact local steps, 1 ms each way")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+
+
+def write_section(text: str, name: str = "local-steps") -> None:
+    doc = ROOT / "docs" / "BENCHMARKS.md"
+    src = doc.read_text()
+    start, end = f"<!-- bench:{name} -->", f"<!-- /bench:{name} -->"
+    block = f"{start}\n{text}\n{end}"
+    if start in src:
+        src = src[:src.index(start)] + block + src[src.index(end) + len(end):]
+    else:
+        src = src.rstrip("\n") + f"\n\n## Local steps: time to a target loss (bench/local_steps.py)\n\n{block}\n"
+    doc.write_text(src)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--data", default=None, help="text file (default: three licence texts, ~87 kB)")
+    ap.add_argument("--batch", type=int, default=64, help="batch of the target run (synchronous)")
+    ap.add_argument("--local-batches", default="32", help="batches (per replica and inner step) of the local-steps runs")
+    ap.add_argument("--batches", default="16,32,64,128", help="synchronous batches (the single-device baseline)")
+    ap.add_argument("--sync-every", default="8,32,128", help="H of the local-steps runs")
+    ap.add_argument("--replicas", type=int, default=2, help="R of the local-steps runs (one per peer at 2 peers)")
+    ap.add_argument("--target-steps", type=int, default=600)
+    ap.add_argument("--max-samples", type=int, default=400_000)
+    ap.add_argument("--val", type=int, default=2048, help="validation windows")
+    ap.add_argument("--room-samples", type=int, default=40_000, help="samples each room trains (>= 4 rounds)")
+    ap.add_argument("--delay-ms", type=float, default=1.0)
+    ap.add_argument("--curves-only", action="store_true", help="part 1 only (no root needed); no docs")
+    ap.add_argument("--curves", default=None, metavar="FILE",
+                    help="take part 1 from an earlier --out file (the curves do not depend on the room)")
+    ap.add_argument("--out", default=None, help="also write the raw results (JSON) here")
+    ap.add_argument("--report", default=None, help="only rewrite the report and plot from an --out file")
+    ap.add_argument("--no-write", action="store_true")
+    args = ap.parse_args()
+    if args.report:
+        res = json.loads(Path(args.report).read_text())
+    else:
+        if not args.curves_only and not os.environ.get("DAISY_SCALING_NS"):
+            os.execvp("unshare", ["unshare", "-n", "--", "env", "DAISY_SCALING_NS=1", sys.executable,
+                                  "-m", "bench.local_steps", *sys.argv[1:]])
+        from daisychain.engine.settings import add_run_arguments, settings_from_args
+
+        data = Path(args.data) if args.data else default_text()
+        rp = argparse.ArgumentParser()
+        add_run_arguments(rp)
+        rs = settings_from_args(rp.parse_args(["--task", "text", "--data", str(data), "--batch", str(args.batch)]))
+        raw = data.read_bytes()
+        res = json.loads(Path(args.curves).read_text()) if args.curves else curves(args, rs)
+        res["meta"] = {"data_name": args.data or "GPL-3 + LGPL-2.1 + MPL-1.1 (/usr/share/common-licenses)",
+                       "data_chars": len(raw.decode("utf-8", "replace")), "data_sha": hashlib.sha256(raw).hexdigest(),
+                       "model": " ".join(l.type for l in rs.spec.layers if l.type != "relu"),
+                       "params": sum(int(np.prod(s)) for _, s in rs.spec.param_shapes()), "val": args.val, "cpus": os.cpu_count(), "load_start": os.getloadavg()[0],
+                       "delay_ms": args.delay_ms,
+                       "command": "sudo .venv/bin/python -m bench.local_steps " + " ".join(sys.argv[1:])}
+        for c in res["curves"]:
+            print(f"{c['run']}: rounds to target {c['rounds_to_target']} ({c['cpu_s']:.1f} s)", file=sys.stderr)
+        if args.curves_only:
+            print(json.dumps({k: v for k, v in res.items() if k != "curves"}, indent=1))
+            if args.out:
+                Path(args.out).write_text(json.dumps(res))
+            return
+        res["rooms"] = round_times(args, data, res)
+        res["meta"]["load_end"] = os.getloadavg()[0]
+    if args.out:
+        Path(args.out).write_text(json.dumps(res))
+    text = report(res)
+    print(text)
+    if not args.no_write:
+        write_section(text)
+        plot(res, ROOT / "docs" / "local_steps.png")
+
+
+if __name__ == "__main__":
+    main()

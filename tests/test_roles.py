@@ -1,0 +1,91 @@
+"""Hand-over by composition (daisychain/peer/run/driver.py, webui/run/driver.js): the driver
+holds a member (the replica) and, while it hosts, a coordinator built from that member; each
+role's attributes live in its own object, stepping down drops the coordinator and the member
+goes on from its term. The same facts in both languages. (Before, one RunPeer object of
+mixins held every role's attributes and switched them with a ``coordinating`` flag.)"""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+
+from daisychain.peer.run import Coordinator, RunPeer
+from jsrun import run_js
+
+#: attributes of the coordinating that must live only in the coordinator
+COORDINATOR_ONLY = ("members", "crew", "tasks", "checks", "window", "banned", "strike_count",
+                    "strikeCount", "next_task", "nextTask", "step_started", "stepStarted",
+                    "unchecked_since", "uncheckedSince", "wait_for", "waitFor")
+
+
+def _fake_trainer(step: int) -> SimpleNamespace:
+    return SimpleNamespace(state=SimpleNamespace(step=step), identity={}, run_id="r" * 16,
+                           params_sha256=lambda: "ab" * 32)
+
+
+def python_facts() -> dict:
+    p = RunPeer("p1", window=0)
+    p.member.trainer, p.member.term = _fake_trainer(5), 3
+    p.member.run = SimpleNamespace(run_id="r" * 16)
+    p.channel_open("p2")
+    lead = p.room_changed(["p1", "p2"], "p1")
+    c = p.coordinator
+    facts = {
+        "coordinating": p.coordinating, "is_coordinator": isinstance(c, Coordinator),
+        "shares_member": c.member is p.member, "same_trainer": c.trainer is p.member.trainer,
+        "term": p.term, "announced": [o.to for o in lead if hasattr(o, "to")],
+        "on_member": sorted(k for k in COORDINATOR_ONLY if k in vars(p.member)),
+        "on_driver": sorted(k for k in COORDINATOR_ONLY if k in vars(p)),
+        "on_coordinator": sorted(k for k in COORDINATOR_ONLY if k in vars(c)),
+    }
+    try:
+        p.coordinating = False
+        facts["flag_settable"] = True
+    except AttributeError:
+        facts["flag_settable"] = False
+    p.room_changed(["p1", "p2"], "p2")
+    facts.update(after=p.coordinating, dropped=p.coordinator is None, member_term=p.member.term)
+    return facts
+
+
+JS = r"""
+const ONLY = DATA;
+const p = new RunPeer("p1", { window: 0 });
+Object.assign(p.member, { trainer: { step: 5 }, term: 3, run: { run_id: "r".repeat(16) }, identity: {}, sha: "ab".repeat(32) });
+await p.channelOpen("p2");
+const lead = await p.setMembers(["p1", "p2"], "p1");
+const c = p.coordinator;
+const facts = {
+  coordinating: p.coordinating, is_coordinator: c instanceof Coordinator,
+  shares_member: c.member === p.member, same_trainer: c.trainer === p.member.trainer,
+  term: p.term, announced: lead.filter((o) => o.kind === "send").map((o) => o.to),
+  on_member: ONLY.filter((k) => Object.hasOwn(p.member, k)).sort(),
+  on_driver: ONLY.filter((k) => Object.hasOwn(p, k)).sort(),
+  on_coordinator: ONLY.filter((k) => Object.hasOwn(c, k)).sort(),
+};
+try { p.coordinating = false; facts.flag_settable = true; } catch { facts.flag_settable = false; }
+await p.setMembers(["p1", "p2"], "p2");
+Object.assign(facts, { after: p.coordinating, dropped: p.coordinator === null, member_term: p.member.term });
+console.log(JSON.stringify(facts));
+"""
+
+
+def test_hand_over_builds_a_coordinator_from_the_member_and_stepping_down_drops_it():
+    f = python_facts()
+    assert f["coordinating"] and f["is_coordinator"] and f["shares_member"] and f["same_trainer"]
+    assert f["term"] == 4 and f["announced"] == ["p2"]
+    assert f["on_member"] == [] and f["on_driver"] == []
+    assert {"members", "tasks", "checks", "window", "banned"} <= set(f["on_coordinator"])
+    assert f["flag_settable"] is False  # coordinating is read from the roles, never set
+    assert f["after"] is False and f["dropped"] and f["member_term"] == 4
+
+
+@pytest.mark.usefixtures("node")  # fails, never skips, without node
+def test_the_js_driver_composes_the_roles_the_same_way():
+    got = run_js(JS, imports={"{ Coordinator, RunPeer }": "runpeer.js"}, data=list(COORDINATOR_ONLY))
+    want = python_facts()
+    # the same facts; the attribute names differ by language (members/crew, snake/camel)
+    assert {k: v for k, v in got.items() if k != "on_coordinator"} == \
+        {k: v for k, v in want.items() if k != "on_coordinator"}
+    assert {"crew", "tasks", "checks", "window", "banned"} <= set(got["on_coordinator"])
