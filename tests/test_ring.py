@@ -124,3 +124,13 @@ def test_choice_of_star_or_ring():
         R.RunPeer("a", aggregate="ring", verify_rate=0.05)
     with pytest.raises(ValueError, match="auto, star, ring"):
         R.RunPeer("a", aggregate="tree", verify_rate=0.0)
+
+
+def test_a_local_steps_run_is_summed_by_the_star():
+    """The coordinator checks each local-steps contribution's inner moments (a ring would hide
+    them): --aggregate ring or auto gives the star, in words; a synchronous run is unchanged."""
+    for aggregate in ("ring", "auto"):
+        mode, why = choose(aggregate, 0.0, 3, 4, 1e-3, 200_000, local=True)
+        assert mode == "star" and "local steps" in why
+    assert choose("ring", 0.0, 3, 4, 1e-3, 200_000, local=False)[0] == "ring"
+    assert choose("ring", 0.0, 1, 4, 1e-3, 200_000, local=True) == ("star", "1 device")

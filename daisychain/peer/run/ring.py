@@ -30,8 +30,9 @@ abandon the step's ring and do the step again with those still here (a new ring 
 missed deadline redoes it by the star). A member that was still gathering a ring that the
 coordinator already committed asks for the state (``sync``), as a member that is behind.
 
-Local steps: a local-steps run's contribution carries packed inner moments, not clamp-bounded
-sums, so such a run is summed by the star (the room says so; :func:`choose`).
+Local steps: the coordinator refuses a malformed local-steps contribution by its inner
+moments (``trainer.contribution_error``), which a ring would hide from it, so such a run is
+summed by the star (the room says so; :func:`choose`).
 
 This module is the ring itself (plain state, no I/O) and the choice; the protocol's two sides,
 :class:`~.ring_roles.RingMember` (owned by the :class:`~.member.Member`) and
@@ -97,8 +98,8 @@ def choose(aggregate: str, verify_rate: float, n: int, micro: int, c: float, siz
     if n < 2:
         return "star", "1 device"
     if local and aggregate != "star":
-        return "star", (f"{n} devices, local steps (a contribution carries inner moments, not "
-                        f"clamp-bounded sums: the ring is for synchronous runs)")
+        return "star", (f"{n} devices, local steps (the coordinator checks each "
+                        f"contribution's inner moments, which a ring would hide)")
     if verify_rate > 0:
         return "star", (f"{n} devices, spot-checks at rate {verify_rate:.3g} (a ring would hide "
                         f"the contributions from them)")

@@ -6,7 +6,8 @@
 // keep chunk (i-r) mod n. Every incoming chunk is checked (term, step, ring, sender = the
 // ring predecessor, its place in the sequence, its chunk, its length, the clamp bound).
 // Used only when the run checks nothing (verify rate 0) and every member's kind is in
-// RING_KINDS, and not in a local-steps run (its contribution carries inner moments: the star).
+// RING_KINDS, and not in a local-steps run (the coordinator checks each contribution's inner
+// moments, which a ring would hide: the star).
 // This file is the ring itself and the choice; the protocol's two sides, RingMember (owned by
 // the Member) and RingCoordinator (owned by the Coordinator), are in ring_roles.js; the roles'
 // files call them through hooks marked "ring hook".
@@ -45,7 +46,7 @@ export function ringSeconds(n, micro, c, size, h = RING_HOP_S, b = LINK_B_S_PER_
 export function choose(aggregate, verifyRate, n, micro, c, size, local = false) {
   if (n < 2) return ["star", "1 device"];
   if (local && aggregate !== "star") {
-    return ["star", `${n} devices, local steps (a contribution carries inner moments, not clamp-bounded sums: the ring is for synchronous runs)`];
+    return ["star", `${n} devices, local steps (the coordinator checks each contribution's inner moments, which a ring would hide)`];
   }
   if (verifyRate > 0) return ["star", `${n} devices, spot-checks at rate ${g3(verifyRate)} (a ring would hide the contributions from them)`];
   if (aggregate === "ring") return ["ring", `${n} devices, no spot-checks (--aggregate ring)`];
