@@ -61,3 +61,15 @@ def test_killed_member_mid_ring_keeps_the_hash(server, peers):  # noqa: F811
     err = h.stderr()
     assert "left during step" in err and "its ring is abandoned" in err
     assert "aggregating by ring: 2 devices" in err
+
+
+def test_a_local_steps_room_asked_for_a_ring_sums_by_the_star(server, peers):  # noqa: F811
+    """--aggregate ring on a local-steps run (4 replicas, 2 inner steps a round): the host
+    says it sums by the star and why (docs/MESH.md "The ring"), and the room ends on train's
+    hash."""
+    run = ("--task", "text", "--hidden", "16", "--embed-dim", "4", "--context", "4", "--batch", "16",
+           "--micro-batch", "4", "--replicas", "4", "--sync-every", "2")
+    h, code = host(peers, server, 5, 1, *RING, *run)
+    m = peers(server, "--room", code, name="m1")
+    assert h.hash() == m.hash() == reference_of("--steps", "5", *run)
+    assert "aggregating by star: 2 devices, local steps (the coordinator checks each" in h.stderr()
