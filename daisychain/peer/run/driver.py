@@ -186,7 +186,9 @@ class RunPeer:
 
     def channel_closed(self, peer: str) -> list[Output]:
         self.open.discard(peer)
-        return self.coordinator.member_left(peer) if self.coordinator else self.member.ring.stuck()  # ring hook
+        if self.coordinator:
+            return self.coordinator.member_left(peer)
+        return self.member.ring.stuck()  # ring hook: a ring peer's channel closed
 
     def receive(self, sender: str, msg: F.RunMessage, run_id: str = "") -> list[Output]:
         """A decoded message; ``run_id`` is its frame header's. Messages of another run than

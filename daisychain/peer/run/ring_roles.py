@@ -296,7 +296,8 @@ class RingCoordinator(_RingPart):
 
     def on_ringsum(self, sender: str, msg: F.RingSum) -> list[Output]:
         c, plan = self.role, self.plan
-        if plan is None or self.ring is None or (msg.term, msg.step, msg.ring) != (c.term, plan.step, plan.ring):
+        if plan is None or self.ring is None or \
+                (msg.term, msg.step, msg.ring) != (c.term, plan.step, plan.ring):
             return []
         task = next((t for t in plan.tasks if t.peer == sender), None)
         if task is None or task.micro != msg.micro or sender in self.sums:
