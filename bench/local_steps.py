@@ -54,6 +54,10 @@ def default_text() -> Path:
     return out
 
 
+def task_args(task: str, data: Path | None) -> list[str]:
+    return ["--task", task, *(["--data", str(data)] if data else [])]
+
+
 def val_loss(tr, limit: int) -> float:
     """Mean cross-entropy over the first ``limit`` test samples (display arithmetic: numpy
     log; it never feeds the parameters)."""
@@ -153,7 +157,7 @@ def round_times(args, data: Path, res: dict) -> list[dict]:
         for n in peers:
             tag = f"{c['run'].replace(' ', '').replace(',', '_').replace('=', '')}-{n}"
             print(f"[local_steps] {tag}: {rounds} rounds", file=sys.stderr, flush=True)
-            r = run_mesh(tmp, n, ["--task", "text", "--data", str(data), *c["args"], "--steps",
+            r = run_mesh(tmp, n, [*task_args(args.task, data), *c["args"], "--steps",
                                   str(rounds)], "", args.delay_ms, tag)
             rows.append({"run": c["run"], "n": n, "round_s": r["step_s"], "bytes_per_round": r["bytes_per_step"],
                          "hashes_agree": r["hashes_agree"], "load": os.getloadavg()[0]})
@@ -188,10 +192,10 @@ def report(res: dict) -> str:
     round time at 1 and 2 peers, and the time to target against the best single device."""
     rows, best = time_to_target(res)
     m = res["meta"]
-    lines = [f"Task: text, `{m['data_name']}` ({m['data_chars']:,} characters, sha256 {m['data_sha'][:12]}), "
+    lines = [f"Task: {m.get('task', 'text')}, `{m['data_name']}` ({m['data_bytes']:,} bytes, sha256 {m['data_sha'][:12]}), "
              f"{m['model']} ({m['params']:,} parameters). Target: validation loss {res['target']:.4f}, "
              f"what `{res['target_run']}` reaches after {res['target_steps']} steps. Validation loss = mean "
-             f"cross-entropy over the first {m['val']} test windows. Machine: {m['cpus']} cores, 1-minute "
+             f"cross-entropy over the first {m['val']} test samples. Machine: {m['cpus']} cores, 1-minute "
              f"load average {m['load_start']:.1f} at the start, {m.get('load_end', float('nan')):.1f} at the end.", "",
              "Rounds to target come from the single-process reference: every room ends each round on the "
              "reference's bits, so its loss curve per round is the same. Round time is measured in real "
@@ -207,7 +211,7 @@ def report(res: dict) -> str:
                      f"{'yes' if r['agree'] else 'NO'} |")
     lines += ["", f"Best single device: `{best['run']}` ({best['time_s']:.2f} s to target)." if best else
               "No single-device run reached the target.", "",
-              f"Command: `{m['command']}`  ", "Plot: docs/local_steps.png (validation loss against the time "
+              f"Command: `{m['command']}`  ", f"Plot: docs/{png_name(m.get('task', 'text'))} (validation loss against the time "
               "each round took in the rooms above)."]
     return "\n".join(lines)
 
@@ -239,7 +243,12 @@ def plot(res: dict, path: Path) -> None:
     plt.close(fig)
 
 
-def write_section(text: str, name: str = "local-steps") -> None:
+def png_name(task: str) -> str:
+    return "local_steps.png" if task == "text" else f"local_steps_{task}.png"
+
+
+def write_section(text: str, task: str = "text") -> None:
+    name = "local-steps" if task == "text" else f"local-steps-{task}"
     doc = ROOT / "docs" / "BENCHMARKS.md"
     src = doc.read_text()
     start, end = f"<!-- bench:{name} -->", f"<!-- /bench:{name} -->"
@@ -247,12 +256,15 @@ def write_section(text: str, name: str = "local-steps") -> None:
     if start in src:
         src = src[:src.index(start)] + block + src[src.index(end) + len(end):]
     else:
-        src = src.rstrip("\n") + f"\n\n## Local steps: time to a target loss (bench/local_steps.py)\n\n{block}\n"
+        src = src.rstrip("\n") + (f"\n\n## Local steps: time to a target loss, {task} task (bench/local_steps.py)"
+                                   f"\n\n{block}\n")
     doc.write_text(src)
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--task", default="text", choices=("text", "image"),
+                    help="text: the char model on a local text file; image: the default CNN on the embedded MNIST")
     ap.add_argument("--data", default=None, help="text file (default: three licence texts, ~87 kB)")
     ap.add_argument("--batch", type=int, default=64, help="batch of the target run (synchronous)")
     ap.add_argument("--local-batches", default="32", help="batches (per replica and inner step) of the local-steps runs")
@@ -279,14 +291,16 @@ def main() -> None:
                                   "-m", "bench.local_steps", *sys.argv[1:]])
         from daisychain.engine.settings import add_run_arguments, settings_from_args
 
-        data = Path(args.data) if args.data else default_text()
+        data = Path(args.data) if args.data else (default_text() if args.task == "text" else None)
         rp = argparse.ArgumentParser()
         add_run_arguments(rp)
-        rs = settings_from_args(rp.parse_args(["--task", "text", "--data", str(data), "--batch", str(args.batch)]))
-        raw = data.read_bytes()
+        rs = settings_from_args(rp.parse_args([*task_args(args.task, data), "--batch", str(args.batch)]))
+        raw = data.read_bytes() if data else (ROOT / "daisychain" / "data" / "mnist.npz").read_bytes()
         res = json.loads(Path(args.curves).read_text()) if args.curves else curves(args, rs)
-        res["meta"] = {"data_name": args.data or "GPL-3 + LGPL-2.1 + MPL-1.1 (/usr/share/common-licenses)",
-                       "data_chars": len(raw.decode("utf-8", "replace")), "data_sha": hashlib.sha256(raw).hexdigest(),
+        res["meta"] = {"task": args.task, "data_name": args.data or (
+                           "GPL-3 + LGPL-2.1 + MPL-1.1 (/usr/share/common-licenses)" if args.task == "text"
+                           else "the embedded MNIST (8,000 / 2,000)"),
+                       "data_bytes": len(raw), "data_sha": hashlib.sha256(raw).hexdigest(),
                        "model": " ".join(l.type for l in rs.spec.layers if l.type != "relu"),
                        "params": sum(int(np.prod(s)) for _, s in rs.spec.param_shapes()), "val": args.val, "cpus": os.cpu_count(), "load_start": os.getloadavg()[0],
                        "delay_ms": args.delay_ms,
@@ -305,8 +319,8 @@ def main() -> None:
     text = report(res)
     print(text)
     if not args.no_write:
-        write_section(text)
-        plot(res, ROOT / "docs" / "local_steps.png")
+        write_section(text, res["meta"].get("task", "text"))
+        plot(res, ROOT / "docs" / png_name(res["meta"].get("task", "text")))
 
 
 if __name__ == "__main__":

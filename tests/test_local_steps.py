@@ -117,13 +117,20 @@ def test_a_round_is_the_documented_arithmetic():
         ms, vs, inner, b1t, b2t = np.stack(new_m), np.stack(new_v), st.step, st.b1t, st.b2t
         tr.apply(tr.contribute(range(r)).grad)
         assert tr.theta.tobytes() == theta.tobytes()
-        assert tr.state.m.tobytes() == ms.tobytes() and tr.state.v.tobytes() == vs.tobytes()
+        own = [tr.own[j] for j in range(r)]  # this device computed every replica: its moments
+        assert np.stack([o[2] for o in own]).tobytes() == ms.tobytes()
+        assert np.stack([o[3] for o in own]).tobytes() == vs.tobytes()
+        assert not tr.state.m.any() and not tr.state.v.any()  # round 2 < K: still the anchor's
         assert tr.state.outer.tobytes() == buf.tobytes()
         assert (tr.state.step, tr.state.inner, tr.state.b1t, tr.state.b2t) == (rnd + 1, inner, b1t, b2t)
 
 
 def test_a_task_carries_only_its_replicas_moments():
+    """In an anchor round (every round at K = 1); between anchors no moments at all."""
     rs = settings(1, *LOCAL)
+    between = LocalTrainer(rs.spec, rs.hp, rs.ds, load_luts())  # K = 8: round 0 is not an anchor
+    assert not between.contribute([1]).grad[between.layout.size:].any()
+    rs = settings(1, *LOCAL, "--moments-every", "1")
     tr = LocalTrainer(rs.spec, rs.hp, rs.ds, load_luts())
     p = tr.layout.size
     assert tr.total_size == p * (1 + 4 * 3) and tr.n_tasks == 3

@@ -63,6 +63,7 @@ IMAGE_RUNS = [  # --layers / --hidden and recipe flags of image runs whose ident
     ["--steps", "12", "--augment-shift", "1"],
     ["--hidden", "8", "--steps", "5", "--replicas", "3", "--sync-every", "2", "--outer-lr", "1",
      "--outer-momentum", "0.5"],  # local steps: the command and the settings carry them
+    ["--hidden", "8", "--steps", "5", "--replicas", "2", "--moments-every", "3"],  # and a K not the default
 ]
 
 
@@ -96,7 +97,7 @@ def test_page_recipe_command_and_settings_of_image_runs_match_python(tmp_path, n
         assert again.steps == 7
         for k in ("augment_shift", "lr_warmup", "lr_decay_steps"):
             assert st[k] == getattr(rs.hp, k)
-        for k in ("replicas", "sync_every", "outer_lr", "outer_momentum"):
+        for k in ("replicas", "sync_every", "outer_lr", "outer_momentum", "moments_every"):
             assert st.get(k, getattr(Hyper(), k)) == getattr(rs.hp, k)
         assert model_for(rs.ds, parse_layers(",".join(map(str, st["layers"])))).to_json() == ident["model"]
         dense = all(isinstance(t, int) for t in st["layers"])

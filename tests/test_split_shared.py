@@ -212,3 +212,42 @@ def test_js_learns_the_same_from_the_same_timings():
     got_all = run_js(TIMING_DRIVER, imports={"{ Coordinator, RunPeer }": "runpeer.js"}, data=TIMING_CASES)
     for case, got in zip(TIMING_CASES, got_all, strict=True):
         assert got == _python_timing(case), case["about"]  # the same floats
+
+
+STICKY = json.loads((Path(__file__).parent / "scenarios" / "split.json").read_text())["sticky"]
+STICKY_DRIVER = r"""
+console.log(JSON.stringify(DATA.map((c) => splitTasks(Array.from({ length: c.n }, (_, j) => j), c.weights, c.live,
+  new Map(c.last)).parts)));
+"""
+
+
+@pytest.mark.parametrize("case", STICKY, ids=[c["about"][:40] for c in STICKY])
+def test_python_keeps_the_shared_sticky_parts(case):
+    parts, owner = R.split_tasks(list(range(case["n"])), case["weights"], case["live"],
+                                 {j: p for j, p in case["last"]})
+    assert parts == case["parts"]
+    assert owner == {j: p for p, part in zip(case["live"], parts) for j in part}
+
+
+@pytest.mark.usefixtures("node")  # fails, never skips, without node
+def test_js_keeps_the_same_sticky_parts():
+    got = run_js(STICKY_DRIVER, imports={"{ splitTasks }": "run/split.js"}, data=STICKY)
+    assert got == [c["parts"] for c in STICKY]
+
+
+def test_sticky_parts_keep_the_counts_and_move_no_more_than_the_capacity_split():
+    """Each peer gets the capacity split's count; no more replicas change hands than with the
+    plain split; a synchronous run's split (no ``last``) is the capacity split itself."""
+    rng = random.Random(11)
+    for _ in range(300):
+        live = [f"p{k}" for k in range(rng.randint(1, 5))]
+        n = rng.randint(1, 12)
+        w = [rng.uniform(0.2, 4) for _ in live]
+        last = {j: rng.choice(live + ["gone"]) for j in range(n)}
+        plain = capacity_split(list(range(n)), w)
+        parts, owner = R.split_tasks(list(range(n)), w, live, last)
+        assert [len(p) for p in parts] == [len(p) for p in plain]
+        assert sorted(j for p in parts for j in p) == list(range(n))
+        moved = sum(owner[j] != last[j] for j in range(n))
+        assert moved <= sum(p != last[j] for p, part in zip(live, plain) for j in part)
+        assert R.split_tasks(list(range(n)), w, live)[0] == plain

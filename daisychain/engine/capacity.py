@@ -10,11 +10,13 @@ from daisychain.engine.trainer import Trainer
 
 
 def measure_capacity(trainer: Trainer, seconds: float = 0.3) -> float:
-    """Micro-batches per second of this machine on this run (a few step-0 micro-batches)."""
+    """Micro-batches per second of this machine on this run (a few step-0 micro-batches; a
+    local-steps run's replica rounds at its last anchor, which need no replay)."""
     theta = trainer.theta.copy()
+    step = getattr(trainer, "anchor_round", 0)
     n, t0 = 0, time.perf_counter()
     while True:
-        trainer.contribute([n % trainer.n_tasks], 0, theta)
+        trainer.contribute([n % trainer.n_tasks], step, theta)
         n += 1
         dt = time.perf_counter() - t0
         if dt > seconds or n >= 200:

@@ -11,7 +11,8 @@ Layout (a plain dict, so ``torch.load(path, weights_only=True)`` loads it)::
      "vocab": str,                               # text task only: class i is vocab[i]
      "local": {"outer": {name: tensor},          # local-steps run only (engine/local.py):
                "m": [{name: tensor}, ...],       # the outer buffer, and replicas 1..R-1's
-               "v": [{name: tensor}, ...]}}      # moments (replica 0's are "adam"'s)
+               "v": [{name: tensor}, ...],       # moments (replica 0's are "adam"'s) at
+               "hist": [{name: tensor}, ...]}}   # the anchor; theta_g of the rounds since
 
 In a local-steps run, "state_dict" is the global parameters theta_g, "step" the round and
 "adam"'s step the inner steps (round * sync_every), b1t/b2t their bias products.
@@ -169,6 +170,8 @@ def save_checkpoint(identity: dict, step: int, theta: np.ndarray, adam: AdamStat
     if local is not None:
         obj["local"] = {"outer": tensors(local.outer), "m": [tensors(a) for a in local.m[1:]],
                         "v": [tensors(a) for a in local.v[1:]]}
+        if local.hist.size:  # theta_g of the rounds since the anchor (engine/local.py)
+            obj["local"]["hist"] = [tensors(a) for a in local.hist]
     buf = io.BytesIO()
     torch.save(obj, buf)
     return buf.getvalue()
@@ -306,7 +309,12 @@ def _local_state(obj, hp: Hyper, layout: ParamLayout, size: int, theta, m, v, st
                                             for k in ("m", "v")):
         raise CheckpointError(f"a local-steps run's checkpoint needs its outer buffer and the "
                               f"moments of replicas 1..{r - 1}")
-    need = (2 + 2 * r) * 8 * layout.size
+    n = step % hp.moments_every  # rounds since the anchor, whose theta_g the checkpoint holds
+    hist = obj.get("hist", [])
+    if not isinstance(hist, list) or len(hist) != n:
+        raise CheckpointError(f"a local-steps run's checkpoint at round {step} needs theta_g of "
+                              f"the {n} round(s) since its anchor (local.hist)")
+    need = (2 + 2 * r + n) * 8 * layout.size
     if need > size:
         raise CheckpointError(f"{r} replicas of {layout.size} parameters need {need} bytes, more "
                               f"than the checkpoint file's {size}")
@@ -315,7 +323,9 @@ def _local_state(obj, hp: Hyper, layout: ParamLayout, size: int, theta, m, v, st
     vs = np.stack([v] + [_tensor_dict(t, f"local.v[{i}]", layout) for i, t in enumerate(obj["v"])])
     if np.any(vs < 0):
         raise CheckpointError("local.v holds negative values")
-    return LocalState(theta.copy(), outer, ms, vs, step, step * hp.sync_every, b1t, b2t)
+    rows = [_tensor_dict(t, f"local.hist[{i}]", layout) for i, t in enumerate(hist)]
+    hist = np.stack(rows) if rows else np.zeros((0, layout.size))
+    return LocalState(theta.copy(), outer, ms, vs, step, step * hp.sync_every, b1t, b2t, hist)
 
 
 def _checked_vocab(vocab, spec: ModelSpec) -> str:
@@ -485,7 +495,7 @@ def run_flags(identity: dict) -> str:
     for name in ("augment_shift", "lr_warmup", "lr_decay_steps"):  # the image task's defaults are not 0
         if hp.get(name) or identity.get("task") == "image":
             flags.append(f"--{name.replace('_', '-')} {hp.get(name, 0)}")
-    for name in ("replicas", "sync_every", "outer_lr", "outer_momentum"):  # a local-steps run's
+    for name in ("replicas", "sync_every", "outer_lr", "outer_momentum", "moments_every"):  # local steps
         if name in hp:
             flags.append(f"--{name.replace('_', '-')} {hp[name]}")
     return " ".join(flags)

@@ -29,11 +29,24 @@ the float64 bits), zero except in the blocks of the replicas the task computed. 
     theta_g = theta_g - lr_o * (d + mu * buf)
 
 (mu = outer_momentum, lr_o = outer_lr; plain averaging is lr_o = 1, mu = 0.)
+
+Anchors: the moment blocks travel only in an *anchor* round, round n with (n + 1) % K == 0
+(K = ``hp.moments_every``, ``--moments-every``, default 8, in the identity JSON only when not
+the default); its total installs every replica's moments on every device.
+Between anchors a contribution's moment blocks are zero (6 bytes a block on the wire,
+peer/intcodec.py) and so are the total's. Every device holds theta_g, the outer buffer, the
+moments of the last anchor (the start of round a = n - n % K) and theta_g at the start of
+every round since (``hist``, at most K - 1 vectors). A device that computed replica j in
+round n keeps j's moments after it, privately, keyed by n and the SHA-256 of theta_g at
+round n's start (and dropped on every ``load``); without them, ``contribute`` replays j from
+the anchor through ``hist`` (at most K - 1 extra rounds of one replica). Moments are exact
+either way, so the parameters' bits do not depend on K or on who computed what.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import hashlib
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -41,7 +54,7 @@ from daisychain.engine.adam import AdamState, adam_step
 from daisychain.engine.data import Dataset
 from daisychain.engine.detmath import pow2
 from daisychain.engine.model import Result
-from daisychain.engine.spec import Hyper, ModelSpec
+from daisychain.engine.spec import MOMENTS_EVERY, Hyper, ModelSpec  # noqa: F401  (re-exported)
 from daisychain.engine.trainer import Trainer, params_sha256
 from daisychain.units.luts import LutSet
 
@@ -51,6 +64,11 @@ from daisychain.units.luts import LutSet
 DELTA_FRAC_BITS = 32
 _LO = np.uint64(0xFFFFFFFF)
 _SHIFT = np.uint64(32)
+
+
+class StaleRound(ValueError):
+    """A round this trainer cannot compute now: before its anchor (the room moved past it
+    while the compute waited) or after its current round. The shell drops the compute."""
 
 
 def delta_limit(replicas: int) -> float:
@@ -64,16 +82,32 @@ class LocalState:
 
     theta: np.ndarray  #: (P,) the global parameters theta_g
     outer: np.ndarray  #: (P,) the outer Nesterov buffer
-    m: np.ndarray  #: (R, P) every replica's inner Adam first moments
+    m: np.ndarray  #: (R, P) every replica's inner Adam first moments at the last anchor
     v: np.ndarray  #: (R, P) and second moments
     step: int = 0  #: rounds done
     inner: int = 0  #: inner Adam steps each replica has taken (step * H)
     b1t: float = 1.0  #: beta1 ** inner, as the running product adam_step keeps
     b2t: float = 1.0
+    #: (step % K, P): theta_g at the start of each round since the anchor (rounds a..step-1)
+    hist: np.ndarray = field(default_factory=lambda: np.zeros((0, 0)))
 
     def copy(self) -> "LocalState":
         return LocalState(self.theta.copy(), self.outer.copy(), self.m.copy(), self.v.copy(),
-                          int(self.step), int(self.inner), float(self.b1t), float(self.b2t))
+                          int(self.step), int(self.inner), float(self.b1t), float(self.b2t),
+                          self.hist.copy())
+
+
+def theta_key(theta: np.ndarray) -> bytes:
+    """The SHA-256 of a parameter vector's float64 bytes (keys a device's private moments)."""
+    return hashlib.sha256(np.ascontiguousarray(theta, "<f8").tobytes()).digest()
+
+
+def bias_products(beta1: float, beta2: float, n: int) -> tuple[float, float]:
+    """beta1 ** n and beta2 ** n as adam_step's running products make them (n products)."""
+    b1t = b2t = 1.0
+    for _ in range(n):
+        b1t, b2t = b1t * beta1, b2t * beta2
+    return b1t, b2t
 
 
 def pack_moments(m: np.ndarray, v: np.ndarray) -> np.ndarray:
@@ -108,75 +142,124 @@ class LocalTrainer:
         self.engine, self.layout, self.schedule = self.base.engine, self.base.layout, self.base.schedule
         self.identity, self.run_id = self.base.identity, self.base.run_id
         self.replicas, self.sync_every = hp.replicas, hp.sync_every
+        self.moments_every = hp.moments_every  #: K, --moments-every
         p, r = self.layout.size, hp.replicas
         self.n_tasks = r  #: tasks of a step (a round): one per replica
         self.total_size = p * (1 + 4 * r)  #: entries of a contribution and of a total
         self.limit = delta_limit(r)
-        self.state = LocalState(self.base.state.theta, np.zeros(p), np.zeros((r, p)), np.zeros((r, p)))
+        self.state = LocalState(self.base.state.theta, np.zeros(p), np.zeros((r, p)), np.zeros((r, p)),
+                                hist=np.zeros((0, p)))
+        #: replica -> (round n, theta_key of theta_g at n's start, m, v after round n): this
+        #: device's own moments, never sent between anchors
+        self.own: dict[int, tuple] = {}
+        self.replayed = 0  #: replica rounds recomputed from the anchor (a moved replica, a check)
 
     @property
     def theta(self) -> np.ndarray:
         return self.state.theta
+
+    @property
+    def anchor_round(self) -> int:
+        """The round whose start holds the last anchor's moments (a multiple of K)."""
+        return self.state.step - self.state.step % self.moments_every
+
+    def is_anchor(self, rnd: int) -> bool:
+        """Whether round ``rnd``'s contributions and total carry the moments."""
+        return (int(rnd) + 1) % self.moments_every == 0
 
     def steps_of(self, rnd: int, replica: int) -> list[int]:
         """The synchronous schedule's steps replica ``replica`` trains on in round ``rnd``."""
         h, r = self.sync_every, self.replicas
         return [(rnd * h + i) * r + replica for i in range(h)]
 
+    def _round(self, j: int, rnd: int, theta: np.ndarray, adam: AdamState, split, seen, correct):
+        """Replica j's H inner steps of round ``rnd`` from ``theta`` (``adam`` advances)."""
+        p = self.layout.size
+        gscale, gdiv = self.base.grad_scaling()
+        th = theta.copy()
+        for s in self.steps_of(rnd, j):
+            parts = split(s) if split is not None else [list(range(self.hp.n_micro))]
+            total = np.zeros(p, np.int64)
+            for part in parts:
+                res = self.base.contribute(part, s, th)
+                total += res.grad
+                seen.append(res.loss)
+                correct[0] += int(np.sum(res.correct))
+            adam_step(th, adam, total, self.hp, gscale, gdiv)
+        return th
+
+    def _start(self, st: LocalState, j: int, rnd: int, split) -> AdamState:
+        """Replica j's inner Adam state at round ``rnd``'s start: its private moments after
+        round rnd - 1 when they follow the held history, else replayed from the anchor."""
+        a = st.step - st.step % self.moments_every
+        if not a <= rnd <= st.step or len(st.hist) != st.step - a:
+            raise StaleRound(f"round {rnd} is not between this trainer's anchor {a} and round {st.step}")
+        if rnd > a:
+            mine = self.own.get(j)
+            if mine is not None and mine[0] == rnd - 1 and mine[1] == theta_key(st.hist[rnd - 1 - a]):
+                b1t, b2t = ((st.b1t, st.b2t) if rnd == st.step else
+                            bias_products(self.hp.beta1, self.hp.beta2, rnd * self.sync_every))
+                return AdamState(mine[2].copy(), mine[3].copy(), rnd * self.sync_every, b1t, b2t)
+        b1t, b2t = ((st.b1t, st.b2t) if rnd == a else
+                    bias_products(self.hp.beta1, self.hp.beta2, a * self.sync_every))
+        adam = AdamState(st.m[j].copy(), st.v[j].copy(), a * self.sync_every, b1t, b2t)
+        for n in range(a, rnd):
+            self._round(j, n, st.hist[n - a], adam, split, [], [0])
+            self.replayed += 1
+        return adam
+
     def contribute(self, micro_ids, step: int | None = None, theta: np.ndarray | None = None,
                    split=None) -> Result:
         """The contribution of the replicas ``micro_ids`` to round ``step`` (default: the
-        current one), starting from ``theta`` (default: theta_g; a copy lets a compute thread
-        never see it change) and the inner moments this trainer holds, which are those of
-        the round's start as long as ``step`` is the current round. ``split(s)``: how step
-        s's micro-batches are shared by simulated workers (default: one share)."""
-        st = self.state  # apply installs new arrays, never writes these: one consistent view
+        current one; any round since the anchor), starting from ``theta`` (default: theta_g;
+        a copy lets a compute thread never see it change). A replica's moments at the
+        round's start are this device's own when it computed the previous round from the
+        held history, else replayed from the anchor. ``split(s)``: how step s's
+        micro-batches are shared by simulated workers (default: one share)."""
+        st = self.state  # apply and load install a new state object: one consistent view
         step = st.step if step is None else int(step)
         theta = st.theta if theta is None else np.asarray(theta, np.float64)
         ids = [int(j) for j in micro_ids]
         p = self.layout.size
         out = np.zeros(self.total_size, np.int64)
         losses, correct = np.zeros(len(ids)), np.zeros(len(ids), np.int64)
-        gscale, gdiv = self.base.grad_scaling()
+        key = theta_key(theta)
         for i, j in enumerate(ids):
             if not 0 <= j < self.replicas:
                 raise ValueError(f"replica {j} is not one of this run's {self.replicas}")
-            th = theta.copy()
-            adam = AdamState(st.m[j].copy(), st.v[j].copy(), st.inner, st.b1t, st.b2t)
-            seen = []
-            for s in self.steps_of(step, j):
-                parts = split(s) if split is not None else [list(range(self.hp.n_micro))]
-                total = np.zeros(p, np.int64)
-                for part in parts:
-                    res = self.base.contribute(part, s, th)
-                    total += res.grad
-                    seen.append(res.loss)
-                    correct[i] += int(np.sum(res.correct))
-                adam_step(th, adam, total, self.hp, gscale, gdiv)
+            adam = self._start(st, j, step, split)
+            seen, got = [], [0]
+            th = self._round(j, step, theta, adam, split, seen, got)
+            correct[i] = got[0]
+            self.own[j] = (step, key, adam.m.copy(), adam.v.copy())
             delta = theta - th
             q = np.floor(delta * pow2(DELTA_FRAC_BITS) + 0.5)
             out[:p] += np.clip(q, -self.limit, self.limit).astype(np.int64)
-            at = p + 4 * p * j
-            out[at:at + 4 * p] = pack_moments(adam.m, adam.v)
+            if self.is_anchor(step):
+                at = p + 4 * p * j
+                out[at:at + 4 * p] = pack_moments(adam.m, adam.v)
             losses[i] = float(np.mean(np.concatenate(seen))) if seen else 0.0
         return Result(out, losses, correct)
 
-    def contribution_error(self, ints: np.ndarray, micro) -> str | None:
-        """Why a received contribution to replicas ``micro`` cannot be one (None: it can): a
-        moment block of a replica it was not given that is not zero, or in its own blocks
-        halves that are not unsigned 32-bit integers or moments that are not finite (a
-        total holding them would stop every replica's apply). Its values are the
+    def contribution_error(self, ints: np.ndarray, micro, step: int | None = None) -> str | None:
+        """Why a received contribution to replicas ``micro`` of round ``step`` (default: the
+        current one) cannot be one (None: it can): a moment block that is not zero in a
+        round between anchors or of a replica it was not given, or in its own blocks of an
+        anchor round halves that are not unsigned 32-bit integers or moments that are not
+        finite (a total holding them would stop every replica's apply). Its values are the
         spot-checks' business."""
         p, r = self.layout.size, self.replicas
         ints = np.asarray(ints, np.int64).reshape(-1)
         if ints.size != self.total_size:
             return f"not {self.total_size} integers"
-        mine = {int(j) for j in micro}
+        anchor = self.is_anchor(self.state.step if step is None else step)
+        mine = {int(j) for j in micro} if anchor else set()
         blocks = ints[p:].reshape(r, 4 * p)
         for j in range(r):
             if j not in mine:
                 if blocks[j].any():
-                    return f"moments of replica {j}, which it was not given"
+                    return (f"moments of replica {j}, which it was not given" if anchor else
+                            f"moments of replica {j} in a round between anchors")
                 continue
             try:
                 unpack_moments(blocks[j], p)
@@ -192,16 +275,23 @@ class LocalTrainer:
         return float(pow2(-d)), float(r)
 
     def apply(self, total: np.ndarray) -> None:
-        """The outer step from a round's total, and every replica's new inner moments."""
+        """The outer step from a round's total; an anchor round's total installs every
+        replica's new inner moments, another's (moment blocks all zero) adds theta_g at the
+        round's start to the history."""
         total = np.asarray(total, np.int64).reshape(-1)
         p, r, hp = self.layout.size, self.replicas, self.hp
         if total.size != self.total_size:
             raise ValueError(f"a total of {total.size} entries, the run's are {self.total_size}")
-        m, v = np.empty((r, p)), np.empty((r, p))
-        for j in range(r):
-            at = p + 4 * p * j
-            m[j], v[j] = unpack_moments(total[at:at + 4 * p], p)
         st = self.state
+        anchor = self.is_anchor(st.step)
+        m, v = np.empty((r, p)), np.empty((r, p))
+        if anchor:
+            for j in range(r):
+                at = p + 4 * p * j
+                m[j], v[j] = unpack_moments(total[at:at + 4 * p], p)
+        elif total[p:].any():
+            raise ValueError("the total carries moments in a round between anchors")
+        before = st.theta.copy()
         scale, div = self.outer_scaling()
         d = np.multiply(total[:p], scale, dtype=np.float64)
         if div != 1.0:
@@ -209,37 +299,45 @@ class LocalTrainer:
         mu, lr = hp.outer_momentum, hp.outer_lr
         buf = np.add(np.multiply(st.outer, mu), d)  # buf = mu * buf + d
         step = np.multiply(lr, np.add(d, np.multiply(mu, buf)))  # lr_o * (d + mu * buf)
-        st.theta -= step  # in place: theta_g is the array the caller may hold
         b1t, b2t = st.b1t, st.b2t
         for _ in range(self.sync_every):
             b1t, b2t = b1t * hp.beta1, b2t * hp.beta2
-        st.outer, st.m, st.v = buf, m, v  # new arrays: a contribute in flight keeps its view
-        st.inner, st.b1t, st.b2t = st.inner + self.sync_every, b1t, b2t
-        st.step += 1
+        hist = np.zeros((0, p)) if anchor else np.concatenate([st.hist, before[None]])
+        st.theta -= step  # in place: theta_g is the array the caller may hold
+        # one new state object (a contribute in flight keeps its consistent view)
+        self.state = LocalState(st.theta, buf, m if anchor else st.m, v if anchor else st.v,
+                                st.step + 1, st.inner + self.sync_every, b1t, b2t, hist)
 
     def snapshot(self) -> LocalState:
         return self.state.copy()
 
     @property
     def state_sizes(self) -> tuple[int, int]:
-        """On the wire (STATE): "theta" is [theta_g | outer buffer], each moment part every
-        replica's, replica after replica."""
+        """On the wire (STATE): "theta" is [theta_g | outer buffer | hist, K - 1 rows, the
+        unused ones zero], each moment part every replica's at the anchor, replica after
+        replica. The private moments never travel."""
         p = self.layout.size
-        return 2 * p, self.replicas * p
+        return (1 + self.moments_every) * p, self.replicas * p
 
     def wire_state(self) -> tuple:
         st = self.snapshot()
-        return (st.step, np.concatenate([st.theta, st.outer]), st.m.reshape(-1), st.v.reshape(-1),
-                st.b1t, st.b2t)
+        p = self.layout.size
+        hist = np.zeros((self.moments_every - 1) * p)
+        hist[:st.hist.size] = st.hist.reshape(-1)
+        return (st.step, np.concatenate([st.theta, st.outer, hist]), st.m.reshape(-1),
+                st.v.reshape(-1), st.b1t, st.b2t)
 
     def state_of(self, step: int, theta, m, v, b1t: float, b2t: float) -> LocalState:
         p, r = self.layout.size, self.replicas
         theta = np.asarray(theta, np.float64)
-        return LocalState(theta[:p].copy(), theta[p:].copy(), np.asarray(m, np.float64).reshape(r, p),
+        n = int(step) % self.moments_every
+        return LocalState(theta[:p].copy(), theta[p:2 * p].copy(), np.asarray(m, np.float64).reshape(r, p),
                           np.asarray(v, np.float64).reshape(r, p), int(step), int(step) * self.sync_every,
-                          float(b1t), float(b2t))
+                          float(b1t), float(b2t), theta[2 * p:(2 + n) * p].reshape(n, p).copy())
+
     def load(self, state: LocalState) -> None:
-        """Replace the state with a copy of ``state`` (theta_g is written in place)."""
+        """Replace the state with a copy of ``state`` (theta_g is written in place); this
+        device's private moments are dropped (they may follow another history)."""
         p, r = self.layout.size, self.replicas
         src = state.copy()
         if src.theta.shape != (p,) or src.outer.shape != (p,) or src.m.shape != (r, p) \
@@ -249,10 +347,16 @@ class LocalTrainer:
         if src.inner != src.step * self.sync_every:
             raise ValueError(f"a local state at round {src.step} with {src.inner} inner steps, "
                              f"not {src.step * self.sync_every}")
-        st = self.state
-        st.theta[:] = src.theta
-        st.outer, st.m, st.v = src.outer, src.m, src.v
-        st.step, st.inner, st.b1t, st.b2t = src.step, src.inner, src.b1t, src.b2t
+        n = src.step % self.moments_every
+        if src.hist.size == 0:
+            src.hist = np.zeros((0, p))
+        if src.hist.shape != (n, p):
+            raise ValueError(f"a local state at round {src.step} needs theta_g of the {n} "
+                             f"round(s) since its anchor, it holds {src.hist.shape[0]}")
+        theta = self.state.theta
+        theta[:] = src.theta
+        src.theta = theta  # theta_g stays the array the caller may hold
+        self.state, self.own = src, {}
 
     def accuracy(self, split: str = "test") -> float:
         return self.base.accuracy(split)

@@ -20,7 +20,8 @@ from dataclasses import dataclass
 
 from daisychain.engine.data import TASKS, DataError, Dataset, model_for, prepare_task
 from daisychain.engine.spec import (MAX_CAPACITY, MAX_FEATURES, MAX_HIDDEN_LAYERS, MAX_LAYER_ITEMS, MAX_LR,
-                                    MAX_OUTER_LR, MAX_REPLICAS, MAX_STEPS, MAX_SYNC_EVERY, MAX_WEIGHT_DECAY,
+                                    MAX_MOMENTS_EVERY, MAX_OUTER_LR, MAX_REPLICAS, MAX_STEPS, MAX_SYNC_EVERY,
+                                    MAX_WEIGHT_DECAY,
                                     MIN_CAPACITY, Hyper, ModelSpec, SpecError, hidden_widths, layer_items)
 
 DEFAULT_STEPS = 600
@@ -85,6 +86,7 @@ SETTINGS: dict[str, Range] = {
     "sync_every": Range("int", 1, MAX_SYNC_EVERY),
     "outer_lr": Range("float", 0, MAX_OUTER_LR, lo_open=True),
     "outer_momentum": Range("float", 0, 0.999),
+    "moments_every": Range("int", 1, MAX_MOMENTS_EVERY),
 }
 PAGE_SETTINGS = ("steps", "seed", "batch", "micro_batch", "hidden", "lr", "replicas", "sync_every",
                  "outer_lr", "outer_momentum")
@@ -201,6 +203,10 @@ def add_run_arguments(p: argparse.ArgumentParser, steps: int = DEFAULT_STEPS) ->
                         f"1 with --outer-momentum 0 is plain averaging)")
     g.add_argument("--outer-momentum", type=setting_type("outer_momentum"), default=d.outer_momentum,
                    help=f"local steps: the outer step's momentum (default {d.outer_momentum})")
+    g.add_argument("--moments-every", type=setting_type("moments_every"), default=d.moments_every, metavar="K",
+                   help=f"local steps: the replicas' inner moments cross the wire every K rounds, "
+                        f"the other rounds carry the deltas only; the result is the same bits "
+                        f"for any K (default {d.moments_every})")
 
 
 def parse_layers(text: str) -> tuple[int | str, ...]:
@@ -257,7 +263,7 @@ def settings_from_args(args: argparse.Namespace) -> RunSettings:
         args.steps = task_default.get("steps", getattr(args, "_default_steps", DEFAULT_STEPS))
     for name in ("steps", "seed", "batch", "micro_batch", "hidden", "context", "embed_dim",
                  "lr", "weight_decay", "image_size", "augment_shift", "lr_warmup", "lr_decay_steps",
-                 "replicas", "sync_every", "outer_lr", "outer_momentum"):
+                 "replicas", "sync_every", "outer_lr", "outer_momentum", "moments_every"):
         check_value(name, getattr(args, name, None))
 
     def pick(name: str, default):
@@ -280,7 +286,7 @@ def settings_from_args(args: argparse.Namespace) -> RunSettings:
     return RunSettings(ds, spec, hp, args.steps)
 
 
-LOCAL_ARGS = ("replicas", "sync_every", "outer_lr", "outer_momentum")
+LOCAL_ARGS = ("replicas", "sync_every", "outer_lr", "outer_momentum", "moments_every")
 
 USER_ERRORS = (SpecError, DataError)
 
@@ -303,7 +309,7 @@ def capacity_arg(v: str) -> float | None:
 #: the flags of add_run_arguments, in --help order
 RUN_FLAGS = ("task", "data", "column", "context", "steps", "seed", "batch", "micro_batch", "lr",
              "weight_decay", "hidden", "layers", "embed_dim", "replicas", "sync_every", "outer_lr",
-             "outer_momentum")
+             "outer_momentum", "moments_every")
 
 
 def train_command(args: argparse.Namespace) -> str:

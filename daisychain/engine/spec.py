@@ -38,6 +38,10 @@ MAX_STEPS = 10_000_000
 MAX_REPLICAS = 1024
 MAX_SYNC_EVERY = 100_000
 MAX_OUTER_LR = 4.0
+#: K: a local-steps run's inner moments cross the wire every K rounds (an anchor,
+#: engine/local.py); the default is left out of the identity JSON
+MOMENTS_EVERY = 8
+MAX_MOMENTS_EVERY = 1024
 INPUT_KINDS = ("dense", "tokens", "image")
 MAX_IMAGE_SIDE = 1024  #: largest image height or width
 MAX_CHANNELS = 64  #: most image channels
@@ -264,6 +268,7 @@ class Hyper:
     sync_every: int = 1
     outer_lr: float = 0.7
     outer_momentum: float = 0.9
+    moments_every: int = MOMENTS_EVERY  #: K (the bits do not depend on it, the wire does)
 
     def __post_init__(self):
         # floats are floats (a JSON 0 from a peer must not change the run id), ints are ints
@@ -273,7 +278,7 @@ class Hyper:
                 raise SpecError(f"{name} must be a number, got {v!r}")
             object.__setattr__(self, name, float(v))
         for name in ("batch", "micro_batch", "grad_frac_bits", "seed", *RECIPE_FIELDS, "replicas",
-                     "sync_every"):
+                     "sync_every", "moments_every"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
                 raise SpecError(f"{name} must be an integer, got {v!r}")
@@ -320,6 +325,8 @@ class Hyper:
             raise SpecError(f"--outer-lr must be a finite number in (0, {MAX_OUTER_LR:g}]")
         if not 0 <= self.outer_momentum < 1:
             raise SpecError("--outer-momentum must be a finite number in [0, 1)")
+        if not 1 <= self.moments_every <= MAX_MOMENTS_EVERY:
+            raise SpecError(f"--moments-every must lie in [1, {MAX_MOMENTS_EVERY}]")
 
     def to_json(self) -> dict:
         out = asdict(self)
@@ -329,6 +336,8 @@ class Hyper:
         if not self.local:
             for name in LOCAL_FIELDS:
                 del out[name]
+        if not self.local or self.moments_every == MOMENTS_EVERY:
+            del out["moments_every"]  # the default K keeps the run id it had before K existed
         return out
 
 

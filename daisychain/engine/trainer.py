@@ -128,7 +128,7 @@ class Trainer:
         LocalTrainer's are its replicas)."""
         return self.hp.n_micro
 
-    def contribution_error(self, ints: np.ndarray, micro) -> str | None:
+    def contribution_error(self, ints: np.ndarray, micro, step: int | None = None) -> str | None:
         """Why a received contribution cannot be one beyond its size and clamp bound (which
         the coordinator checks): never, for a synchronous run (LocalTrainer's can)."""
         return None

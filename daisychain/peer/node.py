@@ -443,6 +443,8 @@ class Node:
         loop = asyncio.get_running_loop()
         result = await loop.run_in_executor(_COMPUTE, R.contribute_at, self.run.trainer, c.theta,
                                             c.step, c.micro)
+        if result is None:  # a local-steps round its trainer no longer holds: the room moved on
+            return log.info("dropped a compute of round %d: the room moved past it", c.step)
         self.stats.compute_s += time.perf_counter() - t0
         self.stats.computed += len(c.micro)
         if self.stats.first_contribution_s is None:
@@ -517,7 +519,8 @@ class Node:
                 "compute_s": self.stats.compute_s, "restores": list(self.restores),
                 "alarms": list(self.alarms), "units": self._unit_counts(end, tr),
                 "steps_per_s": self._steps_per_s(), "computed_micro_batches": self.stats.computed,
-                "seconds": time.perf_counter() - self.stats.started}
+                "seconds": time.perf_counter() - self.stats.started,
+                "replayed": getattr(tr, "replayed", 0)}  # local steps: replica rounds from an anchor
 
     def _steps_per_s(self) -> float | None:
         """Committed steps per second from the first commit this peer saw to its last (the
@@ -551,6 +554,8 @@ def print_summary(out: dict, as_json: bool) -> None:
     if u:
         print(f"whole run ({u['run_micro_batches']} micro-batches): {format_counts(u['run'])}")
         print(f"this peer ({u['mine_micro_batches']} micro-batches): {format_counts(u['mine'])}")
+    if local:
+        print(f"replica rounds replayed from an anchor here: {out.get('replayed', 0)}")
     for a in out.get("alarms", ()):
         if a["kind"] == "removed":
             print(f"liar removed: {a['name']} ({a['peer']}) at step {a['step']}")

@@ -352,6 +352,7 @@ export class Mesh {
       try {
         res = await contributeAt(tr, theta, step, micro);
       } catch (err) {
+        if (err.name === "StaleRound") return; // local steps: the room moved past this round (run/split.py contribute_at)
         if (tr.engine.units === this.device.cpu) throw err;
         this.bus.emit("run:log", { text: `the GPU failed (${err.message}); computing on the JS units from now on` });
         tr.setUnits(this.device.cpu);
@@ -575,7 +576,7 @@ export class Mesh {
    */
   async start({ task = null, steps = 600, seed = 0, batch = 64, micro_batch = 16, lr = 3e-3, hidden = 128, layers = null, dataset = null,
     augment_shift = null, lr_warmup = null, lr_decay_steps = null, replicas = 1, sync_every = 1, outer_lr = 0.7,
-    outer_momentum = 0.9, verify_rate = null, aggregate = null } = {}, resume = null) {
+    outer_momentum = 0.9, moments_every = 8, verify_rate = null, aggregate = null } = {}, resume = null) {
     if (!this.net.room || this.net.room.host !== this.net.id) throw new Error("only the host starts a run");
     if (verify_rate !== null && !(Number.isFinite(verify_rate) && verify_rate >= 0 && verify_rate <= 1)) throw new Error("the verify rate must be in [0, 1]");
     if (aggregate !== null && !["auto", "star", "ring"].includes(aggregate)) throw new Error("the aggregation must be one of auto, star, ring");
@@ -589,7 +590,7 @@ export class Mesh {
     const given = { augment_shift, lr_warmup, lr_decay_steps };
     if (resume) for (const k of RECIPE_FIELDS) given[k] ??= resume.identity?.hyper?.[k] ?? 0;
     const hyper = makeHyper({ seed, batch, micro_batch, lr, ...recipeSettings(task, steps, given),
-      replicas, sync_every, outer_lr, outer_momentum });
+      replicas, sync_every, outer_lr, outer_momentum, moments_every });
     const label = dataset?.name ? `the dataset ${dataset.name}` : `the ${task} data`;
     this._state("starting", `preparing the ${task} run`);
     this._preparing("data", 0, 4, `fetching ${label}`);

@@ -21,7 +21,7 @@ from daisychain.peer.run.checks import checked_micro
 from daisychain.peer.run.outputs import Compute, Ended, Log, Output, Refused, RestoreError, Restored, Send
 from daisychain.peer.run.ring_roles import RingCoordinator
 from daisychain.peer.run.rollback import Window, window_steps
-from daisychain.peer.run.split import finish_shares
+from daisychain.peer.run.split import finish_shares, split_tasks
 from daisychain.peer.run.state import checked_state
 from daisychain.peer.run.trust import TrustRole
 
@@ -284,7 +284,7 @@ class Coordinator(TrustRole):
             return self._strike(sender, "refused", None, f"refused a contribution from "
                                 f"{self._name(sender)}: a value of magnitude {peak} is over the "
                                 f"clamp bound {int(bound)} of {len(msg.micro)} micro-batch(es)")
-        why = self.trainer.contribution_error(ints, msg.micro)  # a local-steps run's moments
+        why = self.trainer.contribution_error(ints, msg.micro, msg.step)  # local steps: moments
         if why:
             return self._strike(sender, "refused", None, f"refused a contribution from "
                                 f"{self._name(sender)}: {why}")
@@ -323,7 +323,8 @@ class Coordinator(TrustRole):
         self.tasks = {}
         self.checks = {}
         ids = list(range(self.trainer.n_tasks))  # micro-batches; a local-steps run's replicas
-        parts = capacity_split(ids, self._split_weights(live, len(ids)))
+        last = getattr(self, "owner", {}) if self.trainer.hp.local else None  # sticky replicas
+        parts, self.owner = split_tasks(ids, self._split_weights(live, len(ids)), live, last)
         checked = set(checked_micro(self.peer.verify_key, self.step, len(ids), self.verify_rate)) \
             if len(live) > 1 else set()
         new, out = [], []
@@ -343,9 +344,8 @@ class Coordinator(TrustRole):
         return said + out + self._dispatch(new)
 
     def _split_weights(self, live: list[str], n: int) -> list[float]:
-        """The capacities, or once a member's link is seen to cost time, shares that make
-        everyone finish together (:func:`finish_shares`): a coordinator that would wait for
-        a member's contribution to cross the wire computes more itself meanwhile."""
+        """The capacities, or once a member's link costs time, shares that make everyone
+        finish together (:func:`finish_shares`: the coordinator computes more meanwhile)."""
         caps = [self._cap(p) for p in live]
         links = [0.0] + [self.members[p].link_s for p in live[1:]]
         if self.self_spm is None or n < len(live) or not any(x > 0 for x in links):

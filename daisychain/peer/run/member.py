@@ -248,7 +248,7 @@ class Member:
 
     def _apply(self, ints, loss, contributors, sha, sender) -> list[Output]:
         step = self.step
-        why = self.trainer.contribution_error(ints, range(self.trainer.n_tasks))  # local steps
+        why = self.trainer.contribution_error(ints, range(self.trainer.n_tasks), step)  # local steps
         if why:
             return [Log(f"a total of step {step} from {self.peer._name(sender)} that no replica makes "
                         f"({why}): ignored", loud=True)]

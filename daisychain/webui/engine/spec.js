@@ -285,13 +285,15 @@ export const HYPER_DEFAULTS = Object.freeze({
   lr: 3e-3, beta1: 0.9, beta2: 0.999, eps: 1e-8, weight_decay: 0.0,
   batch: 64, micro_batch: 16, grad_frac_bits: 40, seed: 0,
   augment_shift: 0, lr_warmup: 0, lr_decay_steps: 0,
-  replicas: 1, sync_every: 1, outer_lr: 0.7, outer_momentum: 0.9,
+  replicas: 1, sync_every: 1, outer_lr: 0.7, outer_momentum: 0.9, moments_every: 8,
 });
+/** spec.py MOMENTS_EVERY: the default K, left out of the identity JSON. */
+export const MOMENTS_EVERY = 8;
 /** Hyper fields that are floats in Python (their canonical JSON spelling differs from ints). */
 export const HYPER_FLOATS = ["lr", "beta1", "beta2", "eps", "weight_decay", "outer_lr", "outer_momentum"];
 /** spec.py LOCAL_FIELDS: local steps (engine/local.js), all in the JSON of a local-steps run,
  *  none in a synchronous one's (R == H == 1 keeps the identity it always had). */
-export const LOCAL_FIELDS = ["replicas", "sync_every", "outer_lr", "outer_momentum"];
+export const LOCAL_FIELDS = ["replicas", "sync_every", "outer_lr", "outer_momentum", "moments_every"];
 /** spec.py Hyper.local: more than one replica or inner step a round. */
 export const isLocal = (hp) => hp.replicas !== 1 || hp.sync_every !== 1;
 /** spec.py RECIPE_FIELDS: the image recipe's fields, left out of the JSON when 0 (so that a
@@ -322,7 +324,7 @@ export function makeHyper(overrides = {}) {
   for (const k of Object.keys(hp)) {
     if (!(k in HYPER_DEFAULTS)) throw new SpecError(`unknown hyperparameter ${k}`);
   }
-  for (const k of [...RECIPE_FIELDS, "replicas", "sync_every"]) {
+  for (const k of [...RECIPE_FIELDS, "replicas", "sync_every", "moments_every"]) {
     if (!Number.isInteger(hp[k])) throw new SpecError(`${k} must be an integer, got ${JSON.stringify(hp[k])}`);
   }
   if (!(hp.micro_batch >= 1 && hp.batch >= 1) || hp.batch % hp.micro_batch) {
@@ -354,6 +356,7 @@ export function makeHyper(overrides = {}) {
   if (!(typeof hp.outer_momentum === "number" && hp.outer_momentum >= 0 && hp.outer_momentum < 1)) {
     throw new SpecError("--outer-momentum must be a finite number in [0, 1)");
   }
+  if (!(hp.moments_every >= 1 && hp.moments_every <= 1024)) throw new SpecError("--moments-every must lie in [1, 1024]");
   return Object.freeze(hp);
 }
 
@@ -362,6 +365,7 @@ export function hyperJson(hp) {
   const out = { ...hp };
   for (const k of RECIPE_FIELDS) if (!out[k]) delete out[k];
   if (!isLocal(hp)) for (const k of LOCAL_FIELDS) delete out[k];
+  if (out.moments_every === MOMENTS_EVERY) delete out.moments_every; // the default K keeps the run id
   return out;
 }
 

@@ -12,7 +12,7 @@ import { paramsSha256 } from "../engine/trainer.js";
 import { checkedState } from "./state.js";
 import { Star } from "./aggregator.js";
 import { checkedMicro } from "./checks.js";
-import { capacitySplit, finishShares } from "./split.js";
+import { capacitySplit, finishShares, splitTasks } from "./split.js";
 import { Window, windowSteps } from "./rollback.js";
 import { TrustRole } from "./trust.js";
 import { g3, log, pyList, sameInts, send } from "./util.js";
@@ -312,7 +312,7 @@ export class Coordinator {
     if (peak > bound) {
       return this._strike(sender, "refused", null, `refused a contribution from ${this._name(sender)}: a value of magnitude ${peak} is over the clamp bound ${bound} of ${msg.micro.length} micro-batch(es)`);
     }
-    const why = this.trainer.contributionError(ints, msg.micro); // a local-steps run's moments
+    const why = this.trainer.contributionError(ints, msg.micro, msg.step); // local steps: moments
     if (why) return this._strike(sender, "refused", null, `refused a contribution from ${this._name(sender)}: ${why}`);
     return this._takeContrib(sender, msg.step, msg.task, msg.micro, msg.ints, msg.loss, msg.correct);
   }
@@ -354,7 +354,9 @@ export class Coordinator {
     this.checks = new Map();
     const n = this.trainer.nTasks; // micro-batches; a local-steps run's replicas
     const ids = Array.from({ length: n }, (_, j) => j);
-    const parts = capacitySplit(ids, this._splitWeights(live, n));
+    const last = this.trainer.replicas !== undefined ? (this.owner ?? new Map()) : null; // local steps: sticky replicas
+    const { parts, owner } = splitTasks(ids, this._splitWeights(live, n), live, last);
+    this.owner = owner;
     const checked = new Set(live.length > 1 ? checkedMicro(this.peer.verifyKey, this.step, n, this.verifyRate) : []);
     const fresh = [];
     const out = [];
@@ -390,8 +392,7 @@ export class Coordinator {
     return Math.max(MIN_DEADLINE_S, DEADLINE_FACTOR * spm * n + 0.5);
   }
 
-  /** Tell the members about new assignments (`peers`: task -> the newly added assignee);
-   * each member hears of its own tasks only. */
+  /** Tell the members (each of its own tasks only) of new assignments (`peers`: task -> new assignee). */
   _dispatch(tasks, peers = null) {
     if (!tasks.length) return [];
     const wire = tasks.map((t) => ({ task: t.task, peer: peers?.get(t.task) ?? t.assignees[t.assignees.length - 1], micro: t.micro }));
@@ -415,8 +416,7 @@ export class Coordinator {
       .map((m) => m.id).sort();
   }
 
-  /** The capacities, or once a member's link is seen to cost time, shares that make
-   * everyone finish together (finishShares), as run/coordinator.py _split_weights. */
+  /** Capacities, or shares that make everyone finish together (run/coordinator.py _split_weights). */
   _splitWeights(live, n) {
     const caps = live.map((p) => this._cap(p));
     const links = live.map((p, i) => (i === 0 ? 0.0 : this.crew.get(p).linkS));

@@ -297,7 +297,7 @@ export class Member {
 
   async _apply(ints, loss, contributors, sha, sender) {
     const step = this.step;
-    const why = this.trainer.contributionError?.(ints, Array.from({ length: this.trainer.nTasks }, (_, j) => j)); // local steps
+    const why = this.trainer.contributionError?.(ints, Array.from({ length: this.trainer.nTasks }, (_, j) => j), step); // local steps
     if (why) return [log(`a total of step ${step} from ${this.peer._name(sender)} that no replica makes (${why}): ignored`, true)];
     await this.trainer.apply(ints);
     for (const k of [...this.pending.keys()]) if (Number(k.split(":")[0]) <= step) this.pending.delete(k);

@@ -19,6 +19,33 @@ export function capacitySplit(ids, caps) {
   return out;
 }
 
+/** run/split.py split_tasks: the step's parts (capacitySplit of ids by weights); with `last`
+ *  (a local-steps run: Map replica -> the peer that computed it last round) the same count per
+ *  peer, each replica kept by its last peer while that peer has room (sticky replicas: no
+ *  replay), the others in order to the first peers with room; each part ascending. Returns
+ *  {parts, owner: Map replica -> peer} (shared cases: tests/scenarios/split.json "sticky"). */
+export function splitTasks(ids, weights, live, last = null) {
+  let parts = capacitySplit(ids, weights);
+  if (last) {
+    const counts = parts.map((p) => p.length);
+    parts = live.map(() => []);
+    const left = [];
+    for (const j of ids) {
+      const k = last.has(j) ? live.indexOf(last.get(j)) : -1;
+      (k >= 0 && parts[k].length < counts[k] ? parts[k] : left).push(j);
+    }
+    let k = 0;
+    for (const j of left) {
+      while (parts[k].length >= counts[k]) k++;
+      parts[k].push(j);
+    }
+    parts = parts.map((p) => p.sort((x, y) => x - y));
+  }
+  const owner = new Map();
+  live.forEach((peer, k) => { for (const j of parts[k]) owner.set(j, peer); });
+  return { parts, owner };
+}
+
 /** run/split.py finish_shares: micro-batch shares (summing to ~n) with which every peer finishes
  * a step at the same time T: peer k takes max(1, (T - fixed[k]) / spm[k]) micro-batches
  * (spm: seconds per micro-batch, fixed: seconds its link adds to a step). T by bisection,
