@@ -136,9 +136,11 @@ def split_timings(timings: list[dict]) -> tuple[float, int, list[dict]]:
     return step_s, steps, per_peer
 
 
-def run_mesh(tmp: Path, n: int, run_args: list[str], rate: str, delay_ms: float, tag: str) -> dict:
-    """One room of ``n`` daisy-peers (host + n-1 members) on cores 0..n-1: steps/s, the step
-    split of each peer, wire bytes, the final hash."""
+def run_mesh(tmp: Path, n: int, run_args: list[str], rate: str, delay_ms: float, tag: str,
+             aggregate: str = "star") -> dict:
+    """One room of ``n`` daisy-peers (host + n-1 members) on cores 0..n-1 (modulo the cores
+    there are), summing each step by ``aggregate`` (star | ring): steps/s, the step split of
+    each peer, wire bytes, the final hash."""
     port = 8790
     server = subprocess.Popen([str(Path(PY).parent / "daisychain"), "serve", "--host", SERVER_IP,
                                "--port", str(port)], cwd=ROOT, stdout=subprocess.PIPE,
@@ -150,8 +152,8 @@ def run_mesh(tmp: Path, n: int, run_args: list[str], rate: str, delay_ms: float,
         url = f"http://{SERVER_IP}:{port}"
         env = {"SCALING_DELAY_MS": str(delay_ms) if delay_ms else ""}
         prof = os.environ.get("SCALING_PROFILE_DIR")
-        common = ["--server", url, "--capacity", "100", "--verify-rate", "0", "--json", "--quiet",
-                  *run_args]
+        common = ["--server", url, "--capacity", "100", "--verify-rate", "0", "--aggregate", aggregate,
+                  "--json", "--quiet", *run_args]
         devs = [Device(0, 0, ["peer", *common, "--name", "h", "--create-room", "--approve", "all",
                               "--wait-peers", str(n - 1)], rate,
                        {**env, "SCALING_OUT": str(tmp / f"{tag}-0.json"),
@@ -377,7 +379,15 @@ def main() -> None:
                     help="with --task image: each round also runs 2 peers whose aiortc SCTP bursts "
                          "this many chunks instead of 4 (an experiment), and probes the raw channel so")
     ap.add_argument("--rounds", type=int, default=2, help="with --task image: rounds, each 1 then 2 peers")
+    ap.add_argument("--aggregate", default=None, metavar="star,ring",
+                    help="rooms of 2+ peers once per aggregation named (bench/scaling_ring.py: "
+                         "its own section, no raw / Gloo probes; default: the star only, as above)")
+    ap.add_argument("--peers", default="1,2", help="with --aggregate: room sizes (default 1,2)")
     args = ap.parse_args()
+    if args.aggregate:
+        from bench.scaling_ring import main_ring
+        main_ring(args)
+        return
     if args.task == "image" and not args.report:
         if os.environ.get("DAISY_SCALING_NS") != "1":
             os.execvp("unshare", ["unshare", "-n", "--", "env", "DAISY_SCALING_NS=1", PY, "-m",

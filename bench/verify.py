@@ -31,7 +31,8 @@ def room(server: Server, rate: float, peers: int, run: list[str], tmp: Path, n: 
          timeout: float) -> dict:
     """One room: a host and ``peers - 1`` members; the host's JSON summary (or a failure)."""
     host = Peer(server.url, f"v{n}-host", ["--create-room", "--approve", "all", "--wait-peers",
-                                          str(peers - 1), "--verify-rate", str(rate), "--json",
+                                          str(peers - 1), "--verify-rate", str(rate),
+                                          "--aggregate", "star", "--json",  # the star at every rate
                                           *run], tmp)
     made = [host]
     try:

@@ -126,9 +126,10 @@ def test_every_frame_type_and_every_refusal_agree():
     payload = [{"name": n, "size": s, "frames": [base64.b64encode(f).decode() for f in fr]}
                for n, (fr, s) in built.items()]
     js = run_js(DRIVER, imports={"W": "frames.js"}, data=payload, timeout=120)
-    assert {c["type"] for c in CASES["accept"]} == {"control", "contrib", "total", "state", "data"}
+    assert {c["type"] for c in CASES["accept"]} == {"control", "contrib", "total", "state", "data", "ring"}
     assert {c["meta"]["t"] for c in CASES["accept"] if c["type"] == "control"} == {
-        "run", "ready", "refuse", "assign", "sync", "data_request", "restore", "end"}
+        "run", "ready", "refuse", "assign", "sync", "data_request", "restore", "end", "ring_plan",
+        "ring_sum", "ring_commit"}
     wrong = []
     for c in CASES["accept"]:
         py, j = python(*built[c["name"]]), js[c["name"]]

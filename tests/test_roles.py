@@ -38,6 +38,9 @@ def python_facts() -> dict:
         "on_member": sorted(k for k in COORDINATOR_ONLY if k in vars(p.member)),
         "on_driver": sorted(k for k in COORDINATOR_ONLY if k in vars(p)),
         "on_coordinator": sorted(k for k in COORDINATOR_ONLY if k in vars(c)),
+        # the ring's sides hang off the roles: a fresh coordinator's ring holds nothing
+        "ring_sides": [type(p.member.ring).__name__, type(c.ring).__name__],
+        "new_ring_empty": c.ring.ring is None and c.ring.plan is None and c.ring.count == 0,
     }
     try:
         p.coordinating = False
@@ -63,6 +66,8 @@ const facts = {
   on_member: ONLY.filter((k) => Object.hasOwn(p.member, k)).sort(),
   on_driver: ONLY.filter((k) => Object.hasOwn(p, k)).sort(),
   on_coordinator: ONLY.filter((k) => Object.hasOwn(c, k)).sort(),
+  ring_sides: [p.member.ring.constructor.name, c.ring.constructor.name],
+  new_ring_empty: c.ring.ring === null && c.ring.plan === null && c.ring.count === 0,
 };
 try { p.coordinating = false; facts.flag_settable = true; } catch { facts.flag_settable = false; }
 await p.setMembers(["p1", "p2"], "p2");
@@ -79,6 +84,7 @@ def test_hand_over_builds_a_coordinator_from_the_member_and_stepping_down_drops_
     assert {"members", "tasks", "checks", "window", "banned"} <= set(f["on_coordinator"])
     assert f["flag_settable"] is False  # coordinating is read from the roles, never set
     assert f["after"] is False and f["dropped"] and f["member_term"] == 4
+    assert f["ring_sides"] == ["RingMember", "RingCoordinator"] and f["new_ring_empty"]
 
 
 @pytest.mark.usefixtures("node")  # fails, never skips, without node

@@ -29,7 +29,8 @@ HERE = Path(__file__).parent / "scenarios"
 sys.path.insert(0, str(HERE))
 from scenario_net import run_scenario, settings  # noqa: E402
 
-SCENARIOS = sorted(p for p in HERE.glob("*.json") if p.name not in ("frames.json", "split.json"))  # test_frames_shared.py, test_split_shared.py
+SCENARIOS = sorted(p for p in HERE.glob("*.json") if p.name not in ("frames.json", "split.json")) \
+    + sorted(HERE.glob("ring/*.json"))  # frames / split: test_frames_shared.py, test_split_shared.py
 pytestmark = pytest.mark.usefixtures("node")  # fails, never skips, without node
 
 

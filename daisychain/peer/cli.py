@@ -37,9 +37,27 @@ def add_trust_arguments(p: argparse.ArgumentParser) -> None:
                         f"compared bit for bit (default {VERIFY_RATE}; 0: off; 1: every one)")
     g.add_argument("--strikes", type=setting_type("strikes"), default=STRIKES, metavar="N",
                    help=f"remove a peer from the run after N mismatches (default {STRIKES})")
+    add_aggregate_argument(g)
     g.add_argument("--fault", choices=sorted(FAULTS), default=None,
                    help="TESTING FAULT, off by default: make this peer a liar that corrupts "
                         "what it sends (" + "; ".join(f"{k}: {v}" for k, v in FAULTS.items()) + ")")
+
+
+def add_aggregate_argument(g) -> None:
+    from daisychain.peer.run.ring import AGGREGATES
+    g.add_argument("--aggregate", choices=AGGREGATES, default="auto",
+                   help="how a step's contributions are summed (the host's choice): star (at the "
+                        "coordinator), ring (reduce-scatter + all-gather between the members; only "
+                        "with --verify-rate 0: a ring hides the contributions from the spot-checks) "
+                        "or auto (the ring when nothing is checked and the cost model says it is "
+                        "faster; default)")
+
+
+def aggregate_errors(args) -> str | None:
+    if args.aggregate == "ring" and args.verify_rate > 0:
+        return ("--aggregate ring needs --verify-rate 0: a ring hides each contribution from "
+                "the spot-checks")
+    return None
 
 
 def add_checkpoint_arguments(p: argparse.ArgumentParser) -> None:
@@ -103,7 +121,7 @@ def main(argv: list[str] | None = None) -> int:
     progress = Progress(enabled=not (args.quiet or args.json), steps=None)
     logging.basicConfig(level=logging.WARNING, handlers=[progress.log_handler()])
     settings = None
-    problem = checkpoint_errors(args) or (
+    problem = checkpoint_errors(args) or aggregate_errors(args) or (
         "--resume is for the host of a new run: add --create-room" if args.resume and not args.create_room
         else None)
     if problem:
@@ -127,7 +145,7 @@ def main(argv: list[str] | None = None) -> int:
                                 on_room=progress.room, save_checkpoint=args.save_checkpoint,
                                 save_every=args.save_every, resume=args.resume,
                                 verify_rate=args.verify_rate, strikes=args.strikes,
-                                fault=args.fault))
+                                fault=args.fault, aggregate=args.aggregate))
     except LutError as exc:
         print(f"daisy-peer: error: {exc}", file=sys.stderr)
         return 2

@@ -31,7 +31,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "browser tab can join (default: loopback only, which browsers never use)")
     p.add_argument("--json", action="store_true", help="print one JSON summary at the end")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
-    from daisychain.peer.cli import add_checkpoint_arguments
+    from daisychain.peer.cli import add_aggregate_argument, add_checkpoint_arguments
+    from daisychain.peer.run import VERIFY_RATE
+    p.add_argument("--verify-rate", type=setting_type("verify_rate"), default=VERIFY_RATE, metavar="R",
+                   help=f"share of each step's micro-batches also computed by a second peer "
+                        f"(default {VERIFY_RATE}; 0: off)")
+    add_aggregate_argument(p)
     add_checkpoint_arguments(p)
     add_run_arguments(p)
 
@@ -75,7 +80,8 @@ async def demo(args, settings) -> dict:
                             wait_peers=args.peers - 1, settings=settings,
                             on_event=progress.event, on_room=on_room,
                             save_checkpoint=args.save_checkpoint, save_every=args.save_every,
-                            resume=args.resume))
+                            resume=args.resume, verify_rate=args.verify_rate,
+                            aggregate=args.aggregate))
     tasks = [asyncio.ensure_future(host.main())]
     try:
         await asyncio.wait({code_known, tasks[0]}, timeout=30, return_when=asyncio.FIRST_COMPLETED)
@@ -103,15 +109,15 @@ async def demo(args, settings) -> dict:
 
 
 def run(args: argparse.Namespace) -> int:
-    from daisychain.peer.cli import checkpoint_errors
+    from daisychain.peer.cli import aggregate_errors, checkpoint_errors
     from daisychain.peer.node import PeerFailed, print_summary
 
     try:
         settings = settings_from_args(args)
         if args.peers < 1:
             raise ValueError("--peers must be >= 1")
-        if checkpoint_errors(args):
-            raise ValueError(checkpoint_errors(args))
+        if checkpoint_errors(args) or aggregate_errors(args):
+            raise ValueError(checkpoint_errors(args) or aggregate_errors(args))
     except (*USER_ERRORS, ValueError) as exc:
         print(f"daisychain demo: error: {exc}", file=sys.stderr)
         return 2

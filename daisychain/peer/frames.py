@@ -19,6 +19,6 @@ from daisychain.peer.framing import (  # noqa: F401
 from daisychain.peer.intcodec import (  # noqa: F401
     INT_LIMIT, decode_ints, decode_state, encode_ints, encode_state, varint_decode, varint_encode)
 from daisychain.peer.messages import (  # noqa: F401
-    CONTROLS, MAX_CAPACITY, MAX_STRIKES, MIN_CAPACITY, Assign, Contrib, Data, DataRequest, End,
-    Ready, Refuse, Restore, Run, RunMessage, State, SyncRequest, Task, Total, from_message,
-    to_message)
+    CONTROLS, MAX_CAPACITY, MAX_RING, MAX_STRIKES, MIN_CAPACITY, Assign, Contrib, Data, DataRequest,
+    End, Ready, Refuse, Restore, RingChunk, RingCommit, RingPlan, RingSum, Run, RunMessage, State,
+    SyncRequest, Task, Total, from_message, to_message)

@@ -58,6 +58,7 @@ class FrameType(enum.IntEnum):
     TOTAL = 3    # the committed integer total of a step (body: int vector)
     STATE = 4    # a replica's state: theta, Adam m, v as float64 LE, then b1t, b2t (float64)
     DATA = 5     # reserved: dataset bytes over the channel
+    RING = 6     # one chunk of a ring all-reduce (peer/run/ring.py; body: int vector)
 
 
 class Codec(enum.IntEnum):

@@ -154,9 +154,68 @@ class Data:
     data: bytes = field(repr=False, compare=False)
 
 
-CONTROLS = (Run, Ready, Refuse, Assign, SyncRequest, DataRequest, Restore, End)
+# -- the ring all-reduce (daisychain/peer/run/ring.py) --------------------------------------
+
+
+@dataclass(frozen=True)
+class RingPlan:
+    """Coordinator -> each ring member: step ``step`` is summed by a ring: ``peers`` in ring
+    order (each sends to the next, the last to the first), ``tasks`` the receiver's own.
+    ``ring`` numbers the coordinator's rings; a redone step gets a new one."""
+    T = "ring_plan"
+    term: int
+    step: int
+    ring: int
+    peers: tuple[str, ...]
+    tasks: tuple[Task, ...]
+
+
+@dataclass(frozen=True)
+class RingSum:
+    """Member -> coordinator: its share of the ring's step is computed (display-only loss and
+    correct count; the integers travel around the ring)."""
+    T = "ring_sum"
+    term: int
+    step: int
+    ring: int
+    micro: tuple[int, ...]
+    loss: float
+    correct: int
+
+
+@dataclass(frozen=True)
+class RingCommit:
+    """Coordinator -> each ring member: the ring's total of ``step`` is committed; apply the
+    total your ring gathered and compare your hash with ``params_sha256``."""
+    T = "ring_commit"
+    term: int
+    step: int
+    ring: int
+    contributors: tuple[tuple[str, int], ...]
+    loss: float
+    params_sha256: str
+
+
+@dataclass(frozen=True)
+class RingChunk:
+    """Ring member -> the next one: chunk ``chunk`` of the ring's vector in ``phase`` 0
+    (reduce-scatter: a partial sum) or 1 (all-gather: the total), round ``round`` of n - 1."""
+    T = "ring_chunk"  # (a RING frame, not CONTROL: the name is for logs, as the JS twin's)
+    term: int
+    step: int
+    ring: int
+    phase: int
+    round: int
+    chunk: int
+    ints: np.ndarray = field(repr=False, compare=False)
+
+
+CONTROLS = (Run, Ready, Refuse, Assign, SyncRequest, DataRequest, Restore, End, RingPlan, RingSum,
+            RingCommit)
 RunMessage = (Run | Ready | Refuse | Assign | SyncRequest | DataRequest | Restore | End | Contrib
-              | Total | State | Data)
+              | Total | State | Data | RingPlan | RingSum | RingCommit | RingChunk)
+#: most members of a ring (a plan's peers)
+MAX_RING = 1024
 _HEX = set("0123456789abcdef")
 
 
@@ -213,6 +272,16 @@ def _tasks_meta(tasks) -> list:
     return [{"task": t.task, "peer": t.peer, "micro": list(t.micro)} for t in tasks]
 
 
+def _contributors(f: "_M") -> tuple[tuple[str, int], ...]:
+    out = []
+    for c in f.list("contributors"):
+        if not (isinstance(c, list) and len(c) == 2 and isinstance(c[0], str) and len(c[0]) <= 64
+                and isinstance(c[1], int) and not isinstance(c[1], bool) and c[1] >= 0):
+            raise f.fail("'contributors' must be [peer, micro-batches] pairs")
+        out.append((c[0], c[1]))
+    return tuple(out)
+
+
 def _tasks(f: "_M") -> tuple[Task, ...]:
     out = []
     for t in f.list("tasks"):
@@ -237,6 +306,11 @@ def to_message(msg: RunMessage, run_id: str, bounds: list[int] | None = None) ->
         if msg.tasks:
             meta["tasks"] = _tasks_meta(msg.tasks)
         return Message(FrameType.TOTAL, run_id, msg.step, meta, body, codec)
+    if isinstance(msg, RingChunk):
+        codec, body = encode_ints(msg.ints)
+        return Message(FrameType.RING, run_id, msg.step,
+                       {"term": msg.term, "ring": msg.ring, "phase": msg.phase, "round": msg.round,
+                        "chunk": msg.chunk}, body, codec)
     if isinstance(msg, State):
         return Message(FrameType.STATE, run_id, msg.step, {"params_sha256": msg.params_sha256},
                        encode_state(msg.theta, msg.m, msg.v, msg.b1t, msg.b2t))
@@ -248,6 +322,8 @@ def to_message(msg: RunMessage, run_id: str, bounds: list[int] | None = None) ->
             continue
         if k == "tasks":
             v = _tasks_meta(v)
+        elif k == "contributors":
+            v = [list(c) for c in v]
         elif isinstance(v, tuple):
             v = list(v)
         meta[k] = v
@@ -275,6 +351,11 @@ def from_message(m: Message, size: int | None = None,
         return Total(f.int("term"), m.step, tuple(contributors), f.num("loss"),
                      f.hex("params_sha256"), decode_ints(m.codec, m.body, size),
                      _tasks(f) if "tasks" in m.meta else ())
+    if m.type == FrameType.RING:  # its length and values are checked against the ring (run/ring.py)
+        f = _M(m.meta, "ring chunk")
+        return RingChunk(f.int("term"), m.step, f.int("ring"), f.int("phase", 0, 1),
+                         f.int("round", 0, MAX_RING), f.int("chunk", 0, MAX_RING),
+                         decode_ints(m.codec, m.body))
     if m.type == FrameType.STATE:
         if size is None:
             raise FrameError("state: the receiver has no run to load it into")
@@ -312,4 +393,16 @@ def from_message(m: Message, size: int | None = None,
         return Restore(f.int("term"), m.step, f.hex("params_sha256"))
     if name == "end":
         return End(f.int("term"), m.step, f.hex("params_sha256"))
+    if name == "ring_plan":
+        peers = f.list("peers", MAX_RING)
+        if len(peers) < 2 or not all(isinstance(p, str) and 0 < len(p) <= 64 for p in peers) \
+                or len(set(peers)) != len(peers):
+            raise f.fail("'peers' must be 2 or more distinct peer ids")
+        return RingPlan(f.int("term"), m.step, f.int("ring"), tuple(peers), _tasks(f))
+    if name == "ring_sum":
+        return RingSum(f.int("term"), m.step, f.int("ring"), f.micro(m.meta.get("micro"), "micro"),
+                       f.num("loss"), f.int("correct"))
+    if name == "ring_commit":
+        return RingCommit(f.int("term"), m.step, f.int("ring"), _contributors(f), f.num("loss"),
+                          f.hex("params_sha256"))
     raise FrameError(f"unknown control message {str(name)[:32]!r}")

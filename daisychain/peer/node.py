@@ -72,6 +72,7 @@ class NodeOptions:
     resume: str | None = None           #: the host of a new room: start from this checked .pt
     verify_rate: float = R.VERIFY_RATE  #: host: share of micro-batches spot-checked each step
     strikes: int = R.STRIKES            #: host: mismatches after which a peer is removed
+    aggregate: str = "auto"             #: auto | star | ring (peer/run/ring.py; when coordinating)
     fault: str | None = None            #: TESTING ONLY: corrupt what this peer sends (FAULTS)
 
 
@@ -175,10 +176,12 @@ class Node:
             tr = self._ready_trainer
             return R.RunPeer(self.me, trainer=tr, steps=s.steps, capacity=self._capacity,
                              wait_peers=self.o.wait_peers, selftest=self.selftest,
-                             verify_rate=self.o.verify_rate, strikes=self.o.strikes)
+                             verify_rate=self.o.verify_rate, strikes=self.o.strikes,
+                             aggregate=self.o.aggregate)
         return R.RunPeer(self.me, make_trainer=self._make_trainer, capacity=self.o.capacity,
                          selftest=self.selftest, verify_rate=self.o.verify_rate,
-                         strikes=self.o.strikes)
+                         strikes=self.o.strikes,
+                         aggregate=self.o.aggregate)
 
     # -- the loop ------------------------------------------------------------------------
 

@@ -19,7 +19,7 @@ export const MAX_FRAME = 64 * 1024;
 export const MAX_CHUNK = MAX_FRAME - HEADER_SIZE;
 export const MAX_MESSAGE = 64 * 1024 * 1024;
 export const WHOLE = 0xffff;
-export const FrameType = Object.freeze({ CONTROL: 1, CONTRIB: 2, TOTAL: 3, STATE: 4, DATA: 5 });
+export const FrameType = Object.freeze({ CONTROL: 1, CONTRIB: 2, TOTAL: 3, STATE: 4, DATA: 5, RING: 6 });
 export const Codec = Object.freeze({ NONE: 0, NARROW: 1, VARINT: 2, NARROW_Z: 3, VARINT_Z: 4, RAW: 5 });
 
 export class FrameError extends Error {
@@ -78,7 +78,7 @@ export function decodeFrame(data) {
   if (data[0] !== MAGIC0 || data[1] !== MAGIC1) throw new FrameError("not a DaisyChain frame (bad magic)");
   if (data[2] !== VERSION) throw new FrameError(`frame version ${data[2]}; this tab speaks ${VERSION}: reload`);
   const type = data[3];
-  if (type < 1 || type > 5) throw new FrameError(`unknown frame type ${type}`);
+  if (type < 1 || type > 6) throw new FrameError(`unknown frame type ${type}`);
   const rid = data.subarray(4, 12);
   const runId = rid.some((b) => b) ? [...rid].map((b) => b.toString(16).padStart(2, "0")).join("") : "";
   const index = dv.getUint32(24, true);

@@ -576,8 +576,11 @@ export class Mesh {
    */
   async start({ task = null, steps = 600, seed = 0, batch = 64, micro_batch = 16, lr = 3e-3, hidden = 128, layers = null, dataset = null,
     augment_shift = null, lr_warmup = null, lr_decay_steps = null, replicas = 1, sync_every = 1, outer_lr = 1.0,
-    outer_momentum = 0.5, moments_every = 8 } = {}, resume = null) {
+    outer_momentum = 0.5, moments_every = 8, verify_rate = null, aggregate = null } = {}, resume = null) {
     if (!this.net.room || this.net.room.host !== this.net.id) throw new Error("only the host starts a run");
+    if (verify_rate !== null && !(Number.isFinite(verify_rate) && verify_rate >= 0 && verify_rate <= 1)) throw new Error("the verify rate must be in [0, 1]");
+    if (aggregate !== null && !["auto", "star", "ring"].includes(aggregate)) throw new Error("the aggregation must be one of auto, star, ring");
+    if (aggregate === "ring" && (verify_rate ?? this.peer?.verifyRate ?? 0.05) > 0) throw new Error("ring needs spot-checks off: a ring hides each contribution from them");
     if (this.peer?.coordinating && !this.peer.ended) throw new Error("a run is already going");
     const fp = dataset ? String(dataset.fingerprint || "") : null;
     if (dataset && !/^[0-9a-f]{64}$/.test(fp)) throw new Error("the chosen dataset has no valid fingerprint (a /datasets entry has one)");
@@ -617,6 +620,8 @@ export class Mesh {
     this._preparing("announce", 3, 4, "announcing the run to the room");
     return this._enqueue(async () => {
       this._resetRun();
+      if (verify_rate !== null) this.peer.verifyRate = verify_rate; // the room's spot-checks and
+      if (aggregate !== null) this.peer.aggregate = aggregate;       // aggregation (run/ring.js)
       const outs = await this.peer.hostRun(trainer, identity, id, steps, this._now());
       this._preparing("ready", 4, 4, "ready: the first step is assigned");
       this.summary = { state: "running", runId: id, steps, step: trainer.step };

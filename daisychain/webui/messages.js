@@ -32,16 +32,25 @@ export function encode(msg, runId, bounds, nextMsgNo) {
   } else if (msg.T === "state") {
     m = { type: FrameType.STATE, runId, step: msg.step, meta: { params_sha256: msg.params_sha256 },
       body: f64Bytes([msg.theta, msg.m, msg.v], [msg.b1t, msg.b2t]) };
+  } else if (msg.T === "ring_chunk") { // a ring chunk (run/ring.js): no tensor segments
+    const { codec, body } = encodeInts(msg.ints, null);
+    m = { type: FrameType.RING, runId, step: msg.step, codec, body,
+      meta: { term: msg.term, ring: msg.ring, phase: msg.phase, round: msg.round, chunk: msg.chunk } };
   } else if (msg.T === "data") {
     m = { type: FrameType.DATA, runId, step: 0, meta: { fingerprint: msg.fingerprint }, body: msg.data };
   } else {
     const meta = { t: msg.T };
-    for (const [k, v] of Object.entries(msg)) if (k !== "T" && k !== "step") meta[k] = v;
+    for (const [k, v] of Object.entries(msg)) {
+      if (k === "T" || k === "step") continue;
+      meta[k] = k === "tasks" ? v.map((t) => ({ task: t.task, peer: t.peer, micro: [...t.micro] })) : v;
+    }
     m = { type: FrameType.CONTROL, runId, step: msg.step ?? 0, meta };
   }
   return encodeFrames(m, nextMsgNo());
 }
 
+/** Most members of a ring (a plan's peers; messages.py MAX_RING). */
+export const MAX_RING = 1024;
 const need = (cond, what) => { if (!cond) throw new FrameError(what); };
 const isInt = (v) => Number.isInteger(v) && v >= 0 && v <= 0xffffffff;
 const isHex = (v, n = 64) => typeof v === "string" && v.length === n && /^[0-9a-f]+$/.test(v);
@@ -83,6 +92,13 @@ export async function fromMessage(m, size = null, stateSizes = null) {
     return { T: "state", step: m.step, params_sha256: meta.params_sha256, theta, m: mm, v,
       b1t: dv.getFloat64(8 * (n + 2 * k), true), b2t: dv.getFloat64(8 * (n + 2 * k) + 8, true) };
   }
+  if (m.type === FrameType.RING) { // its length and values are checked against the ring (run/ring.js)
+    need(isInt(meta.term) && isInt(meta.ring) && (meta.phase === 0 || meta.phase === 1)
+      && Number.isInteger(meta.round) && meta.round >= 0 && meta.round <= MAX_RING
+      && Number.isInteger(meta.chunk) && meta.chunk >= 0 && meta.chunk <= MAX_RING, "ring chunk: bad meta");
+    return { T: "ring_chunk", term: meta.term, step: m.step, ring: meta.ring, phase: meta.phase, round: meta.round,
+      chunk: meta.chunk, ints: await decodeInts(m.codec, m.body, null) };
+  }
   if (m.type === FrameType.DATA) {
     need(isHex(meta.fingerprint), "data: bad fingerprint");
     return { T: "data", fingerprint: meta.fingerprint, data: m.body.slice() };
@@ -121,6 +137,18 @@ export async function fromMessage(m, size = null, stateSizes = null) {
   } else if (t === "end") {
     need(isInt(meta.term) && isHex(meta.params_sha256), "end: bad meta");
     copy(["term", "params_sha256"]);
+  } else if (t === "ring_plan") {
+    need(isInt(meta.term) && isInt(meta.ring) && isTasks(meta.tasks), "ring_plan: bad meta");
+    need(isList(meta.peers, MAX_RING) && meta.peers.length >= 2 && meta.peers.every((p) => typeof p === "string" && p.length > 0 && p.length <= 64)
+      && new Set(meta.peers).size === meta.peers.length, "ring_plan: 'peers' must be 2 or more distinct peer ids");
+    copy(["term", "ring", "peers", "tasks"]);
+  } else if (t === "ring_sum") {
+    need(isInt(meta.term) && isInt(meta.ring) && isMicro(meta.micro) && isNum(meta.loss) && isInt(meta.correct), "ring_sum: bad meta");
+    copy(["term", "ring", "micro", "loss", "correct"]);
+  } else if (t === "ring_commit") {
+    need(isInt(meta.term) && isInt(meta.ring) && isList(meta.contributors) && isNum(meta.loss) && isHex(meta.params_sha256), "ring_commit: bad meta");
+    need(meta.contributors.every((c) => Array.isArray(c) && c.length === 2 && isStr(c[0], 64) && Number.isSafeInteger(c[1]) && c[1] >= 0), "ring_commit: bad contributors");
+    copy(["term", "ring", "contributors", "loss", "params_sha256"]);
   } else {
     throw new FrameError(`unknown control message ${String(t).slice(0, 32)}`);
   }

@@ -83,7 +83,7 @@ const loss12 = (x) => (typeof x === "number" ? Number(x.toPrecision(12)) : x);
 async function normMessage(m) {
   const kind = m.type === W.FrameType.CONTROL ? m.meta.t : TYPE_NAME[m.type];
   let body = m.body;
-  if ((m.type === W.FrameType.CONTRIB || m.type === W.FrameType.TOTAL) && m.codec !== W.Codec.NONE) {
+  if ((m.type === W.FrameType.CONTRIB || m.type === W.FrameType.TOTAL || m.type === W.FrameType.RING) && m.codec !== W.Codec.NONE) {
     const v = await W.decodeInts(m.codec, m.body);
     body = new Uint8Array(BigInt64Array.from(v, (x) => BigInt(x)).buffer);
   }
@@ -116,6 +116,7 @@ class Net {
     this.dead = new Set();
     this.held = new Set();
     this.wire = [];
+    this.links = new Map(); // "from>to" -> messages still let through (0: held)
     this.computes = [];
     this.reasm = new Map();
     this.msgNo = new Map();
@@ -167,8 +168,15 @@ class Net {
     this.wire.push([from, to, frames]);
   }
 
+  deliverable() {
+    const i = this.wire.findIndex(([a, b]) => this.links.get(`${a}>${b}`) !== 0);
+    return i < 0 ? null : i;
+  }
+
   async deliverOne() {
-    const [sender, to, frames] = this.wire.shift();
+    const [[sender, to, frames]] = this.wire.splice(this.deliverable(), 1);
+    const link = `${sender}>${to}`;
+    if (this.links.has(link)) this.links.set(link, this.links.get(link) - 1);
     const peer = this.peers.get(to);
     const key = `${sender}>${to}`;
     if (!this.reasm.has(key)) this.reasm.set(key, new W.Reassembler());
@@ -203,7 +211,7 @@ class Net {
 
   async settle() {
     for (let i = 0; i < MAX_ITER; i++) {
-      if (this.wire.length) await this.deliverOne();
+      if (this.deliverable() !== null) await this.deliverOne();
       else if (!(await this.computeOne())) return;
     }
     throw new Error("the scenario did not settle");
@@ -227,7 +235,7 @@ class Net {
   async op(e) {
     switch (e.op) {
       case "peer": {
-        const opts = { kind: "python", capacity: e.capacity ?? 1.0, verifyRate: e.verify_rate ?? 0.0,
+        const opts = { kind: e.kind ?? "python", aggregate: e.aggregate ?? "star", capacity: e.capacity ?? 1.0, verifyRate: e.verify_rate ?? 0.0,
           strikes: e.strikes ?? 3, verifyKey: e.verify_key ?? "key", waitPeers: e.wait_peers ?? 0, window: e.window ?? null,
           makeTrainer: (identity, ds) => this.makeTrainer(identity, ds) };
         const p = new RunPeer(e.id, opts);
@@ -260,13 +268,15 @@ class Net {
       }
       case "run": await this.settle(); break;
       case "deliver":
-        for (let i = 0; i < MAX_ITER && this.wire.length; i++) await this.deliverOne();
+        for (let i = 0; i < MAX_ITER && this.deliverable() !== null; i++) await this.deliverOne();
         break;
       case "compute":
         for (let i = 0; i < (e.count ?? MAX_ITER); i++) if (!(await this.computeOne(e.id ?? null))) break;
         break;
       case "hold": this.held.add(e.id); break;
       case "release": this.held.delete(e.id); break;
+      case "hold_link": this.links.set(`${e.from}>${e.to}`, e.after ?? 0); break;
+      case "release_link": this.links.delete(`${e.from}>${e.to}`); break;
       case "tick":
         for (const pid of this.live()) await this.feed(pid, await this.peers.get(pid).tick(e.now));
         break;
@@ -308,7 +318,8 @@ class Net {
       const res = await contributeAt(p.trainer, p.trainer.theta.slice(), step, e.ints.micro);
       let ints = res.grad;
       if (e.ints.fault) ints = corrupt(ints, e.ints.fault, step);
-      ({ codec, body } = W.encodeInts(ints, p.bounds));
+      if (e.ints.slice) ints = ints.slice(e.ints.slice[0], e.ints.slice[1]); // a ring chunk: values [lo, hi)
+      ({ codec, body } = W.encodeInts(ints, e.ints.slice ? null : p.bounds));
     }
     const no = this.nextNo(from);
     let frames;

@@ -71,11 +71,11 @@ def loss12(x):
 
 def norm_message(m: F.Message) -> list:
     """kind, run id, step, meta and the SHA-256 of the body: of the integers (int64 LE) for
-    CONTRIB / TOTAL, whose codec each side picks (JS has no synchronous zlib), else of the
+    CONTRIB / TOTAL / RING, whose codec each side picks (JS has no synchronous zlib), else of the
     bytes."""
     kind = m.meta.get("t") if m.type == F.FrameType.CONTROL else m.type.name.lower()
     body = m.body
-    if m.type in (F.FrameType.CONTRIB, F.FrameType.TOTAL) and m.codec != F.Codec.NONE:
+    if m.type in (F.FrameType.CONTRIB, F.FrameType.TOTAL, F.FrameType.RING) and m.codec != F.Codec.NONE:
         body = F.decode_ints(m.codec, m.body).astype("<i8").tobytes()
     meta = {**m.meta, "loss": loss12(m.meta["loss"])} if "loss" in m.meta else m.meta
     return [kind, m.run_id, m.step, meta, body_sha(body)]
@@ -114,6 +114,7 @@ class Net:
         self.last: dict[str, dict] = {}   # a stale liar's previous contribution
         self.dead: set[str] = set()
         self.held: set[str] = set()
+        self.links: dict = {}           # (from, to) -> messages still let through (0: held)
         self.wire: deque = deque()      # (from, to, [frame bytes])
         self.computes: deque = deque()  # (peer, Compute)
         self.reasm: dict = {}
@@ -160,8 +161,19 @@ class Net:
 
     # -- the network -----------------------------------------------------------------------
 
+    def deliverable(self) -> int | None:
+        """The first message on the wire whose link is not held (None: none)."""
+        for i, (sender, to, _) in enumerate(self.wire):
+            if self.links.get((sender, to)) != 0:
+                return i
+        return None
+
     def deliver_one(self) -> None:
-        sender, to, frames = self.wire.popleft()
+        i = self.deliverable()
+        sender, to, frames = self.wire[i]
+        del self.wire[i]
+        if (sender, to) in self.links:
+            self.links[(sender, to)] -= 1
         peer = self.peers[to]
         r = self.reasm.setdefault((sender, to), F.Reassembler())
         try:
@@ -193,7 +205,7 @@ class Net:
 
     def settle(self) -> None:
         for _ in range(MAX_ITER):
-            if self.wire:
+            if self.deliverable() is not None:
                 self.deliver_one()
             elif not self.compute_one():
                 return
@@ -225,7 +237,9 @@ class Net:
             pid = e["id"]
             kw = dict(capacity=float(e.get("capacity", 1.0)), verify_rate=float(e.get("verify_rate", 0.0)),
                       strikes=int(e.get("strikes", 3)), verify_key=e.get("verify_key", "key"),
-                      window=e.get("window"))
+                      window=e.get("window"), aggregate=e.get("aggregate", "star"))
+            if "kind" in e:  # a member that says it is a tab (ring scenarios)
+                kw["kind"] = e["kind"]
             if e.get("host"):
                 self.peers[pid] = R.RunPeer(pid, trainer=build_trainer(self.rs.spec, self.rs.hp, self.rs.ds, self.luts),
                                             steps=int(e.get("steps", self.rs.steps)),
@@ -250,7 +264,7 @@ class Net:
             self.settle()
         elif kind == "deliver":
             for _ in range(MAX_ITER):
-                if not self.wire:
+                if self.deliverable() is None:
                     break
                 self.deliver_one()
         elif kind == "compute":
@@ -261,6 +275,10 @@ class Net:
             self.held.add(e["id"])
         elif kind == "release":
             self.held.discard(e["id"])
+        elif kind == "hold_link":
+            self.links[(e["from"], e["to"])] = int(e.get("after", 0))
+        elif kind == "release_link":
+            self.links.pop((e["from"], e["to"]), None)
         elif kind == "tick":
             for pid in self.live():
                 self.feed(pid, self.peers[pid].tick(float(e["now"])))
@@ -304,7 +322,9 @@ class Net:
             ints = res.grad
             if spec.get("fault"):
                 ints = corrupt(ints, spec["fault"], step)
-            codec, body = F.encode_ints(ints, self.peers[to].bounds)
+            if "slice" in spec:  # a ring chunk: values [lo, hi) of it
+                ints = ints[spec["slice"][0]:spec["slice"][1]]
+            codec, body = F.encode_ints(ints, None if "slice" in spec else self.peers[to].bounds)
         m = F.Message(typ, run_id, step, meta, body, codec)
         self.put(sender, to, m, e.get("meta_raw"))
 

@@ -19,6 +19,7 @@ from daisychain.peer import frames as F
 from daisychain.peer.run.aggregator import Star
 from daisychain.peer.run.checks import checked_micro
 from daisychain.peer.run.outputs import Compute, Ended, Log, Output, Refused, RestoreError, Restored, Send
+from daisychain.peer.run.ring_roles import RingCoordinator
 from daisychain.peer.run.rollback import Window, window_steps
 from daisychain.peer.run.split import finish_shares, split_tasks
 from daisychain.peer.run.state import checked_state
@@ -109,6 +110,7 @@ class Coordinator(TrustRole):
         self.unchecked_since: dict[str, int] = {}  # peer -> first unchecked step
         self._new_window()
         self.run: F.Run | None = None  # our announce (made by begin())
+        self.ring = RingCoordinator(self)  # ring hook: a step summed by a ring (ring_roles.py)
 
     # -- what the coordinator reads: the replica through the member, the room through the peer
 
@@ -158,7 +160,8 @@ class Coordinator(TrustRole):
     def tick(self) -> list[Output]:
         if self.ended:
             return []
-        return self._check_catch_up() + self._check_deadlines() + self._maybe_begin()
+        return self._check_catch_up() + self._check_deadlines() + self.ring.check_deadline() + \
+            self._maybe_begin()  # ring hook
 
     def room_left(self) -> list[Output]:
         """The signaling room changed: members no longer in it left."""
@@ -184,6 +187,8 @@ class Coordinator(TrustRole):
             return []
         loss = float(np.sum(result.loss)) if len(result.loss) else 0.0
         correct = int(np.sum(result.correct))
+        if self.ring.owns(step, task):  # ring hook: our share of the step's ring
+            return self.ring.computed(step, task, result.grad, loss, correct)
         return self._take_contrib(self.me, step, task, micro, result.grad, loss, correct)
 
     def on_state(self, sender: str, msg: F.State) -> list[Output]:
@@ -245,6 +250,7 @@ class Coordinator(TrustRole):
         self.tasks.clear()
         self.checks.clear()
         self.step_started = False
+        self.ring.drop()  # ring hook
         self._new_window()
         for m in self.members.values():
             m.synced = False
@@ -263,7 +269,7 @@ class Coordinator(TrustRole):
         if msg.reason != "coordinator behind":
             out.append(Log(f"{sender} diverged at step {msg.step} (params {msg.params_sha256[:12]}, "
                            f"{msg.reason}): resyncing it", loud=True))
-        return out + [Send(sender, self._state())]
+        return out + [Send(sender, self._state())] + self.ring.resend(sender)  # ring hook
 
     def on_contrib(self, sender: str, msg: F.Contrib) -> list[Output]:
         if msg.term != self.term or sender in self.banned:
@@ -310,6 +316,9 @@ class Coordinator(TrustRole):
         return self._begin_step(live)
 
     def _begin_step(self, live: list[str]) -> list[Output]:
+        ring, said = self.ring.choice(live)  # ring hook: sum this step by a ring (ring_roles.py)
+        if ring:
+            return said + self.ring.begin(live)
         self.step_started = True
         self.tasks = {}
         self.checks = {}
@@ -332,7 +341,7 @@ class Coordinator(TrustRole):
                 out.append(Log(f"{self._name(peer)} gets no micro-batch of step {self.step}: "
                                f"its capacity {self._cap(peer):.3g} micro-batches/s is under "
                                f"1/{len(ids)} of the room's {sum(self._cap(p) for p in live):.3g}"))
-        return out + self._dispatch(new)
+        return said + out + self._dispatch(new)
 
     def _split_weights(self, live: list[str], n: int) -> list[float]:
         """The capacities, or once a member's link costs time, shares that make everyone
@@ -479,6 +488,9 @@ class Coordinator(TrustRole):
         m = self.members.get(peer)
         if m is not None and (not m.refused or force):
             del self.members[peer]
+        ring = self.ring.member_left(peer)  # ring hook: its ring is abandoned, the step redone
+        if ring is not None:
+            return ring
         orphans = []
         for t in list(self.tasks.values()):
             if t.result is None and peer in t.assignees:
@@ -588,6 +600,7 @@ class Coordinator(TrustRole):
         self.tasks, self.step_started, self.catching_up, self.ended = {}, False, False, False
         self.checks = {}
         self.pending.clear()
+        self.ring.drop()  # ring hook
         for mem in self.members.values():
             mem.ready = mem.synced = False
         targets = self._announce_targets()

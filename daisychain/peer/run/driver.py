@@ -19,6 +19,7 @@ from daisychain.peer import frames as F
 from daisychain.peer.run.coordinator import Coordinator
 from daisychain.peer.run.member import Member
 from daisychain.peer.run.outputs import Log, Output, RestoreError
+from daisychain.peer.run.ring import AGGREGATES
 
 #: default share of micro-batches spot-checked by a second peer, and mismatches tolerated
 VERIFY_RATE = 0.05
@@ -29,6 +30,10 @@ STRIKES = 3
 MEMBER_MESSAGES = frozenset({"run", "assign", "total", "state", "restore", "end", "data", "refuse",
                              "syncrequest"})
 COORDINATOR_MESSAGES = frozenset({"ready", "refuse", "contrib", "state", "syncrequest"})
+#: the ring's messages (ring_roles.py), handled by the role's ``ring``: a chunk by whichever
+#: role speaks for the replica, a plan and a commit by a member, a sum by the coordinator
+MEMBER_RING_MESSAGES = frozenset({"ringplan", "ringcommit", "ringchunk"})
+COORDINATOR_RING_MESSAGES = frozenset({"ringsum", "ringchunk"})
 
 
 def message_name(msg) -> str:
@@ -42,8 +47,14 @@ class RunPeer:
                  capacity: float | None = None, selftest: tuple[bool, str] = (True, "ok"),
                  trainer: Trainer | None = None, steps: int = 0, wait_peers: int = 0,
                  verify_rate: float = VERIFY_RATE, strikes: int = STRIKES,
-                 verify_key: str | None = None, window: int | None = None):
+                 verify_key: str | None = None, window: int | None = None, aggregate: str = "star"):
         self.me = me
+        if aggregate not in AGGREGATES:
+            raise ValueError(f"the aggregation must be one of {', '.join(AGGREGATES)}")
+        if aggregate == "ring" and verify_rate > 0:
+            raise ValueError("--aggregate ring needs --verify-rate 0: a ring hides each "
+                             "contribution from the spot-checks")
+        self.aggregate = aggregate  # auto | star | ring: how a coordinator sums (ring.py)
         if not (math.isfinite(verify_rate) and 0.0 <= verify_rate <= 1.0):
             raise ValueError("the verify rate must be in [0, 1]")
         if not 1 <= int(strikes) <= F.MAX_STRIKES:
@@ -166,8 +177,8 @@ class RunPeer:
         elif host != self.me and self.coordinator is not None:
             out += self._step_down(host)
         if self.coordinator:
-            out += self.coordinator.room_left()
-        return out
+            return out + self.coordinator.room_left()
+        return out + self.member.ring.stuck()  # ring hook
 
     def channel_open(self, peer: str) -> list[Output]:
         self.open.add(peer)
@@ -175,7 +186,9 @@ class RunPeer:
 
     def channel_closed(self, peer: str) -> list[Output]:
         self.open.discard(peer)
-        return self.coordinator.member_left(peer) if self.coordinator else []
+        if self.coordinator:
+            return self.coordinator.member_left(peer)
+        return self.member.ring.stuck()  # ring hook: a ring peer's channel closed
 
     def receive(self, sender: str, msg: F.RunMessage, run_id: str = "") -> list[Output]:
         """A decoded message; ``run_id`` is its frame header's. Messages of another run than
@@ -191,8 +204,12 @@ class RunPeer:
         role = self.coordinator
         if role is None:
             role = self.member
+            if name in MEMBER_RING_MESSAGES:
+                return getattr(role.ring, "on_" + name)(sender, msg)
             if name not in MEMBER_MESSAGES:
                 return []
+        elif name in COORDINATOR_RING_MESSAGES:
+            return getattr(role.ring, "on_" + name)(sender, msg)
         elif name not in COORDINATOR_MESSAGES:
             return []
         return getattr(role, "on_" + name)(sender, msg)

@@ -15,6 +15,7 @@ from daisychain.engine.trainer import Trainer, TrainState, identity_differences,
 from daisychain.peer import frames as F
 from daisychain.peer.run.outputs import (
     Committed, Compute, Ended, FetchData, Log, Output, Refused, Removed, RestoreError, Restored, Send)
+from daisychain.peer.run.ring_roles import RingMember
 from daisychain.peer.run.split import measure_capacity
 from daisychain.peer.run.state import checked_state, load_state, state_message, tensor_bounds
 
@@ -36,6 +37,7 @@ class Member:
         self.pending: dict[tuple[int, int], tuple[int, ...]] = {}  # (step, task) -> micro
         self.awaiting_data = False
         self.restoring: tuple[int, str] | None = None  # (step, hash) a restore announced
+        self.ring = RingMember(self)  # ring hook: its part in a ring (ring_roles.py)
         if trainer is not None:  # the host of a new room: the run is ours
             self.run = F.Run(trainer.identity, trainer.run_id, peer.steps, 0, self.step, self.sha(),
                              peer.me, peer.verify_rate, peer.strikes)
@@ -73,6 +75,7 @@ class Member:
         """This peer starts coordinating: its own tasks as a member are dropped."""
         self.coord = self.peer.me
         self.pending.clear()
+        self.ring.drop()  # ring hook: the coordinator's ring is its own
         self.restoring = None
 
     def follow_after(self, coordinator) -> None:
@@ -88,6 +91,8 @@ class Member:
             return []
         loss = float(np.sum(result.loss)) if len(result.loss) else 0.0
         correct = int(np.sum(result.correct))
+        if self.ring.owns(step, task):  # ring hook: a share of this replica's ring
+            return self.ring.computed(step, task, result.grad, loss, correct)
         return [Send(self.coord, F.Contrib(self.term, step, task, micro, loss, correct, result.grad))]
 
     def data(self, blob: bytes | None) -> list[Output]:
@@ -119,6 +124,7 @@ class Member:
         first = self.run is None or msg.run_id != self.run.run_id
         if first or msg.term != self.term:
             self.pending.clear()  # (the same announce again, on a reopened channel: work goes on)
+            self.ring.drop()  # ring hook
         self.term, self.run = msg.term, msg
         self.ended = False
         if self.trainer is not None and not first:
@@ -203,7 +209,7 @@ class Member:
                                  f"(params {msg.params_sha256[:12]})")]
         if restore is not None:
             out.append(Restored(msg.step, msg.params_sha256, sender))
-        return out
+        return out + self.ring.synced()  # ring hook: a held ring plan of this step starts
 
     def on_restore(self, sender: str, msg: F.Restore) -> list[Output]:
         """The coordinator restored the room: the STATE that follows replaces ours."""
@@ -220,6 +226,8 @@ class Member:
 
     def on_end(self, sender: str, msg: F.End) -> list[Output]:
         if sender != self.coord or self.trainer is None or self.ended:
+            return []
+        if self.ring.holds_end(msg):  # ring hook: our ring's last total is still gathering
             return []
         self.ended = True
         return [Ended(msg.step, self.sha(), self.sha() == msg.params_sha256 and msg.step == self.step)]

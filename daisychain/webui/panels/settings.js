@@ -13,7 +13,7 @@ import { renderCheckpoint } from "./end.js";
 // -- settings, datasets, uploads --------------------------------------------------------------
 
 export const FIELDS = ["dataset", "data_file", "task", "steps", "layers", "hidden", "batch", "micro_batch", "lr", "seed",
-  "replicas", "sync_every", "outer_lr", "outer_momentum"];
+  "replicas", "sync_every", "outer_lr", "outer_momentum", "verify_rate", "aggregate"];
 
 export function renderSettings() {
   const host = !!state.room?.isHost && !state.pending;
@@ -181,7 +181,14 @@ export function readSettings() {
   if (state.datasets.length && !ds) errors.dataset = "choose the data to train on";
   else if (ds && ds.task !== task) errors.dataset = `${ds.name} is data of the ${ds.task} task, not ${task}`;
   if (state.fieldErrors.data_file) errors.data_file = state.fieldErrors.data_file;
-  const settings = { task, steps, seed, batch, micro_batch: micro, lr, hidden, layers, dataset: ds, ...local };
+  // the room's spot-checks and aggregation (plain choices; daisy-peer's --verify-rate / --aggregate)
+  const verifyRate = f.verify_rate ? Number(f.verify_rate.value) : 0.05;
+  const aggregate = f.aggregate ? f.aggregate.value : "auto";
+  if (aggregate === "ring" && verifyRate > 0) {
+    errors.aggregate = "ring needs spot-checks off: a ring hides each contribution from them";
+  }
+  const settings = { task, steps, seed, batch, micro_batch: micro, lr, hidden, layers, dataset: ds, ...local,
+    verify_rate: verifyRate, aggregate };
   return { settings, errors };
 }
 

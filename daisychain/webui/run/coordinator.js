@@ -16,6 +16,7 @@ import { capacitySplit, finishShares, splitTasks } from "./split.js";
 import { Window, windowSteps } from "./rollback.js";
 import { TrustRole } from "./trust.js";
 import { g3, log, pyList, sameInts, send } from "./util.js";
+import { RingCoordinator } from "./ring_roles.js";
 
 export const MIN_DEADLINE_S = 2.0;
 export const DEADLINE_FACTOR = 4.0;
@@ -73,6 +74,7 @@ export class Coordinator {
     this.window = new Window(0);     // the rollback window (rollback.js)
     this.uncheckedSince = new Map(); // peer -> first step with an unchecked contribution
     this.run = null;          // our announce (made by begin())
+    this.ring = new RingCoordinator(this); // ring hook: a step summed by a ring (ring_roles.js)
   }
 
   // -- what the coordinator reads: the replica through the member, the room through the peer
@@ -112,7 +114,8 @@ export class Coordinator {
 
   async tick() {
     if (this.ended) return [];
-    return [...(await this._checkCatchUp()), ...(await this._checkDeadlines()), ...this._maybeBegin()];
+    return [...(await this._checkCatchUp()), ...(await this._checkDeadlines()), ...this.ring.checkDeadline(), // ring hook
+      ...this._maybeBegin()];
   }
 
   /** The signaling room changed: members no longer in it left. */
@@ -141,6 +144,7 @@ export class Coordinator {
     for (const l of result.loss) loss += l;
     let correct = 0;
     for (const c of result.correct) correct += c;
+    if (this.ring.owns(step, task)) return this.ring.computed(step, task, result.grad, loss, correct); // ring hook
     return this._takeContrib(this.me, step, task, micro, result.grad, loss, correct);
   }
 
@@ -200,6 +204,7 @@ export class Coordinator {
     this.catchingUp = false;
     this.ended = false;
     this.pending.clear();
+    this.ring.drop(); // ring hook
     for (const m of this.crew.values()) {
       m.ready = false;
       m.synced = false;
@@ -268,6 +273,7 @@ export class Coordinator {
     this.tasks.clear();
     this.checks.clear();
     this.stepStarted = false;
+    this.ring.drop(); // ring hook
     await this._newWindow();
     for (const m of this.crew.values()) m.synced = false;
     return this._announceTargets().map((p) => send(p, this._announce()));
@@ -290,7 +296,7 @@ export class Coordinator {
     if (msg.reason !== "coordinator behind") {
       out.push(log(`${sender} diverged at step ${msg.step} (params ${msg.params_sha256.slice(0, 12)}, ${msg.reason}): resyncing it`, true));
     }
-    return [...out, send(sender, await this._state())];
+    return [...out, send(sender, await this._state()), ...this.ring.resend(sender)]; // ring hook
   }
 
   async onContrib(sender, msg) {
@@ -341,6 +347,8 @@ export class Coordinator {
   }
 
   _beginStep(live) {
+    const [ring, said] = this.ring.choice(live); // ring hook: sum this step by a ring (ring_roles.js)
+    if (ring) return [...said, ...this.ring.begin(live)];
     this.stepStarted = true;
     this.tasks = new Map();
     this.checks = new Map();
@@ -368,7 +376,7 @@ export class Coordinator {
         out.push(log(`${this._name(peer)} gets no micro-batch of step ${this.step}: its capacity ${g3(this._cap(peer))} micro-batches/s is under 1/${n} of the room's ${g3(sum)}`));
       }
     });
-    return [...out, ...this._dispatch(fresh)];
+    return [...said, ...out, ...this._dispatch(fresh)];
   }
 
   _newTask(peer, micro, kind = "main") {
@@ -503,6 +511,8 @@ export class Coordinator {
     }
     const m = this.crew.get(peer);
     if (m && (!m.refused || force)) this.crew.delete(peer);
+    const ring = this.ring.memberLeft(peer); // ring hook: its ring is abandoned, the step redone
+    if (ring !== null) return ring;
     const orphans = [];
     for (const t of this.tasks.values()) {
       const i = t.assignees.indexOf(peer);

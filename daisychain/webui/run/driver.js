@@ -25,6 +25,7 @@
 
 import { Coordinator } from "./coordinator.js";
 import { Member } from "./member.js";
+import { AGGREGATES } from "./ring.js";
 import { log } from "./util.js";
 
 /** Default share of micro-batches spot-checked by a second peer, and mismatches tolerated. */
@@ -44,11 +45,20 @@ const MEMBER_MESSAGES = { run: "onRun", assign: "onAssign", total: "onTotal", st
   restore: "onRestore", end: "onEnd", data: "onData", refuse: "onRefuse", sync: "onSync" };
 const COORDINATOR_MESSAGES = { ready: "onReady", refuse: "onRefuse", contrib: "onContrib", state: "onState",
   sync: "onSync" };
+/** The ring's messages (ring_roles.js), handled by the role's `ring`: a chunk by whichever
+ * role speaks for the replica, a plan and a commit by a member, a sum by the coordinator. */
+const MEMBER_RING_MESSAGES = { ring_plan: "onRingPlan", ring_commit: "onRingCommit", ring_chunk: "onRingChunk" };
+const COORDINATOR_RING_MESSAGES = { ring_sum: "onRingSum", ring_chunk: "onRingChunk" };
 
 export class RunPeer {
   constructor(me, { kind = "cpu", capacity = null, makeTrainer = null, selftest = [true, "ok"],
-    verifyRate = VERIFY_RATE, strikes = STRIKES, verifyKey = null, waitPeers = 0, window = null } = {}) {
+    verifyRate = VERIFY_RATE, strikes = STRIKES, verifyKey = null, waitPeers = 0, window = null, aggregate = "star" } = {}) {
     if (!(Number.isFinite(verifyRate) && verifyRate >= 0 && verifyRate <= 1)) throw new RangeError("the verify rate must be in [0, 1]");
+    if (!AGGREGATES.includes(aggregate)) throw new RangeError(`the aggregation must be one of ${AGGREGATES.join(", ")}`);
+    if (aggregate === "ring" && verifyRate > 0) {
+      throw new RangeError("--aggregate ring needs --verify-rate 0: a ring hides each contribution from the spot-checks");
+    }
+    this.aggregate = aggregate; // auto | star | ring: how a coordinator sums (ring.js)
     if (!(Number.isInteger(strikes) && strikes >= 1 && strikes <= MAX_STRIKES)) throw new RangeError(`strikes must be in [1, ${MAX_STRIKES}]`);
     this.me = me;
     this.kind = kind;
@@ -168,8 +178,8 @@ export class RunPeer {
     } else if (host !== this.me && this.coordinator) {
       out.push(...this._stepDown(host));
     }
-    if (this.coordinator) out.push(...(await this.coordinator.roomLeft()));
-    return out;
+    if (this.coordinator) return [...out, ...(await this.coordinator.roomLeft())];
+    return [...out, ...this.member.ring.stuck()]; // ring hook
   }
 
   async channelOpen(peer) {
@@ -179,7 +189,7 @@ export class RunPeer {
 
   async channelClosed(peer) {
     this.open.delete(peer);
-    return this.coordinator ? this.coordinator._memberLeft(peer) : [];
+    return this.coordinator ? this.coordinator._memberLeft(peer) : this.member.ring.stuck(); // ring hook
   }
 
   /** A decoded message; `runId` is its frame header's. Messages of another run than the one
@@ -191,6 +201,9 @@ export class RunPeer {
       return [log(`a ${msg.T} message of run ${runId} from ${this._name(sender)}; this peer follows run ${this.runId}: dropped`, true)];
     }
     if (msg.T === "data_request") return this.member.onDataRequest(sender, msg); // either role serves its dataset
+    const ringTable = this.coordinator ? COORDINATOR_RING_MESSAGES : MEMBER_RING_MESSAGES;
+    if (Object.hasOwn(ringTable, msg.T)) return this.role.ring[ringTable[msg.T]](sender, msg); // ring hook
+    if (msg.T === "ring_plan" || msg.T === "ring_sum" || msg.T === "ring_commit") return [];
     const known = Object.hasOwn(MEMBER_MESSAGES, msg.T) || Object.hasOwn(COORDINATOR_MESSAGES, msg.T);
     if (!known) return [log(`ignored a ${msg.T} message from ${sender}`)];
     const table = this.coordinator ? COORDINATOR_MESSAGES : MEMBER_MESSAGES;

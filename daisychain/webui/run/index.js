@@ -1,7 +1,8 @@
 // The run protocol by role (docs/MESH.md): the driver RunPeer and what the shells and tests
 // import. The driver holds a Member (member.js) and, while it hosts, a Coordinator
 // (coordinator.js, with trust.js) built from it. One module per role: driver.js, member.js,
-// coordinator.js, trust.js, checks.js, split.js, aggregator.js, rollback.js, state.js.
+// coordinator.js, trust.js, checks.js, split.js, aggregator.js, rollback.js, state.js; the
+// ring aggregator: ring.js (the ring) and ring_roles.js (its member and coordinator sides).
 
 export { MAX_STRIKES, RunPeer, STRIKES, VERIFY_RATE } from "./driver.js";
 export { Coordinator, DEADLINE_FACTOR, MIN_DEADLINE_S, RESTORE_WAIT_S, START_WAIT_S, SYNC_WAIT_S } from "./coordinator.js";

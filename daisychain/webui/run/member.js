@@ -9,6 +9,7 @@
 import { paramsSha256, runIdentity } from "../engine/trainer.js";
 import { checkedState, loadState, tensorBounds } from "./state.js";
 import { log, send } from "./util.js";
+import { RingMember } from "./ring_roles.js";
 
 const IDENTITY_NAMES = { model: "model spec", hyper: "hyperparameters", dataset: "dataset fingerprint",
   luts: "LUT manifest", engine: "engine version", seed: "seed", task: "task" };
@@ -52,6 +53,7 @@ export class Member {
     this.pending = new Map(); // "step:task" -> micro
     this.awaitingData = false;
     this.restoring = null; // {step, sha} a restore announced, until its STATE
+    this.ring = new RingMember(this); // ring hook: its part in a ring (ring_roles.js)
   }
 
   // -- the narrow interface a coordinator reads the replica through ------------------------
@@ -90,6 +92,7 @@ export class Member {
   lead() {
     this.coord = this.peer.me;
     this.pending.clear();
+    this.ring.drop(); // ring hook: the coordinator's ring is its own
     this.restoring = null;
   }
 
@@ -125,6 +128,7 @@ export class Member {
     for (const l of result.loss) loss += l;
     let correct = 0;
     for (const c of result.correct) correct += c;
+    if (this.ring.owns(step, task)) return this.ring.computed(step, task, result.grad, loss, correct); // ring hook
     return [send(this.coord, { T: "contrib", term: this.term, step, task, micro, loss, correct, ints: result.grad })];
   }
 
@@ -153,7 +157,10 @@ export class Member {
     p.verifyRate = msg.verify_rate ?? 0.0;
     p.strikes = msg.strikes ?? p.strikes;
     const first = !this.run || msg.run_id !== this.run.run_id;
-    if (first || msg.term !== this.term) this.pending.clear(); // (the same announce again, on a reopened channel: work goes on)
+    if (first || msg.term !== this.term) {
+      this.pending.clear(); // (the same announce again, on a reopened channel: work goes on)
+      this.ring.drop(); // ring hook
+    }
     this.term = msg.term;
     this.run = msg;
     this.ended = false;
@@ -247,7 +254,7 @@ export class Member {
     await this.load(st);
     const out = [log(`synced to step ${msg.step} from ${sender} (params ${msg.params_sha256.slice(0, 12)})`)];
     if (restore) out.push({ kind: "restored", step: msg.step, params_sha256: msg.params_sha256, by: sender });
-    return out;
+    return [...out, ...(await this.ring.synced())]; // ring hook: a held ring plan of this step starts
   }
 
   /** The coordinator restored the room: the STATE that follows replaces ours. */
@@ -266,6 +273,7 @@ export class Member {
 
   async onEnd(sender, msg) {
     if (sender !== this.coord || !this.trainer || this.ended) return [];
+    if (this.ring.holdsEnd(msg)) return []; // ring hook: our ring's last total is still gathering
     this.ended = true;
     return [{ kind: "ended", step: msg.step, params_sha256: this.sha,
       agreed: this.sha === msg.params_sha256 && msg.step === this.step }];

@@ -1,0 +1,193 @@
+"""The ring aggregator: a step's int64 contributions summed by reduce-scatter + all-gather
+over the members' own data channels, so that the coordinator no longer sends and receives
+every whole vector (the star of :mod:`.aggregator`).
+
+The ring of a step is the coordinator's live list (itself first, then the members in id
+order). The vector is cut into n chunks, chunk c = ``[c * size // n, (c + 1) * size // n)``
+(:func:`chunk_bounds`, the same for everyone). Member i (ring position) sends to i + 1 and
+receives from i - 1:
+
+- reduce-scatter, rounds r = 0 .. n-2: send the partial sum of chunk ``(i - r) mod n``;
+  add the chunk ``(i - 1 - r) mod n`` received. After it, member i holds the whole sum of
+  chunk ``(i + 1) mod n``.
+- all-gather, rounds r = 0 .. n-2: send chunk ``(i + 1 - r) mod n`` of the total; take
+  chunk ``(i - r) mod n`` received (and pass it on in the next round).
+
+n - 1 + n - 1 chunk messages out and in per member, each ``size / n`` values; the sums are
+exact integers, so every replica gets the star's total bit for bit. Every incoming chunk is
+checked (:meth:`Ring.receive`): term, step, ring number, sender = the ring predecessor, its
+place in the sequence (phase, round), its chunk index, its length and its values against
+the step's clamp bound; chunks that come before this replica's own contribution (or before
+the plan) wait, bounded: at most 2 (n - 1) per ring and two rings ahead.
+
+Trust: a ring hides each contribution from the coordinator, so spot-checks and the rollback
+cannot see them. The ring is used only when the run checks nothing (``verify_rate`` 0); the
+room says which aggregation it uses when a run starts and whenever it changes
+("aggregating by ring: ..." / "by star: ...").
+
+Drops: a ring member that leaves (or a ring that misses its deadline) makes the coordinator
+abandon the step's ring and do the step again with those still here (a new ring number: a
+missed deadline redoes it by the star). A member that was still gathering a ring that the
+coordinator already committed asks for the state (``sync``), as a member that is behind.
+
+Local steps: the coordinator refuses a malformed local-steps contribution by its inner
+moments (``trainer.contribution_error``), which a ring would hide from it, so such a run is
+summed by the star (the room says so; :func:`choose`).
+
+This module is the ring itself (plain state, no I/O) and the choice; the protocol's two sides,
+:class:`~.ring_roles.RingMember` (owned by the :class:`~.member.Member`) and
+:class:`~.ring_roles.RingCoordinator` (owned by the :class:`~.coordinator.Coordinator`), are
+in :mod:`.ring_roles`; the roles' files call them through hooks marked ``# ring hook``.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from daisychain.peer import frames as F
+
+AGGREGATES = ("auto", "star", "ring")
+#: member kinds (their ``ready``) that take part in a ring: daisy-peer and the page's two
+RING_KINDS = ("python", "cpu", "webgpu")
+#: extra seconds a ring gets over its slowest member's task deadline (2 (n - 1) hops)
+RING_SLACK_S = 2.0
+
+# -- the cost model (docs/BENCHMARKS.md, "Star or ring: 2 and 3 daisy-peers") ---------------
+#: STAR_HOP_S / RING_HOP_S: one message from one peer process to another, its handling and
+#: the receiver's wake-up included, in the star's step and in the ring's; MEMBER_S: what one
+#: more member costs the star's coordinator per step beyond its bytes. The default run's fit
+#: of ``bench.scaling --aggregate star,ring`` (docs/BENCHMARKS.md, "Star or ring"; a loaded
+#: 2-core machine). LINK_B_S_PER_BYTE: seconds per wire byte (the raw data-channel rate of
+#: the veth run); BYTES_PER_VALUE: wire bytes per parameter of a vector (the default run's
+#: contribution: 15.2 kB for 9,610 parameters).
+STAR_HOP_S = 7.7e-3
+RING_HOP_S = 5.3e-3
+MEMBER_S = 1.2e-3
+LINK_B_S_PER_BYTE = 55e-9
+BYTES_PER_VALUE = 1.5
+
+
+def chunk_bounds(size: int, n: int) -> list[tuple[int, int]]:
+    """The n chunks of a vector of ``size`` values: ``[c * size // n, (c + 1) * size // n)``."""
+    return [(c * size // n, (c + 1) * size // n) for c in range(n)]
+
+
+def star_seconds(n: int, micro: int, c: float, size: int, h: float = STAR_HOP_S, s: float = MEMBER_S,
+                 b: float = LINK_B_S_PER_BYTE) -> float:
+    """A step by the star: T(n) = ceil(M/n) c + 2h + (n - 1) (s + 2 V b): two hops on the
+    critical path (the total with the next tasks down, a contribution up), and the
+    coordinator sends and takes every member's whole vector, one after another."""
+    v = size * BYTES_PER_VALUE
+    return math.ceil(micro / n) * c + 2 * h + (n - 1) * (s + 2 * v * b)
+
+
+def ring_seconds(n: int, micro: int, c: float, size: int, h: float = RING_HOP_S,
+                 b: float = LINK_B_S_PER_BYTE) -> float:
+    """A step by the ring: T(n) = ceil(M/n) c + (2n - 1) h + 2 (n - 1) b V / n: the plan
+    (riding with the commit) and 2 (n - 1) chunk hops one after another, each V / n bytes."""
+    v = size * BYTES_PER_VALUE
+    return math.ceil(micro / n) * c + (2 * n - 1) * h + 2 * (n - 1) * b * v / n
+
+
+def choose(aggregate: str, verify_rate: float, n: int, micro: int, c: float, size: int,
+           local: bool = False) -> tuple[str, str]:
+    """(``star`` | ``ring``, why in words) for a step of ``n`` devices (``local``: a
+    local-steps run, always by the star)."""
+    if n < 2:
+        return "star", "1 device"
+    if local and aggregate != "star":
+        return "star", (f"{n} devices, local steps (the coordinator checks each "
+                        f"contribution's inner moments, which a ring would hide)")
+    if verify_rate > 0:
+        return "star", (f"{n} devices, spot-checks at rate {verify_rate:.3g} (a ring would hide "
+                        f"the contributions from them)")
+    if aggregate == "ring":
+        return "ring", f"{n} devices, no spot-checks (--aggregate ring)"
+    if aggregate == "star":
+        return "star", f"{n} devices (--aggregate star)"
+    s, r = star_seconds(n, micro, c, size), ring_seconds(n, micro, c, size)
+    model = f"the cost model: star {s * 1e3:.2f} ms, ring {r * 1e3:.2f} ms a step"
+    if r < s:
+        return "ring", f"{n} devices, no spot-checks; {model}"
+    return "star", f"{n} devices; {model}"
+
+
+class RingError(ValueError):
+    """An incoming chunk that does not fit the ring; ``str(err)`` says what."""
+
+
+class Ring:
+    """One replica's part in one ring (one step, one ring number): plain state, no I/O."""
+
+    def __init__(self, term: int, step: int, ring: int, peers, me: str, size: int, bound: int):
+        self.term, self.step, self.ring = term, step, ring
+        self.peers = tuple(peers)
+        self.n = len(self.peers)
+        self.i = self.peers.index(me)
+        self.prev = self.peers[self.i - 1]
+        self.next = self.peers[(self.i + 1) % self.n]
+        self.bounds = chunk_bounds(size, self.n)
+        self.bound = bound
+        self.acc: np.ndarray | None = None   # own contribution, then partial sums, then the total
+        self.queue: list[F.RingChunk] = []   # checked chunks that came before our contribution
+        self.seen = 0                        # chunks taken or queued (the next one's sequence)
+        self.total: np.ndarray | None = None
+
+    def _send(self, phase: int, r: int, c: int) -> F.RingChunk:
+        lo, hi = self.bounds[c]
+        return F.RingChunk(self.term, self.step, self.ring, phase, r, c, self.acc[lo:hi].copy())
+
+    def contribute(self, ints) -> list[F.RingChunk]:
+        """This replica's contribution: the first chunk out, then whatever was waiting."""
+        self.acc = np.array(ints, np.int64)
+        out = [self._send(0, 0, self.i)]
+        for msg in self.queue:
+            out += self._take(msg)
+        self.queue = []
+        return out
+
+    def receive(self, sender: str, msg: F.RingChunk) -> list[F.RingChunk]:
+        """A chunk from ``sender``: checked, then summed or kept; raises RingError."""
+        if (msg.term, msg.step, msg.ring) != (self.term, self.step, self.ring):
+            raise RingError(f"it is of term {msg.term}, step {msg.step}, ring {msg.ring}; the "
+                            f"ring is term {self.term}, step {self.step}, ring {self.ring}")
+        if sender != self.prev:
+            raise RingError(f"it comes from {sender}, not from the ring predecessor {self.prev}")
+        last = self.n - 1
+        if self.seen >= 2 * last:
+            raise RingError("the ring already has all its chunks")
+        want_phase, want_round = divmod(self.seen, last)
+        if (msg.phase, msg.round) != (want_phase, want_round):
+            raise RingError(f"it is phase {msg.phase} round {msg.round}; phase {want_phase} round "
+                            f"{want_round} is due")
+        want = (self.i - 1 - msg.round) % self.n if msg.phase == 0 else (self.i - msg.round) % self.n
+        if msg.chunk != want:
+            raise RingError(f"it is chunk {msg.chunk}; this ring position takes chunk {want}")
+        lo, hi = self.bounds[want]
+        ints = np.asarray(msg.ints)
+        if ints.dtype.kind not in "iu" or ints.size != hi - lo:
+            raise RingError(f"it holds {ints.size} values; chunk {want} has {hi - lo}")
+        peak = int(np.abs(ints.astype(np.int64)).max()) if ints.size else 0
+        if peak > self.bound:
+            raise RingError(f"a value of magnitude {peak} is over the step's clamp bound {self.bound}")
+        self.seen += 1
+        if self.acc is None:
+            self.queue.append(msg)
+            return []
+        return self._take(msg)
+
+    def _take(self, msg: F.RingChunk) -> list[F.RingChunk]:
+        lo, hi = self.bounds[msg.chunk]
+        last = msg.round == self.n - 2
+        if msg.phase == 0:
+            self.acc[lo:hi] += np.asarray(msg.ints, np.int64)
+            return [self._send(1, 0, msg.chunk) if last else self._send(0, msg.round + 1, msg.chunk)]
+        self.acc[lo:hi] = np.asarray(msg.ints, np.int64)
+        if last:
+            self.total = self.acc
+            return []
+        return [self._send(1, msg.round + 1, msg.chunk)]
+
+

@@ -1,0 +1,376 @@
+// The ring's two sides in the run protocol (daisychain/peer/run/ring_roles.py, rule for rule;
+// the ring itself: ring.js).
+// - RingMember, owned by the Member (member.ring): a member's ring state (the plan, its Ring,
+//   chunks that came early, the commit, the next step's plan, an end that overtook the last
+//   chunk), applying the total on the commit, asking for the state when its ring broke.
+// - RingCoordinator, owned by the Coordinator (coordinator.ring): the choice star / ring, the
+//   plan, the sums, the commit, a ring member that left, a ring that missed its deadline (the
+//   step again by the star); the coordinator's own replica takes part through it.
+// The driver routes ring_plan / ring_commit to the member's side, ring_sum to the
+// coordinator's and ring_chunk to the side of the role that speaks for the replica. A
+// coordinator built at a hand-over starts with no ring; stepping down drops it.
+
+import { RING_KINDS, RING_SLACK_S, Ring, RingError, choose } from "./ring.js";
+import { capacitySplit } from "./split.js";
+import { log, send } from "./util.js";
+
+const planFor = (plan, peer) => ({ T: "ring_plan", term: plan.term, step: plan.step, ring: plan.ring,
+  peers: plan.peers, tasks: plan.tasks.filter((t) => t.peer === peer) });
+const same = (a, b) => a.term === b.term && a.step === b.step && a.ring === b.ring;
+
+/** This replica's ring under `role` (a Member or a Coordinator: its peer, trainer, term,
+ * step, pending). */
+class RingPart {
+  constructor(role) {
+    this.role = role;
+    this.peer = role.peer;
+    this.early = new Map(); // "term:step:ring" -> [[sender, chunk], ...] of rings not planned yet
+    this.ring = null;
+    this.plan = null;
+    this.drop();
+  }
+
+  /** Rings under way are dropped (a new term, a restore, a catch-up, a broken ring). */
+  drop() {
+    if (this.plan) for (const t of this.plan.tasks) this.role.pending.delete(`${this.plan.step}:${t.task}`);
+    this.ring = null;
+    this.plan = null;
+  }
+
+  /** ring hook (computed): is this compute this replica's share of its ring? */
+  owns(step, task) {
+    return this.ring !== null && this.ring.step === step && this.plan.tasks.some((t) => t.task === task && t.peer === this.peer.me);
+  }
+
+  /** Take part in `plan`; returns [outputs, the chunks that waited for it]. */
+  _new(plan) {
+    this.drop(); // an abandoned ring's work is not wanted any more
+    this.plan = plan;
+    const tr = this.role.trainer;
+    const me = this.peer.me;
+    const size = tr.totalSize;
+    this.ring = new Ring(plan.term, plan.step, plan.ring, plan.peers, me, size, tr.nTasks * tr.limit);
+    const out = [];
+    const mine = plan.tasks.filter((t) => t.peer === me);
+    for (const t of mine) {
+      this.role.pending.set(`${plan.step}:${t.task}`, t.micro);
+      out.push({ kind: "compute", step: plan.step, task: t.task, micro: t.micro, theta: tr.theta.slice() });
+    }
+    if (!mine.length) out.push(...this._sends(this.ring.contribute(new Float64Array(size))));
+    const key = `${plan.term}:${plan.step}:${plan.ring}`;
+    const early = this.early.get(key) || [];
+    this.early.delete(key);
+    return [out, early];
+  }
+
+  async _start(plan) {
+    const [out, early] = this._new(plan);
+    for (const [sender, msg] of early) out.push(...(await this.onRingChunk(sender, msg)));
+    return out;
+  }
+
+  _sends(chunks) { return chunks.map((c) => send(this.ring.next, c)); }
+
+  async onRingChunk(sender, msg) {
+    const role = this.role;
+    if (!role.trainer || msg.term < role.term || msg.step < role.step) return [];
+    const r = this.ring;
+    if (r && msg.term === r.term && msg.step === r.step && msg.ring < r.ring) return []; // an abandoned ring's
+    if (!r || !same(msg, r)) return this._keep(sender, msg);
+    let chunks;
+    try {
+      chunks = r.receive(sender, msg);
+    } catch (err) {
+      if (!(err instanceof RingError)) throw err;
+      return this._refused(sender, `refused a ring chunk from ${this.peer._name(sender)}: ${err.message}`);
+    }
+    const out = this._sends(chunks);
+    if (r.total === null) return out;
+    return [...out, ...(await this._gathered())];
+  }
+
+  async _refused(sender, text) { return [log(text, true)]; }
+
+  /** A chunk of a ring this replica has no plan of yet: kept, at most two rings. */
+  _keep(sender, msg) {
+    const role = this.role;
+    const name = this.peer._name(sender);
+    const size = role.trainer.totalSize;
+    const key = `${msg.term}:${msg.step}:${msg.ring}`;
+    for (const k of [...this.early.keys()]) {
+      const [term, step] = k.split(":").map(Number);
+      if (step < role.step || term < role.term) this.early.delete(k);
+    }
+    if (msg.step > role.step + 1 || (!this.early.has(key) && this.early.size >= 2)) {
+      return [log(`refused a ring chunk from ${name}: step ${msg.step} ring ${msg.ring} is not planned here (step ${role.step})`, true)];
+    }
+    if (!this.early.has(key)) this.early.set(key, []);
+    const kept = this.early.get(key);
+    const limit = 2 * (Math.max(this.peer.room.size, 2) - 1);
+    if (kept.length >= limit || msg.ints.length > Math.floor(size / 2) + 1) {
+      return [log(`refused a ring chunk from ${name}: more or larger chunks than a ring of step ${msg.step} has`, true)];
+    }
+    kept.push([sender, msg]);
+    return [];
+  }
+}
+
+/** A member's ring (member.ring): commit (the commit of its ring), next (the plan of the step
+ * after, while its ring still gathers), end (an end that overtook its last chunk). */
+export class RingMember extends RingPart {
+  drop() {
+    super.drop();
+    this.commit = null;
+    this.next = null;
+    this.end = null;
+  }
+
+  _new(plan) {
+    const nxt = this.next;
+    const res = super._new(plan);
+    this.next = nxt && nxt.step > plan.step ? nxt : null;
+    return res;
+  }
+
+  /** ring hook (member computed): this replica's share of its ring is computed. */
+  async computed(step, task, grad, loss, correct) {
+    const m = this.role;
+    const micro = this.plan.tasks.find((t) => t.task === task).micro;
+    const out = this._sends(this.ring.contribute(grad));
+    return [send(m.coord, { T: "ring_sum", term: m.term, step, ring: this.ring.ring, micro, loss, correct }), ...out];
+  }
+
+  async _gathered() { return this._maybeApply(); }
+
+  async onRingPlan(sender, msg) {
+    const m = this.role;
+    if (sender !== m.coord || msg.term !== m.term || !m.trainer || !msg.peers.includes(this.peer.me)) return [];
+    if (msg.step === m.step + 1) {
+      this.next = msg; // our ring of this step is still gathering
+      return [];
+    }
+    if (msg.step !== m.step || (this.plan && this.plan.step === msg.step && this.plan.ring === msg.ring)) return [];
+    return this._start(msg);
+  }
+
+  async onRingCommit(sender, msg) {
+    const m = this.role;
+    if (sender !== m.coord || msg.term !== m.term || !m.trainer || msg.step < m.step) return [];
+    const plan = this.plan;
+    if (msg.step > m.step || !plan || plan.step !== msg.step || plan.ring !== msg.ring) {
+      return [log(`missed step ${m.step}'s ring: resyncing`, true),
+        send(sender, { T: "sync", term: m.term, step: m.step, params_sha256: m.sha, reason: "behind" })];
+    }
+    this.commit = msg;
+    const out = await this._maybeApply();
+    return out.length ? out : this.stuck();
+  }
+
+  async _maybeApply() {
+    const m = this.role;
+    const r = this.ring;
+    const c = this.commit;
+    if (!r || !c || r.total === null || r.step !== m.step) return [];
+    const total = r.total;
+    this.ring = null;
+    const out = await m._apply(total, c.loss, c.contributors, c.params_sha256, m.coord);
+    const nxt = this.next;
+    this.next = null;
+    if (nxt && nxt.step === m.step && m.sha === c.params_sha256) out.push(...(await this._start(nxt)));
+    return [...out, ...(await this._ended())];
+  }
+
+  /** ring hook (member onEnd): the run's end overtook the last total this replica's ring is
+   * still gathering: the end waits for it. */
+  holdsEnd(msg) {
+    const r = this.ring;
+    if (!r || r.total !== null || r.step !== this.role.step || !this.commit) return false;
+    this.end = msg;
+    return true;
+  }
+
+  async _ended() {
+    const end = this.end;
+    this.end = null;
+    return end ? this.role.onEnd(this.role.coord, end) : [];
+  }
+
+  /** ring hook (driver: a channel closed, the room changed; a commit came): the coordinator
+   * committed our ring's step but a ring peer is gone before our part of the total came. */
+  stuck() {
+    const m = this.role;
+    const r = this.ring;
+    const p = this.peer;
+    if (!r || r.total !== null || !this.commit || r.step !== m.step
+        || r.peers.every((q) => q === p.me || (p.open.has(q) && p.room.has(q)))) return [];
+    this.ring = null;
+    this.commit = null;
+    return [log(`a member left while step ${m.step}'s ring was gathering: resyncing`),
+      send(m.coord, { T: "sync", term: m.term, step: m.step, params_sha256: m.sha, reason: "ring broken" })];
+  }
+
+  /** ring hook (member onState): a state was loaded; a held plan of its step starts. */
+  async synced() {
+    this.ring = null;
+    this.commit = null;
+    const nxt = this.next;
+    this.next = null;
+    if (nxt && nxt.step === this.role.step && nxt.term === this.role.term) return this._start(nxt);
+    return this._ended();
+  }
+}
+
+/** The coordinator's ring (coordinator.ring): said (the last choice logged), count (ring
+ * numbers of this term), starStep (a step redone by the star), deadline, sums (peer ->
+ * [task, micro, loss, correct]). */
+export class RingCoordinator extends RingPart {
+  constructor(coordinator) {
+    super(coordinator);
+    this.said = null;
+    this.count = 0;
+    this.starStep = -1;
+    this.deadline = 0;
+  }
+
+  drop() {
+    super.drop();
+    this.sums = new Map();
+  }
+
+  async _refused(sender, text) {
+    const c = this.role;
+    if (c.crew.has(sender) && !c.banned.has(sender)) return c._strike(sender, "refused", null, text);
+    return [log(text, true)];
+  }
+
+  async _gathered() { return this._maybeCommit(); }
+
+  /** ring hook (coordinator _beginStep): [sum this step by a ring?, log lines]. */
+  choice(live) {
+    const c = this.role;
+    const p = this.peer;
+    if (p.aggregate === "star") return [false, []];
+    const tr = c.trainer;
+    const spm = c.selfSpm !== null ? c.selfSpm : 1.0 / Number(c.capacity || 1.0);
+    let [mode, why] = choose(p.aggregate, c.verifyRate, live.length, tr.nTasks, spm, tr.totalSize,
+      tr.totalSize !== tr.layout.size);
+    const odd = live.slice(1).filter((q) => c.crew.has(q)).map((q) => c.crew.get(q).kind).filter((k) => !RING_KINDS.includes(k));
+    if (mode === "ring" && odd.length) {
+      mode = "star";
+      why = `${live.length} devices, one of kind ${odd[0]} among them (it has no ring)`;
+    }
+    if (this.starStep === c.step) {
+      mode = "star";
+      why = `${live.length} devices, this step's ring missed its deadline`;
+    }
+    const out = [];
+    if (!this.said || this.said[0] !== mode || this.said[1] !== live.length) {
+      this.said = [mode, live.length];
+      out.push(log(`aggregating by ${mode}: ${why}`));
+    }
+    return [mode === "ring", out];
+  }
+
+  /** One task per member with micro-batches (none: it adds zeros); each member gets the plan. */
+  begin(live) {
+    const c = this.role;
+    c.stepStarted = true;
+    c.tasks = new Map();
+    c.checks = new Map();
+    const n = c.trainer.nTasks;
+    const ids = Array.from({ length: n }, (_, j) => j);
+    const parts = capacitySplit(ids, c._splitWeights(live, n));
+    const tasks = [];
+    live.forEach((peer, i) => {
+      if (parts[i].length) tasks.push({ task: c.nextTask++, peer, micro: parts[i] });
+    });
+    this.count += 1;
+    const plan = { T: "ring_plan", term: c.term, step: c.step, ring: this.count, peers: [...live], tasks };
+    this.deadline = c.now + RING_SLACK_S + Math.max(...tasks.map((t) => c._deadline(t.peer, t.micro.length)));
+    const out = live.slice(1).map((q) => send(q, planFor(plan, q)));
+    const [mine] = this._new(plan); // nothing can wait for a ring the coordinator just made
+    return [...out, ...mine];
+  }
+
+  /** ring hook (coordinator computed): our own share of the ring is computed. */
+  async computed(step, task, grad, loss, correct) {
+    const micro = this.plan.tasks.find((t) => t.task === task).micro;
+    const out = this._sends(this.ring.contribute(grad));
+    this.sums.set(this.peer.me, [task, micro, loss, correct]);
+    return [...out, ...(await this._maybeCommit())];
+  }
+
+  async onRingSum(sender, msg) {
+    const c = this.role;
+    const plan = this.plan;
+    if (!plan || !this.ring || msg.term !== c.term || msg.step !== plan.step || msg.ring !== plan.ring) return [];
+    const task = plan.tasks.find((t) => t.peer === sender);
+    if (!task || task.micro.length !== msg.micro.length || task.micro.some((j, k) => j !== msg.micro[k]) || this.sums.has(sender)) return [];
+    this.sums.set(sender, [task.task, msg.micro, msg.loss, msg.correct]);
+    return this._maybeCommit();
+  }
+
+  async _maybeCommit() {
+    const c = this.role;
+    const r = this.ring;
+    const plan = this.plan;
+    if (!r || r.total === null || r.step !== c.step || plan.tasks.some((t) => !this.sums.has(t.peer))) return [];
+    const step = c.step;
+    const total = r.total;
+    const sums = [...this.sums.entries()].sort((a, b) => a[1][0] - b[1][0]); // task order, as the star
+    const contributors = sums.map(([p, s]) => [p, s[1].length]).sort((a, b) => (a[0] < b[0] ? -1 : a[0] > b[0] ? 1 : 0));
+    let lossSum = 0;
+    let n = 0;
+    for (const [, s] of sums) {
+      lossSum += s[2];
+      n += s[1].length;
+    }
+    const loss = lossSum / Math.max(n, 1);
+    await c.trainer.apply(total);
+    const unchecked = new Set(contributors.map(([p]) => p).filter((p) => p !== c.me));
+    await c.window.record(c.trainer, step, total, unchecked);
+    for (const p of unchecked) if (!c.uncheckedSince.has(p)) c.uncheckedSince.set(p, step);
+    const sha = await c._rehash();
+    this.ring = null;
+    c.stepStarted = false;
+    for (const k of [...c.pending.keys()]) if (Number(k.split(":")[0]) <= step) c.pending.delete(k);
+    const out = [];
+    for (const p of c._receivers()) { // a ring member gets the commit; anyone else the total
+      if (plan.peers.includes(p)) out.push(send(p, { T: "ring_commit", term: c.term, step, ring: plan.ring, contributors, loss, params_sha256: sha }));
+      else out.push(send(p, { T: "total", term: c.term, step, contributors, loss, params_sha256: sha, ints: total, tasks: [] }));
+    }
+    return [...out, ...c.member.committed(step, loss, contributors, sha), ...c._maybeBegin()];
+  }
+
+  /** ring hook (coordinator _memberLeft): a ring member left before the commit: abandon the
+   * ring, do the step again with those still here. null: not a ring matter. */
+  memberLeft(peer) {
+    const c = this.role;
+    const r = this.ring;
+    if (!r || !r.peers.includes(peer)) return null;
+    this.drop();
+    c.stepStarted = false;
+    return [log(`${this.peer._name(peer)} left during step ${c.step}: its ring is abandoned, the step is done again by the others`),
+      ...c._maybeBegin()];
+  }
+
+  /** ring hook (coordinator tick): a ring not gathered by its deadline is abandoned; the step
+   * is done again by the star. */
+  checkDeadline() {
+    const c = this.role;
+    const r = this.ring;
+    if (!r || r.total !== null || c.now < this.deadline) return [];
+    this.drop();
+    c.stepStarted = false;
+    this.starStep = c.step;
+    return [log(`the ring of step ${c.step} missed its deadline: the step is done again by the star`, true), ...c._maybeBegin()];
+  }
+
+  /** ring hook (coordinator onSync): a ring member that asked for the state gets the plan of
+   * the step under way after it. */
+  resend(peer) {
+    const plan = this.plan;
+    if (!this.ring || !plan || !plan.peers.includes(peer)) return [];
+    return [send(peer, planFor(plan, peer))];
+  }
+}
