@@ -230,11 +230,13 @@ def plot(res: dict, path: Path) -> None:
         for n in (1, 2):
             if (c["run"], n) not in times:
                 continue
-            xs = [p[0] * times[(c["run"], n)] for p in c["points"]]
-            ax.plot(xs, [p[2] for p in c["points"]], ("-" if n == 2 else "--"),
+            pts = [p for p in c["points"] if p[0] > 0]  # log time axis: from the first round on
+            xs = [p[0] * times[(c["run"], n)] for p in pts]
+            ax.plot(xs, [p[2] for p in pts], ("-" if n == 2 else "--"),
                     label=f"{c['run']}, {n} peer{'s' if n > 1 else ''}")
     ax.axhline(res["target"], color="grey", lw=0.8, ls=":", label="target")
-    ax.set_xlabel("wall time (s): rounds x measured round time")
+    ax.set_xscale("log")
+    ax.set_xlabel("wall time (s, log scale): rounds x measured round time")
     ax.set_ylabel("validation loss")
     ax.set_title("Synchronous vs exact local steps, 1 ms each way")
     ax.legend(fontsize=7)
