@@ -210,7 +210,14 @@ def report(res: dict) -> str:
                      f"{r['bytes_per_round']:,.0f} | {r['time_s']:.2f} | {r['speed']:.2f}x | "
                      f"{'yes' if r['agree'] else 'NO'} |")
     lines += ["", f"Best single device: `{best['run']}` ({best['time_s']:.2f} s to target)." if best else
-              "No single-device run reached the target.", "",
+              "No single-device run reached the target.", ""]
+    if res.get("extrapolation"):
+        from bench.local_extrapolate import report as extrapolation
+
+        lines += ["At 4-16 devices, one replica each (a model, bench/local_extrapolate.py: rounds to target "
+                  "exact at R = n, round times from the costs measured above):", "",
+                  extrapolation(res, best["time_s"] if best else None), ""]
+    lines += [
               f"Command: `{m['command']}`  ", f"Plot: docs/{png_name(m.get('task', 'text'))} (validation loss against the time "
               "each round took in the rooms above)."]
     return "\n".join(lines)
@@ -284,9 +291,17 @@ def main() -> None:
     ap.add_argument("--out", default=None, help="also write the raw results (JSON) here")
     ap.add_argument("--report", default=None, help="only rewrite the report and plot from an --out file")
     ap.add_argument("--no-write", action="store_true")
+    ap.add_argument("--extrapolate", default="4,8,16", help="device counts of the local-steps model ('' for none)")
     args = ap.parse_args()
+    ns = [int(n) for n in args.extrapolate.split(",") if n]
     if args.report:
         res = json.loads(Path(args.report).read_text())
+        if ns and "extrapolation" not in res:  # an older --out file: its extra curves now
+            from bench.local_extrapolate import add_curves, settings_for
+
+            task = res["meta"].get("task", "text")
+            data = Path(args.data) if args.data else (default_text() if task == "text" else None)
+            add_curves(res, settings_for(res["meta"], data), ns, args.max_samples, args.val)
     else:
         if not args.curves_only and not os.environ.get("DAISY_SCALING_NS"):
             os.execvp("unshare", ["unshare", "-n", "--", "env", "DAISY_SCALING_NS=1", sys.executable,
@@ -316,6 +331,10 @@ def main() -> None:
             return
         res["rooms"] = round_times(args, data, res)
         res["meta"]["load_end"] = os.getloadavg()[0]
+        if ns:
+            from bench.local_extrapolate import add_curves
+
+            add_curves(res, rs, ns, args.max_samples, args.val)
     if args.out:
         Path(args.out).write_text(json.dumps(res))
     text = report(res)
