@@ -31,3 +31,20 @@ def test_no_single_device_reached_the_target():
     res = {"curves": [_curve("sync 16", False, None, 16)], "rooms": [_room("sync 16", 1, 0.002)]}
     rows, best = time_to_target(res)
     assert best is None and rows[0]["speed"] == 0.0
+
+
+def test_the_local_extrapolation_fits_the_measured_two_peer_round():
+    """bench/local_extrapolate.py: c = the 1-peer round / R, V = the 2-peer bytes / 2, and the
+    star's hop fitted so the model gives back the measured 2-peer round; the ring's round
+    grows by hops and V / n chunks."""
+    from bench.local_extrapolate import costs, ring_s, star_s
+
+    c = {**_curve("R=2 H=32", True, 20, 2048), "batch": 32, "args": ["--batch", "32", "--replicas", "2",
+                                                                      "--sync-every", "32"]}
+    res = {"curves": [c], "rooms": [{**_room("R=2 H=32", 1, 0.2)}, {**_room("R=2 H=32", 2, 0.15),
+                                                                     "bytes_per_round": 200_000.0}]}
+    (k,) = costs(res)
+    assert abs(k["c"] - 0.1) < 1e-12 and k["v"] == 100_000.0
+    assert abs(star_s(2, k["c"], k["v"], k["h"]) - 0.15) < 1e-12
+    assert star_s(4, k["c"], k["v"], k["h"]) > star_s(2, k["c"], k["v"], k["h"])
+    assert ring_s(4, k["c"], k["v"], 0.005) - ring_s(2, k["c"], k["v"], 0.005) > 2 * 0.005
