@@ -69,6 +69,8 @@ def main(argv=None) -> int:
     ap.add_argument("--steps", type=int, default=100, help="steps per run (default 100)")
     ap.add_argument("--repeat", type=int, default=3, help="rooms per rate (default 3)")
     ap.add_argument("--timeout", type=float, default=300.0, help="seconds per room at most")
+    ap.add_argument("--warmup", type=int, default=1, help="rooms at the first rate run first "
+                    "and not counted (the first room pays for cold caches; default 1)")
     ap.add_argument("--no-write", action="store_true", help="do not write docs/RELIABILITY.md")
     ap.add_argument("run", nargs="*", help="run settings after --, e.g. -- --hidden 32 "
                     "(default: daisychain train's defaults)")
@@ -87,6 +89,10 @@ def main(argv=None) -> int:
     server = Server().start()
     try:
         with tempfile.TemporaryDirectory(prefix="dc-verify-") as tmp:
+            for w in range(args.warmup):
+                res = room(server, rates[0], args.peers, run, Path(tmp), -1 - w, args.timeout)
+                print(f"warm-up room (not counted): " + (res["error"] if "error" in res else
+                      f"{res['steps_per_s']:.2f} steps/s"), file=sys.stderr)
             bar = tqdm(plan, desc="verify", unit="room")
             for n, (k, r) in enumerate(bar, 1):
                 bar.set_postfix_str(f"rate {r:g}")
@@ -125,7 +131,7 @@ def main(argv=None) -> int:
         put_section(DOC, BEGIN, END, f"""{table}
 
 {args.peers} peers per room, {args.steps} steps per run (`{' '.join(run)}`, `daisychain train`'s defaults otherwise, {n_micro}
-micro-batches per step, `--capacity 50` on each peer), {args.repeat} rooms per rate, interleaved. {honest} honest steps in
+micro-batches per step, `--capacity 50` on each peer), {args.repeat} rooms per rate, interleaved, after {args.warmup} warm-up room(s) that are not counted. {honest} honest steps in
 all, {sum(x['alarms'] for r in rates for x in got[r] if 'error' not in x)} alarms.
 
 Command: `{cmd.strip()}`
