@@ -384,7 +384,7 @@ def main() -> None:
                          "its own section, no raw / Gloo probes; default: the star only, as above)")
     ap.add_argument("--peers", default="1,2", help="with --aggregate: room sizes (default 1,2)")
     args = ap.parse_args()
-    if args.aggregate:
+    if args.aggregate and args.task != "image":  # with --task image: a 2-peer variant per aggregation
         from bench.scaling_ring import main_ring
         main_ring(args)
         return

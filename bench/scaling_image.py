@@ -41,7 +41,8 @@ def main_image(args) -> None:
     first = next(iter(runs.values()))
     spec = _settings(first).spec
     variants = ([("SCALING_SWITCH_S", str(args.switch_s))] if args.switch_s else []) + \
-        ([("SCALING_SCTP_BURST", str(args.sctp_burst))] if args.sctp_burst else [])
+        ([("SCALING_SCTP_BURST", str(args.sctp_burst))] if args.sctp_burst else []) + \
+        [("AGGREGATE", a) for a in (args.aggregate or "").split(",") if a and a != "star"]
     results = {"meta": {"cpus": os.cpu_count(), "load_start": os.getloadavg(),
                         "layers": args.layers or "(image default)",
                         "model": " ".join(l.type for l in spec.layers if l.type != "relu"),
@@ -57,13 +58,15 @@ def main_image(args) -> None:
                     for n, var in ((1, None), (2, None), *((2, v) for v in variants)):
                         tag = f"img-{rnd}-{net}-{run.replace(' ', '')}-{n}{'-' + var[0] if var else ''}"
                         print(f"[scaling] {tag}", file=sys.stderr, flush=True)
-                        if var:  # each daisy-peer's experiment (bench/scaling_peer.py)
-                            os.environ[var[0]] = var[1]
+                        agg = var[1] if var and var[0] == "AGGREGATE" else "star"
+                        env = var if var and var[0] != "AGGREGATE" else None
+                        if env:  # each daisy-peer's experiment (bench/scaling_peer.py)
+                            os.environ[env[0]] = env[1]
                         try:
-                            r = run_mesh(tmp, n, rargs, rate, delay, tag)
+                            r = run_mesh(tmp, n, rargs, rate, delay, tag, agg)
                         finally:
-                            if var:
-                                os.environ.pop(var[0], None)
+                            if env:
+                                os.environ.pop(env[0], None)
                         r.update(net=net, run=run, round=rnd, load=os.getloadavg()[0],
                                  switch_s=float(var[1]) if var and var[0] == "SCALING_SWITCH_S" else None,
                                  variant=f"{var[0]}={var[1]}" if var else None)
@@ -99,6 +102,8 @@ def _label(r: dict) -> str | None:
     """A 2-peer row's experiment, in words (None: daisy-peer as shipped)."""
     if r.get("switch_s"):
         return f"switch interval {r['switch_s'] * 1e3:g} ms"
+    if (r.get("variant") or "").startswith("AGGREGATE="):
+        return f"summed by the {r['variant'].split('=')[1]}"
     if (r.get("variant") or "").startswith("SCALING_SCTP_BURST="):
         return f"SCTP burst {r['variant'].split('=')[1]} chunks"
     return None

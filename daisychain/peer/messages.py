@@ -135,6 +135,9 @@ class Total:
     params_sha256: str  #: the coordinator's hash after applying it
     ints: np.ndarray = field(repr=False, compare=False)
     tasks: tuple[Task, ...] = ()
+    #: ``ints`` already encoded (codec, body), by the coordinator that sends one total to every
+    #: member and keeps it in its rollback window: encoded once, not once per receiver
+    encoded: tuple[int, bytes] | None = field(default=None, repr=False, compare=False)
 
 
 @dataclass(frozen=True)
@@ -300,7 +303,7 @@ def to_message(msg: RunMessage, run_id: str, bounds: list[int] | None = None) ->
                        {"term": msg.term, "task": msg.task, "micro": list(msg.micro),
                         "loss": msg.loss, "correct": msg.correct}, body, codec)
     if isinstance(msg, Total):
-        codec, body = encode_ints(msg.ints, bounds)
+        codec, body = msg.encoded or encode_ints(msg.ints, bounds)
         meta = {"term": msg.term, "contributors": [list(c) for c in msg.contributors],
                 "loss": msg.loss, "params_sha256": msg.params_sha256}
         if msg.tasks:

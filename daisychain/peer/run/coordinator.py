@@ -442,7 +442,8 @@ class Coordinator(TrustRole):
         total, contributors, loss, unchecked = self.aggregator.total(
             self.tasks.values(), self.checks, self.trainer.total_size, self.me)
         self.trainer.apply(total)
-        self.window.record(self.trainer, step, total, unchecked)
+        encoded = self.window.encode(total)  # once: the window's copy and every member's
+        self.window.record(self.trainer, step, total, unchecked, encoded)
         for p in unchecked:
             self.unchecked_since.setdefault(p, step)
         sha = self._hash()
@@ -460,7 +461,7 @@ class Coordinator(TrustRole):
             else:
                 nxt.append(o)
         out: list[Output] = [Send(p, F.Total(self.term, step, contributors, loss, sha, total,
-                                             carried.get(p, ()))) for p in receivers]
+                                             carried.get(p, ()), encoded)) for p in receivers]
         return out + committed + nxt
 
     def _check_catch_up(self) -> list[Output]:

@@ -186,13 +186,15 @@ class Window:
         self.steps = []
         self.held = 0
 
-    def record(self, trainer: Trainer, step: int, total: np.ndarray, unchecked) -> None:
-        """``total`` was applied at ``step`` (``trainer`` is now at step + 1). Past 1.25 times
+    def record(self, trainer: Trainer, step: int, total: np.ndarray, unchecked,
+               encoded: tuple[int, bytes] | None = None) -> None:
+        """``total`` was applied at ``step`` (``trainer`` is now at step + 1); ``encoded``: the
+        same total as the wire sends it (:meth:`encode`), if the caller has it. Past 1.25 times
         the window, the oldest quarter is folded into the snapshot (applied to it); past
         ``max_bytes`` of totals, the oldest quarter of those held."""
         if self.base is None:
             return
-        codec, body = encode_ints(np.asarray(total, np.int64), self.bounds, (Codec.NARROW, Codec.VARINT))
+        codec, body = encoded or self.encode(total)
         self.steps.append(_Step(step, codec, body, frozenset(unchecked)))
         self.held += len(body)
         chunk = max(1, self.size // 4)
@@ -209,6 +211,10 @@ class Window:
                 trainer.apply(s.total(trainer.total_size))
             self.base = trainer.snapshot()
             trainer.load(now)
+
+    def encode(self, total: np.ndarray) -> tuple[int, bytes]:
+        """A total as the window holds it and the wire sends it (NARROW or VARINT, the smaller)."""
+        return encode_ints(np.asarray(total, np.int64), self.bounds, (Codec.NARROW, Codec.VARINT))
 
     def earliest(self, peer: str) -> int | None:
         """The first step in the window with an unchecked contribution of ``peer``."""

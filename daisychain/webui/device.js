@@ -1,0 +1,97 @@
+// The device's side of a tab before any run: its self-test (which path it computes on, and
+// why) and the training data fetched from the server, checked against its fingerprint.
+// mesh.js re-exports both (app.js imports them from there).
+
+import { loadLuts, sha256Hex } from "./luts.js";
+import { floatFailures, goldenFailure, microBatchRate } from "./engine/conformance.js";
+import { parseDataset } from "./engine/data.js";
+import { withCredential } from "./uploads.js";
+import { openPaths } from "./engine/paths.js";
+import { choosePath } from "./gpu.js";
+
+// -- self-test -----------------------------------------------------------------------------
+
+async function fetchGolden(name) {
+  const resp = await fetch(`/golden/${name}`, { cache: "no-store" });
+  if (!resp.ok) throw new Error(`/golden/${name}: HTTP ${resp.status}`);
+  return resp.json();
+}
+
+/**
+ * Test this device: tables through the manifest, golden vectors on the WebGPU path and the
+ * JS units, one Adam step on the golden Adam vectors and the golden subnormal operations
+ * (float64 in JS, the same for every path), the micro-batch rate of each path that passes;
+ * the tab computes on the faster one, and `reason` says why in words (gpu.js choosePath;
+ * `choice` holds the rates too).
+ * @param {{want?: "gpu"|"cpu"|null}} o  want "cpu" skips the GPU; "gpu" computes on it if it passes
+ * @returns {Promise<{kind, reason, capacity, rates, choice, units, cpu, luts, manifestSha256, paths}>}
+ */
+export async function selfTestDevice({ want = null } = {}) {
+  const luts = await loadLuts("/luts/");
+  const golden = await fetchGolden("units.json");
+  const floats = await floatFailures(await fetchGolden("selftest.json"));
+  if (floats.length) {
+    throw new Error(`this device cannot train: its float64 arithmetic failed the self-test (${floats.slice(0, 3).join("; ")})`);
+  }
+  if (golden.manifest_sha256 !== luts.manifestSha256) {
+    throw new Error(`refused: LUT manifest differs (golden vectors for ${golden.manifest_sha256.slice(0, 12)}…, tables ${luts.manifestSha256.slice(0, 12)}…)`);
+  }
+  const opened = await openPaths(luts, { tryGpu: want !== "cpu" });
+  const paths = { gpu: null, cpu: null, float64: "pass" };
+  let gpu = opened.gpu;
+  let gpuWhy = opened.gpuReason;
+  if (gpu) {
+    const f = await goldenFailure(gpu, golden);
+    if (f || !gpu.usable) {
+      gpuWhy = `the WebGPU path failed its self-test (${f || gpu.failure})`;
+      gpu = null;
+    }
+  }
+  const cpuFail = await goldenFailure(opened.cpu, golden);
+  if (!gpu && cpuFail) throw new Error(`this device cannot train: the JS units failed their self-test (${cpuFail})`);
+  // Both paths that pass are measured; the tab computes on the faster (gpu.js choosePath).
+  const rates = { gpu: null, cpu: cpuFail ? null : await microBatchRate(opened.cpu) };
+  if (gpu) {
+    try {
+      rates.gpu = await microBatchRate(gpu);
+      if (!gpu.usable) throw new Error(gpu.failure);
+    } catch (err) {
+      gpuWhy = `the WebGPU path failed while measuring (${err.message})`;
+      gpu = null;
+      rates.gpu = null;
+      if (cpuFail) throw new Error(`this device cannot train: ${gpuWhy}; the JS units failed their self-test (${cpuFail})`);
+    }
+  }
+  paths.gpu = gpu ? "pass" : gpuWhy;
+  paths.cpu = cpuFail ? `failed: ${cpuFail}` : "pass";
+  const adapter = gpu?.adapterInfo?.vendor ? `${gpu.adapterInfo.vendor} ${gpu.adapterInfo.architecture || ""}`.trim() : "";
+  const choice = choosePath({ rates, want, gpuWhy, cpuWhy: cpuFail, adapter });
+  const units = choice.path === "gpu" ? gpu : opened.cpu;
+  return { kind: choice.path === "gpu" ? "webgpu" : "cpu", reason: choice.reason, capacity: rates[choice.path],
+    rates, choice, units, cpu: opened.cpu, luts, manifestSha256: luts.manifestSha256, paths };
+}
+
+/**
+ * Fetch a DCDS, check its SHA-256 against `fingerprint` (when given) and parse it; the bytes
+ * stay with it (`ds.bytes`) so this replica can hand the data to a member that asks. Throws
+ * an Error that says what is wrong, in words.
+ */
+export async function fetchDataset(task, fingerprint = null, label = null) {
+  const what = label || `the ${task} data`;
+  const url = `/data/${encodeURIComponent(task)}.dcds` +
+    (fingerprint ? `?fingerprint=${encodeURIComponent(fingerprint)}` : "");
+  const resp = await fetch(url, { cache: "no-store", headers: withCredential() }); // an upload: its room's only
+  if (!resp.ok) {
+    const why = resp.status === 404 ? "the server has no copy of it" : `HTTP ${resp.status}`;
+    throw new Error(`${what}${fingerprint ? ` (fingerprint ${fingerprint.slice(0, 12)}…)` : ""}: ${why}`);
+  }
+  const buffer = await resp.arrayBuffer();
+  const got = await sha256Hex(buffer);
+  if (fingerprint && got !== fingerprint) {
+    throw new Error(`${what}: the server's copy hashes to ${got.slice(0, 12)}…, not the fingerprint ${fingerprint.slice(0, 12)}… the run names`);
+  }
+  const ds = parseDataset(buffer);
+  ds.fingerprint = got;
+  ds.bytes = new Uint8Array(buffer);
+  return ds;
+}
