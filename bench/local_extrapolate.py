@@ -12,8 +12,9 @@ daisychain/peer/run/ring.py (the one ``--aggregate auto`` uses) with a local rou
   (h = (T(2) - c - s - 2 V b) / 2) and s, b ring.py's defaults;
 * ring T(n) = c + (2n - 1) h_r + 2 (n - 1) b V / n, h_r ring.py's measured ring hop.
 
-Today a local-steps room sums by the star (the coordinator checks each contribution's inner
-moments, which a ring would hide); the ring column is what it would cost.
+A local-steps room sums its rounds between anchors by the ring where ``--aggregate auto``'s
+model says so (anchor rounds, whose inner moments the coordinator checks, by the star); the
+"faster" column is that choice with these fitted costs.
 """
 
 from __future__ import annotations

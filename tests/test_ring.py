@@ -13,7 +13,7 @@ import pytest
 from daisychain.peer import frames as F
 from daisychain.peer import run as R
 from daisychain.peer.run.ring import (
-    Ring, RingError, choose, chunk_bounds, ring_seconds, star_seconds)
+    Ring, RingError, choose, chunk_bounds, ring_seconds, ring_size, star_seconds)
 
 
 def wire(msg, run_id="00" * 8):
@@ -126,11 +126,51 @@ def test_choice_of_star_or_ring():
         R.RunPeer("a", aggregate="tree", verify_rate=0.0)
 
 
-def test_a_local_steps_run_is_summed_by_the_star():
-    """The coordinator checks each local-steps contribution's inner moments (a ring would hide
-    them): --aggregate ring or auto gives the star, in words; a synchronous run is unchanged."""
+def test_a_local_steps_round_is_summed_by_the_ring_between_anchors():
+    """Between anchors a local-steps round rides the ring (its P deltas, priced at 4 wire
+    bytes each); an anchor round's inner moments are checked by the coordinator, so the
+    star; spot-checks keep the star; 1 device is the star."""
+    assert choose("ring", 0.0, 3, 4, 1e-3, 20_000, local=True) == \
+        ("ring", "3 devices, no spot-checks (--aggregate ring); anchor rounds by the star")
     for aggregate in ("ring", "auto"):
-        mode, why = choose(aggregate, 0.0, 3, 4, 1e-3, 200_000, local=True)
-        assert mode == "star" and "local steps" in why
-    assert choose("ring", 0.0, 3, 4, 1e-3, 200_000, local=False)[0] == "ring"
-    assert choose("ring", 0.0, 1, 4, 1e-3, 200_000, local=True) == ("star", "1 device")
+        mode, why = choose(aggregate, 0.0, 3, 4, 1e-3, 20_000, local=True, anchor=True)
+        assert mode == "star" and "a local-steps anchor round" in why
+    assert choose("ring", 0.05, 3, 4, 1e-3, 20_000, local=True)[0] == "star"
+    assert choose("ring", 0.0, 1, 4, 1e-3, 20_000, local=True) == ("star", "1 device")
+    # auto: a local round's deltas are bytes (V = 4 P), so the ring wins where a synchronous
+    # step of the same parameter count (V = 1.5 P) is still the star's
+    sync, local = choose("auto", 0.0, 3, 3, 0.1, 20_000), choose("auto", 0.0, 3, 3, 0.1, 20_000, local=True)
+    assert sync[0] == "star" and local[0] == "ring", (sync, local)
+    assert "ms a round" in local[1] and local[1].endswith("; anchor rounds by the star")
+
+
+def test_ring_size_is_the_deltas_between_anchors():
+    """ring_size: P entries in a local round between anchors, the whole contribution in an
+    anchor round and in a synchronous run; a ring of P entries pads its total with zeros."""
+    from daisychain.engine.local import LocalTrainer
+    from daisychain.units import load_luts
+    from tests.test_local_steps import LOCAL, TINY, settings
+
+    rs = settings(4, *LOCAL, "--moments-every", "2")
+    tr = LocalTrainer(rs.spec, rs.hp, rs.ds, load_luts())
+    p = tr.layout.size
+    assert tr.total_size > p
+    assert [ring_size(tr, n) for n in range(4)] == [p, tr.total_size, p, tr.total_size]
+    sync = settings(2, *TINY)
+    from daisychain.engine.trainer import Trainer
+    st = Trainer(sync.spec, sync.hp, sync.ds, load_luts())
+    assert ring_size(st, 0) == st.total_size == st.layout.size
+    # two replicas each hold half the replicas; the ring over P entries gives the star's total
+    halves = [tr.contribute([0, 1]).grad, tr.contribute([2]).grad]
+    assert not any(h[p:].any() for h in halves)
+    rings = [Ring(1, 0, 1, ("a", "b"), me, p, int(tr.n_tasks * tr.limit), tr.total_size) for me in "ab"]
+    out = {me: r.contribute(h) for me, r, h in zip("ab", rings, halves)}
+    while any(out.values()):
+        for me, r in zip("ab", rings):
+            other = "b" if me == "a" else "a"
+            msgs, out[other] = out[other], []
+            for m in msgs:
+                out[me] += r.receive(other, wire(m))
+    for r in rings:
+        assert r.total.size == tr.total_size and r.total.tobytes() == (halves[0] + halves[1]).tobytes()
+        assert all(len(c.ints) <= p // 2 + 1 for c in [r._send(0, 0, 0)])  # chunks of the deltas alone

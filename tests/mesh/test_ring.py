@@ -63,13 +63,14 @@ def test_killed_member_mid_ring_keeps_the_hash(server, peers):  # noqa: F811
     assert "aggregating by ring: 2 devices" in err
 
 
-def test_a_local_steps_room_asked_for_a_ring_sums_by_the_star(server, peers):  # noqa: F811
-    """--aggregate ring on a local-steps run (4 replicas, 2 inner steps a round): the host
-    says it sums by the star and why (docs/MESH.md "The ring"), and the room ends on train's
-    hash."""
+def test_a_local_steps_room_sums_by_the_ring_between_anchors(server, peers):  # noqa: F811
+    """--aggregate ring on a local-steps run (4 replicas, 2 inner steps a round, an anchor
+    every 2nd round) over real data channels: rounds between anchors by the ring, anchor
+    rounds by the star (docs/MESH.md "The ring"); the room ends on train's hash."""
     run = ("--task", "text", "--hidden", "16", "--embed-dim", "4", "--context", "4", "--batch", "16",
-           "--micro-batch", "4", "--replicas", "4", "--sync-every", "2")
+           "--micro-batch", "4", "--replicas", "4", "--sync-every", "2", "--moments-every", "2")
     h, code = host(peers, server, 5, 1, *RING, *run)
     m = peers(server, "--room", code, name="m1")
     assert h.hash() == m.hash() == reference_of("--steps", "5", *run)
-    assert "aggregating by star: 2 devices, local steps (the coordinator checks each" in h.stderr()
+    assert "aggregating by ring: 2 devices, no spot-checks (--aggregate ring); anchor rounds by the star" \
+        in h.stderr()

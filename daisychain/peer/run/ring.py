@@ -30,9 +30,13 @@ abandon the step's ring and do the step again with those still here (a new ring 
 missed deadline redoes it by the star). A member that was still gathering a ring that the
 coordinator already committed asks for the state (``sync``), as a member that is behind.
 
-Local steps: the coordinator refuses a malformed local-steps contribution by its inner
-moments (``trainer.contribution_error``), which a ring would hide from it, so such a run is
-summed by the star (the room says so; :func:`choose`).
+Local steps: a round between anchors is summed by the ring over its P parameter deltas
+alone (:func:`ring_size`): its moment blocks are zero by rule (engine/local.py), so they never
+travel and the total is padded with zeros; no member can slip moments into it. An anchor
+round's contributions carry the replicas' inner moments, which the coordinator checks one by
+one (``trainer.contribution_error``) and a ring would hide from it: anchor rounds are summed
+by the star, and the room says so once (:func:`choose`). The cost model prices a delta at
+:data:`LOCAL_BYTES_PER_VALUE` wire bytes.
 
 This module is the ring itself (plain state, no I/O) and the choice; the protocol's two sides,
 :class:`~.ring_roles.RingMember` (owned by the :class:`~.member.Member`) and
@@ -67,6 +71,9 @@ RING_HOP_S = 5.3e-3
 MEMBER_S = 1.2e-3
 LINK_B_S_PER_BYTE = 55e-9
 BYTES_PER_VALUE = 1.5
+#: wire bytes per parameter delta of a local-steps round between anchors (D = 32 fraction bits:
+#: ~4 bytes each, docs/BENCHMARKS.md "Local steps: anchors")
+LOCAL_BYTES_PER_VALUE = 4.0
 
 
 def chunk_bounds(size: int, n: int) -> list[tuple[int, int]]:
@@ -75,42 +82,55 @@ def chunk_bounds(size: int, n: int) -> list[tuple[int, int]]:
 
 
 def star_seconds(n: int, micro: int, c: float, size: int, h: float = STAR_HOP_S, s: float = MEMBER_S,
-                 b: float = LINK_B_S_PER_BYTE) -> float:
-    """A step by the star: T(n) = ceil(M/n) c + 2h + (n - 1) (s + 2 V b): two hops on the
-    critical path (the total with the next tasks down, a contribution up), and the
-    coordinator sends and takes every member's whole vector, one after another."""
-    v = size * BYTES_PER_VALUE
+                 b: float = LINK_B_S_PER_BYTE, w: float = BYTES_PER_VALUE) -> float:
+    """A step by the star: T(n) = ceil(M/n) c + 2h + (n - 1) (s + 2 V b), V = size x w wire
+    bytes: two hops on the critical path (the total with the next tasks down, a
+    contribution up), and the coordinator sends and takes every member's whole vector, one
+    after another."""
+    v = size * w
     return math.ceil(micro / n) * c + 2 * h + (n - 1) * (s + 2 * v * b)
 
 
 def ring_seconds(n: int, micro: int, c: float, size: int, h: float = RING_HOP_S,
-                 b: float = LINK_B_S_PER_BYTE) -> float:
+                 b: float = LINK_B_S_PER_BYTE, w: float = BYTES_PER_VALUE) -> float:
     """A step by the ring: T(n) = ceil(M/n) c + (2n - 1) h + 2 (n - 1) b V / n: the plan
     (riding with the commit) and 2 (n - 1) chunk hops one after another, each V / n bytes."""
-    v = size * BYTES_PER_VALUE
+    v = size * w
     return math.ceil(micro / n) * c + (2 * n - 1) * h + 2 * (n - 1) * b * v / n
 
 
+def ring_size(trainer, step: int) -> int:
+    """The entries a ring of ``step`` sums: a local-steps round between anchors, its P
+    parameter deltas (the moment blocks are zero by rule); any other step, the whole
+    contribution (``trainer.total_size``)."""
+    if trainer.total_size != trainer.layout.size and not trainer.is_anchor(step):
+        return trainer.layout.size
+    return trainer.total_size
+
+
 def choose(aggregate: str, verify_rate: float, n: int, micro: int, c: float, size: int,
-           local: bool = False) -> tuple[str, str]:
-    """(``star`` | ``ring``, why in words) for a step of ``n`` devices (``local``: a
-    local-steps run, always by the star)."""
+           local: bool = False, anchor: bool = False) -> tuple[str, str]:
+    """(``star`` | ``ring``, why in words) for a step of ``n`` devices summing ``size``
+    entries (``local``: a round of a local-steps run; ``anchor``: one whose contributions
+    carry the inner moments, always by the star)."""
     if n < 2:
         return "star", "1 device"
-    if local and aggregate != "star":
-        return "star", (f"{n} devices, local steps (the coordinator checks each "
+    if local and anchor and aggregate != "star":
+        return "star", (f"{n} devices, a local-steps anchor round (the coordinator checks each "
                         f"contribution's inner moments, which a ring would hide)")
     if verify_rate > 0:
         return "star", (f"{n} devices, spot-checks at rate {verify_rate:.3g} (a ring would hide "
                         f"the contributions from them)")
+    rounds = "; anchor rounds by the star" if local else ""
     if aggregate == "ring":
-        return "ring", f"{n} devices, no spot-checks (--aggregate ring)"
+        return "ring", f"{n} devices, no spot-checks (--aggregate ring){rounds}"
     if aggregate == "star":
         return "star", f"{n} devices (--aggregate star)"
-    s, r = star_seconds(n, micro, c, size), ring_seconds(n, micro, c, size)
-    model = f"the cost model: star {s * 1e3:.2f} ms, ring {r * 1e3:.2f} ms a step"
+    w, unit = (LOCAL_BYTES_PER_VALUE, "round") if local else (BYTES_PER_VALUE, "step")
+    s, r = star_seconds(n, micro, c, size, w=w), ring_seconds(n, micro, c, size, w=w)
+    model = f"the cost model: star {s * 1e3:.2f} ms, ring {r * 1e3:.2f} ms a {unit}"
     if r < s:
-        return "ring", f"{n} devices, no spot-checks; {model}"
+        return "ring", f"{n} devices, no spot-checks; {model}{rounds}"
     return "star", f"{n} devices; {model}"
 
 
@@ -121,13 +141,18 @@ class RingError(ValueError):
 class Ring:
     """One replica's part in one ring (one step, one ring number): plain state, no I/O."""
 
-    def __init__(self, term: int, step: int, ring: int, peers, me: str, size: int, bound: int):
+    def __init__(self, term: int, step: int, ring: int, peers, me: str, size: int, bound: int,
+                 full: int | None = None):
+        """``size``: the entries summed (:func:`ring_size`); ``full``: the total's entries, the
+        rest zeros (default ``size``)."""
+        self.full = size if full is None else full
         self.term, self.step, self.ring = term, step, ring
         self.peers = tuple(peers)
         self.n = len(self.peers)
         self.i = self.peers.index(me)
         self.prev = self.peers[self.i - 1]
         self.next = self.peers[(self.i + 1) % self.n]
+        self.size = size
         self.bounds = chunk_bounds(size, self.n)
         self.bound = bound
         self.acc: np.ndarray | None = None   # own contribution, then partial sums, then the total
@@ -140,8 +165,9 @@ class Ring:
         return F.RingChunk(self.term, self.step, self.ring, phase, r, c, self.acc[lo:hi].copy())
 
     def contribute(self, ints) -> list[F.RingChunk]:
-        """This replica's contribution: the first chunk out, then whatever was waiting."""
-        self.acc = np.array(ints, np.int64)
+        """This replica's contribution (its first ``size`` entries; the rest are zero by
+        rule): the first chunk out, then whatever was waiting."""
+        self.acc = np.array(np.asarray(ints)[:self.size], np.int64)
         out = [self._send(0, 0, self.i)]
         for msg in self.queue:
             out += self._take(msg)
@@ -186,7 +212,8 @@ class Ring:
             return [self._send(1, 0, msg.chunk) if last else self._send(0, msg.round + 1, msg.chunk)]
         self.acc[lo:hi] = np.asarray(msg.ints, np.int64)
         if last:
-            self.total = self.acc
+            pad = self.full - self.size
+            self.total = self.acc if not pad else np.concatenate([self.acc, np.zeros(pad, np.int64)])
             return []
         return [self._send(1, msg.round + 1, msg.chunk)]
 

@@ -22,7 +22,7 @@ import numpy as np
 from daisychain.engine.trainer import capacity_split
 from daisychain.peer import frames as F
 from daisychain.peer.run.outputs import Compute, Log, Output, Send
-from daisychain.peer.run.ring import RING_KINDS, RING_SLACK_S, Ring, RingError, choose
+from daisychain.peer.run.ring import RING_KINDS, RING_SLACK_S, Ring, RingError, choose, ring_size
 
 
 class _RingPart:
@@ -55,15 +55,16 @@ class _RingPart:
         self.drop()  # an abandoned ring's work is not wanted any more
         self.plan = plan
         tr, me = self.role.trainer, self.peer.me
-        self.ring = Ring(plan.term, plan.step, plan.ring, plan.peers, me, tr.total_size,
-                         int(tr.n_tasks * tr.limit))
+        size = ring_size(tr, plan.step)  # a local round between anchors: its deltas alone
+        self.ring = Ring(plan.term, plan.step, plan.ring, plan.peers, me, size,
+                         int(tr.n_tasks * tr.limit), tr.total_size)
         out: list[Output] = []
         mine = [t for t in plan.tasks if t.peer == me]
         for t in mine:
             self.role.pending[(plan.step, t.task)] = t.micro
             out.append(Compute(plan.step, t.task, t.micro, tr.theta.copy()))
         if not mine:
-            out += self._sends(self.ring.contribute(np.zeros(tr.total_size, np.int64)))
+            out += self._sends(self.ring.contribute(np.zeros(size, np.int64)))
         return out, self.early.pop((plan.term, plan.step, plan.ring), [])
 
     def _start(self, plan: F.RingPlan) -> list[Output]:
@@ -101,7 +102,7 @@ class _RingPart:
         """A chunk of a ring this replica has no plan of yet (its predecessor is ahead):
         kept, at most two rings of 2 (n - 1) chunks, half a vector each."""
         role, name = self.role, self.peer._name(sender)
-        size = role.trainer.total_size
+        size = ring_size(role.trainer, msg.step)
         key = (msg.term, msg.step, msg.ring)
         self.early = {k: v for k, v in self.early.items() if k[1] >= role.step and k[0] >= role.term}
         if msg.step > role.step + 1 or (key not in self.early and len(self.early) >= 2):
@@ -246,8 +247,10 @@ class RingCoordinator(_RingPart):
             return False, []
         tr = c.trainer
         spm = c.self_spm if c.self_spm is not None else 1.0 / float(c.capacity or 1.0)
-        mode, why = choose(p.aggregate, c.verify_rate, len(live), tr.n_tasks, spm, tr.total_size,
-                           local=tr.total_size != tr.layout.size)
+        local = tr.total_size != tr.layout.size
+        anchor = local and tr.is_anchor(c.step)
+        mode, why = choose(p.aggregate, c.verify_rate, len(live), tr.n_tasks, spm, ring_size(tr, c.step),
+                           local=local, anchor=anchor)
         odd = [c.members[q].kind for q in live[1:] if q in c.members
                and c.members[q].kind not in RING_KINDS]
         if mode == "ring" and odd:
@@ -255,6 +258,8 @@ class RingCoordinator(_RingPart):
         if self.star_step == c.step:
             mode, why = "star", f"{len(live)} devices, this step's ring missed its deadline"
         out: list[Output] = []
+        if anchor and mode == "star" and self.said is not None:
+            return False, out  # the star for an anchor round, said once with the ring's reason
         if (mode, len(live)) != self.said:
             self.said = (mode, len(live))
             out.append(Log(f"aggregating by {mode}: {why}"))

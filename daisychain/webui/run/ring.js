@@ -6,8 +6,9 @@
 // keep chunk (i-r) mod n. Every incoming chunk is checked (term, step, ring, sender = the
 // ring predecessor, its place in the sequence, its chunk, its length, the clamp bound).
 // Used only when the run checks nothing (verify rate 0) and every member's kind is in
-// RING_KINDS, and not in a local-steps run (the coordinator checks each contribution's inner
-// moments, which a ring would hide: the star).
+// RING_KINDS. A local-steps round between anchors is summed over its P deltas alone (ringSize:
+// its moment blocks are zero by rule, the total is padded with zeros); an anchor round by the
+// star (the coordinator checks each contribution's inner moments, which a ring would hide).
 // This file is the ring itself and the choice; the protocol's two sides, RingMember (owned by
 // the Member) and RingCoordinator (owned by the Coordinator), are in ring_roles.js; the roles'
 // files call them through hooks marked "ring hook".
@@ -26,35 +27,47 @@ export const RING_HOP_S = 5.3e-3;
 export const MEMBER_S = 1.2e-3;
 export const LINK_B_S_PER_BYTE = 55e-9;
 export const BYTES_PER_VALUE = 1.5;
+/** Wire bytes per parameter delta of a local-steps round between anchors (ring.py). */
+export const LOCAL_BYTES_PER_VALUE = 4.0;
 
 export function chunkBounds(size, n) {
   return Array.from({ length: n }, (_, c) => [Math.floor((c * size) / n), Math.floor(((c + 1) * size) / n)]);
 }
 
-export function starSeconds(n, micro, c, size, h = STAR_HOP_S, s = MEMBER_S, b = LINK_B_S_PER_BYTE) {
-  const v = size * BYTES_PER_VALUE;
+export function starSeconds(n, micro, c, size, h = STAR_HOP_S, s = MEMBER_S, b = LINK_B_S_PER_BYTE, w = BYTES_PER_VALUE) {
+  const v = size * w;
   return Math.ceil(micro / n) * c + 2 * h + (n - 1) * (s + 2 * v * b);
 }
 
-export function ringSeconds(n, micro, c, size, h = RING_HOP_S, b = LINK_B_S_PER_BYTE) {
-  const v = size * BYTES_PER_VALUE;
+export function ringSeconds(n, micro, c, size, h = RING_HOP_S, b = LINK_B_S_PER_BYTE, w = BYTES_PER_VALUE) {
+  const v = size * w;
   return Math.ceil(micro / n) * c + (2 * n - 1) * h + (2 * (n - 1) * b * v) / n;
 }
 
-/** [star | ring, why in words] for a step of n devices (`local`: a local-steps run, always
- * by the star; ring.py choose). */
-export function choose(aggregate, verifyRate, n, micro, c, size, local = false) {
+/** The entries a ring of `step` sums: a local-steps round between anchors, its P deltas;
+ * any other step, the whole contribution (ring.py ring_size). */
+export function ringSize(trainer, step) {
+  if (trainer.totalSize !== trainer.layout.size && !trainer.isAnchor(step)) return trainer.layout.size;
+  return trainer.totalSize;
+}
+
+/** [star | ring, why in words] for a step of n devices summing `size` entries (`local`: a
+ * round of a local-steps run; `anchor`: one whose contributions carry the inner moments,
+ * always by the star; ring.py choose). */
+export function choose(aggregate, verifyRate, n, micro, c, size, local = false, anchor = false) {
   if (n < 2) return ["star", "1 device"];
-  if (local && aggregate !== "star") {
-    return ["star", `${n} devices, local steps (the coordinator checks each contribution's inner moments, which a ring would hide)`];
+  if (local && anchor && aggregate !== "star") {
+    return ["star", `${n} devices, a local-steps anchor round (the coordinator checks each contribution's inner moments, which a ring would hide)`];
   }
   if (verifyRate > 0) return ["star", `${n} devices, spot-checks at rate ${g3(verifyRate)} (a ring would hide the contributions from them)`];
-  if (aggregate === "ring") return ["ring", `${n} devices, no spot-checks (--aggregate ring)`];
+  const rounds = local ? "; anchor rounds by the star" : "";
+  if (aggregate === "ring") return ["ring", `${n} devices, no spot-checks (--aggregate ring)${rounds}`];
   if (aggregate === "star") return ["star", `${n} devices (--aggregate star)`];
-  const s = starSeconds(n, micro, c, size);
-  const r = ringSeconds(n, micro, c, size);
-  const model = `the cost model: star ${(s * 1e3).toFixed(2)} ms, ring ${(r * 1e3).toFixed(2)} ms a step`;
-  if (r < s) return ["ring", `${n} devices, no spot-checks; ${model}`];
+  const [w, unit] = local ? [LOCAL_BYTES_PER_VALUE, "round"] : [BYTES_PER_VALUE, "step"];
+  const s = starSeconds(n, micro, c, size, STAR_HOP_S, MEMBER_S, LINK_B_S_PER_BYTE, w);
+  const r = ringSeconds(n, micro, c, size, RING_HOP_S, LINK_B_S_PER_BYTE, w);
+  const model = `the cost model: star ${(s * 1e3).toFixed(2)} ms, ring ${(r * 1e3).toFixed(2)} ms a ${unit}`;
+  if (r < s) return ["ring", `${n} devices, no spot-checks; ${model}${rounds}`];
   return ["star", `${n} devices; ${model}`];
 }
 
@@ -62,8 +75,9 @@ export class RingError extends Error {}
 
 /** One replica's part in one ring (one step, one ring number): plain state, no I/O. */
 export class Ring {
-  constructor(term, step, ring, peers, me, size, bound) {
-    Object.assign(this, { term, step, ring, bound });
+  /** `size`: the entries summed (ringSize); `full`: the total's entries, the rest zeros. */
+  constructor(term, step, ring, peers, me, size, bound, full = size) {
+    Object.assign(this, { term, step, ring, bound, size, full });
     this.peers = [...peers];
     this.n = this.peers.length;
     this.i = this.peers.indexOf(me);
@@ -82,8 +96,9 @@ export class Ring {
       ints: this.acc.slice(lo, hi) };
   }
 
+  /** This replica's contribution (its first `size` entries; the rest are zero by rule). */
   contribute(ints) {
-    this.acc = Float64Array.from(ints);
+    this.acc = Float64Array.from(ints.subarray ? ints.subarray(0, this.size) : ints.slice(0, this.size));
     const out = [this._send(0, 0, this.i)];
     for (const msg of this.queue) out.push(...this._take(msg));
     this.queue = [];
@@ -127,7 +142,11 @@ export class Ring {
     }
     this.acc.set(msg.ints, lo);
     if (last) {
-      this.total = this.acc;
+      if (this.full === this.size) this.total = this.acc;
+      else {
+        this.total = new Float64Array(this.full);
+        this.total.set(this.acc);
+      }
       return [];
     }
     return [this._send(1, msg.round + 1, msg.chunk)];

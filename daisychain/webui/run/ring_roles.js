@@ -10,7 +10,7 @@
 // coordinator's and ring_chunk to the side of the role that speaks for the replica. A
 // coordinator built at a hand-over starts with no ring; stepping down drops it.
 
-import { RING_KINDS, RING_SLACK_S, Ring, RingError, choose } from "./ring.js";
+import { RING_KINDS, RING_SLACK_S, Ring, RingError, choose, ringSize } from "./ring.js";
 import { capacitySplit } from "./split.js";
 import { log, send } from "./util.js";
 
@@ -48,8 +48,8 @@ class RingPart {
     this.plan = plan;
     const tr = this.role.trainer;
     const me = this.peer.me;
-    const size = tr.totalSize;
-    this.ring = new Ring(plan.term, plan.step, plan.ring, plan.peers, me, size, tr.nTasks * tr.limit);
+    const size = ringSize(tr, plan.step); // a local round between anchors: its deltas alone
+    this.ring = new Ring(plan.term, plan.step, plan.ring, plan.peers, me, size, tr.nTasks * tr.limit, tr.totalSize);
     const out = [];
     const mine = plan.tasks.filter((t) => t.peer === me);
     for (const t of mine) {
@@ -95,7 +95,7 @@ class RingPart {
   _keep(sender, msg) {
     const role = this.role;
     const name = this.peer._name(sender);
-    const size = role.trainer.totalSize;
+    const size = ringSize(role.trainer, msg.step);
     const key = `${msg.term}:${msg.step}:${msg.ring}`;
     for (const k of [...this.early.keys()]) {
       const [term, step] = k.split(":").map(Number);
@@ -252,8 +252,10 @@ export class RingCoordinator extends RingPart {
     if (p.aggregate === "star") return [false, []];
     const tr = c.trainer;
     const spm = c.selfSpm !== null ? c.selfSpm : 1.0 / Number(c.capacity || 1.0);
-    let [mode, why] = choose(p.aggregate, c.verifyRate, live.length, tr.nTasks, spm, tr.totalSize,
-      tr.totalSize !== tr.layout.size);
+    const local = tr.totalSize !== tr.layout.size;
+    const anchor = local && tr.isAnchor(c.step);
+    let [mode, why] = choose(p.aggregate, c.verifyRate, live.length, tr.nTasks, spm, ringSize(tr, c.step),
+      local, anchor);
     const odd = live.slice(1).filter((q) => c.crew.has(q)).map((q) => c.crew.get(q).kind).filter((k) => !RING_KINDS.includes(k));
     if (mode === "ring" && odd.length) {
       mode = "star";
@@ -264,6 +266,7 @@ export class RingCoordinator extends RingPart {
       why = `${live.length} devices, this step's ring missed its deadline`;
     }
     const out = [];
+    if (anchor && mode === "star" && this.said) return [false, out]; // said once, with the ring's reason
     if (!this.said || this.said[0] !== mode || this.said[1] !== live.length) {
       this.said = [mode, live.length];
       out.push(log(`aggregating by ${mode}: ${why}`));
