@@ -10,7 +10,9 @@ daisychain/peer/run/ring.py (the one ``--aggregate auto`` uses) with a local rou
 * V = the bytes one member sends per round = the 2-peer room's wire bytes per round / 2;
 * star T(n) = c + 2h + (n - 1)(s + 2 V b), with h fitted to the measured 2-peer round
   (h = (T(2) - c - s - 2 V b) / 2) and s, b ring.py's defaults;
-* ring T(n) = c + (2n - 1) h_r + 2 (n - 1) b V / n, h_r ring.py's measured ring hop.
+* ring T(n) = c + (2n - 1) h_r + 2 (n - 1) b V / n, h_r fitted to the measured 2-peer ring
+  round where ``--aggregate star,ring`` timed one (h_r = (T_ring(2) - c - b V) / 3), else
+  ring.py's ring hop.
 
 A local-steps room sums its rounds between anchors by the ring where ``--aggregate auto``'s
 model says so (anchor rounds, whose inner moments the coordinator checks, by the star); the
@@ -34,7 +36,8 @@ def ring_s(n: int, c: float, v: float, h: float = RING_HOP_S) -> float:
 
 def costs(res: dict) -> list[dict]:
     """Per measured local run (R=2, timed at 1 and 2 peers): c, V, the fitted star hop."""
-    times = {(r["run"], r["n"]): r for r in res.get("rooms", [])}
+    times = {(r["run"], r["n"]): r for r in res.get("rooms", []) if r.get("aggregate", "star") == "star"}
+    rings = {r["run"]: r for r in res.get("rooms", []) if r.get("aggregate") == "ring" and r["n"] == 2}
     out = []
     for c in res["curves"]:
         one, two = times.get((c["run"], 1)), times.get((c["run"], 2))
@@ -44,8 +47,14 @@ def costs(res: dict) -> list[dict]:
         comp = one["round_s"] / r
         v = two["bytes_per_round"] / 2
         h = max(0.0, (two["round_s"] - math.ceil(r / 2) * comp - MEMBER_S - 2 * v * LINK_B_S_PER_BYTE) / 2)
-        out.append({"run": c["run"], "batch": c["batch"], "args": c["args"], "c": comp, "v": v, "h": h,
-                    "round2_s": two["round_s"]})
+        k = {"run": c["run"], "batch": c["batch"], "args": c["args"], "c": comp, "v": v, "h": h,
+             "round2_s": two["round_s"], "h_r": RING_HOP_S}
+        ring = rings.get(c["run"])
+        if ring is not None:  # a measured 2-peer ring round: T = ceil(R/2) c + 3 h_r + b V
+            vr = ring["bytes_per_round"] / 2
+            k["h_r"] = max(0.0, (ring["round_s"] - math.ceil(r / 2) * comp - LINK_B_S_PER_BYTE * vr) / 3)
+            k["ring2_s"] = ring["round_s"]
+        out.append(k)
     return out
 
 
@@ -78,7 +87,7 @@ def report(res: dict, best_s: float | None) -> str:
         if k is None:
             continue
         n = e["n"]
-        st, rg = star_s(n, k["c"], k["v"], k["h"]), ring_s(n, k["c"], k["v"])
+        st, rg = star_s(n, k["c"], k["v"], k["h"]), ring_s(n, k["c"], k["v"], k["h_r"])
         best = min(st, rg)
         t = e["rounds"] * best if e["rounds"] else math.inf
         reached = (f"{e['rounds']} | {e['rounds'] * e['samples_per_round']:,}" if e["rounds"]
@@ -87,10 +96,13 @@ def report(res: dict, best_s: float | None) -> str:
         lines.append(f"| {name} | {n} | {reached} | {st * 1e3:.1f} | {rg * 1e3:.1f} | "
                      f"{'star' if st <= rg else 'ring'} | {t:.2f} | {speed} |")
     params = "; ".join(f"{k['run']}: c = {k['c'] * 1e3:.1f} ms, V = {k['v'] / 1e3:.1f} kB, star hop h = "
-                       f"{k['h'] * 1e3:.1f} ms (fitted to its 2-peer round, {k['round2_s'] * 1e3:.1f} ms)"
+                       f"{k['h'] * 1e3:.1f} ms (fitted to its 2-peer round, {k['round2_s'] * 1e3:.1f} ms)" +
+                       (f", ring hop h_r = {k['h_r'] * 1e3:.1f} ms (fitted to its 2-peer ring round, "
+                        f"{k['ring2_s'] * 1e3:.1f} ms)" if "ring2_s" in k else "")
                        for k in fits.values())
     lines += ["", f"Costs: {params}; s = {MEMBER_S * 1e3:.1f} ms, b = {LINK_B_S_PER_BYTE * 1e9:.0f} ns/B, "
-              f"ring hop h_r = {RING_HOP_S * 1e3:.1f} ms (daisychain/peer/run/ring.py's defaults)."]
+              f"ring hop h_r = {RING_HOP_S * 1e3:.1f} ms where no ring round was measured "
+              f"(daisychain/peer/run/ring.py's defaults)."]
     return "\n".join(lines)
 
 

@@ -151,16 +151,21 @@ def round_times(args, data: Path, res: dict) -> list[dict]:
     rows = []
     best_sync = min((c for c in res["curves"] if not c["local"] and c["rounds_to_target"]),
                     key=lambda c: c["rounds_to_target"] * c["samples_per_round"], default=None)
+    aggregates = args.aggregate.split(",")
     for c in res["curves"]:
         peers = (1, 2) if c["local"] or c is best_sync or c["batch"] == args.batch else (1,)
         rounds = max(4, math.ceil(args.room_samples / c["samples_per_round"]))
         for n in peers:
-            tag = f"{c['run'].replace(' ', '').replace(',', '_').replace('=', '')}-{n}"
-            print(f"[local_steps] {tag}: {rounds} rounds", file=sys.stderr, flush=True)
-            r = run_mesh(tmp, n, [*task_args(args.task, data), *c["args"], "--steps",
-                                  str(rounds)], "", args.delay_ms, tag)
-            rows.append({"run": c["run"], "n": n, "round_s": r["step_s"], "bytes_per_round": r["bytes_per_step"],
-                         "hashes_agree": r["hashes_agree"], "load": os.getloadavg()[0]})
+            # 2 local-steps peers: one room per aggregation (the star, and the ring of rounds
+            # between anchors); synchronous rooms and 1 peer: the star
+            for agg in (aggregates if n > 1 and c["local"] else ["star"]):
+                tag = f"{c['run'].replace(' ', '').replace(',', '_').replace('=', '')}-{n}-{agg}"
+                print(f"[local_steps] {tag}: {rounds} rounds", file=sys.stderr, flush=True)
+                r = run_mesh(tmp, n, [*task_args(args.task, data), *c["args"], "--steps",
+                                      str(rounds)], "", args.delay_ms, tag, aggregate=agg)
+                rows.append({"run": c["run"], "n": n, "aggregate": agg, "round_s": r["step_s"],
+                             "bytes_per_round": r["bytes_per_step"], "hashes_agree": r["hashes_agree"],
+                             "hash": r["hash"], "load": os.getloadavg()[0]})
     return rows
 
 
@@ -168,15 +173,15 @@ def time_to_target(res: dict) -> tuple[list[dict], dict | None]:
     """Every (run, peers) with a measured round time: rounds to target (from the curves) x
     seconds per round, and its speed against the best single device: the synchronous run
     (any batch) with the shortest time to target on 1 peer. Returns (rows, best row)."""
-    times = {(r["run"], r["n"]): r for r in res.get("rooms", [])}
+    curves = {c["run"]: c for c in res["curves"]}
     rows = []
-    for c in res["curves"]:
-        for n in (1, 2):
-            t = times.get((c["run"], n))
-            if t is None:
-                continue
+    for t in sorted(res.get("rooms", []), key=lambda t: ([c["run"] for c in res["curves"]].index(t["run"]),
+                                                         t["n"], t.get("aggregate", "star") != "star")):
+        c, n = curves.get(t["run"]), t["n"]
+        if c is not None:
             k = c["rounds_to_target"]
-            rows.append({"run": c["run"], "n": n, "local": c["local"], "rounds": k,
+            rows.append({"run": c["run"], "n": n, "aggregate": t.get("aggregate", "star"),
+                         "local": c["local"], "rounds": k,
                          "samples_per_round": c["samples_per_round"], "last_samples": c["points"][-1][1],
                          "round_s": t["round_s"], "bytes_per_round": t["bytes_per_round"],
                          "agree": t["hashes_agree"], "time_s": k * t["round_s"] if k else math.inf})
@@ -201,12 +206,14 @@ def report(res: dict) -> str:
              "reference's bits, so its loss curve per round is the same. Round time is measured in real "
              f"rooms of daisy-peers (own process, namespace and core each; {m['delay_ms']:g} ms each way "
              "added in user space; `--verify-rate 0`). Time to target = rounds x round time.", "",
-             "| run | samples per round | rounds to target | samples to target | peers | round ms | wire bytes per round "
-             "| time to target s | vs best single device | replicas agree |", "|---|---|---|---|---|---|---|---|---|---|"]
+             "| run | samples per round | rounds to target | samples to target | peers | summed by | round ms "
+             "| wire bytes per round | time to target s | vs best single device | replicas agree |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         reached = (f"{r['rounds']} | {r['rounds'] * r['samples_per_round']:,}" if r["rounds"]
                    else f"not reached | (> {r['last_samples']:,})")
-        lines.append(f"| {r['run']} | {r['samples_per_round']:,} | {reached} | {r['n']} | {r['round_s'] * 1e3:.1f} | "
+        agg = r["aggregate"] if r["n"] > 1 else "-"
+        lines.append(f"| {r['run']} | {r['samples_per_round']:,} | {reached} | {r['n']} | {agg} | {r['round_s'] * 1e3:.1f} | "
                      f"{r['bytes_per_round']:,.0f} | {r['time_s']:.2f} | {r['speed']:.2f}x | "
                      f"{'yes' if r['agree'] else 'NO'} |")
     lines += ["", f"Best single device: `{best['run']}` ({best['time_s']:.2f} s to target)." if best else
@@ -231,16 +238,16 @@ def plot(res: dict, path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    times = {(r["run"], r["n"]): r["round_s"] for r in res.get("rooms", [])}
+    curves = {c["run"]: c for c in res["curves"]}
     fig, ax = plt.subplots(figsize=(8, 5), dpi=100)
-    for c in res["curves"]:
-        for n in (1, 2):
-            if (c["run"], n) not in times:
-                continue
-            pts = [p for p in c["points"] if p[0] > 0]  # log time axis: from the first round on
-            xs = [p[0] * times[(c["run"], n)] for p in pts]
-            ax.plot(xs, [p[2] for p in pts], ("-" if n == 2 else "--"),
-                    label=f"{c['run']}, {n} peer{'s' if n > 1 else ''}")
+    for t in res.get("rooms", []):
+        c, n, agg = curves.get(t["run"]), t["n"], t.get("aggregate", "star")
+        if c is None:
+            continue
+        pts = [p for p in c["points"] if p[0] > 0]  # log time axis: from the first round on
+        xs = [p[0] * t["round_s"] for p in pts]
+        ax.plot(xs, [p[2] for p in pts], (":" if agg == "ring" and n > 1 else "-" if n == 2 else "--"),
+                label=f"{c['run']}, {n} peer{'s' if n > 1 else ''}" + (f" ({agg})" if n > 1 and c["local"] else ""))
     ax.axhline(res["target"], color="grey", lw=0.8, ls=":", label="target")
     ax.set_xscale("log")
     ax.set_xlabel("wall time (s, log scale): rounds x measured round time")
@@ -285,6 +292,8 @@ def main() -> None:
     ap.add_argument("--val", type=int, default=2048, help="validation windows")
     ap.add_argument("--room-samples", type=int, default=40_000, help="samples each room trains (>= 4 rounds)")
     ap.add_argument("--delay-ms", type=float, default=1.0)
+    ap.add_argument("--aggregate", default="star", metavar="star,ring",
+                    help="how 2-peer local-steps rooms sum their rounds: one room each (default star)")
     ap.add_argument("--curves-only", action="store_true", help="part 1 only (no root needed); no docs")
     ap.add_argument("--curves", default=None, metavar="FILE",
                     help="take part 1 from an earlier --out file (the curves do not depend on the room)")

@@ -48,3 +48,23 @@ def test_the_local_extrapolation_fits_the_measured_two_peer_round():
     assert abs(star_s(2, k["c"], k["v"], k["h"]) - 0.15) < 1e-12
     assert star_s(4, k["c"], k["v"], k["h"]) > star_s(2, k["c"], k["v"], k["h"])
     assert ring_s(4, k["c"], k["v"], 0.005) - ring_s(2, k["c"], k["v"], 0.005) > 2 * 0.005
+
+
+def test_a_measured_ring_room_is_its_own_row_and_fits_the_ring_hop():
+    """--aggregate star,ring: the 2-peer ring room is a row of its own (summed by ring), the
+    star's fit ignores it, and the ring's hop is fitted so the model gives back its round."""
+    from bench.local_extrapolate import costs, ring_s, star_s
+
+    c = {**_curve("R=2 H=32", True, 20, 2048), "batch": 32, "args": ["--batch", "32", "--replicas", "2",
+                                                                      "--sync-every", "32"]}
+    res = {"curves": [c, _curve("sync 64", False, 400, 64)],
+           "rooms": [_room("sync 64", 1, 0.004), _room("R=2 H=32", 1, 0.2),
+                     {**_room("R=2 H=32", 2, 0.15), "aggregate": "star", "bytes_per_round": 200_000.0},
+                     {**_room("R=2 H=32", 2, 0.12), "aggregate": "ring", "bytes_per_round": 200_000.0}]}
+    rows, best = time_to_target(res)
+    by = {(r["run"], r["n"], r["aggregate"]): r for r in rows}
+    assert abs(by[("R=2 H=32", 2, "ring")]["time_s"] - 2.4) < 1e-12
+    assert abs(by[("R=2 H=32", 2, "star")]["time_s"] - 3.0) < 1e-12
+    (k,) = costs(res)
+    assert abs(star_s(2, k["c"], k["v"], k["h"]) - 0.15) < 1e-12
+    assert abs(ring_s(2, k["c"], k["v"], k["h_r"]) - 0.12) < 1e-12 and k["ring2_s"] == 0.12
