@@ -13,7 +13,7 @@ __version__ = "0.1.0"
 
 #: Version of the training arithmetic. Two peers train together only when it is equal;
 #: bump it on any change that can change a parameter bit.
-ENGINE_VERSION = "1"
+ENGINE_VERSION = "2"
 
 
 def torch_model(path, weights: str = "int8"):

@@ -35,7 +35,7 @@ TINY = ["--task", "text", "--hidden", "16", "--embed-dim", "4", "--context", "4"
         "--micro-batch", "4", "--seed", "3"]
 LOCAL = [*TINY, "--replicas", "3", "--sync-every", "2", "--outer-lr", "0.7", "--outer-momentum", "0.9"]
 #: the pinned hash of `daisychain train` with LOCAL and --steps 4 (the JS twin must match it)
-LOCAL_SHA = "0313473465ef39ba33838282907c835b7c91bdb03627866c6c1d3f2365a70512"
+LOCAL_SHA = "f10bb642b84dea94ff18ab119150774e51b414dedbea8083df0c512c5d4f36cb"
 
 
 def settings(steps: int, *argv: str):

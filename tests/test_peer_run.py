@@ -13,6 +13,7 @@ from collections import deque
 import numpy as np
 import pytest
 
+from daisychain import ENGINE_VERSION
 from daisychain.engine.cli import train
 from daisychain.engine.settings import add_run_arguments, settings_from_args
 from daisychain.engine.spec import Hyper, ModelSpec
@@ -255,7 +256,7 @@ def test_identity_mismatch_is_refused_with_the_difference(rs, reference):
     net = Net(rs, 3, wait=1, engine_version="999")
     net.run()
     mine = net.of(R.Refused, "p2")
-    assert mine and any("engine version: 999 here, 1 in the run" in r for r in mine[0].reasons)
+    assert mine and any(f"engine version: 999 here, {ENGINE_VERSION} in the run" in r for r in mine[0].reasons)
     seen = net.of(R.Refused, "p0")
     assert seen and seen[0].peer == "p2"
     assert net.of(R.Ended, "p0")[0].params_sha256 == reference

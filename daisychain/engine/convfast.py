@@ -381,7 +381,7 @@ class ConvFastPath:
             return None
         t = np.log(np.maximum(py, 1e-300))  # the display loss, as in output_error
         loss = -(np.add.reduce(t, axis=1) / b)
-        G = G32.astype(np.int8).reshape(nb, C)
+        G = fast.zero_sum_errors(G32.reshape(nb, C), yv).astype(np.int8)
         out = np.zeros(self.layout.size, np.int64)
         off = self.layout.offsets
         for idx in range(len(self.plan) - 1, -1, -1):

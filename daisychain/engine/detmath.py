@@ -69,3 +69,37 @@ def quantize(v: np.ndarray, e: np.ndarray) -> np.ndarray:
 
     ``e`` broadcasts against ``v`` (one exponent per micro-batch, or one per tensor)."""
     return np.clip(np.floor(v * pow2(-np.asarray(e)) + 0.5), -127.0, 127.0)
+
+
+def zero_sum_errors(G: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """The quantized output errors made zero-sum per sample (engine version 2).
+
+    ``G`` (..., C) holds the int8 errors q(p - onehot(y)) as floats, ``y`` the labels (the
+    leading shape of G). Per sample, s = the sum of the other entries (exact, at most
+    C * 127, all >= 0): G[y] = 0 - s when s <= 127; otherwise G[y] = -127 and the excess
+    s - 127 is taken off the others one unit at a time, each time from the largest (the
+    lowest class on a tie). The true error p - onehot(y) sums to zero over the classes;
+    rounding most of a row's small probabilities to 0 broke that, and the bias pushed the
+    logits one way every step: the text model's validation loss rose again on long runs.
+    ``0 - s`` keeps s == 0 a +0. Returns the array (G's own memory when contiguous)."""
+    C = G.shape[-1]
+    G2 = G.reshape(-1, C)
+    yv = np.asarray(y, np.int64).reshape(-1)
+    rows = np.arange(len(yv))
+    s = np.add.reduce(G2, axis=-1, dtype=np.float64)
+    s -= G2[rows, yv]
+    over = s - 127.0
+    np.subtract(0.0, s, out=s)
+    G2[rows, yv] = np.maximum(s, -127.0)
+    big = np.flatnonzero(over > 0)
+    if big.size:  # a nearly uniform row (early in training): C * 1/2 of rounding up
+        sub = G2[big]  # a copy: the rows to trim
+        sub[np.arange(big.size), yv[big]] = -np.inf  # never the true class
+        left = over[big]
+        for _ in range(int(left.max())):
+            act = np.flatnonzero(left > 0)
+            sub[act, np.argmax(sub[act], axis=-1)] -= 1.0
+            left -= 1.0
+        sub[np.arange(big.size), yv[big]] = -127.0
+        G2[big] = sub
+    return G2.reshape(G.shape)

@@ -49,7 +49,7 @@ import time
 import numpy as np
 
 from daisychain.compiled import numba_jit
-from daisychain.engine.detmath import dexp
+from daisychain.engine.detmath import dexp, zero_sum_errors
 from daisychain.engine.layers import kind_of
 
 BIAS_LIMIT = 2.0**30
@@ -232,7 +232,7 @@ class FastPath:
         t = np.maximum(py, 1e-300, out=py)  # the display loss, as in output_error
         np.log(t, out=t)
         loss = -(np.add.reduce(t, axis=1) / b)
-        G = G.reshape(n * b, C)
+        G = zero_sum_errors(G.reshape(n * b, C), yv)
         out = np.empty(self.layout.size, np.int64)
         for k in range(len(self.plan) - 1, -1, -1):
             pi, k_in, k_out, _, ow, ob = self.plan[k]
@@ -376,7 +376,7 @@ class FastPath:
         eg = _qexp(mz)
         buf = self._buf.get
         G = _quantize(dz2, np.ldexp(1.0, -eg)[:, None], mz, buf("G", dz2.shape))
-        G = G.reshape(n * b, -1)
+        G = zero_sum_errors(G.reshape(n * b, -1), y)
         out = np.empty(self.layout.size, np.int64)
         for k in range(len(self.plan) - 1, -1, -1):
             pi, k_in, k_out, _, ow, ob = self.plan[k]

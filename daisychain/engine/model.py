@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from daisychain.engine.fast import FastPath
-from daisychain.engine.detmath import dexp, exponent, pow2, quant_exponent, quantize
+from daisychain.engine.detmath import dexp, exponent, pow2, quant_exponent, quantize, zero_sum_errors
 from daisychain.engine.layers import BIAS_LIMIT, Back, Flow, kind_of  # noqa: F401 (BIAS_LIMIT: the public name)
 from daisychain.engine.spec import ModelSpec
 from daisychain.units import reference as ref
@@ -222,7 +222,7 @@ class Engine:
         z, cache = self._forward_reference(theta, x)
         dz, loss, correct = self._output_error(z, y)
         eg = quant_exponent(_absmax(dz))
-        G = quantize(dz, _per_mb(eg, 3))  # (n, b, out) int8 errors
+        G = zero_sum_errors(quantize(dz, _per_mb(eg, 3)), y)  # (n, b, out) int8 errors
 
         out = np.zeros(self.layout.size, np.int64)
         bw = Back(G, eg, False, out, frac_bits, limit)

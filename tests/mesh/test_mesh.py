@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from daisychain import ENGINE_VERSION
 from daisychain.engine.cli import train
 from daisychain.engine.settings import add_run_arguments, settings_from_args
 from peer_process import PeerProcess, server_thread
@@ -86,7 +87,7 @@ def test_json_summary_lists_every_peer(server, peers):
     assert out["params_sha256"] == reference(20) and out["steps"] == 20
     assert {p["kind"] for p in out["peers"]} == {"python"}
     assert sum(p["micro_batches"] for p in out["peers"]) == 20 * 4
-    assert out["identity"]["engine"] == "1"
+    assert out["identity"]["engine"] == ENGINE_VERSION
     h.finish()
 
 
@@ -133,7 +134,7 @@ def test_other_engine_version_is_refused(server, peers):
     odd = peers(server, "--room", code, "--engine-version", "999", name="odd")
     rc, _ = odd.finish()
     assert rc == 1
-    assert "engine version: 999 here, 1 in the run" in odd.stderr()
+    assert f"engine version: 999 here, {ENGINE_VERSION} in the run" in odd.stderr()
     h.wait_for("refused the run")
     good = peers(server, "--room", code, name="good")
     assert good.hash() == h.hash() == reference(20)

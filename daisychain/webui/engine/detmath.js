@@ -47,6 +47,31 @@ export function quantize(values, e, out = new Int32Array(values.length)) {
   return out;
 }
 
+/** detmath.zero_sum_errors: per sample i of G (rows x C int8 errors), s = the sum of the
+ *  row's other entries: G[y_i] = 0 - s when s <= 127, else -127 with the excess s - 127
+ *  taken off the others one unit at a time, each time from the largest (lowest class on a
+ *  tie). The quantized error then sums to zero over the classes (engine version 2). In
+ *  place; returns G. */
+export function zeroSumErrors(G, y, rows, C) {
+  for (let i = 0; i < rows; i++) {
+    const o = i * C;
+    const t = o + y[i];
+    let s = 0;
+    for (let c = o; c < o + C; c++) if (c !== t) s += G[c];
+    if (s <= 127) {
+      G[t] = 0 - s;
+      continue;
+    }
+    G[t] = -127;
+    for (let k = s - 127; k > 0; k--) {
+      let best = -1;
+      for (let c = o; c < o + C; c++) if (c !== t && (best < 0 || G[c] > G[best])) best = c;
+      G[best] -= 1;
+    }
+  }
+  return G;
+}
+
 /** max |x| (exact, order-free) */
 export function absmax(xs, start = 0, end = xs.length) {
   let m = 0;

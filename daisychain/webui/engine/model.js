@@ -8,7 +8,7 @@
 // Float64Array holding exact integers; `units` is a CpuUnits or GpuUnits (engine/paths.js):
 // every product of the matrix work is a unit-GEMM product, every requantize and ReLU a unit.
 
-import { absmax, dexp, exponent, pow2, quantExponent, quantize, quantize1 } from "./detmath.js";
+import { absmax, dexp, exponent, pow2, quantExponent, quantize, quantize1, zeroSumErrors } from "./detmath.js";
 import { accumulate, BIAS_LIMIT } from "./layers.js";
 import { STREAM_PARAM, uniform } from "./prng.js";
 
@@ -154,7 +154,7 @@ export class Engine {
       for (let c = 0; c < C; c++) dz[i * C + c] = (p[i * C + c] - (c === y[i] ? 1.0 : 0.0)) / b;
     }
     let eg = quantExponent(absmax(dz));
-    let G = quantize(dz, eg); // (b, out) int8 errors
+    let G = zeroSumErrors(quantize(dz, eg), y, b, C); // (b, out) int8 errors, zero-sum per sample
     const ctx = { units: this.units, b, total, offsets: this.layout.offsets, fracBits, limit, needInput: true };
     for (let k = cache.length - 1; k >= 0; k--) {
       const entry = cache[k];

@@ -16,7 +16,7 @@ import { Engine, initParams, ParamLayout } from "./model.js";
 import { permutation, STREAM_SHUFFLE } from "./prng.js";
 import { HYPER_FLOATS, hyperJson, imageShape, nMicro, SpecError } from "./spec.js";
 
-export const ENGINE_VERSION = "1";
+export const ENGINE_VERSION = "2";
 
 /** SHA-256 of the parameters as float64 little-endian bytes, in canonical order. */
 export async function paramsSha256(theta) {
