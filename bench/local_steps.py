@@ -152,20 +152,33 @@ def round_times(args, data: Path, res: dict) -> list[dict]:
     best_sync = min((c for c in res["curves"] if not c["local"] and c["rounds_to_target"]),
                     key=lambda c: c["rounds_to_target"] * c["samples_per_round"], default=None)
     aggregates = args.aggregate.split(",")
+    rooms = []  # (curve, peers, aggregation, rounds): every room of one pass
     for c in res["curves"]:
         peers = (1, 2) if c["local"] or c is best_sync or c["batch"] == args.batch else (1,)
         rounds = max(4, math.ceil(args.room_samples / c["samples_per_round"]))
+        if not c["local"]:  # a synchronous step is the same every step: a few hundred tell it
+            rounds = min(rounds, args.sync_rounds)
         for n in peers:
             # 2 local-steps peers: one room per aggregation (the star, and the ring of rounds
             # between anchors); synchronous rooms and 1 peer: the star
-            for agg in (aggregates if n > 1 and c["local"] else ["star"]):
-                tag = f"{c['run'].replace(' ', '').replace(',', '_').replace('=', '')}-{n}-{agg}"
-                print(f"[local_steps] {tag}: {rounds} rounds", file=sys.stderr, flush=True)
-                r = run_mesh(tmp, n, [*task_args(args.task, data), *c["args"], "--steps",
-                                      str(rounds)], "", args.delay_ms, tag, aggregate=agg)
-                rows.append({"run": c["run"], "n": n, "aggregate": agg, "round_s": r["step_s"],
-                             "bytes_per_round": r["bytes_per_step"], "hashes_agree": r["hashes_agree"],
-                             "hash": r["hash"], "load": os.getloadavg()[0]})
+            rooms += [(c, n, agg, rounds) for agg in (aggregates if n > 1 and c["local"] else ["star"])]
+    # --repeat N: N passes over every room, interleaved (a slow minute of the machine lands on
+    # one room of each pass, not on every repeat of one room); the median round time is kept
+    got: dict[int, list[dict]] = {i: [] for i in range(len(rooms))}
+    for rep in range(args.repeat):
+        for i, (c, n, agg, rounds) in enumerate(rooms):
+            tag = f"{c['run'].replace(' ', '').replace(',', '_').replace('=', '')}-{n}-{agg}-{rep}"
+            print(f"[local_steps] {tag}: {rounds} rounds", file=sys.stderr, flush=True)
+            r = run_mesh(tmp, n, [*task_args(args.task, data), *c["args"], "--steps", str(rounds)], "",
+                         args.delay_ms, tag, aggregate=agg)
+            got[i].append({**r, "load": os.getloadavg()[0]})
+    for i, (c, n, agg, rounds) in enumerate(rooms):
+        rs = got[i]
+        times = sorted(r["step_s"] for r in rs)
+        rows.append({"run": c["run"], "n": n, "aggregate": agg, "round_s": float(np.median(times)),
+                     "round_s_all": times, "bytes_per_round": rs[0]["bytes_per_step"],
+                     "hashes_agree": all(r["hashes_agree"] for r in rs) and len({r["hash"] for r in rs}) == 1,
+                     "hash": rs[0]["hash"], "load": max(r["load"] for r in rs)})
     return rows
 
 
@@ -183,7 +196,8 @@ def time_to_target(res: dict) -> tuple[list[dict], dict | None]:
             rows.append({"run": c["run"], "n": n, "aggregate": t.get("aggregate", "star"),
                          "local": c["local"], "rounds": k,
                          "samples_per_round": c["samples_per_round"], "last_samples": c["points"][-1][1],
-                         "round_s": t["round_s"], "bytes_per_round": t["bytes_per_round"],
+                         "round_s": t["round_s"], "all": t.get("round_s_all", [t["round_s"]]),
+                         "bytes_per_round": t["bytes_per_round"],
                          "agree": t["hashes_agree"], "time_s": k * t["round_s"] if k else math.inf})
     singles = [r for r in rows if r["n"] == 1 and not r["local"] and r["rounds"]]
     best = min(singles, key=lambda r: r["time_s"]) if singles else None
@@ -205,7 +219,9 @@ def report(res: dict) -> str:
              "Rounds to target come from the single-process reference: every room ends each round on the "
              "reference's bits, so its loss curve per round is the same. Round time is measured in real "
              f"rooms of daisy-peers (own process, namespace and core each; {m['delay_ms']:g} ms each way "
-             "added in user space; `--verify-rate 0`). Time to target = rounds x round time.", "",
+             "added in user space; `--verify-rate 0`)" + (f"; every room {m['repeat']} times (passes interleaved), "
+             "the median round time used, the range in brackets" if m.get("repeat", 1) > 1 else "") +
+             ". Time to target = rounds x round time.", "",
              "| run | samples per round | rounds to target | samples to target | peers | summed by | round ms "
              "| wire bytes per round | time to target s | vs best single device | replicas agree |",
              "|---|---|---|---|---|---|---|---|---|---|---|"]
@@ -213,7 +229,9 @@ def report(res: dict) -> str:
         reached = (f"{r['rounds']} | {r['rounds'] * r['samples_per_round']:,}" if r["rounds"]
                    else f"not reached | (> {r['last_samples']:,})")
         agg = r["aggregate"] if r["n"] > 1 else "-"
-        lines.append(f"| {r['run']} | {r['samples_per_round']:,} | {reached} | {r['n']} | {agg} | {r['round_s'] * 1e3:.1f} | "
+        spread = f" ({r['all'][0] * 1e3:.0f}-{r['all'][-1] * 1e3:.0f})" if len(r["all"]) > 1 else ""
+        lines.append(f"| {r['run']} | {r['samples_per_round']:,} | {reached} | {r['n']} | {agg} | "
+                     f"{r['round_s'] * 1e3:.1f}{spread} | "
                      f"{r['bytes_per_round']:,.0f} | {r['time_s']:.2f} | {r['speed']:.2f}x | "
                      f"{'yes' if r['agree'] else 'NO'} |")
     lines += ["", f"Best single device: `{best['run']}` ({best['time_s']:.2f} s to target)." if best else
@@ -225,7 +243,9 @@ def report(res: dict) -> str:
                   "exact at R = n, round times from the costs measured above):", "",
                   extrapolation(res, best["time_s"] if best else None), ""]
     lines += [
-              f"Command: `{m['command']}`  ", f"Plot: docs/{png_name(m.get('task', 'text'))} (validation loss against the time "
+              f"Command: `{m['command']}`  "] + ([f"Rooms (round times) from: `{m['rooms_from']}`  "]
+                                                  if m.get("rooms_from") else []) + [
+              f"Plot: docs/{m.get('png') or png_name(m.get('task', 'text'))} (validation loss against the time "
               "each round took in the rooms above)."]
     return "\n".join(lines)
 
@@ -263,8 +283,8 @@ def png_name(task: str) -> str:
     return "local_steps.png" if task == "text" else f"local_steps_{task}.png"
 
 
-def write_section(text: str, task: str = "text") -> None:
-    name = "local-steps" if task == "text" else f"local-steps-{task}"
+def write_section(text: str, task: str = "text", name: str | None = None) -> None:
+    name = name or ("local-steps" if task == "text" else f"local-steps-{task}")
     doc = ROOT / "docs" / "BENCHMARKS.md"
     src = doc.read_text()
     start, end = f"<!-- bench:{name} -->", f"<!-- /bench:{name} -->"
@@ -292,11 +312,19 @@ def main() -> None:
     ap.add_argument("--val", type=int, default=2048, help="validation windows")
     ap.add_argument("--room-samples", type=int, default=40_000, help="samples each room trains (>= 4 rounds)")
     ap.add_argument("--delay-ms", type=float, default=1.0)
+    ap.add_argument("--sync-rounds", type=int, default=600, help="at most this many steps in a synchronous room")
+    ap.add_argument("--repeat", type=int, default=1,
+                    help="measure every room this many times, interleaved; the median round time is used")
     ap.add_argument("--aggregate", default="star", metavar="star,ring",
                     help="how 2-peer local-steps rooms sum their rounds: one room each (default star)")
     ap.add_argument("--curves-only", action="store_true", help="part 1 only (no root needed); no docs")
     ap.add_argument("--curves", default=None, metavar="FILE",
                     help="take part 1 from an earlier --out file (the curves do not depend on the room)")
+    ap.add_argument("--rooms-from", default=None, metavar="FILE",
+                    help="take part 2 (the rooms) from an earlier --out file: round times do not depend "
+                         "on the target, so another --target-steps needs no new rooms")
+    ap.add_argument("--section", default=None,
+                    help="the BENCHMARKS.md section to write (default: local-steps, or local-steps-<task>)")
     ap.add_argument("--out", default=None, help="also write the raw results (JSON) here")
     ap.add_argument("--report", default=None, help="only rewrite the report and plot from an --out file")
     ap.add_argument("--no-write", action="store_true")
@@ -312,7 +340,7 @@ def main() -> None:
             data = Path(args.data) if args.data else (default_text() if task == "text" else None)
             add_curves(res, settings_for(res["meta"], data), ns, args.max_samples, args.val)
     else:
-        if not args.curves_only and not os.environ.get("DAISY_SCALING_NS"):
+        if not args.curves_only and not args.rooms_from and not os.environ.get("DAISY_SCALING_NS"):
             os.execvp("unshare", ["unshare", "-n", "--", "env", "DAISY_SCALING_NS=1", sys.executable,
                                   "-m", "bench.local_steps", *sys.argv[1:]])
         from daisychain.engine.settings import add_run_arguments, settings_from_args
@@ -329,7 +357,7 @@ def main() -> None:
                        "data_bytes": len(raw), "data_sha": hashlib.sha256(raw).hexdigest(),
                        "model": " ".join(l.type for l in rs.spec.layers if l.type != "relu"),
                        "params": sum(int(np.prod(s)) for _, s in rs.spec.param_shapes()), "val": args.val, "cpus": os.cpu_count(), "load_start": os.getloadavg()[0],
-                       "delay_ms": args.delay_ms,
+                       "delay_ms": args.delay_ms, "repeat": args.repeat,
                        "command": "sudo .venv/bin/python -m bench.local_steps " + " ".join(sys.argv[1:])}
         for c in res["curves"]:
             print(f"{c['run']}: rounds to target {c['rounds_to_target']} ({c['cpu_s']:.1f} s)", file=sys.stderr)
@@ -338,19 +366,29 @@ def main() -> None:
             if args.out:
                 Path(args.out).write_text(json.dumps(res))
             return
-        res["rooms"] = round_times(args, data, res)
+        if args.rooms_from:
+            earlier = json.loads(Path(args.rooms_from).read_text())
+            runs = {c["run"] for c in res["curves"]}
+            res["rooms"] = [t for t in earlier["rooms"] if t["run"] in runs]
+            res["meta"]["rooms_from"] = earlier["meta"]["command"]
+            res["meta"]["repeat"] = earlier["meta"].get("repeat", 1)
+            res["meta"]["load_start"] = earlier["meta"]["load_start"]
+        else:
+            res["rooms"] = round_times(args, data, res)
         res["meta"]["load_end"] = os.getloadavg()[0]
         if ns:
             from bench.local_extrapolate import add_curves
 
             add_curves(res, rs, ns, args.max_samples, args.val)
+    if args.section and not args.report:
+        res["meta"]["png"] = args.section.replace("-", "_") + ".png"
     if args.out:
         Path(args.out).write_text(json.dumps(res))
     text = report(res)
     print(text)
     if not args.no_write:
-        write_section(text, res["meta"].get("task", "text"))
-        plot(res, ROOT / "docs" / png_name(res["meta"].get("task", "text")))
+        write_section(text, res["meta"].get("task", "text"), args.section)
+        plot(res, ROOT / "docs" / (res["meta"].get("png") or png_name(res["meta"].get("task", "text"))))
 
 
 if __name__ == "__main__":

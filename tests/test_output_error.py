@@ -101,3 +101,18 @@ def test_js_zero_sum_errors_is_pythons():
       console.log(JSON.stringify(Array.from(G)));""", imports={"D": "engine/detmath.js"},
                  data={"G": G.astype(int).ravel().tolist(), "y": y.tolist(), "C": G.shape[1]})
     assert got == want.astype(int).ravel().tolist()
+
+
+def test_a_version_1_checkpoint_is_refused_in_words():
+    """A checkpoint made before the zero-sum step cannot continue its bits under version 2:
+    resuming it says so and changes nothing."""
+    from daisychain import ENGINE_VERSION
+    from daisychain.engine.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+
+    ds = prepare_task("digits")
+    tr = Trainer(model_for(ds, 16), Hyper(seed=1), ds, load_luts())
+    tr.apply(tr.contribute(list(range(tr.hp.n_micro))).grad)
+    old = save_checkpoint({**tr.identity, "engine": "1"}, 1, tr.state.theta, tr.state.adam)
+    assert load_checkpoint(old).identity["engine"] == "1"  # it still loads (export, PyTorch)
+    with pytest.raises(CheckpointError, match=f"another run: engine version: {ENGINE_VERSION} here, 1 in the checkpoint"):
+        load_checkpoint(old, tr.identity)
