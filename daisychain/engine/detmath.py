@@ -81,7 +81,12 @@ def zero_sum_errors(G: np.ndarray, y: np.ndarray) -> np.ndarray:
     lowest class on a tie). The true error p - onehot(y) sums to zero over the classes;
     rounding most of a row's small probabilities to 0 broke that, and the bias pushed the
     logits one way every step: the text model's validation loss rose again on long runs.
-    ``0 - s`` keeps s == 0 a +0. Returns the array (G's own memory when contiguous)."""
+    ``0 - s`` keeps s == 0 a +0. Returns the array (G's own memory when contiguous).
+
+    Exact and bounded: s is a sum of at most C integers <= 127 (float64, exact below 2**53);
+    the entries are rounded from values that sum to at most 127, so at most 254 of them
+    round up to 1 or more and the excess is at most 127: the trim loop runs <= 127 times
+    whatever the vocabulary (an uploaded text cannot make it longer)."""
     C = G.shape[-1]
     G2 = G.reshape(-1, C)
     yv = np.asarray(y, np.int64).reshape(-1)
