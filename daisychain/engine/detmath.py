@@ -84,8 +84,8 @@ def zero_sum_errors(G: np.ndarray, y: np.ndarray) -> np.ndarray:
     ``0 - s`` keeps s == 0 a +0. Returns the array (G's own memory when contiguous).
 
     Exact and bounded: s is a sum of at most C integers <= 127 (float64, exact below 2**53);
-    the entries are rounded from values that sum to at most 127, so at most 254 of them
-    round up to 1 or more and the excess is at most 127: the trim loop runs <= 127 times
+    the entries are rounded from values >= 0 that sum to less than 128, so fewer than 256 of
+    them round up to 1 or more, s < 256 and the trim loop runs at most 128 times
     whatever the vocabulary (an uploaded text cannot make it longer)."""
     C = G.shape[-1]
     G2 = G.reshape(-1, C)

@@ -51,7 +51,7 @@ export function quantize(values, e, out = new Int32Array(values.length)) {
  *  row's other entries: G[y_i] = 0 - s when s <= 127, else -127 with the excess s - 127
  *  taken off the others one unit at a time, each time from the largest (lowest class on a
  *  tie). The quantized error then sums to zero over the classes (engine version 2). In
- *  place; returns G. The excess is at most 127 (see the Python docstring), so the trim
+ *  place; returns G. The excess is at most 128 (see the Python docstring), so the trim
  *  loop is bounded whatever C. */
 export function zeroSumErrors(G, y, rows, C) {
   for (let i = 0; i < rows; i++) {
