@@ -376,6 +376,8 @@ class Node:
         self._guarded("channel close", lambda: self.run.channel_closed(peer))
 
     def _on_message(self, peer: str, data) -> None:
+        if self.run is not None and self.run.muted(peer):  # a flood of bad messages: dropped
+            return
         r = self.reasm.setdefault(peer, F.Reassembler())
         try:
             m = r.feed(data)

@@ -116,6 +116,16 @@ class Attacker(N.Node):
                                        "loss": 1.0, "correct": 0}, body, F.Codec.NARROW_Z))
         return to
 
+    def frame_flood(self) -> list[str]:
+        """20,000 small frames of no known message to every member but the coordinator (which
+        would remove us after the run's strikes)."""
+        to = self.others()
+        m = F.Message(F.FrameType.CONTROL, self.run.run_id, self.run.step, {"t": "nonsense"})
+        for p in to:
+            for _ in range(20_000):
+                self.put(p, m)
+        return to
+
     def big_frame(self) -> list[str]:
         """One 64 MiB data-channel message (our own send limit lifted), to the coordinator."""
         link = self.mesh.links.get(self.coord)
@@ -129,7 +139,8 @@ class Attacker(N.Node):
 
 ATTACKS = {"forged-run": Attacker.forged_run, "unasked-state": Attacker.unasked_state,
            "sync-flood": Attacker.sync_flood, "min-int64": Attacker.min_int64,
-           "segment-bomb": Attacker.segment_bomb, "big-frame": Attacker.big_frame}
+           "segment-bomb": Attacker.segment_bomb, "frame-flood": Attacker.frame_flood,
+           "big-frame": Attacker.big_frame}
 
 
 if __name__ == "__main__":

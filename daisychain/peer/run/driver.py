@@ -235,6 +235,11 @@ class RunPeer:
             return self.coordinator.bad_message(sender, reason)
         return [Log(f"refused a message from {self._name(sender)}: {reason}", loud=True)]
 
+    def muted(self, sender: str) -> bool:
+        """``sender`` sent more bad messages than :meth:`bad_message` logs and is not the
+        coordinator this replica follows: its messages need not even be decoded."""
+        return self.refusals.get(sender, 0) > max(REFUSAL_LINES, self.strikes) and sender != self.coord
+
     def computed(self, step: int, task: int, result: Result) -> list[Output]:
         return self.role.computed(step, task, result)
 

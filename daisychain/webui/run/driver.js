@@ -229,6 +229,12 @@ export class RunPeer {
     return [log(`refused a message from ${this._name(sender)}: ${reason}`, true)];
   }
 
+  /** driver.py muted: `sender` sent more bad messages than badMessage logs and is not the
+   * coordinator this replica follows: its messages need not even be decoded. */
+  muted(sender) {
+    return (this.refusals.get(sender) ?? 0) > Math.max(REFUSAL_LINES, this.strikes) && sender !== this.coord;
+  }
+
   async computed(step, task, result) {
     return this.role.computed(step, task, result);
   }
