@@ -520,7 +520,9 @@ class Node:
                 "me": self.me, "room": self.code, "bytes_sent": out, "bytes_received": inn,
                 "compute_s": self.stats.compute_s, "restores": list(self.restores),
                 "alarms": list(self.alarms), "units": self._unit_counts(end, tr),
-                "steps_per_s": self._steps_per_s(), "computed_micro_batches": self.stats.computed,
+                "steps_per_s": self._steps_per_s(),
+                "slowest_step_s": max(self.stats.step_times[1:], default=None),
+                "computed_micro_batches": self.stats.computed,
                 "seconds": time.perf_counter() - self.stats.started,
                 "replayed": getattr(tr, "replayed", 0)}  # local steps: replica rounds from an anchor
 
