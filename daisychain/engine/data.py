@@ -256,7 +256,21 @@ def model_for(ds: Dataset, hidden=None, dim: int = 16) -> ModelSpec:
     """The model of a prepared dataset. ``hidden``: one width, or the --layers items (widths,
     and for an image task ``convN``/``convNkK``/``pool``), or None for the task's default
     (one hidden layer of 128; an image task: spec.DEFAULT_CNN). The digits MLP stacks the
-    widths, the char model stacks them after its embedding, an image model is ``spec.cnn``."""
+    widths, the char model stacks them after its embedding, an image model is ``spec.cnn``.
+    The loss is the dataset's (``meta["loss"]``, a task of your own: daisychain/task.py;
+    default cross-entropy)."""
+    import dataclasses
+
+    spec = _model_for(ds, hidden, dim)
+    loss = ds.meta.get("loss", "cross_entropy") if isinstance(ds.meta, dict) else "cross_entropy"
+    if loss == spec.loss:
+        return spec
+    spec = dataclasses.replace(spec, loss=str(loss))
+    spec.validate()
+    return spec
+
+
+def _model_for(ds: Dataset, hidden, dim: int) -> ModelSpec:
     if isinstance(hidden, (int, np.integer)) and hidden < 1:
         raise SpecError("--hidden must be >= 1")
     if ds.kind == "image":

@@ -154,7 +154,9 @@ class ArgumentParser(argparse.ArgumentParser):
 def add_run_arguments(p: argparse.ArgumentParser, steps: int = DEFAULT_STEPS) -> None:
     d = Hyper()
     g = p.add_argument_group("run settings")
-    g.add_argument("--task", default="digits", help=f"one of {', '.join(TASKS)} (default digits)")
+    g.add_argument("--task", default="digits",
+                   help=f"one of {', '.join(TASKS)} (default digits), or a task of your own "
+                        f"named module:Name (daisychain/task.py, examples/my_task.py)")
     g.add_argument("--data", default=None,
                    help="text task: a local .txt/.csv/.json/.parquet file or a cached HF dataset "
                         "(default: the embedded Zen of Python); image task: a Keras .npz, a "
@@ -280,9 +282,20 @@ def settings_from_args(args: argparse.Namespace) -> RunSettings:
                lr_decay_steps=pick("lr_decay_steps", args.steps if image else 0),
                **{k: getattr(args, k) for k in LOCAL_ARGS if getattr(args, k, None) is not None})
     hp.validate()
-    ds = prepare_task(args.task, args.data, args.column, args.context,
-                      image_size=getattr(args, "image_size", None))
-    spec = model_for(ds, hidden_setting(args), args.embed_dim)
+    from daisychain.task import resolve_task, task_dataset, task_layers
+
+    own = resolve_task(args.task)  # a task of your own (daisychain/task.py), or None
+    hidden = hidden_setting(args)
+    if own is None:
+        ds = prepare_task(args.task, args.data, args.column, args.context,
+                          image_size=getattr(args, "image_size", None))
+    elif args.data:
+        raise DataError("--data applies to the built-in tasks; a task of your own gives its "
+                        "data()")
+    else:
+        ds = task_dataset(own, args.task if isinstance(args.task, str) else None)
+        hidden = task_layers(own) if hidden is None else hidden
+    spec = model_for(ds, hidden, args.embed_dim)
     return RunSettings(ds, spec, hp, args.steps)
 
 

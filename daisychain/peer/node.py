@@ -74,6 +74,9 @@ class NodeOptions:
     strikes: int = R.STRIKES            #: host: mismatches after which a peer is removed
     aggregate: str = "auto"             #: auto | star | ring (peer/run/ring.py; when coordinating)
     fault: str | None = None            #: TESTING ONLY: corrupt what this peer sends (FAULTS)
+    #: a joiner's own task (--task module:Name): the dataset fingerprint it expects; a run on
+    #: other data is refused in words
+    expect_dataset: str | None = None
 
 
 @dataclass
@@ -122,6 +125,10 @@ class Node:
     # -- building the replica ------------------------------------------------------------
 
     def _make_trainer(self, identity: dict, ds) -> Trainer:
+        want = self.o.expect_dataset
+        if want and ds.fingerprint != want:
+            raise ValueError(f"this peer's task gives other data (dataset fingerprint {want[:16]} "
+                             f"here, {ds.fingerprint[:16]} in the run: task {ds.task!r})")
         tr = make_trainer(ModelSpec.from_json(identity["model"]), Hyper(**identity["hyper"]), ds, self.luts)
         if self.o.engine_version != ENGINE_VERSION:
             tr.identity = {**tr.identity, "engine": self.o.engine_version}
