@@ -162,7 +162,7 @@ def _namespace(model: Model | None, data, task: str | None, loss: str | None = N
     elif isinstance(data, (str, Path)):
         src = str(data)
         if task is None:
-            kind = source_kind(src)
+            kind = _checked(source_kind, src)
             task = "image" if kind == "dir" or src.lower().endswith(".npz") else "text"
         ns.task, ns.data = task, src
     else:
