@@ -81,7 +81,9 @@ def run(args: argparse.Namespace) -> int:
         if args.json:
             print(json.dumps(out))
         else:
-            print(f"float32 test accuracy: {out['accuracy'] * 100:.2f}%  loss: {out['loss']:.4f}")
+            score = (f"test mse: {out['test_mse']:.6g}" if "test_mse" in out
+                     else f"test accuracy: {out['accuracy'] * 100:.2f}%")
+            print(f"float32 {score}  loss: {out['loss']:.4f}")
         return 0
     try:
         out = train(rs, args.workers, args.assign, args.gemm, quiet=args.quiet or args.json,
