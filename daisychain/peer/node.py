@@ -521,7 +521,8 @@ class Node:
         out, inn = self.mesh.bytes()
         return {"run_id": tr.run_id, "identity": tr.identity, "steps": end.step,
                 "params_sha256": end.params_sha256, "agreed": end.agreed,
-                "accuracy": tr.accuracy("test"), "loss": self.loss, "peers": peers,
+                "accuracy": tr.accuracy("test"), "test_mse": tr.mse("test"), "loss": self.loss,
+                "peers": peers,
                 "me": self.me, "room": self.code, "bytes_sent": out, "bytes_received": inn,
                 "compute_s": self.stats.compute_s, "restores": list(self.restores),
                 "alarms": list(self.alarms), "units": self._unit_counts(end, tr),
@@ -554,7 +555,9 @@ def print_summary(out: dict, as_json: bool) -> None:
         return
     who = ", ".join(f"{p['name']} ({p['kind']}) {p['micro_batches']}" for p in out["peers"])
     local = "replicas" in out.get("identity", {}).get("hyper", {})  # a step is a round, a task a replica
-    print(f"test accuracy: {out['accuracy'] * 100:.2f}%  loss: {out['loss']:.4f}  "
+    score = (f"test mse: {out['test_mse']:.6g}" if out.get("test_mse") is not None
+             else f"test accuracy: {out['accuracy'] * 100:.2f}%")
+    print(f"{score}  loss: {out['loss']:.4f}  "
           f"({out['steps']} {'rounds; replica rounds' if local else 'steps; micro-batches'}: {who})")
     from daisychain.engine.counters import format_counts
     u = out.get("units")

@@ -87,6 +87,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              ".npz, class folders, HF .parquet/.arrow or HF name; repeatable)")
     parser.add_argument("--image-size", type=int, default=None, metavar="N",
                         help="resize the --image-data sets to N x N")
+    parser.add_argument("--task", metavar="MODULE:NAME", action="append", default=[], dest="tasks",
+                        help="a task of your own whose data hosts may train on (its data(), "
+                             "served like --data; repeatable)")
     lim = parser.add_argument_group("limits")
     lim.add_argument("--max-message-bytes", type=int, default=_D.max_message_bytes,
                      help="largest signaling message (default %(default)s)")
@@ -165,6 +168,10 @@ def run(args: argparse.Namespace) -> int:
         flag = "--image-data"
         for src in args.image_data:
             sets[src] = prepare_task("image", src, image_size=args.image_size)
+        flag = "--task"
+        from daisychain.task import load_task, task_dataset
+        for ref in args.tasks:
+            sets[ref] = task_dataset(load_task(ref), ref)
     except DataError as exc:
         print(f"daisychain serve: {flag}: {exc}", file=sys.stderr)
         return 2

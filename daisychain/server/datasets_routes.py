@@ -112,13 +112,14 @@ def dataset_routes(datasets: dict[str, Dataset] | None = None) -> list[web.Abstr
     inner = data_routes(given)[0].handler
     server_sets: dict[str, dict] = {}
     for key, ds in given.items():
-        args = ["--task", ds.task]
-        if key not in TASKS:
+        own = ":" in key  # a task of your own (``serve --task module:Name``, daisychain/task.py)
+        args = ["--task", key if own else ds.task]
+        if key not in TASKS and not own:
             args += ["--data", key]
         if ds.meta.get("image_size"):
             args += ["--image-size", str(ds.meta["image_size"])]
         # shown to every client: the file's name, never the server's path to it
-        shown = key if key in TASKS else Path(key).name or key
+        shown = key if key in TASKS or own else Path(key).name or key
         server_sets[ds.fingerprint] = {"ds": ds, "entry": _entry(ds, shown, "server", args)}
     embedded: dict[str, Dataset] = {}
 
