@@ -212,14 +212,46 @@ def load_text_source(source: str | None, column: str = "text", split: str = "tra
     return text, f"{source} [{split}].{column}"
 
 
+def _streamed_text(source: str, column: str, stream, max_chars: int) -> tuple[str, str, dict]:
+    """The first rows of a Hub data set's text column (``engine/hub.py``), joined as
+    load_text_source joins a file's."""
+    from daisychain.engine.hub import describe, stream_rows
+
+    rows, what = stream_rows(source, stream, [column])
+    pieces, total = [], 0
+    for i, row in enumerate(rows):
+        cell = row.get(column)
+        if cell is None:
+            continue
+        if not isinstance(cell, str):
+            raise DataError(f"{source}: column {column!r} holds {type(cell).__name__}, not text "
+                            f"(row {i}); choose one with --column")
+        pieces.append(cell)
+        total += len(cell) + 1
+        if total >= max_chars:
+            break
+    text = "\n".join(pieces)[:max_chars]
+    if len(text) < 64:
+        raise DataError(f"{source}: the first {what['rows']} rows of column {column!r} have only "
+                        f"{len(text)} characters")
+    return text, f"{describe(what)}.{column}", what
+
+
 def load_text(source: str | None = None, column: str = "text", context: int = 8,
               split: str = "train", max_chars: int = 200_000,
-              cache_dir: str | None = None) -> Dataset:
+              cache_dir: str | None = None, stream=None) -> Dataset:
     """Character-level next-character task: context window of ids -> the next id.
-    Vocabulary: the sorted distinct characters. The first 90% of windows train, the rest test."""
+    Vocabulary: the sorted distinct characters. The first 90% of windows train, the rest test.
+    ``stream``: a ``hub.HubStream`` (``--stream --take N``): the first rows of a Hub set."""
     if not 1 <= context <= 256:
         raise DataError("--context must lie in [1, 256]")
-    text, desc = load_text_source(source, column, split, max_chars, cache_dir)
+    hub = None
+    if stream is not None:
+        if not source:
+            raise DataError("--stream reads a Hugging Face data set: give its name with --data")
+        text, desc, hub = _streamed_text(source, column, stream, max_chars)
+    else:
+        text, desc = load_text_source(source, column, split, max_chars, cache_dir)
     vocab = sorted(set(text))
     index = {c: i for i, c in enumerate(vocab)}
     ids = np.array([index[c] for c in text], np.int32)
@@ -229,26 +261,32 @@ def load_text(source: str | None = None, column: str = "text", context: int = 8,
     win = np.lib.stride_tricks.sliding_window_view(ids, context)[:n].astype(np.int32)
     tgt = ids[context:].astype(np.int32)
     cut = (n * 9) // 10
+    meta = {"source": desc, "context": context, "vocab": "".join(vocab)}
+    if hub is not None:
+        meta["hub"] = hub  # what was read: set, config, split, revision, rows
     return Dataset("text", np.ascontiguousarray(win[:cut]), tgt[:cut],
-                   np.ascontiguousarray(win[cut:]), tgt[cut:], classes=len(vocab),
-                   meta={"source": desc, "context": context, "vocab": "".join(vocab)})
+                   np.ascontiguousarray(win[cut:]), tgt[cut:], classes=len(vocab), meta=meta)
 
 
 def prepare_task(task: str, data: str | None = None, column: str = "text", context: int = 8,
                  split: str = "train", cache_dir: str | None = None,
-                 image_size: int | None = None) -> Dataset:
+                 image_size: int | None = None, stream=None) -> Dataset:
+    """``stream``: a ``hub.HubStream`` (``--stream --take N``) for a text or image task."""
     if image_size is not None and task != "image":
         raise DataError("--image-size applies to the image task")
+    if stream is not None and task not in ("text", "image"):
+        raise DataError("--stream applies to the text and image tasks")
     if task == "image":
         from daisychain.engine.images import load_images
 
-        return load_images(data, image_size, None if column == "text" else column, cache_dir)
+        return load_images(data, image_size, None if column == "text" else column, cache_dir,
+                           stream)
     if task == "digits":
         if data:
             raise DataError("--data applies to the text task; digits is embedded")
         return load_digits()
     if task == "text":
-        return load_text(data, column, context, split, cache_dir=cache_dir)
+        return load_text(data, column, context, split, cache_dir=cache_dir, stream=stream)
     raise DataError(f"unknown task {task!r}; known tasks: {', '.join(TASKS)}")
 
 
