@@ -93,3 +93,19 @@ def test_a_task_that_cannot_be_used_gets_one_line(tmp_path, name):
 def test_task_with_data_flag_is_refused():
     r = cli("train", "--task", TASK, "--data", "x.txt", "--steps", "2")
     assert r.returncode == 2 and "--data applies to the built-in tasks" in r.stderr
+
+
+def test_cluster_two_ranks_train_my_task_to_trains_hash():
+    """``daisychain cluster --task module:Name`` under torchrun: every rank imports the task."""
+    import os
+    import re
+
+    env = dict(os.environ, OMP_NUM_THREADS="1", GLOO_SOCKET_IFNAME="lo")
+    torchrun = Path(sys.executable).parent / "torchrun"
+    r = subprocess.run([str(torchrun), "--standalone", "--nproc-per-node", "2", "-m", "daisychain.cluster",
+                        "--quiet", "--task", TASK, "--steps", "20"], capture_output=True, text=True,
+                       timeout=300, cwd=ROOT, env=env)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    got = re.findall(r"params-sha256: ([0-9a-f]{64})", r.stdout + r.stderr)
+    assert got and got[-1] == cli_hash("--task", TASK, "--steps", "20")
+    assert "test mse: " in r.stdout + r.stderr
