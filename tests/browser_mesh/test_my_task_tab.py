@@ -1,0 +1,56 @@
+"""A task of your own reaches the room's tabs: a daisy-peer hosts examples/my_task.py
+(regression with mse) and serves its data to the room; a Chromium tab on the CPU units fetches
+it from the host over the data channel (the server has no copy), trains with the JS twin of
+the mse loss and ends on ``daisychain train --task``'s hash."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from mesh_helpers import needs_netns
+
+pytestmark = [pytest.mark.browser, pytest.mark.mesh, needs_netns]
+
+ROOT = Path(__file__).resolve().parents[2]
+BIN = Path(sys.executable).parent
+RUN = ["--task", "examples.my_task:MyTask", "--batch", "32", "--micro-batch", "8", "--steps", "20"]
+
+
+def test_a_tab_joins_a_daisy_peer_hosted_task_of_its_own_and_ends_on_trains_hash(
+        browser_cpu, tabs, server_url, tmp_path):
+    ref = subprocess.run([str(BIN / "daisychain"), "train", *RUN, "--json"], capture_output=True,
+                         text=True, timeout=300, cwd=ROOT)
+    assert ref.returncode == 0, ref.stderr
+    want = json.loads(ref.stdout)["params_sha256"]
+    err = (tmp_path / "host.err").open("w+")
+    host = subprocess.Popen([str(BIN / "daisy-peer"), "--server", server_url, "--create-room", "--approve",
+                             "all", "--wait-peers", "1", "--name", "py-host", "--json", *RUN],
+                            stdout=subprocess.PIPE, stderr=err, text=True, cwd=ROOT)
+    try:
+        code, t0 = None, time.monotonic()
+        while code is None and time.monotonic() - t0 < 60 and host.poll() is None:
+            err.seek(0)
+            m = re.search(r"room ([0-9A-Z]{4}-[0-9A-Z]{4}-[0-9A-Z]{2})", err.read())
+            code = m.group(1) if m else None
+            time.sleep(0.2)
+        assert code, (tmp_path / "host.err").read_text()[-2000:]
+        tab = tabs(browser_cpu, "task-tab").open(f"room={code}")
+        tab.wait("window.__daisy.run && window.__daisy.run.state === 'done'", 180_000)
+        out, _ = host.communicate(timeout=120)
+    finally:
+        if host.poll() is None:
+            host.kill()
+            host.wait(10)
+        err.close()
+    res = json.loads(out.strip().splitlines()[-1])
+    assert res["params_sha256"] == want and res["agreed"] and res["identity"]["model"]["loss"] == "mse"
+    run = tab.state("window.__daisy.run")
+    assert run["sha"] == want and run["agreed"] is True
+    kinds = {p["kind"]: p["micro_batches"] for p in res["peers"]}
+    assert kinds.get("cpu", 0) > 0, kinds  # the tab computed micro-batches with the JS mse
