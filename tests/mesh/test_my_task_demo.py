@@ -59,3 +59,43 @@ def test_peer_with_other_data_is_refused_and_the_same_task_joins():
     finally:
         for p in made:
             p.stop()
+
+
+JOIN = """
+import json, sys
+import daisychain as dc
+from daisychain.peer.node import PeerFailed
+try:
+    out = dc.join(sys.argv[1], sys.argv[2], name=sys.argv[3], task=sys.argv[4])
+except PeerFailed as exc:
+    print(json.dumps({"refused": str(exc)}))
+else:
+    print(json.dumps({"params_sha256": out["params_sha256"], "test_mse": out["test_mse"]}))
+"""
+
+
+def test_api_join_is_a_daisy_peer():
+    """``daisychain.join`` from Python code joins a room as daisy-peer does: with the host's
+    task it ends on the hash; with a task of other data it is refused in words."""
+    err_dir = Path(os.environ.get("TMPDIR", "/tmp"))
+    host = None
+
+    def join(url, code, name, task):
+        r = subprocess.run([sys.executable, "-c", JOIN, url, code, name, task], capture_output=True,
+                           text=True, timeout=300, cwd=ROOT)
+        assert r.returncode == 0, r.stderr[-3000:]
+        return json.loads(r.stdout.strip().splitlines()[-1])
+
+    try:
+        with server_thread() as url:
+            host = PeerProcess(url, "--create-room", "--approve", "all", "--wait-peers", "1", "--quiet",
+                               *TASK, name="host", err_dir=err_dir)
+            code = host.wait_for(r"room ([0-9A-Z]{4}-[0-9A-Z]{4}-[0-9A-Z]{2})").group(1)
+            odd = join(url, code, "odd", "tests.other_task:OtherTask")
+            assert "this peer's task gives other data" in odd["refused"]
+            good = join(url, code, "good", "examples.my_task:MyTask")
+            assert good["params_sha256"] == host.hash() == _json(["train"])["params_sha256"]
+            assert good["test_mse"] is not None
+    finally:
+        if host is not None:
+            host.stop()
