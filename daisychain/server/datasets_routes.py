@@ -50,7 +50,11 @@ def _entry(ds: Dataset, name: str, origin: str, train_args: list[str]) -> dict:
     return {"id": ds.fingerprint[:16], "task": ds.task, "name": name, "origin": origin,
             "fingerprint": ds.fingerprint, "train": int(len(ds.y_train)),
             "test": int(len(ds.y_test)), "classes": int(ds.classes),
-            "source": str(ds.meta.get("source", "")), "train_args": train_args}
+            "source": str(ds.meta.get("source", "")), "train_args": train_args,
+            # the model's input (the page's size sliders build the spec from it)
+            "kind": ds.kind, "input": [int(v) for v in ds.x_train.shape[1:]],
+            **({"image_shape": list(ds.image_shape)} if ds.kind == "image" else {}),
+            **({"loss": ds.meta["loss"]} if ds.meta.get("loss", "cross_entropy") != "cross_entropy" else {})}
 
 
 def check_upload(data: bytes, name: str, config: ServerConfig) -> None:
