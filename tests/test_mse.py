@@ -19,6 +19,7 @@ from daisychain.engine.spec import Hyper
 from daisychain.engine.trainer import Trainer
 from daisychain.task import arrays_dataset
 from daisychain.units import load_luts
+from jsrun import LOAD_LUTS, run_js
 
 CASES = Path(__file__).resolve().parent / "data" / "mse_cases.json"
 STEPS = 6
@@ -107,9 +108,7 @@ def test_mse_learns_the_table():
 
 DRIVER = r"""
 const [lutDir, dataPath] = process.argv.slice(2);
-const rd = (n) => { const b = readFileSync(`${lutDir}/${n}.bin`); return new Int32Array(b.buffer, b.byteOffset, b.length / 4).slice(); };
-const luts = { mul: rd("mul"), relu: rd("relu"), requantize: rd("requantize"),
-  manifestSha256: JSON.parse(readFileSync(`${lutDir}/manifest.json`)).manifest_sha256 };
+""" + LOAD_LUTS + r"""
 const job = DATA;
 const errors = job.errors.map((c) => Array.from(M.mseOutputError(Float64Array.from(c.z), Float64Array.from(c.y), c.b).dz));
 const ds = D.parseDataset(readFileSync(dataPath));
@@ -129,8 +128,6 @@ console.log(JSON.stringify({ errors, shas, model: spec.toJson() }));
 
 @pytest.mark.usefixtures("node")  # fails, never skips, without node
 def test_js_engine_holds_to_the_shared_cases(tmp_path):
-    from jsrun import run_js
-
     want = json.loads(CASES.read_text())
     data = tmp_path / "table.dcds"
     data.write_bytes(arrays_dataset(table(), "mse", "mse-table").to_bytes())

@@ -198,18 +198,27 @@ def load_text_source(source: str | None, column: str = "text", split: str = "tra
     feature = ds.features[column]
     if getattr(feature, "dtype", None) not in ("string", "large_string"):
         raise DataError(f"column {column!r} of {source!r} holds {feature}, not text")
-    pieces, total = [], 0
-    for row in ds[column]:
-        if row is None:
-            continue
-        pieces.append(row)
-        total += len(row) + 1
-        if total >= max_chars:
-            break
-    text = "\n".join(pieces)[:max_chars]
+    text = join_rows(ds[column], max_chars)
     if len(text) < 64:
         raise DataError(f"dataset {source!r} column {column!r} has only {len(text)} characters")
     return text, f"{source} [{split}].{column}"
+
+
+def join_rows(cells, max_chars: int, where: str | None = None) -> str:
+    """The text cells joined by newlines up to ``max_chars`` (empty cells skipped); ``where``:
+    refuse a cell that is not text, naming the data set and column in words."""
+    pieces, total = [], 0
+    for i, cell in enumerate(cells):
+        if cell is None:
+            continue
+        if where is not None and not isinstance(cell, str):
+            raise DataError(f"{where} holds {type(cell).__name__}, not text (row {i}); choose a "
+                            f"column with --column")
+        pieces.append(cell)
+        total += len(cell) + 1
+        if total >= max_chars:
+            break
+    return "\n".join(pieces)[:max_chars]
 
 
 def _streamed_text(source: str, column: str, stream, max_chars: int) -> tuple[str, str, dict]:
@@ -218,19 +227,7 @@ def _streamed_text(source: str, column: str, stream, max_chars: int) -> tuple[st
     from daisychain.engine.hub import describe, stream_rows
 
     rows, what = stream_rows(source, stream, [column])
-    pieces, total = [], 0
-    for i, row in enumerate(rows):
-        cell = row.get(column)
-        if cell is None:
-            continue
-        if not isinstance(cell, str):
-            raise DataError(f"{source}: column {column!r} holds {type(cell).__name__}, not text "
-                            f"(row {i}); choose one with --column")
-        pieces.append(cell)
-        total += len(cell) + 1
-        if total >= max_chars:
-            break
-    text = "\n".join(pieces)[:max_chars]
+    text = join_rows((row.get(column) for row in rows), max_chars, f"{source}: column {column!r}")
     if len(text) < 64:
         raise DataError(f"{source}: the first {what['rows']} rows of column {column!r} have only "
                         f"{len(text)} characters")
