@@ -121,3 +121,19 @@ def test_resume_refuses_other_data(tmp_path):
         dc.resume(tmp_path / "r.pt", steps=3)
     with pytest.raises(dc.SettingsError, match="fingerprint"):
         dc.resume(tmp_path / "r.pt", (x[:48], y[:48] + 1, x[48:], y[48:]), steps=3)
+
+
+def test_a_regression_model_predicts_numbers_and_exports_them(tmp_path):
+    """An mse model's predict gives its outputs (not a class), in the engine and in the export."""
+    rng = np.random.default_rng(1)
+    x = rng.normal(size=(200, 4))
+    y = np.stack([x[:, 0] - 0.5 * x[:, 1], x[:, 2] * 0.3], axis=1)
+    r = dc.train("16", (x[:160], y[:160], x[160:], y[160:]), steps=150, lr=0.01, batch=32, micro_batch=8)
+    assert r.metrics["identity"]["model"]["loss"] == "mse" and r.accuracy == 0.0
+    pred = r.predict(x[160:])
+    assert pred.shape == (40, 2) and pred.dtype == np.float64
+    assert r.test_mse == pytest.approx(float(np.mean((pred - y[160:]) ** 2)))
+    assert r.test_mse < 0.5 * float(np.mean(y[160:] ** 2))  # it learned something
+    r.export(tmp_path / "reg.safetensors")
+    exported = dc.torch_model(tmp_path / "reg.safetensors").predict(x[160:])
+    assert exported.shape == (40, 2) and np.abs(exported - pred).max() < 0.1
