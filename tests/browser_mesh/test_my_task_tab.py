@@ -36,3 +36,34 @@ def test_a_tab_joins_a_daisy_peer_hosted_task_of_its_own_and_ends_on_trains_hash
     assert run["sha"] == want and run["agreed"] is True
     kinds = {p["kind"]: p["micro_batches"] for p in res["peers"]}
     assert kinds.get("cpu", 0) > 0, kinds  # the tab computed micro-batches with the JS mse
+
+
+def test_a_tab_hosts_a_task_the_server_serves_and_ends_on_trains_hash(browser_cpu, tmp_path):
+    """``serve --task module:Name``: the host tab finds the task's data set in the list, the
+    task joins the task list, its layers fill the field, and the run is train's."""
+    from mesh_helpers import Tab
+
+    from daisychain.task import load_task, task_dataset
+    from peer_process import server_thread
+
+    ref = "examples.my_task:MyTask"
+    ds = task_dataset(load_task(ref), ref)
+    want = subprocess.run([str(BIN / "daisychain"), "train", *RUN, "--json", "--quiet"],
+                          capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert want.returncode == 0, want.stderr
+    with server_thread(datasets={ref: ds}) as url:
+        host = Tab(browser_cpu, url, "host").open()
+        try:
+            host.page.click("#create-room")
+            host.wait("window.__daisy.room && window.__daisy.room.isHost")
+            host.wait(f"[...document.getElementById('f-dataset').options].some((o) => o.value === '{ds.fingerprint}')")
+            host.page.select_option("#f-dataset", ds.fingerprint)
+            assert host.page.input_value("#f-task") == "mytask"
+            assert host.page.input_value("#f-layers") == "32,32"
+            for name, value in (("steps", "20"), ("batch", "32"), ("micro_batch", "8")):
+                host.page.fill(f"#settings [name={name}]", value)
+            host.page.click("#start")
+            host.wait("window.__daisy.end && window.__daisy.end.step === 20", 180_000)
+            assert host.state("window.__daisy.run.sha") == json.loads(want.stdout)["params_sha256"]
+        finally:
+            host.close()

@@ -9,6 +9,9 @@
 //   server fetches them (`daisychain serve --hub`, server/hub_routes.py) and keeps the set for
 //   the room like an uploaded file, under the room credential and quotas.
 //
+// * A task of your own that the server serves (`serve --task module:Name`) can be chosen: its
+//   name joins the task list and its data set fills in its layers.
+//
 // It builds its own DOM after the layers field (index.html is not touched) and reads the one
 // store (store.js state). app.js calls mountModelData() once.
 
@@ -65,9 +68,31 @@ export function modelSize() {
   }
 }
 
+/** A data set of a task of your own (`serve --task module:Name`) can be chosen: the task
+ *  list gains its name, as the built-in tasks are listed. */
+function offerOwnTasks() {
+  const sel = $("f-task");
+  const have = new Set([...sel.options].map((o) => o.value));
+  for (const d of state.datasets) {
+    if (have.has(d.task)) continue;
+    sel.append(el("option", { value: d.task, textContent: `${d.task} (a task of your own)` }));
+    have.add(d.task);
+  }
+}
+
+/** Choosing a task's data set fills in the task's model (its `layers`), as `--task` does. */
+function onDataset() {
+  const d = chosenDataset();
+  if (!d || typeof d.layers !== "string") return;
+  $("settings").elements.layers.value = d.layers;
+  validate();
+  renderModelSize();
+}
+
 export function renderModelSize() {
   const out = $("model-size");
   if (!out) return;
+  offerOwnTasks();
   const got = modelSize();
   out.textContent = got.error ? `— (${got.error})` : got.text;
   out.dataset.params = got.error ? "" : String(got.params);
@@ -147,6 +172,7 @@ export function mountModelData() {
       if (e.key === "Enter") { e.preventDefault(); fetchHub(); }
     });
   }
+  $("f-dataset").addEventListener("change", onDataset);
   // the count follows every change of the form (a typed --layers, the data, the task)
   $("settings").addEventListener("input", renderModelSize);
   $("settings").addEventListener("change", renderModelSize);
