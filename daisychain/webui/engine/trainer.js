@@ -116,7 +116,8 @@ export class Trainer {
     this.engine = new Engine(spec, units);
     this.layout = new ParamLayout(spec);
     this.rowLen = dataset.x_train.shape.slice(1).reduce((a, b) => a * b, 1); // values per sample
-    this.schedule = new Schedule(dataset.y_train.shape[0], hyper); // rows (an mse y has K per row)
+    this.yLen = (dataset.y_train.shape || [])[1] || 1; // values per row: an mse y has K targets
+    this.schedule = new Schedule(dataset.y_train.data.length / this.yLen, hyper);
     this.theta = initParams(spec, hyper.seed);
     this.adam = new AdamState(this.theta.length);
     this.step = 0;
@@ -168,7 +169,7 @@ export class Trainer {
   inputs(step, j) {
     const idx = this.samples(step, j);
     const x = gather(this.ds.x_train.data, this.rowLen, idx);
-    const y = gather(this.ds.y_train.data, this.ds.y_train.shape[1] || 1, idx); // mse: (rows, K) targets
+    const y = gather(this.ds.y_train.data, this.yLen, idx);
     return { x: this.imageShape ? augmentMicroBatch(x, this.imageShape, this.hp, step, j) : x, y };
   }
 
