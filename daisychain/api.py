@@ -136,11 +136,12 @@ def _namespace(model: Model | None, data, task: str | None, loss: str | None = N
     p = argparse.ArgumentParser(add_help=False)
     add_run_arguments(p)
     ns = p.parse_args([])
-    allowed = set(RUN_FLAGS) | {"image_size", "augment_shift", "lr_warmup", "lr_decay_steps"}
+    # the run flags but those the call's own arguments and Model give
+    allowed = (set(RUN_FLAGS) | {"image_size", "augment_shift", "lr_warmup", "lr_decay_steps"}) - {
+        "task", "data", "layers", "hidden", "context", "embed_dim"}
     for name, v in settings.items():
-        if name not in allowed or name in ("task", "data", "layers", "hidden", "context", "embed_dim"):
-            raise SettingsError(f"unknown setting {name}=; the settings are "
-                                f"{', '.join(sorted(allowed - {'task', 'data', 'layers', 'hidden', 'context', 'embed_dim'}))}")
+        if name not in allowed:
+            raise SettingsError(f"unknown setting {name}=; the settings are {', '.join(sorted(allowed))}")
         if name in SETTINGS:
             _checked(check_value, name, v)
         setattr(ns, name, v)

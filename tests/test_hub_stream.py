@@ -151,3 +151,20 @@ def test_hub_errors_in_one_line_each():
     assert "cannot reach the Hugging Face Hub" in str(hub_error(ConnectionError("Couldn't reach"), "o/n"))
     for e in (gated, gated2):
         assert "\n" not in str(e)
+
+
+def test_demos_train_command_keeps_the_stream_flags(text_set):
+    """``daisychain demo`` prints the train command of its run: --stream is a bare flag."""
+    import argparse
+    import shlex
+
+    from daisychain.engine.settings import add_run_arguments, train_command
+
+    p = argparse.ArgumentParser()
+    add_run_arguments(p)
+    args = p.parse_args(["--task", "text", "--data", str(text_set), "--stream", "--take", "120",
+                         "--steps", "3"])
+    words = shlex.split(train_command(args))
+    assert words[words.index("--stream") + 1] == "--take" and "120" in words
+    r = cli(*words[2:], "--json", "--quiet")
+    assert r.returncode == 0, r.stderr
