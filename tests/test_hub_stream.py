@@ -168,3 +168,36 @@ def test_demos_train_command_keeps_the_stream_flags(text_set):
     assert words[words.index("--stream") + 1] == "--take" and "120" in words
     r = cli(*words[2:], "--json", "--quiet")
     assert r.returncode == 0, r.stderr
+
+
+ONLINE = """
+import os, sys, json
+from pathlib import Path
+from daisychain.engine.data import load_text_source
+from daisychain.engine.hub import _online
+Path(sys.argv[1]).write_text("a small local text, long enough for the reader to take it " * 3)
+load_text_source(sys.argv[1])  # a cached/local text read turns the offline switches on
+import datasets.config, huggingface_hub.constants
+seen = {"before": datasets.config.HF_HUB_OFFLINE}
+with _online():
+    seen["during"] = [datasets.config.HF_HUB_OFFLINE, huggingface_hub.constants.HF_HUB_OFFLINE,
+                      os.environ.get("HF_HUB_OFFLINE")]
+seen["after"] = [datasets.config.HF_HUB_OFFLINE, os.environ.get("HF_HUB_OFFLINE")]
+print(json.dumps(seen))
+"""
+
+
+@pytest.mark.parametrize("user_offline", [False, True])
+def test_a_stream_lifts_only_the_offline_switch_daisychain_set(tmp_path, user_offline):
+    """A process that read a cached text set (``--data`` without ``--stream``) turned Hugging
+    Face offline; a later --stream read (the server's ``/datasets/hub``, a notebook) must not
+    be refused for it. A user's own HF_HUB_OFFLINE=1 stays on."""
+    env = {k: v for k, v in os.environ.items() if k not in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE")}
+    if user_offline:
+        env["HF_HUB_OFFLINE"] = "1"
+    r = subprocess.run([sys.executable, "-c", ONLINE, str(tmp_path / "t.txt")], capture_output=True,
+                       text=True, timeout=120, env=env)
+    assert r.returncode == 0, r.stderr
+    seen = json.loads(r.stdout.strip().splitlines()[-1])
+    assert seen["before"] is True and seen["after"] == [True, "1"]
+    assert seen["during"] == ([True, True, "1"] if user_offline else [False, False, None])

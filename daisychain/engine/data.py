@@ -137,6 +137,12 @@ def _zen() -> str:
     return codecs.decode(this.s, "rot13")
 
 
+OFFLINE_SWITCHES = ("HF_DATASETS_OFFLINE", "HF_HUB_OFFLINE")
+#: the switches load_text_source turned on itself (not the user): a --stream read lifts them
+#: for its own time (engine/hub.py)
+OWN_OFFLINE: set[str] = set()
+
+
 def load_text_source(source: str | None, column: str = "text", split: str = "train",
                      max_chars: int = 200_000, cache_dir: str | None = None) -> tuple[str, str]:
     """(text, description) from a local file, a cached hub dataset, or the embedded default
@@ -145,8 +151,10 @@ def load_text_source(source: str | None, column: str = "text", split: str = "tra
     temporary folder for uploads so that they leave nothing on disk)."""
     if not source:
         return _zen(), "embedded: the Zen of Python"
-    os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    for name in OFFLINE_SWITCHES:  # never a download here; a user's own setting stays theirs
+        if name not in os.environ:
+            os.environ[name] = "1"
+            OWN_OFFLINE.add(name)
     import contextlib
     import io
 

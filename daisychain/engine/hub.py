@@ -53,6 +53,35 @@ def hub_error(exc: BaseException, name: str) -> DataError:
     return DataError(f"{name}: cannot stream it: {text[:300]}")
 
 
+@contextlib.contextmanager
+def _online():
+    """Lift, for a --stream read, the offline switches that DaisyChain's cached text reader
+    turned on in this process (``data.OWN_OFFLINE``); a user's own HF_HUB_OFFLINE stays."""
+    import os
+
+    from daisychain.engine.data import OFFLINE_SWITCHES, OWN_OFFLINE
+
+    users = [n for n in (*OFFLINE_SWITCHES, "TRANSFORMERS_OFFLINE") if n in os.environ and n not in OWN_OFFLINE]
+    if not OWN_OFFLINE or users:  # nothing of ours to lift, or the user asked for offline
+        yield
+        return
+
+    import datasets.config
+    import huggingface_hub.constants
+
+    saved = {n: os.environ.pop(n) for n in list(OWN_OFFLINE) if n in os.environ}
+    flags = (datasets.config.HF_HUB_OFFLINE, datasets.config.HF_DATASETS_OFFLINE,
+             huggingface_hub.constants.HF_HUB_OFFLINE)
+    datasets.config.HF_HUB_OFFLINE = datasets.config.HF_DATASETS_OFFLINE = False
+    huggingface_hub.constants.HF_HUB_OFFLINE = False
+    try:
+        yield
+    finally:
+        os.environ.update(saved)
+        (datasets.config.HF_HUB_OFFLINE, datasets.config.HF_DATASETS_OFFLINE,
+         huggingface_hub.constants.HF_HUB_OFFLINE) = flags
+
+
 def _revision(name: str, stream: HubStream) -> str:
     """The commit a Hub name's read is pinned to ("local" for a local folder or file)."""
     if Path(name).expanduser().exists():
@@ -81,6 +110,11 @@ def stream_rows(name: str, stream: HubStream, columns: list[str] | None = None,
         datasets.disable_progress_bars()
     except ImportError:  # pragma: no cover - datasets is a dependency
         raise DataError("the `datasets` package is needed to stream Hugging Face data sets") from None
+    with _online():
+        return _read(name, stream, columns, prepare, datasets)
+
+
+def _read(name: str, stream: HubStream, columns, prepare, datasets) -> tuple[list[dict], dict]:
     path = Path(name).expanduser()
     revision = _revision(name, stream)
     kwargs = {"split": stream.split, "streaming": True}
