@@ -227,5 +227,11 @@ def resolve_task(task):
         return load_task(task)
     if task is None or isinstance(task, str):
         return None
+    if isinstance(task, type):  # the class itself: its instance, as --task does
+        try:
+            task = task()
+        except Exception as exc:  # noqa: BLE001 - the user's code, in words
+            raise DataError(f"--task {task.__name__}: {task.__name__}() failed: "
+                            f"{type(exc).__name__}: {exc}") from None
     check_task(task)
     return task

@@ -54,6 +54,7 @@ def test_my_task_train_and_api_give_one_hash():
     out = json.loads(r.stdout)
     api = dc.train(None, MyTask(), steps=40)
     assert api.params_sha256 == out["params_sha256"] and api.run_id == out["run_id"]
+    assert dc.train(None, MyTask, steps=40).params_sha256 == api.params_sha256  # the class too
     assert out["identity"]["model"]["loss"] == "mse" and out["identity"]["task"] == "mytask"
     assert out["test_mse"] == api.test_mse
     human = cli("train", "--task", TASK, "--steps", "40", "--quiet")
