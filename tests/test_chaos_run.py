@@ -39,12 +39,18 @@ def _under_way(net: Net, step: int = 2) -> None:
     raise AssertionError("the run did not get under way")
 
 
-def _claims_to_be_ahead(net: Net, who: str = "p1") -> None:
-    """``who`` tells the coordinator it holds a later step (as a member does after a
-    hand-over; or a liar): the coordinator asks it for its state."""
+def _claims_to_be_ahead(net: Net, who: str = "p1", also: str = "p2") -> None:
+    """``also``, then ``who`` tell the coordinator they hold the same later step (as members
+    do after a hand-over; or liars): confirmed by a second member (issue 35), the coordinator
+    asks ``who`` for its state."""
     coord = net.peers["p0"]
-    out = coord.receive(who, F.Ready(coord.term, 1.0, "python", coord.step + 50, "f" * 64))
-    assert any(isinstance(o, R.Send) and isinstance(o.message, F.SyncRequest) for o in out)
+    ready = F.Ready(coord.term, 1.0, "python", coord.step + 50, "f" * 64)
+    out = coord.receive(also, ready)
+    assert not any(isinstance(o, R.Send) and isinstance(o.message, F.SyncRequest) for o in out)
+    net.feed("p0", out)
+    out = coord.receive(who, ready)
+    assert any(isinstance(o, R.Send) and isinstance(o.message, F.SyncRequest) and o.to == who
+               for o in out)
     net.feed("p0", out)
 
 
@@ -67,7 +73,7 @@ def test_a_member_ahead_that_never_sends_its_state_does_not_stall_the_coordinato
     """A member that claims a later step and then never answers the sync request (a liar,
     or one whose state was lost on the way) held the coordinator for ever; now it waits
     ``R.SYNC_WAIT_S``, goes on from its own state and brings that member to it."""
-    net = Net(rs, 2)
+    net = Net(rs, 3)
     _under_way(net)
     _claims_to_be_ahead(net, "p1")
     net.wire.clear()  # the sync request never reaches p1
@@ -81,13 +87,13 @@ def test_a_member_ahead_that_never_sends_its_state_does_not_stall_the_coordinato
 def test_a_state_that_does_not_match_its_hash_does_not_stall_the_coordinator(rs, ref):
     """The STATE the coordinator asked for arrives but is ignored (its hash is wrong): the
     coordinator used to keep waiting for another one."""
-    net = Net(rs, 2)
+    net = Net(rs, 3)
     _under_way(net)
     _claims_to_be_ahead(net, "p1")
     net.wire.clear()
     coord = net.peers["p0"]
     st = coord.trainer.state
-    bad = F.State(coord.step + 50, "0" * 64, st.theta.copy(), st.adam.m.copy(), st.adam.v.copy(),
+    bad = F.State(coord.step + 50, "f" * 64, st.theta.copy(), st.adam.m.copy(), st.adam.v.copy(),
                   st.adam.b1t, st.adam.b2t)
     out = coord.receive("p1", bad)
     assert any(isinstance(o, R.Log) and "does not match its hash" in o.text for o in out)
