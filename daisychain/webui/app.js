@@ -16,7 +16,8 @@ import { announce, event, showError, status } from "./panels/events.js";
 import { deviceReason, renderDevice } from "./panels/device.js";
 import { renderChecklist, renderRoom, renderShare } from "./panels/room.js";
 import { renderMatrix, renderPeers } from "./panels/peers.js";
-import { chosenDataset, loadDatasets, renderDatasetInfo, renderDatasets, renderSettings, uploadData, validate } from "./panels/settings.js";
+import { chosenDataset, fieldOf, loadDatasets, renderDatasetInfo, renderDatasets, renderSettings, setFieldError, uploadData, validate,
+  validateAll } from "./panels/settings.js";
 import { chartAdd, newChart } from "./panels/chart_panel.js";
 import { liveAccuracy, newRun, renderCounters, renderRun, renderRunSoon, sayRunEnded } from "./panels/run.js";
 import { galleryDone, galleryReset, galleryStep } from "./panels/gallery.js";
@@ -334,29 +335,17 @@ function wire() {
     const file = e.target.files?.[0];
     if (file) uploadData(file);
   });
-  $("settings").addEventListener("input", (e) => { if (e.target.name !== "data_file") validate(); });
+  $("settings").addEventListener("input", (e) => {
+    if (e.target.name === "data_file") return;
+    validate();
+    if (["layers", "hidden", "task", "dataset"].includes(e.target.name)) { // the model on its data, once typing stops
+      clearTimeout(wire.check);
+      wire.check = setTimeout(() => validateAll(), 400);
+    }
+  });
   $("settings").addEventListener("submit", (e) => { e.preventDefault(); $("start").click(); });
-  $("start").onclick = () => {
-    const { settings, errors } = validate();
-    const bad = Object.keys(errors);
-    if (bad.length) {
-      showError("run-error", "Some settings need a fix: see the messages by the fields.");
-      $("settings").elements[bad[0]]?.focus();
-      return;
-    }
-    showError("run-error", "");
-    if (typeof Notification === "function" && Notification.permission === "default") {
-      Notification.requestPermission().catch(() => {});
-    }
-    const resume = state.checkpoint.loaded;
-    state.settingsUsed = settings;
-    ctx.mesh.start(settings, resume).then(() => {
-      if (resume) {
-        state.checkpoint.loaded = null;
-        checkpointNote(`The run goes on from ${resume.name} (step ${resume.step}).`);
-      }
-    }).catch((err) => bus.emit("run:error", { message: err.message }));
-  };
+  $("start").onclick = () => start();
+  $("download-checkpoint").onclick = () => downloadCheckpoint();
   $("download-checkpoint").onclick = () => downloadCheckpoint();
   $("try-it").onclick = () => {
     $("try-panel").scrollIntoView({ block: "start" });
@@ -380,10 +369,74 @@ function wire() {
     e.target.value = ""; // choosing the same file again is a new upload
     if (file) uploadCheckpoint(file);
   };
-  $("stop").onclick = () => ctx.mesh.stop("the host stopped the run");
+  $("stop").onclick = () => {
+    if (state.run.state === "starting" && state.starting) { // not running yet: back to the settings
+      state.starting.cancelled = true;
+      backToSettings("you stopped the run before its first step");
+    }
+    ctx.mesh.stop("the host stopped the run");
+  };
   $("log-scale").onchange = (e) => ctx.chart.setLog(e.target.checked);
   // numbers that change with time (step rate, time left) without a new event
   setInterval(() => { if (state.run.state === "running") renderRun(); }, 1000);
+}
+
+/** Start: every field checked, then the model on its data (what the run checks, at the
+ *  fields), then the run. A failure after Start returns the page to editable settings with
+ *  the reason at its field. */
+async function start() {
+  if (state.starting) return;
+  const attempt = state.starting = { cancelled: false };
+  $("start").disabled = true;
+  status("Checking the settings (the model on its data)…");
+  let checked;
+  try {
+    checked = await validateAll();
+  } finally {
+    state.starting = null;
+    renderSettings();
+  }
+  const bad = Object.keys(checked.errors);
+  if (bad.length) {
+    showError("run-error", "Some settings need a fix: see the messages by the fields.");
+    status("Some settings need a fix: see the messages by the fields.", true);
+    $("settings").elements[bad[0]]?.focus();
+    return;
+  }
+  showError("run-error", "");
+  if (typeof Notification === "function" && Notification.permission === "default") {
+    Notification.requestPermission().catch(() => {});
+  }
+  const resume = state.checkpoint.loaded;
+  state.settingsUsed = checked.settings;
+  state.starting = attempt;
+  try {
+    await ctx.mesh.start(checked.settings, resume);
+    if (attempt.cancelled) return ctx.mesh.stop("the host stopped the run");
+    if (resume) {
+      state.checkpoint.loaded = null;
+      checkpointNote(`The run goes on from ${resume.name} (step ${resume.step}).`);
+    }
+  } catch (err) {
+    if (!attempt.cancelled) backToSettings(err.message);
+  } finally {
+    if (state.starting === attempt) state.starting = null;
+  }
+}
+
+/** The run did not start (a refusal after Start, or Stop before its first step): the
+ *  settings are editable again and the reason is at its field. */
+function backToSettings(message) {
+  if (state.run.state === "starting") state.run.state = "idle";
+  state.run.text = message;
+  state.preparing = null;
+  state.starting = null;
+  const field = fieldOf(message);
+  if (field) setFieldError(field, message);
+  bus.emit("run:error", { message: field ? `The run did not start: ${message} (see the field)` : `The run did not start: ${message}` });
+  renderRun();
+  renderSettings();
+  if (field) $("settings").elements[field]?.focus();
 }
 
 async function main() {

@@ -514,11 +514,17 @@ export class Mesh {
       throw err;
     }
     this._preparing("model", 1, 4, "building the model");
-    const spec = modelFor(ds, layers ?? (ds.kind === "image" ? null : hidden), 16);
-    const trainer = await createTrainer({ spec, hyper, dataset: ds, luts: this.device.luts, units: this.device.units, kind: this.device.kind });
-    this._preparing("identity", 2, 4, "hashing the run identity");
-    const identity = runIdentity(spec, hyper, ds, this.device.luts);
-    const id = await runId(identity);
+    let spec, trainer, identity, id;
+    try { // a model the data cannot hold: back to idle with the reason (the page's fields)
+      spec = modelFor(ds, layers ?? (ds.kind === "image" ? null : hidden), 16);
+      trainer = await createTrainer({ spec, hyper, dataset: ds, luts: this.device.luts, units: this.device.units, kind: this.device.kind });
+      this._preparing("identity", 2, 4, "hashing the run identity");
+      identity = runIdentity(spec, hyper, ds, this.device.luts);
+      id = await runId(identity);
+    } catch (err) {
+      this._state("idle", err.message);
+      throw err;
+    }
     if (resume) {
       const diffs = identityDifferences(identity, resume.identity).map((d) => d.replace(" in the run", " in the checkpoint"));
       const why = diffs.length ? `these settings make another run than the loaded checkpoint's: ${diffs.join("; ")}`

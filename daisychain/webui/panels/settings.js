@@ -3,10 +3,10 @@
 // the one store (store.js state).
 
 import * as F from "../ui_format.js";
-import { makeHyper, parseLayers } from "../engine/spec.js";
+import { makeHyper, modelFor, parseLayers, recipeSettings } from "../engine/spec.js";
 import { checkSetting } from "../settings_check.js";
 import { postUpload, withCredential } from "../uploads.js";
-import { $, running, state } from "./store.js";
+import { $, ctx, running, state } from "./store.js";
 import { event } from "./events.js";
 import { renderCheckpoint } from "./end.js";
 
@@ -177,6 +177,9 @@ export function readSettings() {
     }
   }
   const task = f.task.value;
+  if (layers && task !== "image" && layers.some((t) => typeof t === "string")) {
+    errors.layers = `conv and pool layers need an image input (task image); the ${task} task takes dense widths only`;
+  }
   const ds = chosenDataset();
   if (state.datasets.length && !ds) errors.dataset = "choose the data to train on";
   else if (ds && ds.task !== task) errors.dataset = `${ds.name} is data of the ${ds.task} task, not ${task}`;
@@ -196,4 +199,53 @@ export function validate() {
   const { settings, errors } = readSettings();
   for (const name of FIELDS) if (name !== "data_file") setFieldError(name, errors[name] || "");
   return { settings, errors };
+}
+
+/** The field a run's refusal names (mesh.start's and spec.js's words), or null. */
+export function fieldOf(message) {
+  const m = String(message);
+  if (/layer|conv|pool|image input|too small|hidden width/i.test(m)) return $("f-layers").value.trim() ? "layers" : "hidden";
+  if (/--hidden/.test(m)) return "hidden";
+  if (/micro-batch|--batch/.test(m)) return "batch";
+  if (/--lr|learning rate|warm-up/.test(m)) return "lr";
+  if (/steps|checkpoint/.test(m)) return "steps";
+  if (/data|fingerprint/i.test(m)) return "dataset";
+  return null;
+}
+
+/** What mesh.start checks once Start is clicked (the data, the model on it, the recipe),
+ *  checked before: {field: reason}, empty when the run can start. It fetches the chosen data
+ *  as the run would (mesh.loadData keeps it for the run). */
+export async function preflight(settings) {
+  const errors = {};
+  const { task, steps, seed, batch, micro_batch, lr, layers, hidden, dataset } = settings;
+  try {
+    makeHyper({ seed, batch, micro_batch, lr, ...recipeSettings(dataset?.task || task, steps) });
+  } catch (err) {
+    errors[fieldOf(err.message) || "lr"] = err.message;
+  }
+  let ds;
+  try {
+    ds = await ctx.mesh.loadData(dataset?.task || task, dataset?.fingerprint || null, dataset?.name || null);
+  } catch (err) {
+    errors.dataset = `the data did not load: ${err.message}`;
+    return errors;
+  }
+  try {
+    modelFor(ds, layers ?? (ds.kind === "image" ? null : hidden), 16);
+  } catch (err) {
+    errors[layers ? "layers" : "hidden"] = err.message.replace(/^--layers:? ?/, "");
+  }
+  return errors;
+}
+
+/** The fields' own errors and the model's on its data (preflight), shown by the fields;
+ *  the errors of both. A later check asks again: only the last answer is shown. */
+export async function validateAll() {
+  const { settings, errors } = validate();
+  const token = (validateAll.token = (validateAll.token || 0) + 1);
+  if (Object.keys(errors).length || !ctx.mesh) return { settings, errors };
+  const more = await preflight(settings);
+  if (token === validateAll.token) for (const [k, v] of Object.entries(more)) setFieldError(k, v);
+  return { settings, errors: { ...errors, ...more } };
 }
