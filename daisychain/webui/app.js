@@ -16,7 +16,7 @@ import { announce, event, showError, status } from "./panels/events.js";
 import { deviceReason, renderDevice } from "./panels/device.js";
 import { renderChecklist, renderRoom, renderShare } from "./panels/room.js";
 import { renderMatrix, renderPeers } from "./panels/peers.js";
-import { chosenDataset, fieldOf, loadDatasets, renderDatasetInfo, renderDatasets, renderSettings, setFieldError, uploadData, validate,
+import { applyTaskDefaults, chosenDataset, fieldOf, renderSchedule, loadDatasets, renderDatasetInfo, renderDatasets, renderSettings, setFieldError, uploadData, validate,
   validateAll } from "./panels/settings.js";
 import { chartAdd, newChart } from "./panels/chart_panel.js";
 import { liveAccuracy, newRun, renderCounters, renderRun, renderRunSoon, sayRunEnded } from "./panels/run.js";
@@ -320,6 +320,8 @@ function wire() {
   $("f-task").addEventListener("change", () => {
     const ds = chosenDataset();
     const task = $("f-task").value;
+    applyTaskDefaults(task, state.task);
+    state.task = task;
     if (ds && ds.task !== task) {
       renderDatasets(state.datasets.find((d) => d.origin === "embedded" && d.task === task)?.fingerprint ?? null);
     }
@@ -328,7 +330,11 @@ function wire() {
   $("f-dataset").addEventListener("change", () => {
     renderDatasetInfo();
     const ds = chosenDataset();
-    if (ds) $("f-task").value = ds.task;
+    if (ds && ds.task !== state.task) {
+      $("f-task").value = ds.task;
+      applyTaskDefaults(ds.task, state.task);
+      state.task = ds.task;
+    }
     validate();
   });
   $("data-file").addEventListener("change", (e) => {
@@ -338,6 +344,7 @@ function wire() {
   $("settings").addEventListener("input", (e) => {
     if (e.target.name === "data_file") return;
     validate();
+    if (["steps", "lr"].includes(e.target.name)) renderSchedule();
     if (["layers", "hidden", "task", "dataset"].includes(e.target.name)) { // the model on its data, once typing stops
       clearTimeout(wire.check);
       wire.check = setTimeout(() => validateAll(), 400);
@@ -464,6 +471,8 @@ async function main() {
   window.__tryPanel = ctx.tryPanel; // for tests (not in window.__daisy: it holds a model)
   offerTry();
   wire();
+  state.task = $("f-task").value;
+  applyTaskDefaults(state.task);
   datasets.then(() => validate());
   await ctx.net.start();
   state.ready = !!state.room;

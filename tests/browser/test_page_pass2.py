@@ -4,10 +4,17 @@ stuck (item 2); the task's defaults come from the one table every command reads 
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
+from browser_helpers import run_selftest
 
 pytestmark = pytest.mark.browser
 
+CLI = Path(sys.executable).with_name("daisychain")
 READY = "window.__daisy && window.__daisy.ready && window.__daisy.id && window.__daisy.datasetsLoaded"
 
 
@@ -69,3 +76,30 @@ def test_a_refusal_after_start_returns_to_editable_settings_with_the_reason_at_t
     cpu_page.wait_for_function("window.__daisy.mesh.summary && window.__daisy.mesh.summary.state === 'idle'", timeout=30_000)
     assert cpu_page.evaluate("window.__daisy.run.state") == "idle"
     assert _editable(cpu_page)
+
+
+def test_choosing_the_image_task_fills_its_defaults_from_the_table(cpu_page, server_url):
+    """Issue 36 item 3: choosing image kept digits' lr 0.003 and 600 steps; the CLI trains
+    0.006 and 3,000 with the image recipe. The page shows what the rate does in the run."""
+    _host(cpu_page, server_url)
+    cpu_page.select_option("#f-task", "image")
+    assert cpu_page.input_value("#f-lr") == "0.006"
+    assert cpu_page.input_value("#f-steps") == "3000"
+    hint = cpu_page.inner_text("#hint-lr")
+    assert "over the first 100 steps" in hint and "to 0 at step 3,000" in hint and "2 px" in hint, hint
+    cpu_page.fill("#f-steps", "200")  # a value the host typed stays, and the schedule follows it
+    cpu_page.select_option("#f-task", "digits")
+    assert cpu_page.input_value("#f-lr") == "0.003" and cpu_page.input_value("#f-steps") == "200"
+    assert cpu_page.inner_text("#hint-lr") == "constant through the run"
+
+
+def test_selftest_of_the_image_task_trains_what_daisychain_train_trains(cpu_page, server_url):
+    """Issue 33 item 1: /selftest?task=image ignored the image task's defaults (lr 0.006, the
+    shifts, warm-up and decay): its hash was another run's than `daisychain train --task image`."""
+    cli = subprocess.run([str(CLI), "train", "--task", "image", "--steps", "3", "--json"],
+                         capture_output=True, text=True, timeout=600)
+    assert cli.returncode == 0, cli.stderr
+    want = json.loads(cli.stdout)["params_sha256"]
+    got = run_selftest(cpu_page, f"{server_url}/selftest?task=image&steps=3&path=cpu", 600_000)
+    assert got["error"] is None, got["error"]
+    assert got["training"]["params_sha256"] == want

@@ -5,6 +5,7 @@
 import * as F from "../ui_format.js";
 import { makeHyper, modelFor, parseLayers, recipeSettings } from "../engine/spec.js";
 import { checkSetting } from "../settings_check.js";
+import { taskDefaults } from "../engine/task_defaults.js";
 import { postUpload, withCredential } from "../uploads.js";
 import { $, ctx, running, state } from "./store.js";
 import { event } from "./events.js";
@@ -114,7 +115,8 @@ export async function uploadData(file) {
     const entry = await resp.json();
     state.upload = entry;
     state.datasets = [entry, ...state.datasets.filter((d) => d.fingerprint !== entry.fingerprint)];
-    $("f-task").value = entry.task;
+    if (entry.task !== $("f-task").value) applyTaskDefaults(entry.task, $("f-task").value);
+    $("f-task").value = state.task = entry.task;
     renderDatasets(entry.fingerprint);
     $("data-file-hint").textContent = `${entry.name}: ${F.count(entry.train)} training and ${F.count(entry.test)} test samples, ` +
       `${entry.classes} classes, fingerprint ${entry.fingerprint.slice(0, 12)}…`;
@@ -248,4 +250,39 @@ export async function validateAll() {
   const more = await preflight(settings);
   if (token === validateAll.token) for (const [k, v] of Object.entries(more)) setFieldError(k, v);
   return { settings, errors: { ...errors, ...more } };
+}
+
+// -- the task's defaults (engine/task_defaults.json: the table every command reads) ------------
+
+const TASK_FIELDS = ["steps", "lr"];
+
+/** Choosing a task fills its defaults (steps, learning rate) into the fields still holding
+ *  the last task's defaults; a value the host typed stays. */
+export function applyTaskDefaults(task, previous = null) {
+  const f = $("settings").elements;
+  const was = previous ? taskDefaults(previous) : null;
+  const now = taskDefaults(task);
+  for (const name of TASK_FIELDS) {
+    const v = f[name].value.trim();
+    if (!was || v === "" || Number(v) === was[name]) f[name].value = String(now[name]);
+  }
+  $("hint-layers-empty").textContent = task === "image"
+    ? `empty: the task's CNN, ${now.layers}` : "empty: one layer of Hidden";
+  renderSchedule();
+}
+
+/** What the learning rate means for the run: the schedule the run's recipe gives it. */
+export function renderSchedule() {
+  const f = $("settings").elements;
+  const task = f.task.value;
+  const steps = checkSetting("steps", f.steps.value).value;
+  const lr = checkSetting("lr", f.lr.value).value;
+  if (!Number.isFinite(steps) || !Number.isFinite(lr) || steps < 1) { $("hint-lr").textContent = ""; return; }
+  const d = taskDefaults(task, steps);
+  const parts = [];
+  if (d.lr_warmup) parts.push(`rises from 0 to ${lr} over the first ${F.count(d.lr_warmup)} steps`);
+  if (d.lr_decay_steps) parts.push(`${parts.length ? "then falls" : "falls"} linearly to 0 at step ${F.count(d.lr_decay_steps)}`);
+  let text = parts.length ? `${parts.join(", ")}` : "constant through the run";
+  if (d.augment_shift) text += `; each training image shifted by up to ${d.augment_shift} px (the image recipe)`;
+  $("hint-lr").textContent = text;
 }
