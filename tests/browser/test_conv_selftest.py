@@ -98,7 +98,7 @@ def test_conv_model_with_the_image_recipe_trains_to_the_numpy_hash_in_both_tabs(
         finally:
             page.close()
     ds = SETS["image"]()
-    hp = Hyper(seed=5, batch=32, micro_batch=8, **recipe)
+    hp = Hyper(seed=5, batch=32, micro_batch=8, lr=defaults("image")["lr"], **recipe)  # the task's lr
     tr = Trainer(model_for(ds, parse_layers("conv4,pool,16")), hp, ds, load_luts())
     for _ in range(4):
         tr.apply(tr.contribute(list(range(hp.n_micro))).grad)

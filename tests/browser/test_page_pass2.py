@@ -103,3 +103,82 @@ def test_selftest_of_the_image_task_trains_what_daisychain_train_trains(cpu_page
     got = run_selftest(cpu_page, f"{server_url}/selftest?task=image&steps=3&path=cpu", 600_000)
     assert got["error"] is None, got["error"]
     assert got["training"]["params_sha256"] == want
+
+
+def _draw(page) -> None:
+    box = page.locator("#try-panel canvas.try-draw").bounding_box()
+    x, y = box["x"] + box["width"] / 2, box["y"] + box["height"] * 0.15
+    page.mouse.move(x, y)
+    page.mouse.down()
+    for k in range(1, 11):
+        page.mouse.move(x, y + k * box["height"] * 0.07)
+    page.mouse.up()
+
+
+def _png(color, size=(40, 30)) -> bytes:
+    import io
+
+    from PIL import Image
+    buf = io.BytesIO()
+    Image.new("RGB", size, color).save(buf, format="PNG")
+    return buf.getvalue()
+
+
+def test_an_image_model_can_be_tried_by_drawing_a_gallery_pick_and_a_file(cpu_page, server_url):
+    """Issue 36 item 1: Try the model refused every image-task model ("neither images nor
+    text"). A drawn stroke, a test image picked in the gallery and an image file are each
+    made into the model's 28 x 28 input and answered with every class's probability."""
+    _host(cpu_page, server_url)
+    cpu_page.select_option("#f-task", "image")
+    cpu_page.fill("#f-steps", "4")
+    cpu_page.fill("#f-layers", "conv4,pool,16")
+    cpu_page.click("#start")
+    cpu_page.wait_for_function("window.__daisy.end && window.__daisy.end.step === 4", timeout=300_000)
+    sha = cpu_page.evaluate("window.__daisy.run.sha")
+    cpu_page.click("#try-it")
+    assert cpu_page.is_visible("#try-panel canvas.try-draw") and cpu_page.is_hidden("#try-panel .try-none")
+    _draw(cpu_page)
+    cpu_page.wait_for_function("document.querySelectorAll('#try-panel .try-probs li').length === 10", timeout=60_000)
+    seen = cpu_page.evaluate("(() => { const c = document.querySelector('#try-panel canvas.try-input'); return [c.width, c.height]; })()")
+    assert seen == [28, 28]
+    probs = cpu_page.evaluate("window.__tryPanel.lastProbs")
+    assert len(probs) == 10 and abs(sum(probs) - 1) < 1e-9
+    assert "It reads" in cpu_page.inner_text("#try-panel .try-answer")
+    # a test image picked in the gallery
+    cpu_page.click("#gallery figure.g-item >> nth=3")
+    cpu_page.wait_for_function("document.querySelector('#try-panel .try-answer').textContent.startsWith('test image')", timeout=60_000)
+    # an image file (a light picture: turned over to MNIST's dark background)
+    cpu_page.set_input_files("#try-panel .try-file", files=[{"name": "white.png", "mimeType": "image/png", "buffer": _png((255, 255, 255))}])
+    cpu_page.wait_for_function("document.querySelector('#try-panel .try-answer').textContent.startsWith('white.png')", timeout=60_000)
+    assert "turned over" in cpu_page.inner_text("#try-panel .try-answer")
+    cpu_page.set_input_files("#try-panel .try-file", files=[{"name": "notes.txt", "mimeType": "text/plain", "buffer": b"hi"}])
+    cpu_page.wait_for_function("document.querySelector('#try-panel .try-answer').textContent.includes('not an image file')", timeout=30_000)
+    sha_now = cpu_page.evaluate("""async () => {
+      const { paramsSha256 } = await import('/webui/engine/trainer.js');
+      return paramsSha256(window.__daisy.mesh.peer.trainer.theta);
+    }""")
+    assert sha_now == sha  # trying read the parameters only
+
+
+def test_an_rgb_picture_and_drawing_become_the_models_colour_input(cpu_page, server_url):
+    """Issue 36 item 1, RGB: each channel of a colour picture or a coloured stroke reaches
+    its own plane of the [3, h, w] input (channels first, as the data is)."""
+    cpu_page.route(f"{server_url}/__blank", lambda route: route.fulfill(body="<!doctype html><title>t</title>",
+                                                                         content_type="text/html"))
+    cpu_page.goto(f"{server_url}/__blank")
+    got = cpu_page.evaluate("""async () => {
+      const T = await import('/webui/panels/try_image.js');
+      const W = 20, H = 10, red = new Uint8ClampedArray(4 * W * H);
+      for (let i = 0; i < W * H; i++) { red[4 * i] = 255; red[4 * i + 3] = 255; }
+      const pic = T.fromPicture(red, W, H, [3, 4, 6], 255).input;
+      const grey = T.fromPicture(red, W, H, [1, 4, 6], 255);
+      const ink = new Uint8ClampedArray(4 * 100 * 100);  // black, with a green square drawn
+      for (let y = 30; y < 70; y++) for (let x = 40; x < 60; x++) { ink[4 * (y * 100 + x) + 1] = 255; }
+      const drawn = T.fromDrawing(ink, 100, 100, [3, 8, 8], 255, true);
+      const sum = (a, k, n) => a.slice(k * n, (k + 1) * n).reduce((s, v) => s + v, 0);
+      return { pic: [0, 1, 2].map((k) => sum(pic, k, 24)), grey: [grey.input[0], grey.inverted],
+               drawn: [0, 1, 2].map((k) => sum(drawn, k, 64)) };
+    }""")
+    assert got["pic"] == [255 * 24, 0, 0]
+    assert got["grey"] == [76, False]  # luminance of red; a dark picture is not turned over
+    assert got["drawn"][0] == 0 and got["drawn"][2] == 0 and got["drawn"][1] > 0

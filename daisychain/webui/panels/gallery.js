@@ -84,10 +84,15 @@ function ensure() {
     const cap = document.createElement("figcaption");
     cap.textContent = "…";
     fig.append(cv, cap);
+    fig.tabIndex = 0; // a pick for "Try the model": the panel shows every class's probability
+    fig.title = "try the model on this image";
+    const pick = () => ctx.tryPanel?.tryRow(row);
+    fig.onclick = pick;
+    fig.onkeydown = (e) => { if (e.key === "Enter" || e.key === " ") { e.preventDefault(); pick(); } };
     return fig;
   }));
   $("gallery-note").textContent = `${g.index.length} of the ${F.count(ds.y_test.data.length)} test images; ` +
-    "the model's answer under each, not yet computed.";
+    "the model's answer under each, not yet computed; pick one to try the model on it.";
   $("gallery-panel").hidden = false;
   return g;
 }
