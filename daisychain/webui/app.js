@@ -16,7 +16,7 @@ import { announce, event, showError, status } from "./panels/events.js";
 import { deviceReason, renderDevice } from "./panels/device.js";
 import { renderChecklist, renderRoom, renderShare } from "./panels/room.js";
 import { renderMatrix, renderPeers } from "./panels/peers.js";
-import { applyTaskDefaults, chosenDataset, fieldOf, renderSchedule, loadDatasets, renderDatasetInfo, renderDatasets, renderSettings, setFieldError, uploadData, validate,
+import { applyTaskDefaults, chosenDataset, fieldOf, renderSchedule, showRunSettings, loadDatasets, renderDatasetInfo, renderDatasets, renderSettings, setFieldError, uploadData, validate,
   validateAll } from "./panels/settings.js";
 import { chartAdd, newChart } from "./panels/chart_panel.js";
 import { liveAccuracy, newRun, renderCounters, renderRun, renderRunSoon, sayRunEnded } from "./panels/run.js";
@@ -160,7 +160,7 @@ bus.on("run:state", (s) => {
   else if (s.state === "running" && state.runStart && !state.times.length && Number.isFinite(s.step)) state.runStart.step = s.step;
   if (s.text) event(s.text, s.state === "refused" || s.state === "failed" ? "error" : "");
   if (["running", "starting"].includes(s.state)) status(s.text || "training");
-  if (s.state === "running") offerTry();
+  if (s.state === "running") { offerTry(); showRunSettings(); }
   renderRun();
 });
 bus.on("run:step", (s) => {

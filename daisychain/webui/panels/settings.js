@@ -5,8 +5,9 @@
 import * as F from "../ui_format.js";
 import { makeHyper, modelFor, parseLayers, recipeSettings } from "../engine/spec.js";
 import { checkSetting } from "../settings_check.js";
-import { taskDefaults } from "../engine/task_defaults.js";
+import { TASK_DEFAULTS, taskDefaults } from "../engine/task_defaults.js";
 import { postUpload, withCredential } from "../uploads.js";
+import { settingsOf } from "../checkpoint.js";
 import { $, ctx, running, state } from "./store.js";
 import { event } from "./events.js";
 import { renderCheckpoint } from "./end.js";
@@ -19,13 +20,15 @@ export const FIELDS = ["dataset", "data_file", "task", "steps", "layers", "hidde
 export function renderSettings() {
   const host = !!state.room?.isHost && !state.pending;
   const busy = running();
+  const guestOfRun = !host && state.runSettings && ["starting", "running", "done"].includes(state.run.state);
   $("start").disabled = !host || busy || !state.ready;
   $("stop").disabled = !host || !busy;
   for (const el of $("settings").elements) el.disabled = !host || busy;
   renderCheckpoint();
-  $("settings-hint").textContent = host
-    ? "You are the host: choose the data and the model and start; every device trains the same model."
-    : "The host chooses these settings and starts the run.";
+  $("settings-hint").textContent = guestOfRun
+    ? `The settings of run ${state.runSettings.runId}, as the host chose them (read-only here): every device trains this model.`
+    : host ? "You are the host: choose the data and the model and start; every device trains the same model."
+      : "The host chooses these settings and starts the run.";
 }
 
 export function datasetLabel(d) {
@@ -271,18 +274,55 @@ export function applyTaskDefaults(task, previous = null) {
   renderSchedule();
 }
 
-/** What the learning rate means for the run: the schedule the run's recipe gives it. */
-export function renderSchedule() {
+/** What the learning rate means for the run: the schedule the run's recipe gives it (the
+ *  task's defaults, or `recipe`: a run's own augment_shift, lr_warmup, lr_decay_steps). */
+export function renderSchedule(recipe = null) {
   const f = $("settings").elements;
   const task = f.task.value;
   const steps = checkSetting("steps", f.steps.value).value;
   const lr = checkSetting("lr", f.lr.value).value;
   if (!Number.isFinite(steps) || !Number.isFinite(lr) || steps < 1) { $("hint-lr").textContent = ""; return; }
-  const d = taskDefaults(task, steps);
+  const d = recipe || taskDefaults(TASK_DEFAULTS[task] ? task : "digits", steps);
   const parts = [];
   if (d.lr_warmup) parts.push(`rises from 0 to ${lr} over the first ${F.count(d.lr_warmup)} steps`);
   if (d.lr_decay_steps) parts.push(`${parts.length ? "then falls" : "falls"} linearly to 0 at step ${F.count(d.lr_decay_steps)}`);
   let text = parts.length ? `${parts.join(", ")}` : "constant through the run";
   if (d.augment_shift) text += `; each training image shifted by up to ${d.augment_shift} px (the image recipe)`;
   $("hint-lr").textContent = text;
+}
+
+/** Fill the form with the settings of a run identity (a loaded checkpoint's, or the run this
+ *  device trains in): the data, the task, the model, the numbers, the recipe's schedule. */
+export function fillSettings(identity, steps = null) {
+  const s = settingsOf(identity);
+  const f = $("settings").elements;
+  if (s.task) f.task.value = state.task = s.task;
+  for (const [k, v] of Object.entries(s)) {
+    if (k === "layers" || k === "task") continue;
+    if (v !== null && v !== undefined && f[k] && f[k].type !== "file") f[k].value = String(v);
+  }
+  f.layers.value = s.layers && s.layers.length > 1 ? s.layers.join(",") : "";
+  if (steps !== null) f.steps.value = String(steps);
+  const known = state.datasets.find((d) => d.fingerprint === identity.dataset);
+  if (known || !identity.dataset) {
+    renderDatasets(known?.fingerprint ?? state.datasets.find((d) => d.origin === "embedded" && d.task === s.task)?.fingerprint);
+  } else { // data this page's list does not name (sent to the host's server meanwhile)
+    const o = document.createElement("option");
+    o.value = identity.dataset;
+    o.textContent = `the run's data (${s.task}, fingerprint ${identity.dataset.slice(0, 12)}…)`;
+    $("f-dataset").replaceChildren(o);
+    $("dataset-info").textContent = o.textContent;
+  }
+  renderSchedule({ augment_shift: s.augment_shift, lr_warmup: s.lr_warmup, lr_decay_steps: s.lr_decay_steps });
+}
+
+/** A guest shows the run's own settings, read-only (the host's form is its own). */
+export function showRunSettings() {
+  const run = ctx.mesh?.peer?.run;
+  const host = !!state.room?.isHost;
+  if (host || !run?.identity || state.runSettings?.runId === state.run.runId) return;
+  state.runSettings = { runId: state.run.runId || ctx.mesh.peer.runId };
+  fillSettings(run.identity, run.steps ?? null);
+  for (const name of FIELDS) setFieldError(name, "");
+  renderSettings();
 }
