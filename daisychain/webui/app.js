@@ -13,6 +13,7 @@ import { bus } from "./bus.js";
 import { normalizeRoom, roomFromLocation } from "./protocol.js";
 import { $, ctx, defaultName, kindName, learnName, nameOf, now, running, state, words } from "./panels/store.js";
 import { announce, event, showError, status } from "./panels/events.js";
+import { retrying } from "./panels/retry.js";
 import { deviceReason, renderDevice } from "./panels/device.js";
 import { renderChecklist, renderRoom, renderShare } from "./panels/room.js";
 import { renderMatrix, renderPeers } from "./panels/peers.js";
@@ -460,7 +461,10 @@ async function main() {
   if (room && room !== "new" && room !== "network") $("join-code").value = room;
   status("Testing this device (golden vectors through every compute path)…");
   const datasets = loadDatasets();
-  const device = await selfTestDevice({ want: params.get("path") });
+  const device = await retrying(() => selfTestDevice({ want: params.get("path") }), {
+    what: "Loading the self-test", say: (text) => { status(text, true); event(text, "error"); }, timeoutMs: 180_000,
+  });
+  status("The self-test passed: connecting to the server…");
   state.device = { ...device, name };
   renderDevice();
   event(`self-test: ${deviceReason(device)}`);

@@ -182,3 +182,42 @@ def test_an_rgb_picture_and_drawing_become_the_models_colour_input(cpu_page, ser
     assert got["pic"] == [255 * 24, 0, 0]
     assert got["grey"] == [76, False]  # luminance of red; a dark picture is not turned over
     assert got["drawn"][0] == 0 and got["drawn"][2] == 0 and got["drawn"][1] > 0
+
+
+def _fail_first(page, pattern: str, times: int) -> list:
+    """Abort the first `times` requests matching `pattern` as a dropped network does."""
+    seen = []
+
+    def handle(route):
+        seen.append(route.request.url)
+        if len(seen) <= times:
+            route.abort("internetdisconnected")
+        else:
+            route.continue_()
+    page.route(pattern, handle)
+    return seen
+
+
+def test_a_first_load_with_the_network_down_says_so_and_retries(cpu_page, server_url):
+    """Issue 36 item 7: ERR_NETWORK_CHANGED during the self-test left the page on
+    "Starting…" forever, with no error and no retry."""
+    seen = _fail_first(cpu_page, "**/golden/units.json", 2)
+    statuses = []
+    cpu_page.expose_function("__status", lambda t: statuses.append(t))
+    cpu_page.add_init_script("""new MutationObserver(() => window.__status(document.querySelector('#status')?.textContent || ''))
+      .observe(document, { subtree: true, childList: true, characterData: true });""")
+    cpu_page.goto(f"{server_url}/?name=flaky&path=cpu")
+    cpu_page.wait_for_function(READY, timeout=120_000)
+    assert len(seen) == 3
+    said = [s for s in statuses if "Trying again" in s]
+    assert said and "the network may have dropped" in said[0], statuses[-5:]
+
+
+def test_a_module_the_network_dropped_loads_the_page_again(cpu_page, server_url):
+    """Issue 36 item 7: a file of the page's code lost on the way leaves nothing running;
+    the page says so and loads itself again."""
+    seen = _fail_first(cpu_page, "**/webui/panels/events.js", 1)
+    cpu_page.goto(f"{server_url}/?name=flaky2&path=cpu")
+    cpu_page.wait_for_function("document.querySelector('#status').textContent.includes('did not load')", timeout=30_000)
+    cpu_page.wait_for_function(READY, timeout=120_000)
+    assert len(seen) >= 2

@@ -10,6 +10,7 @@ import { postUpload, withCredential } from "../uploads.js";
 import { settingsOf } from "../checkpoint.js";
 import { $, ctx, running, state } from "./store.js";
 import { event } from "./events.js";
+import { retrying } from "./retry.js";
 import { renderCheckpoint } from "./end.js";
 
 // -- settings, datasets, uploads --------------------------------------------------------------
@@ -80,9 +81,11 @@ export function chosenDataset() {
 
 export async function loadDatasets() {
   try {
-    const resp = await fetch("/datasets", { cache: "no-store", headers: withCredential() });
-    if (!resp.ok) throw new Error(`HTTP ${resp.status}`);
-    const body = await resp.json();
+    const body = await retrying(async () => {
+      const resp = await fetch("/datasets", { cache: "no-store", headers: withCredential() });
+      if (!resp.ok) throw new Error(`HTTP ${resp.status}`);
+      return resp.json();
+    }, { what: "Loading the list of data", tries: 6, say: (text) => { $("dataset-info").textContent = text; } });
     state.datasets = Array.isArray(body.datasets) ? body.datasets : [];
     state.maxUpload = Number.isFinite(body.max_upload_bytes) ? body.max_upload_bytes : null;
   } catch (err) {
