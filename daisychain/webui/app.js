@@ -126,6 +126,13 @@ bus.on("counters", (c) => {
   if (state.counterSteps.length > 1000) state.counterSteps.splice(0, 500);
   renderCounters();
 });
+bus.on("run:capacity", ({ capacity }) => { // this device measured on the run's own model
+  const micro = ctx.mesh?.peer?.run?.identity?.hyper?.micro_batch ?? state.settingsUsed?.micro_batch ?? 16;
+  Object.assign(state.device, { runCapacity: capacity, runMicro: micro });
+  state.runMicro = micro;
+  event(`measured on the run's model: ${capacity.toFixed(1)} micro-batches/s (the self-test's digits probe: ${state.device.capacity.toFixed(1)})`);
+  renderDevice();
+});
 bus.on("run:preparing", (p) => {
   state.preparing = p;
   if (state.run.state !== "starting") state.run.state = "starting";

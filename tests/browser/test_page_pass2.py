@@ -221,3 +221,22 @@ def test_a_module_the_network_dropped_loads_the_page_again(cpu_page, server_url)
     cpu_page.wait_for_function("document.querySelector('#status').textContent.includes('did not load')", timeout=30_000)
     cpu_page.wait_for_function(READY, timeout=120_000)
     assert len(seen) >= 2
+
+
+def test_capacity_is_measured_on_the_runs_own_model(cpu_page, server_url):
+    """Issue 36 item 5: the pooled capacity said 1838.5 micro-batches/s (the self-test's
+    digits probe) while the image run computed ~20: the split and the time left used the
+    probe. Every device now measures the run's model when the run starts, per device."""
+    _host(cpu_page, server_url)
+    cpu_page.select_option("#f-task", "image")
+    cpu_page.fill("#f-steps", "3")
+    cpu_page.click("#start")  # the default CNN
+    cpu_page.wait_for_function("window.__daisy.end && window.__daisy.end.step === 3", timeout=300_000)
+    dev = cpu_page.evaluate("window.__daisy.device")
+    assert dev["runCapacity"] > 0 and dev["runCapacity"] < dev["capacity"] / 5, dev
+    assert "on the run's model" in cpu_page.inner_text("#device-capacity")
+    assert "on the run's model" in cpu_page.inner_text("#pooled")
+    row = cpu_page.inner_text("#peers tr")
+    assert "on the run's model" in row, row
+    pooled = float(cpu_page.inner_text("#pooled").split()[0])
+    assert pooled < dev["capacity"] / 5, (pooled, dev)

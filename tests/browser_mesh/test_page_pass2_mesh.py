@@ -1,5 +1,6 @@
 """The page, second pass (issue 36), the items that need a room of two tabs: a guest shows
-the run's own settings, read-only (item 4)."""
+the run's own settings, read-only (item 4), and the host every device's capacity on the
+run's model (item 5)."""
 
 from __future__ import annotations
 
@@ -44,5 +45,9 @@ def test_a_guest_shows_the_runs_own_settings_read_only(browser_cpu, tabs):
         assert "to 0 at step 6" in g.inner_text("#hint-lr")  # the run's own schedule
         for t in (host, guest):
             t.wait("window.__daisy.run.state === 'done'", 300_000)
+        # item 5: the host shows every device's capacity on the run's model, not the probe's
+        rows = host.page.eval_on_selector_all("#peers tr", "(trs) => trs.map((t) => t.innerText)")
+        assert len(rows) == 2 and all("on the run's model" in r for r in rows), rows
+        assert guest.state("window.__daisy.device.runCapacity") > 0
     finally:
         guest.close()
