@@ -240,3 +240,35 @@ def test_capacity_is_measured_on_the_runs_own_model(cpu_page, server_url):
     assert "on the run's model" in row, row
     pooled = float(cpu_page.inner_text("#pooled").split()[0])
     assert pooled < dev["capacity"] / 5, (pooled, dev)
+
+
+def test_the_confusion_matrix_fits_a_phone(browser_nogpu, server_url):
+    """Issue 36 item 6: at 390 px the matrix's three-digit cells wrapped and the table was cut
+    after column 5."""
+    ctx = browser_nogpu.new_context(viewport={"width": 390, "height": 844}, device_scale_factor=1)
+    try:
+        page = ctx.new_page()
+        _host(page, server_url, "phone")
+        page.select_option("#f-task", "image")
+        page.fill("#f-steps", "3")
+        page.fill("#f-layers", "conv4,pool,16")
+        page.click("#start")
+        page.wait_for_selector("#end-confusion:not([hidden])", timeout=300_000)
+        fit = page.evaluate("""() => {
+          const box = document.querySelector('#end-confusion .table-box');
+          const t = document.querySelector('#confusion');
+          const cells = [...t.querySelectorAll('td, th')];
+          const h = t.querySelector('td').getBoundingClientRect().height;
+          return { box: [box.scrollWidth, box.clientWidth], right: t.getBoundingClientRect().right,
+                   width: document.documentElement.clientWidth,
+                   cut: cells.filter((c) => c.scrollWidth > c.clientWidth + 1).map((c) => c.textContent),
+                   tall: [...t.querySelectorAll('td')].filter((c) => c.getBoundingClientRect().height > h * 1.5).length,
+                   big: Math.max(...[...t.querySelectorAll('td')].map((c) => c.textContent.length)),
+                   cols: t.rows[0].cells.length };
+        }""")
+        assert fit["cols"] == 11
+        assert fit["big"] >= 3, fit  # three-digit counts are there to fit
+        assert fit["box"][0] <= fit["box"][1] and fit["right"] <= fit["width"], fit
+        assert fit["cut"] == [] and fit["tall"] == 0, fit
+    finally:
+        ctx.close()

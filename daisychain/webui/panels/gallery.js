@@ -165,8 +165,15 @@ function renderConfusion(ds, m, step) {
   const C = m.classes;
   const table = $("confusion");
   const head = document.createElement("tr");
-  head.append(cell("th", "true \\ predicted"));
-  for (let c = 0; c < C; c++) head.append(cell("th", className(ds, c), "col"));
+  const corner = cell("th", "");
+  corner.innerHTML = '<span class="wide-only">true \\ predicted</span><span class="narrow-only" aria-hidden="true">t\\p</span>';
+  corner.title = "a row is the true class, a column the model's answer";
+  head.append(corner);
+  for (let c = 0; c < C; c++) {
+    const th = cell("th", className(ds, c), "col");
+    th.title = className(ds, c);
+    head.append(th);
+  }
   const rows = [head];
   let maxDiag = 1; // shades: the diagonal against its largest count, the errors against theirs
   let maxOff = 1;
@@ -176,7 +183,9 @@ function renderConfusion(ds, m, step) {
   }
   for (let t = 0; t < C; t++) {
     const tr = document.createElement("tr");
-    tr.append(cell("th", className(ds, t), "row"));
+    const th = cell("th", className(ds, t), "row");
+    th.title = className(ds, t);
+    tr.append(th);
     for (let p = 0; p < C; p++) {
       const v = m.counts[t * C + p];
       const td = cell("td", String(v));
