@@ -337,7 +337,8 @@ def print_result(out: dict, as_json: bool) -> None:
           f"{out['world_size']} rank{'s' if out['world_size'] > 1 else ''})")
     for r, c in enumerate(out["units_per_rank"]):
         print(f"  rank {r}: " + format_counts(c)[len("units: "):])
-    print(f"test accuracy: {out['accuracy'] * 100:.2f}%  loss: {out['loss']:.4f}  "
+    print(f"test accuracy: {out['accuracy'] * 100:.2f}% (the test split)  "
+          f"last training batch's loss: {out['loss']:.4f}  "
           f"({out['steps']} steps, {out['steps_per_s']:.1f} steps/s, all-reduce "
           f"{out['allreduce_s_per_step'] * 1e3:.2f} ms/step)")
     if out["checkpoint"]:

@@ -1,5 +1,6 @@
 """The single-process reference trainer: trains through the INT8 units and prints the test
-accuracy, the loss and ``params-sha256: <hex>``, the hash every peer of the same run prints.
+accuracy (on the test split), the last training batch's loss and ``params-sha256: <hex>``,
+the hash every peer of the same run prints.
 
 ``--workers K --assign ...`` simulates K peers in this one process (each computes only its
 own micro-batches; their integer sums are added in a shuffled order): the hash must not
@@ -81,7 +82,8 @@ def run(args: argparse.Namespace) -> int:
         if args.json:
             print(json.dumps(out))
         else:
-            print(f"float32 test accuracy: {out['accuracy'] * 100:.2f}%  loss: {out['loss']:.4f}")
+            print(f"float32 test accuracy: {out['accuracy'] * 100:.2f}% (the test split)  "
+                  f"last training batch's loss: {out['loss']:.4f}")
         return 0
     try:
         out = train(rs, args.workers, args.assign, args.gemm, quiet=args.quiet or args.json,
@@ -98,7 +100,7 @@ def run(args: argparse.Namespace) -> int:
         loss = "n/a" if out["loss"] is None else f"{out['loss']:.4f}"
         ran = out["steps"] - out["start_step"]
         unit = "rounds" if rs.hp.local else "steps"
-        print(f"test accuracy: {out['accuracy'] * 100:.2f}%  loss: {loss}  "
+        print(f"test accuracy: {out['accuracy'] * 100:.2f}% (the test split)  last training batch's loss: {loss}  "
               f"({out['steps']} {unit}{f', {ran} of them now' if out['start_step'] else ''}, "
               f"{out['micro_batches_per_s']:.0f} micro-batches/s)")
         if out["checkpoint"]:
