@@ -214,6 +214,14 @@ bus.on("run:refused", ({ peer, name, message }) => {
 });
 bus.on("run:log", ({ text, peer, name }) => {
   learnName(peer, name);
+  // "X gets no micro-batch of step N: why" comes at every step: once per device, and again
+  // when its reason changes (as daisy-peer's progress.py Repeats)
+  const m = /^(.+?) gets no micro-batch of step \d+: (.*)$/.exec(text);
+  if (m) {
+    const said = (state.noShare ||= {});
+    if (said[m[1]] === m[2]) return;
+    said[m[1]] = m[2];
+  }
   event(text);
 });
 bus.on("run:restored", (r) => {
