@@ -272,3 +272,39 @@ def test_the_confusion_matrix_fits_a_phone(browser_nogpu, server_url):
         assert fit["cut"] == [] and fit["tall"] == 0, fit
     finally:
         ctx.close()
+
+
+def _boxes(page, ids):
+    return page.evaluate("""(ids) => Object.fromEntries(ids.map((id) => {
+      const r = document.getElementById(id).getBoundingClientRect();
+      return [id, { top: r.top + scrollY, left: r.left, right: r.right, bottom: r.bottom + scrollY }];
+    }))""", ids)
+
+
+def test_the_page_is_laid_out_by_the_runs_phase(browser_nogpu, server_url):
+    """Issue 36 item 9: at 1280 px the room and device cards left tall empty columns next
+    to the long settings form. Before a run the form comes first with the room and the
+    device beside it; during the run the progress comes first; at the end the results."""
+    ctx = browser_nogpu.new_context(viewport={"width": 1280, "height": 900})
+    try:
+        page = ctx.new_page()
+        _host(page, server_url, "wide")
+        ids = ["checklist-panel", "settings-panel", "room-panel", "device-panel", "train-panel", "end-card"]
+        b = _boxes(page, ids[:5])
+        s = b["settings-panel"]
+        for card in ("room-panel", "device-panel"):  # beside the form, inside its height
+            assert b[card]["left"] >= s["right"] and b[card]["top"] < s["bottom"], (card, b)
+        empty = max(0, (b["device-panel"]["bottom"] - b["room-panel"]["top"]) - (s["bottom"] - s["top"]))
+        tall = max(0, (s["bottom"] - s["top"]) - (b["device-panel"]["bottom"] - b["room-panel"]["top"]))
+        assert min(empty, tall) == 0 and max(empty, tall) < 0.5 * (s["bottom"] - s["top"]), b
+        page.fill("#f-steps", "400")
+        page.click("#start")
+        page.wait_for_function("window.__daisy.run.state === 'running' && window.__daisy.run.step > 1", timeout=120_000)
+        b = _boxes(page, ids[:5])
+        assert b["train-panel"]["top"] < b["settings-panel"]["top"] and b["train-panel"]["top"] < b["room-panel"]["top"], b
+        page.click("#stop")
+        page.wait_for_selector("#end-card:not([hidden])", timeout=60_000)
+        b = _boxes(page, ids)
+        assert b["end-card"]["top"] < b["train-panel"]["top"] < b["settings-panel"]["top"], b
+    finally:
+        ctx.close()

@@ -59,6 +59,8 @@ function setText(el, text) {
 
 export function renderRun() {
   const r = state.run;
+  const phase = ["starting", "running"].includes(r.state) ? "running" : r.state === "done" ? "done" : "setup";
+  if ($("main").dataset.phase !== phase) $("main").dataset.phase = phase;
   $("run-state").textContent = words(r.text || r.state);
   $("step").textContent = String(r.step);
   $("steps-total").textContent = r.steps ?? "—";

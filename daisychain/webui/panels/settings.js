@@ -22,6 +22,8 @@ export function renderSettings() {
   const host = !!state.room?.isHost && !state.pending;
   const busy = running();
   const guestOfRun = !host && state.runSettings && ["starting", "running", "done"].includes(state.run.state);
+  const role = host ? "host" : "guest";
+  if ($("main").dataset.role !== role) $("main").dataset.role = role;
   $("start").disabled = !host || busy || !state.ready;
   $("stop").disabled = !host || !busy;
   for (const el of $("settings").elements) el.disabled = !host || busy;
