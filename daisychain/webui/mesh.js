@@ -412,8 +412,8 @@ export class Mesh {
         const ours = r && r.runId === p?.runId ? this.shaAt.get(r.step) : undefined;
         if (ours !== undefined && typeof r.sha === "string") hashAgrees = r.sha === ours;
       }
-      const { capacity, onModel } = capacityOf(p, m, this.runCapacity);
-      return { id: m.id, name: m.name, kind: m.kind, capacity, onModel, probe: m.capacity,
+      const { capacity, onModel, inTasks } = capacityOf(p, m, this.runCapacity);
+      return { id: m.id, name: m.name, kind: m.kind, capacity, onModel, inTasks, probe: m.capacity,
         share: nMicro ? (this.lastShares[m.id] || 0) / nMicro : 0, micro: p?.doneBy[m.id] || 0,
         hashAgrees, you: m.id === p?.me, host: m.id === this.net.room?.host, left: !!m.left };
     });

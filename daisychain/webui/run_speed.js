@@ -28,12 +28,15 @@ export async function measureRun(mesh, spec, hyper) {
 }
 
 /** A room member's capacity on the run's model, as this device knows it: the coordinator's
- *  (each member's ready, then the task times it keeps measuring during the run), this
- *  device's own measure, else the self-test probe's. {capacity, onModel}. */
+ *  (each member measured it on the run's model for its ready message), this device's own
+ *  measure, else the self-test probe's; `inTasks` is what the coordinator keeps measuring
+ *  during the run (its tasks' micro-batches per second, the link's round trip included).
+ *  {capacity, onModel, inTasks}. */
 export function capacityOf(peer, member, runCapacity) {
   const crew = peer?.coordinator?.crew?.get?.(member.id);
   const mine = member.id === peer?.me && runCapacity && peer?.run ? runCapacity.capacity : null;
-  if (crew?.secPerMicro > 0) return { capacity: 1 / crew.secPerMicro, onModel: true };
-  if (mine !== null) return { capacity: mine, onModel: true };
-  return { capacity: member.capacity, onModel: false };
+  const inTasks = crew?.secPerMicro > 0 && crew.secPerMicro !== 1 / crew.capacity ? 1 / crew.secPerMicro : null;
+  if (crew?.capacity > 0) return { capacity: crew.capacity, onModel: true, inTasks };
+  if (mine !== null) return { capacity: mine, onModel: true, inTasks: null };
+  return { capacity: member.capacity, onModel: false, inTasks: null };
 }
