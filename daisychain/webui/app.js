@@ -383,6 +383,8 @@ function wire() {
   $("copy-command").onclick = () => copyText($("end-command").textContent, "command-feedback");
   $("back-to-settings").onclick = () => {
     $("end-card").hidden = true;
+    state.editing = true; // the page lays out the next run's settings first
+    renderRun();
     $("settings-panel").scrollIntoView({ block: "start" });
     const first = $("settings").querySelector("select:not([disabled]), input:not([disabled])");
     (first || $("settings-title")).focus();

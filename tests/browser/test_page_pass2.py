@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 from browser_helpers import run_selftest
+from test_page_try import _draw_one
 
 pytestmark = pytest.mark.browser
 
@@ -105,16 +106,6 @@ def test_selftest_of_the_image_task_trains_what_daisychain_train_trains(cpu_page
     assert got["training"]["params_sha256"] == want
 
 
-def _draw(page) -> None:
-    box = page.locator("#try-panel canvas.try-draw").bounding_box()
-    x, y = box["x"] + box["width"] / 2, box["y"] + box["height"] * 0.15
-    page.mouse.move(x, y)
-    page.mouse.down()
-    for k in range(1, 11):
-        page.mouse.move(x, y + k * box["height"] * 0.07)
-    page.mouse.up()
-
-
 def _png(color, size=(40, 30)) -> bytes:
     import io
 
@@ -137,7 +128,7 @@ def test_an_image_model_can_be_tried_by_drawing_a_gallery_pick_and_a_file(cpu_pa
     sha = cpu_page.evaluate("window.__daisy.run.sha")
     cpu_page.click("#try-it")
     assert cpu_page.is_visible("#try-panel canvas.try-draw") and cpu_page.is_hidden("#try-panel .try-none")
-    _draw(cpu_page)
+    _draw_one(cpu_page)
     cpu_page.wait_for_function("document.querySelectorAll('#try-panel .try-probs li').length === 10", timeout=60_000)
     seen = cpu_page.evaluate("(() => { const c = document.querySelector('#try-panel canvas.try-input'); return [c.width, c.height]; })()")
     assert seen == [28, 28]
@@ -306,5 +297,8 @@ def test_the_page_is_laid_out_by_the_runs_phase(browser_nogpu, server_url):
         page.wait_for_selector("#end-card:not([hidden])", timeout=60_000)
         b = _boxes(page, ids)
         assert b["end-card"]["top"] < b["train-panel"]["top"] < b["settings-panel"]["top"], b
+        page.click("#back-to-settings")  # the next run's settings come first again
+        b = _boxes(page, ids[:5])
+        assert b["settings-panel"]["top"] < b["train-panel"]["top"], b
     finally:
         ctx.close()
