@@ -232,6 +232,11 @@ bus.on("run:restored", (r) => {
 });
 bus.on("run:error", ({ message, peer, name }) => {
   learnName(peer, name);
+  // the host's run failed before it began (mesh.start's queued part): back to the settings
+  if (state.run.state === "starting" && state.room?.isHost && !ctx.mesh?.peer?.coordinating) {
+    backToSettings(message);
+    return;
+  }
   state.error = words(message);
   showError("run-error", message);
   status(message, true);
