@@ -119,12 +119,12 @@ export class Mesh {
     const spec = ModelSpec.fromJson(identity.model);
     const hyper = makeHyper(identity.hyper);
     const tr = await createTrainer({ spec, hyper, dataset: ds, luts: this.device.luts, units: this.device.units, kind: this.device.kind });
-    await this._measureRun(spec, hyper); // before the member's ready: the split uses it
+    await this._measureRun(tr, hyper); // before the member's ready: the split uses it
     return tr;
   }
 
   /** This device's micro-batches/s on the run's own model (run_speed.js). */
-  async _measureRun(spec, hyper) { this.runCapacity = await measureRun(this, spec, hyper) ?? this.runCapacity; }
+  async _measureRun(trainer, hyper) { this.runCapacity = await measureRun(this, trainer, hyper) ?? this.runCapacity; }
 
   /** Run `fn` (returning RunPeer outputs) after everything queued before it. */
   _enqueue(fn) {
@@ -527,7 +527,7 @@ export class Mesh {
       spec = modelFor(ds, layers ?? (ds.kind === "image" ? null : hidden), 16);
       trainer = await createTrainer({ spec, hyper, dataset: ds, luts: this.device.luts, units: this.device.units, kind: this.device.kind });
       this._preparing("model", 1, 4, "measuring this device on the run's model");
-      await this._measureRun(spec, hyper);
+      await this._measureRun(trainer, hyper);
       this._preparing("identity", 2, 4, "hashing the run identity");
       identity = runIdentity(spec, hyper, ds, this.device.luts);
       id = await runId(identity);
