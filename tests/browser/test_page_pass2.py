@@ -302,3 +302,34 @@ def test_the_page_is_laid_out_by_the_runs_phase(browser_nogpu, server_url):
         assert b["settings-panel"]["top"] < b["train-panel"]["top"], b
     finally:
         ctx.close()
+
+
+def test_an_rgb_image_model_is_tried_with_a_colour_pen(browser_nogpu):
+    """Issue 36 item 1, RGB: a model of colour images (3 x 8 x 8, served as a data set of its
+    own) is tried by a stroke of the colour picked; the model sees its colour."""
+    from conv_server import serving
+    from test_conv_selftest import image_set
+
+    with serving({"imagergb": image_set("imagergb", 3, 8, 8)}) as url:
+        page = browser_nogpu.new_page()
+        try:
+            _host(page, url, "rgb")
+            page.evaluate("""() => window.__daisy.mesh.start({ task: 'imagergb', steps: 3, batch: 32, micro_batch: 8,
+              layers: ['conv4', 'pool', 8] })""")
+            page.wait_for_function("window.__daisy.run.state === 'done'", timeout=120_000)
+            page.click("#try-it")
+            assert page.is_visible("#try-panel .try-colour")
+            page.fill("#try-panel .try-colour", "#ff0000")
+            _draw_one(page)
+            page.wait_for_function("document.querySelectorAll('#try-panel .try-probs li').length === 4", timeout=60_000)
+            seen = page.evaluate("""() => {
+              const c = document.querySelector('#try-panel canvas.try-input');
+              const d = c.getContext('2d').getImageData(0, 0, c.width, c.height).data;
+              let red = 0, other = 0;
+              for (let i = 0; i < d.length; i += 4) { red += d[i]; other += d[i + 1] + d[i + 2]; }
+              return { w: c.width, h: c.height, red, other };
+            }""")
+            assert (seen["w"], seen["h"]) == (8, 8) and seen["red"] > 0 and seen["other"] == 0, seen
+            assert "8 × 8, colour" in page.inner_text("#try-panel .try-input-label")
+        finally:
+            page.close()
