@@ -340,7 +340,8 @@ def print_result(out: dict, as_json: bool) -> None:
         print(f"  rank {r}: " + format_counts(c)[len("units: "):])
     score = (f"test mse: {out['test_mse']:.6g}" if out.get("test_mse") is not None
              else f"test accuracy: {out['accuracy'] * 100:.2f}%")
-    print(f"{score}  loss: {out['loss']:.4f}  "
+    print(f"{score} (the test split)  "
+          f"last training batch's loss: {out['loss']:.4f}  "
           f"({out['steps']} steps, {out['steps_per_s']:.1f} steps/s, all-reduce "
           f"{out['allreduce_s_per_step'] * 1e3:.2f} ms/step)")
     if out["checkpoint"]:

@@ -7,7 +7,9 @@ The checkpoint is read with the checked loader (as ``export`` does); its vocabul
 every text checkpoint; for an older checkpoint of the embedded text, that text's) maps the
 model's classes to characters. Each next character is drawn from the INT8 engine's own
 forward pass (the logits divided by ``--temperature``, the engine's softmax; 0: always the
-most likely) with a seeded generator, so the same command prints the same text. A prompt
+most likely) with a seeded generator, so the same command prints the same text. It goes on
+past ``--length`` to the end of the word it reached (at most 40 more characters) and says
+on stderr how many characters it wrote and how it ended. A prompt
 shorter than the model's context is padded on the left with a space (or the vocabulary's
 first character when it has no space).
 """
@@ -58,8 +60,15 @@ def load(path):
     return Engine(spec, load_luts()), ck.theta, spec, vocab
 
 
+#: a word ends at one of these: ``--length`` goes on to the end of the word it reached, by at
+#: most FINISH_MAX more characters (then it says it stopped mid-word)
+WORD_END = frozenset(" \n\t.,;:!?")
+FINISH_MAX = 40
+
+
 def generate(engine, theta, spec, vocab: str, prompt: str, length: int, temperature: float,
-             seed: int) -> str:
+             seed: int, finish: int = 0) -> str:
+    """``length`` characters, then up to ``finish`` more until one ends a word (WORD_END)."""
     missing = sorted(set(prompt) - set(vocab))
     if missing:
         raise SampleError(f"the prompt has characters the model never saw: {''.join(missing)!r}")
@@ -69,7 +78,9 @@ def generate(engine, theta, spec, vocab: str, prompt: str, length: int, temperat
     ids = [pad] * max(0, ctx - len(prompt)) + [index[c] for c in prompt]
     rng = np.random.default_rng(seed)
     out = []
-    for _ in range(length):
+    for k in range(length + finish):
+        if k >= length and (not out or out[-1] in WORD_END):
+            break
         x = np.array(ids[-ctx:], np.int32)[None, None, :]
         z, _ = engine.forward(theta, x)
         z = z[0, 0]
@@ -87,9 +98,17 @@ def run(args: argparse.Namespace) -> int:
     try:
         engine, theta, spec, vocab = load(args.checkpoint)
         text = generate(engine, theta, spec, vocab, args.prompt, args.length, args.temperature,
-                        args.seed)
+                        args.seed, finish=FINISH_MAX)
     except SampleError as exc:
         print(f"daisychain sample: error: {exc}", file=sys.stderr)
         return 2
-    print(args.prompt + text)
+    print(args.prompt + text.rstrip(" \t"))
+    print(f"daisychain sample: wrote {len(text)} characters after the prompt "
+          f"(--length {args.length}, {_ending(text, args.length)})", file=sys.stderr)
     return 0
+
+
+def _ending(text: str, length: int) -> str:
+    if not text or text[-1] in WORD_END:
+        return "then to the end of the word" if len(text) > length else "ending a word"
+    return f"stopped mid-word: no word end in {FINISH_MAX} more characters"

@@ -2,7 +2,9 @@
 host, a laptop) and 390 px (a phone that joined by the room's link); the phone mid-run
 scrolled to the chart with the status bar pinned at the top; the "try the model" panel on
 the text model (a sampled continuation) and on a digits model (a drawn digit); the gallery
-and the confusion matrix of a small CNN on the embedded MNIST, into docs/screenshots/.
+and the confusion matrix of a small CNN on the embedded MNIST, and that image model tried
+(a drawn digit at its 28 x 28 input) at 1280 and 390 px; the settings of a new run before it
+starts; into docs/screenshots/.
 
 WebRTC needs the private network namespace (as the browser_mesh tests):
 
@@ -50,6 +52,18 @@ def serve() -> str:
         return site._server.sockets[0].getsockname()[1]
 
     return f"http://127.0.0.1:{asyncio.run_coroutine_threadsafe(start(), loop).result(30)}"
+
+
+def draw_two(page) -> None:
+    """A "2" drawn with the mouse in the try panel's box."""
+    page.locator("#try-panel canvas.try-draw").scroll_into_view_if_needed()
+    box = page.locator("#try-panel canvas.try-draw").bounding_box()
+    pts = [(0.3, 0.25), (0.5, 0.15), (0.7, 0.25), (0.65, 0.45), (0.3, 0.85), (0.75, 0.85)]
+    page.mouse.move(box["x"] + pts[0][0] * box["width"], box["y"] + pts[0][1] * box["height"])
+    page.mouse.down()
+    for fx, fy in pts[1:]:
+        page.mouse.move(box["x"] + fx * box["width"], box["y"] + fy * box["height"], steps=8)
+    page.mouse.up()
 
 
 def main() -> None:
@@ -119,13 +133,7 @@ def main() -> None:
         host.click("#start")
         wait(host, "window.__daisy.end && window.__daisy.end.step === 200")
         host.click("#try-it")
-        box = host.locator("#try-panel canvas.try-draw").bounding_box()
-        pts = [(0.3, 0.25), (0.5, 0.15), (0.7, 0.25), (0.65, 0.45), (0.3, 0.85), (0.75, 0.85)]  # a "2"
-        host.mouse.move(box["x"] + pts[0][0] * box["width"], box["y"] + pts[0][1] * box["height"])
-        host.mouse.down()
-        for fx, fy in pts[1:]:
-            host.mouse.move(box["x"] + fx * box["width"], box["y"] + fy * box["height"], steps=8)
-        host.mouse.up()
+        draw_two(host)
         wait(host, "document.querySelectorAll('#try-panel .try-probs li').length === 10")
         host.locator("#try-panel").screenshot(path=str(out / "try-digit-1280.png"))
         # ... and an image run shows its gallery and, at the end, the confusion matrix
@@ -140,6 +148,24 @@ def main() -> None:
         wait(host, f"(window.__daisy.galleryShown || []).includes({a.image_steps})")
         host.locator("#gallery-panel").screenshot(path=str(out / "gallery-1280.png"))
         host.locator("#end-confusion").screenshot(path=str(out / "confusion-1280.png"))
+        # ... and the image model is tried: a drawn digit made into its 28 x 28 input
+        host.click("#try-it")
+        draw_two(host)
+        wait(host, "document.querySelectorAll('#try-panel .try-probs li').length === 10")
+        host.locator("#try-panel").screenshot(path=str(out / "try-image-1280.png"))
+        wait(phone, "window.__daisy.run.state === 'done' && !document.getElementById('end-confusion').hidden", 600_000)
+        phone.locator("#end-confusion").scroll_into_view_if_needed()
+        phone.screenshot(path=str(out / "confusion-390.png"), full_page=False)
+        phone.click("#try-it")
+        draw_two(phone)
+        wait(phone, "document.querySelectorAll('#try-panel .try-probs li').length === 10")
+        phone.locator("#try-panel").scroll_into_view_if_needed()
+        phone.evaluate("window.scrollBy(0, -60)")  # under the pinned status bar
+        phone.screenshot(path=str(out / "try-image-390.png"), full_page=False)
+        # the settings of a new run, before it starts (the form with the room and device beside it)
+        host.click("#back-to-settings")
+        host.evaluate("window.scrollTo(0, 0)")
+        host.screenshot(path=str(out / "settings-1280.png"), full_page=False)
         browser.close()
     for f in sorted(out.glob("*.png")):
         print(f, f.stat().st_size, "bytes")

@@ -78,7 +78,11 @@ def test_text_checkpoint_and_export_carry_the_vocabulary_and_sample_writes_text(
              cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     out = r.stdout.rstrip("\n")
-    assert out.startswith("abra") and len(out) == 44 and set(out) <= set(rs.ds.meta["vocab"])
+    assert out.startswith("abra") and set(out) <= set(rs.ds.meta["vocab"])
+    # issue 36 item 8: it stops at a word's end past --length (or says it stopped mid-word)
+    n = int(r.stderr.split("wrote ")[1].split()[0])
+    assert n >= 40 and len(out) <= 44 + 40, r.stderr
+    assert out[-1] in " \n\t.,;:!?" or "mid-word" in r.stderr or n == 40, (out, r.stderr)
     again = _cli("sample", "mine.pt", "--prompt", "abra", "--length", "40", "--temperature", "0",
                  cwd=tmp_path)
     assert again.stdout == r.stdout

@@ -1,5 +1,6 @@
 """The single-process reference trainer: trains through the INT8 units and prints the test
-accuracy, the loss and ``params-sha256: <hex>``, the hash every peer of the same run prints.
+accuracy (on the test split), the last training batch's loss and ``params-sha256: <hex>``,
+the hash every peer of the same run prints.
 
 ``--workers K --assign ...`` simulates K peers in this one process (each computes only its
 own micro-batches; their integer sums are added in a shuffled order): the hash must not
@@ -83,7 +84,7 @@ def run(args: argparse.Namespace) -> int:
         else:
             score = (f"test mse: {out['test_mse']:.6g}" if "test_mse" in out
                      else f"test accuracy: {out['accuracy'] * 100:.2f}%")
-            print(f"float32 {score}  loss: {out['loss']:.4f}")
+            print(f"float32 {score} (the test split)  last training batch's loss: {out['loss']:.4f}")
         return 0
     try:
         out = train(rs, args.workers, args.assign, args.gemm, quiet=args.quiet or args.json,
@@ -102,7 +103,7 @@ def run(args: argparse.Namespace) -> int:
         unit = "rounds" if rs.hp.local else "steps"
         score = (f"test accuracy: {out['accuracy'] * 100:.2f}%" if out["test_mse"] is None
                  else f"test mse: {out['test_mse']:.6g}")
-        print(f"{score}  loss: {loss}  "
+        print(f"{score} (the test split)  last training batch's loss: {loss}  "
               f"({out['steps']} {unit}{f', {ran} of them now' if out['start_step'] else ''}, "
               f"{out['micro_batches_per_s']:.0f} micro-batches/s)")
         if out["checkpoint"]:

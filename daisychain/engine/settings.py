@@ -19,15 +19,17 @@ import re
 from dataclasses import dataclass
 
 from daisychain.engine.data import TASKS, DataError, Dataset, model_for, prepare_task
+from daisychain.engine.task_defaults import TASK_DEFAULTS, defaults
 from daisychain.engine.spec import (MAX_CAPACITY, MAX_FEATURES, MAX_HIDDEN_LAYERS, MAX_LAYER_ITEMS, MAX_LR,
                                     MAX_MOMENTS_EVERY, MAX_OUTER_LR, MAX_REPLICAS, MAX_STEPS, MAX_SYNC_EVERY,
                                     MAX_WEIGHT_DECAY,
                                     MIN_CAPACITY, Hyper, ModelSpec, SpecError, hidden_widths, layer_items)
 
-DEFAULT_STEPS = 600
-#: the image task's defaults (docs/DATA.md, "The recipe"): with them ``daisychain train --task
-#: image`` reaches the accuracy docs/BENCHMARKS.md reports; lr_decay_steps defaults to --steps
-IMAGE_DEFAULTS = {"steps": 3000, "lr": 6e-3, "augment_shift": 2, "lr_warmup": 100}  # warm-up at most --steps / 10
+#: each task's defaults come from the one table (engine/task_defaults.json, which the page and
+#: /selftest read too); the image task's (docs/DATA.md, "The recipe") reach the accuracy
+#: docs/BENCHMARKS.md reports; its lr_decay_steps is --steps, its warm-up at most --steps / 10
+DEFAULT_STEPS = TASK_DEFAULTS["digits"]["steps"]
+IMAGE_DEFAULTS = TASK_DEFAULTS["image"]
 
 
 @dataclass(frozen=True)
@@ -274,26 +276,24 @@ class RunSettings:
 def settings_from_args(args: argparse.Namespace) -> RunSettings:
     """Raises SpecError/DataError with a message for the user."""
     image = args.task == "image"
-    task_default = IMAGE_DEFAULTS if image else {}
     if getattr(args, "steps", None) is None:
-        args.steps = task_default.get("steps", getattr(args, "_default_steps", DEFAULT_STEPS))
+        args.steps = IMAGE_DEFAULTS["steps"] if image else getattr(args, "_default_steps", DEFAULT_STEPS)
     for name in ("steps", "seed", "batch", "micro_batch", "hidden", "context", "embed_dim",
                  "lr", "weight_decay", "image_size", "augment_shift", "lr_warmup", "lr_decay_steps",
                  "replicas", "sync_every", "outer_lr", "outer_momentum", "moments_every"):
         check_value(name, getattr(args, name, None))
+    task_default = defaults(args.task if args.task in TASK_DEFAULTS else "digits", args.steps)
 
-    def pick(name: str, default):
+    def pick(name: str):
         v = getattr(args, name, None)
-        return task_default.get(name, default) if v is None else v
+        return task_default[name] if v is None else v
 
-    if not image and (pick("augment_shift", 0) or getattr(args, "image_size", None) is not None):
+    if not image and (pick("augment_shift") or getattr(args, "image_size", None) is not None):
         raise SpecError("--augment-shift and --image-size apply to the image task")
-    hp = Hyper(lr=pick("lr", Hyper.lr), weight_decay=args.weight_decay, batch=args.batch,
+    hp = Hyper(lr=pick("lr"), weight_decay=args.weight_decay, batch=args.batch,
                micro_batch=args.micro_batch, seed=args.seed,
-               augment_shift=pick("augment_shift", 0),
-               lr_warmup=pick("lr_warmup", 0) if getattr(args, "lr_warmup", None) is not None or not image
-               else min(IMAGE_DEFAULTS["lr_warmup"], args.steps // 10),
-               lr_decay_steps=pick("lr_decay_steps", args.steps if image else 0),
+               augment_shift=pick("augment_shift"), lr_warmup=pick("lr_warmup"),
+               lr_decay_steps=pick("lr_decay_steps"),
                **{k: getattr(args, k) for k in LOCAL_ARGS if getattr(args, k, None) is not None})
     hp.validate()
     from daisychain.task import resolve_task, task_dataset, task_layers

@@ -532,7 +532,9 @@ class Node:
                 "slowest_step_s": max(self.stats.step_times[1:], default=None),
                 "computed_micro_batches": self.stats.computed,
                 "seconds": time.perf_counter() - self.stats.started,
-                "replayed": getattr(tr, "replayed", 0)}  # local steps: replica rounds from an anchor
+                "replayed": getattr(tr, "replayed", 0),  # local steps: replica rounds from an anchor
+                "coordinated": bool(getattr(self.run, "coordinating", False)),
+                "capacity": self.run.capacity}
 
     def _steps_per_s(self) -> float | None:
         """Committed steps per second from the first commit this peer saw to its last (the
@@ -553,6 +555,18 @@ class Node:
                 "mine": unit_counts(tr.spec, tr.hp.micro_batch, mine)}
 
 
+def _why_none(out: dict, u: dict) -> str:
+    """Why this peer computed no micro-batch, in words (empty when it computed some)."""
+    if u["mine_micro_batches"]:
+        return ""
+    cap = out.get("capacity")
+    mine = f"its capacity {cap:.3g} micro-batches/s" if cap else "its capacity"
+    if out.get("coordinated"):
+        return (f": as the coordinator it split every step by capacity and the link times, and "
+                f"{mine} left it no share beside the others; it dispatched, summed and checked")
+    return f": the coordinator's split gave it no share ({mine} against the room's)"
+
+
 def print_summary(out: dict, as_json: bool) -> None:
     if as_json:
         print(json.dumps(out))
@@ -561,13 +575,14 @@ def print_summary(out: dict, as_json: bool) -> None:
     local = "replicas" in out.get("identity", {}).get("hyper", {})  # a step is a round, a task a replica
     score = (f"test mse: {out['test_mse']:.6g}" if out.get("test_mse") is not None
              else f"test accuracy: {out['accuracy'] * 100:.2f}%")
-    print(f"{score}  loss: {out['loss']:.4f}  "
+    print(f"{score} (the test split)  "
+          f"last training batch's loss: {out['loss']:.4f}  "
           f"({out['steps']} {'rounds; replica rounds' if local else 'steps; micro-batches'}: {who})")
     from daisychain.engine.counters import format_counts
     u = out.get("units")
     if u:
         print(f"whole run ({u['run_micro_batches']} micro-batches): {format_counts(u['run'])}")
-        print(f"this peer ({u['mine_micro_batches']} micro-batches): {format_counts(u['mine'])}")
+        print(f"this peer ({u['mine_micro_batches']} micro-batches{_why_none(out, u)}): {format_counts(u['mine'])}")
     if local:
         print(f"replica rounds replayed from an anchor here: {out.get('replayed', 0)}")
     for a in out.get("alarms", ()):

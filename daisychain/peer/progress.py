@@ -4,12 +4,37 @@ MB/s on the data channels; loud log lines go above it."""
 from __future__ import annotations
 
 import logging
+import re
 import sys
 import time
 
 from tqdm import tqdm
 
 from daisychain.peer import run as R
+
+
+_NO_SHARE = re.compile(r"(?P<who>.+?) gets no micro-batch of step \d+: (?P<why>.*)")
+
+
+class Repeats:
+    """The coordinator's "X gets no micro-batch of step N: ..." comes at every step; it is
+    said once per device, and again only when its reason changes (the step left out)."""
+
+    def __init__(self):
+        self.said: dict[str, str] = {}
+
+    def filter(self, text: str) -> str | None:
+        """``text`` to print, or None when it only repeats what was said."""
+        m = _NO_SHARE.fullmatch(text)
+        if m is None:
+            return text
+        who, why = m.group("who"), m.group("why")
+        if self.said.get(who) == why:
+            return None
+        again = who in self.said
+        self.said[who] = why
+        return text + (" (changed; said again only when it changes)" if again
+                       else " (said once; again only when it changes)")
 
 
 class Progress:
@@ -19,6 +44,7 @@ class Progress:
         self.steps = steps
         self.desc = desc
         self.t0 = time.perf_counter()
+        self.repeats = Repeats()
 
     def room(self, code: str, node) -> None:
         """Always shown (also with --json, on stderr): the host hands this code out."""
@@ -53,7 +79,9 @@ class Progress:
         if not self.enabled:
             return
         if isinstance(e, R.Log):
-            self.write(("WARNING: " if e.loud else "") + e.text)
+            text = self.repeats.filter(e.text)
+            if text is not None:
+                self.write(("WARNING: " if e.loud else "") + text)
         elif isinstance(e, R.Refused):
             self.write(f"{e.peer} refused the run: " + "; ".join(e.reasons))
         elif isinstance(e, R.Committed):

@@ -13,10 +13,12 @@ import { bus } from "./bus.js";
 import { normalizeRoom, roomFromLocation } from "./protocol.js";
 import { $, ctx, defaultName, kindName, learnName, nameOf, now, running, state, words } from "./panels/store.js";
 import { announce, event, showError, status } from "./panels/events.js";
+import { retrying } from "./panels/retry.js";
 import { deviceReason, renderDevice } from "./panels/device.js";
 import { renderChecklist, renderRoom, renderShare } from "./panels/room.js";
 import { renderMatrix, renderPeers } from "./panels/peers.js";
-import { chosenDataset, loadDatasets, renderDatasetInfo, renderDatasets, renderSettings, uploadData, validate } from "./panels/settings.js";
+import { applyTaskDefaults, chosenDataset, fieldOf, renderSchedule, showRunSettings, loadDatasets, renderDatasetInfo, renderDatasets, renderSettings, setFieldError, uploadData, validate,
+  validateAll } from "./panels/settings.js";
 import { chartAdd, newChart } from "./panels/chart_panel.js";
 import { mountModelData, renderModelSize } from "./panels/model_data.js";
 import { liveAccuracy, newRun, renderCounters, renderRun, renderRunSoon, sayRunEnded } from "./panels/run.js";
@@ -125,6 +127,13 @@ bus.on("counters", (c) => {
   if (state.counterSteps.length > 1000) state.counterSteps.splice(0, 500);
   renderCounters();
 });
+bus.on("run:capacity", ({ capacity }) => { // this device measured on the run's own model
+  const micro = ctx.mesh?.peer?.run?.identity?.hyper?.micro_batch ?? state.settingsUsed?.micro_batch ?? 16;
+  Object.assign(state.device, { runCapacity: capacity, runMicro: micro });
+  state.runMicro = micro;
+  event(`measured on the run's model: ${capacity.toFixed(1)} micro-batches/s (the self-test's digits probe: ${state.device.capacity.toFixed(1)})`);
+  renderDevice();
+});
 bus.on("run:preparing", (p) => {
   state.preparing = p;
   if (state.run.state !== "starting") state.run.state = "starting";
@@ -160,7 +169,7 @@ bus.on("run:state", (s) => {
   else if (s.state === "running" && state.runStart && !state.times.length && Number.isFinite(s.step)) state.runStart.step = s.step;
   if (s.text) event(s.text, s.state === "refused" || s.state === "failed" ? "error" : "");
   if (["running", "starting"].includes(s.state)) status(s.text || "training");
-  if (s.state === "running") offerTry();
+  if (s.state === "running") { offerTry(); showRunSettings(); }
   renderRun();
 });
 bus.on("run:step", (s) => {
@@ -206,6 +215,14 @@ bus.on("run:refused", ({ peer, name, message }) => {
 });
 bus.on("run:log", ({ text, peer, name }) => {
   learnName(peer, name);
+  // "X gets no micro-batch of step N: why" comes at every step: once per device, and again
+  // when its reason changes (as daisy-peer's progress.py Repeats)
+  const m = /^(.+?) gets no micro-batch of step \d+: (.*)$/.exec(text);
+  if (m) {
+    const said = (state.noShare ||= {});
+    if (said[m[1]] === m[2]) return;
+    said[m[1]] = m[2];
+  }
   event(text);
 });
 bus.on("run:restored", (r) => {
@@ -216,6 +233,11 @@ bus.on("run:restored", (r) => {
 });
 bus.on("run:error", ({ message, peer, name }) => {
   learnName(peer, name);
+  // the host's run failed before it began (mesh.start's queued part): back to the settings
+  if (state.run.state === "starting" && state.room?.isHost && !ctx.mesh?.peer?.coordinating) {
+    backToSettings(message);
+    return;
+  }
   state.error = words(message);
   showError("run-error", message);
   status(message, true);
@@ -320,6 +342,8 @@ function wire() {
   $("f-task").addEventListener("change", () => {
     const ds = chosenDataset();
     const task = $("f-task").value;
+    applyTaskDefaults(task, state.task);
+    state.task = task;
     if (ds && ds.task !== task) {
       renderDatasets(state.datasets.find((d) => d.origin === "embedded" && d.task === task)?.fingerprint ?? null);
     }
@@ -328,36 +352,29 @@ function wire() {
   $("f-dataset").addEventListener("change", () => {
     renderDatasetInfo();
     const ds = chosenDataset();
-    if (ds) $("f-task").value = ds.task;
+    if (ds && ds.task !== state.task) {
+      $("f-task").value = ds.task;
+      applyTaskDefaults(ds.task, state.task);
+      state.task = ds.task;
+    }
     validate();
   });
   $("data-file").addEventListener("change", (e) => {
     const file = e.target.files?.[0];
     if (file) uploadData(file);
   });
-  $("settings").addEventListener("input", (e) => { if (e.target.name !== "data_file") validate(); });
+  $("settings").addEventListener("input", (e) => {
+    if (e.target.name === "data_file") return;
+    validate();
+    if (["steps", "lr"].includes(e.target.name)) renderSchedule();
+    if (["layers", "hidden", "task", "dataset"].includes(e.target.name)) { // the model on its data, once typing stops
+      clearTimeout(wire.check);
+      wire.check = setTimeout(() => validateAll(), 400);
+    }
+  });
   $("settings").addEventListener("submit", (e) => { e.preventDefault(); $("start").click(); });
-  $("start").onclick = () => {
-    const { settings, errors } = validate();
-    const bad = Object.keys(errors);
-    if (bad.length) {
-      showError("run-error", "Some settings need a fix: see the messages by the fields.");
-      $("settings").elements[bad[0]]?.focus();
-      return;
-    }
-    showError("run-error", "");
-    if (typeof Notification === "function" && Notification.permission === "default") {
-      Notification.requestPermission().catch(() => {});
-    }
-    const resume = state.checkpoint.loaded;
-    state.settingsUsed = settings;
-    ctx.mesh.start(settings, resume).then(() => {
-      if (resume) {
-        state.checkpoint.loaded = null;
-        checkpointNote(`The run goes on from ${resume.name} (step ${resume.step}).`);
-      }
-    }).catch((err) => bus.emit("run:error", { message: err.message }));
-  };
+  $("start").onclick = () => start();
+  $("download-checkpoint").onclick = () => downloadCheckpoint();
   $("download-checkpoint").onclick = () => downloadCheckpoint();
   $("try-it").onclick = () => {
     $("try-panel").scrollIntoView({ block: "start" });
@@ -372,6 +389,8 @@ function wire() {
   $("copy-command").onclick = () => copyText($("end-command").textContent, "command-feedback");
   $("back-to-settings").onclick = () => {
     $("end-card").hidden = true;
+    state.editing = true; // the page lays out the next run's settings first
+    renderRun();
     $("settings-panel").scrollIntoView({ block: "start" });
     const first = $("settings").querySelector("select:not([disabled]), input:not([disabled])");
     (first || $("settings-title")).focus();
@@ -381,10 +400,74 @@ function wire() {
     e.target.value = ""; // choosing the same file again is a new upload
     if (file) uploadCheckpoint(file);
   };
-  $("stop").onclick = () => ctx.mesh.stop("the host stopped the run");
+  $("stop").onclick = () => {
+    if (state.run.state === "starting" && state.starting) { // not running yet: back to the settings
+      state.starting.cancelled = true;
+      backToSettings("you stopped the run before its first step");
+    }
+    ctx.mesh.stop("the host stopped the run");
+  };
   $("log-scale").onchange = (e) => ctx.chart.setLog(e.target.checked);
   // numbers that change with time (step rate, time left) without a new event
   setInterval(() => { if (state.run.state === "running") renderRun(); }, 1000);
+}
+
+/** Start: every field checked, then the model on its data (what the run checks, at the
+ *  fields), then the run. A failure after Start returns the page to editable settings with
+ *  the reason at its field. */
+async function start() {
+  if (state.starting) return;
+  const attempt = state.starting = { cancelled: false };
+  $("start").disabled = true;
+  status("Checking the settings (the model on its data)…");
+  let checked;
+  try {
+    checked = await validateAll();
+  } finally {
+    state.starting = null;
+    renderSettings();
+  }
+  const bad = Object.keys(checked.errors);
+  if (bad.length) {
+    showError("run-error", "Some settings need a fix: see the messages by the fields.");
+    status("Some settings need a fix: see the messages by the fields.", true);
+    $("settings").elements[bad[0]]?.focus();
+    return;
+  }
+  showError("run-error", "");
+  if (typeof Notification === "function" && Notification.permission === "default") {
+    Notification.requestPermission().catch(() => {});
+  }
+  const resume = state.checkpoint.loaded;
+  state.settingsUsed = checked.settings;
+  state.starting = attempt;
+  try {
+    await ctx.mesh.start(checked.settings, resume);
+    if (attempt.cancelled) return ctx.mesh.stop("the host stopped the run");
+    if (resume) {
+      state.checkpoint.loaded = null;
+      checkpointNote(`The run goes on from ${resume.name} (step ${resume.step}).`);
+    }
+  } catch (err) {
+    if (!attempt.cancelled) backToSettings(err.message);
+  } finally {
+    if (state.starting === attempt) state.starting = null;
+  }
+}
+
+/** The run did not start (a refusal after Start, or Stop before its first step): the
+ *  settings are editable again and the reason is at its field. */
+function backToSettings(message) {
+  if (state.run.state === "starting") state.run.state = "idle";
+  state.run.text = message;
+  state.preparing = null;
+  state.starting = null;
+  const field = fieldOf(message);
+  if (field) setFieldError(field, message);
+  bus.emit("run:error", { message: field ? `The run did not start: ${message} (see the field)` : `The run did not start: ${message}` });
+  renderRun();
+  renderSettings();
+  if (field) $("settings").elements[field]?.focus();
 }
 
 async function main() {
@@ -401,7 +484,10 @@ async function main() {
   if (room && room !== "new" && room !== "network") $("join-code").value = room;
   status("Testing this device (golden vectors through every compute path)…");
   const datasets = loadDatasets();
-  const device = await selfTestDevice({ want: params.get("path") });
+  const device = await retrying(() => selfTestDevice({ want: params.get("path") }), {
+    what: "Loading the self-test", say: (text) => { status(text, true); event(text, "error"); }, timeoutMs: 180_000,
+  });
+  status("The self-test passed: connecting to the server…");
   state.device = { ...device, name };
   renderDevice();
   event(`self-test: ${deviceReason(device)}`);
@@ -413,6 +499,8 @@ async function main() {
   offerTry();
   wire();
   mountModelData();
+  state.task = $("f-task").value;
+  applyTaskDefaults(state.task);
   datasets.then(() => { validate(); renderModelSize(); });
   await ctx.net.start();
   state.ready = !!state.room;

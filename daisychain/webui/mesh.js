@@ -20,6 +20,7 @@ import { paramsSha256, runId, runIdentity } from "./engine/trainer.js";
 import * as W from "./frames.js";
 import { identityDifferences, RunPeer } from "./runpeer.js";
 import { createTrainer } from "./worker/trainer_proxy.js";
+import { capacityOf, measureRun } from "./run_speed.js";
 
 // -- the shell -----------------------------------------------------------------------------
 
@@ -114,11 +115,16 @@ export class Mesh {
     return [];
   }
 
-  _makeTrainer(identity, ds) {
+  async _makeTrainer(identity, ds) {
     const spec = ModelSpec.fromJson(identity.model);
     const hyper = makeHyper(identity.hyper);
-    return createTrainer({ spec, hyper, dataset: ds, luts: this.device.luts, units: this.device.units, kind: this.device.kind });
+    const tr = await createTrainer({ spec, hyper, dataset: ds, luts: this.device.luts, units: this.device.units, kind: this.device.kind });
+    await this._measureRun(tr, hyper); // before the member's ready: the split uses it
+    return tr;
   }
+
+  /** This device's micro-batches/s on the run's own model (run_speed.js). */
+  async _measureRun(trainer, hyper) { this.runCapacity = await measureRun(this, trainer, hyper) ?? this.runCapacity; }
 
   /** Run `fn` (returning RunPeer outputs) after everything queued before it. */
   _enqueue(fn) {
@@ -407,7 +413,8 @@ export class Mesh {
         const ours = r && r.runId === p?.runId ? this.shaAt.get(r.step) : undefined;
         if (ours !== undefined && typeof r.sha === "string") hashAgrees = r.sha === ours;
       }
-      return { id: m.id, name: m.name, kind: m.kind, capacity: m.capacity,
+      const { capacity, onModel, inTasks } = capacityOf(p, m, this.runCapacity);
+      return { id: m.id, name: m.name, kind: m.kind, capacity, onModel, inTasks, probe: m.capacity,
         share: nMicro ? (this.lastShares[m.id] || 0) / nMicro : 0, micro: p?.doneBy[m.id] || 0,
         hashAgrees, you: m.id === p?.me, host: m.id === this.net.room?.host, left: !!m.left };
     });
@@ -418,7 +425,8 @@ export class Mesh {
     // a local-steps run (engine/local.js): the round, the inner steps, this device's replicas
     const local = tr?.replicas !== undefined ? { replicas: tr.replicas, syncEvery: tr.syncEvery, inner: tr.inner,
       mine: this.lastMine ?? null } : null;
-    return { rows, pooledCapacity: members.reduce((s, m) => s + (Number(m.capacity) || 0), 0),
+    return { rows, pooledCapacity: rows.filter((r) => !r.left).reduce((s, r) => s + (Number(r.capacity) || 0), 0),
+      pooledOnModel: rows.some((r) => r.onModel),
       stepRate: rate, etaSeconds: rate && left !== null ? left / rate : null, step, steps, local };
   }
 
@@ -515,11 +523,19 @@ export class Mesh {
       throw err;
     }
     this._preparing("model", 1, 4, "building the model");
-    const spec = modelFor(ds, layers ?? (ds.kind === "image" ? null : hidden), 16);
-    const trainer = await createTrainer({ spec, hyper, dataset: ds, luts: this.device.luts, units: this.device.units, kind: this.device.kind });
-    this._preparing("identity", 2, 4, "hashing the run identity");
-    const identity = runIdentity(spec, hyper, ds, this.device.luts);
-    const id = await runId(identity);
+    let spec, trainer, identity, id;
+    try { // a model the data cannot hold: back to idle with the reason (the page's fields)
+      spec = modelFor(ds, layers ?? (ds.kind === "image" ? null : hidden), 16);
+      trainer = await createTrainer({ spec, hyper, dataset: ds, luts: this.device.luts, units: this.device.units, kind: this.device.kind });
+      this._preparing("model", 1, 4, "measuring this device on the run's model");
+      await this._measureRun(trainer, hyper);
+      this._preparing("identity", 2, 4, "hashing the run identity");
+      identity = runIdentity(spec, hyper, ds, this.device.luts);
+      id = await runId(identity);
+    } catch (err) {
+      this._state("idle", err.message);
+      throw err;
+    }
     if (resume) {
       const diffs = identityDifferences(identity, resume.identity).map((d) => d.replace(" in the run", " in the checkpoint"));
       const why = diffs.length ? `these settings make another run than the loaded checkpoint's: ${diffs.join("; ")}`

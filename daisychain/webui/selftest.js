@@ -5,8 +5,8 @@
 // the query names `task` or `steps`, trains in the page exactly as `daisychain train` does:
 //   /selftest?task=digits|text|image&steps=N&seed=S&path=gpu|cpu   (path: default the chosen one)
 //   (also batch, micro-batch, lr, weight-decay, hidden, layers=256,256, embed-dim, and the
-//   image recipe's augment-shift, lr-warmup, lr-decay-steps (default 0 here: name them to
-//   train as the CLI's image defaults do); otherwise defaults as the CLI's, and as there
+//   image recipe's augment-shift, lr-warmup, lr-decay-steps; every default is the CLI's, from
+//   the one table of task defaults (engine/task_defaults.js), and as there
 //   `layers` and `hidden` do not go together; an image task's
 //   layers name convolutions and pools too: layers=conv16,pool,conv32k5,pool,64). It shows the
 //   outcome to a person and writes it as JSON into #result, then
@@ -18,7 +18,8 @@ import { loadLuts } from "/webui/luts.js";
 import { CpuUnits, openPaths } from "/webui/engine/paths.js";
 import { loadDataset } from "/webui/engine/data.js";
 import { gemmRate, microBatchRate, runGolden } from "/webui/engine/conformance.js";
-import { makeHyper, modelFor, parseLayers } from "/webui/engine/spec.js";
+import { makeHyper, modelFor, parseLayers, RECIPE_FIELDS, recipeSettings } from "/webui/engine/spec.js";
+import { TASK_DEFAULTS } from "/webui/engine/task_defaults.js";
 import { runId, runIdentity, Trainer } from "/webui/engine/trainer.js";
 import { choosePath, GpuError } from "/webui/gpu.js";
 
@@ -53,7 +54,8 @@ function parseNumber(name, text, kind) {
 /** The in-page training run (same settings and bits as `daisychain train`). */
 async function runTraining(result, { params, luts, opened }) {
   const task = params.get("task") || "digits";
-  const steps = params.has("steps") ? parseNumber("steps", params.get("steps"), "int") : 600;
+  const steps = params.has("steps") ? parseNumber("steps", params.get("steps"), "int")
+    : (TASK_DEFAULTS[task] || TASK_DEFAULTS.digits).steps; // the task's default, as `daisychain train`'s
   if (steps < 0) throw new Error("steps must be >= 0");
   const overrides = {};
   for (const [flag, [field, kind]] of Object.entries(CLI_FLAGS)) {
@@ -76,7 +78,8 @@ async function runTraining(result, { params, luts, opened }) {
   t.path_used = units === opened.gpu ? "gpu" : "cpu";
   const ds = await loadDataset(`/data/${encodeURIComponent(task)}.dcds`);
   const spec = modelFor(ds, hidden, dim);
-  const hyper = makeHyper(overrides);
+  const given = Object.fromEntries(RECIPE_FIELDS.map((k) => [k, overrides[k] ?? null]));
+  const hyper = makeHyper({ lr: (TASK_DEFAULTS[task] || TASK_DEFAULTS.digits).lr, ...overrides, ...recipeSettings(task, steps, given) });
   const tr = await Trainer.create({ spec, hyper, dataset: ds, luts, units });
   const identity = runIdentity(spec, hyper, ds, luts);
   Object.assign(t, { dataset_fingerprint: ds.fingerprint, run_id: await runId(identity), model: spec.toJson() });

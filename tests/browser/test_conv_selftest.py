@@ -13,6 +13,7 @@ from conv_server import serving
 from daisychain.engine.data import Dataset, model_for
 from daisychain.engine.settings import parse_layers
 from daisychain.engine.spec import Hyper
+from daisychain.engine.task_defaults import TASK_DEFAULTS, defaults
 from daisychain.engine.trainer import Trainer
 from daisychain.units import load_luts
 
@@ -71,7 +72,10 @@ def test_conv_model_trains_to_the_same_hash_in_a_webgpu_tab_and_a_cpu_tab(browse
     ds = SETS[task]()
     spec = model_for(ds, parse_layers(layers))
     assert results["cpu"]["training"]["model"] == spec.to_json()
-    tr = Trainer(spec, Hyper(seed=2), ds, load_luts())
+    d = defaults(task, 3) if task in TASK_DEFAULTS else defaults("digits", 3)  # /selftest: the CLI's task defaults
+    hp = Hyper(seed=2, lr=d["lr"], augment_shift=d["augment_shift"], lr_warmup=d["lr_warmup"],
+               lr_decay_steps=d["lr_decay_steps"])
+    tr = Trainer(spec, hp, ds, load_luts())
     for _ in range(3):
         tr.apply(tr.contribute(list(range(tr.hp.n_micro))).grad)
     assert results["gpu"]["training"]["params_sha256"] == tr.params_sha256()
@@ -94,7 +98,7 @@ def test_conv_model_with_the_image_recipe_trains_to_the_numpy_hash_in_both_tabs(
         finally:
             page.close()
     ds = SETS["image"]()
-    hp = Hyper(seed=5, batch=32, micro_batch=8, **recipe)
+    hp = Hyper(seed=5, batch=32, micro_batch=8, lr=defaults("image")["lr"], **recipe)  # the task's lr
     tr = Trainer(model_for(ds, parse_layers("conv4,pool,16")), hp, ds, load_luts())
     for _ in range(4):
         tr.apply(tr.contribute(list(range(hp.n_micro))).grad)

@@ -1,6 +1,7 @@
 // Model specs and hyperparameters, mirroring daisychain/engine/spec.py: the same JSON, the
 // same validation, the same canonical parameter order.
 
+import { TASK_DEFAULTS, taskDefaults } from "./task_defaults.js";
 import { Conv2d, int, KERNELS, layerFromJson, Linear, MAX_FEATURES, MaxPool2d, Relu, SpecError } from "./layers.js";
 
 export const MAX_PARAMS = 50_000_000;
@@ -315,21 +316,16 @@ export const isLocal = (hp) => hp.replicas !== 1 || hp.sync_every !== 1;
  *  run without them keeps its identity). */
 export const RECIPE_FIELDS = ["augment_shift", "lr_warmup", "lr_decay_steps"];
 
-/** settings.py IMAGE_DEFAULTS's recipe part: the image task's shift and warm-up (the warm-up
- *  at most steps / 10; lr_decay_steps defaults to the run's steps). */
-export const IMAGE_RECIPE = Object.freeze({ augment_shift: 2, lr_warmup: 100 });
+/** The image task's recipe defaults (task_defaults.json, the table every command reads). */
+export const IMAGE_RECIPE = Object.freeze({ augment_shift: TASK_DEFAULTS.image.augment_shift, lr_warmup: TASK_DEFAULTS.image.lr_warmup });
 
 /** settings.py settings_from_args's recipe fields for a run of `steps` steps of `task`:
- *  each of `given` (null or absent: not set) else the task's default (an image task:
- *  IMAGE_RECIPE and lr_decay_steps = steps; any other task: 0). */
+ *  each of `given` (null or absent: not set) else the task's default (task_defaults.js). */
 export function recipeSettings(task, steps, given = {}) {
   const image = task === "image";
-  const pick = (k, d) => (given[k] === null || given[k] === undefined ? d : given[k]);
-  const out = {
-    augment_shift: pick("augment_shift", image ? IMAGE_RECIPE.augment_shift : 0),
-    lr_warmup: pick("lr_warmup", image ? Math.min(IMAGE_RECIPE.lr_warmup, Math.floor(steps / 10)) : 0),
-    lr_decay_steps: pick("lr_decay_steps", image ? steps : 0),
-  };
+  const d = taskDefaults(TASK_DEFAULTS[task] ? task : "digits", steps);
+  const pick = (k) => (given[k] === null || given[k] === undefined ? d[k] : given[k]);
+  const out = { augment_shift: pick("augment_shift"), lr_warmup: pick("lr_warmup"), lr_decay_steps: pick("lr_decay_steps") };
   if (!image && out.augment_shift) throw new SpecError("--augment-shift and --image-size apply to the image task");
   return out;
 }

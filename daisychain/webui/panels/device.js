@@ -21,6 +21,8 @@ export function renderDevice() {
   if (!d) return;
   $("device-kind").textContent = d.kind === "webgpu" ? "WebGPU (the WGSL unit kernels)" : "CPU (the JS units)";
   $("device-reason").textContent = F.plainReason(deviceReason(d));
-  $("device-capacity").textContent = F.rate(d.capacity);
+  $("device-capacity").textContent = Number.isFinite(d.runCapacity)
+    ? `${F.rate(d.runCapacity, d.runMicro)} on the run's model (measured when it started); ${F.rate(d.capacity)} on the self-test's digits probe`
+    : `${F.rate(d.capacity)} on the self-test's digits probe; measured again on the run's model when a run starts`;
   renderChecklist();
 }

@@ -6,10 +6,10 @@
 import * as F from "../ui_format.js";
 import { makeHyper, ModelSpec } from "../engine/spec.js";
 import { createTrainer } from "../worker/trainer_proxy.js";
-import { exportCheckpoint, importCheckpoint, settingsOf } from "../checkpoint.js";
+import { exportCheckpoint, importCheckpoint } from "../checkpoint.js";
 import { $, ctx, nameOf, now, state, words } from "./store.js";
 import { event, showError } from "./events.js";
-import { loadDatasets, readSettings, renderDatasets, validate } from "./settings.js";
+import { fillSettings, loadDatasets, readSettings, validate } from "./settings.js";
 
 export function identityOfRun() {
   return ctx.mesh?.peer?.identity || ctx.mesh?.peer?.run?.identity || null;
@@ -163,16 +163,8 @@ export async function uploadCheckpoint(file) {
         `(params-sha256 ${st.params_sha256}).`);
     } else {
       state.checkpoint.loaded = { ...st, name: file.name };
-      const s = settingsOf(st.identity);
+      fillSettings(st.identity);
       const f = $("settings").elements;
-      if (s.task && f.task) f.task.value = s.task;
-      for (const [k, v] of Object.entries(s)) {
-        if (k === "layers" || k === "task") continue;
-        if (v !== null && v !== undefined && f[k]) f[k].value = String(v);
-      }
-      f.layers.value = s.layers && s.layers.length > 1 ? s.layers.join(",") : "";
-      const ds = state.datasets.find((d) => d.fingerprint === st.identity.dataset);
-      renderDatasets(ds?.fingerprint ?? state.datasets.find((d) => d.origin === "embedded" && d.task === s.task)?.fingerprint);
       if (Number(f.steps.value) < st.step) f.steps.value = String(st.step);
       validate();
       checkpointNote(`${file.name} is checked and loaded (${st.identity.task}, step ${st.step}, params-sha256 ` +

@@ -84,10 +84,15 @@ function ensure() {
     const cap = document.createElement("figcaption");
     cap.textContent = "…";
     fig.append(cv, cap);
+    fig.tabIndex = 0; // a pick for "Try the model": the panel shows every class's probability
+    fig.title = "try the model on this image";
+    const pick = () => ctx.tryPanel?.tryRow(row);
+    fig.onclick = pick;
+    fig.onkeydown = (e) => { if (e.key === "Enter" || e.key === " ") { e.preventDefault(); pick(); } };
     return fig;
   }));
   $("gallery-note").textContent = `${g.index.length} of the ${F.count(ds.y_test.data.length)} test images; ` +
-    "the model's answer under each, not yet computed.";
+    "the model's answer under each, not yet computed; pick one to try the model on it.";
   $("gallery-panel").hidden = false;
   return g;
 }
@@ -160,8 +165,15 @@ function renderConfusion(ds, m, step) {
   const C = m.classes;
   const table = $("confusion");
   const head = document.createElement("tr");
-  head.append(cell("th", "true \\ predicted"));
-  for (let c = 0; c < C; c++) head.append(cell("th", className(ds, c), "col"));
+  const corner = cell("th", "");
+  corner.innerHTML = '<span class="wide-only">true \\ predicted</span><span class="narrow-only" aria-hidden="true">t\\p</span>';
+  corner.title = "a row is the true class, a column the model's answer";
+  head.append(corner);
+  for (let c = 0; c < C; c++) {
+    const th = cell("th", className(ds, c), "col");
+    th.title = className(ds, c);
+    head.append(th);
+  }
   const rows = [head];
   let maxDiag = 1; // shades: the diagonal against its largest count, the errors against theirs
   let maxOff = 1;
@@ -171,7 +183,9 @@ function renderConfusion(ds, m, step) {
   }
   for (let t = 0; t < C; t++) {
     const tr = document.createElement("tr");
-    tr.append(cell("th", className(ds, t), "row"));
+    const th = cell("th", className(ds, t), "row");
+    th.title = className(ds, t);
+    tr.append(th);
     for (let p = 0; p < C; p++) {
       const v = m.counts[t * C + p];
       const td = cell("td", String(v));

@@ -40,10 +40,12 @@ export function renderPeers() {
     const me = m.id === r.you;
     const link = me ? { state: "—", rttMs: null } : linkOf(m.id);
     const cap = p.capacity ?? m.capacity;
+    const capText = `${F.rate(cap, state.runMicro || 16)}${p.onModel ? " on the run's model" : " (self-test probe)"}` +
+      (Number.isFinite(p.inTasks) ? `; ${p.inTasks.toFixed(1)}/s in its tasks so far, the link included` : "");
     const micro = p.micro ?? state.run.done?.[m.id] ?? 0;
     const hash = p.hashAgrees === true ? "agrees" : p.hashAgrees === false ? "differs" : "—";
     const cells = [p.name || m.name, kindName(p.kind || m.kind),
-      F.rate(cap), link.state,
+      capText, link.state,
       Number.isFinite(link.rttMs) ? `${Math.round(link.rttMs)} ms` : "—", shareText(m.id, rows[m.id]),
       F.count(micro), hash];
     cells.forEach((text, i) => {
@@ -118,5 +120,7 @@ export function renderPooled() {
   const rp = state.roomPeers;
   let pooled = rp?.pooledCapacity;
   if (!Number.isFinite(pooled) && state.room) pooled = state.room.members.reduce((a, m) => a + (m.capacity || 0), 0);
-  $("pooled").textContent = Number.isFinite(pooled) ? `${pooled.toFixed(1)} micro-batches/s` : "—";
+  $("pooled").textContent = !Number.isFinite(pooled) ? "—" : `${pooled.toFixed(1)} micro-batches/s` +
+    (rp?.pooledOnModel ? " on the run's model (each device measured it when the run started)"
+      : " on the self-test's probe (the digits model); measured again on the run's model when a run starts");
 }

@@ -20,6 +20,7 @@ export function newRun() {
   state.counters = null;
   state.counterSteps = [];
   state.preparing = null;
+  state.editing = false;
   $("end-card").hidden = true;
   newChart();
   renderCounters();
@@ -59,6 +60,9 @@ function setText(el, text) {
 
 export function renderRun() {
   const r = state.run;
+  const phase = ["starting", "running"].includes(r.state) ? "running"
+    : r.state === "done" && !state.editing ? "done" : "setup"; // "Back to settings": the next run's
+  if ($("main").dataset.phase !== phase) $("main").dataset.phase = phase;
   $("run-state").textContent = words(r.text || r.state);
   $("step").textContent = String(r.step);
   $("steps-total").textContent = r.steps ?? "—";

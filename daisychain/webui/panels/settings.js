@@ -3,11 +3,14 @@
 // the one store (store.js state).
 
 import * as F from "../ui_format.js";
-import { makeHyper, parseLayers } from "../engine/spec.js";
+import { makeHyper, modelFor, parseLayers, recipeSettings } from "../engine/spec.js";
 import { checkSetting } from "../settings_check.js";
+import { TASK_DEFAULTS, taskDefaults } from "../engine/task_defaults.js";
 import { postUpload, withCredential } from "../uploads.js";
-import { $, running, state } from "./store.js";
+import { settingsOf } from "../checkpoint.js";
+import { $, ctx, running, state } from "./store.js";
 import { event } from "./events.js";
+import { retrying } from "./retry.js";
 import { renderCheckpoint } from "./end.js";
 
 // -- settings, datasets, uploads --------------------------------------------------------------
@@ -18,13 +21,17 @@ export const FIELDS = ["dataset", "data_file", "task", "steps", "layers", "hidde
 export function renderSettings() {
   const host = !!state.room?.isHost && !state.pending;
   const busy = running();
+  const guestOfRun = !host && state.runSettings && ["starting", "running", "done"].includes(state.run.state);
+  const role = host ? "host" : "guest";
+  if ($("main").dataset.role !== role) $("main").dataset.role = role;
   $("start").disabled = !host || busy || !state.ready;
   $("stop").disabled = !host || !busy;
   for (const el of $("settings").elements) el.disabled = !host || busy;
   renderCheckpoint();
-  $("settings-hint").textContent = host
-    ? "You are the host: choose the data and the model and start; every device trains the same model."
-    : "The host chooses these settings and starts the run.";
+  $("settings-hint").textContent = guestOfRun
+    ? `The settings of run ${state.runSettings.runId}, as the host chose them (read-only here): every device trains this model.`
+    : host ? "You are the host: choose the data and the model and start; every device trains the same model."
+      : "The host chooses these settings and starts the run.";
 }
 
 export function datasetLabel(d) {
@@ -76,9 +83,11 @@ export function chosenDataset() {
 
 export async function loadDatasets() {
   try {
-    const resp = await fetch("/datasets", { cache: "no-store", headers: withCredential() });
-    if (!resp.ok) throw new Error(`HTTP ${resp.status}`);
-    const body = await resp.json();
+    const body = await retrying(async () => {
+      const resp = await fetch("/datasets", { cache: "no-store", headers: withCredential() });
+      if (!resp.ok) throw new Error(`HTTP ${resp.status}`);
+      return resp.json();
+    }, { what: "Loading the list of data", tries: 6, say: (text) => { $("dataset-info").textContent = text; } });
     state.datasets = Array.isArray(body.datasets) ? body.datasets : [];
     state.maxUpload = Number.isFinite(body.max_upload_bytes) ? body.max_upload_bytes : null;
   } catch (err) {
@@ -114,7 +123,8 @@ export async function uploadData(file) {
     const entry = await resp.json();
     state.upload = entry;
     state.datasets = [entry, ...state.datasets.filter((d) => d.fingerprint !== entry.fingerprint)];
-    $("f-task").value = entry.task;
+    if (entry.task !== $("f-task").value) applyTaskDefaults(entry.task, $("f-task").value);
+    $("f-task").value = state.task = entry.task;
     renderDatasets(entry.fingerprint);
     $("data-file-hint").textContent = `${entry.name}: ${F.count(entry.train)} training and ${F.count(entry.test)} test samples, ` +
       `${entry.classes} classes, fingerprint ${entry.fingerprint.slice(0, 12)}…`;
@@ -177,6 +187,9 @@ export function readSettings() {
     }
   }
   const task = f.task.value;
+  if (layers && task !== "image" && layers.some((t) => typeof t === "string")) {
+    errors.layers = `conv and pool layers need an image input (task image); the ${task} task takes dense widths only`;
+  }
   const ds = chosenDataset();
   if (state.datasets.length && !ds) errors.dataset = "choose the data to train on";
   else if (ds && ds.task !== task) errors.dataset = `${ds.name} is data of the ${ds.task} task, not ${task}`;
@@ -196,4 +209,125 @@ export function validate() {
   const { settings, errors } = readSettings();
   for (const name of FIELDS) if (name !== "data_file") setFieldError(name, errors[name] || "");
   return { settings, errors };
+}
+
+/** The field a run's refusal names (mesh.start's and spec.js's words), or null. */
+export function fieldOf(message) {
+  const m = String(message);
+  if (/layer|conv|pool|image input|too small|hidden width/i.test(m)) return $("f-layers").value.trim() ? "layers" : "hidden";
+  if (/--hidden/.test(m)) return "hidden";
+  if (/micro-batch|--batch/.test(m)) return "batch";
+  if (/--lr|learning rate|warm-up/.test(m)) return "lr";
+  if (/steps|checkpoint/.test(m)) return "steps";
+  if (/data|fingerprint/i.test(m)) return "dataset";
+  return null;
+}
+
+/** What mesh.start checks once Start is clicked (the data, the model on it, the recipe),
+ *  checked before: {field: reason}, empty when the run can start. It fetches the chosen data
+ *  as the run would (mesh.loadData keeps it for the run). */
+export async function preflight(settings) {
+  const errors = {};
+  const { task, steps, seed, batch, micro_batch, lr, layers, hidden, dataset } = settings;
+  try {
+    makeHyper({ seed, batch, micro_batch, lr, ...recipeSettings(dataset?.task || task, steps) });
+  } catch (err) {
+    errors[fieldOf(err.message) || "lr"] = err.message;
+  }
+  let ds;
+  try {
+    ds = await ctx.mesh.loadData(dataset?.task || task, dataset?.fingerprint || null, dataset?.name || null);
+  } catch (err) {
+    errors.dataset = `the data did not load: ${err.message}`;
+    return errors;
+  }
+  try {
+    modelFor(ds, layers ?? (ds.kind === "image" ? null : hidden), 16);
+  } catch (err) {
+    errors[layers ? "layers" : "hidden"] = err.message.replace(/^--layers:? ?/, "");
+  }
+  return errors;
+}
+
+/** The fields' own errors and the model's on its data (preflight), shown by the fields;
+ *  the errors of both. A later check asks again: only the last answer is shown. */
+export async function validateAll() {
+  const { settings, errors } = validate();
+  const token = (validateAll.token = (validateAll.token || 0) + 1);
+  if (Object.keys(errors).length || !ctx.mesh) return { settings, errors };
+  const more = await preflight(settings);
+  if (token === validateAll.token) for (const [k, v] of Object.entries(more)) setFieldError(k, v);
+  return { settings, errors: { ...errors, ...more } };
+}
+
+// -- the task's defaults (engine/task_defaults.json: the table every command reads) ------------
+
+const TASK_FIELDS = ["steps", "lr"];
+
+/** Choosing a task fills its defaults (steps, learning rate) into the fields still holding
+ *  the last task's defaults; a value the host typed stays. */
+export function applyTaskDefaults(task, previous = null) {
+  const f = $("settings").elements;
+  const was = previous ? taskDefaults(previous) : null;
+  const now = taskDefaults(task);
+  for (const name of TASK_FIELDS) {
+    const v = f[name].value.trim();
+    if (!was || v === "" || Number(v) === was[name]) f[name].value = String(now[name]);
+  }
+  $("hint-layers-empty").textContent = task === "image"
+    ? `empty: the task's CNN, ${now.layers}` : "empty: one layer of Hidden";
+  renderSchedule();
+}
+
+/** What the learning rate means for the run: the schedule the run's recipe gives it (the
+ *  task's defaults, or `recipe`: a run's own augment_shift, lr_warmup, lr_decay_steps). */
+export function renderSchedule(recipe = null) {
+  const f = $("settings").elements;
+  const task = f.task.value;
+  const steps = checkSetting("steps", f.steps.value).value;
+  const lr = checkSetting("lr", f.lr.value).value;
+  if (!Number.isFinite(steps) || !Number.isFinite(lr) || steps < 1) { $("hint-lr").textContent = ""; return; }
+  const d = recipe || taskDefaults(TASK_DEFAULTS[task] ? task : "digits", steps);
+  const parts = [];
+  if (d.lr_warmup) parts.push(`rises from 0 to ${lr} over the first ${F.count(d.lr_warmup)} steps`);
+  if (d.lr_decay_steps) parts.push(`${parts.length ? "then falls" : "falls"} linearly to 0 at step ${F.count(d.lr_decay_steps)}`);
+  let text = parts.length ? `${parts.join(", ")}` : "constant through the run";
+  if (d.augment_shift) text += `; each training image shifted by up to ${d.augment_shift} px (the image recipe)`;
+  $("hint-lr").textContent = text;
+}
+
+/** Fill the form with the settings of a run identity (a loaded checkpoint's, or the run this
+ *  device trains in): the data, the task, the model, the numbers, the recipe's schedule. */
+export function fillSettings(identity, steps = null) {
+  const s = settingsOf(identity);
+  const f = $("settings").elements;
+  if (s.task) f.task.value = state.task = s.task;
+  for (const [k, v] of Object.entries(s)) {
+    if (k === "layers" || k === "task") continue;
+    if (v !== null && v !== undefined && f[k] && f[k].type !== "file") f[k].value = String(v);
+  }
+  f.layers.value = s.layers && s.layers.length > 1 ? s.layers.join(",") : "";
+  if (steps !== null) f.steps.value = String(steps);
+  const known = state.datasets.find((d) => d.fingerprint === identity.dataset);
+  if (known || !identity.dataset) {
+    renderDatasets(known?.fingerprint ?? state.datasets.find((d) => d.origin === "embedded" && d.task === s.task)?.fingerprint);
+  } else { // data this page's list does not name (sent to the host's server meanwhile)
+    const o = document.createElement("option");
+    o.value = identity.dataset;
+    o.textContent = `the run's data (${s.task}, fingerprint ${identity.dataset.slice(0, 12)}…)`;
+    $("f-dataset").replaceChildren(o);
+    $("dataset-info").textContent = o.textContent;
+  }
+  renderSchedule({ augment_shift: s.augment_shift, lr_warmup: s.lr_warmup, lr_decay_steps: s.lr_decay_steps });
+}
+
+/** A guest shows the run's own settings, read-only (the host's form is its own). */
+export function showRunSettings() {
+  const run = ctx.mesh?.peer?.run;
+  const host = !!state.room?.isHost;
+  if (host || !run?.identity || state.runSettings?.runId === state.run.runId) return;
+  state.runSettings = { runId: state.run.runId || ctx.mesh.peer.runId };
+  fillSettings(run.identity, run.steps ?? null);
+  for (const name of FIELDS) setFieldError(name, "");
+  renderSettings();
 }

@@ -1,11 +1,17 @@
 // "Try the model": the replica this tab holds (during or after a run) or a downloaded
-// checkpoint, put to use. Digits (any dense task of square images): draw on a canvas, see the
-// prediction with every class's probability. Text: type a prompt, sample a continuation from
+// checkpoint, put to use. Images (the image task at any size, grey or RGB, and the digits
+// task's square images): draw on a canvas, drop an image file on it, or pick a test image in
+// the gallery, and see the prediction with every class's probability, next to the input as
+// the model sees it (its own h x w pixels). Text: type a prompt, sample a continuation from
 // the character model. The forward passes run in the compute worker (worker/trainer_proxy.js
 // WorkerTrainer.probs) on a copy of the parameters: the run is not touched.
 //
 //   const panel = new TryPanel(document.getElementById("try-panel"));
 //   panel.use(trainer, "the run's model at step 120");   // a WorkerTrainer (has probs())
+
+import { imageShape } from "../engine/spec.js";
+import { className } from "./gallery.js";
+import { drawInput, fromDrawing, fromPicture } from "./try_image.js";
 
 const SIDE = 160; // the drawing canvas, CSS pixels
 
@@ -35,21 +41,29 @@ export class TryPanel {
     }
     this.$(".try-none").textContent = "This model's data is neither images nor text: nothing to try by hand.";
     const ds = this.trainer.ds;
-    const features = ds.x_train.shape[1];
-    const side = Math.round(Math.sqrt(features));
-    this.kind = this.trainer.spec.inputKind === "dense" && side * side === features ? "image"
-      : ds.meta && typeof ds.meta.vocab === "string" ? "text" : null;
-    this.side = side;
+    this.shape = inputShape(this.trainer.spec, ds);
+    this.kind = this.shape ? "image" : ds.meta && typeof ds.meta.vocab === "string" ? "text" : null;
     this.$(".try-image").hidden = this.kind !== "image";
     this.$(".try-text").hidden = this.kind !== "text";
     this.$(".try-none").hidden = this.kind !== null;
     this.$(".try-which").textContent = label;
     if (this.kind === "image") {
-      // the data's pixel scale (sklearn digits: 0..16)
-      let max = 0;
-      for (const v of ds.x_train.data) if (v > max) max = v;
-      this.scale = max || 1;
+      const [c, h, w] = this.shape;
+      this.rgb = c >= 3;
+      this.scale = pixelScale(ds); // the data's pixel scale (sklearn digits: 0..16, images: 0..255)
+      this.$(".try-colour-label").hidden = !this.rgb;
+      this.$(".try-input-label").textContent = `what the model sees: ${w} × ${h}${this.rgb ? ", colour" : ""}`;
+      this._clear();
+      drawInput(this.$("canvas.try-input"), new Float64Array(c * h * w), this.shape, this.scale);
+      this.$(".try-probs").replaceChildren();
+      this.$(".try-answer").textContent = this._prompt();
     }
+  }
+
+  _prompt() {
+    const [, h, w] = this.shape;
+    return `Draw in the box (the model sees ${w} × ${h} pixels), drop an image file on it` +
+      (this.trainer?.ds?.kind === "image" ? ", or pick a test image in the gallery." : ".");
   }
 
   // -- drawing -------------------------------------------------------------------------------
@@ -93,19 +107,71 @@ export class TryPanel {
     this.$(".try-clear").onclick = () => {
       this._clear();
       this.$(".try-probs").replaceChildren();
-      this.$(".try-answer").textContent = "Draw a digit in the box.";
+      this.$(".try-answer").textContent = this.shape ? this._prompt() : "Draw a digit in the box.";
     };
+    // an image file: chosen, or dropped on the box
+    this.$(".try-file").onchange = (e) => {
+      const file = e.target.files?.[0];
+      e.target.value = "";
+      if (file) this.tryFile(file);
+    };
+    c.addEventListener("dragover", (e) => e.preventDefault());
+    c.addEventListener("drop", (e) => {
+      e.preventDefault();
+      const file = e.dataTransfer?.files?.[0];
+      if (file) this.tryFile(file);
+    });
   }
 
   _clear() {
-    this.g.fillStyle = "#fff";
+    this.g.fillStyle = this.rgb ? "#000" : "#fff";
     this.g.fillRect(0, 0, SIDE, SIDE);
+  }
+
+  /** An image file as the model's input: resized to its h x w (grey data: luminance). */
+  async tryFile(file) {
+    if (!this.trainer || this.kind !== "image") return;
+    if (!/^image\//.test(file.type || "") && !/\.(png|jpe?g|gif|webp|bmp)$/i.test(file.name)) {
+      this.$(".try-answer").textContent = `${file.name} is not an image file (PNG, JPEG, GIF, WebP or BMP).`;
+      return;
+    }
+    let bitmap;
+    try {
+      bitmap = await createImageBitmap(file);
+    } catch {
+      this.$(".try-answer").textContent = `${file.name} could not be read as an image.`;
+      return;
+    }
+    const cv = document.createElement("canvas");
+    const k = Math.min(1, 512 / Math.max(bitmap.width, bitmap.height)); // bounded work on a big photo
+    cv.width = Math.max(1, Math.round(bitmap.width * k));
+    cv.height = Math.max(1, Math.round(bitmap.height * k));
+    const g = cv.getContext("2d");
+    g.drawImage(bitmap, 0, 0, cv.width, cv.height);
+    const { input, inverted } = fromPicture(g.getImageData(0, 0, cv.width, cv.height).data, cv.width, cv.height, this.shape, this.scale);
+    this._clear();
+    this.g.drawImage(bitmap, 0, 0, SIDE, SIDE);
+    await this.predict(input, `${file.name}${inverted ? " (light picture: turned over to the data's dark background)" : ""}`);
+  }
+
+  /** Test image `row` of the run's data (the gallery's pick) as the model's input. */
+  async tryRow(row) {
+    if (!this.trainer || this.kind !== "image") return;
+    const ds = this.trainer.ds;
+    const n = this.shape[0] * this.shape[1] * this.shape[2];
+    const input = Float64Array.from(ds.x_test.data.subarray(row * n, (row + 1) * n));
+    this._clear();
+    drawInput(this.$("canvas.try-input"), input, this.shape, this.scale);
+    this.g.imageSmoothingEnabled = false;
+    this.g.drawImage(this.$("canvas.try-input"), 0, 0, SIDE, SIDE);
+    this.$("#try-title")?.scrollIntoView?.({ block: "nearest" });
+    await this.predict(input, `test image ${row}, a ${className(ds, ds.y_test.data[row])}`);
   }
 
   /** A line of ink from a to b (canvas CSS pixels). */
   stroke(a, b) {
     const g = this.g;
-    g.strokeStyle = "#000";
+    g.strokeStyle = this.rgb ? this.$(".try-colour").value : "#000";
     g.lineWidth = SIDE / 9;
     g.lineCap = "round";
     g.beginPath();
@@ -114,56 +180,23 @@ export class TryPanel {
     g.stroke();
   }
 
-  /** The drawing as one row of the data: ink box, centred, averaged down to side x side. */
+  /** The drawing as one row of the data: ink box, centred, averaged down to the model's h x w. */
   pixels() {
     const c = this.$("canvas.try-draw");
     const img = this.g.getImageData(0, 0, c.width, c.height);
-    const W = c.width;
-    const H = c.height;
-    let x0 = W;
-    let y0 = H;
-    let x1 = -1;
-    let y1 = -1;
-    for (let y = 0; y < H; y++) {
-      for (let x = 0; x < W; x++) {
-        if (img.data[(y * W + x) * 4] < 128) {
-          if (x < x0) x0 = x;
-          if (x > x1) x1 = x;
-          if (y < y0) y0 = y;
-          if (y > y1) y1 = y;
-        }
-      }
-    }
-    const n = this.side;
-    const out = new Float64Array(n * n);
-    if (x1 < 0) return out;
-    // a square box around the ink, with a margin of one cell, as the digits are drawn
-    const size = Math.max(x1 - x0, y1 - y0) + 1;
-    const box = (size * n) / (n - 2);
-    const bx = (x0 + x1) / 2 - box / 2;
-    const by = (y0 + y1) / 2 - box / 2;
-    const cell = box / n;
-    for (let cy = 0; cy < n; cy++) {
-      for (let cx = 0; cx < n; cx++) {
-        let ink = 0;
-        let count = 0;
-        for (let y = Math.floor(by + cy * cell); y < by + (cy + 1) * cell; y++) {
-          for (let x = Math.floor(bx + cx * cell); x < bx + (cx + 1) * cell; x++) {
-            count++;
-            if (x >= 0 && y >= 0 && x < W && y < H) ink += 1 - img.data[(y * W + x) * 4] / 255;
-          }
-        }
-        out[cy * n + cx] = Math.round((count ? ink / count : 0) * this.scale);
-      }
-    }
-    return out;
+    return fromDrawing(img.data, c.width, c.height, this.shape, this.scale, this.rgb);
   }
 
-  async predict() {
+  /** The model's answer on `input` (default: the drawing), with every class's probability. */
+  async predict(input = null, what = null) {
     if (!this.trainer || this.kind !== "image") return;
-    const probs = await this.trainer.probs(this.pixels(), 1);
+    input ??= this.pixels();
+    drawInput(this.$("canvas.try-input"), input, this.shape, this.scale);
+    const probs = await this.trainer.probs(input, 1);
+    const ds = this.trainer.ds;
+    const name = (k) => className(ds, k);
     const order = [...probs.keys()].sort((a, b) => probs[b] - probs[a]);
-    this.$(".try-answer").textContent = `It reads ${order[0]} (${(probs[order[0]] * 100).toFixed(1)}%).`;
+    this.$(".try-answer").textContent = `${what ? `${what}: ` : ""}It reads ${name(order[0])} (${(probs[order[0]] * 100).toFixed(1)}%).`;
     this.$(".try-probs").replaceChildren(...order.map((k) => {
       const li = document.createElement("li");
       li.dataset.class = String(k);
@@ -171,7 +204,7 @@ export class TryPanel {
       bar.min = 0;
       bar.max = 1;
       bar.value = probs[k];
-      li.append(`${k}`, bar, `${(probs[k] * 100).toFixed(1)}%`);
+      li.append(name(k), bar, `${(probs[k] * 100).toFixed(1)}%`);
       return li;
     }));
     this.lastProbs = Array.from(probs);
@@ -220,4 +253,28 @@ export class TryPanel {
       this.busy = false;
     }
   }
+}
+
+/** [c, h, w] of a model that takes images: the image task's (any size, grey or RGB), or the
+ *  square grey images of a dense task (the digits); null for other data. */
+export function inputShape(spec, ds) {
+  if (spec.inputKind === "image") {
+    try {
+      return imageShape(ds).map(Number);
+    } catch {
+      return null;
+    }
+  }
+  const features = ds.x_train.shape[1];
+  const side = Math.round(Math.sqrt(features));
+  return spec.inputKind === "dense" && side * side === features ? [1, side, side] : null;
+}
+
+/** The largest pixel value of the data (0..16 for sklearn's digits, 255 for 8-bit images). */
+function pixelScale(ds) {
+  const x = ds.x_train.data;
+  if (x instanceof Uint8Array) return 255;
+  let max = 0;
+  for (let i = 0; i < Math.min(x.length, 1 << 20); i++) if (x[i] > max) max = x[i];
+  return max || 1;
 }
