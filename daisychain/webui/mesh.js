@@ -117,7 +117,7 @@ export class Mesh {
   _makeTrainer(identity, ds) {
     const spec = ModelSpec.fromJson(identity.model);
     const hyper = makeHyper(identity.hyper);
-    return createTrainer({ spec, hyper, dataset: ds, luts: this.device.luts, units: this.device.units, kind: this.device.kind });
+    return createTrainer({ spec, hyper, dataset: ds, luts: this.device.luts, units: this.device.units, kind: this.device.kind, cpuPath: this.device.cpuPath });
   }
 
   /** Run `fn` (returning RunPeer outputs) after everything queued before it. */
@@ -515,7 +515,7 @@ export class Mesh {
     }
     this._preparing("model", 1, 4, "building the model");
     const spec = modelFor(ds, layers ?? (ds.kind === "image" ? null : hidden), 16);
-    const trainer = await createTrainer({ spec, hyper, dataset: ds, luts: this.device.luts, units: this.device.units, kind: this.device.kind });
+    const trainer = await createTrainer({ spec, hyper, dataset: ds, luts: this.device.luts, units: this.device.units, kind: this.device.kind, cpuPath: this.device.cpuPath });
     this._preparing("identity", 2, 4, "hashing the run identity");
     const identity = runIdentity(spec, hyper, ds, this.device.luts);
     const id = await runId(identity);

@@ -16,11 +16,18 @@ export function deviceReason(d) {
   return replaced === d.reason ? `${why}; ${d.reason}` : replaced;
 }
 
+/** The device card's "computes on" line: the path, and on the CPU whether WebAssembly SIMD
+ *  runs the kernels or the JS units do (cpuNote, next to the reason, says why not SIMD). */
+export function computesOn(d) {
+  if (d.kind === "webgpu") return "WebGPU (the WGSL unit kernels)";
+  return d.cpuPath === "wasm" ? "CPU (WebAssembly SIMD kernels)" : "CPU (the JS units)";
+}
+
 export function renderDevice() {
   const d = state.device;
   if (!d) return;
-  $("device-kind").textContent = d.kind === "webgpu" ? "WebGPU (the WGSL unit kernels)" : "CPU (the JS units)";
-  $("device-reason").textContent = F.plainReason(deviceReason(d));
+  $("device-kind").textContent = computesOn(d);
+  $("device-reason").textContent = F.plainReason(deviceReason(d)) + (d.cpuNote ? ` (${d.cpuNote})` : "");
   $("device-capacity").textContent = F.rate(d.capacity);
   renderChecklist();
 }

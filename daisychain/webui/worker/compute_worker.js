@@ -2,7 +2,9 @@
 // Trainers (engine/trainer.js) on its own units (the JS units, or its own WebGPU device when
 // the tab computes on the GPU) and answers messages from trainer_proxy.js:
 //
-//   {id, op: "init", key, spec, hyper, dataset, luts, kind}  -> {units, gpuReason}
+//   {id, op: "init", key, spec, hyper, dataset, luts, kind, cpuPath}  -> {units, gpuReason, wasmReason}
+//     (cpuPath "wasm": the CPU units are this worker's own WebAssembly SIMD instance, checked
+//     as the page's was; the JS units when it is "js" or the module fails here)
 //   {id, op: "contribute", key, theta, step, micro}           -> {grad, loss, correct}
 //   {id, op: "accuracy", key, theta, split, limit}            -> {accuracy, n}
 //   {id, op: "probs", key, theta, x, n}                       -> {probs}  (softmax of the logits)
@@ -14,7 +16,7 @@
 // each call (the replica's state stays on the page, where the run protocol reads it), so what
 // the worker computes is exactly what the page's own Trainer would: same code, same bits.
 
-import { CpuUnits } from "../engine/paths.js";
+import { CpuUnits, openWasm } from "../engine/paths.js";
 import { makeHyper, ModelSpec } from "../engine/spec.js";
 import { Trainer } from "../engine/trainer.js";
 import { GpuUnits } from "../gpu.js";
@@ -25,10 +27,12 @@ const KEEP = 3;
 let cpu = null;
 let gpu = null;
 let gpuReason = null;
+let wasmReason = null;
 let units = null;
 let counts = { micro: 0, accuracy: 0 };
 
-async function openUnits(luts, kind) {
+async function openUnits(luts, kind, cpuPath) {
+  if (!cpu && cpuPath === "wasm") ({ wasm: cpu, wasmReason } = await openWasm(luts));
   if (!cpu) cpu = new CpuUnits(luts);
   if (kind !== "webgpu") return cpu;
   if (!gpu && !gpuReason) {
@@ -61,12 +65,12 @@ function softmax(logits, n, C) {
 }
 
 const OPS = {
-  async init({ key, spec, hyper, dataset, luts, kind }) {
-    units = await openUnits(luts, kind);
+  async init({ key, spec, hyper, dataset, luts, kind, cpuPath }) {
+    units = await openUnits(luts, kind, cpuPath);
     const tr = await Trainer.create({ spec: ModelSpec.fromJson(spec), hyper: makeHyper(hyper), dataset, luts, units });
     trainers.set(key, tr);
     while (trainers.size > KEEP) trainers.delete(trainers.keys().next().value);
-    return { units: units.name, gpuReason: kind === "webgpu" && units === cpu ? gpuReason : null };
+    return { units: units.name, gpuReason: kind === "webgpu" && units === cpu ? gpuReason : null, wasmReason };
   },
   async contribute({ key, theta, step, micro }) {
     const tr = get(key);

@@ -68,7 +68,8 @@ export class WorkerTrainer extends Trainer {
       x_train: ds.x_train, y_train: ds.y_train, x_test: ds.x_test, y_test: ds.y_test };
     const luts = { ...o.luts };
     const info = await tr.worker.post("init", { key: tr.key, spec: o.spec.toJson(), hyper: { ...o.hyper },
-      dataset, luts, kind: o.kind || (o.units && o.units.name === "gpu" ? "webgpu" : "cpu") });
+      dataset, luts, kind: o.kind || (o.units && o.units.name === "gpu" ? "webgpu" : "cpu"),
+      cpuPath: o.cpuPath || (o.units && o.units.name === "wasm" ? "wasm" : "js") });
     tr.workerUnits = info.units;
     tr.workerGpuReason = info.gpuReason;
     return tr;
