@@ -8,6 +8,7 @@ import { parseDataset } from "./engine/data.js";
 import { withCredential } from "./uploads.js";
 import { openPaths } from "./engine/paths.js";
 import { choosePath } from "./gpu.js";
+import { poolRate, poolSetting, workersAvailable } from "./worker/trainer_proxy.js";
 
 // -- self-test -----------------------------------------------------------------------------
 
@@ -24,7 +25,9 @@ async function fetchGolden(name) {
  * the tab computes on the faster one, and `reason` says why in words (gpu.js choosePath;
  * `choice` holds the rates too).
  * @param {{want?: "gpu"|"cpu"|null}} o  want "cpu" skips the GPU; "gpu" computes on it if it passes
- * @returns {Promise<{kind, reason, capacity, rates, choice, units, cpu, cpuPath, cpuNote, luts, manifestSha256, paths}>}
+ * The capacity is the micro-batch rate of the chosen path; on the CPU with a pool of more
+ * than one worker (worker/trainer_proxy.js poolSetting), the pool's, measured at once.
+ * @returns {Promise<{kind, reason, capacity, rates, choice, units, workers, cpu, cpuPath, cpuNote, luts, manifestSha256, paths}>}
  */
 export async function selfTestDevice({ want = null } = {}) {
   const luts = await loadLuts("/luts/");
@@ -78,9 +81,19 @@ export async function selfTestDevice({ want = null } = {}) {
   paths.wasm = cpu === opened.wasm ? "pass" : cpuNote;
   const choice = choosePath({ rates, want, gpuWhy, cpuWhy: cpuFail, adapter, cpuName });
   const units = choice.path === "gpu" ? gpu : cpu;
+  // The CPU path computes on a pool of workers: the capacity probe measures the whole pool,
+  // every worker at once (one worker: the rate measured here stands).
+  const pool = { ...poolSetting(), rates: null };
+  if (!workersAvailable()) Object.assign(pool, { size: 0, why: "this browser has no module workers: computing on the page" });
+  let capacity = rates[choice.path];
+  if (choice.path === "cpu" && pool.size > 1) {
+    const r = await poolRate(luts, cpu === opened.wasm ? "wasm" : "js");
+    pool.rates = r.each;
+    capacity = r.total;
+  }
   // cpuPath / cpuNote: what the CPU path runs and, on the JS units, why not WebAssembly SIMD
-  return { kind: choice.path === "gpu" ? "webgpu" : "cpu", reason: choice.reason, capacity: rates[choice.path],
-    rates, choice, units, cpu, cpuPath: cpu === opened.wasm ? "wasm" : "js", cpuNote: cpu === opened.wasm ? null : cpuNote,
+  return { kind: choice.path === "gpu" ? "webgpu" : "cpu", reason: choice.reason, capacity,
+    rates, choice, units, workers: choice.path === "gpu" ? { ...pool, size: 1, why: "WebGPU: one device" } : pool, cpu, cpuPath: cpu === opened.wasm ? "wasm" : "js", cpuNote: cpu === opened.wasm ? null : cpuNote,
     luts, manifestSha256: luts.manifestSha256, paths };
 }
 

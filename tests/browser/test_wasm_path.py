@@ -41,7 +41,10 @@ def test_page_computes_on_wasm_simd_and_the_card_says_so(browser_nogpu, server_u
     page = open_page(browser_nogpu, "wasm")
     d = _device(page, f"{server_url}/?name=simd")
     assert d == {**d, "kind": "cpu", "cpuPath": "wasm", "cpuNote": None, "units": "wasm"}
-    assert d["card"] == "CPU (WebAssembly SIMD kernels)"
+    cores = page.evaluate("navigator.hardwareConcurrency")
+    n = min(8, max(1, cores - 1))
+    assert d["card"] == (f"CPU (WebAssembly SIMD kernels), {n} worker{'' if n == 1 else 's'} "
+                         f"({cores} cores, one left for the page)"), d["card"]
     assert "WebAssembly SIMD passed its self-test" in d["why"]
     page.close()
 
@@ -51,7 +54,7 @@ def test_without_wasm_simd_the_tab_uses_the_js_units_and_says_so(browser_nogpu, 
     page.add_init_script(NO_SIMD)
     d = _device(page, f"{server_url}/?name=nosimd")
     assert d["cpuPath"] == "js" and d["units"] == "cpu"
-    assert d["card"] == "CPU (the JS units)"
+    assert d["card"].startswith("CPU (the JS units), 1 worker"), d["card"]
     assert "this browser has no WebAssembly SIMD: the tab computes on the JS units" in d["why"]
     page.close()
 
@@ -61,7 +64,7 @@ def test_a_module_that_fails_its_check_is_never_used(browser_nogpu, server_url):
     page.route("**/webui/wasm/units.wasm.sha256", lambda route: route.fulfill(body="0" * 64 + "\n"))
     d = _device(page, f"{server_url}/?name=badpin")
     assert d["cpuPath"] == "js" and d["units"] == "cpu"
-    assert d["card"] == "CPU (the JS units)"
+    assert d["card"].startswith("CPU (the JS units), 1 worker"), d["card"]
     assert "the WebAssembly module hashes to" in d["why"] and "not its pinned 000000000000" in d["why"]
     page.close()
 

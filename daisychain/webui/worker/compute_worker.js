@@ -11,6 +11,8 @@
 //   {id, op: "predict", key, theta, split, index}             -> {pred}   (predictions.js)
 //   {id, op: "confusion", key, theta, split}                  -> {classes, counts, n, correct}
 //   {id, op: "setUnits", kind}                                -> {units}
+//   {id, op: "rate", luts, cpuPath}                           -> {rate, units}  (the capacity
+//     probe: micro-batches/s of this worker's CPU units, measured while the others measure)
 //
 // Every answer is {id, ok: true, result} or {id, ok: false, error}. The parameters travel with
 // each call (the replica's state stays on the page, where the run protocol reads it), so what
@@ -21,6 +23,7 @@ import { makeHyper, ModelSpec } from "../engine/spec.js";
 import { Trainer } from "../engine/trainer.js";
 import { GpuUnits } from "../gpu.js";
 import { confusionOf, predictRows } from "./predictions.js";
+import { microBatchRate } from "../engine/conformance.js";
 
 const trainers = new Map(); // key -> Trainer (the newest few)
 const KEEP = 3;
@@ -112,6 +115,10 @@ const OPS = {
   async setUnits({ kind }) {
     units = kind === "webgpu" && gpu ? gpu : cpu;
     return { units: units.name };
+  },
+  async rate({ luts, cpuPath }) {
+    const u = await openUnits(luts, "cpu", cpuPath);
+    return { rate: await microBatchRate(u), units: u.name };
   },
   async counts() {
     return { ...counts };
