@@ -74,6 +74,7 @@ class NodeOptions:
     strikes: int = R.STRIKES            #: host: mismatches after which a peer is removed
     aggregate: str = "auto"             #: auto | star | ring (peer/run/ring.py; when coordinating)
     fault: str | None = None            #: TESTING ONLY: corrupt what this peer sends (FAULTS)
+    threads: int = 1                    #: a step's micro-batches on this many threads (--threads)
 
 
 @dataclass
@@ -122,7 +123,8 @@ class Node:
     # -- building the replica ------------------------------------------------------------
 
     def _make_trainer(self, identity: dict, ds) -> Trainer:
-        tr = make_trainer(ModelSpec.from_json(identity["model"]), Hyper(**identity["hyper"]), ds, self.luts)
+        tr = make_trainer(ModelSpec.from_json(identity["model"]), Hyper(**identity["hyper"]), ds, self.luts,
+                          threads=self.o.threads)
         if self.o.engine_version != ENGINE_VERSION:
             tr.identity = {**tr.identity, "engine": self.o.engine_version}
         return tr
@@ -133,7 +135,7 @@ class Node:
         from daisychain.engine.checkpoint import CheckpointError, read_checkpoint_file
 
         s = self.o.settings
-        tr = make_trainer(s.spec, s.hp, s.ds, self.luts)
+        tr = make_trainer(s.spec, s.hp, s.ds, self.luts, threads=self.o.threads)
         if self.o.engine_version != ENGINE_VERSION:
             tr.identity = {**tr.identity, "engine": self.o.engine_version}
         if self.o.resume:
