@@ -33,10 +33,10 @@ async ([task, steps]) => {
   const tr = await WorkerTrainer.create({ spec, hyper, dataset: ds, luts, units: opened.wasm || opened.cpu, kind: 'cpu' });
   const theta = initParams(spec, 1);
   const ids = Array.from({ length: hyper.batch / hyper.micro_batch }, (_, j) => j);
-  await tr.contributeAt(theta, 0, ids); // warm-up (JIT, each worker's module)
+  await tr.contributeAt(theta.slice(), 0, ids); // warm-up (JIT, each worker's module)
   const t0 = performance.now();
   let last = null;
-  for (let s = 1; s <= steps; s++) last = await tr.contributeAt(theta, s, ids);
+  for (let s = 1; s <= steps; s++) last = await tr.contributeAt(theta.slice(), s, ids); // a snapshot: it is handed over
   const ms = performance.now() - t0;
   return { workers: computePool().size, units: tr.poolUnits, mbps: steps * ids.length / (ms / 1000),
     sha: await sha256Hex(new Float64Array(last.grad).buffer) };

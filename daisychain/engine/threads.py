@@ -4,7 +4,8 @@
 The micro-batches given to :meth:`ThreadedGrad.grad` are split into N contiguous runs, one
 per thread, each computed by an Engine of its own (the fast paths keep scratch buffers, so
 an Engine is never shared between threads). The kernels release the GIL (numba ``nogil``,
-``torch._int_mm``, numpy's GEMMs), so the threads run on separate cores. A contribution is a
+``torch._int_mm``, numpy's GEMMs), so the threads run on separate cores (torch's own
+intra-op pool is set to one thread then, so that N threads use N cores, not N x cores). A contribution is a
 sum of exact int64 fixed-point values, so the sum of the threads' sums is the same bits as
 one thread's, in any order; loss and correct keep the micro-batch order. Every N gives the
 same parameters hash (tests/test_threads.py).
@@ -13,6 +14,7 @@ same parameters hash (tests/test_threads.py).
 from __future__ import annotations
 
 import os
+import sys
 from concurrent.futures import ThreadPoolExecutor
 from typing import Callable
 
@@ -73,6 +75,9 @@ class ThreadedGrad:
             return self._engines[0].grad(theta, x, y, frac_bits, limit)
         while len(self._engines) < k:
             self._engines.append(self._make())
+        torch = sys.modules.get("torch")  # the image path's torch._int_mm: one intra-op thread
+        if torch is not None and torch.get_num_threads() != 1:  # each, or N threads oversubscribe
+            torch.set_num_threads(1)
         cuts = [(w * n) // k for w in range(k + 1)]
         futures = [self._pool.submit(self._engines[w].grad, theta, x[cuts[w]:cuts[w + 1]],
                                      y[cuts[w]:cuts[w + 1]], frac_bits, limit) for w in range(k)]
