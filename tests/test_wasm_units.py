@@ -161,3 +161,21 @@ console.log(JSON.stringify([wrongCheck, wrongPin, wrongTable].map((r) => [r.unit
     assert got[0][0] and got[0][1].startswith("the WebAssembly SIMD module failed its self-check (requantize shift 1")
     assert got[1][0] and "not its pinned" in got[1][1]
     assert got[2][0] and "the loaded requantize table is not the rounding shift at 64" in got[2][1]
+
+
+def test_a_call_the_memory_cannot_hold_runs_on_the_js_units():
+    """When the browser refuses to grow the module's memory, the call gives the JS units'
+    bytes (it runs on them) instead of failing the step."""
+    got = run_wasm("""
+const a = Int32Array.from({ length: 300 * 400 }, (_, i) => (i * 37) % 255 - 127);
+const b = Int32Array.from({ length: 400 * 200 }, (_, i) => (i * 91) % 255 - 127);
+const desc = { m: 300, k: 400, n: 200 };
+const mem = wasm.mem;
+wasm.mem = { get buffer() { return mem.buffer; }, grow() { throw new RangeError("WebAssembly.Memory.grow(): Maximum memory size exceeded"); } };
+const small = await wasm.gemm(Int32Array.of(3), Int32Array.of(-4), { m: 1, k: 1, n: 1 });
+const big = await wasm.gemm(a, b, desc);
+const ref = await new P.CpuUnits(luts).gemm(a, b, desc);
+console.log(JSON.stringify({ small: Array.from(small), same: big.every((v, i) => v === ref[i]), n: big.length,
+  couldNotHold: mem.buffer.byteLength < 4 * (a.length + b.length) }));
+""")
+    assert got == {"small": [-12], "same": True, "n": 60000, "couldNotHold": True}

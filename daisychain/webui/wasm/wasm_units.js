@@ -37,6 +37,9 @@ export function hasWasmSimd() {
   }
 }
 
+/** The most memory one call may use in the module (wasm32 allows 4 GiB; browsers less). */
+const MAX_MEMORY = 1024 * 1024 * 1024;
+
 const INTEGRAL = [Int8Array, Int16Array, Int32Array, Uint8Array, Uint16Array];
 const integral = (x) => INTEGRAL.some((T) => x instanceof T);
 const up = (x, m) => Math.ceil(x / m) * m;
@@ -80,6 +83,19 @@ export class WasmUnits extends CpuUnits {
     return p;
   }
 
+  /** Whether one call's operands (bytes in all) fit the module's memory: it grows up to
+   *  MAX_MEMORY; a call that needs more runs on the JS units (same bytes). */
+  _fits(bytes) {
+    if (bytes > MAX_MEMORY) return false;
+    try {
+      this._reset();
+      this._alloc(bytes + 16 * 8);
+      return true;
+    } catch {
+      return false; // the browser refused to grow the memory
+    }
+  }
+
   _put(x) {
     const p = this._alloc(x.length * 4);
     new Int32Array(this.mem.buffer, p, x.length).set(x);
@@ -100,6 +116,7 @@ export class WasmUnits extends CpuUnits {
     const mp = up(m, 2);
     const np = up(n, 4);
     const kp = up(k, 8);
+    if (!this._fits(4 * (m * k + k * n + mp * np) + mp * kp + np * kp)) return super.gemm(a, b, desc);
     this._reset();
     const pa = this._put(a);
     const pb = this._put(b);
@@ -119,6 +136,7 @@ export class WasmUnits extends CpuUnits {
   async requantize(acc, shift, { relu = false } = {}) {
     if (!(acc instanceof Int32Array)) return super.requantize(acc, shift, { relu });
     checkShift("requantize", shift);
+    if (!this._fits(8 * acc.length)) return super.requantize(acc, shift, { relu });
     this._reset();
     const p = this._put(acc);
     const q = this._alloc(acc.length * 4);
@@ -136,6 +154,7 @@ export class WasmUnits extends CpuUnits {
     if (!integral(a)) return super.im2col(a, b, geom);
     const { hw, cols } = convLayout("im2col", b, geom);
     checkLength("im2col", "a", a, b * geom.ci * hw);
+    if (!this._fits(4 * (a.length + b * hw * cols))) return super.im2col(a, b, geom);
     this._reset();
     const p = this._put(a);
     const q = this._alloc(b * hw * cols * 4);
@@ -148,6 +167,7 @@ export class WasmUnits extends CpuUnits {
     const { hw, cols } = convLayout("col2im", b, geom);
     checkLength("col2im", "d", d, b * hw * cols);
     checkIntArray("col2im", "d", d, INT32_MIN, INT32_MAX);
+    if (!this._fits(4 * (d.length + b * geom.ci * hw))) return super.col2im(d, b, geom);
     this._reset();
     const p = this._put(d);
     const q = this._alloc(b * geom.ci * hw * 4);
@@ -160,6 +180,7 @@ export class WasmUnits extends CpuUnits {
     const { hw, oh, ow } = poolLayout("maxpool", b, geom);
     checkLength("maxpool", "a", a, b * geom.c * hw);
     if (geom.h % 2 || geom.w % 2) checkInt8Array("maxpool", "a", a); // the dropped row / column
+    if (!this._fits(8 * a.length)) return super.maxpool(a, b, geom);
     this._reset();
     const p = this._put(a);
     const q = this._alloc(b * geom.c * oh * ow * 4);
@@ -173,6 +194,7 @@ export class WasmUnits extends CpuUnits {
     checkLength("maxpoolBack", "g", g, b * geom.c * oh * ow);
     checkLength("maxpoolBack", "a", a, b * geom.c * hw);
     if (geom.h % 2 || geom.w % 2) checkInt8Array("maxpoolBack", "a", a);
+    if (!this._fits(4 * (g.length + 2 * a.length))) return super.maxpoolBack(g, a, b, geom);
     this._reset();
     const pg = this._put(g);
     const pa = this._put(a);
