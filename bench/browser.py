@@ -8,21 +8,26 @@ SwiftShader (a CPU emulation), so the JS units may well beat it.
 
 from __future__ import annotations
 
-import asyncio
-import threading
-import time
+import os
 
-import numpy as np
-from aiohttp import web
-from tqdm import tqdm
+for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):  # numpy / torch: one thread
+    os.environ.setdefault(_var, "1")
 
-from bench._report import write_section
-from daisychain.engine.data import TASKS, model_for, prepare_task
-from daisychain.engine.spec import Hyper
-from daisychain.engine.trainer import Trainer
-from daisychain.server.app import create_app
-from daisychain.server.config import ServerConfig
-from daisychain.units import gemm_fast, gemm_lut, load_luts
+import asyncio  # noqa: E402
+import threading  # noqa: E402
+import time  # noqa: E402
+
+import numpy as np  # noqa: E402
+from aiohttp import web  # noqa: E402
+from tqdm import tqdm  # noqa: E402
+
+from bench._report import write_section  # noqa: E402
+from daisychain.engine.data import TASKS, model_for, prepare_task  # noqa: E402
+from daisychain.engine.spec import Hyper  # noqa: E402
+from daisychain.engine.trainer import Trainer  # noqa: E402
+from daisychain.server.app import create_app  # noqa: E402
+from daisychain.server.config import ServerConfig  # noqa: E402
+from daisychain.units import gemm_fast, gemm_lut, load_luts  # noqa: E402
 
 CHROMIUM = "/usr/bin/chromium"
 ARGS = ["--no-sandbox", "--enable-unsafe-webgpu", "--disable-background-networking",
@@ -85,7 +90,8 @@ def _numpy_train_rate(task: str) -> float:
     hp = Hyper(seed=3)
     tr = Trainer(model_for(ds), hp, ds, load_luts())
     ids = list(range(hp.n_micro))
-    tr.apply(tr.contribute(ids).grad)
+    for _ in range(5):  # warm-up: the compiled kernels' caches load on the first steps
+        tr.apply(tr.contribute(ids).grad)
     t0 = time.perf_counter()
     for _ in range(STEPS):
         tr.apply(tr.contribute(ids).grad)

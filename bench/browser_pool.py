@@ -33,7 +33,7 @@ async ([task, steps]) => {
   const tr = await WorkerTrainer.create({ spec, hyper, dataset: ds, luts, units: opened.wasm || opened.cpu, kind: 'cpu' });
   const theta = initParams(spec, 1);
   const ids = Array.from({ length: hyper.batch / hyper.micro_batch }, (_, j) => j);
-  await tr.contributeAt(theta.slice(), 0, ids); // warm-up (JIT, each worker's module)
+  for (let s = 0; s < 3; s++) await tr.contributeAt(theta.slice(), 0, ids); // warm-up (JIT, each worker's module)
   const t0 = performance.now();
   let last = null;
   for (let s = 1; s <= steps; s++) last = await tr.contributeAt(theta.slice(), s, ids); // a snapshot: it is handed over
@@ -48,7 +48,7 @@ def main() -> None:
     from playwright.sync_api import sync_playwright
 
     url = _serve()
-    tasks = {"image": 12, "digits": 100}
+    tasks = {"image": 20, "digits": 200}
     rounds = 3
     best = {}
     bar = tqdm(total=len(tasks) * rounds * 2, desc="bench browser_pool", unit="run")
