@@ -10,6 +10,7 @@ cores had left.
 
 from __future__ import annotations
 
+import os
 from tqdm import tqdm
 
 from bench._report import write_section
@@ -76,7 +77,8 @@ def main() -> None:
                     f"{one['mbps']:.1f} (1.00x) | {two['mbps']:.1f} ({two['mbps'] / one['mbps']:.2f}x) | "
                     f"{'yes' if one['sha'] == two['sha'] else 'NO'} |")
     body = "\n".join([
-        f"This machine has {cores()} cores. Micro-batches/s of `WorkerTrainer.contributeAt` (a step's "
+        f"This machine has {cores()} cores (load average {os.getloadavg()[0]:.1f} at the end of the run). "
+        f"Micro-batches/s of `WorkerTrainer.contributeAt` (a step's "
         f"micro-batches, split over the pool, parameters and contributions by transfer), the best of "
         f"{rounds} alternating rounds; baseline (1.00) one worker in the same run.",
         "",

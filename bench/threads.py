@@ -11,6 +11,7 @@ run; on a machine other processes share, it is what the cores had left.
 
 from __future__ import annotations
 
+import os
 import argparse
 import time
 
@@ -65,7 +66,8 @@ def main() -> None:
                     f"{'yes' if same else 'NO'} |")
     bar.close()
     body = "\n".join([
-        f"This machine has {cores()} cores, shared with other work while this ran. Steps/s of the trainer "
+        f"This machine has {cores()} cores (load average {os.getloadavg()[0]:.1f} at the end of the run), "
+        f"shared with other work while this ran. Steps/s of the trainer "
         f"`daisychain train` runs (`Trainer(threads=N)`), after {WARM} warm-up steps, the best of {a.rounds} "
         f"alternating rounds of {a.steps} steps; baseline (1.00) one thread in the same run.",
         "",
