@@ -42,8 +42,8 @@ def threads_arg(text: str) -> int:
         n = None
     if n is None or not 1 <= n <= MAX_THREADS:
         raise argparse.ArgumentTypeError(
-            f"--threads must be a whole number from 1 to {MAX_THREADS} (the default is this machine's "
-            f"{cores()} cores), got {text!r}")
+            f"--threads must be a whole number in [1, {MAX_THREADS}] (default: this machine's "
+            f"{cores()} cores), not {text!r}")
     return n
 
 
