@@ -266,7 +266,7 @@ export class Mesh {
       } catch (err) {
         if (err.name === "StaleRound") return; // local steps: the room moved past this round (run/split.py contribute_at)
         if (tr.engine.units === this.device.cpu) throw err;
-        this.bus.emit("run:log", { text: `the GPU failed (${err.message}); computing on the JS units from now on` });
+        this.bus.emit("run:log", { text: `the GPU failed (${err.message}); computing on ${this.device.cpuPath === "wasm" ? "WebAssembly SIMD" : "the JS units"} from now on` });
         tr.setUnits(this.device.cpu);
         res = await contributeAt(tr, theta, step, micro);
       }

@@ -175,10 +175,10 @@ def test_conv_model_gradient_is_the_same_on_every_path(harness, layers, c, h, w)
 def test_selftest_checks_the_image_kernels_on_every_path(gpu_page, server_url):
     result = run_selftest(gpu_page, f"{server_url}/selftest")
     assert result["error"] is None, result["error"]
-    for path in ("gpu", "cpu", "cpu-lut"):
+    for path in ("gpu", "wasm", "cpu", "cpu-lut"):
         image = result["paths"][path]["sets"]["image"]
         assert image["pass"] and len(image["cases"]) == 8, (path, image)
-    assert result["usable_paths"] == ["gpu", "cpu", "cpu-lut"]
+    assert result["usable_paths"] == ["gpu", "wasm", "cpu", "cpu-lut"]
 
 
 def test_a_pool_kernel_with_another_tie_rule_fails_the_selftest_and_gpu_is_disabled(gpu_page, server_url):
@@ -194,7 +194,7 @@ def test_a_pool_kernel_with_another_tie_rule_fails_the_selftest_and_gpu_is_disab
     gpu = result["paths"]["gpu"]
     assert gpu["tried"] and not gpu["pass"]
     assert "failed golden vectors: image maxpoolBack" in gpu["disabled"], gpu["disabled"]
-    assert result["usable_paths"] == ["cpu", "cpu-lut"]
+    assert result["usable_paths"] == ["wasm", "cpu", "cpu-lut"]
 
 
 BIG = """
