@@ -13,7 +13,7 @@ from numpy.lib.stride_tricks import sliding_window_view
 
 pytestmark = pytest.mark.browser
 
-PATHS = ("gpu", "cpu", "cpu-lut")
+PATHS = ("gpu", "wasm", "cpu", "cpu-lut")
 
 CALL = """
 async ([path, op, args]) => {
@@ -36,7 +36,7 @@ async ([path, op, args]) => {
 @pytest.fixture(scope="module")
 def harness(browser_webgpu, server_url):
     page, info = open_harness(browser_webgpu, server_url)
-    assert info["paths"] == ["cpu", "cpu-lut", "gpu"], info["gpuReason"]
+    assert info["paths"] == ["cpu", "cpu-lut", "gpu", "wasm"], (info["gpuReason"], info["wasmReason"])
     yield page
     page.close()
 
@@ -167,7 +167,7 @@ def test_conv_model_gradient_is_the_same_on_every_path(harness, layers, c, h, w)
     ref = got["cpu"]
     assert any(v != 0 for v in ref["total"]) and len(ref["total"]) > 0
     assert [t[0] for t in ref["trace"]][:2] == ["input_exponent", "input_q"]
-    for p in ("gpu", "cpu-lut"):
+    for p in ("gpu", "wasm", "cpu-lut"):
         assert got[p]["trace"] == ref["trace"], p
         assert got[p]["total"] == ref["total"], p
 
