@@ -77,3 +77,18 @@ def test_threaded_grad_equals_one_engine_per_micro_batch():
     assert np.array_equal(a.grad, b.grad) and np.array_equal(a.loss, b.loss) and np.array_equal(a.correct, b.correct)
     assert isinstance(three.threads, ThreadedGrad) and len({id(e) for e in three.threads._engines}) == 3
     assert threads_arg(" 4 ") == 4
+
+
+@pytest.mark.parametrize("n", [1, 2, 3])
+def test_cluster_on_n_threads_matches_train(n):
+    """`daisychain cluster` (world size one, the Gloo group of its own) on 1, 2, 3 threads."""
+    import os
+    import re
+
+    settings = ["--steps", "6", "--seed", "5", "--layers", "32,16"]
+    want = json.loads(_train(*settings).stdout.strip().splitlines()[-1])["params_sha256"]
+    env = dict(os.environ, GLOO_SOCKET_IFNAME="lo")
+    r = subprocess.run([sys.executable, "-m", "daisychain.cluster", "--quiet", *settings, "--threads", str(n)],
+                       capture_output=True, text=True, timeout=300, env=env)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert re.findall(r"params-sha256: ([0-9a-f]{64})", r.stdout)[-1] == want
