@@ -127,7 +127,10 @@ console.log(JSON.stringify(out));
 def test_out_of_range_operand_is_refused_with_the_js_units_words():
     got = run_wasm("""
 const out = [];
+const wide = (i, v) => { const a = new Int32Array(32).fill(-128); a[i] = v; return a; }; // 16 at a time
 for (const f of [() => wasm.gemm(Int32Array.of(1, 200), Int32Array.of(1, 1), { m: 1, k: 2, n: 1 }),
+                 () => wasm.gemm(wide(5, 300), new Int32Array(32), { m: 1, k: 32, n: 1 }),
+                 () => wasm.gemm(new Int32Array(32), wide(17, -129), { m: 1, k: 32, n: 1 }),
                  () => wasm.maxpool(Int32Array.of(1, 2, 3, -300), 1, { c: 1, h: 2, w: 2 }),
                  () => wasm.requantize(Int32Array.of(1), 32)]) {
   try { await f(); out.push(null); } catch (e) { out.push(`${e.name}: ${e.message}`); }
@@ -135,6 +138,8 @@ for (const f of [() => wasm.gemm(Int32Array.of(1, 200), Int32Array.of(1, 1), { m
 console.log(JSON.stringify(out));
 """)
     assert got == ["UnitError: gemm: A[1] must be an integer in [-128, 127], got 200",
+                   "UnitError: gemm: A[5] must be an integer in [-128, 127], got 300",
+                   "UnitError: gemm: B[17] must be an integer in [-128, 127], got -129",
                    "UnitError: maxpool: a[3] must be an integer in [-128, 127], got -300",
                    "UnitError: requantize: shift must be an integer in [0, 31], got 32"]
 
