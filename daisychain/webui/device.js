@@ -87,9 +87,13 @@ export async function selfTestDevice({ want = null } = {}) {
   if (!workersAvailable()) Object.assign(pool, { size: 0, why: "this browser has no module workers: computing on the page" });
   let capacity = rates[choice.path];
   if (choice.path === "cpu" && pool.size > 1) {
-    const r = await poolRate(luts, cpu === opened.wasm ? "wasm" : "js");
-    pool.rates = r.each;
-    capacity = r.total;
+    try {
+      const r = await poolRate(luts, cpu === opened.wasm ? "wasm" : "js");
+      pool.rates = r.each;
+      capacity = r.total;
+    } catch (err) { // the run's own compute says so again if the workers cannot start
+      pool.why += `; the pool's capacity probe failed (${err.message}): the rate measured here stands`;
+    }
   }
   // cpuPath / cpuNote: what the CPU path runs and, on the JS units, why not WebAssembly SIMD
   return { kind: choice.path === "gpu" ? "webgpu" : "cpu", reason: choice.reason, capacity,
