@@ -1,5 +1,5 @@
-"""Browser engine speed: unit-GEMM GOP/s and micro-batch rate of the WebGPU kernels and the
-JS units inside headless Chromium, against the numpy engine, as ratios from one run.
+"""Browser engine speed: unit-GEMM GOP/s and micro-batch rate of the WebGPU kernels, the
+WebAssembly SIMD kernels and the JS units inside headless Chromium, against the numpy engine, as ratios from one run.
 
 Run: ``python -m bench.browser`` (writes the "browser" section of docs/BENCHMARKS.md).
 WebGPU here is whatever adapter Chromium finds; on a machine without a GPU that is
@@ -8,27 +8,33 @@ SwiftShader (a CPU emulation), so the JS units may well beat it.
 
 from __future__ import annotations
 
-import asyncio
-import threading
-import time
+import os
 
-import numpy as np
-from aiohttp import web
-from tqdm import tqdm
+for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):  # numpy / torch: one thread
+    os.environ.setdefault(_var, "1")
 
-from bench._report import write_section
-from daisychain.engine.data import TASKS, model_for, prepare_task
-from daisychain.engine.spec import Hyper
-from daisychain.engine.trainer import Trainer
-from daisychain.server.app import create_app
-from daisychain.server.config import ServerConfig
-from daisychain.units import gemm_fast, gemm_lut, load_luts
+import asyncio  # noqa: E402
+import threading  # noqa: E402
+import time  # noqa: E402
+
+import numpy as np  # noqa: E402
+from aiohttp import web  # noqa: E402
+from tqdm import tqdm  # noqa: E402
+
+from bench._report import write_section  # noqa: E402
+from daisychain.engine.data import TASKS, model_for, prepare_task  # noqa: E402
+from daisychain.engine.spec import Hyper  # noqa: E402
+from daisychain.engine.trainer import Trainer  # noqa: E402
+from daisychain.server.app import create_app  # noqa: E402
+from daisychain.server.config import ServerConfig  # noqa: E402
+from daisychain.units import gemm_fast, gemm_lut, load_luts  # noqa: E402
 
 CHROMIUM = "/usr/bin/chromium"
 ARGS = ["--no-sandbox", "--enable-unsafe-webgpu", "--disable-background-networking",
         "--disable-component-update", "--disable-sync", "--no-first-run"]
 SHAPES = [(64, 256, 64), (256, 256, 256)]
 STEPS = 20
+PAGE_PATHS = ("gpu", "wasm", "js")  # /selftest?path=: WebGPU, the WASM kernels, the JS units
 
 RATES = """
 async ([shapes]) => {
@@ -38,7 +44,8 @@ async ([shapes]) => {
   const luts = await loadLuts('/luts/');
   const opened = await openPaths(luts);
   const out = { adapter: opened.gpu ? opened.gpu.adapterInfo : null, reason: opened.gpuReason, paths: {} };
-  for (const [name, units] of [['gpu', opened.gpu], ['cpu', opened.cpu]]) {
+  out.wasmReason = opened.wasmReason;
+  for (const [name, units] of [['gpu', opened.gpu], ['wasm', opened.wasm], ['cpu', opened.cpu]]) {
     if (!units) continue;
     const r = { gemm: [] };
     for (const [m, k, n] of shapes) r.gemm.push(await gemmRate(units, { m, k, n, minMs: 1000 }));
@@ -83,7 +90,8 @@ def _numpy_train_rate(task: str) -> float:
     hp = Hyper(seed=3)
     tr = Trainer(model_for(ds), hp, ds, load_luts())
     ids = list(range(hp.n_micro))
-    tr.apply(tr.contribute(ids).grad)
+    for _ in range(5):  # warm-up: the compiled kernels' caches load on the first steps
+        tr.apply(tr.contribute(ids).grad)
     t0 = time.perf_counter()
     for _ in range(STEPS):
         tr.apply(tr.contribute(ids).grad)
@@ -94,7 +102,7 @@ def main() -> None:
     from playwright.sync_api import sync_playwright
 
     luts = load_luts()
-    stages = ["server", "page rates", *[f"page train {t} {p}" for t in TASKS for p in ("gpu", "cpu")],
+    stages = ["server", "page rates", *[f"page train {t} {p}" for t in TASKS for p in PAGE_PATHS],
               "numpy GEMM", *[f"numpy train {t}" for t in TASKS]]
     bar = tqdm(stages, desc="bench browser", unit="stage")
     bar.set_postfix_str("server")
@@ -110,7 +118,7 @@ def main() -> None:
         rates = page.evaluate(RATES, [SHAPES])
         bar.update(1)
         for task in TASKS:
-            for path in ("gpu", "cpu"):
+            for path in PAGE_PATHS:
                 bar.set_postfix_str(f"{task} {path}")
                 page.goto(f"{url}/selftest?task={task}&steps={STEPS}&seed=3&path={path}")
                 page.wait_for_function("window.__selftestDone === true", timeout=600_000)
@@ -130,38 +138,40 @@ def main() -> None:
     adapter = rates["adapter"] or {}
     gpu_name = f"{adapter.get('vendor', '?')} {adapter.get('architecture', '')}".strip() if rates["adapter"] else \
         f"none ({rates['reason']})"
-    lines = [f"WebGPU adapter: {gpu_name}. Baseline (1.00) is the numpy engine in the same run "
-             f"(`gemm_fast`: exact float BLAS; `gemm_lut`: every product from the table).", "",
-             "| unit GEMM (M x K x N) | numpy fast GOP/s | numpy lut | JS units (page) | WebGPU (page) |",
-             "|---|---|---|---|---|"]
+    lines = [f"WebGPU adapter: {gpu_name}. WebAssembly SIMD: {rates['wasmReason'] or 'yes'}. Baseline (1.00) is "
+             f"the numpy engine in the same run (`gemm_fast`: exact float BLAS; `gemm_lut`: every product "
+             f"from the table); one thread everywhere.", "",
+             "| unit GEMM (M x K x N) | numpy fast GOP/s | numpy lut | JS units (page) | WASM SIMD (page) | WebGPU (page) |",
+             "|---|---|---|---|---|---|"]
     for i, s in enumerate(SHAPES):
         fast, lut = np_gemm[s]
         cells = []
-        for path in ("cpu", "gpu"):
+        for path in ("cpu", "wasm", "gpu"):
             r = rates["paths"].get(path)
             cells.append(f"{r['gemm'][i]['gops']:.3f} ({r['gemm'][i]['gops'] / fast:.3f}x)" if r else "n/a")
         lines.append(f"| {s[0]} x {s[1]} x {s[2]} | {fast:.3f} (1.00x) | {lut:.3f} ({lut / fast:.3f}x) | "
-                     f"{cells[0]} | {cells[1]} |")
-    lines += ["", "| micro-batches/s (batch 16, default model) | numpy engine | JS units (page) | WebGPU (page) |",
-              "|---|---|---|---|"]
+                     f"{' | '.join(cells)} |")
+    lines += ["", "| micro-batches/s (batch 16, default model) | numpy engine | JS units (page) | WASM SIMD (page) | WebGPU (page) |",
+              "|---|---|---|---|---|"]
     for task in TASKS:
         base = np_train[task]
         cells = []
-        for path in ("cpu", "gpu"):
+        for path in ("js", "wasm", "gpu"):
             t = train[(task, path)]
-            ok = t and t.get("path_used") == path
+            ok = t and (t.get("path_used") == "gpu" if path == "gpu" else t.get("cpu_units") == path)
             cells.append(f"{t['micro_batches_per_s']:.1f} ({t['micro_batches_per_s'] / base:.3f}x)" if ok else "n/a")
-        lines.append(f"| {task}, {STEPS} training steps in /selftest | {base:.1f} (1.00x) | {cells[0]} | {cells[1]} |")
-    for path in ("cpu", "gpu"):
+        lines.append(f"| {task}, {STEPS} training steps in /selftest | {base:.1f} (1.00x) | {' | '.join(cells)} |")
+    for path in ("cpu", "wasm", "gpu"):
         r = rates["paths"].get(path)
         if r:
             lines.append(f"\nSelf-test capacity figure ({path}, synthetic digits micro-batch): "
                          f"{r['micro_batch_rate']:.1f} micro-batches/s.")
-    same = all(train[(t, p)]["params_sha256"] == train[(t, "cpu")]["params_sha256"] for t in TASKS for p in ("gpu",))
-    lines.append(f"\nThe WebGPU and JS runs ended with {'the same' if same else 'DIFFERENT'} params-sha256 per task.")
+    same = all(train[(t, p)]["params_sha256"] == train[(t, "js")]["params_sha256"] for t in TASKS for p in PAGE_PATHS)
+    lines.append(f"\nThe WebGPU, WASM and JS runs ended with {'the same' if same else 'DIFFERENT'} params-sha256 per task.")
     body = "\n".join(lines)
     print(body)
-    write_section("browser", "## Browser engine (WebGPU and JS units in Chromium)\n\n" + body, "python -m bench.browser")
+    write_section("browser", "## Browser engine (WebGPU, WASM SIMD and JS units in Chromium)\n\n" + body,
+                  "python -m bench.browser")
 
 
 if __name__ == "__main__":

@@ -37,6 +37,7 @@ import numpy as np
 
 from daisychain.engine.settings import (USER_ERRORS, ArgumentParser, add_run_arguments, capacity_arg,
                                        setting_type, settings_from_args)
+from daisychain.engine.threads import add_threads_argument, threads_from
 
 #: A TESTING FAULT, for the fault-tolerance tests only: ``RANK:STEP`` makes that rank exit
 #: abruptly (``os._exit(17)``, no clean-up) when it reaches STEP on the group's first attempt
@@ -66,6 +67,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     c.add_argument("--resume", metavar="PATH", default=None,
                    help="start from this .pt (read by rank 0, checked on every rank); --steps is "
                         "the run's total")
+    add_threads_argument(p)
     p.add_argument("--json", action="store_true", help="rank 0 prints one JSON object instead")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
 
@@ -240,7 +242,8 @@ def run_cluster(rs, args, dist) -> dict:
     from daisychain.units import load_luts
 
     rank, world = dist.get_rank(), dist.get_world_size()
-    tr = make_trainer(rs.spec, rs.hp, rs.ds, load_luts(), args.gemm)  # local steps: tasks are replicas
+    tr = make_trainer(rs.spec, rs.hp, rs.ds, load_luts(), args.gemm,  # local steps: tasks are replicas
+                      threads=getattr(args, "threads_n", 1))
     # every rank must be in the same run: same settings flags, data, tables, engine
     _agree(dist, "run (settings, data, unit tables or engine version differ)",
            bytes.fromhex(tr.run_id))
@@ -365,6 +368,7 @@ def run(args: argparse.Namespace) -> int:
     import torch
 
     torch.set_num_threads(1)
+    args.threads_n = threads_from(args, "daisychain cluster")
     dist = None
     try:
         dist = init_group(args.timeout)

@@ -10,14 +10,16 @@ from daisychain.engine.trainer import Trainer
 
 
 def measure_capacity(trainer: Trainer, seconds: float = 0.3) -> float:
-    """Micro-batches per second of this machine on this run (a few step-0 micro-batches; a
+    """Micro-batches per second of this machine on this run (a few step-0 micro-batches, as
+    many at once as the trainer has threads (``--threads``), so the rate is all of them; a
     local-steps run's replica rounds at its last anchor, which need no replay)."""
     theta = trainer.theta.copy()
     step = getattr(trainer, "anchor_round", 0)
+    k = max(1, min(trainer.n_tasks, getattr(getattr(trainer, "threads", None), "threads", 1)))
     n, t0 = 0, time.perf_counter()
     while True:
-        trainer.contribute([n % trainer.n_tasks], step, theta)
-        n += 1
+        trainer.contribute([(n + i) % trainer.n_tasks for i in range(k)], step, theta)
+        n += k
         dt = time.perf_counter() - t0
         if dt > seconds or n >= 200:
             return n / dt

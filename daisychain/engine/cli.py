@@ -27,6 +27,7 @@ import numpy as np
 from tqdm import tqdm
 
 from daisychain.engine.settings import USER_ERRORS, add_run_arguments, setting_type, settings_from_args
+from daisychain.engine.threads import add_threads_argument, threads_from
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -38,6 +39,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="unit GEMM: exact BLAS (fast) or every product from the table (lut)")
     p.add_argument("--float", action="store_true", dest="float_mode",
                    help="plain float32 torch training of the same model (accuracy comparison)")
+    add_threads_argument(p)
     p.add_argument("--json", action="store_true", help="print one JSON object instead")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     g = p.add_argument_group("checkpoints")
@@ -88,7 +90,8 @@ def run(args: argparse.Namespace) -> int:
         return 0
     try:
         out = train(rs, args.workers, args.assign, args.gemm, quiet=args.quiet or args.json,
-                    save=args.save_checkpoint, save_every=args.save_every, resume=args.resume)
+                    save=args.save_checkpoint, save_every=args.save_every, resume=args.resume,
+                    threads=threads_from(args, "daisychain train"))
     except CheckpointError as exc:
         print(f"daisychain train: error: {exc}", file=sys.stderr)
         return 2
@@ -114,22 +117,23 @@ def run(args: argparse.Namespace) -> int:
 
 def train(rs, workers: int = 1, how: str = "round-robin", gemm: str = "fast",
           quiet: bool = False, save: str | None = None, save_every: int = 0,
-          resume: str | None = None) -> dict:
+          resume: str | None = None, threads: int = 1) -> dict:
     """Train to ``rs.steps`` (from ``resume``'s step when given); ``save``: write the state
-    there every ``save_every`` steps and at the end. Raises CheckpointError."""
-    return train_with_trainer(rs, workers, how, gemm, quiet, save, save_every, resume)[0]
+    there every ``save_every`` steps and at the end; ``threads``: a step's micro-batches on
+    that many threads (engine/threads.py, same bits). Raises CheckpointError."""
+    return train_with_trainer(rs, workers, how, gemm, quiet, save, save_every, resume, threads)[0]
 
 
 def train_with_trainer(rs, workers: int = 1, how: str = "round-robin", gemm: str = "fast",
                        quiet: bool = False, save: str | None = None, save_every: int = 0,
-                       resume: str | None = None):
+                       resume: str | None = None, threads: int = 1):
     """:func:`train`, and the trainer it ran (the Python API keeps it: daisychain/api.py)."""
     from daisychain.engine.checkpoint import CheckpointError, read_checkpoint_file, write_checkpoint_file
     from daisychain.engine.local import make_trainer
     from daisychain.engine.trainer import TrainState, assign
     from daisychain.units import load_luts
 
-    tr = make_trainer(rs.spec, rs.hp, rs.ds, load_luts(), gemm)
+    tr = make_trainer(rs.spec, rs.hp, rs.ds, load_luts(), gemm, threads)
     local = rs.hp.local
     start = 0
     if resume:
@@ -176,7 +180,7 @@ def train_with_trainer(rs, workers: int = 1, how: str = "round-robin", gemm: str
             "accuracy": tr.accuracy("test"), "loss": loss, "test_mse": tr.mse("test"),
             "params_sha256": tr.params_sha256(), "run_id": tr.run_id,
             "dataset_fingerprint": rs.ds.fingerprint, "manifest_sha256": tr.luts.manifest_sha256,
-            "workers": workers, "assign": how, "gemm": gemm,
+            "workers": workers, "assign": how, "gemm": gemm, "threads": threads,
             "micro_batches_per_s": ran * rs.hp.n_micro * (rs.hp.replicas * rs.hp.sync_every)
             / elapsed if elapsed > 0 else 0.0,
             "replicas": rs.hp.replicas, "sync_every": rs.hp.sync_every,

@@ -136,8 +136,9 @@ def unpack_moments(block: np.ndarray, size: int) -> tuple[np.ndarray, np.ndarray
 class LocalTrainer:
     """A local-steps run (``hp.replicas`` R, ``hp.sync_every`` H) behind the Trainer seam."""
 
-    def __init__(self, spec: ModelSpec, hp: Hyper, ds: Dataset, luts: LutSet, gemm: str = "fast"):
-        self.base = Trainer(spec, hp, ds, luts, gemm)
+    def __init__(self, spec: ModelSpec, hp: Hyper, ds: Dataset, luts: LutSet, gemm: str = "fast",
+                 threads: int = 1):
+        self.base = Trainer(spec, hp, ds, luts, gemm, threads)
         self.spec, self.hp, self.ds, self.luts = spec, hp, ds, luts
         self.engine, self.layout, self.schedule = self.base.engine, self.base.layout, self.base.schedule
         self.identity, self.run_id = self.base.identity, self.base.run_id
@@ -368,6 +369,9 @@ class LocalTrainer:
         return params_sha256(self.state.theta)
 
 
-def make_trainer(spec: ModelSpec, hp: Hyper, ds: Dataset, luts: LutSet, gemm: str = "fast"):
-    """The run's trainer: a LocalTrainer for a local-steps run, else the synchronous Trainer."""
-    return (LocalTrainer if hp.local else Trainer)(spec, hp, ds, luts, gemm)
+def make_trainer(spec: ModelSpec, hp: Hyper, ds: Dataset, luts: LutSet, gemm: str = "fast",
+                 threads: int = 1):
+    """The run's trainer: a LocalTrainer for a local-steps run, else the synchronous Trainer;
+    ``threads``: a step's micro-batches on that many threads (engine/threads.py; a local run's
+    replicas still run one after another)."""
+    return (LocalTrainer if hp.local else Trainer)(spec, hp, ds, luts, gemm, threads)

@@ -16,6 +16,7 @@ from daisychain.engine.detmath import pow2
 from daisychain.engine.data import Dataset
 from daisychain.engine.model import Engine, ParamLayout, Result, init_params
 from daisychain.engine.spec import Hyper, ModelSpec, SpecError, dumps_canonical
+from daisychain.engine.threads import ThreadedGrad
 from daisychain.units.luts import LutSet
 
 
@@ -107,13 +108,16 @@ class Trainer:
     """Holds one replica: parameters, Adam state, schedule. ``contribute`` is what a peer
     does with its assigned micro-batches; ``apply`` is what every replica does with the sum."""
 
-    def __init__(self, spec: ModelSpec, hp: Hyper, ds: Dataset, luts: LutSet, gemm: str = "fast"):
+    def __init__(self, spec: ModelSpec, hp: Hyper, ds: Dataset, luts: LutSet, gemm: str = "fast",
+                 threads: int = 1):
         hp.validate()
         spec.validate()
         if hp.augment_shift and ds.kind != "image":
             raise SpecError("--augment-shift applies to the image task")
         self.spec, self.hp, self.ds, self.luts = spec, hp, ds, luts
         self.engine = Engine(spec, luts, gemm)
+        # threads > 1: a step's micro-batches on that many threads, same bits (engine/threads.py)
+        self.threads = ThreadedGrad(self.engine, lambda: Engine(spec, luts, gemm), threads)
         self.layout = ParamLayout(spec)
         self.schedule = Schedule(len(ds.y_train), hp)
         theta = init_params(spec, hp.seed)
@@ -167,7 +171,7 @@ class Trainer:
         if ids.size == 0:
             return Result(np.zeros(self.layout.size, np.int64), np.zeros(0), np.zeros(0, np.int64))
         x, y = self.inputs(step, ids)
-        return self.engine.grad(theta, x, y, self.hp.grad_frac_bits, self.limit)
+        return self.threads.grad(x, y, theta, self.hp.grad_frac_bits, self.limit)
 
     def inputs(self, step: int, micro_ids) -> tuple[np.ndarray, np.ndarray]:
         """x (n, b, ...), y (n, b) of the given micro-batches of a step, augmented when the

@@ -26,6 +26,7 @@ import sys
 from daisychain import ENGINE_VERSION
 from daisychain.engine.settings import (USER_ERRORS, ArgumentParser, add_run_arguments, capacity_arg,
                                        setting_type, settings_from_args)
+from daisychain.engine.threads import add_threads_argument, threads_from
 from daisychain.peer.progress import Progress
 
 
@@ -101,6 +102,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="host: wait for K other peers before the first step (default 0)")
     add_checkpoint_arguments(p)
     add_trust_arguments(p)
+    add_threads_argument(p)
     p.add_argument("--json", action="store_true", help="print one JSON summary at the end")
     p.add_argument("--quiet", action="store_true", help="no progress line")
     p.add_argument("--loopback", action="store_true",
@@ -152,7 +154,8 @@ def main(argv: list[str] | None = None) -> int:
                                 save_every=args.save_every, resume=args.resume,
                                 verify_rate=args.verify_rate, strikes=args.strikes,
                                 fault=args.fault, aggregate=args.aggregate,
-                                expect_dataset=expect))
+                                expect_dataset=expect,
+                                threads=threads_from(args, "daisy-peer")))
     except LutError as exc:
         print(f"daisy-peer: error: {exc}", file=sys.stderr)
         return 2

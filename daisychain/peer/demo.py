@@ -20,6 +20,7 @@ from aiohttp import web
 
 from daisychain.engine.settings import (USER_ERRORS, add_run_arguments, setting_type,
                                        settings_from_args, train_command)
+from daisychain.engine.threads import add_threads_argument, threads_from
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -29,6 +30,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--lan", action="store_true",
                    help="let the peers use this machine's network interfaces for WebRTC so a "
                         "browser tab can join (default: loopback only, which browsers never use)")
+    add_threads_argument(p)
     p.add_argument("--json", action="store_true", help="print one JSON summary at the end")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     from daisychain.peer.cli import add_aggregate_argument, add_checkpoint_arguments
@@ -81,7 +83,7 @@ async def demo(args, settings) -> dict:
                             on_event=progress.event, on_room=on_room,
                             save_checkpoint=args.save_checkpoint, save_every=args.save_every,
                             resume=args.resume, verify_rate=args.verify_rate,
-                            aggregate=args.aggregate))
+                            aggregate=args.aggregate, threads=args.threads_n))
     tasks = [asyncio.ensure_future(host.main())]
     try:
         await asyncio.wait({code_known, tasks[0]}, timeout=30, return_when=asyncio.FIRST_COMPLETED)
@@ -93,7 +95,7 @@ async def demo(args, settings) -> dict:
                 f"browsers do not use loopback for WebRTC")
         progress.write(f"DaisyChain demo: {args.peers} peers in room {code}. {join}")
         for i in range(2, args.peers + 1):
-            node = Node(NodeOptions(server=base, room=code, name=f"demo-peer-{i}"))
+            node = Node(NodeOptions(server=base, room=code, name=f"demo-peer-{i}", threads=args.threads_n))
             tasks.append(asyncio.ensure_future(node.main()))
         results = await asyncio.gather(*tasks)
     finally:
@@ -121,6 +123,7 @@ def run(args: argparse.Namespace) -> int:
     except (*USER_ERRORS, ValueError) as exc:
         print(f"daisychain demo: error: {exc}", file=sys.stderr)
         return 2
+    args.threads_n = threads_from(args, "daisychain demo")  # every peer's
     try:
         out = asyncio.run(demo(args, settings))
     except PeerFailed as exc:

@@ -77,6 +77,7 @@ class NodeOptions:
     #: a joiner's own task (--task module:Name): the dataset fingerprint it expects; a run on
     #: other data is refused in words
     expect_dataset: str | None = None
+    threads: int = 1                    #: a step's micro-batches on this many threads (--threads)
 
 
 @dataclass
@@ -129,7 +130,8 @@ class Node:
         if want and ds.fingerprint != want:
             raise ValueError(f"this peer's task gives other data (dataset fingerprint {want[:16]} "
                              f"here, {ds.fingerprint[:16]} in the run: task {ds.task!r})")
-        tr = make_trainer(ModelSpec.from_json(identity["model"]), Hyper(**identity["hyper"]), ds, self.luts)
+        tr = make_trainer(ModelSpec.from_json(identity["model"]), Hyper(**identity["hyper"]), ds, self.luts,
+                          threads=self.o.threads)
         if self.o.engine_version != ENGINE_VERSION:
             tr.identity = {**tr.identity, "engine": self.o.engine_version}
         return tr
@@ -140,7 +142,7 @@ class Node:
         from daisychain.engine.checkpoint import CheckpointError, read_checkpoint_file
 
         s = self.o.settings
-        tr = make_trainer(s.spec, s.hp, s.ds, self.luts)
+        tr = make_trainer(s.spec, s.hp, s.ds, self.luts, threads=self.o.threads)
         if self.o.engine_version != ENGINE_VERSION:
             tr.identity = {**tr.identity, "engine": self.o.engine_version}
         if self.o.resume:

@@ -24,7 +24,7 @@ function dims(unit, geom, keys) {
   if (keys.includes("k") && geom.k % 2 !== 1) throw new UnitError(`${unit}: the kernel size must be odd, got ${geom.k}`);
 }
 
-function checkLength(unit, name, x, len) {
+export function checkLength(unit, name, x, len) {
   if (x.length !== len) throw new UnitError(`${unit}: ${name} has ${x.length} elements, the shape needs ${len}`);
 }
 

@@ -8,6 +8,7 @@ import { parseDataset } from "./engine/data.js";
 import { withCredential } from "./uploads.js";
 import { openPaths } from "./engine/paths.js";
 import { choosePath } from "./gpu.js";
+import { poolRate, poolSetting, workersAvailable } from "./worker/trainer_proxy.js";
 
 // -- self-test -----------------------------------------------------------------------------
 
@@ -18,13 +19,15 @@ async function fetchGolden(name) {
 }
 
 /**
- * Test this device: tables through the manifest, golden vectors on the WebGPU path and the
- * JS units, one Adam step on the golden Adam vectors and the golden subnormal operations
+ * Test this device: tables through the manifest, golden vectors on the WebGPU path, the
+ * WebAssembly SIMD kernels and the JS units, one Adam step on the golden Adam vectors and the golden subnormal operations
  * (float64 in JS, the same for every path), the micro-batch rate of each path that passes;
  * the tab computes on the faster one, and `reason` says why in words (gpu.js choosePath;
  * `choice` holds the rates too).
  * @param {{want?: "gpu"|"cpu"|null}} o  want "cpu" skips the GPU; "gpu" computes on it if it passes
- * @returns {Promise<{kind, reason, capacity, rates, choice, units, cpu, luts, manifestSha256, paths}>}
+ * The capacity is the micro-batch rate of the chosen path; on the CPU with a pool of more
+ * than one worker (worker/trainer_proxy.js poolSetting), the pool's, measured at once.
+ * @returns {Promise<{kind, reason, capacity, rates, choice, units, workers, cpu, cpuPath, cpuNote, luts, manifestSha256, paths}>}
  */
 export async function selfTestDevice({ want = null } = {}) {
   const luts = await loadLuts("/luts/");
@@ -47,10 +50,20 @@ export async function selfTestDevice({ want = null } = {}) {
       gpu = null;
     }
   }
-  const cpuFail = await goldenFailure(opened.cpu, golden);
-  if (!gpu && cpuFail) throw new Error(`this device cannot train: the JS units failed their self-test (${cpuFail})`);
+  // The CPU path: WebAssembly SIMD when its module passed its own checks (wasm_units.js)
+  // and the golden vectors here, else the JS units, saying why.
+  let cpu = opened.cpu;
+  let cpuNote = opened.wasmReason;
+  if (opened.wasm) {
+    const f = await goldenFailure(opened.wasm, golden);
+    if (f) cpuNote = `the WebAssembly SIMD module failed the golden vectors (${f}): not used`;
+    else cpu = opened.wasm;
+  }
+  const cpuName = cpu === opened.wasm ? "WebAssembly SIMD" : "the JS units";
+  const cpuFail = await goldenFailure(cpu, golden);
+  if (!gpu && cpuFail) throw new Error(`this device cannot train: ${cpuName} failed the self-test (${cpuFail})`);
   // Both paths that pass are measured; the tab computes on the faster (gpu.js choosePath).
-  const rates = { gpu: null, cpu: cpuFail ? null : await microBatchRate(opened.cpu) };
+  const rates = { gpu: null, cpu: cpuFail ? null : await microBatchRate(cpu) };
   if (gpu) {
     try {
       rates.gpu = await microBatchRate(gpu);
@@ -65,10 +78,27 @@ export async function selfTestDevice({ want = null } = {}) {
   paths.gpu = gpu ? "pass" : gpuWhy;
   paths.cpu = cpuFail ? `failed: ${cpuFail}` : "pass";
   const adapter = gpu?.adapterInfo?.vendor ? `${gpu.adapterInfo.vendor} ${gpu.adapterInfo.architecture || ""}`.trim() : "";
-  const choice = choosePath({ rates, want, gpuWhy, cpuWhy: cpuFail, adapter });
-  const units = choice.path === "gpu" ? gpu : opened.cpu;
-  return { kind: choice.path === "gpu" ? "webgpu" : "cpu", reason: choice.reason, capacity: rates[choice.path],
-    rates, choice, units, cpu: opened.cpu, luts, manifestSha256: luts.manifestSha256, paths };
+  paths.wasm = cpu === opened.wasm ? "pass" : cpuNote;
+  const choice = choosePath({ rates, want, gpuWhy, cpuWhy: cpuFail, adapter, cpuName });
+  const units = choice.path === "gpu" ? gpu : cpu;
+  // The CPU path computes on a pool of workers: the capacity probe measures the whole pool,
+  // every worker at once (one worker: the rate measured here stands).
+  const pool = { ...poolSetting(), rates: null };
+  if (!workersAvailable()) Object.assign(pool, { size: 0, why: "this browser has no module workers: computing on the page" });
+  let capacity = rates[choice.path];
+  if (choice.path === "cpu" && pool.size > 1) {
+    try {
+      const r = await poolRate(luts, cpu === opened.wasm ? "wasm" : "js");
+      pool.rates = r.each;
+      capacity = r.total;
+    } catch (err) { // the run's own compute says so again if the workers cannot start
+      pool.why += `; the pool's capacity probe failed (${err.message}): the rate measured here stands`;
+    }
+  }
+  // cpuPath / cpuNote: what the CPU path runs and, on the JS units, why not WebAssembly SIMD
+  return { kind: choice.path === "gpu" ? "webgpu" : "cpu", reason: choice.reason, capacity,
+    rates, choice, units, workers: choice.path === "gpu" ? { ...pool, size: 1, why: "WebGPU: one device" } : pool, cpu, cpuPath: cpu === opened.wasm ? "wasm" : "js", cpuNote: cpu === opened.wasm ? null : cpuNote,
+    luts, manifestSha256: luts.manifestSha256, paths };
 }
 
 /**

@@ -420,36 +420,38 @@ export function timesText(ratio) {
  *   want   null (the faster one) | "gpu" | "cpu" (asked for, e.g. by ?path=)
  *   gpuWhy why WebGPU is not usable, when rates.gpu is null; cpuWhy the same for the JS units
  *   adapter a short adapter name for the words, or ""
+ *   cpuName what the CPU path runs, in words: "the JS units" or "WebAssembly SIMD"
  * @returns {{path: "gpu"|"cpu", reason: string, rates, ratio: number|null}}
  *   ratio: gpu rate / cpu rate when both passed
  */
-export function choosePath({ rates, want = null, gpuWhy = null, cpuWhy = null, adapter = "" }) {
+export function choosePath({ rates, want = null, gpuWhy = null, cpuWhy = null, adapter = "", cpuName = "the JS units" }) {
+  const their = cpuName === "the JS units" ? "their" : "its";
   const ok = (r) => Number.isFinite(r) && r > 0;
   const gpuOk = ok(rates.gpu);
   const named = adapter ? ` (${adapter})` : "";
   if (!ok(rates.cpu)) {
-    if (!gpuOk) throw new Error(`this device cannot train: the JS units failed their self-test (${cpuWhy})`);
+    if (!gpuOk) throw new Error(`this device cannot train: ${cpuName} failed ${their} self-test (${cpuWhy})`);
     return { path: "gpu", rates, ratio: null,
-      reason: `WebGPU passed its self-test${named}; the JS units failed theirs (${cpuWhy}): computing on WebGPU` };
+      reason: `WebGPU passed its self-test${named}; ${cpuName} failed ${their === "their" ? "theirs" : "its"} (${cpuWhy}): computing on WebGPU` };
   }
   if (!gpuOk) {
     const why = want === "cpu" ? "the CPU path was chosen" : gpuWhy ? `no WebGPU: ${gpuWhy}` : "no WebGPU";
-    return { path: "cpu", reason: `${why}; the JS units passed their self-test`, rates, ratio: null };
+    return { path: "cpu", reason: `${why}; ${cpuName} passed ${their} self-test`, rates, ratio: null };
   }
   const ratio = rates.gpu / rates.cpu;
   const faster = ratio >= 1;
-  const compare = faster ? `${timesText(ratio)} faster than the JS units here`
-    : `${timesText(1 / ratio)} slower than the JS units here`;
+  const compare = faster ? `${timesText(ratio)} faster than ${cpuName} here`
+    : `${timesText(1 / ratio)} slower than ${cpuName} here`;
   if (want === "gpu") {
     return { path: "gpu", rates, ratio,
       reason: `WebGPU passed its self-test${named} and is ${compare}: computing on WebGPU, as asked (path=gpu)` };
   }
   if (want === "cpu") {
     return { path: "cpu", rates, ratio,
-      reason: `WebGPU passed its self-test${named} and is ${compare}: computing on the JS units, as asked (path=cpu)` };
+      reason: `WebGPU passed its self-test${named} and is ${compare}: computing on ${cpuName}, as asked (path=cpu)` };
   }
   if (faster) {
     return { path: "gpu", rates, ratio, reason: `WebGPU passed its self-test${named} and is ${compare}: computing on WebGPU` };
   }
-  return { path: "cpu", rates, ratio, reason: `WebGPU passed but is ${compare}: computing on the JS units` };
+  return { path: "cpu", rates, ratio, reason: `WebGPU passed but is ${compare}: computing on ${cpuName}` };
 }

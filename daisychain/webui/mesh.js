@@ -118,7 +118,7 @@ export class Mesh {
   async _makeTrainer(identity, ds) {
     const spec = ModelSpec.fromJson(identity.model);
     const hyper = makeHyper(identity.hyper);
-    const tr = await createTrainer({ spec, hyper, dataset: ds, luts: this.device.luts, units: this.device.units, kind: this.device.kind });
+    const tr = await createTrainer({ spec, hyper, dataset: ds, luts: this.device.luts, units: this.device.units, kind: this.device.kind, cpuPath: this.device.cpuPath });
     await this._measureRun(tr, hyper); // before the member's ready: the split uses it
     return tr;
   }
@@ -273,7 +273,7 @@ export class Mesh {
       } catch (err) {
         if (err.name === "StaleRound") return; // local steps: the room moved past this round (run/split.py contribute_at)
         if (tr.engine.units === this.device.cpu) throw err;
-        this.bus.emit("run:log", { text: `the GPU failed (${err.message}); computing on the JS units from now on` });
+        this.bus.emit("run:log", { text: `the GPU failed (${err.message}); computing on ${this.device.cpuPath === "wasm" ? "WebAssembly SIMD" : "the JS units"} from now on` });
         tr.setUnits(this.device.cpu);
         res = await contributeAt(tr, theta, step, micro);
       }
@@ -526,7 +526,7 @@ export class Mesh {
     let spec, trainer, identity, id;
     try { // a model the data cannot hold: back to idle with the reason (the page's fields)
       spec = modelFor(ds, layers ?? (ds.kind === "image" ? null : hidden), 16);
-      trainer = await createTrainer({ spec, hyper, dataset: ds, luts: this.device.luts, units: this.device.units, kind: this.device.kind });
+      trainer = await createTrainer({ spec, hyper, dataset: ds, luts: this.device.luts, units: this.device.units, kind: this.device.kind, cpuPath: this.device.cpuPath });
       this._preparing("model", 1, 4, "measuring this device on the run's model");
       await this._measureRun(trainer, hyper);
       this._preparing("identity", 2, 4, "hashing the run identity");

@@ -1,9 +1,10 @@
 // The conformance page (/selftest): runs every golden unit vector (/golden/units.json) on
-// every available path — WebGPU kernels, JS units with the fast GEMM, JS units with the
-// literal table GEMM — measures each path's unit-GEMM rate and micro-batch rate, chooses
+// every available path — WebGPU kernels, WebAssembly SIMD kernels, JS units with the fast
+// GEMM, JS units with the literal table GEMM — measures each path's unit-GEMM rate and micro-batch rate, chooses
 // the faster passing path as a tab does (gpu.js choosePath -> result.choice), then, when
 // the query names `task` or `steps`, trains in the page exactly as `daisychain train` does:
-//   /selftest?task=digits|text|image&steps=N&seed=S&path=gpu|cpu   (path: default the chosen one)
+//   /selftest?task=digits|text|image&steps=N&seed=S&path=gpu|cpu|wasm|js   (path: default the
+//   chosen one; cpu is the tab's CPU path: WebAssembly SIMD when it passed, else the JS units)
 //   (also batch, micro-batch, lr, weight-decay, hidden, layers=256,256, embed-dim, and the
 //   image recipe's augment-shift, lr-warmup, lr-decay-steps; every default is the CLI's, from
 //   the one table of task defaults (engine/task_defaults.js), and as there
@@ -66,16 +67,19 @@ async function runTraining(result, { params, luts, opened }) {
     : params.has("hidden") ? parseNumber("hidden", params.get("hidden"), "int") : null; // null: the task's default model
   const dim = params.has("embed-dim") ? parseNumber("embed-dim", params.get("embed-dim"), "int") : 16;
   const want = params.get("path") || result.choice.path || "cpu"; // default: the faster passing path
-  if (want !== "gpu" && want !== "cpu") throw new Error(`path must be gpu or cpu, not ${want}`);
+  if (!["gpu", "cpu", "wasm", "js"].includes(want)) throw new Error(`path must be gpu, cpu, wasm or js, not ${want}`);
   const t = { task, steps, seed: overrides.seed ?? 0, path_requested: want, path_used: null,
     fallback: null, params_sha256: null };
   result.training = t;
-  let units = opened.cpu;
+  const wasmOk = result.usable_paths.includes("wasm");
+  let units = wasmOk && want !== "js" ? opened.wasm : opened.cpu;
+  if (want === "wasm" && !wasmOk) t.fallback = `the WebAssembly SIMD path is disabled (${result.paths.wasm.disabled}); training on the JS units`;
   if (want === "gpu") {
     if (result.usable_paths.includes("gpu")) units = opened.gpu;
     else t.fallback = `the GPU path is disabled (${result.paths.gpu.disabled}); training on the JS units`;
   }
   t.path_used = units === opened.gpu ? "gpu" : "cpu";
+  t.cpu_units = units === opened.wasm ? "wasm" : units === opened.gpu ? null : "js";
   const ds = await loadDataset(`/data/${encodeURIComponent(task)}.dcds`);
   const spec = modelFor(ds, hidden, dim);
   const given = Object.fromEntries(RECIPE_FIELDS.map((k) => [k, overrides[k] ?? null]));
@@ -96,7 +100,7 @@ async function runTraining(result, { params, luts, opened }) {
       t.fallback = `the GPU failed during training (${err.message}); step ${step} redone on the JS units`;
       log(t.fallback);
       t.path_used = "cpu";
-      tr.setUnits(opened.cpu);
+      tr.setUnits(wasmOk ? opened.wasm : opened.cpu);
       part = await tr.contribute(ids);
     }
     tr.apply(part.grad);
@@ -119,7 +123,8 @@ async function runTraining(result, { params, luts, opened }) {
 
 function showPath(name, info) {
   const li = document.createElement("li");
-  const label = { gpu: "WebGPU kernels", cpu: "JS units (fast GEMM)", "cpu-lut": "JS units (table GEMM)" }[name] || name;
+  const label = { gpu: "WebGPU kernels", wasm: "WebAssembly SIMD kernels", cpu: "JS units (fast GEMM)",
+    "cpu-lut": "JS units (table GEMM)" }[name] || name;
   if (info.disabled) {
     li.className = info.tried ? "fail" : "off";
     // the reason WebGPU is missing is said once, in the status above
@@ -153,10 +158,13 @@ async function main() {
     result.webgpu.reason = opened.gpuReason;
     if (opened.gpu) result.webgpu.adapter = opened.gpu.adapterInfo;
     else log(`WebGPU unavailable: ${opened.gpuReason}`);
-    const candidates = [["gpu", opened.gpu], ["cpu", opened.cpu], ["cpu-lut", new CpuUnits(luts, { literal: true })]];
+    result.wasm = { available: !!opened.wasm, reason: opened.wasmReason };
+    const candidates = [["gpu", opened.gpu], ["wasm", opened.wasm], ["cpu", opened.cpu],
+      ["cpu-lut", new CpuUnits(luts, { literal: true })]];
     for (const [name, units] of candidates) {
       if (!units) {
-        result.paths[name] = { tried: false, pass: false, disabled: `WebGPU is not available: ${opened.gpuReason}` };
+        result.paths[name] = { tried: name === "wasm", pass: false, disabled: name === "wasm" ? opened.wasmReason
+          : `WebGPU is not available: ${opened.gpuReason}` };
         continue;
       }
       result.paths_tried.push(name);
@@ -189,14 +197,15 @@ async function main() {
     result.micro_batch_rate = Math.max(0, ...result.usable_paths.map((p) => result.paths[p].micro_batch_rate));
     // The path a tab computes on: the faster of the two that passed (as the page chooses).
     const rate = (p) => (result.usable_paths.includes(p) ? result.paths[p].micro_batch_rate : null);
+    const cpuName = rate("wasm") ? "WebAssembly SIMD" : "the JS units"; // the tab's CPU path
     const adapter = opened.gpu?.adapterInfo?.vendor
       ? `${opened.gpu.adapterInfo.vendor} ${opened.gpu.adapterInfo.architecture || ""}`.trim() : "";
     result.choice = rate("gpu") || rate("cpu")
-      ? choosePath({ rates: { gpu: rate("gpu"), cpu: rate("cpu") }, adapter,
+      ? choosePath({ rates: { gpu: rate("gpu"), cpu: rate("wasm") || rate("cpu") }, adapter, cpuName,
         gpuWhy: result.paths.gpu.disabled, cpuWhy: result.paths.cpu.disabled })
       : { path: null, reason: "neither path passed its self-test", rates: { gpu: null, cpu: null }, ratio: null };
     $("status").textContent += ` A tab computes on the faster path: ${result.choice.reason}.`;
-    const on = { gpu: "WebGPU", cpu: "the JS units" }[result.choice.path];
+    const on = { gpu: "WebGPU", cpu: cpuName }[result.choice.path];
     $("verdict").textContent = on ? `This device is OK: it can train with DaisyChain (on ${on}).`
       : "This device cannot train: neither compute path passed its self-test.";
     $("verdict").className = on ? "pass" : "fail";

@@ -31,10 +31,12 @@ async () => {
     const luts = await loadLuts('/luts/');
     const opened = await openPaths(luts);
     window.__units = { luts, paths: { cpu: opened.cpu, 'cpu-lut': new CpuUnits(luts, { literal: true }) },
-                       gpuReason: opened.gpuReason };
+                       gpuReason: opened.gpuReason, wasmReason: opened.wasmReason };
     if (opened.gpu) window.__units.paths.gpu = opened.gpu;
+    if (opened.wasm) window.__units.paths.wasm = opened.wasm;
   }
-  return { paths: Object.keys(window.__units.paths), gpuReason: window.__units.gpuReason };
+  return { paths: Object.keys(window.__units.paths), gpuReason: window.__units.gpuReason,
+           wasmReason: window.__units.wasmReason };
 }
 """
 

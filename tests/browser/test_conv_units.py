@@ -13,7 +13,7 @@ from numpy.lib.stride_tricks import sliding_window_view
 
 pytestmark = pytest.mark.browser
 
-PATHS = ("gpu", "cpu", "cpu-lut")
+PATHS = ("gpu", "wasm", "cpu", "cpu-lut")
 
 CALL = """
 async ([path, op, args]) => {
@@ -36,7 +36,7 @@ async ([path, op, args]) => {
 @pytest.fixture(scope="module")
 def harness(browser_webgpu, server_url):
     page, info = open_harness(browser_webgpu, server_url)
-    assert info["paths"] == ["cpu", "cpu-lut", "gpu"], info["gpuReason"]
+    assert info["paths"] == ["cpu", "cpu-lut", "gpu", "wasm"], (info["gpuReason"], info["wasmReason"])
     yield page
     page.close()
 
@@ -167,7 +167,7 @@ def test_conv_model_gradient_is_the_same_on_every_path(harness, layers, c, h, w)
     ref = got["cpu"]
     assert any(v != 0 for v in ref["total"]) and len(ref["total"]) > 0
     assert [t[0] for t in ref["trace"]][:2] == ["input_exponent", "input_q"]
-    for p in ("gpu", "cpu-lut"):
+    for p in ("gpu", "wasm", "cpu-lut"):
         assert got[p]["trace"] == ref["trace"], p
         assert got[p]["total"] == ref["total"], p
 
@@ -175,10 +175,10 @@ def test_conv_model_gradient_is_the_same_on_every_path(harness, layers, c, h, w)
 def test_selftest_checks_the_image_kernels_on_every_path(gpu_page, server_url):
     result = run_selftest(gpu_page, f"{server_url}/selftest")
     assert result["error"] is None, result["error"]
-    for path in ("gpu", "cpu", "cpu-lut"):
+    for path in ("gpu", "wasm", "cpu", "cpu-lut"):
         image = result["paths"][path]["sets"]["image"]
         assert image["pass"] and len(image["cases"]) == 8, (path, image)
-    assert result["usable_paths"] == ["gpu", "cpu", "cpu-lut"]
+    assert result["usable_paths"] == ["gpu", "wasm", "cpu", "cpu-lut"]
 
 
 def test_a_pool_kernel_with_another_tie_rule_fails_the_selftest_and_gpu_is_disabled(gpu_page, server_url):
@@ -194,7 +194,7 @@ def test_a_pool_kernel_with_another_tie_rule_fails_the_selftest_and_gpu_is_disab
     gpu = result["paths"]["gpu"]
     assert gpu["tried"] and not gpu["pass"]
     assert "failed golden vectors: image maxpoolBack" in gpu["disabled"], gpu["disabled"]
-    assert result["usable_paths"] == ["cpu", "cpu-lut"]
+    assert result["usable_paths"] == ["wasm", "cpu", "cpu-lut"]
 
 
 BIG = """

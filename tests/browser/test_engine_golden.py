@@ -126,11 +126,15 @@ def test_prng_shuffle_and_exp_match_numpy(harness):
 
 
 @pytest.mark.parametrize("name", ["digits", "text", "digits_2layers", "text_2layers", "image_conv", "image_conv_rgb"])
-@pytest.mark.parametrize("path", ["gpu", "cpu"])
+@pytest.mark.parametrize("path", ["gpu", "cpu", "wasm"])
 def test_step_golden_vectors(request, name, path):
-    """Conv models (image_conv: 1x8x8 conv4, pool, conv8k5, pool; image_conv_rgb: 3x8x8) too."""
+    """Conv models (image_conv: 1x8x8 conv4, pool, conv8k5, pool; image_conv_rgb: 3x8x8) too;
+    path wasm: the WebAssembly SIMD kernels (webui/wasm), which Chromium must run."""
     g = json.loads((GOLDEN / f"step_{name}.json").read_text())
     harness = request.getfixturevalue("image_harness" if name.startswith("image") else "harness")
+    if path == "wasm":
+        assert harness.evaluate("() => Object.keys(window.__units.paths)").count("wasm"), \
+            harness.evaluate("() => window.__units.wasmReason")
     got = harness.evaluate(STEP, [path, g])
     s0 = g["step0"]
     assert got["fingerprint"] == g["dataset_fingerprint"]

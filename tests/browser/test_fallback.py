@@ -57,7 +57,7 @@ def test_kernel_that_skips_an_element_fails_on_the_poison_and_gpu_is_disabled(gp
     assert gpu["tried"] and not gpu["pass"]
     assert "failed golden vectors: gemm 1x1x1" in gpu["disabled"]
     assert "got 2147483647" in gpu["disabled"]
-    assert result["usable_paths"] == ["cpu", "cpu-lut"]
+    assert result["usable_paths"] == ["wasm", "cpu", "cpu-lut"]
     assert "The WebGPU path failed its self-test" in gpu_page.inner_text("#status")
 
 
@@ -67,4 +67,4 @@ def test_kernel_that_does_not_compile_demotes_to_cpu_with_the_reason(gpu_page, s
     assert result["error"] is None
     assert not result["webgpu"]["available"]
     assert "requantize.wgsl" in result["webgpu"]["reason"], result["webgpu"]["reason"]
-    assert result["usable_paths"] == ["cpu", "cpu-lut"]
+    assert result["usable_paths"] == ["wasm", "cpu", "cpu-lut"]

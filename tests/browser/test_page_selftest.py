@@ -16,7 +16,7 @@ def test_selftest_says_a_verdict_once_in_the_dark_with_a_way_back(cpu_page, serv
     cpu_page.emulate_media(color_scheme="dark")
     result = run_selftest(cpu_page, f"{server_url}/selftest")
     assert result["error"] is None
-    assert cpu_page.inner_text("#verdict") == "This device is OK: it can train with DaisyChain (on the JS units)."
+    assert cpu_page.inner_text("#verdict") == "This device is OK: it can train with DaisyChain (on WebAssembly SIMD)."
     bg = cpu_page.evaluate("getComputedStyle(document.body).backgroundColor")
     assert bg == "rgb(20, 21, 23)", bg
     assert cpu_page.get_attribute("#back", "href") == "/"

@@ -1,4 +1,5 @@
-"""The conformance page: every golden unit and GEMM vector on the WebGPU and the CPU paths."""
+"""The conformance page: every golden unit and GEMM vector on the WebGPU, WebAssembly SIMD and
+JS-unit paths."""
 
 from __future__ import annotations
 
@@ -25,10 +26,10 @@ def test_selftest_webgpu_and_cpu_paths_pass_all_golden_vectors(gpu_page, server_
     result = run_selftest(gpu_page, f"{server_url}/selftest")
     assert result["error"] is None, result["error"]
     assert result["webgpu"]["available"], result["webgpu"]["reason"]
-    assert result["paths_tried"] == ["gpu", "cpu", "cpu-lut"]
-    for name in ("gpu", "cpu", "cpu-lut"):
+    assert result["paths_tried"] == ["gpu", "wasm", "cpu", "cpu-lut"]
+    for name in ("gpu", "wasm", "cpu", "cpu-lut"):
         _assert_path_passes(result, name)
-    assert result["usable_paths"] == ["gpu", "cpu", "cpu-lut"]
+    assert result["usable_paths"] == ["gpu", "wasm", "cpu", "cpu-lut"]
     cases = result["paths"]["gpu"]["sets"]["gemm"]["cases"]
     assert {"3x5x7", "65x130x63", "extreme-maxk"} <= set(cases)
 
@@ -43,7 +44,8 @@ def test_selftest_without_webgpu_flag_says_so_and_uses_cpu(cpu_page, server_url)
     assert "requestAdapter() returned null" in result["webgpu"]["reason"]
     assert not result["paths"]["gpu"]["tried"]
     assert "WebGPU is not available" in result["paths"]["gpu"]["disabled"]
+    _assert_path_passes(result, "wasm")
     _assert_path_passes(result, "cpu")
     _assert_path_passes(result, "cpu-lut")
-    assert result["usable_paths"] == ["cpu", "cpu-lut"]
+    assert result["usable_paths"] == ["wasm", "cpu", "cpu-lut"]
     assert "WebGPU is not available here" in cpu_page.inner_text("#status")

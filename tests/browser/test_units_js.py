@@ -12,7 +12,7 @@ from daisychain.units import reference as ref
 
 pytestmark = pytest.mark.browser
 
-PATHS = ("gpu", "cpu", "cpu-lut")
+PATHS = ("gpu", "wasm", "cpu", "cpu-lut")
 
 CALL = """
 async ([path, op, args]) => {
@@ -36,7 +36,7 @@ async ([path, op, args]) => {
 @pytest.fixture(scope="module")
 def harness(browser_webgpu, server_url):
     page, info = open_harness(browser_webgpu, server_url)
-    assert info["paths"] == ["cpu", "cpu-lut", "gpu"], info["gpuReason"]
+    assert info["paths"] == ["cpu", "cpu-lut", "gpu", "wasm"], (info["gpuReason"], info["wasmReason"])
     yield page
     page.close()
 

@@ -19,7 +19,7 @@ def test_device_panel_says_what_computes_and_why(browser_webgpu, browser_cpu, ta
     assert "WebGPU passed its self-test" in gpu.page.inner_text("#device-reason")
     assert c["kind"] == "cpu"
     assert "no WebGPU" in cpu.page.inner_text("#device-reason")
-    assert "JS units passed" in cpu.page.inner_text("#device-reason")
+    assert "WebAssembly SIMD passed its self-test" in cpu.page.inner_text("#device-reason")
     for t in (gpu, cpu):
         assert t.state("window.__daisy.device.capacity") > 0
         assert "micro-batches/s" in t.page.inner_text("#device-capacity")

@@ -5,8 +5,10 @@
 //   mul(a, b), relu(x)                      -> Int32Array
 //   im2col(a, b, geom), col2im(d, b, geom)  -> Int32Array    (conv.js has the layouts)
 //   maxpool(a, b, geom), maxpoolBack(g, a, b, geom) -> Int32Array
-// CpuUnits runs the JS units (units.js, gemm.js); GpuUnits (gpu.js) the WGSL kernels.
-// openPaths() tries the GPU and, if it cannot be used, says why in words.
+// CpuUnits runs the JS units (units.js, gemm.js); WasmUnits (wasm/wasm_units.js) the
+// WebAssembly SIMD kernels, a CpuUnits whose heavy units run in WASM with the same bytes;
+// GpuUnits (gpu.js) the WGSL kernels. openPaths() tries WASM and the GPU and, for each that
+// cannot be used, says why in words.
 
 import { gemmFast, gemmLayout, gemmLut } from "../gemm.js";
 import { GpuUnits, POISON } from "../gpu.js";
@@ -63,17 +65,27 @@ export class CpuUnits {
 }
 
 /**
- * Open the CPU path and, unless disabled, the GPU path.
- * @returns {Promise<{cpu: CpuUnits, gpu: GpuUnits|null, gpuReason: string|null}>}
+ * Open the JS units, the WebAssembly SIMD path and, unless disabled, the GPU path.
+ * @returns {Promise<{cpu: CpuUnits, wasm: WasmUnits|null, wasmReason: string|null,
+ *   gpu: GpuUnits|null, gpuReason: string|null}>}
  */
-export async function openPaths(luts, { tryGpu = true, shaderBase = "/shaders/", onGpuFailure } = {}) {
+export async function openPaths(luts, { tryGpu = true, tryWasm = true, shaderBase = "/shaders/", wasmBase = "/webui/wasm/", onGpuFailure } = {}) {
   const cpu = new CpuUnits(luts);
-  if (!tryGpu) return { cpu, gpu: null, gpuReason: "the GPU path was not requested" };
+  const { wasm, wasmReason } = tryWasm ? await openWasm(luts, wasmBase)
+    : { wasm: null, wasmReason: "the WebAssembly path was not requested" };
+  if (!tryGpu) return { cpu, wasm, wasmReason, gpu: null, gpuReason: "the GPU path was not requested" };
   try {
     const gpu = await GpuUnits.create({ luts, shaderBase, onFailure: onGpuFailure });
     gpu.name = "gpu";
-    return { cpu, gpu, gpuReason: null };
+    return { cpu, wasm, wasmReason, gpu, gpuReason: null };
   } catch (err) {
-    return { cpu, gpu: null, gpuReason: err.message };
+    return { cpu, wasm, wasmReason, gpu: null, gpuReason: err.message };
   }
+}
+
+/** The WASM path (imported here, not at the top: wasm_units.js extends CpuUnits). */
+export async function openWasm(luts, base = "/webui/wasm/") {
+  const { openWasmUnits } = await import("../wasm/wasm_units.js");
+  const { units, reason } = await openWasmUnits(luts, { base });
+  return { wasm: units, wasmReason: reason };
 }

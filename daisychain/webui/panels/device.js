@@ -16,11 +16,23 @@ export function deviceReason(d) {
   return replaced === d.reason ? `${why}; ${d.reason}` : replaced;
 }
 
+/** The device card's "computes on" line: the path, on the CPU whether WebAssembly SIMD runs
+ *  the kernels or the JS units do (cpuNote, next to the reason, says why not SIMD), and on how
+ *  many compute workers (device.js workers: the pool's size and why). */
+export function computesOn(d) {
+  if (d.kind === "webgpu") return "WebGPU (the WGSL unit kernels)";
+  const on = d.cpuPath === "wasm" ? "CPU (WebAssembly SIMD kernels)" : "CPU (the JS units)";
+  const w = d.workers;
+  if (!w) return on;
+  if (w.size < 1) return `${on}, on the page's thread (${w.why})`;
+  return `${on}, ${w.size} worker${w.size === 1 ? "" : "s"} (${w.why})`;
+}
+
 export function renderDevice() {
   const d = state.device;
   if (!d) return;
-  $("device-kind").textContent = d.kind === "webgpu" ? "WebGPU (the WGSL unit kernels)" : "CPU (the JS units)";
-  $("device-reason").textContent = F.plainReason(deviceReason(d));
+  $("device-kind").textContent = computesOn(d);
+  $("device-reason").textContent = F.plainReason(deviceReason(d)) + (d.cpuNote ? ` (${d.cpuNote})` : "");
   $("device-capacity").textContent = Number.isFinite(d.runCapacity)
     ? `${F.rate(d.runCapacity, d.runMicro)} on the run's model (measured when it started); ${F.rate(d.capacity)} on the self-test's digits probe`
     : `${F.rate(d.capacity)} on the self-test's digits probe; measured again on the run's model when a run starts`;

@@ -133,7 +133,7 @@ export function renderShare() {
   } else if (isLoopbackPage() && !s.note) notes.push("You opened this page on localhost, which other devices cannot reach.");
   if (s.note) notes.push(s.note);
   else if (s.links.some((l) => l.lan)) {
-    notes.push("A page opened on a LAN address over plain http trains on the JS units (browsers keep WebGPU for secure contexts: https or localhost).");
+    notes.push("A page opened on a LAN address over plain http trains on its CPU: WebAssembly SIMD, or the JS units without it (browsers keep WebGPU for secure contexts: https or localhost).");
   }
   $("share-note").textContent = notes.join(" ");
   $("share-link").hidden = typeof navigator.share !== "function";
@@ -188,7 +188,7 @@ export function renderChecklist() {
   const guest = !!r && !r.isHost;
   const waitingWhy = state.pending ? "; waiting for the host to let you in" : state.denied ? "; not let in" : "; connecting…";
   set("check-ready", ready, !d ? "the self-test is running"
-    : `computes on ${d.kind === "webgpu" ? "WebGPU" : "the JS units"}, ${F.rate(d.capacity)}${r ? "" : waitingWhy}`);
+    : `computes on ${d.kind === "webgpu" ? "WebGPU" : d.cpuPath === "wasm" ? "WebAssembly SIMD" : "the JS units"}, ${F.rate(d.capacity)}${r ? "" : waitingWhy}`);
   set("check-share", shared || guest, state.pending ? "the host of the room decides whether you join"
     : state.denied ? "the host declined: ask again, or create a room of your own"
     : guest ? `you are in ${nameOf(r.host)}'s room`

@@ -2,33 +2,40 @@
 // Trainers (engine/trainer.js) on its own units (the JS units, or its own WebGPU device when
 // the tab computes on the GPU) and answers messages from trainer_proxy.js:
 //
-//   {id, op: "init", key, spec, hyper, dataset, luts, kind}  -> {units, gpuReason}
+//   {id, op: "init", key, spec, hyper, dataset, luts, kind, cpuPath}  -> {units, gpuReason, wasmReason}
+//     (cpuPath "wasm": the CPU units are this worker's own WebAssembly SIMD instance, checked
+//     as the page's was; the JS units when it is "js" or the module fails here)
 //   {id, op: "contribute", key, theta, step, micro}           -> {grad, loss, correct}
 //   {id, op: "accuracy", key, theta, split, limit}            -> {accuracy, n}
 //   {id, op: "probs", key, theta, x, n}                       -> {probs}  (softmax of the logits)
 //   {id, op: "predict", key, theta, split, index}             -> {pred}   (predictions.js)
 //   {id, op: "confusion", key, theta, split}                  -> {classes, counts, n, correct}
 //   {id, op: "setUnits", kind}                                -> {units}
+//   {id, op: "rate", luts, cpuPath}                           -> {rate, units}  (the capacity
+//     probe: micro-batches/s of this worker's CPU units, measured while the others measure)
 //
 // Every answer is {id, ok: true, result} or {id, ok: false, error}. The parameters travel with
 // each call (the replica's state stays on the page, where the run protocol reads it), so what
 // the worker computes is exactly what the page's own Trainer would: same code, same bits.
 
-import { CpuUnits } from "../engine/paths.js";
+import { CpuUnits, openWasm } from "../engine/paths.js";
 import { makeHyper, ModelSpec } from "../engine/spec.js";
 import { Trainer } from "../engine/trainer.js";
 import { GpuUnits } from "../gpu.js";
 import { confusionOf, predictRows } from "./predictions.js";
+import { microBatchRate } from "../engine/conformance.js";
 
 const trainers = new Map(); // key -> Trainer (the newest few)
 const KEEP = 3;
 let cpu = null;
 let gpu = null;
 let gpuReason = null;
+let wasmReason = null;
 let units = null;
 let counts = { micro: 0, accuracy: 0 };
 
-async function openUnits(luts, kind) {
+async function openUnits(luts, kind, cpuPath) {
+  if (!cpu && cpuPath === "wasm") ({ wasm: cpu, wasmReason } = await openWasm(luts));
   if (!cpu) cpu = new CpuUnits(luts);
   if (kind !== "webgpu") return cpu;
   if (!gpu && !gpuReason) {
@@ -61,12 +68,12 @@ function softmax(logits, n, C) {
 }
 
 const OPS = {
-  async init({ key, spec, hyper, dataset, luts, kind }) {
-    units = await openUnits(luts, kind);
+  async init({ key, spec, hyper, dataset, luts, kind, cpuPath }) {
+    units = await openUnits(luts, kind, cpuPath);
     const tr = await Trainer.create({ spec: ModelSpec.fromJson(spec), hyper: makeHyper(hyper), dataset, luts, units });
     trainers.set(key, tr);
     while (trainers.size > KEEP) trainers.delete(trainers.keys().next().value);
-    return { units: units.name, gpuReason: kind === "webgpu" && units === cpu ? gpuReason : null };
+    return { units: units.name, gpuReason: kind === "webgpu" && units === cpu ? gpuReason : null, wasmReason };
   },
   async contribute({ key, theta, step, micro }) {
     const tr = get(key);
@@ -108,6 +115,10 @@ const OPS = {
   async setUnits({ kind }) {
     units = kind === "webgpu" && gpu ? gpu : cpu;
     return { units: units.name };
+  },
+  async rate({ luts, cpuPath }) {
+    const u = await openUnits(luts, "cpu", cpuPath);
+    return { rate: await microBatchRate(u), units: u.name };
   },
   async counts() {
     return { ...counts };

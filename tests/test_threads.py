@@ -1,0 +1,94 @@
+"""``--threads N`` (issue 33, item 2): a step's micro-batches computed on N threads end on
+the same params-sha256 for every N (the threads' fixed-point sums are exact integers), on the
+digits MLP and on an image CNN; ``--threads 0``, ``-1`` and ``abc`` are refused in one line;
+more threads than cores is allowed and the log says so; the capacity probe runs as many
+micro-batches at once as there are threads. (demo and daisy-peer: tests/mesh/test_threads_mesh.py)"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from daisychain.engine.data import prepare_task
+from daisychain.engine.spec import Hyper, cnn
+from daisychain.engine.threads import ThreadedGrad, cores, threads_arg
+from daisychain.engine.trainer import Trainer
+from daisychain.units import load_luts
+
+IMAGE = ["--task", "image", "--image-size", "8", "--layers", "conv4,pool,16", "--batch", "32",
+         "--micro-batch", "8", "--seed", "3"]
+
+
+def _train(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "daisychain.cli", "train", "--json", "--quiet", *args],
+                          capture_output=True, text=True, timeout=300)
+
+
+@pytest.mark.parametrize("argv", [["--task", "digits", "--steps", "8", "--layers", "32,16"], [*IMAGE, "--steps", "3"]],
+                         ids=["digits", "image"])
+def test_every_thread_count_gives_the_same_hash(argv):
+    outs = []
+    for n in (1, 2, 3):
+        r = _train(*argv, "--threads", str(n))
+        assert r.returncode == 0, r.stderr[-2000:]
+        outs.append(json.loads(r.stdout.strip().splitlines()[-1]))
+    assert [o["threads"] for o in outs] == [1, 2, 3]
+    assert len({o["params_sha256"] for o in outs}) == 1, [o["params_sha256"] for o in outs]
+
+
+@pytest.mark.parametrize("bad", ["0", "-1", "abc", "1.5", ""])
+def test_bad_thread_counts_are_refused_in_one_line(bad):
+    r = _train("--task", "digits", "--steps", "1", f"--threads={bad}")
+    assert r.returncode == 2 and r.stdout == ""
+    lines = r.stderr.strip().splitlines()
+    assert lines[-1] == (f"daisychain train: error: --threads must be a whole number in [1, 256] (default: "
+                         f"this machine's {cores()} cores), not {bad!r} (see daisychain train --help)"), r.stderr
+
+
+def test_more_threads_than_cores_is_allowed_and_said():
+    n = cores() + 1
+    r = _train("--task", "digits", "--steps", "2", "--threads", str(n))
+    assert r.returncode == 0, r.stderr
+    assert (f"daisychain train: --threads {n} is more than this machine's {cores()} cores: allowed, "
+            "the threads share them") in r.stderr
+    assert json.loads(r.stdout.strip().splitlines()[-1])["threads"] == n
+
+
+def test_the_default_is_the_cores():
+    r = _train("--task", "digits", "--steps", "1")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout.strip().splitlines()[-1])["threads"] == cores()
+    assert "more than this machine" not in r.stderr
+
+
+def test_threaded_grad_equals_one_engine_per_micro_batch():
+    """The merge: the threads' sums and per-micro-batch loss / correct, in micro order, equal
+    one engine's over all micro-batches, and each thread has an engine of its own."""
+    ds = prepare_task("image", image_size=8)
+    hp = Hyper(batch=48, micro_batch=8, seed=5)
+    one = Trainer(cnn((1, 8, 8), ["conv4", "pool", 16], 10), hp, ds, load_luts(), threads=1)
+    three = Trainer(one.spec, hp, ds, load_luts(), threads=3)
+    ids = list(range(hp.n_micro))
+    a, b = one.contribute(ids, 2), three.contribute(ids, 2)
+    assert np.array_equal(a.grad, b.grad) and np.array_equal(a.loss, b.loss) and np.array_equal(a.correct, b.correct)
+    assert isinstance(three.threads, ThreadedGrad) and len({id(e) for e in three.threads._engines}) == 3
+    assert threads_arg(" 4 ") == 4
+
+
+@pytest.mark.parametrize("n", [1, 2, 3])
+def test_cluster_on_n_threads_matches_train(n):
+    """`daisychain cluster` (world size one, the Gloo group of its own) on 1, 2, 3 threads."""
+    import os
+    import re
+
+    settings = ["--steps", "6", "--seed", "5", "--layers", "32,16"]
+    want = json.loads(_train(*settings).stdout.strip().splitlines()[-1])["params_sha256"]
+    env = dict(os.environ, GLOO_SOCKET_IFNAME="lo")
+    r = subprocess.run([sys.executable, "-m", "daisychain.cluster", "--quiet", *settings, "--threads", str(n)],
+                       capture_output=True, text=True, timeout=300, env=env)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert re.findall(r"params-sha256: ([0-9a-f]{64})", r.stdout)[-1] == want
