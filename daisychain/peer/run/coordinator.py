@@ -208,10 +208,12 @@ class Coordinator(TrustRole):
                     f"(params {msg.params_sha256[:12]})")] + self._caught_up()
 
     def on_ready(self, sender: str, msg: F.Ready) -> list[Output]:
-        if msg.term != self.term or self.ended:
+        if msg.term != self.term:
             return []
         if sender in self.banned:
             return [Log(f"{self._name(sender)} was removed from the run: its ready is ignored", loud=True)]
+        if self.ended:  # it answered our announce after the last step: the state and the end
+            return self._late_end(sender, msg)
         m = self.members.setdefault(sender, _Member(sender))
         m.capacity = max(msg.capacity, 1e-3)
         m.kind, m.ready, m.refused = msg.kind, True, False
@@ -571,6 +573,17 @@ class Coordinator(TrustRole):
         sha = self._hash()
         msg = F.End(self.term, self.step, sha)
         return [Send(p, msg) for p in self._receivers()] + [Ended(self.step, sha, True)]
+
+    def _late_end(self, sender: str, msg: F.Ready) -> list[Output]:
+        """A member's ``ready`` of this term came after the run ended (a new coordinator
+        whose members answered late trained the last steps without them): it gets the final
+        state, if it differs, and the end; without them it waited for ever."""
+        sha = self._hash()
+        out: list[Output] = [Log(f"{self._name(sender)} is ready after the run ended: sending "
+                                 f"the state and the end")]
+        if msg.step != self.step or msg.params_sha256 != sha:
+            out.append(Send(sender, self._state()))
+        return out + [Send(sender, F.End(self.term, self.step, sha))]
 
     def _answered(self, peer: str) -> bool:
         m = self.members.get(peer)

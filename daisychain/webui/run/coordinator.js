@@ -229,8 +229,9 @@ export class Coordinator {
   }
 
   async onReady(sender, msg) {
-    if (msg.term !== this.term || this.ended) return [];
+    if (msg.term !== this.term) return [];
     if (this.banned.has(sender)) return [log(`${this._name(sender)} was removed from the run: its ready is ignored`, true)];
+    if (this.ended) return this._lateEnd(sender, msg); // it answered our announce after the last step
     const m = this._member(sender);
     m.capacity = Math.max(msg.capacity, 1e-3);
     m.kind = msg.kind;
@@ -594,6 +595,15 @@ export class Coordinator {
       out.push(...(await this._maybeCommit()));
     }
     return out;
+  }
+
+  /** coordinator.py _late_end: a member's `ready` of this term came after the run ended: it
+   * gets the final state, if it differs, and the end (it waited for ever before). */
+  async _lateEnd(sender, msg) {
+    const sha = this.sha;
+    const out = [log(`${this._name(sender)} is ready after the run ended: sending the state and the end`)];
+    if (msg.step !== this.step || msg.params_sha256 !== sha) out.push(send(sender, await this._state()));
+    return [...out, send(sender, { T: "end", term: this.term, step: this.step, params_sha256: sha })];
   }
 
   _end() {
