@@ -72,7 +72,7 @@ def generate(seed: int) -> dict:
     for p in ids:
         e = {"op": "peer", "id": p, "capacity": float(r.choice([1, 1, 2, 3]))}
         if p == "p0":
-            e.update(host=True, wait_peers=len([q for q in ids[1:] if q not in late]))
+            e.update(host=True)
         if rate:
             e.update(verify_rate=rate, strikes=strikes, verify_key=f"sim{seed}")
         if shape == "ring":
@@ -81,9 +81,11 @@ def generate(seed: int) -> dict:
             e["fault"] = faults[p]
         events.append(e)
     first = [p for p in ids if p not in late]
-    events += [{"op": "room", "members": first, "host": "p0"}, {"op": "link", "peers": first}]
     slow = {p: [400, 3000] for p in ids if r.random() < 0.15}
-    at, t, room, host = [[0, {"op": "start", "id": "p0"}]], 0, list(first), "p0"
+    # (a Python host announces once its channels open, a JS one at start: both on the clock)
+    at = [[0, {"op": "room", "members": first, "host": "p0"}], [0, {"op": "link", "peers": first}],
+          [0, {"op": "start", "id": "p0"}]]
+    t, room, host = 0, list(first), "p0"
     for p in late:
         t += r.randint(50, 1500)
         room = sorted(room + [p])
@@ -117,6 +119,9 @@ def generate(seed: int) -> dict:
         elif what == "restart-server":
             at.append([t, {"op": "room", "members": room, "host": host}])
             labels.append("restart-server")
+    killed = {e["id"] for _, e in at if e["op"] == "kill"}
+    # the host waits for its first members, not for one that leaves (--wait-peers waits for ever)
+    events[0]["wait_peers"] = len([q for q in first[1:] if q not in killed])
     sim = {"op": "sim", "rng": (seed * 2654435761 + 12345) % 2**32 or 1,
            "delay_ms": r.choice([[1, 5], [1, 50], [5, 400]]), "compute_default_ms": [5, 60],
            "compute_ms": slow, "tick_ms": 100, "until_ms": UNTIL_MS, "at": at}
@@ -254,7 +259,7 @@ def shrink(sc: dict, lang: str, bad: list[str]) -> dict:
     best = copy.deepcopy(sc)
     sim = next(e for e in best["events"] if e["op"] == "sim")
     i = len(sim["at"]) - 1
-    while i >= 1:
+    while i >= 3:  # (the room, links and start stay)
         trial = copy.deepcopy(best)
         ts = next(e for e in trial["events"] if e["op"] == "sim")
         del ts["at"][i]
