@@ -137,6 +137,15 @@ class RunPeer:
         self.coordinator = Coordinator(self, self.member)
         return self.coordinator.begin(old_host)
 
+    def _lead_if_named(self, out: list[Output]) -> list[Output]:
+        """The room named this peer host while it was still joining (no replica yet, so it
+        could not lead then): it leads once its replica is built. Before, nobody
+        coordinated: the old host had stepped down and the room waited for ever."""
+        if self.host == self.me and self.coordinator is None and self.trainer is not None \
+                and self.member.run and not self.member.refused:
+            return out + self._lead(self.member.coord)
+        return out
+
     def _step_down(self, host: str | None) -> list[Output]:
         """Another host was named (we were away): drop the coordinator, follow that host."""
         self.member.follow_after(self.coordinator)
@@ -212,7 +221,8 @@ class RunPeer:
             return getattr(role.ring, "on_" + name)(sender, msg)
         elif name not in COORDINATOR_MESSAGES:
             return []
-        return getattr(role, "on_" + name)(sender, msg)
+        out = getattr(role, "on_" + name)(sender, msg)
+        return self._lead_if_named(out) if name == "data" and self.coordinator is None else out
 
     def bad_message(self, sender: str, reason: str) -> list[Output]:
         """``sender`` sent bytes that are not a valid message (``reason``). Logged by name;
@@ -226,7 +236,7 @@ class RunPeer:
 
     def data(self, blob: bytes | None) -> list[Output]:
         """The dataset fetch finished (``None``: failed)."""
-        return self.member.data(blob)
+        return self._lead_if_named(self.member.data(blob))
 
     def summary(self) -> dict:
         return {"run_id": self.run_id, "step": self.step, "done_by": dict(self.done_by),

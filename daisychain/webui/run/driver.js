@@ -208,7 +208,17 @@ export class RunPeer {
     if (!known) return [log(`ignored a ${msg.T} message from ${sender}`)];
     const table = this.coordinator ? COORDINATOR_MESSAGES : MEMBER_MESSAGES;
     if (!Object.hasOwn(table, msg.T)) return [];
-    return this.role[table[msg.T]](sender, msg);
+    const out = await this.role[table[msg.T]](sender, msg);
+    return msg.T === "data" && !this.coordinator ? this._leadIfNamed(out) : out;
+  }
+
+  /** driver.py _lead_if_named: the room named this peer host while it was still joining (no
+   * replica yet, so it could not lead then): it leads once its replica is built. */
+  async _leadIfNamed(out) {
+    if (this.host === this.me && !this.coordinator && this.trainer && this.member.run && !this.member.refused) {
+      return [...out, ...(await this._lead())];
+    }
+    return out;
   }
 
   /** `sender` sent bytes that are not a valid message (`reason`). Logged by name; the
@@ -224,6 +234,6 @@ export class RunPeer {
 
   /** The dataset fetch finished: a parsed dataset with its fingerprint, or null. */
   async data(ds) {
-    return this.member.data(ds);
+    return this._leadIfNamed(await this.member.data(ds));
   }
 }
