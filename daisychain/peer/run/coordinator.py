@@ -539,9 +539,9 @@ class Coordinator(TrustRole):
             else:
                 busy = set(t.assignees)
             spare = [p for p in live if p not in busy]
-            if not spare and t.kind != "main":
+            if not spare and t.kind == "check":
                 dropped.append(t)  # nobody else can give this second opinion: go without it
-                continue
+                continue  # (never a referee's: the answers it settles differ, it is waited for)
             if not spare:
                 t.deadline = self.now + self._deadline(t.assignees[0], len(t.micro))
                 continue

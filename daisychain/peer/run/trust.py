@@ -85,6 +85,9 @@ class TrustRole:
         if since is not None:
             self.members.pop(peer, None)
             return out + self._roll_back(peer, since)
+        for c in self.checks.values():  # a check that only its answer decided is open again
+            if c.decided is not None and c.decided_by == peer and len(c.votes) < 2:
+                c.decided = c.decided_by = None
         for t in self.tasks.values():
             if t.result is not None and t.result[0] == peer:
                 c = self.checks.get(t.micro[0]) if len(t.micro) == 1 else None

@@ -561,7 +561,9 @@ export class Coordinator {
         busy = new Set(t.assignees);
       }
       const spare = live.filter((p) => !busy.has(p));
-      if (!spare.length && t.kind !== "main") { // nobody else can give this second opinion: go without it
+      // nobody else can give this second opinion: go without it (never a referee's: the answers
+      // it settles differ, so it is waited for)
+      if (!spare.length && t.kind === "check") {
         dropped.push(t);
         continue;
       }

@@ -73,6 +73,12 @@ export class TrustRole {
       this.crew.delete(peer);
       return [...out, ...(await this._rollBack(peer, since))];
     }
+    for (const c of this.checks.values()) { // a check that only its answer decided is open again
+      if (c.decided && c.decidedBy === peer && c.votes.size < 2) {
+        c.decided = null;
+        c.decidedBy = null;
+      }
+    }
     for (const t of this.tasks.values()) {
       if (t.result && t.result.peer === peer) {
         const c = t.micro.length === 1 ? this.checks.get(t.micro[0]) : undefined;
