@@ -20,7 +20,7 @@ from daisychain.peer.run.aggregator import Star
 from daisychain.peer.run.checks import checked_micro
 from daisychain.peer.run.outputs import Compute, Ended, Log, Output, Refused, RestoreError, Restored, Send
 from daisychain.peer.run.ring_roles import RingCoordinator
-from daisychain.peer.run.rollback import Window, window_steps
+from daisychain.peer.run.rollback import Window
 from daisychain.peer.run.split import finish_shares, split_tasks
 from daisychain.peer.run.state import checked_state
 from daisychain.peer.run.trust import TrustRole
@@ -105,7 +105,7 @@ class Coordinator(TrustRole):
         self.wait_for: set[str] = set()     # members to hear from before a step
         self.wait_until = 0.0
         self.strike_count: dict[str, int] = {}
-        self.banned: set[str] = set()       # removed from the run (liars)
+        self.banned: set[str] = set(member.removed)  # removed from the run (liars), handed over
         self.window = Window(0)             # the rollback window (see rollback.py)
         self.unchecked_since: dict[str, int] = {}  # peer -> first unchecked step
         self._new_window()
@@ -140,7 +140,7 @@ class Coordinator(TrustRole):
     def _announce(self) -> F.Run:
         tr = self.trainer
         return F.Run(tr.identity, tr.run_id, self.steps, self.term, self.step, self._hash(), self.me,
-                     self.verify_rate, self.strikes)
+                     self.verify_rate, self.strikes, tuple(sorted(self.banned)))
 
     def _announce_targets(self) -> list[str]:
         return sorted(p for p in self.open if p in self.room and p != self.me and p not in self.banned)
@@ -237,14 +237,10 @@ class Coordinator(TrustRole):
         return self.member.state()
 
     def _new_window(self) -> None:
-        """A rollback window from this replica's state on (a new term, a restore, a catch-up):
-        what came before it cannot be rolled back."""
-        size = self.peer.window_size
-        if size is None:
-            size = window_steps(self.verify_rate, self.strikes)
-        self.window = Window(size, self.bounds)
-        self.window.reset(self.trainer)
-        self.unchecked_since = {}
+        """The rollback window: the member's (one object; it goes on across terms, and across
+        a restore or a catch-up that loads a state it leads to: ``Window.rebase``)."""
+        self.window = self.member.window_for()
+        self.unchecked_since = self.window.unchecked_since()
 
     def _caught_up(self) -> list[Output]:
         """The coordinator took the state of a member that was ahead: restart from there."""
@@ -462,8 +458,9 @@ class Coordinator(TrustRole):
                 carried[o.to] = o.message.tasks
             else:
                 nxt.append(o)
+        marks = dict(unchecked=tuple(sorted(unchecked)), removed=tuple(sorted(self.banned)))
         out: list[Output] = [Send(p, F.Total(self.term, step, contributors, loss, sha, total,
-                                             carried.get(p, ()), encoded)) for p in receivers]
+                                             carried.get(p, ()), encoded, **marks)) for p in receivers]
         return out + committed + nxt
 
     def _check_catch_up(self) -> list[Output]:

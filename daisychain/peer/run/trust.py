@@ -70,6 +70,7 @@ class TrustRole:
         are reported. Without any in the window, none of its answers of this step that a
         spot-check did not confirm is used (they are computed again)."""
         self.banned.add(peer)
+        self.member.removed.add(peer)  # announced with every total: a new coordinator keeps it
         name = self.names.get(peer, peer)
         text = f"liar removed: {name} ({peer}) after {n} strikes"
         out: list[Output] = [Log(text, loud=True), Alarm("removed", peer, name, self.step, None, n, text)]

@@ -13,7 +13,7 @@ import { checkedState } from "./state.js";
 import { Star } from "./aggregator.js";
 import { checkedMicro } from "./checks.js";
 import { capacitySplit, finishShares, splitTasks } from "./split.js";
-import { Window, windowSteps } from "./rollback.js";
+import { Window } from "./rollback.js";
 import { TrustRole } from "./trust.js";
 import { g3, log, pyList, sameInts, send } from "./util.js";
 import { RingCoordinator } from "./ring_roles.js";
@@ -70,7 +70,7 @@ export class Coordinator {
     this.waitFor = new Set(); // members to hear from before a step
     this.waitUntil = 0;
     this.strikeCount = new Map();
-    this.banned = new Set();  // removed from the run (liars)
+    this.banned = new Set(member.removed); // removed from the run (liars), handed over
     this.window = new Window(0);     // the rollback window (rollback.js)
     this.uncheckedSince = new Map(); // peer -> first step with an unchecked contribution
     this.run = null;          // our announce (made by begin())
@@ -90,7 +90,7 @@ export class Coordinator {
   _announce() {
     return { T: "run", identity: this.identity, run_id: this.runId, steps: this.steps,
       term: this.term, step: this.step, params_sha256: this.sha, coordinator: this.me,
-      verify_rate: this.verifyRate, strikes: this.strikes };
+      verify_rate: this.verifyRate, strikes: this.strikes, removed: [...this.banned].sort() };
   }
 
   _announceTargets() {
@@ -260,12 +260,11 @@ export class Coordinator {
     return this.crew.get(id);
   }
 
-  /** A rollback window from this replica's state on (a new term, a restore, a catch-up):
-   * what came before it cannot be rolled back. */
+  /** The rollback window: the member's (one object; it goes on across terms, and across a
+   * restore or a catch-up that loads a state it leads to: Window.rebase). */
   async _newWindow() {
-    this.window = new Window(this.peer.windowSize ?? windowSteps(this.verifyRate, this.strikes), this.bounds);
-    await this.window.reset(this.trainer);
-    this.uncheckedSince = new Map();
+    this.window = await this.member.windowFor();
+    this.uncheckedSince = this.window.uncheckedSince();
   }
 
   /** The coordinator took the state of a member that was ahead: restart from there. */
@@ -498,8 +497,9 @@ export class Coordinator {
         next.push(o);
       }
     }
+    const marks = { unchecked: [...unchecked].sort(), removed: [...this.banned].sort() };
     const out = receivers.map((p) => send(p, { T: "total", term: this.term, step, contributors, loss, params_sha256: sha,
-      ints: total, tasks: carried.get(p) ?? [] }));
+      ints: total, tasks: carried.get(p) ?? [], ...marks }));
     return [...out, ...committed, ...next];
   }
 

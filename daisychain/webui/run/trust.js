@@ -58,6 +58,7 @@ export class TrustRole {
    * spot-check did not confirm is used (they are computed again). */
   async _remove(peer, n, last) {
     this.banned.add(peer);
+    this.member.removed.add(peer); // announced with every total: a new coordinator keeps it
     const name = this.names.get(peer) ?? peer;
     const text = `liar removed: ${name} (${peer}) after ${n} strikes`;
     const out = [log(text, true), { kind: "alarm", alarm: "removed", peer, name, step: this.step, micro: null, strikes: n, text }];
