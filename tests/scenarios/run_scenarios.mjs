@@ -60,7 +60,14 @@ function corrupt(ints, fault, step, last = null) {
 }
 
 async function contributeAt(tr, theta, step, micro) {
-  if (tr.replicas !== undefined) return tr.contribute(micro, step, theta); // engine/local.js: a round
+  if (tr.replicas !== undefined) { // engine/local.js: a round (none when the room moved past it, as mesh.js)
+    try {
+      return await tr.contribute(micro, step, theta);
+    } catch (err) {
+      if (err.name === "StaleRound") return null;
+      throw err;
+    }
+  }
   const grad = new Float64Array(tr.layout.size);
   const loss = new Float64Array(micro.length);
   const correct = new Int32Array(micro.length);
@@ -244,7 +251,7 @@ class Net {
     const [pid, c] = this.computes.splice(i, 1)[0];
     const peer = this.peers.get(pid);
     const res = await contributeAt(peer.trainer, c.theta, c.step, c.micro);
-    await this.feed(pid, await peer.computed(c.step, c.task, res));
+    if (res !== null) await this.feed(pid, await peer.computed(c.step, c.task, res, c.term ?? null)); // null: a stale round, dropped (as mesh.js)
     return true;
   }
 

@@ -238,7 +238,8 @@ class Net:
             del self.computes[i]
             tr = self.peers[pid].trainer
             res = R.contribute_at(tr, c.theta, c.step, c.micro)
-            self.feed(pid, self.peers[pid].computed(c.step, c.task, res))
+            if res is not None:  # None: a local-steps round the room moved past, dropped (node.py)
+                self.feed(pid, self.peers[pid].computed(c.step, c.task, res, c.term))
             return True
         return False
 

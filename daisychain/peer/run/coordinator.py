@@ -181,7 +181,9 @@ class Coordinator(TrustRole):
                                 f"refused a message from {self._name(sender)}: {reason}")
         return [Log(f"refused a message from {self._name(sender)}: {reason}", loud=True)]
 
-    def computed(self, step: int, task: int, result) -> list[Output]:
+    def computed(self, step: int, task: int, result, term: int | None = None) -> list[Output]:
+        if term is not None and term != self.term:
+            return []  # asked in another term (as a member, or a coordinator before): its task numbers differ
         micro = self.pending.pop((step, task), None)
         if micro is None or self.ended:
             return []
@@ -374,7 +376,7 @@ class Coordinator(TrustRole):
         for w in wire:
             if w.peer == self.me:
                 self.pending[(self.step, w.task)] = w.micro
-                out.append(Compute(self.step, w.task, w.micro, self.trainer.theta.copy()))
+                out.append(Compute(self.step, w.task, w.micro, self.trainer.theta.copy(), self.term))
         return out
 
     def _receivers(self) -> list[str]:

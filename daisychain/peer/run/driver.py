@@ -231,8 +231,10 @@ class RunPeer:
             return self.coordinator.bad_message(sender, reason)
         return [Log(f"refused a message from {self._name(sender)}: {reason}", loud=True)]
 
-    def computed(self, step: int, task: int, result: Result) -> list[Output]:
-        return self.role.computed(step, task, result)
+    def computed(self, step: int, task: int, result: Result, term: int | None = None) -> list[Output]:
+        """A compute finished; ``term``: the :class:`Compute`'s (a result of an older term,
+        whose task numbers another coordinator reused, is dropped)."""
+        return self.role.computed(step, task, result, term)
 
     def data(self, blob: bytes | None) -> list[Output]:
         """The dataset fetch finished (``None``: failed)."""

@@ -106,7 +106,9 @@ class Member:
 
     # -- inputs ------------------------------------------------------------------------------
 
-    def computed(self, step: int, task: int, result: Result) -> list[Output]:
+    def computed(self, step: int, task: int, result: Result, term: int | None = None) -> list[Output]:
+        if term is not None and term != self.term:
+            return []  # asked in an older term: the same task number may now be another task
         micro = self.pending.pop((step, task), None)
         if micro is None or self.ended or self.coord is None or step != self.step:
             return []
@@ -196,7 +198,7 @@ class Member:
         for t in msg.tasks:
             if t.peer == self.peer.me and (msg.step, t.task) not in self.pending:
                 self.pending[(msg.step, t.task)] = t.micro
-                out.append(Compute(msg.step, t.task, t.micro, self.trainer.theta.copy()))
+                out.append(Compute(msg.step, t.task, t.micro, self.trainer.theta.copy(), self.term))
         return out
 
     def on_total(self, sender: str, msg: F.Total) -> list[Output]:

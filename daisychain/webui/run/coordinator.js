@@ -135,7 +135,8 @@ export class Coordinator {
     return [log(text, true)];
   }
 
-  async computed(step, task, result) {
+  async computed(step, task, result, term = null) {
+    if (term !== null && term !== this.term) return []; // asked in another term: its task numbers differ
     const key = `${step}:${task}`;
     const micro = this.pending.get(key);
     if (micro === undefined || this.ended) return [];
@@ -404,7 +405,7 @@ export class Coordinator {
     for (const w of wire) {
       if (w.peer === this.me) {
         this.pending.set(`${this.step}:${w.task}`, w.micro);
-        out.push({ kind: "compute", step: this.step, task: w.task, micro: w.micro, theta: this.trainer.theta.slice() });
+        out.push({ kind: "compute", step: this.step, task: w.task, micro: w.micro, theta: this.trainer.theta.slice(), term: this.term });
       }
     }
     return out;

@@ -9,7 +9,7 @@
 //   members(ids, host), channelOpen(id), channelClosed(id), receive(sender, msg),
 //   computed(step, task, result), data(dataset|null), tick(now)
 // and performs what they return (arrays of outputs):
-//   {kind: "send", to, message}   {kind: "compute", step, task, micro, theta}
+//   {kind: "send", to, message}   {kind: "compute", step, task, micro, theta, term}
 //   {kind: "fetch", task, fingerprint}   {kind: "committed", step, loss, contributors, mine, params_sha256}
 //   {kind: "refused", peer, reasons}     {kind: "log", text, loud}
 //   {kind: "ended", step, params_sha256, agreed}   {kind: "removed", by, reason}   {kind: "joined"}
@@ -228,8 +228,9 @@ export class RunPeer {
     return [log(`refused a message from ${this._name(sender)}: ${reason}`, true)];
   }
 
-  async computed(step, task, result) {
-    return this.role.computed(step, task, result);
+  /** A compute finished; `term`: the compute's (driver.py computed). */
+  async computed(step, task, result, term = null) {
+    return this.role.computed(step, task, result, term);
   }
 
   /** The dataset fetch finished: a parsed dataset with its fingerprint, or null. */

@@ -138,7 +138,8 @@ export class Member {
 
   // -- inputs --------------------------------------------------------------------------------
 
-  async computed(step, task, result) {
+  async computed(step, task, result, term = null) {
+    if (term !== null && term !== this.term) return []; // asked in an older term: the task number may be another task now
     const key = `${step}:${task}`;
     const micro = this.pending.get(key);
     if (micro === undefined || this.ended) return [];
@@ -238,7 +239,7 @@ export class Member {
       const key = `${msg.step}:${t.task}`;
       if (t.peer === this.peer.me && !this.pending.has(key)) {
         this.pending.set(key, t.micro);
-        out.push({ kind: "compute", step: msg.step, task: t.task, micro: t.micro, theta: this.trainer.theta.slice() });
+        out.push({ kind: "compute", step: msg.step, task: t.task, micro: t.micro, theta: this.trainer.theta.slice(), term: this.term });
       }
     }
     return out;
