@@ -108,6 +108,9 @@ def test_scenario_same_in_python_and_js(path):
         assert any(matches(pat, o) for o in py["outputs"]), f"no output matches {pat}"
     for pat in exp.get("lacks", []):
         assert not any(matches(pat, o) for o in py["outputs"]), f"an output matches {pat}"
+    for pat, n in exp.get("count", []):
+        got = sum(matches(pat, o) for o in py["outputs"])
+        assert got == n, f"{got} outputs match {pat}, not {n}"
     if exp.get("reference"):
         want = reference(tuple(sc["settings"]))
         ends = {p: f for p, f in py["final"].items() if p not in exp.get("outside", [])}

@@ -20,6 +20,33 @@ from daisychain.peer.framing import MAX_MESSAGE, Codec, FrameError
 
 #: every value of an integer vector must stay below this in magnitude (JS Numbers are exact)
 INT_LIMIT = 2**53
+#: the most segments an integer body may declare: one per tensor of a model, and in a
+#: local-steps contribution one more per replica's moment block (at most 4 x 1024 replicas,
+#: engine/spec.py MAX_REPLICAS). Checked on the body's first four bytes, before anything is
+#: inflated or allocated (webui/intcodec.js the same).
+MAX_SEGMENTS = 8192
+#: bytes a segment header takes, and the most bytes one value's payload can take (NARROW
+#: width 8; a VARINT of a value below 2**53 takes at most 8)
+HEAD_BYTES, VALUE_BYTES = 6, 8
+
+
+def out_of_range(v: np.ndarray, limit: int) -> bool:
+    """True if some value of int64 ``v`` is at or past ``limit`` in magnitude: both ends
+    compared, never ``abs`` (``abs(-2**63)`` is negative in int64; DETERMINISM rule 14)."""
+    return bool(v.size) and (int(v.max()) >= limit or int(v.min()) <= -limit)
+
+
+def past_bound(v: np.ndarray, bound: int) -> int | None:
+    """A value of int64 ``v`` whose magnitude is over ``bound`` (as a Python int), or None.
+    ``bound`` is a clamp bound of a sum: a value outside [-bound, bound] is refused."""
+    if not v.size:
+        return None
+    hi, lo = int(v.max()), int(v.min())
+    if hi > bound:
+        return hi
+    if lo < -bound:
+        return -lo
+    return None
 
 
 # -- integer vectors ----------------------------------------------------------------------
@@ -203,7 +230,7 @@ def encode_ints(v: np.ndarray, bounds: list[int] | None = None,
     ``bounds`` are segment boundaries (e.g. the canonical tensors: ``[0, n0, n0 + n1, ...,
     len(v)]``). Returns (codec, body)."""
     v = np.ascontiguousarray(v, np.int64)
-    if v.size and int(np.abs(v).max()) >= INT_LIMIT:
+    if out_of_range(v, INT_LIMIT):
         raise FrameError("an integer vector value is not below 2**53")
     bounds = list(bounds) if bounds else [0, v.size]
     if bounds[0] != 0 or bounds[-1] != v.size or any(a > b for a, b in zip(bounds, bounds[1:])):
@@ -226,8 +253,35 @@ def encode_ints(v: np.ndarray, bounds: list[int] | None = None,
     return int(best), options[best]
 
 
-def decode_ints(codec: int, body: bytes, size: int | None = None) -> np.ndarray:
-    """Inverse of :func:`encode_ints`; ``size`` (if given) is the expected length."""
+def _segment_part(codec: int, rest: bytes, nseg: int, size: int | None, max_size: int | None) -> bytes:
+    """The segment part of a NARROW / VARINT body (inflated for the _Z codecs), bounded by
+    what its declared shape can need: ``nseg`` headers and at most 8 bytes a value."""
+    if nseg > MAX_SEGMENTS:
+        raise FrameError(f"integer body declares {nseg} segments (at most {MAX_SEGMENTS})")
+    values = size if size is not None else max_size
+    cap = MAX_MESSAGE if values is None else min(MAX_MESSAGE, HEAD_BYTES * nseg + VALUE_BYTES * values)
+    if codec not in (Codec.NARROW_Z, Codec.VARINT_Z):
+        return rest
+    try:
+        d = zlib.decompressobj()
+        out = d.decompress(rest, cap)
+        if d.unconsumed_tail or (cap < MAX_MESSAGE and d.decompress(b"", 1)):
+            raise FrameError(f"compressed integer body is too large (inflates past {cap} bytes, "
+                             f"more than its {nseg} segments can hold)")
+        if not d.eof or d.unused_data:
+            raise FrameError("compressed integer body is cut short or has stray bytes")
+    except zlib.error as exc:
+        raise FrameError(f"compressed integer body is corrupt: {exc}") from None
+    return out
+
+
+_HEAD = np.dtype([("length", "<u4"), ("shift", "u1"), ("width", "u1")])
+
+
+def decode_ints(codec: int, body: bytes, size: int | None = None, max_size: int | None = None) -> np.ndarray:
+    """Inverse of :func:`encode_ints`; ``size`` (if given) is the expected length, else
+    ``max_size`` (if given) the most values the receiver takes (a ring chunk's). Every bound
+    is checked from the body's declared shape before anything it claims is allocated."""
     if codec == Codec.RAW:
         if len(body) % 8:
             raise FrameError("raw int64 body length is not a multiple of 8")
@@ -236,27 +290,19 @@ def decode_ints(codec: int, body: bytes, size: int | None = None) -> np.ndarray:
         if len(body) < 4:
             raise FrameError("integer body lacks its segment count")
         (nseg,) = struct.unpack_from("<I", body)
-        rest = body[4:]
-        if codec in (Codec.NARROW_Z, Codec.VARINT_Z):
-            try:
-                d = zlib.decompressobj()
-                rest = d.decompress(rest, MAX_MESSAGE)
-                if d.unconsumed_tail:
-                    raise FrameError(f"compressed integer body is too large (inflates past {MAX_MESSAGE} bytes)")
-                if not d.eof or d.unused_data:
-                    raise FrameError("compressed integer body is cut short or has stray bytes")
-            except zlib.error as exc:
-                raise FrameError(f"compressed integer body is corrupt: {exc}") from None
-        if nseg * 6 > len(rest):
+        rest = _segment_part(codec, body[4:], nseg, size, max_size)
+        if nseg * HEAD_BYTES > len(rest):
             raise FrameError(f"{nseg} segment headers do not fit the body")
-        heads = [struct.unpack_from("<IBB", rest, 6 * i) for i in range(nseg)]
-        total = sum(h[0] for h in heads)
+        heads = np.frombuffer(rest, _HEAD, nseg)
+        total = int(heads["length"].sum(dtype=np.int64))
         if total > MAX_MESSAGE:
             raise FrameError("integer vector too long")
         if size is not None and total != size:  # before anything the headers claim is made
             raise FrameError(f"integer vector has {total} values, expected {size}")
-        pos, parts = 6 * nseg, []
-        for length, shift, width in heads:
+        if size is None and max_size is not None and total > max_size:
+            raise FrameError(f"integer vector has {total} values, more than {max_size}")
+        pos, parts = HEAD_BYTES * nseg, []
+        for length, shift, width in heads.tolist():
             if shift > 62:
                 raise FrameError(f"segment shift {shift} is over 62")
             if width == 0:
@@ -273,7 +319,7 @@ def decode_ints(codec: int, body: bytes, size: int | None = None) -> np.ndarray:
             else:
                 raise FrameError(f"segment width {width} is not 0, 1, 2, 4, 8 or 255")
             if shift:
-                if seg.size and int(np.abs(seg).max()) >= INT_LIMIT >> shift:
+                if out_of_range(seg, INT_LIMIT >> shift):
                     raise FrameError("a segment value overflows 2**53 after its shift")
                 seg = seg << shift
             parts.append(seg)
@@ -284,7 +330,9 @@ def decode_ints(codec: int, body: bytes, size: int | None = None) -> np.ndarray:
         raise FrameError(f"codec {codec} is not an integer-vector codec")
     if size is not None and out.size != size:
         raise FrameError(f"integer vector has {out.size} values, expected {size}")
-    if out.size and int(np.abs(out).max()) >= INT_LIMIT:
+    if size is None and max_size is not None and out.size > max_size:
+        raise FrameError(f"integer vector has {out.size} values, more than {max_size}")
+    if out_of_range(out, INT_LIMIT):
         raise FrameError("an integer vector value is not below 2**53")
     return out
 

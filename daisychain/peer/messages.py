@@ -376,7 +376,7 @@ def from_message(m: Message, size: int | None = None,
         f = _M(m.meta, "ring chunk")
         return RingChunk(f.int("term"), m.step, f.int("ring"), f.int("phase", 0, 1),
                          f.int("round", 0, MAX_RING), f.int("chunk", 0, MAX_RING),
-                         decode_ints(m.codec, m.body))
+                         decode_ints(m.codec, m.body, max_size=size))
     if m.type == FrameType.STATE:
         if size is None:
             raise FrameError("state: the receiver has no run to load it into")

@@ -22,6 +22,10 @@ from typing import Awaitable, Callable
 from aiortc import RTCConfiguration, RTCIceServer, RTCPeerConnection, RTCSessionDescription
 from aiortc.sdp import candidate_from_sdp
 
+from daisychain.peer import sctp_guard
+
+sctp_guard.install()  # a message past the announced maximum drops its peer (sctp_guard.py)
+
 log = logging.getLogger("daisychain.peer")
 
 CHANNEL_LABEL = "daisychain"

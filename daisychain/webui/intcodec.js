@@ -9,6 +9,12 @@ import { Codec, FrameError, MAX_MESSAGE } from "./framing.js";
 // -- integer vectors (values are exact integers in a Float64Array) --------------------------
 
 const LIMIT = 2 ** 53;
+// intcodec.py MAX_SEGMENTS / HEAD_BYTES / VALUE_BYTES: the most segments a body may declare
+// (checked on its first four bytes, before anything is inflated or allocated), the bytes of a
+// segment header, and the most bytes one value's payload can take.
+export const MAX_SEGMENTS = 8192;
+const HEAD_BYTES = 6;
+const VALUE_BYTES = 8;
 
 export function encodeIntsRaw(v) {
   const out = new Uint8Array(v.length * 8);
@@ -107,7 +113,7 @@ export function encodeInts(v, bounds = null, codecs = [Codec.RAW, Codec.NARROW, 
 
 /** Inflate a zlib body, reading at most MAX_MESSAGE bytes of output (as frames.py caps it):
  * a small "zip bomb" is refused once its output passes the cap, never held in memory. */
-async function inflate(bytes) {
+async function inflate(bytes, cap = MAX_MESSAGE, nseg = 0) {
   const reader = new Blob([bytes]).stream().pipeThrough(new DecompressionStream("deflate")).getReader();
   const parts = [];
   let total = 0;
@@ -116,9 +122,11 @@ async function inflate(bytes) {
       const { done, value } = await reader.read();
       if (done) break;
       total += value.length;
-      if (total > MAX_MESSAGE) {
+      if (total > cap) {
         await reader.cancel().catch(() => {});
-        throw new FrameError(`compressed integer body is too large (inflates past ${MAX_MESSAGE} bytes)`);
+        throw new FrameError(cap < MAX_MESSAGE
+          ? `compressed integer body is too large (inflates past ${cap} bytes, more than its ${nseg} segments can hold)`
+          : `compressed integer body is too large (inflates past ${MAX_MESSAGE} bytes)`);
       }
       parts.push(value);
     }
@@ -132,7 +140,12 @@ async function inflate(bytes) {
   return out;
 }
 
-export async function decodeInts(codec, body, size = null) {
+/**
+ * intcodec.py decode_ints: `size` (if not null) is the expected length, else `maxSize` (if not
+ * null) the most values the receiver takes (a ring chunk's). Every bound is checked from the
+ * body's declared shape before anything it claims is allocated.
+ */
+export async function decodeInts(codec, body, size = null, maxSize = null) {
   let out;
   if (codec === Codec.RAW) {
     if (body.length % 8) throw new FrameError("raw int64 body length is not a multiple of 8");
@@ -146,22 +159,25 @@ export async function decodeInts(codec, body, size = null) {
   } else if (codec >= 1 && codec <= 4) {
     if (body.length < 4) throw new FrameError("integer body lacks its segment count");
     const nseg = new DataView(body.buffer, body.byteOffset, 4).getUint32(0, true);
+    if (nseg > MAX_SEGMENTS) throw new FrameError(`integer body declares ${nseg} segments (at most ${MAX_SEGMENTS})`);
+    const values = size !== null ? size : maxSize;
+    const cap = values === null ? MAX_MESSAGE : Math.min(MAX_MESSAGE, HEAD_BYTES * nseg + VALUE_BYTES * values);
     let rest = body.subarray(4);
-    if (codec === Codec.NARROW_Z || codec === Codec.VARINT_Z) rest = await inflate(rest);
+    if (codec === Codec.NARROW_Z || codec === Codec.VARINT_Z) rest = await inflate(rest, cap, nseg);
     const dv = new DataView(rest.buffer, rest.byteOffset, rest.byteLength);
-    if (nseg * 6 > rest.length) throw new FrameError(`${nseg} segment headers do not fit the body`);
-    const heads = [];
+    if (nseg * HEAD_BYTES > rest.length) throw new FrameError(`${nseg} segment headers do not fit the body`);
     let total = 0;
-    for (let i = 0; i < nseg; i++) {
-      const h = { length: dv.getUint32(6 * i, true), shift: rest[6 * i + 4], width: rest[6 * i + 5] };
-      total += h.length;
-      heads.push(h);
-    }
+    for (let i = 0; i < nseg; i++) total += dv.getUint32(HEAD_BYTES * i, true);
     if (total > MAX_MESSAGE) throw new FrameError("integer vector too long");
     // before anything the headers claim is made (a few bytes can claim millions of zeros)
     if (size !== null && total !== size) throw new FrameError(`integer vector has ${total} values, expected ${size}`);
+    if (size === null && maxSize !== null && total > maxSize) throw new FrameError(`integer vector has ${total} values, more than ${maxSize}`);
+    const heads = [];
+    for (let i = 0; i < nseg; i++) {
+      heads.push({ length: dv.getUint32(HEAD_BYTES * i, true), shift: rest[HEAD_BYTES * i + 4], width: rest[HEAD_BYTES * i + 5] });
+    }
     out = new Float64Array(total);
-    let pos = 6 * nseg;
+    let pos = HEAD_BYTES * nseg;
     let k = 0;
     for (const { length, shift, width } of heads) {
       if (shift > 62) throw new FrameError(`segment shift ${shift} is over 62`);
@@ -198,5 +214,6 @@ export async function decodeInts(codec, body, size = null) {
     throw new FrameError(`codec ${codec} is not an integer-vector codec`);
   }
   if (size !== null && out.length !== size) throw new FrameError(`integer vector has ${out.length} values, expected ${size}`);
+  if (size === null && maxSize !== null && out.length > maxSize) throw new FrameError(`integer vector has ${out.length} values, more than ${maxSize}`);
   return out;
 }

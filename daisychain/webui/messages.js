@@ -102,7 +102,7 @@ export async function fromMessage(m, size = null, stateSizes = null) {
       && Number.isInteger(meta.round) && meta.round >= 0 && meta.round <= MAX_RING
       && Number.isInteger(meta.chunk) && meta.chunk >= 0 && meta.chunk <= MAX_RING, "ring chunk: bad meta");
     return { T: "ring_chunk", term: meta.term, step: m.step, ring: meta.ring, phase: meta.phase, round: meta.round,
-      chunk: meta.chunk, ints: await decodeInts(m.codec, m.body, null) };
+      chunk: meta.chunk, ints: await decodeInts(m.codec, m.body, null, size ?? null) };
   }
   if (m.type === FrameType.DATA) {
     need(isHex(meta.fingerprint), "data: bad fingerprint");

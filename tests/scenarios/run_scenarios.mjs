@@ -91,8 +91,12 @@ async function normMessage(m) {
   const kind = m.type === W.FrameType.CONTROL ? m.meta.t : TYPE_NAME[m.type];
   let body = m.body;
   if ((m.type === W.FrameType.CONTRIB || m.type === W.FrameType.TOTAL || m.type === W.FrameType.RING) && m.codec !== W.Codec.NONE) {
-    const v = await W.decodeInts(m.codec, m.body);
-    body = new Uint8Array(BigInt64Array.from(v, (x) => BigInt(x)).buffer);
+    try {
+      const v = await W.decodeInts(m.codec, m.body);
+      body = new Uint8Array(BigInt64Array.from(v, (x) => BigInt(x)).buffer);
+    } catch (err) { // hostile bytes (an injected body no decoder takes): as sent
+      if (!(err instanceof W.FrameError)) throw err;
+    }
   }
   const meta = "loss" in m.meta ? { ...m.meta, loss: loss12(m.meta.loss) } : m.meta;
   return [kind, m.runId, m.step, meta, bodySha(body)];
@@ -271,7 +275,8 @@ class Net {
   resolve(v, to) {
     const p = this.peers.get(to);
     if (typeof v === "string" && v.startsWith("$")) {
-      return { $run: p.runId, $sha: p.trainer ? p.sha : "0".repeat(64), $term: p.term, $step: p.step }[v];
+      return { $run: p.runId, $sha: p.trainer ? p.sha : "0".repeat(64), $term: p.term, $step: p.step,
+        $identity: p.run ? p.run.identity : {} }[v];
     }
     if (Array.isArray(v)) return v.map((x) => this.resolve(x, to));
     if (v && typeof v === "object") return Object.fromEntries(Object.entries(v).map(([k, x]) => [k, this.resolve(x, to)]));
@@ -408,12 +413,36 @@ class Net {
       let ints = res.grad;
       if (e.ints.fault) ints = corrupt(ints, e.ints.fault, step);
       if (e.ints.slice) ints = ints.slice(e.ints.slice[0], e.ints.slice[1]); // a ring chunk: values [lo, hi)
-      ({ codec, body } = W.encodeInts(ints, e.ints.slice ? null : p.bounds));
+      if (e.ints.set) { // [index, value]: "bound+1" / "-bound-1" (the clamp bound of its micro-batches), or an integer string
+        const [i, v] = e.ints.set;
+        const bound = e.ints.micro.length * p.trainer.limit;
+        ints = Float64Array.from(ints);
+        ints[i] = v === "bound+1" ? bound + 1 : v === "-bound-1" ? -bound - 1 : Number(v);
+      }
+      if (e.ints.codec === "RAW") { // as written, past every encoder check
+        codec = W.Codec.RAW;
+        body = new Uint8Array(8 * ints.length);
+        const dv = new DataView(body.buffer);
+        for (let i = 0; i < ints.length; i++) dv.setBigInt64(8 * i, BigInt(ints[i]), true);
+      } else {
+        ({ codec, body } = W.encodeInts(ints, e.ints.slice ? null : p.bounds));
+      }
+    }
+    let msgType = type;
+    let msgMeta = meta;
+    if (e.state) { // the receiver's own state, under the step given (a STATE nobody asked for)
+      const st = await this.peers.get(to).member.state();
+      const vals = [...st.theta, ...st.m, ...st.v, st.b1t, st.b2t];
+      body = new Uint8Array(8 * vals.length);
+      const dv = new DataView(body.buffer);
+      vals.forEach((x, i) => dv.setFloat64(8 * i, x, true));
+      msgType = W.FrameType.STATE;
+      msgMeta = { params_sha256: st.params_sha256 };
     }
     const no = this.nextNo(from);
     let frames;
     if (e.meta_raw === undefined) {
-      frames = W.encodeFrames({ type, runId, step, meta, body, codec }, no);
+      frames = W.encodeFrames({ type: msgType, runId, step, meta: msgMeta, body, codec }, no);
       await this.record(from, to, frames);
     } else { // hostile meta bytes, as written
       const raw = new TextEncoder().encode(e.meta_raw);

@@ -76,7 +76,10 @@ def norm_message(m: F.Message) -> list:
     kind = m.meta.get("t") if m.type == F.FrameType.CONTROL else m.type.name.lower()
     body = m.body
     if m.type in (F.FrameType.CONTRIB, F.FrameType.TOTAL, F.FrameType.RING) and m.codec != F.Codec.NONE:
-        body = F.decode_ints(m.codec, m.body).astype("<i8").tobytes()
+        try:
+            body = F.decode_ints(m.codec, m.body).astype("<i8").tobytes()
+        except F.FrameError:  # hostile bytes (an injected body no decoder takes): as sent
+            pass
     meta = {**m.meta, "loss": loss12(m.meta["loss"])} if "loss" in m.meta else m.meta
     return [kind, m.run_id, m.step, meta, body_sha(body)]
 
@@ -264,7 +267,8 @@ class Net:
         peer = self.peers.get(to)
         if isinstance(v, str) and v.startswith("$"):
             return {"$run": peer.run_id, "$sha": peer.member.sha() if peer.trainer else "0" * 64,
-                    "$term": peer.term, "$step": peer.step}[v]
+                    "$term": peer.term, "$step": peer.step,
+                    "$identity": peer.run.identity if peer.run else {}}[v]
         if isinstance(v, dict):
             return {k: self.resolve(x, to) for k, x in v.items()}
         if isinstance(v, list):
@@ -406,7 +410,19 @@ class Net:
                 ints = corrupt(ints, spec["fault"], step)
             if "slice" in spec:  # a ring chunk: values [lo, hi) of it
                 ints = ints[spec["slice"][0]:spec["slice"][1]]
-            codec, body = F.encode_ints(ints, None if "slice" in spec else self.peers[to].bounds)
+            if "set" in spec:  # [index, value]: "bound+1" / "-bound-1" (the clamp bound of its
+                i, v = spec["set"]  # micro-batches), or an integer written as a string
+                bound = len(spec["micro"]) * int(tr.limit)
+                ints = np.array(ints, np.int64)
+                ints[i] = {"bound+1": bound + 1, "-bound-1": -bound - 1}.get(v) or int(v)
+            if spec.get("codec") == "RAW":  # as written, past every encoder check
+                codec, body = F.Codec.RAW, np.asarray(ints, "<i8").tobytes()
+            else:
+                codec, body = F.encode_ints(ints, None if "slice" in spec else self.peers[to].bounds)
+        if e.get("state"):  # the receiver's own state, under the step given (a STATE nobody asked for)
+            st = self.peers[to].member.state()
+            typ, meta = F.FrameType.STATE, {"params_sha256": st.params_sha256}
+            body = F.encode_state(st.theta, st.m, st.v, st.b1t, st.b2t)
         m = F.Message(typ, run_id, step, meta, body, codec)
         self.put(sender, to, m, e.get("meta_raw"))
 

@@ -16,6 +16,7 @@ import numpy as np
 
 from daisychain.engine.trainer import capacity_split, params_sha256
 from daisychain.peer import frames as F
+from daisychain.peer.intcodec import past_bound
 from daisychain.peer.run.aggregator import Star
 from daisychain.peer.run.checks import checked_micro
 from daisychain.peer.run.outputs import Compute, Ended, Log, Output, Refused, RestoreError, Restored, Send
@@ -48,6 +49,9 @@ class _Member:
     link_s: float = 0.0          # seconds its link adds to a step (estimate, see _time_task)
     timed: int = 0               # shares of it timed (the first is left out: warm-up)
     done: int = 0                # micro-batches committed from it
+    ahead: tuple[int, str] | None = None  # (step, params hash) it said it holds, past ours
+    ahead_until: float = 0.0     # ... until then another member may confirm it
+    answered: tuple[int, int] | None = None  # (term, step) of the last sync request answered
 
 
 @dataclass
@@ -101,6 +105,8 @@ class Coordinator(TrustRole):
         self.catching_up = False
         self.catch_from: str | None = None  # the member ahead whose state we asked for
         self.catch_until = 0.0
+        self.catch_report: tuple[int, str] | None = None  # the (step, hash) we asked it for
+        self.asked_state: set[str] = set()  # members we asked for their state
         self.restored_term = -1             # this term's state came from a restore
         self.wait_for: set[str] = set()     # members to hear from before a step
         self.wait_until = 0.0
@@ -194,10 +200,24 @@ class Coordinator(TrustRole):
         return self._take_contrib(self.me, step, task, micro, result.grad, loss, correct)
 
     def on_state(self, sender: str, msg: F.State) -> list[Output]:
-        """The STATE of a member that was ahead: take it and restart from there."""
-        if self.trainer is None or params_sha256(msg.theta) != msg.params_sha256:
-            return [] if self.trainer is None else [
-                Log(f"state from {sender} does not match its hash: ignored", loud=True)]
+        """The STATE of a member that was ahead, asked for and confirmed by another member's
+        report: take it and restart from there. A STATE nobody asked for is refused, and
+        its sender struck."""
+        if self.trainer is None:
+            return []
+        if sender not in self.asked_state:
+            return self._refused_from(sender, f"refused a state (step {msg.step}) from "
+                                              f"{self._name(sender)}: nobody asked for it")
+        if not self.catching_up or sender != self.catch_from:
+            return [Log(f"a state from {self._name(sender)} (step {msg.step}) after the room went "
+                        f"on without it: ignored", loud=True)]
+        if (msg.step, msg.params_sha256) != self.catch_report:
+            return self._refused_from(sender, f"refused a state from {self._name(sender)}: step "
+                                              f"{msg.step}, params {msg.params_sha256[:12]} is not "
+                                              f"the step {self.catch_report[0]}, params "
+                                              f"{self.catch_report[1][:12]} it reported")
+        if params_sha256(msg.theta) != msg.params_sha256:
+            return [Log(f"state from {sender} does not match its hash: ignored", loud=True)]
         if msg.step <= self.step:
             return []
         try:
@@ -208,6 +228,12 @@ class Coordinator(TrustRole):
         self.pending.clear()
         return [Log(f"synced to step {msg.step} from {sender} "
                     f"(params {msg.params_sha256[:12]})")] + self._caught_up()
+
+    def _refused_from(self, sender: str, text: str) -> list[Output]:
+        """``text`` refuses what ``sender`` sent: a strike if it is a member of the run."""
+        if sender in self.members and sender not in self.banned:
+            return self._strike(sender, "refused", None, text)
+        return [Log(text, loud=True)]
 
     def on_ready(self, sender: str, msg: F.Ready) -> list[Output]:
         if msg.term != self.term:
@@ -220,19 +246,51 @@ class Coordinator(TrustRole):
         m.capacity = max(msg.capacity, 1e-3)
         m.kind, m.ready, m.refused = msg.kind, True, False
         m.sec_per_micro = 1.0 / m.capacity
+        m.ahead = None
         if msg.step == self.step and msg.params_sha256 == self._hash():
             m.synced = True
             return [Log(f"{sender} is ready ({msg.kind}, {msg.capacity:.0f} micro-batches/s)")] + \
                 self._maybe_begin()
         if msg.step > self.step and self.restored_term != self.term:
-            # it holds a later step than we do: take its state first (not after a restore:
-            # then the restored state is the run's, wherever the member was)
-            self.catching_up, self.catch_from = True, sender
-            self.catch_until = self.now + SYNC_WAIT_S
-            return [Log(f"{sender} is ahead (step {msg.step}): taking its state"),
-                    Send(sender, F.SyncRequest(self.term, self.step, self._hash(), "coordinator behind"))]
+            # it holds a later step than we do: take its state once another member reports the
+            # same (not after a restore: then the restored state is the run's)
+            m.ahead, m.ahead_until = (msg.step, msg.params_sha256), self.now + SYNC_WAIT_S
+            return self._ahead(sender)
         m.synced = True  # by channel order the state arrives before the next assign / total
         return [Log(f"{sender} joins at step {self.step}: sending the state"),
+                Send(sender, self._state())] + self._maybe_begin()
+
+    def _ahead(self, sender: str) -> list[Output]:
+        """``sender`` reported a later step than ours. Its state is asked for once another
+        member of the run reports the same step and hash (one member's word does not replace
+        the run's state); with nobody left to confirm it, or none within SYNC_WAIT_S, the
+        room goes on from ours and ``sender`` is brought to it."""
+        m = self.members[sender]
+        step, sha = m.ahead
+        same = sorted(p for p, o in self.members.items()
+                      if o.ahead == m.ahead and p != sender and p not in self.banned and not o.refused)
+        if same and not self.catching_up:
+            self.catching_up, self.catch_from, self.catch_report = True, sender, m.ahead
+            self.catch_until = self.now + SYNC_WAIT_S
+            self.asked_state.add(sender)
+            return [Log(f"{sender} is ahead (step {step}, as {', '.join(same)} reports too): taking its state"),
+                    Send(sender, F.SyncRequest(self.term, self.step, self._hash(), "coordinator behind"))]
+        if same:
+            return []
+        could = [p for p in self.room if p not in (self.me, sender) and p not in self.banned
+                 and not (p in self.members and self.members[p].refused)]
+        if not could:
+            return self._unconfirmed(sender)
+        return [Log(f"{sender} says it is ahead (step {step}, params {sha[:12]}); no other member "
+                    f"reports it yet: waiting up to {SYNC_WAIT_S:g} s for one")]
+
+    def _unconfirmed(self, sender: str) -> list[Output]:
+        """Nobody confirmed ``sender``'s later step: go on from ours and bring it to it."""
+        m = self.members[sender]
+        step, m.ahead = m.ahead[0], None
+        m.synced = True
+        return [Log(f"no other member confirms step {step} of {self._name(sender)}: going on from "
+                    f"step {self.step} and sending it the state", loud=True),
                 Send(sender, self._state())] + self._maybe_begin()
 
     def _state(self) -> F.State:
@@ -253,7 +311,7 @@ class Coordinator(TrustRole):
         self.ring.drop()  # ring hook
         self._new_window()
         for m in self.members.values():
-            m.synced = False
+            m.synced, m.ahead = False, None
         return [Send(p, self._announce()) for p in self._announce_targets()]
 
     def on_refuse(self, sender: str, msg: F.Refuse) -> list[Output]:
@@ -263,8 +321,18 @@ class Coordinator(TrustRole):
             self._maybe_begin()
 
     def on_syncrequest(self, sender: str, msg: F.SyncRequest) -> list[Output]:
-        if self.trainer is None:
+        """A member that fell behind or diverged asks for the state: answered once per member,
+        term and step (an honest member needs no more), and only when it can be true (a
+        member of the run, this term, not already on our step and hash); anything else costs
+        nothing. A diverged member may be ahead of us (it applied a total that was not ours)."""
+        m = self.members.get(sender)
+        if self.trainer is None or m is None or sender in self.banned or msg.term != self.term:
             return []
+        if msg.step == self.step and msg.params_sha256 == self._hash():
+            return []
+        if m.answered == (self.term, self.step):
+            return []
+        m.answered = (self.term, self.step)
         out: list[Output] = []
         if msg.reason != "coordinator behind":
             out.append(Log(f"{sender} diverged at step {msg.step} (params {msg.params_sha256[:12]}, "
@@ -279,8 +347,8 @@ class Coordinator(TrustRole):
         if ints.dtype.kind not in "iu" or ints.size != self.trainer.total_size:
             return self._strike(sender, "refused", None, f"refused a contribution from "
                                 f"{self._name(sender)}: not {self.trainer.total_size} integers")
-        peak = int(np.abs(ints).max()) if ints.size else 0
-        if peak > bound:
+        peak = past_bound(ints.astype(np.int64, copy=False), int(bound))
+        if peak is not None:
             return self._strike(sender, "refused", None, f"refused a contribution from "
                                 f"{self._name(sender)}: a value of magnitude {peak} is over the "
                                 f"clamp bound {int(bound)} of {len(msg.micro)} micro-batch(es)")
@@ -467,13 +535,22 @@ class Coordinator(TrustRole):
 
     def _check_catch_up(self) -> list[Output]:
         """A member that said it is ahead sent no usable STATE in SYNC_WAIT_S (it never
-        answered, or its state was refused): go on from ours and bring it to it."""
+        answered, or its state was refused), or nobody confirmed its step in that time: go on
+        from ours and bring it to it."""
+        out: list[Output] = []
+        for p in sorted(self.members):
+            m = self.members[p]
+            if m.ahead is not None and self.now >= m.ahead_until and p not in self.banned \
+                    and not m.refused and not (self.catching_up and p == self.catch_from):
+                out += self._unconfirmed(p)
         if not self.catching_up or self.now < self.catch_until:
-            return []
+            return out
         self.catching_up = False
         peer, m = self.catch_from, self.members.get(self.catch_from)
-        out: list[Output] = [Log(f"{self._name(peer)} sent no state in {SYNC_WAIT_S:g} s: going "
-                                 f"on from step {self.step}", loud=True)]
+        out.append(Log(f"{self._name(peer)} sent no state in {SYNC_WAIT_S:g} s: going "
+                       f"on from step {self.step}", loud=True))
+        if m is not None:
+            m.ahead = None
         if m is not None and m.ready and not m.refused and peer not in self.banned:
             m.synced = True
             out.append(Send(peer, self._state()))

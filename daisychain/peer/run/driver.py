@@ -171,7 +171,7 @@ class RunPeer:
 
     def tick(self, now: float) -> list[Output]:
         self.now = now
-        return self.coordinator.tick() if self.coordinator else []
+        return self.coordinator.tick() if self.coordinator else self.member.tick()
 
     def room_changed(self, ids, host: str | None, names: dict | None = None) -> list[Output]:
         """The signaling room changed: approved online members ``ids`` (self included);
@@ -187,7 +187,7 @@ class RunPeer:
             out += self._step_down(host)
         if self.coordinator:
             return out + self.coordinator.room_left()
-        return out + self.member.ring.stuck()  # ring hook
+        return out + self.member.host_named() + self.member.ring.stuck()  # ring hook
 
     def channel_open(self, peer: str) -> list[Output]:
         self.open.add(peer)

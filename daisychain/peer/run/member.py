@@ -22,6 +22,12 @@ from daisychain.peer.run.state import checked_state, load_state, state_message, 
 
 
 
+#: how long a run announce from a peer that the signaling server has not named the room's
+#: host is held (its announce may overtake the server's room message at a hand-over) before
+#: it is refused and its sender struck
+HOLD_S = 20.0
+
+
 class Member:
     """The replica of this peer and the handlers of what a coordinator sends. ``peer``: the
     driver (settings, room, names, clock)."""
@@ -43,6 +49,11 @@ class Member:
         #: coordinator built from it (hand-over) can roll back lies from before its term
         self.window: Window | None = None
         self.removed: set[str] = set()  # peers removed from the run (liars), as announced
+        # who coordinates is the server's word: a run announce from a peer it has not named
+        # the room's host waits here (the latest per sender, until HOLD_S after the first)
+        self.held: dict[str, tuple[F.Run, float]] = {}
+        self.struck: set[str] = set()     # peers whose held announce the server never confirmed
+        self.answered: tuple[int, int] | None = None  # (term, step) of the last STATE we sent
         if trainer is not None:  # the host of a new room: the run is ours
             self.run = F.Run(trainer.identity, trainer.run_id, peer.steps, 0, self.step, self.sha(),
                              peer.me, peer.verify_rate, peer.strikes)
@@ -141,6 +152,9 @@ class Member:
     def on_run(self, sender: str, msg: F.Run) -> list[Output]:
         if self.refused or msg.term < self.term or (msg.term == self.term and sender != self.coord):
             return []
+        if sender != self.peer.host and not (msg.term == self.term and sender == self.coord):
+            return self._hold(sender, msg)
+        self.held.pop(sender, None)
         self.coord = sender
         self.peer.steps = msg.steps
         self.peer.verify_rate, self.peer.strikes = msg.verify_rate, msg.strikes
@@ -159,6 +173,43 @@ class Member:
             self.trainer, self.bounds = None, None
         self.awaiting_data = True
         return [FetchData(str(msg.identity.get("task", "")), str(msg.identity.get("dataset", "")))]
+
+    def _hold(self, sender: str, msg: F.Run) -> list[Output]:
+        """A run announce from a peer that the server has not named the room's host: held
+        until the server names it (a hand-over's announce can overtake the room message),
+        refused when it does not within HOLD_S."""
+        if sender not in self.peer.room:
+            return [Log(f"a run announce from {self.peer._name(sender)}, who is not in the room: "
+                        f"refused", loud=True)]
+        first = sender not in self.held
+        until = self.peer.now + HOLD_S if first else self.held[sender][1]
+        self.held[sender] = (msg, until)
+        if not first or sender in self.struck:
+            return []
+        return [Log(f"a run announce (term {msg.term}) from {self.peer._name(sender)}, whom the "
+                    f"server has not named the room's host (it names {self.peer.host}): held "
+                    f"until it does", loud=True)]
+
+    def host_named(self) -> list[Output]:
+        """The signaling room changed: a held announce of the host it names is followed now;
+        those of peers that left are dropped."""
+        for peer in [p for p in self.held if p not in self.peer.room]:
+            del self.held[peer]
+        held = self.held.pop(self.peer.host, None) if self.peer.host else None
+        return self.on_run(self.peer.host, held[0]) if held else []
+
+    def tick(self) -> list[Output]:
+        """Held announces the server did not confirm within HOLD_S: refused, and their
+        senders struck (their announces are ignored, unless the server names them host)."""
+        out: list[Output] = []
+        for peer, (msg, until) in list(self.held.items()):
+            if self.peer.now >= until and peer not in self.struck:
+                self.struck.add(peer)
+                out.append(Log(f"refused a run announce (term {msg.term}) from "
+                               f"{self.peer._name(peer)}: the server did not name it the room's "
+                               f"host within {HOLD_S:g} s; {peer} is struck (its announces are "
+                               f"ignored while the server names another host)", loud=True))
+        return out
 
     def _prepared(self, ds) -> list[Output]:
         try:
@@ -265,8 +316,15 @@ class Member:
         return self.data(msg.data) if self.awaiting_data else []
 
     def on_syncrequest(self, sender: str, msg: F.SyncRequest) -> list[Output]:
-        """Whoever asks gets this replica's state (a new coordinator that is behind, too)."""
-        return [] if self.trainer is None else [Send(sender, self.state())]
+        """The coordinator that follows us asks for this replica's state (a new coordinator
+        that is behind): answered once per term and step. Anyone else is not answered: a
+        STATE is ~8 bytes a parameter, so an unanswered request costs nobody anything."""
+        if self.trainer is None or sender != self.coord or msg.term != self.term:
+            return []
+        if self.answered == (self.term, self.step):
+            return []
+        self.answered = (self.term, self.step)
+        return [Send(sender, self.state())]
 
     def on_datarequest(self, sender: str, msg: F.DataRequest) -> list[Output]:
         if self.trainer is None or msg.fingerprint != self.trainer.ds.fingerprint:

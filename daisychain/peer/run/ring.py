@@ -51,6 +51,7 @@ import math
 import numpy as np
 
 from daisychain.peer import frames as F
+from daisychain.peer.intcodec import past_bound
 
 AGGREGATES = ("auto", "star", "ring")
 #: member kinds (their ``ready``) that take part in a ring: daisy-peer and the page's two
@@ -195,8 +196,8 @@ class Ring:
         ints = np.asarray(msg.ints)
         if ints.dtype.kind not in "iu" or ints.size != hi - lo:
             raise RingError(f"it holds {ints.size} values; chunk {want} has {hi - lo}")
-        peak = int(np.abs(ints.astype(np.int64)).max()) if ints.size else 0
-        if peak > self.bound:
+        peak = past_bound(ints.astype(np.int64, copy=False), int(self.bound))
+        if peak is not None:
             raise RingError(f"a value of magnitude {peak} is over the step's clamp bound {self.bound}")
         self.seen += 1
         if self.acc is None:

@@ -15,7 +15,7 @@ import { checkedMicro } from "./checks.js";
 import { capacitySplit, finishShares, splitTasks } from "./split.js";
 import { Window } from "./rollback.js";
 import { TrustRole } from "./trust.js";
-import { g3, log, pyList, sameInts, send } from "./util.js";
+import { g3, log, pastBound, pyList, sameInts, send } from "./util.js";
 import { RingCoordinator } from "./ring_roles.js";
 
 export const MIN_DEADLINE_S = 2.0;
@@ -40,6 +40,9 @@ export class CrewMember {
     this.secPerMicro = 1.0;
     this.linkS = 0.0;      // seconds its link adds to a step (estimate, see _timeTask)
     this.timed = 0;        // shares of it timed (the first is left out: warm-up)
+    this.ahead = null;     // [step, params hash] it said it holds, past ours
+    this.aheadUntil = 0;   // ... until then another member may confirm it
+    this.answered = null;  // "term:step" of the last sync request answered
   }
 }
 
@@ -66,6 +69,8 @@ export class Coordinator {
     this.catchingUp = false;
     this.catchFrom = null;    // the member ahead whose state we asked for
     this.catchUntil = 0;
+    this.catchReport = null;      // the [step, hash] we asked it for
+    this.askedState = new Set();  // members we asked for their state
     this.restoredTerm = -1;   // this term's state came from a restore
     this.waitFor = new Set(); // members to hear from before a step
     this.waitUntil = 0;
@@ -149,9 +154,21 @@ export class Coordinator {
     return this._takeContrib(this.me, step, task, micro, result.grad, loss, correct);
   }
 
-  /** The STATE of a member that was ahead: take it and restart from there. */
+  /** coordinator.py on_state: the STATE of a member that was ahead, asked for and confirmed by
+   * another member's report: take it and restart from there. A STATE nobody asked for is
+   * refused, and its sender struck. */
   async onState(sender, msg) {
     if (!this.trainer) return [];
+    if (!this.askedState.has(sender)) {
+      return this._refusedFrom(sender, `refused a state (step ${msg.step}) from ${this._name(sender)}: nobody asked for it`);
+    }
+    if (!this.catchingUp || sender !== this.catchFrom) {
+      return [log(`a state from ${this._name(sender)} (step ${msg.step}) after the room went on without it: ignored`, true)];
+    }
+    const [rs, rh] = this.catchReport;
+    if (msg.step !== rs || msg.params_sha256 !== rh) {
+      return this._refusedFrom(sender, `refused a state from ${this._name(sender)}: step ${msg.step}, params ${msg.params_sha256.slice(0, 12)} is not the step ${rs}, params ${rh.slice(0, 12)} it reported`);
+    }
     if ((await paramsSha256(msg.theta)) !== msg.params_sha256) {
       return [log(`state from ${sender} does not match its hash: ignored`, true)];
     }
@@ -167,14 +184,64 @@ export class Coordinator {
     return [log(`synced to step ${msg.step} from ${sender} (params ${msg.params_sha256.slice(0, 12)})`), ...(await this._caughtUp())];
   }
 
+  /** coordinator.py _refused_from: `text` refuses what `sender` sent, a strike if it is a
+   * member of the run. */
+  _refusedFrom(sender, text) {
+    if (this.crew.has(sender) && !this.banned.has(sender)) return this._strike(sender, "refused", null, text);
+    return [log(text, true)];
+  }
+
+  /** coordinator.py _ahead: `sender` reported a later step than ours. Its state is asked for
+   * once another member reports the same step and hash; with nobody left to confirm it, or
+   * none within SYNC_WAIT_S, the room goes on from ours and `sender` is brought to it. */
+  async _ahead(sender) {
+    const m = this.crew.get(sender);
+    const [step, sha] = m.ahead;
+    const same = [...this.crew.values()].filter((o) => o.ahead && o.ahead[0] === step && o.ahead[1] === sha
+      && o.id !== sender && !this.banned.has(o.id) && !o.refused).map((o) => o.id).sort();
+    if (same.length && !this.catchingUp) {
+      this.catchingUp = true;
+      this.catchFrom = sender;
+      this.catchReport = m.ahead;
+      this.catchUntil = this.now + SYNC_WAIT_S;
+      this.askedState.add(sender);
+      return [log(`${sender} is ahead (step ${step}, as ${same.join(", ")} reports too): taking its state`),
+        send(sender, { T: "sync", term: this.term, step: this.step, params_sha256: this.sha, reason: "coordinator behind" })];
+    }
+    if (same.length) return [];
+    const could = [...this.room].filter((p) => p !== this.me && p !== sender && !this.banned.has(p)
+      && !(this.crew.has(p) && this.crew.get(p).refused));
+    if (!could.length) return this._unconfirmed(sender);
+    return [log(`${sender} says it is ahead (step ${step}, params ${sha.slice(0, 12)}); no other member reports it yet: waiting up to ${SYNC_WAIT_S} s for one`)];
+  }
+
+  /** coordinator.py _unconfirmed: nobody confirmed `sender`'s later step: go on from ours and
+   * bring it to it. */
+  async _unconfirmed(sender) {
+    const m = this.crew.get(sender);
+    const step = m.ahead[0];
+    m.ahead = null;
+    m.synced = true;
+    return [log(`no other member confirms step ${step} of ${this._name(sender)}: going on from step ${this.step} and sending it the state`, true),
+      send(sender, await this._state()), ...this._maybeBegin()];
+  }
+
   /** A member that said it is ahead sent no usable STATE in SYNC_WAIT_S (it never answered,
-   * or its state was refused): go on from ours and bring it to it (as daisychain/peer/run/). */
+   * or its state was refused), or nobody confirmed its step in that time: go on from ours and
+   * bring it to it (as daisychain/peer/run/). */
   async _checkCatchUp() {
-    if (!this.catchingUp || this.now < this.catchUntil) return [];
+    const out = [];
+    for (const p of [...this.crew.keys()].sort()) {
+      const m = this.crew.get(p);
+      if (m.ahead && this.now >= m.aheadUntil && !this.banned.has(p) && !m.refused
+          && !(this.catchingUp && p === this.catchFrom)) out.push(...(await this._unconfirmed(p)));
+    }
+    if (!this.catchingUp || this.now < this.catchUntil) return out;
     this.catchingUp = false;
     const peer = this.catchFrom;
     const m = this.crew.get(peer);
-    const out = [log(`${this._name(peer)} sent no state in ${SYNC_WAIT_S} s: going on from step ${this.step}`, true)];
+    out.push(log(`${this._name(peer)} sent no state in ${SYNC_WAIT_S} s: going on from step ${this.step}`, true));
+    if (m) m.ahead = null;
     if (m && m.ready && !m.refused && !this.banned.has(peer)) {
       m.synced = true;
       out.push(send(peer, await this._state()));
@@ -239,18 +306,17 @@ export class Coordinator {
     m.ready = true;
     m.refused = false;
     m.secPerMicro = 1.0 / m.capacity;
+    m.ahead = null;
     if (msg.step === this.step && msg.params_sha256 === this.sha) {
       m.synced = true;
       return [log(`${sender} is ready (${msg.kind}, ${msg.capacity.toFixed(0)} micro-batches/s)`), ...this._maybeBegin()];
     }
     if (msg.step > this.step && this.restoredTerm !== this.term) {
-      // it holds a later step than we do: take its state first (not after a restore: then
-      // the restored state is the run's, wherever the member was)
-      this.catchingUp = true;
-      this.catchFrom = sender;
-      this.catchUntil = this.now + SYNC_WAIT_S;
-      return [log(`${sender} is ahead (step ${msg.step}): taking its state`),
-        send(sender, { T: "sync", term: this.term, step: this.step, params_sha256: this.sha, reason: "coordinator behind" })];
+      // it holds a later step than we do: take its state once another member reports the same
+      // (not after a restore: then the restored state is the run's)
+      m.ahead = [msg.step, msg.params_sha256];
+      m.aheadUntil = this.now + SYNC_WAIT_S;
+      return this._ahead(sender);
     }
     m.synced = true; // by channel order the state arrives before the next assign / total
     return [log(`${sender} joins at step ${this.step}: sending the state`), send(sender, await this._state()), ...this._maybeBegin()];
@@ -276,7 +342,7 @@ export class Coordinator {
     this.stepStarted = false;
     this.ring.drop(); // ring hook
     await this._newWindow();
-    for (const m of this.crew.values()) m.synced = false;
+    for (const m of this.crew.values()) { m.synced = false; m.ahead = null; }
     return this._announceTargets().map((p) => send(p, this._announce()));
   }
 
@@ -291,8 +357,16 @@ export class Coordinator {
       ...this._maybeBegin()];
   }
 
+  /** coordinator.py on_syncrequest: answered once per member, term and step, and only when it
+   * can be true (a member of the run, this term, not already on our step and hash); anything
+   * else costs nothing. */
   async onSync(sender, msg) {
-    if (!this.trainer) return [];
+    const m = this.crew.get(sender);
+    if (!this.trainer || !m || this.banned.has(sender) || msg.term !== this.term) return [];
+    if (msg.step === this.step && msg.params_sha256 === this.sha) return [];
+    const key = `${this.term}:${this.step}`;
+    if (m.answered === key) return [];
+    m.answered = key;
     const out = [];
     if (msg.reason !== "coordinator behind") {
       out.push(log(`${sender} diverged at step ${msg.step} (params ${msg.params_sha256.slice(0, 12)}, ${msg.reason}): resyncing it`, true));
@@ -308,9 +382,8 @@ export class Coordinator {
     if (!ints || ints.length !== size) {
       return this._strike(sender, "refused", null, `refused a contribution from ${this._name(sender)}: not ${size} integers`);
     }
-    let peak = 0;
-    for (let i = 0; i < ints.length; i++) { const a = Math.abs(ints[i]); if (a > peak) peak = a; }
-    if (peak > bound) {
+    const peak = pastBound(ints, bound);
+    if (peak !== null) {
       return this._strike(sender, "refused", null, `refused a contribution from ${this._name(sender)}: a value of magnitude ${peak} is over the clamp bound ${bound} of ${msg.micro.length} micro-batch(es)`);
     }
     const why = this.trainer.contributionError(ints, msg.micro, msg.step); // local steps: moments

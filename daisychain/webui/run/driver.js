@@ -163,7 +163,7 @@ export class RunPeer {
 
   async tick(now) {
     this.now = now;
-    return this.coordinator ? this.coordinator.tick() : [];
+    return this.coordinator ? this.coordinator.tick() : this.member.tick();
   }
 
   /** The signaling room changed: approved online members `ids` (self included); `names`:
@@ -179,7 +179,7 @@ export class RunPeer {
       out.push(...this._stepDown(host));
     }
     if (this.coordinator) return [...out, ...(await this.coordinator.roomLeft())];
-    return [...out, ...this.member.ring.stuck()]; // ring hook
+    return [...out, ...(await this.member.hostNamed()), ...this.member.ring.stuck()]; // ring hook
   }
 
   async channelOpen(peer) {

@@ -8,7 +8,7 @@
 
 import { paramsSha256, runIdentity } from "../engine/trainer.js";
 import { checkedState, loadState, tensorBounds } from "./state.js";
-import { log, send } from "./util.js";
+import { g3, log, send } from "./util.js";
 import { RingMember } from "./ring_roles.js";
 import { Window, windowSteps } from "./rollback.js";
 
@@ -38,6 +38,11 @@ export function identityDifferences(mine, theirs) {
   return out;
 }
 
+// member.py HOLD_S: how long a run announce from a peer that the signaling server has not
+// named the room's host is held (a hand-over's announce can overtake the server's room
+// message) before it is refused and its sender struck.
+export const HOLD_S = 20.0;
+
 export class Member {
   /** `peer`: the driver (settings, room, names, clock). */
   constructor(peer) {
@@ -59,6 +64,11 @@ export class Member {
     // coordinator built from it (hand-over) can roll back lies from before its term
     this.window = null;
     this.removed = new Set(); // peers removed from the run (liars), as announced
+    // who coordinates is the server's word: a run announce from a peer it has not named the
+    // room's host waits here (the latest per sender, until HOLD_S after the first)
+    this.held = new Map(); // sender -> {msg, until}
+    this.struck = new Set(); // peers whose held announce the server never confirmed
+    this.answered = null; // "term:step" of the last STATE we sent
   }
 
   // -- the narrow interface a coordinator reads the replica through ------------------------
@@ -169,10 +179,12 @@ export class Member {
   }
 
   async onRun(sender, msg) {
-    // A higher term from anyone (a new host's announce can overtake the server's room
-    // message that names it), the current term only from the coordinator we follow.
+    // A higher term only from the host the server names (an announce that overtook the room
+    // message naming its sender is held), the current term only from the coordinator we follow.
     if (this.refused || msg.term < this.term || (msg.term === this.term && sender !== this.coord)) return [];
     const p = this.peer;
+    if (sender !== p.host && !(msg.term === this.term && sender === this.coord)) return this._hold(sender, msg);
+    this.held.delete(sender);
     this.coord = sender;
     p.steps = msg.steps;
     p.verifyRate = msg.verify_rate ?? 0.0;
@@ -197,6 +209,43 @@ export class Member {
     }
     this.awaitingData = true;
     return [{ kind: "fetch", task: String(msg.identity.task || ""), fingerprint: String(msg.identity.dataset || "") }];
+  }
+
+  /** member.py _hold: an announce from a peer that the server has not named the room's host,
+   * held until it does, refused when it does not within HOLD_S. */
+  _hold(sender, msg) {
+    const p = this.peer;
+    if (!p.room.has(sender)) return [log(`a run announce from ${p._name(sender)}, who is not in the room: refused`, true)];
+    const first = !this.held.has(sender);
+    const until = first ? p.now + HOLD_S : this.held.get(sender).until;
+    this.held.set(sender, { msg, until });
+    if (!first || this.struck.has(sender)) return [];
+    return [log(`a run announce (term ${msg.term}) from ${p._name(sender)}, whom the server has not named the room's host (it names ${p.host}): held until it does`, true)];
+  }
+
+  /** member.py host_named: the room changed; a held announce of the host it names is followed
+   * now, those of peers that left are dropped. */
+  async hostNamed() {
+    const p = this.peer;
+    for (const peer of [...this.held.keys()]) if (!p.room.has(peer)) this.held.delete(peer);
+    const held = p.host ? this.held.get(p.host) : undefined;
+    if (!held) return [];
+    this.held.delete(p.host);
+    return this.onRun(p.host, held.msg);
+  }
+
+  /** member.py tick: held announces the server did not confirm within HOLD_S are refused and
+   * their senders struck (their announces are ignored unless the server names them host). */
+  tick() {
+    const p = this.peer;
+    const out = [];
+    for (const [peer, { msg, until }] of this.held) {
+      if (p.now >= until && !this.struck.has(peer)) {
+        this.struck.add(peer);
+        out.push(log(`refused a run announce (term ${msg.term}) from ${p._name(peer)}: the server did not name it the room's host within ${g3(HOLD_S)} s; ${peer} is struck (its announces are ignored while the server names another host)`, true));
+      }
+    }
+    return out;
   }
 
   async _prepared(ds) {
@@ -311,9 +360,13 @@ export class Member {
     return [{ kind: "dataBytes", data: msg.data }];
   }
 
-  /** Whoever asks gets this replica's state (a new coordinator that is behind, too). */
+  /** member.py on_syncrequest: the coordinator we follow asks for this replica's state (a new
+   * coordinator that is behind), answered once per term and step; anyone else is not answered. */
   async onSync(sender, msg) {
-    if (!this.trainer) return [];
+    if (!this.trainer || sender !== this.coord || msg.term !== this.term) return [];
+    const key = `${this.term}:${this.step}`;
+    if (this.answered === key) return [];
+    this.answered = key;
     return [send(sender, await this.state())];
   }
 

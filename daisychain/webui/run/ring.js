@@ -13,7 +13,7 @@
 // the Member) and RingCoordinator (owned by the Coordinator), are in ring_roles.js; the roles'
 // files call them through hooks marked "ring hook".
 
-import { g3 } from "./util.js";
+import { g3, pastBound } from "./util.js";
 
 export const AGGREGATES = ["auto", "star", "ring"];
 /** Member kinds (their ready) that take part in a ring: daisy-peer and the page's two. */
@@ -122,9 +122,8 @@ export class Ring {
     if (msg.chunk !== want) throw new RingError(`it is chunk ${msg.chunk}; this ring position takes chunk ${want}`);
     const [lo, hi] = this.bounds[want];
     if (msg.ints.length !== hi - lo) throw new RingError(`it holds ${msg.ints.length} values; chunk ${want} has ${hi - lo}`);
-    let peak = 0;
-    for (const v of msg.ints) peak = Math.max(peak, Math.abs(v));
-    if (peak > this.bound) throw new RingError(`a value of magnitude ${peak} is over the step's clamp bound ${this.bound}`);
+    const peak = pastBound(msg.ints, this.bound);
+    if (peak !== null) throw new RingError(`a value of magnitude ${peak} is over the step's clamp bound ${this.bound}`);
     this.seen += 1;
     if (this.acc === null) {
       this.queue.push(msg);

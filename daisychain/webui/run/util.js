@@ -22,3 +22,18 @@ export function g3(x) {
 /** Python's repr of a list of ints. */
 export const pyList = (a) => `[${a.join(", ")}]`;
 export const sameInts = (a, b) => a.length === b.length && a.every((x, i) => x === b[i]);
+
+/**
+ * intcodec.py past_bound: a value of `ints` whose magnitude is over `bound`, or null. The
+ * largest value is reported if it is over, else the negated smallest: both ends compared,
+ * never an absolute value (DETERMINISM rule 14; the Python side's int64 `abs(-2**63)` is
+ * negative).
+ */
+export function pastBound(ints, bound) {
+  if (!ints.length) return null;
+  let hi = -Infinity, lo = Infinity;
+  for (let i = 0; i < ints.length; i++) { const v = ints[i]; if (v > hi) hi = v; if (v < lo) lo = v; }
+  if (hi > bound) return hi;
+  if (lo < -bound) return -lo;
+  return null;
+}
