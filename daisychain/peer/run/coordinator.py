@@ -648,7 +648,12 @@ class Coordinator(TrustRole):
         self.ended = True
         sha = self._hash()
         msg = F.End(self.term, self.step, sha)
-        return [Send(p, msg) for p in self._receivers()] + [Ended(self.step, sha, True)]
+        # members still being brought in (ready, not synced: a catch-up was pending) get the
+        # announce again: their ready then gets the final state and the end (:meth:`_late_end`)
+        late = sorted(m.id for m in self.members.values() if m.ready and not m.synced and not m.refused
+                      and m.id in self.open and m.id not in self.banned)
+        return [Send(p, msg) for p in self._receivers()] + [Send(p, self._announce()) for p in late] + \
+            [Ended(self.step, sha, True)]
 
     def _late_end(self, sender: str, msg: F.Ready) -> list[Output]:
         """A member's ``ready`` of this term came after the run ended (a new coordinator

@@ -150,7 +150,10 @@ class Member:
         return self._refuse(["dataset fingerprint: no copy of the run's dataset found"])
 
     def on_run(self, sender: str, msg: F.Run) -> list[Output]:
-        if self.refused or msg.term < self.term or (msg.term == self.term and sender != self.coord):
+        # (the current term from another sender only when the server names it host: two
+        # members that took over one after the other from the same term both announce term + 1)
+        if self.refused or msg.term < self.term or (msg.term == self.term and sender != self.coord
+                                                     and sender != self.peer.host):
             return []
         if sender != self.peer.host and not (msg.term == self.term and sender == self.coord):
             return self._hold(sender, msg)

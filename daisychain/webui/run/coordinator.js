@@ -685,7 +685,11 @@ export class Coordinator {
   _end() {
     this.ended = true;
     const msg = { T: "end", term: this.term, step: this.step, params_sha256: this.sha };
-    return [...this._receivers().map((p) => send(p, msg)),
+    // members still being brought in (ready, not synced: a catch-up was pending) get the
+    // announce again: their ready then gets the final state and the end (_lateEnd)
+    const late = [...this.crew.values()].filter((m) => m.ready && !m.synced && !m.refused && this.open.has(m.id) && !this.banned.has(m.id))
+      .map((m) => m.id).sort();
+    return [...this._receivers().map((p) => send(p, msg)), ...late.map((p) => send(p, this._announce())),
       { kind: "ended", step: this.step, params_sha256: this.sha, agreed: true }];
   }
 }

@@ -181,7 +181,9 @@ export class Member {
   async onRun(sender, msg) {
     // A higher term only from the host the server names (an announce that overtook the room
     // message naming its sender is held), the current term only from the coordinator we follow.
-    if (this.refused || msg.term < this.term || (msg.term === this.term && sender !== this.coord)) return [];
+    // (the current term from another sender only when the server names it host: two members that
+    // took over one after the other from the same term both announce term + 1)
+    if (this.refused || msg.term < this.term || (msg.term === this.term && sender !== this.coord && sender !== this.peer.host)) return [];
     const p = this.peer;
     if (sender !== p.host && !(msg.term === this.term && sender === this.coord)) return this._hold(sender, msg);
     this.held.delete(sender);
