@@ -72,6 +72,7 @@ class RunPeer:
         self.wait_peers = wait_peers       # the host waits once for this many members
         self.now = 0.0
         self.host: str | None = None      # the room host per the signaling server
+        self.prev_host: str | None = None  # the host it named before (who hands over to the next)
         self.open: set[str] = set()       # peers with an open data channel
         self.room: set[str] = set()       # approved members per the signaling server
         self.done_by: dict[str, int] = {}  # peer -> micro-batches committed (everyone tracks)
@@ -181,6 +182,8 @@ class RunPeer:
         if names:
             self.names.update({str(k): str(v)[:64] for k, v in names.items()})
         old_host, self.host = self.host, host
+        if host != old_host:
+            self.prev_host = old_host
         if host == self.me and self.coordinator is None and self.trainer is not None and self.member.run:
             out += self._lead(old_host)
         elif host != self.me and self.coordinator is not None:

@@ -155,7 +155,11 @@ class Member:
         if self.refused or msg.term < self.term or (msg.term == self.term and sender != self.coord
                                                      and sender != self.peer.host):
             return []
-        if sender != self.peer.host and not (msg.term == self.term and sender == self.coord):
+        # named host before it held the run: it follows the host named before it to get the
+        # replica, then leads (driver._lead_if_named); nobody coordinated before (the old host
+        # had stepped down, every member held its announce)
+        handing = self.peer.host == self.peer.me and self.trainer is None and sender == self.peer.prev_host
+        if sender != self.peer.host and not (msg.term == self.term and sender == self.coord) and not handing:
             return self._hold(sender, msg)
         self.held.pop(sender, None)
         self.coord = sender

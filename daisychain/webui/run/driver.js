@@ -74,6 +74,7 @@ export class RunPeer {
     this.steps = 0;       // the run's length (the announce's, or ours as host)
     this.now = 0;
     this.host = null;     // the room host per the signaling server
+    this.prevHost = null; // the host it named before (driver.py prev_host)
     this.open = new Set();
     this.room = new Set();
     this.doneBy = {};     // peer -> micro-batches committed (everyone tracks)
@@ -172,6 +173,7 @@ export class RunPeer {
     const out = [];
     this.room = new Set(ids);
     if (names) for (const [k, v] of Object.entries(names)) this.names.set(String(k), String(v).slice(0, 64));
+    if (host !== this.host) this.prevHost = this.host; // who hands over to the next (member.js onRun)
     this.host = host;
     if (host === this.me && !this.coordinator && this.trainer && this.member.run) {
       out.push(...(await this._lead()));

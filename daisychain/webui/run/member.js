@@ -185,7 +185,10 @@ export class Member {
     // took over one after the other from the same term both announce term + 1)
     if (this.refused || msg.term < this.term || (msg.term === this.term && sender !== this.coord && sender !== this.peer.host)) return [];
     const p = this.peer;
-    if (sender !== p.host && !(msg.term === this.term && sender === this.coord)) return this._hold(sender, msg);
+    // named host before it held the run: it follows the host named before it to get the replica,
+    // then leads (driver.js _leadIfNamed); nobody coordinated before
+    const handing = p.host === p.me && !this.trainer && sender === p.prevHost;
+    if (sender !== p.host && !(msg.term === this.term && sender === this.coord) && !handing) return this._hold(sender, msg);
     this.held.delete(sender);
     this.coord = sender;
     p.steps = msg.steps;
