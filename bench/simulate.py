@@ -161,7 +161,10 @@ def violations(sc: dict, res: dict) -> list[str]:
     for p in sorted(removed & liars - told - killed):
         bad.append(f"liar {p} removed but not told")
     bad += skipped_or_twice(out)
-    if not bad and end and end[-1][1] == "end" and liars <= removed | killed | set():
+    # a liar never caught at a verify rate under 1 may leave lies (by design: docs/MESH.md);
+    # at rate 1 every contribution of it was checked, so the hash holds whatever it did
+    rate = max([float(e.get("verify_rate", 0)) for e in sc["events"] if e.get("op") == "peer"] + [0.0])
+    if not bad and end and end[-1][1] == "end" and (liars <= removed | killed or rate >= 1):
         want = reference(tuple(sc["settings"]))
         for p, f in sorted(final.items()):
             if p in liars or p in told or f["sha"] is None:
@@ -280,7 +283,7 @@ def shrink(sc: dict, lang: str, bad: list[str]) -> dict:
 
 
 def run_seeds(start: int, count: int, lang: str, batch: int = 50) -> dict:
-    runs, found = 0, []
+    runs, found, uncaught = 0, [], 0
     faults: dict[str, int] = {}
     for lo in range(start, start + count, batch):
         seeds = list(range(lo, min(start + count, lo + batch)))
@@ -300,13 +303,17 @@ def run_seeds(start: int, count: int, lang: str, batch: int = 50) -> dict:
                     bad.append("python and js wrote different outputs: " + first_difference(py["outputs"], j["outputs"]))
             runs += 1
             info = sc["sim"]
+            res = py if py is not None else js[sc["name"]]
+            removed = {o[3] for o in res.get("outputs", []) if o[0] == "alarm" and o[2] == "removed"}
+            if set(info["liars"]) - removed:
+                uncaught += 1  # a liar the spot-checks never caught (a rate < 1): its lies may stay
             for what in [info["shape"]] + [f"lie-{f}" for f in info["liars"].values()] + info["events"] + (
                     ["late-join"] * len(info["late"])) + (["straggler"] * len(info["slow"])):
                 faults[what] = faults.get(what, 0) + 1
             if bad:
                 found.append({"seed": sc["seed"], "violations": bad})
     return {"runs": runs, "violations": len(found), "first_failing_seed": found[0]["seed"] if found else None,
-            "failing": found[:20], "faults": dict(sorted(faults.items()))}
+            "failing": found[:20], "faults": dict(sorted(faults.items())), "uncaught_liar_runs": uncaught}
 
 
 def main(argv=None) -> int:
