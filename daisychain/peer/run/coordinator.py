@@ -102,6 +102,7 @@ class Coordinator(TrustRole):
         self.step_started = False
         self.self_spm: float | None = None  # our own seconds per micro-batch
         self.timing_from = self.step + 1    # ... timed from this step on (a term's first warms up)
+        self.excused: set[str] = set()      # peers whose first share's lateness was excused (once)
         self.catching_up = False
         self.catch_from: str | None = None  # the member ahead whose state we asked for
         self.catch_until = 0.0
@@ -427,6 +428,17 @@ class Coordinator(TrustRole):
         self.tasks[t.task] = t
         return t
 
+    def _timed(self, peer: str) -> bool:
+        """Whether ``peer``'s seconds per micro-batch are known: it finished a share after the
+        term's first step (its first shares include warm-up: compiles, first connections, a
+        cold start), so that a late task of it is a miss, not noise."""
+        if peer in self.excused:
+            return True  # excused once already
+        if peer == self.me:
+            return self.self_spm is not None
+        m = self.members.get(peer)
+        return m is not None and m.timed >= 1
+
     def _deadline(self, peer: str, n: int) -> float:
         spm = 1.0 / float(self.capacity or 1.0) if peer == self.me else self.members[peer].sec_per_micro
         return max(MIN_DEADLINE_S, DEADLINE_FACTOR * spm * n + 0.5)
@@ -602,6 +614,7 @@ class Coordinator(TrustRole):
         if not self.step_started:
             return []
         late, added, dropped = [], {}, []
+        timed = False  # a late task's peer whose timing is known (else it is no miss)
         live = self._live()
         for t in list(self.tasks.values()):
             if t.result is not None or self.now < t.deadline:
@@ -615,6 +628,7 @@ class Coordinator(TrustRole):
             else:
                 busy = set(t.assignees)
             spare = [p for p in live if p not in busy]
+            timed = timed or any(self._timed(p) for p in t.assignees)
             if not spare and t.kind == "check":
                 dropped.append(t)  # nobody else can give this second opinion: go without it
                 continue  # (never a referee's: the answers it settles differ, it is waited for)
@@ -629,16 +643,21 @@ class Coordinator(TrustRole):
             added[t.task] = backup
         out: list[Output] = []
         first = self.step < self.timing_from  # a term's first step: no timing known, no miss
+        if not first and not timed:
+            self.excused |= {p for t in late + dropped for p in t.assignees[:1]}
         if late:
             out += [Log(f"task(s) {[t.task for t in late]} of step {self.step} " + (
                 "also given to a backup (the first step's timings are not known yet)" if first
-                else "missed the deadline: backup assigned"))] + self._dispatch(late, added)
+                else "also given to a backup (a first share: its peer's timing is not known yet)"
+                if not timed else "missed the deadline: backup assigned"))] + self._dispatch(late, added)
         if dropped:
             for t in dropped:
                 del self.tasks[t.task]
             out.append(Log(f"spot-check(s) of micro-batch(es) {[t.micro[0] for t in dropped]} of step "
                            f"{self.step} " + ("skipped (the first step's timings are not known yet)"
-                                              if first else "got no second answer in time: dropped")))
+                                              if first else "skipped (a first share: its peer's timing is "
+                                              "not known yet)" if not timed else
+                                              "got no second answer in time: dropped")))
             for j in sorted(self.checks):
                 out += self._judge(j)
             out += self._maybe_commit()

@@ -66,6 +66,7 @@ export class Coordinator {
     this.stepStarted = false;
     this.selfSpm = null;      // our own seconds per micro-batch
     this.timingFrom = this.step + 1; // ... timed from this step on (a term's first warms up)
+    this.excused = new Set(); // peers whose first share's lateness was excused (once)
     this.catchingUp = false;
     this.catchFrom = null;    // the member ahead whose state we asked for
     this.catchUntil = 0;
@@ -461,6 +462,15 @@ export class Coordinator {
     return t;
   }
 
+  /** coordinator.py _timed: whether `peer`'s seconds per micro-batch are known (it finished a
+   * share after the term's first step), so that a late task of it is a miss, not noise. */
+  _timed(peer) {
+    if (this.excused.has(peer)) return true; // excused once already
+    if (peer === this.me) return this.selfSpm !== null;
+    const m = this.crew.get(peer);
+    return m !== undefined && m.timed >= 1;
+  }
+
   _deadline(peer, n) {
     const spm = peer === this.me ? 1.0 / Number(this.capacity || 1.0) : this.crew.get(peer).secPerMicro;
     return Math.max(MIN_DEADLINE_S, DEADLINE_FACTOR * spm * n + 0.5);
@@ -622,6 +632,7 @@ export class Coordinator {
     const late = [];
     const added = new Map();
     const dropped = [];
+    let timed = false; // a late task's peer whose timing is known (else it is no miss)
     const live = this._live();
     for (const t of [...this.tasks.values()]) {
       if (t.result || this.now < t.deadline) continue;
@@ -635,6 +646,7 @@ export class Coordinator {
         busy = new Set(t.assignees);
       }
       const spare = live.filter((p) => !busy.has(p));
+      timed = timed || t.assignees.some((p) => this._timed(p));
       // nobody else can give this second opinion: go without it (never a referee's: the answers
       // it settles differ, so it is waited for)
       if (!spare.length && t.kind === "check") {
@@ -658,15 +670,18 @@ export class Coordinator {
     }
     const out = [];
     const first = this.step < this.timingFrom; // a term's first step: no timing known, no miss
+    if (!first && !timed) for (const t of [...late, ...dropped]) this.excused.add(t.assignees[0]);
     if (late.length) {
       out.push(log(`task(s) ${pyList(late.map((t) => t.task))} of step ${this.step} ` + (first
-        ? "also given to a backup (the first step's timings are not known yet)" : "missed the deadline: backup assigned")),
+        ? "also given to a backup (the first step's timings are not known yet)"
+        : !timed ? "also given to a backup (a first share: its peer's timing is not known yet)" : "missed the deadline: backup assigned")),
         ...this._dispatch(late, added));
     }
     if (dropped.length) {
       for (const t of dropped) this.tasks.delete(t.task);
       out.push(log(`spot-check(s) of micro-batch(es) ${pyList(dropped.map((t) => t.micro[0]))} of step ${this.step} ` +
-        (first ? "skipped (the first step's timings are not known yet)" : "got no second answer in time: dropped")));
+        (first ? "skipped (the first step's timings are not known yet)"
+          : !timed ? "skipped (a first share: its peer's timing is not known yet)" : "got no second answer in time: dropped")));
       for (const j of [...this.checks.keys()].sort((a, b) => a - b)) out.push(...(await this._judge(j)));
       out.push(...(await this._maybeCommit()));
     }
