@@ -4,7 +4,10 @@ Subpackages: ``units`` (the verified INT8 units and their tables), ``exporter`` 
 verifies the units, writes ``luts/``), ``engine`` (numpy training engine), ``server``
 (aiohttp signaling), ``peer`` (headless aiortc worker), ``desktop`` (pywebview window), ``cluster``
 (torch.distributed/Gloo ranks), ``export`` (checkpoints as .safetensors / .onnx /
-``torch_model``).
+``torch_model``), ``api`` (the Python API below) and ``task`` (tasks of your own).
+
+The Python API (docs/API.md): ``Model``, ``train``, ``resume``, ``join``, ``Task`` and the
+layer objects ``Dense``, ``Conv``, ``Pool``; bad values raise ``SettingsError`` in one line.
 """
 
 from importlib import resources
@@ -27,3 +30,20 @@ def torch_model(path, weights: str = "int8"):
 def package_path(*parts: str):
     """Path of a file shipped inside the package (``webui/``, ``shaders/``, ``luts/``...)."""
     return resources.files("daisychain").joinpath(*parts)
+
+
+_API = ("Model", "Dense", "Conv", "Pool", "Result", "SettingsError", "train", "resume", "join")
+
+
+def __getattr__(name: str):
+    """The API's names (``daisychain.train`` ...), imported when first used, so that
+    ``import daisychain`` stays light for the commands."""
+    if name in _API:
+        from daisychain import api
+
+        return getattr(api, name)
+    if name == "Task":
+        from daisychain.task import Task
+
+        return Task
+    raise AttributeError(f"module 'daisychain' has no attribute {name!r}")

@@ -319,7 +319,8 @@ def run_cluster(rs, args, dist) -> dict:
     return {"task": rs.ds.task, "steps": rs.steps, "seed": rs.hp.seed, "world_size": world,
             "rank": rank, "start_step": start, "resumed": resumed,
             "capacities": capacities, "micro_per_step": [len(s) for s in shares],
-            "accuracy": acc, "loss": loss, "params_sha256": sha, "run_id": tr.run_id,
+            "accuracy": acc, "test_mse": tr.mse("test") if rank == 0 else None,
+            "loss": loss, "params_sha256": sha, "run_id": tr.run_id,
             "steps_per_s": ran / elapsed if elapsed > 0 and ran else 0.0,
             "allreduce_s_per_step": allreduce_s / ran if ran else 0.0,
             "units": counts_total, "units_per_rank": per_rank,
@@ -337,7 +338,9 @@ def print_result(out: dict, as_json: bool) -> None:
           f"{out['world_size']} rank{'s' if out['world_size'] > 1 else ''})")
     for r, c in enumerate(out["units_per_rank"]):
         print(f"  rank {r}: " + format_counts(c)[len("units: "):])
-    print(f"test accuracy: {out['accuracy'] * 100:.2f}%  loss: {out['loss']:.4f}  "
+    score = (f"test mse: {out['test_mse']:.6g}" if out.get("test_mse") is not None
+             else f"test accuracy: {out['accuracy'] * 100:.2f}%")
+    print(f"{score}  loss: {out['loss']:.4f}  "
           f"({out['steps']} steps, {out['steps_per_s']:.1f} steps/s, all-reduce "
           f"{out['allreduce_s_per_step'] * 1e3:.2f} ms/step)")
     if out["checkpoint"]:

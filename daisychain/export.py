@@ -165,7 +165,8 @@ def _module_class():
         @torch.no_grad()
         def predict(self, x):
             """Class indices for a batch (or one sample) given as a numpy array, a list or a
-            tensor; returns a numpy int64 array (a Python int for one sample)."""
+            tensor; returns a numpy int64 array (a Python int for one sample). A regression
+            model (loss "mse") returns its outputs: float (batch, outputs), (outputs,) for one."""
             kind = self.spec.input_kind
             dtype = {"dense": torch.float32, "tokens": torch.int64, "image": torch.uint8}[kind]
             x = np.asarray(x)
@@ -185,8 +186,11 @@ def _module_class():
                 raise ValueError(f"token ids must lie in [0, {self.spec.layers[0].n_in - 1}]")
             was = self.training
             self.eval()
-            out = self(t).argmax(dim=1).numpy()
+            z = self(t)
+            out = z.double().numpy() if self.spec.loss == "mse" else z.argmax(dim=1).numpy()
             self.train(was)
+            if self.spec.loss == "mse":
+                return out[0] if one else out
             return int(out[0]) if one else out
 
     return DaisyChainModel

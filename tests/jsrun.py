@@ -32,6 +32,15 @@ NODE_MISSING = ("node is not installed: the JS mirror tests need it (scripts/set
                 "Debian's nodejs)")
 
 
+#: JS that reads the unit tables from the folder ``lutDir`` (a name the snippet defines, e.g.
+#: from ``process.argv``) into ``luts``, as engine/paths.js CpuUnits takes them
+LOAD_LUTS = r"""
+const rd = (n) => { const b = readFileSync(`${lutDir}/${n}.bin`); return new Int32Array(b.buffer, b.byteOffset, b.length / 4).slice(); };
+const luts = { mul: rd("mul"), relu: rd("relu"), requantize: rd("requantize"),
+  manifestSha256: JSON.parse(readFileSync(`${lutDir}/manifest.json`)).manifest_sha256 };
+"""
+
+
 def node_binary() -> str:
     """The node binary, or the test fails saying node is missing."""
     path = shutil.which("node")

@@ -20,9 +20,10 @@ PEER = [sys.executable, "-c", "import sys; from daisychain.peer.cli import main;
 
 
 @contextlib.contextmanager
-def server_thread(**config):
+def server_thread(datasets=None, **config):
     """``create_app`` on 127.0.0.1:<random> in a thread with its own event loop; yields the
-    base URL. ``config`` overrides ServerConfig fields (fast grace and tick by default)."""
+    base URL. ``config`` overrides ServerConfig fields (fast grace and tick by default);
+    ``datasets`` are the server's own sets (``create_app``'s)."""
     from daisychain.server.app import create_app
     from daisychain.server.config import ServerConfig
 
@@ -36,7 +37,7 @@ def server_thread(**config):
         async def up():
             cfg = ServerConfig(**{"grace_s": 0.5, "tick_s": 0.1, **config, "host": "127.0.0.1",
                                   "port": 0})
-            runner = web.AppRunner(create_app(cfg), handle_signals=False)
+            runner = web.AppRunner(create_app(cfg, datasets=datasets), handle_signals=False)
             await runner.setup()
             site = web.TCPSite(runner, "127.0.0.1", 0)
             await site.start()

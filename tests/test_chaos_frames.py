@@ -69,3 +69,24 @@ def test_garbage_frames_are_refused_by_name_and_the_sender_removed(coordinator, 
     assert all(a.peer == "m1" for a in alarms)
     assert "m1" in node.run.coordinator.banned and "m1" not in node.run.coordinator.members
     assert node.run.coordinator.members["m2"].ready and node.run.step == 0
+
+
+def test_a_flood_of_bad_frames_costs_a_bounded_number_of_lines(coordinator):
+    """Issue 35: 20,000 small frames froze a tab for 3-5 s (a refusal line each). A sender's
+    first max(REFUSAL_LINES, strikes) bad messages are refused by name (the last says the rest
+    go unlogged), the rest are dropped without a line; other members are untouched."""
+    node, events = coordinator
+    for f in _ready_frames(node):
+        node._on_message("m1", f)
+    bad = F.encode_frames(F.Message(F.FrameType.CONTROL, node.run.run_id, 0, {"t": "nonsense"}), 1)
+    for _ in range(20_000):
+        node._on_message("m1", bad[0])
+    texts = [e.text for e in events if isinstance(e, R.Log) and "from m1" in e.text]
+    limit = max(R.driver.REFUSAL_LINES, node.run.strikes)
+    refusals = [t for t in texts if t.startswith("refused a message from m1")]
+    assert len(refusals) == limit, texts[-5:]
+    assert f"dropped without a line ({limit} refused)" in refusals[-1]
+    assert "m1" in node.run.coordinator.banned
+    for f in _ready_frames(node):
+        node._on_message("m2", f)
+    assert node.run.coordinator.members["m2"].ready

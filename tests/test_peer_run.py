@@ -303,8 +303,11 @@ def test_host_leaves_mid_step_and_the_next_host_finishes(rs, reference):
         assert net.of(R.Ended, pid)[0].params_sha256 == reference
 
 
-def test_new_host_behind_a_member_catches_up(rs, reference):
-    """The old host's TOTAL reached p2 but not p1 (the new host): p1 takes p2's state."""
+def test_new_host_behind_a_member_goes_on_from_its_own_state(rs, reference):
+    """The old host's TOTAL reached p2 but not p1 (the new host). p2 says it is ahead; with
+    nobody left to confirm that step, one member's word does not replace the run's state
+    (issue 35): p1 goes on from its own step and sends p2 its state. The step is computed
+    again, never lost: both end on the reference hash."""
     state = {"gone": False}
 
     def hook(net):
@@ -322,7 +325,8 @@ def test_new_host_behind_a_member_catches_up(rs, reference):
 
     net = Net(rs, 3)
     net.run(hook)
-    assert any("ahead" in e.text for e in net.of(R.Log, "p1"))
+    assert any("no other member confirms step 4 of p2" in e.text for e in net.of(R.Log, "p1"))
+    assert any("synced to step 3 from p1" in e.text for e in net.of(R.Log, "p2"))
     for pid in ("p1", "p2"):
         assert net.of(R.Ended, pid)[0].params_sha256 == reference
 

@@ -81,7 +81,9 @@ def run(args: argparse.Namespace) -> int:
         if args.json:
             print(json.dumps(out))
         else:
-            print(f"float32 test accuracy: {out['accuracy'] * 100:.2f}%  loss: {out['loss']:.4f}")
+            score = (f"test mse: {out['test_mse']:.6g}" if "test_mse" in out
+                     else f"test accuracy: {out['accuracy'] * 100:.2f}%")
+            print(f"float32 {score}  loss: {out['loss']:.4f}")
         return 0
     try:
         out = train(rs, args.workers, args.assign, args.gemm, quiet=args.quiet or args.json,
@@ -98,7 +100,9 @@ def run(args: argparse.Namespace) -> int:
         loss = "n/a" if out["loss"] is None else f"{out['loss']:.4f}"
         ran = out["steps"] - out["start_step"]
         unit = "rounds" if rs.hp.local else "steps"
-        print(f"test accuracy: {out['accuracy'] * 100:.2f}%  loss: {loss}  "
+        score = (f"test accuracy: {out['accuracy'] * 100:.2f}%" if out["test_mse"] is None
+                 else f"test mse: {out['test_mse']:.6g}")
+        print(f"{score}  loss: {loss}  "
               f"({out['steps']} {unit}{f', {ran} of them now' if out['start_step'] else ''}, "
               f"{out['micro_batches_per_s']:.0f} micro-batches/s)")
         if out["checkpoint"]:
@@ -112,6 +116,13 @@ def train(rs, workers: int = 1, how: str = "round-robin", gemm: str = "fast",
           resume: str | None = None) -> dict:
     """Train to ``rs.steps`` (from ``resume``'s step when given); ``save``: write the state
     there every ``save_every`` steps and at the end. Raises CheckpointError."""
+    return train_with_trainer(rs, workers, how, gemm, quiet, save, save_every, resume)[0]
+
+
+def train_with_trainer(rs, workers: int = 1, how: str = "round-robin", gemm: str = "fast",
+                       quiet: bool = False, save: str | None = None, save_every: int = 0,
+                       resume: str | None = None):
+    """:func:`train`, and the trainer it ran (the Python API keeps it: daisychain/api.py)."""
     from daisychain.engine.checkpoint import CheckpointError, read_checkpoint_file, write_checkpoint_file
     from daisychain.engine.local import make_trainer
     from daisychain.engine.trainer import TrainState, assign
@@ -161,11 +172,11 @@ def train(rs, workers: int = 1, how: str = "round-robin", gemm: str = "fast",
     ran = rs.steps - start
     return {"task": rs.ds.task, "steps": rs.steps, "start_step": start, "seed": rs.hp.seed,
             "checkpoint": save,
-            "accuracy": tr.accuracy("test"), "loss": loss,
+            "accuracy": tr.accuracy("test"), "loss": loss, "test_mse": tr.mse("test"),
             "params_sha256": tr.params_sha256(), "run_id": tr.run_id,
             "dataset_fingerprint": rs.ds.fingerprint, "manifest_sha256": tr.luts.manifest_sha256,
             "workers": workers, "assign": how, "gemm": gemm,
             "micro_batches_per_s": ran * rs.hp.n_micro * (rs.hp.replicas * rs.hp.sync_every)
             / elapsed if elapsed > 0 else 0.0,
             "replicas": rs.hp.replicas, "sync_every": rs.hp.sync_every,
-            "identity": tr.identity}
+            "identity": tr.identity}, tr

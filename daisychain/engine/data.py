@@ -137,6 +137,12 @@ def _zen() -> str:
     return codecs.decode(this.s, "rot13")
 
 
+OFFLINE_SWITCHES = ("HF_DATASETS_OFFLINE", "HF_HUB_OFFLINE")
+#: the switches load_text_source turned on itself (not the user): a --stream read lifts them
+#: for its own time (engine/hub.py)
+OWN_OFFLINE: set[str] = set()
+
+
 def load_text_source(source: str | None, column: str = "text", split: str = "train",
                      max_chars: int = 200_000, cache_dir: str | None = None) -> tuple[str, str]:
     """(text, description) from a local file, a cached hub dataset, or the embedded default
@@ -145,8 +151,10 @@ def load_text_source(source: str | None, column: str = "text", split: str = "tra
     temporary folder for uploads so that they leave nothing on disk)."""
     if not source:
         return _zen(), "embedded: the Zen of Python"
-    os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    for name in OFFLINE_SWITCHES:  # never a download here; a user's own setting stays theirs
+        if name not in os.environ:
+            os.environ[name] = "1"
+            OWN_OFFLINE.add(name)
     import contextlib
     import io
 
@@ -198,28 +206,57 @@ def load_text_source(source: str | None, column: str = "text", split: str = "tra
     feature = ds.features[column]
     if getattr(feature, "dtype", None) not in ("string", "large_string"):
         raise DataError(f"column {column!r} of {source!r} holds {feature}, not text")
-    pieces, total = [], 0
-    for row in ds[column]:
-        if row is None:
-            continue
-        pieces.append(row)
-        total += len(row) + 1
-        if total >= max_chars:
-            break
-    text = "\n".join(pieces)[:max_chars]
+    text = join_rows(ds[column], max_chars)
     if len(text) < 64:
         raise DataError(f"dataset {source!r} column {column!r} has only {len(text)} characters")
     return text, f"{source} [{split}].{column}"
 
 
+def join_rows(cells, max_chars: int, where: str | None = None) -> str:
+    """The text cells joined by newlines up to ``max_chars`` (empty cells skipped); ``where``:
+    refuse a cell that is not text, naming the data set and column in words."""
+    pieces, total = [], 0
+    for i, cell in enumerate(cells):
+        if cell is None:
+            continue
+        if where is not None and not isinstance(cell, str):
+            raise DataError(f"{where} holds {type(cell).__name__}, not text (row {i}); choose a "
+                            f"column with --column")
+        pieces.append(cell)
+        total += len(cell) + 1
+        if total >= max_chars:
+            break
+    return "\n".join(pieces)[:max_chars]
+
+
+def _streamed_text(source: str, column: str, stream, max_chars: int) -> tuple[str, str, dict]:
+    """The first rows of a Hub data set's text column (``engine/hub.py``), joined as
+    load_text_source joins a file's."""
+    from daisychain.engine.hub import describe, stream_rows
+
+    rows, what = stream_rows(source, stream, [column])
+    text = join_rows((row.get(column) for row in rows), max_chars, f"{source}: column {column!r}")
+    if len(text) < 64:
+        raise DataError(f"{source}: the first {what['rows']} rows of column {column!r} have only "
+                        f"{len(text)} characters")
+    return text, f"{describe(what)}.{column}", what
+
+
 def load_text(source: str | None = None, column: str = "text", context: int = 8,
               split: str = "train", max_chars: int = 200_000,
-              cache_dir: str | None = None) -> Dataset:
+              cache_dir: str | None = None, stream=None) -> Dataset:
     """Character-level next-character task: context window of ids -> the next id.
-    Vocabulary: the sorted distinct characters. The first 90% of windows train, the rest test."""
+    Vocabulary: the sorted distinct characters. The first 90% of windows train, the rest test.
+    ``stream``: a ``hub.HubStream`` (``--stream --take N``): the first rows of a Hub set."""
     if not 1 <= context <= 256:
         raise DataError("--context must lie in [1, 256]")
-    text, desc = load_text_source(source, column, split, max_chars, cache_dir)
+    hub = None
+    if stream is not None:
+        if not source:
+            raise DataError("--stream reads a Hugging Face data set: give its name with --data")
+        text, desc, hub = _streamed_text(source, column, stream, max_chars)
+    else:
+        text, desc = load_text_source(source, column, split, max_chars, cache_dir)
     vocab = sorted(set(text))
     index = {c: i for i, c in enumerate(vocab)}
     ids = np.array([index[c] for c in text], np.int32)
@@ -229,26 +266,32 @@ def load_text(source: str | None = None, column: str = "text", context: int = 8,
     win = np.lib.stride_tricks.sliding_window_view(ids, context)[:n].astype(np.int32)
     tgt = ids[context:].astype(np.int32)
     cut = (n * 9) // 10
+    meta = {"source": desc, "context": context, "vocab": "".join(vocab)}
+    if hub is not None:
+        meta["hub"] = hub  # what was read: set, config, split, revision, rows
     return Dataset("text", np.ascontiguousarray(win[:cut]), tgt[:cut],
-                   np.ascontiguousarray(win[cut:]), tgt[cut:], classes=len(vocab),
-                   meta={"source": desc, "context": context, "vocab": "".join(vocab)})
+                   np.ascontiguousarray(win[cut:]), tgt[cut:], classes=len(vocab), meta=meta)
 
 
 def prepare_task(task: str, data: str | None = None, column: str = "text", context: int = 8,
                  split: str = "train", cache_dir: str | None = None,
-                 image_size: int | None = None) -> Dataset:
+                 image_size: int | None = None, stream=None) -> Dataset:
+    """``stream``: a ``hub.HubStream`` (``--stream --take N``) for a text or image task."""
     if image_size is not None and task != "image":
         raise DataError("--image-size applies to the image task")
+    if stream is not None and task not in ("text", "image"):
+        raise DataError("--stream applies to the text and image tasks")
     if task == "image":
         from daisychain.engine.images import load_images
 
-        return load_images(data, image_size, None if column == "text" else column, cache_dir)
+        return load_images(data, image_size, None if column == "text" else column, cache_dir,
+                           stream)
     if task == "digits":
         if data:
             raise DataError("--data applies to the text task; digits is embedded")
         return load_digits()
     if task == "text":
-        return load_text(data, column, context, split, cache_dir=cache_dir)
+        return load_text(data, column, context, split, cache_dir=cache_dir, stream=stream)
     raise DataError(f"unknown task {task!r}; known tasks: {', '.join(TASKS)}")
 
 
@@ -256,7 +299,21 @@ def model_for(ds: Dataset, hidden=None, dim: int = 16) -> ModelSpec:
     """The model of a prepared dataset. ``hidden``: one width, or the --layers items (widths,
     and for an image task ``convN``/``convNkK``/``pool``), or None for the task's default
     (one hidden layer of 128; an image task: spec.DEFAULT_CNN). The digits MLP stacks the
-    widths, the char model stacks them after its embedding, an image model is ``spec.cnn``."""
+    widths, the char model stacks them after its embedding, an image model is ``spec.cnn``.
+    The loss is the dataset's (``meta["loss"]``, a task of your own: daisychain/task.py;
+    default cross-entropy)."""
+    import dataclasses
+
+    spec = _model_for(ds, hidden, dim)
+    loss = ds.meta.get("loss", "cross_entropy") if isinstance(ds.meta, dict) else "cross_entropy"
+    if loss == spec.loss:
+        return spec
+    spec = dataclasses.replace(spec, loss=str(loss))
+    spec.validate()
+    return spec
+
+
+def _model_for(ds: Dataset, hidden, dim: int) -> ModelSpec:
     if isinstance(hidden, (int, np.integer)) and hidden < 1:
         raise SpecError("--hidden must be >= 1")
     if ds.kind == "image":

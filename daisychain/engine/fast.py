@@ -148,6 +148,7 @@ class _Buffers(threading.local):
 
 class FastPath:
     def __init__(self, spec, layout):
+        self.spec = spec
         self.layout = layout
         self.plan = []  # per linear: (param index, n_in, n_out, ReLU follows, offset of W, of bias)
         pi = 0
@@ -355,7 +356,7 @@ class FastPath:
     # ------------------------------------------------------------------ backward
     def grad(self, theta, x, y, frac_bits: int, limit: float):
         """(int64 fixed-point gradient sum, loss per micro-batch, correct per micro-batch)."""
-        kern = self._kernels()
+        kern = self._kernels() if self.spec.loss == "cross_entropy" else None
         if kern is not None:
             got = self._grad_nb(kern, theta, x, y, frac_bits, limit)
             if got is not None:
@@ -367,16 +368,23 @@ class FastPath:
         return got
 
     def _grad_np(self, theta, x, y, frac_bits: int, limit: float):
-        """The gradient in numpy passes (the definition the compiled one is tested against)."""
-        n, b = y.shape
+        """The gradient in numpy passes (the definition the compiled one is tested against;
+        the only pass of an "mse" model: the compiled kernels are cross-entropy's)."""
+        n, b = y.shape[:2]
         z, cache = self._forward_np(theta, x)
-        dz, loss, correct = self.output_error(z, y)
+        if self.spec.loss == "mse":
+            from daisychain.engine.model import mse_output_error
+            dz, loss, correct = mse_output_error(z, y)
+        else:
+            dz, loss, correct = self.output_error(z, y)
         dz2 = dz.reshape(n, -1)
         mz = _absmax(dz2)
         eg = _qexp(mz)
         buf = self._buf.get
         G = _quantize(dz2, np.ldexp(1.0, -eg)[:, None], mz, buf("G", dz2.shape))
-        G = zero_sum_errors(G.reshape(n * b, -1), y)
+        G = G.reshape(n * b, -1)
+        if self.spec.loss == "cross_entropy":
+            G = zero_sum_errors(G, y)
         out = np.empty(self.layout.size, np.int64)
         for k in range(len(self.plan) - 1, -1, -1):
             pi, k_in, k_out, _, ow, ob = self.plan[k]

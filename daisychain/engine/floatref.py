@@ -31,18 +31,27 @@ def train_float(rs, quiet: bool = False) -> dict:
     dense = rs.ds.kind == "dense"  # image pixels go in as uint8: the model's input module reads them
     conv = (lambda a: torch.tensor(a, dtype=torch.float32)) if dense else torch.tensor
     loss_v = float("nan")
+    mse = rs.spec.loss == "mse"
     for step in tqdm(range(rs.steps), desc="train --float", disable=quiet, leave=False):
         xs, ys = step_inputs(rs.ds, rs.hp, sched, step, range(rs.hp.n_micro))  # augmented as the engine's
         x = conv(xs.reshape((-1,) + xs.shape[2:]))
-        y = torch.tensor(ys.reshape(-1), dtype=torch.long)
         for group in opt.param_groups:  # the run's learning-rate schedule
             group["lr"] = lr_at(rs.hp, step)
-        loss = torch.nn.functional.cross_entropy(model(x), y)
+        if mse:  # the engine's gradient is that of 1/2 * sum_k (z_k - y_k)**2, mean over rows
+            y = torch.tensor(ys.reshape(-1, ys.shape[-1]), dtype=torch.float32)
+            loss = 0.5 * ((model(x) - y) ** 2).sum(1).mean()
+        else:
+            y = torch.tensor(ys.reshape(-1), dtype=torch.long)
+            loss = torch.nn.functional.cross_entropy(model(x), y)
         opt.zero_grad()
         loss.backward()
         opt.step()
         loss_v = float(loss.detach())
     with torch.no_grad():
-        pred = model(conv(rs.ds.x_test)).argmax(1).numpy()
+        out = model(conv(rs.ds.x_test)).double().numpy()
+    if mse:
+        return {"task": rs.ds.task, "steps": rs.steps, "seed": rs.hp.seed, "float": True,
+                "accuracy": 0.0, "test_mse": float(np.mean((out - rs.ds.y_test) ** 2)),
+                "loss": 2 * loss_v / rs.ds.y_test.shape[1]}
     return {"task": rs.ds.task, "steps": rs.steps, "seed": rs.hp.seed, "float": True,
-            "accuracy": float((pred == rs.ds.y_test).mean()), "loss": loss_v}
+            "accuracy": float((out.argmax(1) == rs.ds.y_test).mean()), "loss": loss_v}

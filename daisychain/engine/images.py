@@ -66,11 +66,17 @@ def _error(msg: str) -> Exception:
 
 
 def load_images(source: str | None = None, image_size: int | None = None,
-                column: str | None = None, cache_dir: str | None = None):
-    """The image task's Dataset from ``source`` (None: the embedded MNIST)."""
+                column: str | None = None, cache_dir: str | None = None, stream=None):
+    """The image task's Dataset from ``source`` (None: the embedded MNIST); ``stream``: a
+    ``hub.HubStream``, the first rows of a Hub set (:func:`_load_stream`)."""
     if image_size is not None and not MIN_IMAGE_SIZE <= image_size <= MAX_IMAGE_SIZE:
         raise _error(f"--image-size must lie in [{MIN_IMAGE_SIZE}, {MAX_IMAGE_SIZE}]")
-    ds = _load(source, image_size, column, cache_dir)
+    if stream is not None:
+        if not source:
+            raise _error("--stream reads a Hugging Face data set: give its name with --data")
+        ds = _load_stream(source, stream, image_size, column)
+    else:
+        ds = _load(source, image_size, column, cache_dir)
     if image_size is not None:
         ds.meta["image_size"] = image_size  # the flag that made it (the page's train_args)
     return ds
@@ -519,3 +525,37 @@ def _load_hub(name: str, source: str, image_size: int | None, column: str | None
     if len(out) == 2:
         return _both_splits(out[0][0], out[0][1], out[1][0], out[1][1], source)
     return _split_and_build(out[0][0].array(), np.asarray(out[0][1], np.int64), source, None)
+
+
+def _load_stream(source: str, stream, image_size: int | None, column: str | None):
+    """The first ``stream.take`` rows of a Hub image set (``engine/hub.py``), the image column
+    read as its encoded bytes, split as a set without a test split; ``meta["hub"]`` names
+    what was read."""
+    import datasets
+
+    from daisychain.engine.hub import describe, stream_rows
+
+    if stream.take > MAX_IMAGES:
+        raise _error(f"--take {stream.take}: more than the cap of {MAX_IMAGES} images")
+    names: dict = {}
+
+    def as_bytes(ds):
+        img, lab = _image_column(list(ds.column_names or []), column, source)
+        names.update(img=img, lab=lab)
+        try:
+            return ds.cast_column(img, datasets.Image(decode=False)).select_columns([img, lab])
+        except (ValueError, TypeError) as exc:
+            raise _error(f"{source}: column {img!r} holds no images ({exc})") from None
+
+    rows, what = stream_rows(source, stream, None, as_bytes)
+    col, labels = _Collector(source, image_size), []
+    for i, row in enumerate(rows):
+        where = f"{source} [{stream.split}] row {i}"
+        y = row[names["lab"]]
+        if not isinstance(y, int) or isinstance(y, bool):
+            raise _error(f"{where}: label {y!r} is not an integer")
+        col.add(_blob(row[names["img"]], where), where)
+        labels.append(y)
+    ds = _split_and_build(col.array(), np.asarray(labels, np.int64), describe(what), image_size)
+    ds.meta["hub"] = what
+    return ds

@@ -361,6 +361,9 @@ class LocalTrainer:
     def accuracy(self, split: str = "test") -> float:
         return self.base.accuracy(split)
 
+    def mse(self, split: str = "test") -> float | None:
+        return self.base.mse(split)
+
     def params_sha256(self) -> str:
         return params_sha256(self.state.theta)
 

@@ -112,7 +112,7 @@ class Engine:
                 and all(kind_of(l).dense_fast for l in spec.layers))
         self.fast = FastPath(spec, self.layout) if fast else None
         self.conv_fast = None  # image models: engine/convfast.py (same bits, needs numba)
-        if gemm == "fast" and spec.input_kind == "image" and tables_are_exact(luts):
+        if gemm == "fast" and spec.input_kind == "image" and tables_are_exact(luts) and spec.loss != "mse":
             from daisychain.engine.convfast import ConvFastPath
             self.conv_fast = ConvFastPath(spec, self.layout)
 
@@ -198,7 +198,10 @@ class Engine:
         return np.divide(e, total, out=e)
 
     def _output_error(self, z, y):
-        """dz = (softmax(z) - onehot(y)) / b, the display loss and the correct count."""
+        """dz = (softmax(z) - onehot(y)) / b, the display loss and the correct count (the
+        mean squared error's: :func:`mse_output_error`)."""
+        if self.spec.loss == "mse":
+            return mse_output_error(z, y)
         n, b = y.shape
         p = self.softmax(z)
         sel = (np.arange(n)[:, None], np.arange(b)[None, :], y)
@@ -222,7 +225,9 @@ class Engine:
         z, cache = self._forward_reference(theta, x)
         dz, loss, correct = self._output_error(z, y)
         eg = quant_exponent(_absmax(dz))
-        G = zero_sum_errors(quantize(dz, _per_mb(eg, 3)), y)  # (n, b, out) int8 errors
+        G = quantize(dz, _per_mb(eg, 3))  # (n, b, out) int8 errors
+        if self.spec.loss == "cross_entropy":
+            G = zero_sum_errors(G, y)  # zero-sum per sample, as the true softmax error
 
         out = np.zeros(self.layout.size, np.int64)
         bw = Back(G, eg, False, out, frac_bits, limit)
@@ -266,9 +271,34 @@ class Engine:
         out[o:o + q[0].size] += q.reshape(q.shape[0], -1).sum(axis=0)
 
     def predict(self, theta: np.ndarray, x: np.ndarray, micro_batch: int) -> np.ndarray:
-        """Class predictions for x (N, ...), evaluated in consecutive micro-batches."""
+        """Class predictions for x (N, ...), evaluated in consecutive micro-batches (an
+        "mse" model: its outputs, (N, outputs) float64)."""
+        if self.spec.loss == "mse":
+            return self.outputs(theta, x, micro_batch)
         preds = []
         for i in range(0, len(x), micro_batch):
             z, _ = self.forward(theta, x[i:i + micro_batch][None])
             preds.append(z[0].argmax(axis=-1))
         return np.concatenate(preds) if preds else np.zeros(0, np.int64)
+
+    def outputs(self, theta: np.ndarray, x: np.ndarray, micro_batch: int) -> np.ndarray:
+        """The dequantized last-layer outputs (logits) for x (N, ...): (N, classes)."""
+        parts = [self.forward(theta, x[i:i + micro_batch][None])[0][0]
+                 for i in range(0, len(x), micro_batch)]
+        return np.concatenate(parts) if parts else np.zeros((0, self.spec.classes))
+
+
+def mse_output_error(z: np.ndarray, y: np.ndarray):
+    """The mean squared error's output error: z, y (n, b, K) float64 (outputs and targets).
+    dz = (z - y) / b, the gradient of 1/2 * sum_k (z_k - y_k)**2 averaged over the
+    micro-batch (the same shape of error as cross-entropy's p - onehot); the display loss is
+    the mean over the micro-batch and the outputs of (z - y)**2; no correct count (0).
+    One IEEE subtraction and one division per element: the same bits in numpy and JS
+    (webui/engine/model.js mseOutputError)."""
+    n, b = z.shape[:2]
+    if y.shape != z.shape:
+        raise ValueError(f"mse targets of shape {y.shape[1:]} for outputs of shape {z.shape[1:]}")
+    d = np.subtract(z, y)
+    loss = (d * d).reshape(n, -1).mean(axis=1)  # display only
+    d /= float(b)
+    return d, loss, np.zeros(n, np.int64)

@@ -87,6 +87,7 @@ SETTINGS: dict[str, Range] = {
     "outer_lr": Range("float", 0, MAX_OUTER_LR, lo_open=True),
     "outer_momentum": Range("float", 0, 0.999),
     "moments_every": Range("int", 1, MAX_MOMENTS_EVERY),
+    "take": Range("int", 1, 1_000_000),  # engine/hub.py MAX_TAKE
 }
 PAGE_SETTINGS = ("steps", "seed", "batch", "micro_batch", "hidden", "lr", "replicas", "sync_every",
                  "outer_lr", "outer_momentum")
@@ -154,7 +155,9 @@ class ArgumentParser(argparse.ArgumentParser):
 def add_run_arguments(p: argparse.ArgumentParser, steps: int = DEFAULT_STEPS) -> None:
     d = Hyper()
     g = p.add_argument_group("run settings")
-    g.add_argument("--task", default="digits", help=f"one of {', '.join(TASKS)} (default digits)")
+    g.add_argument("--task", default="digits",
+                   help=f"one of {', '.join(TASKS)} (default digits), or a task of your own "
+                        f"named module:Name (daisychain/task.py, examples/my_task.py)")
     g.add_argument("--data", default=None,
                    help="text task: a local .txt/.csv/.json/.parquet file or a cached HF dataset "
                         "(default: the embedded Zen of Python); image task: a Keras .npz, a "
@@ -163,6 +166,19 @@ def add_run_arguments(p: argparse.ArgumentParser, steps: int = DEFAULT_STEPS) ->
     g.add_argument("--image-size", type=setting_type("image_size"), default=None, metavar="N",
                    help="image task: resize every image to N x N (default: keep the size)")
     g.add_argument("--column", default="text", help="text column of --data (default text)")
+    h = p.add_argument_group("Hugging Face data sets, streamed (engine/hub.py)")
+    h.add_argument("--stream", action="store_true",
+                   help="text or image task: read the first --take rows of the Hub data set "
+                        "named by --data, in order (downloads only those rows; the dataset "
+                        "fingerprint names set, config, split, revision and count)")
+    h.add_argument("--take", type=setting_type("take"), default=None, metavar="N",
+                   help="with --stream: rows to read")
+    h.add_argument("--split", default="train", help="with --stream: the split (default train)")
+    h.add_argument("--config", default=None, metavar="NAME",
+                   help="with --stream: the data set's configuration (default: its default)")
+    h.add_argument("--revision", default=None, metavar="REV",
+                   help="with --stream: a commit, tag or branch (default: the current commit, "
+                        "pinned when read)")
     g.add_argument("--context", type=setting_type("context"), default=8, help="text task: context window (default 8)")
     g.add_argument("--steps", type=setting_type("steps"), default=None,
                    help=f"optimizer steps (default {steps}; image task {IMAGE_DEFAULTS['steps']})")
@@ -280,10 +296,41 @@ def settings_from_args(args: argparse.Namespace) -> RunSettings:
                lr_decay_steps=pick("lr_decay_steps", args.steps if image else 0),
                **{k: getattr(args, k) for k in LOCAL_ARGS if getattr(args, k, None) is not None})
     hp.validate()
-    ds = prepare_task(args.task, args.data, args.column, args.context,
-                      image_size=getattr(args, "image_size", None))
-    spec = model_for(ds, hidden_setting(args), args.embed_dim)
+    from daisychain.task import resolve_task, task_dataset, task_layers
+
+    own = resolve_task(args.task)  # a task of your own (daisychain/task.py), or None
+    hidden = hidden_setting(args)
+    stream = hub_stream(args)
+    if own is None:
+        ds = prepare_task(args.task, args.data, args.column, args.context,
+                          image_size=getattr(args, "image_size", None), stream=stream)
+    elif args.data:
+        raise DataError("--data applies to the built-in tasks; a task of your own gives its "
+                        "data()")
+    else:
+        ds = task_dataset(own, args.task if isinstance(args.task, str) else None)
+        hidden = task_layers(own) if hidden is None else hidden
+    spec = model_for(ds, hidden, args.embed_dim)
     return RunSettings(ds, spec, hp, args.steps)
+
+
+def hub_stream(args: argparse.Namespace):
+    """The ``--stream`` request (engine/hub.py HubStream), or None; SpecError for --take and
+    friends without --stream, or --stream without --take."""
+    from daisychain.engine.hub import HubStream
+
+    check_value("take", getattr(args, "take", None))
+    extra = [flag(n) for n in ("take", "config", "revision")
+             if getattr(args, n, None) is not None] + (
+        ["--split"] if getattr(args, "split", "train") != "train" else [])
+    if not getattr(args, "stream", False):
+        if extra:
+            raise SpecError(f"{', '.join(extra)} {'applies' if len(extra) == 1 else 'apply'} to "
+                            f"--stream")
+        return None
+    if args.take is None:
+        raise SpecError("--stream needs --take N, the rows to read")
+    return HubStream(args.take, args.split, args.config, args.revision)
 
 
 LOCAL_ARGS = ("replicas", "sync_every", "outer_lr", "outer_momentum", "moments_every")
@@ -307,7 +354,7 @@ def capacity_arg(v: str) -> float | None:
 
 
 #: the flags of add_run_arguments, in --help order
-RUN_FLAGS = ("task", "data", "column", "context", "steps", "seed", "batch", "micro_batch", "lr",
+RUN_FLAGS = ("task", "data", "column", "stream", "take", "split", "config", "revision", "context", "steps", "seed", "batch", "micro_batch", "lr",
              "weight_decay", "hidden", "layers", "embed_dim", "replicas", "sync_every", "outer_lr",
              "outer_momentum", "moments_every")
 
@@ -327,5 +374,5 @@ def train_command(args: argparse.Namespace) -> str:
             continue
         if name == "layers":
             v = ",".join(map(str, v))
-        words += [flag(name), str(v)]
+        words += [flag(name)] if v is True else [flag(name), str(v)]
     return " ".join(shlex.quote(w) for w in words)

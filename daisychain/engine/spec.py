@@ -43,6 +43,9 @@ MAX_OUTER_LR = 4.0
 MOMENTS_EVERY = 8
 MAX_MOMENTS_EVERY = 1024
 INPUT_KINDS = ("dense", "tokens", "image")
+#: the registry's losses: cross-entropy over the classes (softmax), or mean squared error of
+#: the outputs against float targets (regression; docs/ENGINE.md, "Losses")
+LOSSES = ("cross_entropy", "mse")
 MAX_IMAGE_SIDE = 1024  #: largest image height or width
 MAX_CHANNELS = 64  #: most image channels
 
@@ -54,12 +57,18 @@ class ModelSpec:
     input_dim: int  #: dense: number of features; tokens: context length; image: C*H*W
     classes: int
     image: tuple[int, int, int] | None = None  #: image: (channels, height, width)
+    #: one of LOSSES; "mse": ``classes`` is the number of outputs. Cross-entropy is left out of
+    #: the JSON, so every run without a loss of its own keeps its identity
+    loss: str = "cross_entropy"
 
     def to_json(self) -> dict:
         inp = {"kind": self.input_kind, "dim": self.input_dim}
         if self.input_kind == "image":
             inp.update(zip(("channels", "height", "width"), self.image))
-        return {"input": inp, "classes": self.classes, "layers": [l.to_json() for l in self.layers]}
+        out = {"input": inp, "classes": self.classes, "layers": [l.to_json() for l in self.layers]}
+        if self.loss != "cross_entropy":
+            out["loss"] = self.loss
+        return out
 
     @staticmethod
     def from_json(obj: dict) -> "ModelSpec":
@@ -70,7 +79,8 @@ class ModelSpec:
             image = None
             if kind == "image":
                 image = tuple(int(inp[k]) for k in ("channels", "height", "width"))
-            spec = ModelSpec(layers, kind, int(inp["dim"]), int(obj["classes"]), image)
+            spec = ModelSpec(layers, kind, int(inp["dim"]), int(obj["classes"]), image,
+                             str(obj.get("loss", "cross_entropy")))
         except (KeyError, TypeError, ValueError) as exc:
             if isinstance(exc, SpecError):
                 raise
@@ -86,6 +96,8 @@ class ModelSpec:
     def validate(self) -> None:
         if not self.layers:
             raise SpecError("a model needs at least one layer")
+        if self.loss not in LOSSES:
+            raise SpecError(f"the loss must be one of {', '.join(LOSSES)}, not {self.loss!r}")
         if self.input_kind not in INPUT_KINDS:
             raise SpecError(f"input kind must be one of {', '.join(INPUT_KINDS)}, got {self.input_kind!r}")
         if self.input_kind == "image":

@@ -210,10 +210,25 @@ class Trainer:
         st.adam.step = st.step = int(state.step)
 
     def accuracy(self, split: str = "test") -> float:
+        """The share of rows whose class is right (0.0 for an "mse" model: it has no classes;
+        see :meth:`mse`)."""
+        if self.spec.loss == "mse":
+            return 0.0
         x = self.ds.x_test if split == "test" else self.ds.x_train
         y = self.ds.y_test if split == "test" else self.ds.y_train
         pred = self.engine.predict(self.state.theta, x, self.hp.micro_batch)
         return float((pred == y).mean()) if len(y) else 0.0
+
+    def mse(self, split: str = "test") -> float | None:
+        """An "mse" model's mean squared error over a split (None for a classifier)."""
+        if self.spec.loss != "mse":
+            return None
+        x = self.ds.x_test if split == "test" else self.ds.x_train
+        y = self.ds.y_test if split == "test" else self.ds.y_train
+        if not len(y):
+            return 0.0
+        d = self.engine.outputs(self.state.theta, x, self.hp.micro_batch) - y
+        return float(np.mean(d * d))
 
     def params_sha256(self) -> str:
         return params_sha256(self.state.theta)

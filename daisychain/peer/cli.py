@@ -9,6 +9,8 @@ browser tabs and other peers in it, over WebRTC data channels.
 At the end it prints ``params-sha256: <hex>``, the same line as ``daisychain train`` with the
 same settings. ``--save-checkpoint PATH`` writes the replica's state as a ``.pt`` (at the end,
 on Ctrl-C, and every ``--save-every`` steps); ``--resume PATH`` starts a hosted run from one.
+A joiner given ``--task module:Name`` (a task of your own) trains only a run of that task's
+data: a run on other data is refused in words.
 """
 
 from __future__ import annotations
@@ -113,6 +115,7 @@ def main(argv: list[str] | None = None) -> int:
     from daisychain.peer.node import Node, NodeOptions, PeerFailed, print_summary
     from daisychain.peer.client import SignalingError
     from daisychain.peer.rtc import use_loopback_only
+    from daisychain.task import is_task_ref, load_task, task_dataset
     from daisychain.units import LutError
 
     args = build_parser().parse_args(argv)
@@ -127,12 +130,15 @@ def main(argv: list[str] | None = None) -> int:
     if problem:
         print(f"daisy-peer: error: {problem}", file=sys.stderr)
         return 2
-    if args.create_room:
-        try:
+    expect = None  # a joiner's own task: the run must train its data
+    try:
+        if args.create_room:
             settings = settings_from_args(args)
-        except USER_ERRORS as exc:
-            print(f"daisy-peer: error: {exc}", file=sys.stderr)
-            return 2
+        elif is_task_ref(args.task):
+            expect = task_dataset(load_task(args.task), args.task).fingerprint
+    except USER_ERRORS as exc:
+        print(f"daisy-peer: error: {exc}", file=sys.stderr)
+        return 2
     if args.loopback:
         use_loopback_only()
     room = "new" if args.create_room else (args.room or "network")
@@ -145,7 +151,8 @@ def main(argv: list[str] | None = None) -> int:
                                 on_room=progress.room, save_checkpoint=args.save_checkpoint,
                                 save_every=args.save_every, resume=args.resume,
                                 verify_rate=args.verify_rate, strikes=args.strikes,
-                                fault=args.fault, aggregate=args.aggregate))
+                                fault=args.fault, aggregate=args.aggregate,
+                                expect_dataset=expect))
     except LutError as exc:
         print(f"daisy-peer: error: {exc}", file=sys.stderr)
         return 2

@@ -74,6 +74,9 @@ class NodeOptions:
     strikes: int = R.STRIKES            #: host: mismatches after which a peer is removed
     aggregate: str = "auto"             #: auto | star | ring (peer/run/ring.py; when coordinating)
     fault: str | None = None            #: TESTING ONLY: corrupt what this peer sends (FAULTS)
+    #: a joiner's own task (--task module:Name): the dataset fingerprint it expects; a run on
+    #: other data is refused in words
+    expect_dataset: str | None = None
 
 
 @dataclass
@@ -122,6 +125,10 @@ class Node:
     # -- building the replica ------------------------------------------------------------
 
     def _make_trainer(self, identity: dict, ds) -> Trainer:
+        want = self.o.expect_dataset
+        if want and ds.fingerprint != want:
+            raise ValueError(f"this peer's task gives other data (dataset fingerprint {want[:16]} "
+                             f"here, {ds.fingerprint[:16]} in the run: task {ds.task!r})")
         tr = make_trainer(ModelSpec.from_json(identity["model"]), Hyper(**identity["hyper"]), ds, self.luts)
         if self.o.engine_version != ENGINE_VERSION:
             tr.identity = {**tr.identity, "engine": self.o.engine_version}
@@ -376,6 +383,8 @@ class Node:
         self._guarded("channel close", lambda: self.run.channel_closed(peer))
 
     def _on_message(self, peer: str, data) -> None:
+        if self.run is not None and self.run.muted(peer):  # a flood of bad messages: dropped
+            return
         r = self.reasm.setdefault(peer, F.Reassembler())
         try:
             m = r.feed(data)
@@ -514,11 +523,14 @@ class Node:
         out, inn = self.mesh.bytes()
         return {"run_id": tr.run_id, "identity": tr.identity, "steps": end.step,
                 "params_sha256": end.params_sha256, "agreed": end.agreed,
-                "accuracy": tr.accuracy("test"), "loss": self.loss, "peers": peers,
+                "accuracy": tr.accuracy("test"), "test_mse": tr.mse("test"), "loss": self.loss,
+                "peers": peers,
                 "me": self.me, "room": self.code, "bytes_sent": out, "bytes_received": inn,
                 "compute_s": self.stats.compute_s, "restores": list(self.restores),
                 "alarms": list(self.alarms), "units": self._unit_counts(end, tr),
-                "steps_per_s": self._steps_per_s(), "computed_micro_batches": self.stats.computed,
+                "steps_per_s": self._steps_per_s(),
+                "slowest_step_s": max(self.stats.step_times[1:], default=None),
+                "computed_micro_batches": self.stats.computed,
                 "seconds": time.perf_counter() - self.stats.started,
                 "replayed": getattr(tr, "replayed", 0)}  # local steps: replica rounds from an anchor
 
@@ -547,7 +559,9 @@ def print_summary(out: dict, as_json: bool) -> None:
         return
     who = ", ".join(f"{p['name']} ({p['kind']}) {p['micro_batches']}" for p in out["peers"])
     local = "replicas" in out.get("identity", {}).get("hyper", {})  # a step is a round, a task a replica
-    print(f"test accuracy: {out['accuracy'] * 100:.2f}%  loss: {out['loss']:.4f}  "
+    score = (f"test mse: {out['test_mse']:.6g}" if out.get("test_mse") is not None
+             else f"test accuracy: {out['accuracy'] * 100:.2f}%")
+    print(f"{score}  loss: {out['loss']:.4f}  "
           f"({out['steps']} {'rounds; replica rounds' if local else 'steps; micro-batches'}: {who})")
     from daisychain.engine.counters import format_counts
     u = out.get("units")

@@ -358,7 +358,10 @@ def create_app(config: ServerConfig | None = None, *,
         web.get("/ice-servers", _ice_servers),
         web.get("/ws", _ws),
     ])
-    app.add_routes(dataset_routes(datasets) + checkpoint_routes(config) + share_routes())
+    from .hub_routes import hub_routes  # POST /datasets/hub (serve --hub)
+
+    app.add_routes(dataset_routes(datasets) + checkpoint_routes(config) + share_routes()
+                   + hub_routes())
     app.add_routes(list(extra_routes))
     app.cleanup_ctx.append(_timers)
     app.on_shutdown.append(_close_sockets)

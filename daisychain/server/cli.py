@@ -87,6 +87,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              ".npz, class folders, HF .parquet/.arrow or HF name; repeatable)")
     parser.add_argument("--image-size", type=int, default=None, metavar="N",
                         help="resize the --image-data sets to N x N")
+    parser.add_argument("--hub", action="store_true",
+                        help="let a room's host name a Hugging Face data set that this server "
+                             "fetches (its first rows, streamed) for the room, under the room's "
+                             "upload credential and quotas (default: off)")
+    parser.add_argument("--hub-max-rows", type=int, default=_D.hub_max_rows, metavar="N",
+                        help="with --hub: the most rows one fetch reads (default %(default)s)")
+    parser.add_argument("--hub-mirror", default="", metavar="DIR",
+                        help="with --hub: read owner/name from DIR/owner/name (parquet files in "
+                             "the Hub's layout) instead of the Hub")
+    parser.add_argument("--task", metavar="MODULE:NAME", action="append", default=[], dest="tasks",
+                        help="a task of your own whose data hosts may train on (its data(), "
+                             "served like --data; repeatable)")
     lim = parser.add_argument_group("limits")
     lim.add_argument("--max-message-bytes", type=int, default=_D.max_message_bytes,
                      help="largest signaling message (default %(default)s)")
@@ -118,7 +130,8 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
                         max_room_size=args.max_room_size, max_pending=args.max_pending,
                         max_rooms_per_address=args.max_rooms_per_address,
                         grace_s=args.grace_s, ping_interval_s=args.ping_interval_s,
-                        uploads_by=args.uploads_by,
+                        uploads_by=args.uploads_by, hub=args.hub, hub_max_rows=args.hub_max_rows,
+                        hub_mirror=args.hub_mirror,
                         **{dest: getattr(args, dest) for _, dest, _, _ in LIMIT_FLAGS})
 
 
@@ -165,6 +178,10 @@ def run(args: argparse.Namespace) -> int:
         flag = "--image-data"
         for src in args.image_data:
             sets[src] = prepare_task("image", src, image_size=args.image_size)
+        flag = "--task"
+        from daisychain.task import load_task, task_dataset
+        for ref in args.tasks:
+            sets[ref] = task_dataset(load_task(ref), ref)
     except DataError as exc:
         print(f"daisychain serve: {flag}: {exc}", file=sys.stderr)
         return 2

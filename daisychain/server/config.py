@@ -108,12 +108,21 @@ class ServerConfig:
     upload_max_classes: int = 1024
     #: QR codes drawn per minute per client address (also the burst); drawn codes are cached.
     qr_per_min: float = 60.0
+    # -- Hub data sets fetched for a room (``serve --hub``, server/hub_routes.py) -------------
+    #: Whether a room's host may name a Hugging Face data set for the server to fetch.
+    hub: bool = False
+    #: The most rows one fetch reads (its size cap; the room's upload quotas hold as well).
+    hub_max_rows: int = 20_000
+    #: A folder that stands in for the Hub: ``owner/name`` is read from ``<folder>/owner/name``
+    #: (a mirror for a machine without internet, and the tests'); "" reads the Hub itself.
+    hub_mirror: str = ""
     trusted_networks: tuple = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         for f in fields(self):
             v = getattr(self, f.name, None)
-            if f.name in ("host", "trust_proxy", "ice_servers", "trusted_networks", "uploads_by"):
+            if f.name in ("host", "trust_proxy", "ice_servers", "trusted_networks", "uploads_by",
+                          "hub", "hub_mirror"):
                 continue
             if not isinstance(v, (int, float)) or isinstance(v, bool) or v < 0:
                 raise ConfigError(f"{f.name} must be a non-negative number, not {v!r}")
@@ -129,7 +138,8 @@ class ServerConfig:
                      "body_timeout_s", "max_uploads", "max_upload_bytes", "room_uploads",
                      "room_upload_bytes", "address_upload_bytes", "uploads_per_min",
                      "parses_per_address", "parse_workers", "parse_timeout_s",
-                     "upload_max_columns", "upload_max_rows", "upload_max_classes", "qr_per_min"):
+                     "upload_max_columns", "upload_max_rows", "upload_max_classes", "qr_per_min",
+                     "hub_max_rows"):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{name} must be positive")
         if self.uploads_by not in ("host", "members"):

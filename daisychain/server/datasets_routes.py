@@ -50,7 +50,11 @@ def _entry(ds: Dataset, name: str, origin: str, train_args: list[str]) -> dict:
     return {"id": ds.fingerprint[:16], "task": ds.task, "name": name, "origin": origin,
             "fingerprint": ds.fingerprint, "train": int(len(ds.y_train)),
             "test": int(len(ds.y_test)), "classes": int(ds.classes),
-            "source": str(ds.meta.get("source", "")), "train_args": train_args}
+            "source": str(ds.meta.get("source", "")), "train_args": train_args,
+            # the model's input (the page's size sliders build the spec from it)
+            "kind": ds.kind, "input": [int(v) for v in ds.x_train.shape[1:]],
+            **({"image_shape": list(ds.image_shape)} if ds.kind == "image" else {}),
+            **({"loss": ds.meta["loss"]} if ds.meta.get("loss", "cross_entropy") != "cross_entropy" else {})}
 
 
 def check_upload(data: bytes, name: str, config: ServerConfig) -> None:
@@ -112,14 +116,19 @@ def dataset_routes(datasets: dict[str, Dataset] | None = None) -> list[web.Abstr
     inner = data_routes(given)[0].handler
     server_sets: dict[str, dict] = {}
     for key, ds in given.items():
-        args = ["--task", ds.task]
-        if key not in TASKS:
+        own = ":" in key  # a task of your own (``serve --task module:Name``, daisychain/task.py)
+        args = ["--task", key if own else ds.task]
+        if key not in TASKS and not own:
             args += ["--data", key]
         if ds.meta.get("image_size"):
             args += ["--image-size", str(ds.meta["image_size"])]
         # shown to every client: the file's name, never the server's path to it
-        shown = key if key in TASKS else Path(key).name or key
-        server_sets[ds.fingerprint] = {"ds": ds, "entry": _entry(ds, shown, "server", args)}
+        shown = key if key in TASKS or own else Path(key).name or key
+        entry = _entry(ds, shown, "server", args)
+        if own:  # the task's model, which the page fills in (webui/panels/model_data.js)
+            from daisychain.task import load_task
+            entry["layers"] = load_task(key).layers
+        server_sets[ds.fingerprint] = {"ds": ds, "entry": entry}
     embedded: dict[str, Dataset] = {}
 
     async def serve_data(request: web.Request) -> web.StreamResponse:

@@ -18,6 +18,7 @@ import { renderChecklist, renderRoom, renderShare } from "./panels/room.js";
 import { renderMatrix, renderPeers } from "./panels/peers.js";
 import { chosenDataset, loadDatasets, renderDatasetInfo, renderDatasets, renderSettings, uploadData, validate } from "./panels/settings.js";
 import { chartAdd, newChart } from "./panels/chart_panel.js";
+import { mountModelData, renderModelSize } from "./panels/model_data.js";
 import { liveAccuracy, newRun, renderCounters, renderRun, renderRunSoon, sayRunEnded } from "./panels/run.js";
 import { galleryDone, galleryReset, galleryStep } from "./panels/gallery.js";
 import { checkpointNote, downloadCheckpoint, offerTry, showEnd, tryCheckpoint, uploadCheckpoint } from "./panels/end.js";
@@ -411,7 +412,8 @@ async function main() {
   window.__tryPanel = ctx.tryPanel; // for tests (not in window.__daisy: it holds a model)
   offerTry();
   wire();
-  datasets.then(() => validate());
+  mountModelData();
+  datasets.then(() => { validate(); renderModelSize(); });
   await ctx.net.start();
   state.ready = !!state.room;
   renderSettings();

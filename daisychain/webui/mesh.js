@@ -135,6 +135,7 @@ export class Mesh {
   }
 
   _onBytes(id, data) {
+    if (this.peer?.muted(id)) return; // a flood of bad messages: dropped before decoding (driver.js)
     let r = this.reassemblers.get(id);
     if (!r) this.reassemblers.set(id, (r = new W.Reassembler()));
     let m;

@@ -157,7 +157,7 @@ export async function fromMessage(m, size = null, stateSizes = null) {
     need(meta.contributors.every((c) => Array.isArray(c) && c.length === 2 && isStr(c[0], 64) && Number.isSafeInteger(c[1]) && c[1] >= 0), "ring_commit: bad contributors");
     copy(["term", "ring", "contributors", "loss", "params_sha256"]);
   } else {
-    throw new FrameError(`unknown control message ${String(t).slice(0, 32)}`);
+    throw new FrameError(`unknown control message '${String(t).slice(0, 32)}'`); // as messages.py writes it (repr of a plain name)
   }
   return out;
 }

@@ -2,8 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
 
 import pytest
 
@@ -56,3 +62,29 @@ RECORD = """() => {
   window.__daisy.mesh.bus.on("*", (d, t) => { ev.last[t] = d; (ev.all[t] ||= []).push(d); });
 }"""
 EV = "window.__ev.last"
+
+
+@contextlib.contextmanager
+def hosted_room(server_url: str, run: list[str], err_path: Path, cwd=None):
+    """A real ``daisy-peer`` hosting a new private room for one more device with the run flags
+    ``run`` (``--json`` summary on stdout); yields (process, room code). Killed at the end if
+    it is still running."""
+    err = Path(err_path).open("w+")
+    host = subprocess.Popen([str(Path(sys.executable).parent / "daisy-peer"), "--server", server_url,
+                             "--create-room", "--approve", "all", "--wait-peers", "1", "--name",
+                             "py-host", "--json", *run],
+                            stdout=subprocess.PIPE, stderr=err, text=True, cwd=cwd)
+    try:
+        code, t0 = None, time.monotonic()
+        while code is None and time.monotonic() - t0 < 60 and host.poll() is None:
+            err.seek(0)
+            m = re.search(r"room ([0-9A-Z]{4}-[0-9A-Z]{4}-[0-9A-Z]{2})", err.read())
+            code = m.group(1) if m else None
+            time.sleep(0.2)
+        assert code, Path(err_path).read_text()[-2000:]
+        yield host, code
+    finally:
+        if host.poll() is None:
+            host.kill()
+            host.wait(10)
+        err.close()

@@ -9,11 +9,10 @@ import json
 import re
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
-from mesh_helpers import needs_netns
+from mesh_helpers import hosted_room, needs_netns
 
 pytestmark = [pytest.mark.browser, pytest.mark.mesh, needs_netns]
 
@@ -28,26 +27,10 @@ def test_a_tab_joins_a_daisy_peer_hosted_local_steps_run_and_ends_on_trains_hash
                          text=True, timeout=300)
     assert ref.returncode == 0, ref.stderr
     want = json.loads(ref.stdout)["params_sha256"]
-    err = (tmp_path / "host.err").open("w+")
-    host = subprocess.Popen([str(BIN / "daisy-peer"), "--server", server_url, "--create-room", "--approve",
-                             "all", "--wait-peers", "1", "--name", "py-host", "--json", *RUN],
-                            stdout=subprocess.PIPE, stderr=err, text=True)
-    try:
-        code, t0 = None, time.monotonic()
-        while code is None and time.monotonic() - t0 < 60 and host.poll() is None:
-            err.seek(0)
-            m = re.search(r"room ([0-9A-Z]{4}-[0-9A-Z]{4}-[0-9A-Z]{2})", err.read())
-            code = m.group(1) if m else None
-            time.sleep(0.2)
-        assert code, (tmp_path / "host.err").read_text()[-2000:]
+    with hosted_room(server_url, RUN, tmp_path / "host.err") as (host, code):
         tab = tabs(browser_cpu, "local-tab").open(f"room={code}")
         tab.wait("window.__daisy.run && window.__daisy.run.state === 'done'", 180_000)
         out, _ = host.communicate(timeout=120)
-    finally:
-        if host.poll() is None:
-            host.kill()
-            host.wait(10)
-        err.close()
     res = json.loads(out.strip().splitlines()[-1])
     assert res["params_sha256"] == want and res["agreed"] and res["steps"] == 12
     run = tab.state("window.__daisy.run")

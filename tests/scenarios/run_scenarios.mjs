@@ -276,7 +276,7 @@ class Net {
     const p = this.peers.get(to);
     if (typeof v === "string" && v.startsWith("$")) {
       return { $run: p.runId, $sha: p.trainer ? p.sha : "0".repeat(64), $term: p.term, $step: p.step,
-        $identity: p.run ? p.run.identity : {} }[v];
+        $identity: p.run ? p.run.identity : {}, $fingerprint: p.trainer ? p.trainer.ds.fingerprint : "0".repeat(64) }[v];
     }
     if (Array.isArray(v)) return v.map((x) => this.resolve(x, to));
     if (v && typeof v === "object") return Object.fromEntries(Object.entries(v).map(([k, x]) => [k, this.resolve(x, to)]));

@@ -268,7 +268,8 @@ class Net:
         if isinstance(v, str) and v.startswith("$"):
             return {"$run": peer.run_id, "$sha": peer.member.sha() if peer.trainer else "0" * 64,
                     "$term": peer.term, "$step": peer.step,
-                    "$identity": peer.run.identity if peer.run else {}}[v]
+                    "$identity": peer.run.identity if peer.run else {},
+                    "$fingerprint": peer.trainer.ds.fingerprint if peer.trainer else "0" * 64}[v]
         if isinstance(v, dict):
             return {k: self.resolve(x, to) for k, x in v.items()}
         if isinstance(v, list):

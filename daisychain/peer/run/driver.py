@@ -25,6 +25,11 @@ from daisychain.peer.run.ring import AGGREGATES
 VERIFY_RATE = 0.05
 STRIKES = 3
 
+#: refusals of a sender's bad messages that are logged (and struck): at least the run's
+#: strikes, so a member is removed first; past it the rest are dropped without a line (a flood
+#: of 20,000 bad frames is 32 lines, not 20,000)
+REFUSAL_LINES = 32
+
 #: the messages each role handles (others are dropped: a coordinator takes no assign, a
 #: member no contribution)
 MEMBER_MESSAGES = frozenset({"run", "assign", "total", "state", "restore", "end", "data", "refuse",
@@ -76,6 +81,7 @@ class RunPeer:
         self.open: set[str] = set()       # peers with an open data channel
         self.room: set[str] = set()       # approved members per the signaling server
         self.done_by: dict[str, int] = {}  # peer -> micro-batches committed (everyone tracks)
+        self.refusals: dict[str, int] = {}  # peer -> bad messages refused
         self.member = Member(self, trainer)
         self.coordinator: Coordinator | None = None  # while this peer is the room's host
 
@@ -229,10 +235,23 @@ class RunPeer:
 
     def bad_message(self, sender: str, reason: str) -> list[Output]:
         """``sender`` sent bytes that are not a valid message (``reason``). Logged by name;
-        the coordinator counts it as a strike against a member of the run."""
+        the coordinator counts it as a strike against a member of the run. Past
+        ``max(REFUSAL_LINES, strikes)`` of one sender the rest are dropped without a line."""
+        n = self.refusals[sender] = self.refusals.get(sender, 0) + 1
+        limit = max(REFUSAL_LINES, self.strikes)
+        if n > limit:
+            return []
+        if n == limit:
+            reason += (f"; its next messages that are not valid are dropped without a line "
+                       f"({limit} refused)")
         if self.coordinator:
             return self.coordinator.bad_message(sender, reason)
         return [Log(f"refused a message from {self._name(sender)}: {reason}", loud=True)]
+
+    def muted(self, sender: str) -> bool:
+        """``sender`` sent more bad messages than :meth:`bad_message` logs and is not the
+        coordinator this replica follows: its messages need not even be decoded."""
+        return self.refusals.get(sender, 0) > max(REFUSAL_LINES, self.strikes) and sender != self.coord
 
     def computed(self, step: int, task: int, result: Result, term: int | None = None) -> list[Output]:
         """A compute finished; ``term``: the :class:`Compute`'s (a result of an older term,

@@ -54,6 +54,7 @@ class Member:
         self.held: dict[str, tuple[F.Run, float]] = {}
         self.struck: set[str] = set()     # peers whose held announce the server never confirmed
         self.answered: tuple[int, int] | None = None  # (term, step) of the last STATE we sent
+        self.data_sent: set[str] = set()  # peers sent the run's dataset
         if trainer is not None:  # the host of a new room: the run is ours
             self.run = F.Run(trainer.identity, trainer.run_id, peer.steps, 0, self.step, self.sha(),
                              peer.me, peer.verify_rate, peer.strikes)
@@ -334,8 +335,12 @@ class Member:
         return [Send(sender, self.state())]
 
     def on_datarequest(self, sender: str, msg: F.DataRequest) -> list[Output]:
-        if self.trainer is None or msg.fingerprint != self.trainer.ds.fingerprint:
+        """The run's dataset, once per peer that asks (a joiner whose fetch from the server
+        failed asks once; more would be a way to make this peer send megabytes on demand)."""
+        if self.trainer is None or msg.fingerprint != self.trainer.ds.fingerprint \
+                or sender in self.data_sent:
             return []
+        self.data_sent.add(sender)
         return [Send(sender, F.Data(self.trainer.ds.fingerprint, self.trainer.ds.to_bytes()))]
 
     def _apply(self, ints, loss, contributors, sha, sender, unchecked=()) -> list[Output]:

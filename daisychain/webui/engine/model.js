@@ -138,6 +138,10 @@ export class Engine {
    */
   async gradInto(total, theta, x, y, b, fracBits, limit) {
     const { logits: z, cache } = await this.forward(theta, x, b);
+    if (this.spec.loss === "mse") {
+      const { dz, loss } = mseOutputError(z, y, b);
+      return this.backwardFrom(total, cache, dz, null, b, fracBits, limit, loss);
+    }
     const C = this.spec.classes;
     const p = new Float64Array(z.length);
     let lossSum = 0;
@@ -153,8 +157,16 @@ export class Engine {
     for (let i = 0; i < b; i++) {
       for (let c = 0; c < C; c++) dz[i * C + c] = (p[i * C + c] - (c === y[i] ? 1.0 : 0.0)) / b;
     }
+    return this.backwardFrom(total, cache, dz, y, b, fracBits, limit, lossSum / b, correct);
+  }
+
+  /** The backward pass from the output error dz (b, out); `y`: cross-entropy's labels (the
+   *  quantized errors made zero-sum per sample), null for mse. Returns {loss, correct}. */
+  async backwardFrom(total, cache, dz, y, b, fracBits, limit, loss, correct = 0) {
+    const C = this.spec.classes;
     let eg = quantExponent(absmax(dz));
-    let G = zeroSumErrors(quantize(dz, eg), y, b, C); // (b, out) int8 errors, zero-sum per sample
+    let G = quantize(dz, eg);
+    if (y !== null) G = zeroSumErrors(G, y, b, C); // (b, out) int8 errors, zero-sum per sample
     const ctx = { units: this.units, b, total, offsets: this.layout.offsets, fracBits, limit, needInput: true };
     for (let k = cache.length - 1; k >= 0; k--) {
       const entry = cache[k];
@@ -179,7 +191,7 @@ export class Engine {
         eg = r.e + s;
       }
     }
-    return { loss: lossSum / b, correct };
+    return { loss, correct };
   }
 
   /** Class predictions for x (N rows), evaluated in consecutive micro-batches. */
@@ -197,6 +209,20 @@ export class Engine {
     }
     return preds;
   }
+}
+
+/** model.py mse_output_error: dz = (z - y) / b (one subtraction, one division per element,
+ *  the same bits as numpy); the display loss is the mean of (z - y)^2. z, y: (b, K). */
+export function mseOutputError(z, y, b) {
+  if (y.length !== z.length) throw new Error(`mse targets of ${y.length} values for ${z.length} outputs`);
+  const dz = new Float64Array(z.length);
+  let sq = 0;
+  for (let i = 0; i < z.length; i++) {
+    const d = z[i] - y[i];
+    sq += d * d; // display only
+    dz[i] = d / b;
+  }
+  return { dz, loss: z.length ? sq / z.length : 0 };
 }
 
 export { accumulate, BIAS_LIMIT, quantize1 };

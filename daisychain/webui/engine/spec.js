@@ -7,18 +7,20 @@ export const MAX_PARAMS = 50_000_000;
 export const INPUT_KINDS = ["dense", "tokens", "image"];
 export const MAX_IMAGE_SIDE = 1024; // largest image height or width
 export const MAX_CHANNELS = 64; // most image channels
+export const LOSSES = ["cross_entropy", "mse"]; // spec.py LOSSES
 
 export { MAX_FEATURES, SpecError };
 
 /** Layers are the classes of layers.js (Linear, Embedding, Relu, Conv2d, MaxPool2d); an
  *  image input is {kind: "image", dim: C*H*W, channels: C, height: H, width: W}. */
 export class ModelSpec {
-  constructor(layers, inputKind, inputDim, classes, image = null) {
+  constructor(layers, inputKind, inputDim, classes, image = null, loss = "cross_entropy") {
     this.layers = layers.map((l) => (typeof l.forward === "function" ? l : layerFromJson(legacyJson(l))));
     this.inputKind = inputKind;
     this.inputDim = inputDim;
     this.classes = classes;
     this.image = image; // {c, h, w} of an image input
+    this.loss = loss; // one of LOSSES; left out of the JSON when cross_entropy (spec.py)
   }
 
   static fromJson(obj) {
@@ -28,7 +30,8 @@ export class ModelSpec {
       const kind = String(obj.input.kind);
       const image = kind === "image"
         ? { c: int(obj.input.channels), h: int(obj.input.height), w: int(obj.input.width) } : null;
-      spec = new ModelSpec(layers, kind, int(obj.input.dim), int(obj.classes), image);
+      spec = new ModelSpec(layers, kind, int(obj.input.dim), int(obj.classes), image,
+        obj.loss === undefined ? "cross_entropy" : String(obj.loss));
     } catch (err) {
       if (err instanceof SpecError) throw err;
       throw new SpecError(`malformed model spec: ${err.message}`);
@@ -40,7 +43,9 @@ export class ModelSpec {
   toJson() {
     const input = { kind: this.inputKind, dim: this.inputDim };
     if (this.image) Object.assign(input, { channels: this.image.c, height: this.image.h, width: this.image.w });
-    return { input, classes: this.classes, layers: this.layers.map((l) => l.toJson()) };
+    const out = { input, classes: this.classes, layers: this.layers.map((l) => l.toJson()) };
+    if (this.loss !== "cross_entropy") out.loss = this.loss;
+    return out;
   }
 
   /** Canonical parameter order: by layer, weight then bias. [[name, shape], ...] */
@@ -66,6 +71,7 @@ export class ModelSpec {
   validate() {
     const L = this.layers;
     if (!L.length) throw new SpecError("a model needs at least one layer");
+    if (!LOSSES.includes(this.loss)) throw new SpecError(`the loss must be one of ${LOSSES.join(", ")}, not '${this.loss}'`);
     if (!INPUT_KINDS.includes(this.inputKind)) {
       throw new SpecError(`input kind must be one of ${INPUT_KINDS.join(", ")}, got '${this.inputKind}'`);
     }
@@ -266,6 +272,15 @@ export function charMlp(vocab, context, dim, hidden) {
  *  `--hidden`), the --layers items (widths, and for an image task convN / convNkK / pool), or
  *  null for the task's default (one hidden layer of 128; an image task: DEFAULT_CNN). */
 export function modelFor(ds, layers = null, dim = 16) {
+  const spec = modelForLayers(ds, layers, dim);
+  const loss = (ds.meta && ds.meta.loss) || "cross_entropy"; // a task of your own (task.py)
+  if (loss === spec.loss) return spec;
+  spec.loss = loss;
+  spec.validate();
+  return spec;
+}
+
+function modelForLayers(ds, layers, dim) {
   if (typeof layers === "number" && layers < 1) throw new SpecError("--hidden must be >= 1");
   if (ds.kind === "image") {
     const items = layers === null || layers === undefined ? DEFAULT_CNN : typeof layers === "number" ? [layers] : layers;

@@ -116,7 +116,8 @@ export class Trainer {
     this.engine = new Engine(spec, units);
     this.layout = new ParamLayout(spec);
     this.rowLen = dataset.x_train.shape.slice(1).reduce((a, b) => a * b, 1); // values per sample
-    this.schedule = new Schedule(dataset.y_train.data.length, hyper);
+    this.yLen = (dataset.y_train.shape || [])[1] || 1; // values per row: an mse y has K targets
+    this.schedule = new Schedule(dataset.y_train.data.length / this.yLen, hyper);
     this.theta = initParams(spec, hyper.seed);
     this.adam = new AdamState(this.theta.length);
     this.step = 0;
@@ -168,7 +169,7 @@ export class Trainer {
   inputs(step, j) {
     const idx = this.samples(step, j);
     const x = gather(this.ds.x_train.data, this.rowLen, idx);
-    const y = gather(this.ds.y_train.data, 1, idx);
+    const y = gather(this.ds.y_train.data, this.yLen, idx);
     return { x: this.imageShape ? augmentMicroBatch(x, this.imageShape, this.hp, step, j) : x, y };
   }
 
@@ -236,7 +237,7 @@ export class Trainer {
     const x = split === "test" ? this.ds.x_test : this.ds.x_train;
     const y = split === "test" ? this.ds.y_test : this.ds.y_train;
     const n = y.data.length;
-    if (!n) return 0;
+    if (!n || this.spec.loss === "mse") return 0; // an mse model has no classes (trainer.py)
     const pred = await this.engine.predict(this.theta, x.data, this.rowLen, n, this.hp.micro_batch);
     let ok = 0;
     for (let i = 0; i < n; i++) if (pred[i] === y.data[i]) ok++;

@@ -41,6 +41,9 @@ function randomKey() {
 
 /** The messages each role handles (others are dropped: a coordinator takes no assign, a
  * member no contribution), each by its handler's name (driver.py MEMBER_MESSAGES). */
+// driver.py REFUSAL_LINES: refusals of a sender's bad messages that are logged (and struck).
+export const REFUSAL_LINES = 32;
+
 const MEMBER_MESSAGES = { run: "onRun", assign: "onAssign", total: "onTotal", state: "onState",
   restore: "onRestore", end: "onEnd", data: "onData", refuse: "onRefuse", sync: "onSync" };
 const COORDINATOR_MESSAGES = { ready: "onReady", refuse: "onRefuse", contrib: "onContrib", state: "onState",
@@ -77,6 +80,7 @@ export class RunPeer {
     this.prevHost = null; // the host it named before (driver.py prev_host)
     this.open = new Set();
     this.room = new Set();
+    this.refusals = new Map(); // peer -> bad messages refused
     this.doneBy = {};     // peer -> micro-batches committed (everyone tracks)
     this.member = new Member(this);
     this.coordinator = null; // while this tab is the room's host
@@ -225,9 +229,22 @@ export class RunPeer {
 
   /** `sender` sent bytes that are not a valid message (`reason`). Logged by name; the
    * coordinator counts it as a strike against a member of the run. */
+  /** driver.py bad_message: past max(REFUSAL_LINES, strikes) refusals of one sender the rest
+   * are dropped without a line. */
   async badMessage(sender, reason) {
+    const n = (this.refusals.get(sender) ?? 0) + 1;
+    this.refusals.set(sender, n);
+    const limit = Math.max(REFUSAL_LINES, this.strikes);
+    if (n > limit) return [];
+    if (n === limit) reason += `; its next messages that are not valid are dropped without a line (${limit} refused)`;
     if (this.coordinator) return this.coordinator.badMessage(sender, reason);
     return [log(`refused a message from ${this._name(sender)}: ${reason}`, true)];
+  }
+
+  /** driver.py muted: `sender` sent more bad messages than badMessage logs and is not the
+   * coordinator this replica follows: its messages need not even be decoded. */
+  muted(sender) {
+    return (this.refusals.get(sender) ?? 0) > Math.max(REFUSAL_LINES, this.strikes) && sender !== this.coord;
   }
 
   /** A compute finished; `term`: the compute's (driver.py computed). */

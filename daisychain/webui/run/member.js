@@ -69,6 +69,7 @@ export class Member {
     this.held = new Map(); // sender -> {msg, until}
     this.struck = new Set(); // peers whose held announce the server never confirmed
     this.answered = null; // "term:step" of the last STATE we sent
+    this.dataSent = new Set(); // peers sent the run's dataset
   }
 
   // -- the narrow interface a coordinator reads the replica through ------------------------
@@ -375,8 +376,11 @@ export class Member {
     return [send(sender, await this.state())];
   }
 
+  /** member.py on_datarequest: the run's dataset, once per peer that asks. */
   async onDataRequest(sender, msg) {
-    if (!this.trainer || msg.fingerprint !== this.trainer.ds.fingerprint || !this.trainer.ds.bytes) return [];
+    if (!this.trainer || msg.fingerprint !== this.trainer.ds.fingerprint || !this.trainer.ds.bytes
+        || this.dataSent.has(sender)) return [];
+    this.dataSent.add(sender);
     return [send(sender, { T: "data", fingerprint: this.trainer.ds.fingerprint, data: this.trainer.ds.bytes })];
   }
 
