@@ -93,3 +93,22 @@ def test_js_snippets_run_through_jsrun():
     found = [str(p.relative_to(ROOT)) for p in (ROOT / "tests").rglob("*.py")
              if p.name not in ("test_hygiene.py", "jsrun.py") and inline.search(p.read_text())]
     assert found == []
+
+
+def test_a_tier_skipped_silently_fails_the_run():
+    """The mesh tier outside the private network namespace skips its tests (they cannot run
+    there): the run fails and says why, unless the tier was deselected on purpose."""
+    env = {k: v for k, v in os.environ.items() if k != "DAISY_IN_NETNS"}
+    base = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+            "tests/test_hygiene.py::test_pytest_timeout_is_configured",
+            "tests/browser_mesh/test_ring_tab.py"]
+    res = subprocess.run(base, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    out = res.stdout + res.stderr
+    assert res.returncode != 0, out
+    assert "were skipped because the tier cannot run here" in out, out
+    assert "private network namespace" in out, out
+    res = subprocess.run(base + ["-m", "not browser and not mesh"], cwd=ROOT, env=env,
+                         capture_output=True, text=True, timeout=300)
+    out = res.stdout + res.stderr
+    assert res.returncode == 0, out
+    assert "1 passed" in out and "deselected" in out and "tier cannot run" not in out, out

@@ -201,8 +201,8 @@ class LocalTrainer:
                 b1t, b2t = ((st.b1t, st.b2t) if rnd == st.step else
                             bias_products(self.hp.beta1, self.hp.beta2, rnd * self.sync_every))
                 return AdamState(mine[2].copy(), mine[3].copy(), rnd * self.sync_every, b1t, b2t)
-        b1t, b2t = ((st.b1t, st.b2t) if rnd == a else
-                    bias_products(self.hp.beta1, self.hp.beta2, a * self.sync_every))
+        b1t, b2t = ((st.b1t, st.b2t) if st.step == a else  # st's are round st.step's (a late
+                    bias_products(self.hp.beta1, self.hp.beta2, a * self.sync_every))  # compute)
         adam = AdamState(st.m[j].copy(), st.v[j].copy(), a * self.sync_every, b1t, b2t)
         for n in range(a, rnd):
             self._round(j, n, st.hist[n - a], adam, split, [], [0])

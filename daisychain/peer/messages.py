@@ -44,6 +44,7 @@ class Run:
     coordinator: str
     verify_rate: float = 0.05   #: share of micro-batches spot-checked by a second peer
     strikes: int = 3            #: mismatches after which a peer is removed from the run
+    removed: tuple[str, ...] = ()  #: peers removed from the run (liars): a new coordinator keeps them out
 
 
 @dataclass(frozen=True)
@@ -138,6 +139,10 @@ class Total:
     #: ``ints`` already encoded (codec, body), by the coordinator that sends one total to every
     #: member and keeps it in its rollback window: encoded once, not once per receiver
     encoded: tuple[int, bytes] | None = field(default=None, repr=False, compare=False)
+    #: peers with a contribution in it that no spot-check confirmed (every replica's rollback
+    #: window keeps them: a new coordinator can still roll a liar's lie back)
+    unchecked: tuple[str, ...] = ()
+    removed: tuple[str, ...] = ()  #: peers removed from the run so far
 
 
 @dataclass(frozen=True)
@@ -271,6 +276,16 @@ class _M:
         return v
 
 
+def _ids(f: "_M", key: str) -> tuple[str, ...]:
+    """An optional list of peer ids (absent: none)."""
+    if key not in f.meta:
+        return ()
+    ids = f.list(key, MAX_RING)
+    if not all(isinstance(p, str) and 0 < len(p) <= 64 for p in ids):
+        raise f.fail(f"'{key}' must be peer ids")
+    return tuple(ids)
+
+
 def _tasks_meta(tasks) -> list:
     return [{"task": t.task, "peer": t.peer, "micro": list(t.micro)} for t in tasks]
 
@@ -308,6 +323,9 @@ def to_message(msg: RunMessage, run_id: str, bounds: list[int] | None = None) ->
                 "loss": msg.loss, "params_sha256": msg.params_sha256}
         if msg.tasks:
             meta["tasks"] = _tasks_meta(msg.tasks)
+        for k in ("unchecked", "removed"):  # only when there are any
+            if getattr(msg, k):
+                meta[k] = list(getattr(msg, k))
         return Message(FrameType.TOTAL, run_id, msg.step, meta, body, codec)
     if isinstance(msg, RingChunk):
         codec, body = encode_ints(msg.ints)
@@ -321,7 +339,7 @@ def to_message(msg: RunMessage, run_id: str, bounds: list[int] | None = None) ->
         return Message(FrameType.DATA, run_id, 0, {"fingerprint": msg.fingerprint}, msg.data)
     meta: dict = {"t": msg.T}
     for k, v in msg.__dict__.items():
-        if k == "step":
+        if k == "step" or (k == "removed" and not v):
             continue
         if k == "tasks":
             v = _tasks_meta(v)
@@ -353,7 +371,7 @@ def from_message(m: Message, size: int | None = None,
             contributors.append((c[0], c[1]))
         return Total(f.int("term"), m.step, tuple(contributors), f.num("loss"),
                      f.hex("params_sha256"), decode_ints(m.codec, m.body, size),
-                     _tasks(f) if "tasks" in m.meta else ())
+                     _tasks(f) if "tasks" in m.meta else (), None, _ids(f, "unchecked"), _ids(f, "removed"))
     if m.type == FrameType.RING:  # its length and values are checked against the ring (run/ring.py)
         f = _M(m.meta, "ring chunk")
         return RingChunk(f.int("term"), m.step, f.int("ring"), f.int("phase", 0, 1),
@@ -377,7 +395,7 @@ def from_message(m: Message, size: int | None = None,
         return Run(ident, f.hex("run_id", 16), f.int("steps"), f.int("term"), m.step,
                    f.hex("params_sha256"), f.str("coordinator", 64),
                    f.num("verify_rate", 0.0, 1.0) if "verify_rate" in m.meta else 0.0,
-                   f.int("strikes", 1, MAX_STRIKES) if "strikes" in m.meta else 3)
+                   f.int("strikes", 1, MAX_STRIKES) if "strikes" in m.meta else 3, _ids(f, "removed"))
     if name == "ready":
         return Ready(f.int("term"), f.num("capacity", MIN_CAPACITY, MAX_CAPACITY), f.str("kind", 16),
                      m.step, f.hex("params_sha256"))

@@ -460,7 +460,7 @@ class Node:
         self.stats.computed += len(c.micro)
         if self.stats.first_contribution_s is None:
             self.stats.first_contribution_s = time.perf_counter() - self.stats.started
-        self._guarded("a finished compute", lambda: self.run.computed(c.step, c.task, result))
+        self._guarded("a finished compute", lambda: self.run.computed(c.step, c.task, result, c.term))
 
     async def _fetch(self, f: R.FetchData) -> None:
         blob = None

@@ -264,7 +264,7 @@ export class Mesh {
     return Object.fromEntries([...this.outbox].map(([id, b]) => [id, b.bytes]));
   }
 
-  _compute({ step, task, micro, theta }) {
+  _compute({ step, task, micro, theta, term = null }) {
     const tr = this.peer.trainer;
     this.computing = this.computing.then(async () => {
       let res;
@@ -278,7 +278,7 @@ export class Mesh {
         res = await contributeAt(tr, theta, step, micro);
       }
       if (tr.replicas !== undefined) this.lastMine = { step, micro: [...micro] }; // a local-steps run's replicas
-      this._enqueue(async () => this.peer.computed(step, task, res));
+      this._enqueue(async () => this.peer.computed(step, task, res, term));
     }).catch((err) => this.bus.emit("run:error", { message: `compute failed: ${err.message}` }));
   }
 

@@ -29,6 +29,7 @@ export function encode(msg, runId, bounds, nextMsgNo) {
       meta: { term: msg.term, contributors: msg.contributors.map(([p, n]) => [p, n]), loss: msg.loss, params_sha256: msg.params_sha256 } };
     // the receiver's tasks of the next step ride on its total (run.py / runpeer.js _commit)
     if (msg.tasks && msg.tasks.length) m.meta.tasks = msg.tasks.map((t) => ({ task: t.task, peer: t.peer, micro: [...t.micro] }));
+    for (const k of ["unchecked", "removed"]) if (msg[k] && msg[k].length) m.meta[k] = [...msg[k]]; // only when there are any
   } else if (msg.T === "state") {
     m = { type: FrameType.STATE, runId, step: msg.step, meta: { params_sha256: msg.params_sha256 },
       body: f64Bytes([msg.theta, msg.m, msg.v], [msg.b1t, msg.b2t]) };
@@ -41,7 +42,7 @@ export function encode(msg, runId, bounds, nextMsgNo) {
   } else {
     const meta = { t: msg.T };
     for (const [k, v] of Object.entries(msg)) {
-      if (k === "T" || k === "step") continue;
+      if (k === "T" || k === "step" || (k === "removed" && !v.length)) continue;
       meta[k] = k === "tasks" ? v.map((t) => ({ task: t.task, peer: t.peer, micro: [...t.micro] })) : v;
     }
     m = { type: FrameType.CONTROL, runId, step: msg.step ?? 0, meta };
@@ -60,6 +61,8 @@ const isMicro = (v) => Array.isArray(v) && v.length > 0 && v.length <= 1 << 20
 const isNum = (v) => typeof v === "number" && Math.abs(v) <= 1e300; // frames.py _M.num
 const isStr = (v, n = 256) => typeof v === "string" && v.length <= n;
 const isList = (v, n = 1 << 16) => Array.isArray(v) && v.length <= n;
+/** An optional list of peer ids (messages.py _ids). */
+const isIds = (v) => v === undefined || (isList(v, MAX_RING) && v.every((p) => typeof p === "string" && p.length > 0 && p.length <= 64));
 const isTasks = (v) => isList(v) && v.every((x) => x && typeof x === "object" && isInt(x.task) && isStr(x.peer, 64) && isMicro(x.micro));
 
 /** A reassembled message -> a run message object; async (compressed bodies). */
@@ -74,8 +77,10 @@ export async function fromMessage(m, size = null, stateSizes = null) {
     need(isInt(meta.term) && isList(meta.contributors) && isNum(meta.loss) && isHex(meta.params_sha256), "total: bad meta");
     need(meta.contributors.every((c) => Array.isArray(c) && c.length === 2 && isStr(c[0], 64) && Number.isSafeInteger(c[1]) && c[1] >= 0), "total: bad contributors");
     need(meta.tasks === undefined || isTasks(meta.tasks), "total: bad tasks");
+    need(isIds(meta.unchecked) && isIds(meta.removed), "total: bad peer ids");
     return { T: "total", term: meta.term, step: m.step, contributors: meta.contributors, loss: meta.loss,
-      params_sha256: meta.params_sha256, ints: await decodeInts(m.codec, m.body, size), tasks: meta.tasks ?? [] };
+      params_sha256: meta.params_sha256, ints: await decodeInts(m.codec, m.body, size), tasks: meta.tasks ?? [],
+      unchecked: meta.unchecked ?? [], removed: meta.removed ?? [] };
   }
   if (m.type === FrameType.STATE) {
     need(size !== null, "state: no run to load it into");
@@ -112,9 +117,11 @@ export async function fromMessage(m, size = null, stateSizes = null) {
     // spot-checks (run.py): absent means none (an older peer), as frames.py reads it
     need(meta.verify_rate === undefined || (typeof meta.verify_rate === "number" && meta.verify_rate >= 0 && meta.verify_rate <= 1), "run: bad verify_rate");
     need(meta.strikes === undefined || (Number.isInteger(meta.strikes) && meta.strikes >= 1 && meta.strikes <= 1000), "run: bad strikes");
+    need(isIds(meta.removed), "run: bad removed");
     copy(["identity", "run_id", "steps", "term", "params_sha256", "coordinator"]);
     out.verify_rate = meta.verify_rate ?? 0.0;
     out.strikes = meta.strikes ?? 3;
+    out.removed = meta.removed ?? [];
   } else if (t === "ready") {
     need(isInt(meta.term) && typeof meta.capacity === "number" && meta.capacity >= 1e-3 && meta.capacity <= 1e9
       && isStr(meta.kind, 16) && isHex(meta.params_sha256), "ready: bad meta");

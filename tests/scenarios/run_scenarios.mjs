@@ -60,7 +60,14 @@ function corrupt(ints, fault, step, last = null) {
 }
 
 async function contributeAt(tr, theta, step, micro) {
-  if (tr.replicas !== undefined) return tr.contribute(micro, step, theta); // engine/local.js: a round
+  if (tr.replicas !== undefined) { // engine/local.js: a round (none when the room moved past it, as mesh.js)
+    try {
+      return await tr.contribute(micro, step, theta);
+    } catch (err) {
+      if (err.name === "StaleRound") return null;
+      throw err;
+    }
+  }
   const grad = new Float64Array(tr.layout.size);
   const loss = new Float64Array(micro.length);
   const correct = new Int32Array(micro.length);
@@ -110,6 +117,44 @@ function normOutput(pid, o) {
   }
 }
 
+/** scenario_net.py xorshift32: the simulator's random numbers (32-bit xorshift). */
+function xorshift32(x) {
+  x = (x ^ (x << 13)) >>> 0;
+  x = (x ^ (x >>> 17)) >>> 0;
+  return (x ^ (x << 5)) >>> 0;
+}
+
+/** scenario_net.py Sched: the "sim" op's schedule on a virtual clock (whole ms). */
+class Sched {
+  constructor(e) {
+    this.x = e.rng || 1;
+    this.now = 0;
+    this.delay = e.delay_ms ?? [1, 50];
+    this.compute = e.compute_ms ?? {};
+    this.default = e.compute_default_ms ?? [5, 50];
+    this.last = new Map(); // "from>to" -> the last due time on that pair
+    this.busy = new Map(); // peer -> when its last compute finishes
+  }
+
+  draw(lo, hi) {
+    this.x = xorshift32(this.x);
+    return lo + (this.x % (hi - lo + 1));
+  }
+
+  messageDue(from, to) {
+    const key = `${from}>${to}`;
+    const due = Math.max(this.now + this.draw(...this.delay), this.last.get(key) ?? 0);
+    this.last.set(key, due);
+    return due;
+  }
+
+  computeDue(pid) {
+    const due = Math.max(this.now, this.busy.get(pid) ?? 0) + this.draw(...(this.compute[pid] ?? this.default));
+    this.busy.set(pid, due);
+    return due;
+  }
+}
+
 class Net {
   constructor(sc, ds) {
     this.sc = sc;
@@ -122,6 +167,7 @@ class Net {
     this.wire = [];
     this.links = new Map(); // "from>to" -> messages still let through (0: held)
     this.computes = [];
+    this.sim = null; // the "sim" op's schedule, while it runs
     this.reasm = new Map();
     this.msgNo = new Map();
     this.snapshots = new Map();
@@ -149,7 +195,7 @@ class Net {
       if (o.kind === "joined") continue; // the page's cue, no protocol output
       if (o.kind === "dataBytes") continue;
       this.out.push(normOutput(pid, o));
-      if (o.kind === "compute") this.computes.push([pid, o]);
+      if (o.kind === "compute") this.computes.push([pid, o, this.sim ? this.sim.computeDue(pid) : 0]);
       else if (o.kind === "fetch") await this.feed(pid, await this.peers.get(pid).data(this.ds));
     }
   }
@@ -169,7 +215,7 @@ class Net {
 
   push(from, to, frames) {
     if (this.dead.has(to) || this.dead.has(from) || !this.peers.has(to)) return; // dead, or a stranger: nobody reads it
-    this.wire.push([from, to, frames]);
+    this.wire.push([from, to, frames, this.sim ? this.sim.messageDue(from, to) : 0]);
   }
 
   deliverable() {
@@ -177,8 +223,8 @@ class Net {
     return i < 0 ? null : i;
   }
 
-  async deliverOne() {
-    const [[sender, to, frames]] = this.wire.splice(this.deliverable(), 1);
+  async deliverOne(index = null) {
+    const [[sender, to, frames]] = this.wire.splice(index ?? this.deliverable(), 1);
     const link = `${sender}>${to}`;
     if (this.links.has(link)) this.links.set(link, this.links.get(link) - 1);
     const peer = this.peers.get(to);
@@ -203,13 +249,13 @@ class Net {
     await this.feed(to, await peer.receive(sender, msg, m.runId));
   }
 
-  async computeOne(only = null) {
-    const i = this.computes.findIndex(([pid]) => !this.held.has(pid) && (only === null || pid === only));
+  async computeOne(only = null, index = null) {
+    const i = index ?? this.computes.findIndex(([pid]) => !this.held.has(pid) && (only === null || pid === only));
     if (i < 0) return false;
     const [pid, c] = this.computes.splice(i, 1)[0];
     const peer = this.peers.get(pid);
     const res = await contributeAt(peer.trainer, c.theta, c.step, c.micro);
-    await this.feed(pid, await peer.computed(c.step, c.task, res));
+    if (res !== null) await this.feed(pid, await peer.computed(c.step, c.task, res, c.term ?? null)); // null: a stale round, dropped (as mesh.js)
     return true;
   }
 
@@ -268,10 +314,11 @@ class Net {
         const tr = await this.makeTrainer(input.identity, this.ds);
         const identity = T.runIdentity(tr.spec, tr.hp, this.ds, luts);
         const id = await T.runId(identity);
-        await this.feed(e.id, await p.hostRun(tr, identity, id, p._hostSteps, e.now ?? 0));
+        await this.feed(e.id, await p.hostRun(tr, identity, id, p._hostSteps, e.now ?? (this.sim ? this.sim.now / 1000 : 0)));
         break;
       }
       case "run": await this.settle(); break;
+      case "sim": await this.simulate(e); break;
       case "deliver":
         for (let i = 0; i < MAX_ITER && this.deliverable() !== null; i++) await this.deliverOne();
         break;
@@ -289,6 +336,7 @@ class Net {
         this.dead.add(e.id);
         this.wire = this.wire.filter(([a, b]) => a !== e.id && b !== e.id);
         this.computes = this.computes.filter(([pid]) => pid !== e.id);
+        if (this.sim) this.sim.busy.delete(e.id);
         for (const other of this.live()) await this.feed(other, await this.peers.get(other).channelClosed(e.id));
         if ("host" in e) await this.op({ op: "room", members: this.live(), host: e.host });
         break;
@@ -308,6 +356,47 @@ class Net {
       }
       default: throw new Error(`unknown op ${e.op}`);
     }
+  }
+
+  /** scenario_net.py simulate: the room on the virtual clock until every live replica ended
+   * (or was refused) and every timed op ran, or until_ms passed (a hang). */
+  async simulate(e) {
+    const s = (this.sim = new Sched(e));
+    const at = e.at ?? [];
+    let k = 0;
+    const tickMs = e.tick_ms ?? 100;
+    let nextTick = tickMs;
+    const earliest = (list, ok, due) => {
+      let best = null;
+      list.forEach((x, i) => { if (ok(x) && (best === null || due(x) < best[0])) best = [due(x), i]; });
+      return best;
+    };
+    for (;;) {
+      if (k === at.length && this.live().every((q) => { const p = this.peers.get(q); return !p.trainer || p.ended || p.refused; })) {
+        this.out.push(["sim", "end", s.now]);
+        break;
+      }
+      const tOp = k < at.length ? at[k][0] : null;
+      const msg = earliest(this.wire, (w) => this.links.get(`${w[0]}>${w[1]}`) !== 0, (w) => w[3]);
+      const cmp = earliest(this.computes, (c) => !this.held.has(c[0]), (c) => c[2]);
+      const t = Math.min(...[tOp, msg && msg[0], cmp && cmp[0], nextTick].filter((x) => x !== null));
+      if (t > e.until_ms) {
+        this.out.push(["sim", "hang", s.now]);
+        break;
+      }
+      s.now = t;
+      for (const q of this.live()) { const p = this.peers.get(q); p.now = Math.max(p.now, t / 1000); }
+      if (t === tOp) {
+        k += 1;
+        await this.op(at[k - 1][1]);
+      } else if (msg !== null && t === msg[0]) await this.deliverOne(msg[1]);
+      else if (cmp !== null && t === cmp[0]) await this.computeOne(null, cmp[1]);
+      else {
+        nextTick += tickMs;
+        for (const q of this.live()) await this.feed(q, await this.peers.get(q).tick(t / 1000));
+      }
+    }
+    this.sim = null;
   }
 
   async inject(e) {

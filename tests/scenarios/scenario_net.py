@@ -107,6 +107,44 @@ def norm_output(pid: str, o) -> list | None:
     raise TypeError(f"unknown output {o!r}")
 
 
+def xorshift32(x: int) -> int:
+    """The simulator's random numbers (run_scenarios.mjs has the same): 32-bit xorshift."""
+    x ^= (x << 13) & 0xFFFFFFFF
+    x ^= x >> 17
+    x ^= (x << 5) & 0xFFFFFFFF
+    return x
+
+
+class Sched:
+    """The "sim" op's schedule (bench/simulate.py writes it): a virtual clock in whole
+    milliseconds; each message is due a seeded delay after it was sent, never before the
+    one sent before it on the same pair (FIFO, as a data channel); each compute a seeded
+    time after the peer's previous one finished."""
+
+    def __init__(self, e: dict):
+        self.x = int(e["rng"]) or 1
+        self.now = 0
+        self.delay = e.get("delay_ms", [1, 50])
+        self.compute = e.get("compute_ms", {})
+        self.default = e.get("compute_default_ms", [5, 50])
+        self.last: dict = {}   # (from, to) -> the last due time on that pair
+        self.busy: dict = {}   # peer -> when its last compute finishes
+
+    def draw(self, lo: int, hi: int) -> int:
+        self.x = xorshift32(self.x)
+        return lo + self.x % (hi - lo + 1)
+
+    def message_due(self, sender: str, to: str) -> int:
+        due = max(self.now + self.draw(*self.delay), self.last.get((sender, to), 0))
+        self.last[(sender, to)] = due
+        return due
+
+    def compute_due(self, pid: str) -> int:
+        due = max(self.now, self.busy.get(pid, 0)) + self.draw(*self.compute.get(pid, self.default))
+        self.busy[pid] = due
+        return due
+
+
 class Net:
     def __init__(self, scenario: dict):
         self.sc = scenario
@@ -118,8 +156,9 @@ class Net:
         self.dead: set[str] = set()
         self.held: set[str] = set()
         self.links: dict = {}           # (from, to) -> messages still let through (0: held)
-        self.wire: deque = deque()      # (from, to, [frame bytes])
-        self.computes: deque = deque()  # (peer, Compute)
+        self.wire: deque = deque()      # (from, to, [frame bytes], due ms: the "sim" op's)
+        self.computes: deque = deque()  # (peer, Compute, due ms)
+        self.sim: Sched | None = None   # the "sim" op's schedule, while it runs
         self.reasm: dict = {}
         self.msg_no: dict[str, int] = {}
         self.snapshots: dict = {}
@@ -142,7 +181,7 @@ class Net:
                 continue
             self.out.append(norm_output(pid, o))
             if isinstance(o, R.Compute):
-                self.computes.append((pid, o))
+                self.computes.append((pid, o, self.sim.compute_due(pid) if self.sim else 0))
             elif isinstance(o, R.FetchData):
                 self.feed(pid, self.peers[pid].data(self.rs.ds.to_bytes()))
 
@@ -160,20 +199,20 @@ class Net:
             self.out.append(["send-raw", sender, to, body_sha(b"".join(frames))])
         if to in self.dead or sender in self.dead or to not in self.peers:
             return  # dead, or a stranger (an injected sender): nobody reads it
-        self.wire.append((sender, to, frames))
+        self.wire.append((sender, to, frames, self.sim.message_due(sender, to) if self.sim else 0))
 
     # -- the network -----------------------------------------------------------------------
 
     def deliverable(self) -> int | None:
         """The first message on the wire whose link is not held (None: none)."""
-        for i, (sender, to, _) in enumerate(self.wire):
+        for i, (sender, to, _, _) in enumerate(self.wire):
             if self.links.get((sender, to)) != 0:
                 return i
         return None
 
-    def deliver_one(self) -> None:
-        i = self.deliverable()
-        sender, to, frames = self.wire[i]
+    def deliver_one(self, i: int | None = None) -> None:
+        i = self.deliverable() if i is None else i
+        sender, to, frames, _ = self.wire[i]
         del self.wire[i]
         if (sender, to) in self.links:
             self.links[(sender, to)] -= 1
@@ -195,14 +234,15 @@ class Net:
             return
         self.feed(to, peer.receive(sender, msg, m.run_id))
 
-    def compute_one(self, only: str | None = None) -> bool:
-        for i, (pid, c) in enumerate(self.computes):
-            if pid in self.held or (only is not None and pid != only):
+    def compute_one(self, only: str | None = None, index: int | None = None) -> bool:
+        for i, (pid, c, _) in enumerate(self.computes):
+            if pid in self.held or (only is not None and pid != only) or (index is not None and i != index):
                 continue
             del self.computes[i]
             tr = self.peers[pid].trainer
             res = R.contribute_at(tr, c.theta, c.step, c.micro)
-            self.feed(pid, self.peers[pid].computed(c.step, c.task, res))
+            if res is not None:  # None: a local-steps round the room moved past, dropped (node.py)
+                self.feed(pid, self.peers[pid].computed(c.step, c.task, res, c.term))
             return True
         return False
 
@@ -264,7 +304,9 @@ class Net:
                     self.feed(a, self.peers[a].channel_open(b))
                     self.feed(b, self.peers[b].channel_open(a))
         elif kind == "start":
-            self.feed(e["id"], self.peers[e["id"]].start(float(e.get("now", 0.0))))
+            self.feed(e["id"], self.peers[e["id"]].start(float(e.get("now", self.sim.now / 1000 if self.sim else 0.0))))
+        elif kind == "sim":
+            self.simulate(e)
         elif kind == "run":
             self.settle()
         elif kind == "deliver":
@@ -292,6 +334,8 @@ class Net:
             self.dead.add(pid)
             self.wire = deque(w for w in self.wire if pid not in (w[0], w[1]))
             self.computes = deque(c for c in self.computes if c[0] != pid)
+            if self.sim:
+                self.sim.busy.pop(pid, None)
             for other in self.live():
                 self.feed(other, self.peers[other].channel_closed(pid))
             if "host" in e:
@@ -309,6 +353,44 @@ class Net:
             self.feed(e["id"], self.peers[e["id"]].restore(step, theta.copy(), adam))
         else:
             raise ValueError(f"unknown op {kind}")
+
+    def simulate(self, e: dict) -> None:
+        """Run the room on the virtual clock until every live replica ended (or was
+        refused) and every timed op ran, or ``until_ms`` passed (a hang): the next event is
+        the earliest of the next timed op (``at``: [ms, op]), message, compute and tick, in
+        that order on a tie. Appends ["sim", "end" | "hang", ms]."""
+        s = self.sim = Sched(e)
+        at, k = e.get("at", []), 0
+        tick_ms, until = int(e.get("tick_ms", 100)), int(e["until_ms"])
+        next_tick = tick_ms
+        while True:
+            if k == len(at) and all(p.ended or p.refused for q, p in self.peers.items()
+                                    if q not in self.dead and p.trainer is not None):
+                self.out.append(["sim", "end", s.now])
+                break
+            t_op = at[k][0] if k < len(at) else None
+            msg = min(((w[3], i) for i, w in enumerate(self.wire) if self.links.get((w[0], w[1])) != 0),
+                      default=None)
+            cmp = min(((c[2], i) for i, c in enumerate(self.computes) if c[0] not in self.held), default=None)
+            t = min(x for x in (t_op, msg and msg[0], cmp and cmp[0], next_tick) if x is not None)
+            if t > until:
+                self.out.append(["sim", "hang", s.now])
+                break
+            s.now = t
+            for q in self.live():  # the shells bring the run's clock up to now before each input
+                self.peers[q].now = max(self.peers[q].now, t / 1000)
+            if t == t_op:
+                k += 1
+                self.op(at[k - 1][1])
+            elif msg is not None and t == msg[0]:
+                self.deliver_one(msg[1])
+            elif cmp is not None and t == cmp[0]:
+                self.compute_one(index=cmp[1])
+            else:
+                next_tick += tick_ms
+                for q in self.live():
+                    self.feed(q, self.peers[q].tick(t / 1000))
+        self.sim = None
 
     def inject(self, e: dict) -> None:
         """A message someone (maybe no member) writes: wire-form meta, with $run / $sha /

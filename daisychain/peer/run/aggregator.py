@@ -25,6 +25,8 @@ class Star:
                 ref, loss, _ = c.decided
                 if not np.array_equal(ints, ref):
                     peer, ints = c.decided_by, ref
+                if len(c.votes) < 2 and peer != me:  # one answer, nobody confirmed it
+                    unchecked.add(peer)
             elif peer != me:
                 unchecked.add(peer)
             total += ints

@@ -21,7 +21,7 @@ from daisychain.peer.run.aggregator import Star
 from daisychain.peer.run.checks import checked_micro
 from daisychain.peer.run.outputs import Compute, Ended, Log, Output, Refused, RestoreError, Restored, Send
 from daisychain.peer.run.ring_roles import RingCoordinator
-from daisychain.peer.run.rollback import Window, window_steps
+from daisychain.peer.run.rollback import Window
 from daisychain.peer.run.split import finish_shares, split_tasks
 from daisychain.peer.run.state import checked_state
 from daisychain.peer.run.trust import TrustRole
@@ -102,6 +102,7 @@ class Coordinator(TrustRole):
         self.step_started = False
         self.self_spm: float | None = None  # our own seconds per micro-batch
         self.timing_from = self.step + 1    # ... timed from this step on (a term's first warms up)
+        self.excused: set[str] = set()      # peers whose first share's lateness was excused (once)
         self.catching_up = False
         self.catch_from: str | None = None  # the member ahead whose state we asked for
         self.catch_until = 0.0
@@ -111,7 +112,7 @@ class Coordinator(TrustRole):
         self.wait_for: set[str] = set()     # members to hear from before a step
         self.wait_until = 0.0
         self.strike_count: dict[str, int] = {}
-        self.banned: set[str] = set()       # removed from the run (liars)
+        self.banned: set[str] = set(member.removed)  # removed from the run (liars), handed over
         self.window = Window(0)             # the rollback window (see rollback.py)
         self.unchecked_since: dict[str, int] = {}  # peer -> first unchecked step
         self._new_window()
@@ -146,7 +147,7 @@ class Coordinator(TrustRole):
     def _announce(self) -> F.Run:
         tr = self.trainer
         return F.Run(tr.identity, tr.run_id, self.steps, self.term, self.step, self._hash(), self.me,
-                     self.verify_rate, self.strikes)
+                     self.verify_rate, self.strikes, tuple(sorted(self.banned)))
 
     def _announce_targets(self) -> list[str]:
         return sorted(p for p in self.open if p in self.room and p != self.me and p not in self.banned)
@@ -187,7 +188,9 @@ class Coordinator(TrustRole):
                                 f"refused a message from {self._name(sender)}: {reason}")
         return [Log(f"refused a message from {self._name(sender)}: {reason}", loud=True)]
 
-    def computed(self, step: int, task: int, result) -> list[Output]:
+    def computed(self, step: int, task: int, result, term: int | None = None) -> list[Output]:
+        if term is not None and term != self.term:
+            return []  # asked in another term (as a member, or a coordinator before): its task numbers differ
         micro = self.pending.pop((step, task), None)
         if micro is None or self.ended:
             return []
@@ -234,10 +237,12 @@ class Coordinator(TrustRole):
         return [Log(text, loud=True)]
 
     def on_ready(self, sender: str, msg: F.Ready) -> list[Output]:
-        if msg.term != self.term or self.ended:
+        if msg.term != self.term:
             return []
         if sender in self.banned:
             return [Log(f"{self._name(sender)} was removed from the run: its ready is ignored", loud=True)]
+        if self.ended:  # it answered our announce after the last step: the state and the end
+            return self._late_end(sender, msg)
         m = self.members.setdefault(sender, _Member(sender))
         m.capacity = max(msg.capacity, 1e-3)
         m.kind, m.ready, m.refused = msg.kind, True, False
@@ -293,14 +298,10 @@ class Coordinator(TrustRole):
         return self.member.state()
 
     def _new_window(self) -> None:
-        """A rollback window from this replica's state on (a new term, a restore, a catch-up):
-        what came before it cannot be rolled back."""
-        size = self.peer.window_size
-        if size is None:
-            size = window_steps(self.verify_rate, self.strikes)
-        self.window = Window(size, self.bounds)
-        self.window.reset(self.trainer)
-        self.unchecked_since = {}
+        """The rollback window: the member's (one object; it goes on across terms, and across
+        a restore or a catch-up that loads a state it leads to: ``Window.rebase``)."""
+        self.window = self.member.window_for()
+        self.unchecked_since = self.window.unchecked_since()
 
     def _caught_up(self) -> list[Output]:
         """The coordinator took the state of a member that was ahead: restart from there."""
@@ -427,6 +428,17 @@ class Coordinator(TrustRole):
         self.tasks[t.task] = t
         return t
 
+    def _timed(self, peer: str) -> bool:
+        """Whether ``peer``'s seconds per micro-batch are known: it finished a share after the
+        term's first step (its first shares include warm-up: compiles, first connections, a
+        cold start), so that a late task of it is a miss, not noise."""
+        if peer in self.excused:
+            return True  # excused once already
+        if peer == self.me:
+            return self.self_spm is not None
+        m = self.members.get(peer)
+        return m is not None and m.timed >= 1
+
     def _deadline(self, peer: str, n: int) -> float:
         spm = 1.0 / float(self.capacity or 1.0) if peer == self.me else self.members[peer].sec_per_micro
         return max(MIN_DEADLINE_S, DEADLINE_FACTOR * spm * n + 0.5)
@@ -444,7 +456,7 @@ class Coordinator(TrustRole):
         for w in wire:
             if w.peer == self.me:
                 self.pending[(self.step, w.task)] = w.micro
-                out.append(Compute(self.step, w.task, w.micro, self.trainer.theta.copy()))
+                out.append(Compute(self.step, w.task, w.micro, self.trainer.theta.copy(), self.term))
         return out
 
     def _receivers(self) -> list[str]:
@@ -528,8 +540,9 @@ class Coordinator(TrustRole):
                 carried[o.to] = o.message.tasks
             else:
                 nxt.append(o)
+        marks = dict(unchecked=tuple(sorted(unchecked)), removed=tuple(sorted(self.banned)))
         out: list[Output] = [Send(p, F.Total(self.term, step, contributors, loss, sha, total,
-                                             carried.get(p, ()), encoded)) for p in receivers]
+                                             carried.get(p, ()), encoded, **marks)) for p in receivers]
         return out + committed + nxt
 
     def _check_catch_up(self) -> list[Output]:
@@ -601,6 +614,7 @@ class Coordinator(TrustRole):
         if not self.step_started:
             return []
         late, added, dropped = [], {}, []
+        timed = False  # a late task's peer whose timing is known (else it is no miss)
         live = self._live()
         for t in list(self.tasks.values()):
             if t.result is not None or self.now < t.deadline:
@@ -614,9 +628,10 @@ class Coordinator(TrustRole):
             else:
                 busy = set(t.assignees)
             spare = [p for p in live if p not in busy]
-            if not spare and t.kind != "main":
+            timed = timed or any(self._timed(p) for p in t.assignees)
+            if not spare and t.kind == "check":
                 dropped.append(t)  # nobody else can give this second opinion: go without it
-                continue
+                continue  # (never a referee's: the answers it settles differ, it is waited for)
             if not spare:
                 t.deadline = self.now + self._deadline(t.assignees[0], len(t.micro))
                 continue
@@ -628,16 +643,21 @@ class Coordinator(TrustRole):
             added[t.task] = backup
         out: list[Output] = []
         first = self.step < self.timing_from  # a term's first step: no timing known, no miss
+        if not first and not timed:
+            self.excused |= {p for t in late + dropped for p in t.assignees[:1]}
         if late:
             out += [Log(f"task(s) {[t.task for t in late]} of step {self.step} " + (
                 "also given to a backup (the first step's timings are not known yet)" if first
-                else "missed the deadline: backup assigned"))] + self._dispatch(late, added)
+                else "also given to a backup (a first share: its peer's timing is not known yet)"
+                if not timed else "missed the deadline: backup assigned"))] + self._dispatch(late, added)
         if dropped:
             for t in dropped:
                 del self.tasks[t.task]
             out.append(Log(f"spot-check(s) of micro-batch(es) {[t.micro[0] for t in dropped]} of step "
                            f"{self.step} " + ("skipped (the first step's timings are not known yet)"
-                                              if first else "got no second answer in time: dropped")))
+                                              if first else "skipped (a first share: its peer's timing is "
+                                              "not known yet)" if not timed else
+                                              "got no second answer in time: dropped")))
             for j in sorted(self.checks):
                 out += self._judge(j)
             out += self._maybe_commit()
@@ -647,7 +667,23 @@ class Coordinator(TrustRole):
         self.ended = True
         sha = self._hash()
         msg = F.End(self.term, self.step, sha)
-        return [Send(p, msg) for p in self._receivers()] + [Ended(self.step, sha, True)]
+        # members still being brought in (ready, not synced: a catch-up was pending) get the
+        # announce again: their ready then gets the final state and the end (:meth:`_late_end`)
+        late = sorted(m.id for m in self.members.values() if m.ready and not m.synced and not m.refused
+                      and m.id in self.open and m.id not in self.banned)
+        return [Send(p, msg) for p in self._receivers()] + [Send(p, self._announce()) for p in late] + \
+            [Ended(self.step, sha, True)]
+
+    def _late_end(self, sender: str, msg: F.Ready) -> list[Output]:
+        """A member's ``ready`` of this term came after the run ended (a new coordinator
+        whose members answered late trained the last steps without them): it gets the final
+        state, if it differs, and the end; without them it waited for ever."""
+        sha = self._hash()
+        out: list[Output] = [Log(f"{self._name(sender)} is ready after the run ended: sending "
+                                 f"the state and the end")]
+        if msg.step != self.step or msg.params_sha256 != sha:
+            out.append(Send(sender, self._state()))
+        return out + [Send(sender, F.End(self.term, self.step, sha))]
 
     def _answered(self, peer: str) -> bool:
         m = self.members.get(peer)

@@ -77,6 +77,7 @@ class RunPeer:
         self.wait_peers = wait_peers       # the host waits once for this many members
         self.now = 0.0
         self.host: str | None = None      # the room host per the signaling server
+        self.prev_host: str | None = None  # the host it named before (who hands over to the next)
         self.open: set[str] = set()       # peers with an open data channel
         self.room: set[str] = set()       # approved members per the signaling server
         self.done_by: dict[str, int] = {}  # peer -> micro-batches committed (everyone tracks)
@@ -143,6 +144,15 @@ class RunPeer:
         self.coordinator = Coordinator(self, self.member)
         return self.coordinator.begin(old_host)
 
+    def _lead_if_named(self, out: list[Output]) -> list[Output]:
+        """The room named this peer host while it was still joining (no replica yet, so it
+        could not lead then): it leads once its replica is built. Before, nobody
+        coordinated: the old host had stepped down and the room waited for ever."""
+        if self.host == self.me and self.coordinator is None and self.trainer is not None \
+                and self.member.run and not self.member.refused:
+            return out + self._lead(self.member.coord)
+        return out
+
     def _step_down(self, host: str | None) -> list[Output]:
         """Another host was named (we were away): drop the coordinator, follow that host."""
         self.member.follow_after(self.coordinator)
@@ -178,6 +188,8 @@ class RunPeer:
         if names:
             self.names.update({str(k): str(v)[:64] for k, v in names.items()})
         old_host, self.host = self.host, host
+        if host != old_host:
+            self.prev_host = old_host
         if host == self.me and self.coordinator is None and self.trainer is not None and self.member.run:
             out += self._lead(old_host)
         elif host != self.me and self.coordinator is not None:
@@ -218,7 +230,8 @@ class RunPeer:
             return getattr(role.ring, "on_" + name)(sender, msg)
         elif name not in COORDINATOR_MESSAGES:
             return []
-        return getattr(role, "on_" + name)(sender, msg)
+        out = getattr(role, "on_" + name)(sender, msg)
+        return self._lead_if_named(out) if name == "data" and self.coordinator is None else out
 
     def bad_message(self, sender: str, reason: str) -> list[Output]:
         """``sender`` sent bytes that are not a valid message (``reason``). Logged by name;
@@ -240,12 +253,14 @@ class RunPeer:
         coordinator this replica follows: its messages need not even be decoded."""
         return self.refusals.get(sender, 0) > max(REFUSAL_LINES, self.strikes) and sender != self.coord
 
-    def computed(self, step: int, task: int, result: Result) -> list[Output]:
-        return self.role.computed(step, task, result)
+    def computed(self, step: int, task: int, result: Result, term: int | None = None) -> list[Output]:
+        """A compute finished; ``term``: the :class:`Compute`'s (a result of an older term,
+        whose task numbers another coordinator reused, is dropped)."""
+        return self.role.computed(step, task, result, term)
 
     def data(self, blob: bytes | None) -> list[Output]:
         """The dataset fetch finished (``None``: failed)."""
-        return self.member.data(blob)
+        return self._lead_if_named(self.member.data(blob))
 
     def summary(self) -> dict:
         return {"run_id": self.run_id, "step": self.step, "done_by": dict(self.done_by),

@@ -16,6 +16,7 @@ from daisychain.peer import frames as F
 from daisychain.peer.run.outputs import (
     Committed, Compute, Ended, FetchData, Log, Output, Refused, Removed, RestoreError, Restored, Send)
 from daisychain.peer.run.ring_roles import RingMember
+from daisychain.peer.run.rollback import Window, window_steps
 from daisychain.peer.run.split import measure_capacity
 from daisychain.peer.run.state import checked_state, load_state, state_message, tensor_bounds
 
@@ -44,6 +45,10 @@ class Member:
         self.awaiting_data = False
         self.restoring: tuple[int, str] | None = None  # (step, hash) a restore announced
         self.ring = RingMember(self)  # ring hook: its part in a ring (ring_roles.py)
+        #: the rollback window of this replica (rollback.py): kept by every member, so that a
+        #: coordinator built from it (hand-over) can roll back lies from before its term
+        self.window: Window | None = None
+        self.removed: set[str] = set()  # peers removed from the run (liars), as announced
         # who coordinates is the server's word: a run announce from a peer it has not named
         # the room's host waits here (the latest per sender, until HOLD_S after the first)
         self.held: dict[str, tuple[F.Run, float]] = {}
@@ -70,9 +75,25 @@ class Member:
         return state_message(self.trainer)
 
     def load(self, state: TrainState) -> None:
-        """Take a whole checked state (the one state loader, :mod:`.state`)."""
+        """Take a whole checked state (the one state loader, :mod:`.state`). The rollback
+        window keeps the steps before it if it leads to it (a restore mid-window)."""
         load_state(self.trainer, state)
         self.pending.clear()
+        if self.window is None:
+            self.window_for()
+        else:
+            self.window.rebase(self.trainer)
+
+    def window_for(self) -> Window:
+        """This replica's rollback window, made at its first use in a run (from the state
+        then): the coordinator's too while this peer coordinates (one object)."""
+        if self.window is None:
+            size = self.peer.window_size
+            if size is None:
+                size = window_steps(self.peer.verify_rate, self.peer.strikes)
+            self.window = Window(size, self.bounds)
+            self.window.reset(self.trainer)
+        return self.window
 
     def committed(self, step, loss, contributors, sha) -> list[Output]:
         """A step was committed (applied here): count who did what."""
@@ -97,7 +118,9 @@ class Member:
 
     # -- inputs ------------------------------------------------------------------------------
 
-    def computed(self, step: int, task: int, result: Result) -> list[Output]:
+    def computed(self, step: int, task: int, result: Result, term: int | None = None) -> list[Output]:
+        if term is not None and term != self.term:
+            return []  # asked in an older term: the same task number may now be another task
         micro = self.pending.pop((step, task), None)
         if micro is None or self.ended or self.coord is None or step != self.step:
             return []
@@ -128,15 +151,25 @@ class Member:
         return self._refuse(["dataset fingerprint: no copy of the run's dataset found"])
 
     def on_run(self, sender: str, msg: F.Run) -> list[Output]:
-        if self.refused or msg.term < self.term or (msg.term == self.term and sender != self.coord):
+        # (the current term from another sender only when the server names it host: two
+        # members that took over one after the other from the same term both announce term + 1)
+        if self.refused or msg.term < self.term or (msg.term == self.term and sender != self.coord
+                                                     and sender != self.peer.host):
             return []
-        if sender != self.peer.host and not (msg.term == self.term and sender == self.coord):
+        # named host before it held the run: it follows the host named before it to get the
+        # replica, then leads (driver._lead_if_named); nobody coordinated before (the old host
+        # had stepped down, every member held its announce)
+        handing = self.peer.host == self.peer.me and self.trainer is None and sender == self.peer.prev_host
+        if sender != self.peer.host and not (msg.term == self.term and sender == self.coord) and not handing:
             return self._hold(sender, msg)
         self.held.pop(sender, None)
         self.coord = sender
         self.peer.steps = msg.steps
         self.peer.verify_rate, self.peer.strikes = msg.verify_rate, msg.strikes
         first = self.run is None or msg.run_id != self.run.run_id
+        if first:  # another run: its own window and removed list
+            self.window, self.removed = None, set()
+        self.removed |= set(msg.removed)
         if first or msg.term != self.term:
             self.pending.clear()  # (the same announce again, on a reopened channel: work goes on)
             self.ring.drop()  # ring hook
@@ -224,7 +257,7 @@ class Member:
         for t in msg.tasks:
             if t.peer == self.peer.me and (msg.step, t.task) not in self.pending:
                 self.pending[(msg.step, t.task)] = t.micro
-                out.append(Compute(msg.step, t.task, t.micro, self.trainer.theta.copy()))
+                out.append(Compute(msg.step, t.task, t.micro, self.trainer.theta.copy(), self.term))
         return out
 
     def on_total(self, sender: str, msg: F.Total) -> list[Output]:
@@ -235,7 +268,8 @@ class Member:
         if msg.step > self.step:
             return [Log(f"missed steps {self.step}..{msg.step - 1}: resyncing", loud=True),
                     Send(sender, F.SyncRequest(self.term, self.step, self.sha(), "behind"))]
-        out = self._apply(msg.ints, msg.loss, msg.contributors, msg.params_sha256, sender)
+        self.removed |= set(msg.removed)
+        out = self._apply(msg.ints, msg.loss, msg.contributors, msg.params_sha256, sender, msg.unchecked)
         if msg.tasks and msg.term == self.term and self.sha() == msg.params_sha256:
             # the next step's tasks, started the moment the total is applied (not on a
             # replica that just diverged: it waits for its STATE; a backup takes the task)
@@ -309,13 +343,15 @@ class Member:
         self.data_sent.add(sender)
         return [Send(sender, F.Data(self.trainer.ds.fingerprint, self.trainer.ds.to_bytes()))]
 
-    def _apply(self, ints, loss, contributors, sha, sender) -> list[Output]:
+    def _apply(self, ints, loss, contributors, sha, sender, unchecked=()) -> list[Output]:
         step = self.step
         why = self.trainer.contribution_error(ints, range(self.trainer.n_tasks), step)  # local steps
         if why:
             return [Log(f"a total of step {step} from {self.peer._name(sender)} that no replica makes "
                         f"({why}): ignored", loud=True)]
+        window = self.window_for()
         self.trainer.apply(ints)
+        window.record(self.trainer, step, ints, unchecked)
         self.pending = {k: v for k, v in self.pending.items() if k[0] > step}
         out = self.committed(step, loss, contributors, sha)
         mine = self.sha()

@@ -20,11 +20,13 @@ class Send:
 @dataclass(frozen=True)
 class Compute:
     """Compute the integer sum of ``micro`` of ``step`` on ``theta`` (a private copy), then
-    call ``computed(step, task, result)``."""
+    call ``computed(step, task, result, term)``: ``term``, the term it was asked in, tells a
+    result of an older term (a hand-over renumbers the tasks) from one of the same task now."""
     step: int
     task: int
     micro: tuple[int, ...]
     theta: np.ndarray = field(repr=False, compare=False)
+    term: int | None = None
 
 
 @dataclass(frozen=True)

@@ -62,7 +62,7 @@ class _RingPart:
         mine = [t for t in plan.tasks if t.peer == me]
         for t in mine:
             self.role.pending[(plan.step, t.task)] = t.micro
-            out.append(Compute(plan.step, t.task, t.micro, tr.theta.copy()))
+            out.append(Compute(plan.step, t.task, t.micro, tr.theta.copy(), self.role.term))
         if not mine:
             out += self._sends(self.ring.contribute(np.zeros(size, np.int64)))
         return out, self.early.pop((plan.term, plan.step, plan.ring), [])

@@ -212,6 +212,37 @@ class Window:
             self.base = trainer.snapshot()
             trainer.load(now)
 
+    def rebase(self, trainer: Trainer) -> bool:
+        """The replica just loaded a whole state (a restore, a sync, a catch-up): keep the
+        steps before it when the window leads to that same state (its parameters at that
+        step), so that a lie from before a restore can still be rolled back; else start the
+        window again at the loaded state. True when the steps were kept."""
+        at, now = trainer.state.step, trainer.snapshot()
+        sha = trainer.params_sha256()
+        ok = False
+        if self.base is not None and self.base.step <= at and \
+                at <= (self.steps[-1].step + 1 if self.steps else self.base.step):
+            trainer.load(self.base)
+            for s in self.steps:
+                if s.step < at:
+                    trainer.apply(s.total(trainer.total_size))
+            ok = trainer.state.step == at and trainer.params_sha256() == sha
+            trainer.load(now)
+        if not ok:
+            self.reset(trainer)
+            return False
+        self.steps = [s for s in self.steps if s.step < at]
+        self.held = sum(len(s.body) for s in self.steps)
+        return True
+
+    def unchecked_since(self) -> dict[str, int]:
+        """peer -> the first step in the window with an unchecked contribution of it."""
+        out: dict[str, int] = {}
+        for s in self.steps:
+            for p in sorted(s.unchecked):
+                out.setdefault(p, s.step)
+        return out
+
     def encode(self, total: np.ndarray) -> tuple[int, bytes]:
         """A total as the window holds it and the wire sends it (NARROW or VARINT, the smaller)."""
         return encode_ints(np.asarray(total, np.int64), self.bounds, (Codec.NARROW, Codec.VARINT))

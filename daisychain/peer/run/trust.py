@@ -70,6 +70,7 @@ class TrustRole:
         are reported. Without any in the window, none of its answers of this step that a
         spot-check did not confirm is used (they are computed again)."""
         self.banned.add(peer)
+        self.member.removed.add(peer)  # announced with every total: a new coordinator keeps it
         name = self.names.get(peer, peer)
         text = f"liar removed: {name} ({peer}) after {n} strikes"
         out: list[Output] = [Log(text, loud=True), Alarm("removed", peer, name, self.step, None, n, text)]
@@ -85,6 +86,9 @@ class TrustRole:
         if since is not None:
             self.members.pop(peer, None)
             return out + self._roll_back(peer, since)
+        for c in self.checks.values():  # a check that only its answer decided is open again
+            if c.decided is not None and c.decided_by == peer and len(c.votes) < 2:
+                c.decided = c.decided_by = None
         for t in self.tasks.values():
             if t.result is not None and t.result[0] == peer:
                 c = self.checks.get(t.micro[0]) if len(t.micro) == 1 else None

@@ -183,7 +183,9 @@ export class LocalTrainer {
         return make(mine.m, mine.v, rnd * H, b);
       }
     }
-    const b = rnd === a ? [st.b1t, st.b2t] : biasProducts(this.hp.beta1, this.hp.beta2, a * H);
+    // st's bias products are round st.step's: the anchor's only while st.step is the anchor
+    // (a late compute of round a after the trainer moved on replays from the anchor's)
+    const b = st.step === a ? [st.b1t, st.b2t] : biasProducts(this.hp.beta1, this.hp.beta2, a * H);
     const adam = make(st.m[j], st.v[j], a * H, b);
     for (let n = a; n < rnd; n++) {
       await this._round(j, n, st.hist[n - a], adam, split, { lsum: 0, ln: 0, correct: 0 });

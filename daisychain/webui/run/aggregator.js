@@ -26,6 +26,7 @@ export class Star {
           peer = c.decidedBy;
           ints = c.decided.ints;
         }
+        if (c.votes.size < 2 && peer !== me) unchecked.add(peer); // one answer, nobody confirmed it
       } else if (peer !== me) {
         unchecked.add(peer);
       }

@@ -13,7 +13,7 @@ import { checkedState } from "./state.js";
 import { Star } from "./aggregator.js";
 import { checkedMicro } from "./checks.js";
 import { capacitySplit, finishShares, splitTasks } from "./split.js";
-import { Window, windowSteps } from "./rollback.js";
+import { Window } from "./rollback.js";
 import { TrustRole } from "./trust.js";
 import { g3, log, pastBound, pyList, sameInts, send } from "./util.js";
 import { RingCoordinator } from "./ring_roles.js";
@@ -66,6 +66,7 @@ export class Coordinator {
     this.stepStarted = false;
     this.selfSpm = null;      // our own seconds per micro-batch
     this.timingFrom = this.step + 1; // ... timed from this step on (a term's first warms up)
+    this.excused = new Set(); // peers whose first share's lateness was excused (once)
     this.catchingUp = false;
     this.catchFrom = null;    // the member ahead whose state we asked for
     this.catchUntil = 0;
@@ -75,7 +76,7 @@ export class Coordinator {
     this.waitFor = new Set(); // members to hear from before a step
     this.waitUntil = 0;
     this.strikeCount = new Map();
-    this.banned = new Set();  // removed from the run (liars)
+    this.banned = new Set(member.removed); // removed from the run (liars), handed over
     this.window = new Window(0);     // the rollback window (rollback.js)
     this.uncheckedSince = new Map(); // peer -> first step with an unchecked contribution
     this.run = null;          // our announce (made by begin())
@@ -95,7 +96,7 @@ export class Coordinator {
   _announce() {
     return { T: "run", identity: this.identity, run_id: this.runId, steps: this.steps,
       term: this.term, step: this.step, params_sha256: this.sha, coordinator: this.me,
-      verify_rate: this.verifyRate, strikes: this.strikes };
+      verify_rate: this.verifyRate, strikes: this.strikes, removed: [...this.banned].sort() };
   }
 
   _announceTargets() {
@@ -140,7 +141,8 @@ export class Coordinator {
     return [log(text, true)];
   }
 
-  async computed(step, task, result) {
+  async computed(step, task, result, term = null) {
+    if (term !== null && term !== this.term) return []; // asked in another term: its task numbers differ
     const key = `${step}:${task}`;
     const micro = this.pending.get(key);
     if (micro === undefined || this.ended) return [];
@@ -296,8 +298,9 @@ export class Coordinator {
   }
 
   async onReady(sender, msg) {
-    if (msg.term !== this.term || this.ended) return [];
+    if (msg.term !== this.term) return [];
     if (this.banned.has(sender)) return [log(`${this._name(sender)} was removed from the run: its ready is ignored`, true)];
+    if (this.ended) return this._lateEnd(sender, msg); // it answered our announce after the last step
     const m = this._member(sender);
     m.capacity = Math.max(msg.capacity, 1e-3);
     m.kind = msg.kind;
@@ -325,12 +328,11 @@ export class Coordinator {
     return this.crew.get(id);
   }
 
-  /** A rollback window from this replica's state on (a new term, a restore, a catch-up):
-   * what came before it cannot be rolled back. */
+  /** The rollback window: the member's (one object; it goes on across terms, and across a
+   * restore or a catch-up that loads a state it leads to: Window.rebase). */
   async _newWindow() {
-    this.window = new Window(this.peer.windowSize ?? windowSteps(this.verifyRate, this.strikes), this.bounds);
-    await this.window.reset(this.trainer);
-    this.uncheckedSince = new Map();
+    this.window = await this.member.windowFor();
+    this.uncheckedSince = this.window.uncheckedSince();
   }
 
   /** The coordinator took the state of a member that was ahead: restart from there. */
@@ -460,6 +462,15 @@ export class Coordinator {
     return t;
   }
 
+  /** coordinator.py _timed: whether `peer`'s seconds per micro-batch are known (it finished a
+   * share after the term's first step), so that a late task of it is a miss, not noise. */
+  _timed(peer) {
+    if (this.excused.has(peer)) return true; // excused once already
+    if (peer === this.me) return this.selfSpm !== null;
+    const m = this.crew.get(peer);
+    return m !== undefined && m.timed >= 1;
+  }
+
   _deadline(peer, n) {
     const spm = peer === this.me ? 1.0 / Number(this.capacity || 1.0) : this.crew.get(peer).secPerMicro;
     return Math.max(MIN_DEADLINE_S, DEADLINE_FACTOR * spm * n + 0.5);
@@ -477,7 +488,7 @@ export class Coordinator {
     for (const w of wire) {
       if (w.peer === this.me) {
         this.pending.set(`${this.step}:${w.task}`, w.micro);
-        out.push({ kind: "compute", step: this.step, task: w.task, micro: w.micro, theta: this.trainer.theta.slice() });
+        out.push({ kind: "compute", step: this.step, task: w.task, micro: w.micro, theta: this.trainer.theta.slice(), term: this.term });
       }
     }
     return out;
@@ -570,8 +581,9 @@ export class Coordinator {
         next.push(o);
       }
     }
+    const marks = { unchecked: [...unchecked].sort(), removed: [...this.banned].sort() };
     const out = receivers.map((p) => send(p, { T: "total", term: this.term, step, contributors, loss, params_sha256: sha,
-      ints: total, tasks: carried.get(p) ?? [] }));
+      ints: total, tasks: carried.get(p) ?? [], ...marks }));
     return [...out, ...committed, ...next];
   }
 
@@ -620,6 +632,7 @@ export class Coordinator {
     const late = [];
     const added = new Map();
     const dropped = [];
+    let timed = false; // a late task's peer whose timing is known (else it is no miss)
     const live = this._live();
     for (const t of [...this.tasks.values()]) {
       if (t.result || this.now < t.deadline) continue;
@@ -633,7 +646,10 @@ export class Coordinator {
         busy = new Set(t.assignees);
       }
       const spare = live.filter((p) => !busy.has(p));
-      if (!spare.length && t.kind !== "main") { // nobody else can give this second opinion: go without it
+      timed = timed || t.assignees.some((p) => this._timed(p));
+      // nobody else can give this second opinion: go without it (never a referee's: the answers
+      // it settles differ, so it is waited for)
+      if (!spare.length && t.kind === "check") {
         dropped.push(t);
         continue;
       }
@@ -654,25 +670,41 @@ export class Coordinator {
     }
     const out = [];
     const first = this.step < this.timingFrom; // a term's first step: no timing known, no miss
+    if (!first && !timed) for (const t of [...late, ...dropped]) this.excused.add(t.assignees[0]);
     if (late.length) {
       out.push(log(`task(s) ${pyList(late.map((t) => t.task))} of step ${this.step} ` + (first
-        ? "also given to a backup (the first step's timings are not known yet)" : "missed the deadline: backup assigned")),
+        ? "also given to a backup (the first step's timings are not known yet)"
+        : !timed ? "also given to a backup (a first share: its peer's timing is not known yet)" : "missed the deadline: backup assigned")),
         ...this._dispatch(late, added));
     }
     if (dropped.length) {
       for (const t of dropped) this.tasks.delete(t.task);
       out.push(log(`spot-check(s) of micro-batch(es) ${pyList(dropped.map((t) => t.micro[0]))} of step ${this.step} ` +
-        (first ? "skipped (the first step's timings are not known yet)" : "got no second answer in time: dropped")));
+        (first ? "skipped (the first step's timings are not known yet)"
+          : !timed ? "skipped (a first share: its peer's timing is not known yet)" : "got no second answer in time: dropped")));
       for (const j of [...this.checks.keys()].sort((a, b) => a - b)) out.push(...(await this._judge(j)));
       out.push(...(await this._maybeCommit()));
     }
     return out;
   }
 
+  /** coordinator.py _late_end: a member's `ready` of this term came after the run ended: it
+   * gets the final state, if it differs, and the end (it waited for ever before). */
+  async _lateEnd(sender, msg) {
+    const sha = this.sha;
+    const out = [log(`${this._name(sender)} is ready after the run ended: sending the state and the end`)];
+    if (msg.step !== this.step || msg.params_sha256 !== sha) out.push(send(sender, await this._state()));
+    return [...out, send(sender, { T: "end", term: this.term, step: this.step, params_sha256: sha })];
+  }
+
   _end() {
     this.ended = true;
     const msg = { T: "end", term: this.term, step: this.step, params_sha256: this.sha };
-    return [...this._receivers().map((p) => send(p, msg)),
+    // members still being brought in (ready, not synced: a catch-up was pending) get the
+    // announce again: their ready then gets the final state and the end (_lateEnd)
+    const late = [...this.crew.values()].filter((m) => m.ready && !m.synced && !m.refused && this.open.has(m.id) && !this.banned.has(m.id))
+      .map((m) => m.id).sort();
+    return [...this._receivers().map((p) => send(p, msg)), ...late.map((p) => send(p, this._announce())),
       { kind: "ended", step: this.step, params_sha256: this.sha, agreed: true }];
   }
 }

@@ -9,7 +9,7 @@
 //   members(ids, host), channelOpen(id), channelClosed(id), receive(sender, msg),
 //   computed(step, task, result), data(dataset|null), tick(now)
 // and performs what they return (arrays of outputs):
-//   {kind: "send", to, message}   {kind: "compute", step, task, micro, theta}
+//   {kind: "send", to, message}   {kind: "compute", step, task, micro, theta, term}
 //   {kind: "fetch", task, fingerprint}   {kind: "committed", step, loss, contributors, mine, params_sha256}
 //   {kind: "refused", peer, reasons}     {kind: "log", text, loud}
 //   {kind: "ended", step, params_sha256, agreed}   {kind: "removed", by, reason}   {kind: "joined"}
@@ -77,6 +77,7 @@ export class RunPeer {
     this.steps = 0;       // the run's length (the announce's, or ours as host)
     this.now = 0;
     this.host = null;     // the room host per the signaling server
+    this.prevHost = null; // the host it named before (driver.py prev_host)
     this.open = new Set();
     this.room = new Set();
     this.refusals = new Map(); // peer -> bad messages refused
@@ -176,6 +177,7 @@ export class RunPeer {
     const out = [];
     this.room = new Set(ids);
     if (names) for (const [k, v] of Object.entries(names)) this.names.set(String(k), String(v).slice(0, 64));
+    if (host !== this.host) this.prevHost = this.host; // who hands over to the next (member.js onRun)
     this.host = host;
     if (host === this.me && !this.coordinator && this.trainer && this.member.run) {
       out.push(...(await this._lead()));
@@ -212,7 +214,17 @@ export class RunPeer {
     if (!known) return [log(`ignored a ${msg.T} message from ${sender}`)];
     const table = this.coordinator ? COORDINATOR_MESSAGES : MEMBER_MESSAGES;
     if (!Object.hasOwn(table, msg.T)) return [];
-    return this.role[table[msg.T]](sender, msg);
+    const out = await this.role[table[msg.T]](sender, msg);
+    return msg.T === "data" && !this.coordinator ? this._leadIfNamed(out) : out;
+  }
+
+  /** driver.py _lead_if_named: the room named this peer host while it was still joining (no
+   * replica yet, so it could not lead then): it leads once its replica is built. */
+  async _leadIfNamed(out) {
+    if (this.host === this.me && !this.coordinator && this.trainer && this.member.run && !this.member.refused) {
+      return [...out, ...(await this._lead())];
+    }
+    return out;
   }
 
   /** `sender` sent bytes that are not a valid message (`reason`). Logged by name; the
@@ -235,12 +247,13 @@ export class RunPeer {
     return (this.refusals.get(sender) ?? 0) > Math.max(REFUSAL_LINES, this.strikes) && sender !== this.coord;
   }
 
-  async computed(step, task, result) {
-    return this.role.computed(step, task, result);
+  /** A compute finished; `term`: the compute's (driver.py computed). */
+  async computed(step, task, result, term = null) {
+    return this.role.computed(step, task, result, term);
   }
 
   /** The dataset fetch finished: a parsed dataset with its fingerprint, or null. */
   async data(ds) {
-    return this.member.data(ds);
+    return this._leadIfNamed(await this.member.data(ds));
   }
 }

@@ -10,6 +10,7 @@ import { paramsSha256, runIdentity } from "../engine/trainer.js";
 import { checkedState, loadState, tensorBounds } from "./state.js";
 import { g3, log, send } from "./util.js";
 import { RingMember } from "./ring_roles.js";
+import { Window, windowSteps } from "./rollback.js";
 
 const IDENTITY_NAMES = { model: "model spec", hyper: "hyperparameters", dataset: "dataset fingerprint",
   luts: "LUT manifest", engine: "engine version", seed: "seed", task: "task" };
@@ -59,6 +60,10 @@ export class Member {
     this.awaitingData = false;
     this.restoring = null; // {step, sha} a restore announced, until its STATE
     this.ring = new RingMember(this); // ring hook: its part in a ring (ring_roles.js)
+    // the rollback window of this replica (rollback.js): kept by every member, so that a
+    // coordinator built from it (hand-over) can roll back lies from before its term
+    this.window = null;
+    this.removed = new Set(); // peers removed from the run (liars), as announced
     // who coordinates is the server's word: a run announce from a peer it has not named the
     // room's host waits here (the latest per sender, until HOLD_S after the first)
     this.held = new Map(); // sender -> {msg, until}
@@ -86,7 +91,20 @@ export class Member {
   async load(st) {
     await loadState(this.trainer, st);
     this.pending.clear();
+    if (this.window) await this.window.rebase(this.trainer); // keeps the steps before it if they lead to it
+    else await this.windowFor();
     return this.rehash();
+  }
+
+  /** member.py window_for: this replica's rollback window, made at its first use in a run
+   * (from the state then); the coordinator's too while this tab coordinates (one object). */
+  async windowFor() {
+    if (!this.window) {
+      const p = this.peer;
+      this.window = new Window(p.windowSize ?? windowSteps(p.verifyRate, p.strikes), this.bounds);
+      await this.window.reset(this.trainer);
+    }
+    return this.window;
   }
 
   /** A step was committed (applied here): count who did what. */
@@ -122,6 +140,8 @@ export class Member {
     this.bounds = tensorBounds(trainer);
     this.refused = false;
     this.ended = false;
+    this.window = null; // a new run: its own window and removed list
+    this.removed = new Set();
     await this.rehash();
     const p = this.peer;
     this.run = { T: "run", identity, run_id: runId, steps: p.steps, term: this.term, step: 0, params_sha256: this.sha, coordinator: p.me };
@@ -129,7 +149,8 @@ export class Member {
 
   // -- inputs --------------------------------------------------------------------------------
 
-  async computed(step, task, result) {
+  async computed(step, task, result, term = null) {
+    if (term !== null && term !== this.term) return []; // asked in an older term: the task number may be another task now
     const key = `${step}:${task}`;
     const micro = this.pending.get(key);
     if (micro === undefined || this.ended) return [];
@@ -161,15 +182,25 @@ export class Member {
   async onRun(sender, msg) {
     // A higher term only from the host the server names (an announce that overtook the room
     // message naming its sender is held), the current term only from the coordinator we follow.
-    if (this.refused || msg.term < this.term || (msg.term === this.term && sender !== this.coord)) return [];
+    // (the current term from another sender only when the server names it host: two members that
+    // took over one after the other from the same term both announce term + 1)
+    if (this.refused || msg.term < this.term || (msg.term === this.term && sender !== this.coord && sender !== this.peer.host)) return [];
     const p = this.peer;
-    if (sender !== p.host && !(msg.term === this.term && sender === this.coord)) return this._hold(sender, msg);
+    // named host before it held the run: it follows the host named before it to get the replica,
+    // then leads (driver.js _leadIfNamed); nobody coordinated before
+    const handing = p.host === p.me && !this.trainer && sender === p.prevHost;
+    if (sender !== p.host && !(msg.term === this.term && sender === this.coord) && !handing) return this._hold(sender, msg);
     this.held.delete(sender);
     this.coord = sender;
     p.steps = msg.steps;
     p.verifyRate = msg.verify_rate ?? 0.0;
     p.strikes = msg.strikes ?? p.strikes;
     const first = !this.run || msg.run_id !== this.run.run_id;
+    if (first) { // another run: its own window and removed list
+      this.window = null;
+      this.removed = new Set();
+    }
+    for (const q of msg.removed ?? []) this.removed.add(q);
     if (first || msg.term !== this.term) {
       this.pending.clear(); // (the same announce again, on a reopened channel: work goes on)
       this.ring.drop(); // ring hook
@@ -263,7 +294,7 @@ export class Member {
       const key = `${msg.step}:${t.task}`;
       if (t.peer === this.peer.me && !this.pending.has(key)) {
         this.pending.set(key, t.micro);
-        out.push({ kind: "compute", step: msg.step, task: t.task, micro: t.micro, theta: this.trainer.theta.slice() });
+        out.push({ kind: "compute", step: msg.step, task: t.task, micro: t.micro, theta: this.trainer.theta.slice(), term: this.term });
       }
     }
     return out;
@@ -276,7 +307,8 @@ export class Member {
       return [log(`missed steps ${this.step}..${msg.step - 1}: resyncing`, true),
         send(sender, { T: "sync", term: this.term, step: this.step, params_sha256: this.sha, reason: "behind" })];
     }
-    const out = await this._apply(msg.ints, msg.loss, msg.contributors, msg.params_sha256, sender);
+    for (const p of msg.removed ?? []) this.removed.add(p);
+    const out = await this._apply(msg.ints, msg.loss, msg.contributors, msg.params_sha256, sender, msg.unchecked ?? []);
     if (msg.tasks?.length && msg.term === this.term && this.sha === msg.params_sha256) {
       // the next step's tasks, started the moment the total is applied (not on a replica
       // that just diverged: it waits for its STATE; a backup takes the task)
@@ -352,11 +384,13 @@ export class Member {
     return [send(sender, { T: "data", fingerprint: this.trainer.ds.fingerprint, data: this.trainer.ds.bytes })];
   }
 
-  async _apply(ints, loss, contributors, sha, sender) {
+  async _apply(ints, loss, contributors, sha, sender, unchecked = []) {
     const step = this.step;
     const why = this.trainer.contributionError?.(ints, Array.from({ length: this.trainer.nTasks }, (_, j) => j), step); // local steps
     if (why) return [log(`a total of step ${step} from ${this.peer._name(sender)} that no replica makes (${why}): ignored`, true)];
+    const window = await this.windowFor();
     await this.trainer.apply(ints);
+    await window.record(this.trainer, step, ints, unchecked);
     for (const k of [...this.pending.keys()]) if (Number(k.split(":")[0]) <= step) this.pending.delete(k);
     const out = this.committed(step, loss, contributors, sha);
     const mine = await this.rehash();

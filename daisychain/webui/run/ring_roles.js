@@ -54,7 +54,7 @@ class RingPart {
     const mine = plan.tasks.filter((t) => t.peer === me);
     for (const t of mine) {
       this.role.pending.set(`${plan.step}:${t.task}`, t.micro);
-      out.push({ kind: "compute", step: plan.step, task: t.task, micro: t.micro, theta: tr.theta.slice() });
+      out.push({ kind: "compute", step: plan.step, task: t.task, micro: t.micro, theta: tr.theta.slice(), term: this.role.term });
     }
     if (!mine.length) out.push(...this._sends(this.ring.contribute(new Float64Array(size))));
     const key = `${plan.term}:${plan.step}:${plan.ring}`;

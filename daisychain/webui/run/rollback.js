@@ -161,6 +161,38 @@ export class Window {
     this.held = keep.reduce((a, s) => a + s.body.length, 0);
   }
 
+  /** rollback.py rebase: the replica just loaded a whole state (a restore, a sync, a
+   * catch-up): keep the steps before it when the window leads to that same state, else start
+   * again at the loaded state. True when the steps were kept. */
+  async rebase(trainer) {
+    const at = trainer.step;
+    const now = await trainer.snapshot();
+    const sha = await trainer.paramsSha256();
+    let ok = false;
+    const last = this.steps.length ? this.steps[this.steps.length - 1].step + 1 : this.base?.step;
+    if (this.base && this.base.step <= at && at <= last) {
+      await trainer.load(this.base);
+      for (const s of this.steps) if (s.step < at) await trainer.apply(await decodeInts(s.codec, s.body, trainer.totalSize));
+      ok = trainer.step === at && (await trainer.paramsSha256()) === sha;
+      await trainer.load(now);
+    }
+    if (!ok) {
+      await this.reset(trainer);
+      return false;
+    }
+    this.steps = this.steps.filter((s) => s.step < at);
+    this.held = this.steps.reduce((a, s) => a + s.body.length, 0);
+    return true;
+  }
+
+  /** rollback.py unchecked_since: peer -> the first step in the window with an unchecked
+   * contribution of it. */
+  uncheckedSince() {
+    const out = new Map();
+    for (const s of this.steps) for (const p of [...s.unchecked].sort()) if (!out.has(p)) out.set(p, s.step);
+    return out;
+  }
+
   /** Bytes the window holds: the snapshot and the totals. */
   bytes() {
     if (!this.base) return 0;

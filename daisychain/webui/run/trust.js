@@ -58,6 +58,7 @@ export class TrustRole {
    * spot-check did not confirm is used (they are computed again). */
   async _remove(peer, n, last) {
     this.banned.add(peer);
+    this.member.removed.add(peer); // announced with every total: a new coordinator keeps it
     const name = this.names.get(peer) ?? peer;
     const text = `liar removed: ${name} (${peer}) after ${n} strikes`;
     const out = [log(text, true), { kind: "alarm", alarm: "removed", peer, name, step: this.step, micro: null, strikes: n, text }];
@@ -72,6 +73,12 @@ export class TrustRole {
     if (since !== null) {
       this.crew.delete(peer);
       return [...out, ...(await this._rollBack(peer, since))];
+    }
+    for (const c of this.checks.values()) { // a check that only its answer decided is open again
+      if (c.decided && c.decidedBy === peer && c.votes.size < 2) {
+        c.decided = null;
+        c.decidedBy = null;
+      }
     }
     for (const t of this.tasks.values()) {
       if (t.result && t.result.peer === peer) {
