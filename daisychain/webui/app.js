@@ -367,7 +367,7 @@ function wire() {
     if (e.target.name === "data_file") return;
     validate();
     if (["steps", "lr"].includes(e.target.name)) renderSchedule();
-    if (["layers", "hidden", "task", "dataset"].includes(e.target.name)) { // the model on its data, once typing stops
+    if (["layers", "hidden", "context", "task", "dataset"].includes(e.target.name)) { // the model on its data, once typing stops
       clearTimeout(wire.check);
       wire.check = setTimeout(() => validateAll(), 400);
     }
