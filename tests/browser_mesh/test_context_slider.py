@@ -1,9 +1,10 @@
 """The text task's context on the page (issue 38 item 4; webui/panels/model_data.js): a tab
 host moves the context slider, the parameter count shown is the spec's for that context, a
 context outside --context's range is refused at its field, and the run it starts with one
-daisy-peer trains what ``daisychain train --task text --context N`` trains: the tab fetches
-the text windowed with N (``/data/text.dcds?context=N``, server/data.py), the daisy-peer
-fetches the same data by its fingerprint, and both end on train's params-sha256."""
+daisy-peer and a guest tab trains what ``daisychain train --task text --context N`` trains:
+the host fetches the text windowed with N (``/data/text.dcds?context=N``, server/data.py),
+the daisy-peer and the guest fetch the same data by its fingerprint, and all end on train's
+params-sha256; the guest's form shows the run's context."""
 
 from __future__ import annotations
 
@@ -45,13 +46,15 @@ def test_a_tab_host_moves_the_context_slider_and_trains_trains_run(browser_cpu, 
     host = tabs(browser_cpu, "ctx-host").open("create=1")
     host.wait("window.__daisy.room && window.__daisy.room.room === 'private' && window.__daisy.room.isHost")
     code = host.state("window.__daisy.room.code")
+    guest = tabs(browser_cpu, "ctx-guest").open(f"room={code}")
     peer = subprocess.Popen([str(BIN / "daisy-peer"), "--server", server_url, "--room", code, "--name", "py1",
                              "--json", "--quiet"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        sel = "#approvals li[data-peer]:has-text('py1') button.approve"
-        host.page.wait_for_selector(sel, timeout=120_000)
-        host.page.click(sel)
-        host.wait("window.__daisy.room.members.length === 2")
+        for name in ("ctx-guest", "py1"):
+            sel = f"#approvals li[data-peer]:has-text('{name}') button.approve"
+            host.page.wait_for_selector(sel, timeout=120_000)
+            host.page.click(sel)
+        host.wait("window.__daisy.room.members.length === 3")
         assert not host.page.is_visible("#context-field")  # digits has no context
         host.page.select_option("#settings select[name=task]", "text")
         for k, v in RUN.items():
@@ -82,7 +85,8 @@ def test_a_tab_host_moves_the_context_slider_and_trains_trains_run(browser_cpu, 
         assert int(host.page.get_attribute("#model-size", "data-bytes")) == 24 * want_params
 
         host.page.click("#start")
-        host.wait("window.__daisy.run.state === 'done'", 180_000)
+        for t in (host, guest):
+            t.wait("window.__daisy.run.state === 'done'", 180_000)
         out, err = peer.communicate(timeout=120)
     finally:
         if peer.poll() is None:
@@ -94,5 +98,7 @@ def test_a_tab_host_moves_the_context_slider_and_trains_trains_run(browser_cpu, 
     assert run["runId"] == want["run_id"] and run["sha"] == want["params_sha256"]
     assert res["params_sha256"] == want["params_sha256"] and res["agreed"]
     assert res["identity"]["dataset"] == data.fingerprint
-    kinds = {p["kind"]: p["micro_batches"] for p in res["peers"]}
-    assert kinds.get("python", 0) > 0 and kinds.get("cpu", 0) > 0, kinds  # both computed
+    assert guest.state("window.__daisy.run.sha") == want["params_sha256"]
+    assert guest.page.input_value("#f-context") == str(CONTEXT)  # the run's settings, read-only
+    done = host.state("window.__daisy.run.done")
+    assert len(done) == 3 and all(n > 0 for n in done.values()), done  # everyone computed
