@@ -169,7 +169,7 @@ bus.on("run:state", (s) => {
   else if (s.state === "running" && state.runStart && !state.times.length && Number.isFinite(s.step)) state.runStart.step = s.step;
   if (s.text) event(s.text, s.state === "refused" || s.state === "failed" ? "error" : "");
   if (["running", "starting"].includes(s.state)) status(s.text || "training");
-  if (s.state === "running") { offerTry(); showRunSettings(); }
+  if (s.state === "running") { offerTry(); showRunSettings(); renderModelSize(); }
   renderRun();
 });
 bus.on("run:step", (s) => {

@@ -100,5 +100,6 @@ def test_a_tab_host_moves_the_context_slider_and_trains_trains_run(browser_cpu, 
     assert res["identity"]["dataset"] == data.fingerprint
     assert guest.state("window.__daisy.run.sha") == want["params_sha256"]
     assert guest.page.input_value("#f-context") == str(CONTEXT)  # the run's settings, read-only
+    assert guest.page.input_value("#f-context-slider") == str(CONTEXT) and guest.page.is_visible("#context-field")
     done = host.state("window.__daisy.run.done")
     assert len(done) == 3 and all(n > 0 for n in done.values()), done  # everyone computed
