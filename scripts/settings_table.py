@@ -28,7 +28,7 @@ DOC = ROOT / "docs" / "RELIABILITY.md"
 BEGIN, END = "<!-- scripts/settings_table.py: begin -->", "<!-- scripts/settings_table.py: end -->"
 COMMANDS = ("train", "demo", "cluster", "daisy-peer", "sample")
 PAGE_LABELS = {"steps": "steps", "seed": "the seed", "batch": "the batch",
-               "micro_batch": "the micro-batch", "hidden": "hidden", "lr": "the learning rate",
+               "micro_batch": "the micro-batch", "hidden": "hidden", "context": "the context", "lr": "the learning rate",
                "replicas": "replicas", "sync_every": "sync every", "outer_lr": "the outer learning rate",
                "outer_momentum": "the outer momentum"}
 

@@ -260,17 +260,47 @@ def load_text(source: str | None = None, column: str = "text", context: int = 8,
     vocab = sorted(set(text))
     index = {c: i for i, c in enumerate(vocab)}
     ids = np.array([index[c] for c in text], np.int32)
-    n = len(ids) - context
-    if n < 20:
-        raise DataError(f"text of {len(text)} characters is too short for context {context}")
-    win = np.lib.stride_tricks.sliding_window_view(ids, context)[:n].astype(np.int32)
-    tgt = ids[context:].astype(np.int32)
-    cut = (n * 9) // 10
     meta = {"source": desc, "context": context, "vocab": "".join(vocab)}
     if hub is not None:
         meta["hub"] = hub  # what was read: set, config, split, revision, rows
+    return _windowed(ids, context, len(vocab), meta)
+
+
+def _windowed(ids: np.ndarray, context: int, classes: int, meta: dict) -> Dataset:
+    n = len(ids) - context
+    if n < 20:
+        raise DataError(f"text of {len(ids)} characters is too short for context {context}")
+    win = np.lib.stride_tricks.sliding_window_view(ids, context)[:n].astype(np.int32)
+    tgt = ids[context:].astype(np.int32)
+    cut = (n * 9) // 10
     return Dataset("text", np.ascontiguousarray(win[:cut]), tgt[:cut],
-                   np.ascontiguousarray(win[cut:]), tgt[cut:], classes=len(vocab), meta=meta)
+                   np.ascontiguousarray(win[cut:]), tgt[cut:], classes=classes, meta=meta)
+
+
+#: the windows (int32) a re-windowing makes at most: 64 MiB (a page's context slider, served by
+#: the server: server/data.py); ``daisychain train --context`` has no such cap
+MAX_WINDOW_BYTES = 64 << 20
+
+
+def with_context(ds: Dataset, context: int) -> Dataset:
+    """The text data set ``ds`` with ``context`` ids a window: the same data set ``load_text``
+    makes from the same text with ``--context context`` (same fingerprint). The text's ids are
+    ``ds``'s first window followed by every target, so nothing is read again. DataError with
+    words for data that is not the text task's, a context outside [1, 256], a text too short,
+    or windows over MAX_WINDOW_BYTES."""
+    if ds.task != "text" or ds.kind != "tokens" or not isinstance(ds.meta.get("context"), int) \
+            or not len(ds.y_train):
+        raise DataError("a context applies to the text task's data only")
+    if isinstance(context, bool) or not isinstance(context, int) or not 1 <= context <= 256:
+        raise DataError("--context must lie in [1, 256]")
+    if context == ds.meta["context"]:
+        return ds
+    ids = np.concatenate([ds.x_train[0], ds.y_train, ds.y_test]).astype(np.int32)
+    if (len(ids) - context) * context * 4 > MAX_WINDOW_BYTES:
+        raise DataError(f"context {context} on {len(ids):,} characters makes "
+                        f"{(len(ids) - context) * context * 4 >> 20} MiB of windows; the server "
+                        f"makes at most {MAX_WINDOW_BYTES >> 20} MiB (daisychain train has no cap)")
+    return _windowed(ids, context, ds.classes, {**ds.meta, "context": context})
 
 
 def prepare_task(task: str, data: str | None = None, column: str = "text", context: int = 8,

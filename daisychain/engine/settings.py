@@ -91,8 +91,8 @@ SETTINGS: dict[str, Range] = {
     "moments_every": Range("int", 1, MAX_MOMENTS_EVERY),
     "take": Range("int", 1, 1_000_000),  # engine/hub.py MAX_TAKE
 }
-PAGE_SETTINGS = ("steps", "seed", "batch", "micro_batch", "hidden", "lr", "replicas", "sync_every",
-                 "outer_lr", "outer_momentum")
+PAGE_SETTINGS = ("steps", "seed", "batch", "micro_batch", "hidden", "context", "lr", "replicas",
+                 "sync_every", "outer_lr", "outer_momentum")
 
 _INT = re.compile(r"[+-]?[0-9]{1,30}")
 _FLOAT = re.compile(r"[+-]?([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][+-]?[0-9]{1,4})?")

@@ -17,7 +17,8 @@
 - ``GET /data/<task>.dcds[?fingerprint=HEX]``: as ``daisychain.server.data`` (which it wraps),
   plus the server's sets by fingerprint, and an upload only to a current member of its room
   (credential in ``X-Daisy-Token``); to anyone else an upload's fingerprint is a 404 like
-  any unknown one.
+  any unknown one. ``&context=N`` re-windows either (the text task, as ``data.py``); an
+  upload re-windowed is not kept (a peer without it asks the run's host over the data channel).
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ from aiohttp import web
 from daisychain.engine.data import EMBEDDED_NAMES, TASKS, DataError, Dataset, prepare_task
 
 from .config import ServerConfig
-from .data import data_routes
+from .data import context_of, data_routes, rewindowed
 from .guard import refusal
 from .uploads import guard_of
 
@@ -140,6 +141,12 @@ def dataset_routes(datasets: dict[str, Dataset] | None = None) -> list[web.Abstr
             up = guard.shelf.get(who.room_key if who else None, fp)
         if up is None or up.entry["task"] != request.match_info["task"]:
             return await inner(request)
+        context = context_of(request)
+        if context is not None:  # the page's context slider on the room's text (data.py)
+            ds = await rewindowed(await asyncio.to_thread(Dataset.from_bytes, up.data), context)
+            return web.Response(body=ds.to_bytes(), content_type="application/octet-stream",
+                                headers={"X-Dataset-Fingerprint": ds.fingerprint,
+                                         "Cache-Control": "no-store"})
         return web.Response(body=up.data, content_type="application/octet-stream",
                             headers={"X-Dataset-Fingerprint": fp, "Cache-Control": "no-store"})
 

@@ -169,7 +169,7 @@ bus.on("run:state", (s) => {
   else if (s.state === "running" && state.runStart && !state.times.length && Number.isFinite(s.step)) state.runStart.step = s.step;
   if (s.text) event(s.text, s.state === "refused" || s.state === "failed" ? "error" : "");
   if (["running", "starting"].includes(s.state)) status(s.text || "training");
-  if (s.state === "running") { offerTry(); showRunSettings(); }
+  if (s.state === "running") { offerTry(); showRunSettings(); renderModelSize(); }
   renderRun();
 });
 bus.on("run:step", (s) => {
@@ -367,7 +367,7 @@ function wire() {
     if (e.target.name === "data_file") return;
     validate();
     if (["steps", "lr"].includes(e.target.name)) renderSchedule();
-    if (["layers", "hidden", "task", "dataset"].includes(e.target.name)) { // the model on its data, once typing stops
+    if (["layers", "hidden", "context", "task", "dataset"].includes(e.target.name)) { // the model on its data, once typing stops
       clearTimeout(wire.check);
       wire.check = setTimeout(() => validateAll(), 400);
     }

@@ -153,5 +153,7 @@ export function settingsOf(identity) {
     hidden: dense ? layers[0] : null, layers };
   for (const k of RECIPE_FIELDS) out[k] = hp[k] ?? 0;
   for (const k of LOCAL_FIELDS) if (k in hp) out[k] = hp[k]; // a local-steps run's (absent: synchronous)
+  const input = identity.model?.input;
+  if (identity.task === "text" && input?.kind === "tokens") out.context = input.dim; // --context
   return out;
 }

@@ -106,18 +106,21 @@ export async function selfTestDevice({ want = null } = {}) {
  * stay with it (`ds.bytes`) so this replica can hand the data to a member that asks. Throws
  * an Error that says what is wrong, in words.
  */
-export async function fetchDataset(task, fingerprint = null, label = null) {
+export async function fetchDataset(task, fingerprint = null, label = null, context = null) {
   const what = label || `the ${task} data`;
-  const url = `/data/${encodeURIComponent(task)}.dcds` +
-    (fingerprint ? `?fingerprint=${encodeURIComponent(fingerprint)}` : "");
+  const q = new URLSearchParams();
+  if (fingerprint) q.set("fingerprint", fingerprint);
+  if (context !== null) q.set("context", String(context)); // the text windowed with it (server/data.py)
+  const url = `/data/${encodeURIComponent(task)}.dcds` + (q.size ? `?${q}` : "");
   const resp = await fetch(url, { cache: "no-store", headers: withCredential() }); // an upload: its room's only
   if (!resp.ok) {
-    const why = resp.status === 404 ? "the server has no copy of it" : `HTTP ${resp.status}`;
+    const why = resp.status === 404 ? "the server has no copy of it"
+      : resp.status === 400 ? (await resp.text()).trim().slice(0, 300) || "HTTP 400" : `HTTP ${resp.status}`;
     throw new Error(`${what}${fingerprint ? ` (fingerprint ${fingerprint.slice(0, 12)}…)` : ""}: ${why}`);
   }
   const buffer = await resp.arrayBuffer();
   const got = await sha256Hex(buffer);
-  if (fingerprint && got !== fingerprint) {
+  if (context === null && fingerprint && got !== fingerprint) {
     throw new Error(`${what}: the server's copy hashes to ${got.slice(0, 12)}…, not the fingerprint ${fingerprint.slice(0, 12)}… the run names`);
   }
   const ds = parseDataset(buffer);

@@ -282,11 +282,12 @@ export class Mesh {
     }).catch((err) => this.bus.emit("run:error", { message: `compute failed: ${err.message}` }));
   }
 
-  /** The dataset of `task` (and `fingerprint`), fetched once per page (checked, parsed). */
-  loadData(task, fingerprint = null, label = null) {
-    const key = `${task}?${fingerprint || ""}`;
+  /** The dataset of `task` (and `fingerprint`), fetched once per page (checked, parsed);
+   *  `context`: that text windowed with so many ids (`--context`, the server makes it). */
+  loadData(task, fingerprint = null, label = null, context = null) {
+    const key = `${task}?${fingerprint || ""}&${context ?? ""}`;
     if (!this.dataCache.has(key)) {
-      const p = fetchDataset(task, fingerprint, label);
+      const p = fetchDataset(task, fingerprint, label, context);
       this.dataCache.set(key, p);
       p.catch(() => this.dataCache.delete(key)); // a failure is not kept: the next try asks again
     }
@@ -493,11 +494,12 @@ export class Mesh {
    * the settings make the same run. `layers` (the `--layers` items) wins over `hidden` (one
    * hidden layer, `--hidden`) when given; an image task without `layers` trains its default
    * CNN. The image recipe's fields left null take the task's defaults (spec.js
-   * recipeSettings), or with `resume` the checkpoint's.
+   * recipeSettings), or with `resume` the checkpoint's. `context` (the text task's
+   * `--context`) trains on the data windowed with it, as the server makes it.
    */
   async start({ task = null, steps = 600, seed = 0, batch = 64, micro_batch = 16, lr = 3e-3, hidden = 128, layers = null, dataset = null,
     augment_shift = null, lr_warmup = null, lr_decay_steps = null, replicas = 1, sync_every = 1, outer_lr = 1.0,
-    outer_momentum = 0.5, moments_every = 8, verify_rate = null, aggregate = null } = {}, resume = null) {
+    outer_momentum = 0.5, moments_every = 8, verify_rate = null, aggregate = null, context = null } = {}, resume = null) {
     if (!this.net.room || this.net.room.host !== this.net.id) throw new Error("only the host starts a run");
     if (verify_rate !== null && !(Number.isFinite(verify_rate) && verify_rate >= 0 && verify_rate <= 1)) throw new Error("the verify rate must be in [0, 1]");
     if (aggregate !== null && !["auto", "star", "ring"].includes(aggregate)) throw new Error("the aggregation must be one of auto, star, ring");
@@ -517,7 +519,7 @@ export class Mesh {
     this._preparing("data", 0, 4, `fetching ${label}`);
     let ds;
     try {
-      ds = await this.loadData(task, fp, label);
+      ds = await this.loadData(task, fp, label, context);
     } catch (err) {
       this._state("idle", err.message);
       throw err;

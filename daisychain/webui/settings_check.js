@@ -11,6 +11,7 @@ export const SETTINGS = Object.freeze({
   batch: ["int", 1, 65536, false],
   micro_batch: ["int", 1, 4096, false],
   hidden: ["int", 1, 66572, false],
+  context: ["int", 1, 256, false],
   lr: ["float", 0, 1, true],
   replicas: ["int", 1, 1024, false],
   sync_every: ["int", 1, 100000, false],

@@ -5,6 +5,10 @@
 //   move. The count is the spec's (engine/spec.js modelFor, the function the run builds its
 //   model with); the memory is what every device holds for it: the parameters and Adam's two
 //   moments, float64 each (24 bytes a parameter).
+// * The text task's context (`--context`): a slider and a field with the range of the one
+//   settings table (settings_check.js SETTINGS, held to engine/settings.py by
+//   tests/settings_values.json). The count follows it; the run fetches the data windowed with
+//   it (`/data/text.dcds?context=N`, server/data.py), the data `train --context N` makes.
 // * A Hugging Face data set by name: the host types owner/name and the rows to read; the
 //   server fetches them (`daisychain serve --hub`, server/hub_routes.py) and keeps the set for
 //   the room like an uploaded file, under the room credential and quotas.
@@ -18,6 +22,7 @@
 import * as F from "../ui_format.js";
 import { modelFor, parseLayers } from "../engine/spec.js";
 import { postUpload } from "../uploads.js";
+import { checkSetting, SETTINGS } from "../settings_check.js";
 import { $, state } from "./store.js";
 import { event } from "./events.js";
 import { chosenDataset, renderDatasets, validate } from "./settings.js";
@@ -33,10 +38,12 @@ function el(tag, props = {}, children = []) {
   return e;
 }
 
-/** A /datasets entry as the shape modelFor reads (the data's kind, input and classes). */
-export function entryShape(d) {
+/** A /datasets entry as the shape modelFor reads (the data's kind, input and classes);
+ *  `context`: a text set's windows that long instead of its own. */
+export function entryShape(d, context = null) {
   if (!d || !Array.isArray(d.input)) return null;
-  return { kind: d.kind, task: d.task, classes: d.classes, x_train: { shape: [0, ...d.input] },
+  const input = d.kind === "tokens" && context !== null ? [context] : d.input;
+  return { kind: d.kind, task: d.task, classes: d.classes, x_train: { shape: [0, ...input] },
     meta: { image_shape: d.image_shape, loss: d.loss } };
 }
 
@@ -52,7 +59,9 @@ export function sliderLayers(kind, depth, width) {
  *  {error} in words. */
 export function modelSize() {
   const f = $("settings").elements;
-  const ds = entryShape(chosenDataset());
+  const { value: context, error } = checkSetting("context", f.context?.value ?? "8");
+  if (chosenDataset()?.kind === "tokens" && error) return { error: `the context ${error}` };
+  const ds = entryShape(chosenDataset(), context);
   if (!ds) return { error: "choose the data first" };
   try {
     const lt = f.layers.value.trim();
@@ -83,7 +92,8 @@ function offerOwnTasks() {
 /** Choosing a task's data set fills in the task's model (its `layers`), as `--task` does. */
 function onDataset() {
   const d = chosenDataset();
-  if (!d || typeof d.layers !== "string") return;
+  if (d?.kind === "tokens" && Array.isArray(d.input)) setContext(d.input[0]); // the set's own
+  if (!d || typeof d.layers !== "string") return renderModelSize();
   $("settings").elements.layers.value = d.layers;
   validate();
   renderModelSize();
@@ -99,6 +109,14 @@ export function renderModelSize() {
   out.dataset.bytes = got.error ? "" : String(got.bytes);
   const kind = chosenDataset()?.kind;
   $("depth-label").textContent = kind === "image" ? "Conv blocks" : "Hidden layers";
+  const { value, error } = checkSetting("context", $("f-context").value);
+  $("context-field").hidden = $("settings").elements.task.value !== "text";
+  if (!error) $("f-context-slider").value = String(value); // a value filled in (a run's settings)
+}
+
+function setContext(n) {
+  $("f-context").value = $("f-context-slider").value = String(n);
+  validate();
 }
 
 function onSlider() {
@@ -163,7 +181,18 @@ export function mountModelData() {
     el("div", { className: "row" }, [hubName, hubTake, hubFetch]),
     el("small", { className: "hint", id: "hub-hint", textContent: "a server started with daisychain serve --hub fetches it for this room" }),
   ]);
-  layersField.after(sizeField, hubField);
+  const [, lo, hi] = SETTINGS.context; // --context's range (engine/settings.py SETTINGS)
+  const ctxSlider = el("input", { id: "f-context-slider", type: "range", min: lo, max: hi, step: 1, value: 8 });
+  const ctxBox = el("input", { id: "f-context", name: "context", type: "number", value: 8, inputMode: "numeric" });
+  ctxSlider.setAttribute("aria-describedby", "model-size");
+  ctxBox.setAttribute("aria-describedby", "err-context model-size");
+  const contextField = el("div", { id: "context-field", className: "field span2", hidden: true }, [
+    el("label", { htmlFor: "f-context", textContent: `Context: characters the model reads (--context, ${lo} to ${hi})` }),
+    el("div", { className: "row" }, [ctxSlider, ctxBox]),
+    el("small", { className: "field-error", id: "err-context", role: "alert" }),
+  ]);
+  layersField.after(sizeField, contextField, hubField);
+  ctxSlider.addEventListener("input", () => setContext(ctxSlider.value));
   depth.addEventListener("input", onSlider);
   width.addEventListener("input", onSlider);
   hubFetch.addEventListener("click", fetchHub);

@@ -15,7 +15,7 @@ import { renderCheckpoint } from "./end.js";
 
 // -- settings, datasets, uploads --------------------------------------------------------------
 
-export const FIELDS = ["dataset", "data_file", "task", "steps", "layers", "hidden", "batch", "micro_batch", "lr", "seed",
+export const FIELDS = ["dataset", "data_file", "task", "steps", "layers", "hidden", "context", "batch", "micro_batch", "lr", "seed",
   "replicas", "sync_every", "outer_lr", "outer_momentum", "verify_rate", "aggregate"];
 
 export function renderSettings() {
@@ -162,6 +162,8 @@ export function readSettings() {
   const batch = num("batch", "the batch");
   const micro = num("micro_batch", "the micro-batch");
   const hidden = num("hidden", "hidden");
+  // the text task's --context (model_data.js's slider and field); other tasks have none
+  const context = f.context && f.task.value === "text" ? num("context", "the context") : null;
   const lr = num("lr", "the learning rate");
   const local = { // local steps (engine/local.js); 1 and 1: the synchronous run
     replicas: num("replicas", "replicas"), sync_every: num("sync_every", "sync every"),
@@ -200,8 +202,10 @@ export function readSettings() {
   if (aggregate === "ring" && verifyRate > 0) {
     errors.aggregate = "ring needs spot-checks off: a ring hides each contribution from them";
   }
+  // the data is fetched windowed with the context when it is not the chosen set's own
+  const ownContext = ds?.kind === "tokens" && Array.isArray(ds.input) ? ds.input[0] : 8;
   const settings = { task, steps, seed, batch, micro_batch: micro, lr, hidden, layers, dataset: ds, ...local,
-    verify_rate: verifyRate, aggregate };
+    verify_rate: verifyRate, aggregate, context: context !== null && context !== ownContext ? context : null };
   return { settings, errors };
 }
 
@@ -216,6 +220,7 @@ export function fieldOf(message) {
   const m = String(message);
   if (/layer|conv|pool|image input|too small|hidden width/i.test(m)) return $("f-layers").value.trim() ? "layers" : "hidden";
   if (/--hidden/.test(m)) return "hidden";
+  if (/context/.test(m)) return "context";
   if (/micro-batch|--batch/.test(m)) return "batch";
   if (/--lr|learning rate|warm-up/.test(m)) return "lr";
   if (/steps|checkpoint/.test(m)) return "steps";
@@ -228,7 +233,7 @@ export function fieldOf(message) {
  *  as the run would (mesh.loadData keeps it for the run). */
 export async function preflight(settings) {
   const errors = {};
-  const { task, steps, seed, batch, micro_batch, lr, layers, hidden, dataset } = settings;
+  const { task, steps, seed, batch, micro_batch, lr, layers, hidden, dataset, context } = settings;
   try {
     makeHyper({ seed, batch, micro_batch, lr, ...recipeSettings(dataset?.task || task, steps) });
   } catch (err) {
@@ -236,9 +241,9 @@ export async function preflight(settings) {
   }
   let ds;
   try {
-    ds = await ctx.mesh.loadData(dataset?.task || task, dataset?.fingerprint || null, dataset?.name || null);
+    ds = await ctx.mesh.loadData(dataset?.task || task, dataset?.fingerprint || null, dataset?.name || null, context ?? null);
   } catch (err) {
-    errors.dataset = `the data did not load: ${err.message}`;
+    errors[/context/.test(err.message) ? "context" : "dataset"] = `the data did not load: ${err.message}`;
     return errors;
   }
   try {
