@@ -6,7 +6,7 @@ becomes the room's host (hand-over) and dropped when it steps down. It reads the
 through the member's narrow interface (``trainer``, ``bounds``, ``step``, ``sha()``,
 ``state()``, ``load()``, ``committed()``) and the room through the driver; every attribute of
 the coordinating (members, tasks, checks, the rollback window, strikes) lives here. The trust
-checks (:mod:`.trust`) are its methods too."""
+checks (:mod:`.trust`) and the catch-up (:mod:`.catchup`) are its methods too."""
 
 from __future__ import annotations
 
@@ -14,12 +14,13 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from daisychain.engine.trainer import capacity_split, params_sha256
+from daisychain.engine.trainer import capacity_split
 from daisychain.peer import frames as F
 from daisychain.peer.intcodec import past_bound
 from daisychain.peer.run.aggregator import Star
+from daisychain.peer.run.catchup import SYNC_WAIT_S, CatchUpRole
 from daisychain.peer.run.checks import checked_micro
-from daisychain.peer.run.outputs import Compute, Ended, Log, Output, Refused, RestoreError, Restored, Send
+from daisychain.peer.run.outputs import Compute, Ended, Log, Output, Refused, Restored, Send
 from daisychain.peer.run.ring_roles import RingCoordinator
 from daisychain.peer.run.rollback import Window
 from daisychain.peer.run.split import finish_shares, split_tasks
@@ -33,8 +34,6 @@ DEADLINE_FACTOR = 4.0
 RESTORE_WAIT_S = 20.0
 #: at the start, how long the host waits for the members it announced the run to
 START_WAIT_S = 20.0
-#: how long a coordinator waits for the STATE of a member that said it is ahead
-SYNC_WAIT_S = 20.0
 
 
 @dataclass
@@ -80,7 +79,7 @@ def _of_peer(name: str) -> property:
     return property(lambda self: getattr(self.peer, name))
 
 
-class Coordinator(TrustRole):
+class Coordinator(TrustRole, CatchUpRole):
     """The room host's side of the run. ``peer``: the driver (settings, room, clock);
     ``member``: this peer's replica, which the coordinator commits to."""
 
@@ -200,42 +199,6 @@ class Coordinator(TrustRole):
             return self.ring.computed(step, task, result.grad, loss, correct)
         return self._take_contrib(self.me, step, task, micro, result.grad, loss, correct)
 
-    def on_state(self, sender: str, msg: F.State) -> list[Output]:
-        """The STATE of a member that was ahead, asked for and confirmed by another member's
-        report: take it and restart from there. A STATE nobody asked for is refused, and
-        its sender struck."""
-        if self.trainer is None:
-            return []
-        if sender not in self.asked_state:
-            return self._refused_from(sender, f"refused a state (step {msg.step}) from "
-                                              f"{self._name(sender)}: nobody asked for it")
-        if not self.catching_up or sender != self.catch_from:
-            return [Log(f"a state from {self._name(sender)} (step {msg.step}) after the room went "
-                        f"on without it: ignored", loud=True)]
-        if (msg.step, msg.params_sha256) != self.catch_report:
-            return self._refused_from(sender, f"refused a state from {self._name(sender)}: step "
-                                              f"{msg.step}, params {msg.params_sha256[:12]} is not "
-                                              f"the step {self.catch_report[0]}, params "
-                                              f"{self.catch_report[1][:12]} it reported")
-        if params_sha256(msg.theta) != msg.params_sha256:
-            return [Log(f"state from {sender} does not match its hash: ignored", loud=True)]
-        if msg.step <= self.step:
-            return []
-        try:
-            state = checked_state(self.trainer, msg.step, msg.theta, msg.m, msg.v, msg.b1t, msg.b2t)
-        except RestoreError as exc:
-            return [Log(f"state from {sender}: {exc}: ignored", loud=True)]
-        self.member.load(state)
-        self.pending.clear()
-        return [Log(f"synced to step {msg.step} from {sender} "
-                    f"(params {msg.params_sha256[:12]})")] + self._caught_up()
-
-    def _refused_from(self, sender: str, text: str) -> list[Output]:
-        """``text`` refuses what ``sender`` sent: a strike if it is a member of the run."""
-        if sender in self.members and sender not in self.banned:
-            return self._strike(sender, "refused", None, text)
-        return [Log(text, loud=True)]
-
     def on_ready(self, sender: str, msg: F.Ready) -> list[Output]:
         if msg.term != self.term:
             return []
@@ -261,39 +224,6 @@ class Coordinator(TrustRole):
         return [Log(f"{sender} joins at step {self.step}: sending the state"),
                 Send(sender, self._state())] + self._maybe_begin()
 
-    def _ahead(self, sender: str) -> list[Output]:
-        """``sender`` reported a later step than ours. Its state is asked for once another
-        member of the run reports the same step and hash (one member's word does not replace
-        the run's state); with nobody left to confirm it, or none within SYNC_WAIT_S, the
-        room goes on from ours and ``sender`` is brought to it."""
-        m = self.members[sender]
-        step, sha = m.ahead
-        same = sorted(p for p, o in self.members.items()
-                      if o.ahead == m.ahead and p != sender and p not in self.banned and not o.refused)
-        if same and not self.catching_up:
-            self.catching_up, self.catch_from, self.catch_report = True, sender, m.ahead
-            self.catch_until = self.now + SYNC_WAIT_S
-            self.asked_state.add(sender)
-            return [Log(f"{sender} is ahead (step {step}, as {', '.join(same)} reports too): taking its state"),
-                    Send(sender, F.SyncRequest(self.term, self.step, self._hash(), "coordinator behind"))]
-        if same:
-            return []
-        could = [p for p in self.room if p not in (self.me, sender) and p not in self.banned
-                 and not (p in self.members and self.members[p].refused)]
-        if not could:
-            return self._unconfirmed(sender)
-        return [Log(f"{sender} says it is ahead (step {step}, params {sha[:12]}); no other member "
-                    f"reports it yet: waiting up to {SYNC_WAIT_S:g} s for one")]
-
-    def _unconfirmed(self, sender: str) -> list[Output]:
-        """Nobody confirmed ``sender``'s later step: go on from ours and bring it to it."""
-        m = self.members[sender]
-        step, m.ahead = m.ahead[0], None
-        m.synced = True
-        return [Log(f"no other member confirms step {step} of {self._name(sender)}: going on from "
-                    f"step {self.step} and sending it the state", loud=True),
-                Send(sender, self._state())] + self._maybe_begin()
-
     def _state(self) -> F.State:
         return self.member.state()
 
@@ -303,42 +233,11 @@ class Coordinator(TrustRole):
         self.window = self.member.window_for()
         self.unchecked_since = self.window.unchecked_since()
 
-    def _caught_up(self) -> list[Output]:
-        """The coordinator took the state of a member that was ahead: restart from there."""
-        self.catching_up = False
-        self.tasks.clear()
-        self.checks.clear()
-        self.step_started = False
-        self.ring.drop()  # ring hook
-        self._new_window()
-        for m in self.members.values():
-            m.synced, m.ahead = False, None
-        return [Send(p, self._announce()) for p in self._announce_targets()]
-
     def on_refuse(self, sender: str, msg: F.Refuse) -> list[Output]:
         m = self.members.setdefault(sender, _Member(sender))
         m.refused, m.ready, m.synced = True, False, False
         return [Refused(sender, msg.reasons)] + self.member_left(sender, quiet=True) + \
             self._maybe_begin()
-
-    def on_syncrequest(self, sender: str, msg: F.SyncRequest) -> list[Output]:
-        """A member that fell behind or diverged asks for the state: answered once per member,
-        term and step (an honest member needs no more), and only when it can be true (a
-        member of the run, this term, not already on our step and hash); anything else costs
-        nothing. A diverged member may be ahead of us (it applied a total that was not ours)."""
-        m = self.members.get(sender)
-        if self.trainer is None or m is None or sender in self.banned or msg.term != self.term:
-            return []
-        if msg.step == self.step and msg.params_sha256 == self._hash():
-            return []
-        if m.answered == (self.term, self.step):
-            return []
-        m.answered = (self.term, self.step)
-        out: list[Output] = []
-        if msg.reason != "coordinator behind":
-            out.append(Log(f"{sender} diverged at step {msg.step} (params {msg.params_sha256[:12]}, "
-                           f"{msg.reason}): resyncing it", loud=True))
-        return out + [Send(sender, self._state())] + self.ring.resend(sender)  # ring hook
 
     def on_contrib(self, sender: str, msg: F.Contrib) -> list[Output]:
         if msg.term != self.term or sender in self.banned:
@@ -544,29 +443,6 @@ class Coordinator(TrustRole):
         out: list[Output] = [Send(p, F.Total(self.term, step, contributors, loss, sha, total,
                                              carried.get(p, ()), encoded, **marks)) for p in receivers]
         return out + committed + nxt
-
-    def _check_catch_up(self) -> list[Output]:
-        """A member that said it is ahead sent no usable STATE in SYNC_WAIT_S (it never
-        answered, or its state was refused), or nobody confirmed its step in that time: go on
-        from ours and bring it to it."""
-        out: list[Output] = []
-        for p in sorted(self.members):
-            m = self.members[p]
-            if m.ahead is not None and self.now >= m.ahead_until and p not in self.banned \
-                    and not m.refused and not (self.catching_up and p == self.catch_from):
-                out += self._unconfirmed(p)
-        if not self.catching_up or self.now < self.catch_until:
-            return out
-        self.catching_up = False
-        peer, m = self.catch_from, self.members.get(self.catch_from)
-        out.append(Log(f"{self._name(peer)} sent no state in {SYNC_WAIT_S:g} s: going "
-                       f"on from step {self.step}", loud=True))
-        if m is not None:
-            m.ahead = None
-        if m is not None and m.ready and not m.refused and peer not in self.banned:
-            m.synced = True
-            out.append(Send(peer, self._state()))
-        return out
 
     def member_left(self, peer: str, quiet: bool = False, force: bool = False) -> list[Output]:
         if peer == self.me:
