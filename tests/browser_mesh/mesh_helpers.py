@@ -65,13 +65,13 @@ EV = "window.__ev.last"
 
 
 @contextlib.contextmanager
-def hosted_room(server_url: str, run: list[str], err_path: Path, cwd=None):
-    """A real ``daisy-peer`` hosting a new private room for one more device with the run flags
-    ``run`` (``--json`` summary on stdout); yields (process, room code). Killed at the end if
-    it is still running."""
+def hosted_room(server_url: str, run: list[str], err_path: Path, cwd=None, wait_peers: int = 1):
+    """A real ``daisy-peer`` hosting a new private room for ``wait_peers`` more devices with the
+    run flags ``run`` (``--json`` summary on stdout); yields (process, room code). Killed at
+    the end if it is still running."""
     err = Path(err_path).open("w+")
     host = subprocess.Popen([str(Path(sys.executable).parent / "daisy-peer"), "--server", server_url,
-                             "--create-room", "--approve", "all", "--wait-peers", "1", "--name",
+                             "--create-room", "--approve", "all", "--wait-peers", str(wait_peers), "--name",
                              "py-host", "--json", *run],
                             stdout=subprocess.PIPE, stderr=err, text=True, cwd=cwd)
     try:

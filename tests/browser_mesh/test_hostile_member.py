@@ -16,12 +16,11 @@ import re
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 
 import psutil
 import pytest
-from mesh_helpers import log, needs_netns
+from mesh_helpers import hosted_room, log, needs_netns
 
 from .test_mixed_room import BIN, SETTINGS, DaisyPeer, _approve_all, _fill_settings, _host_room, peers, reference  # noqa: F401 (peers: a fixture)
 
@@ -129,25 +128,15 @@ def test_a_tab_member_refuses_a_forged_run_and_end(browser_cpu, tabs, server_url
                          capture_output=True, text=True, timeout=300)
     assert ref.returncode == 0, ref.stderr
     want = json.loads(ref.stdout)["params_sha256"]
-    err = (tmp_path / "host.err").open("w+")
-    host = subprocess.Popen([str(BIN / "daisy-peer"), "--server", server_url, "--create-room",
-                             "--approve", "all", "--wait-peers", "2", "--name", "py-host", "--json",
-                             *run_flags], stdout=subprocess.PIPE, stderr=err, text=True)
     bad = None
     try:
-        code, t0 = None, time.monotonic()
-        while code is None and time.monotonic() - t0 < 60 and host.poll() is None:
-            err.seek(0)
-            m = re.search(r"room ([0-9A-Z]{4}-[0-9A-Z]{4}-[0-9A-Z]{2})", err.read())
-            code = m.group(1) if m else None
-            time.sleep(0.2)
-        assert code, (tmp_path / "host.err").read_text()[-2000:]
-        tab = tabs(browser_cpu, "tab-member").open(f"room={code}")
-        tab.page.evaluate(LAG)
-        mem = Renderers()
-        bad = Attacker(server_url, code, MEMBER_ATTACKS)
-        tab.wait("window.__daisy.run && window.__daisy.run.state === 'done'", 240_000)
-        out, _ = host.communicate(timeout=120)
+        with hosted_room(server_url, run_flags, tmp_path / "host.err", wait_peers=2) as (host, code):
+            tab = tabs(browser_cpu, "tab-member").open(f"room={code}")
+            tab.page.evaluate(LAG)
+            mem = Renderers()
+            bad = Attacker(server_url, code, MEMBER_ATTACKS)
+            tab.wait("window.__daisy.run && window.__daisy.run.state === 'done'", 240_000)
+            out, _ = host.communicate(timeout=120)
         res = json.loads(out.strip().splitlines()[-1])
         run = tab.state("window.__daisy.run")
         events = "\n".join(tab.state("window.__daisy.events"))
@@ -162,9 +151,5 @@ def test_a_tab_member_refuses_a_forged_run_and_end(browser_cpu, tabs, server_url
         assert lag < LIVENESS_MS, lag
         assert mem.growth() < MAX_GROWTH
     finally:
-        if host.poll() is None:
-            host.kill()
-            host.wait(10)
-        err.close()
         if bad is not None:
             bad.finish()

@@ -16,13 +16,11 @@ from __future__ import annotations
 import os
 import re
 import sys
-import threading
-import time
 from pathlib import Path
 
-import psutil
 import pytest
 
+from bench.hostile import Peak
 from peer_process import PeerProcess, server_thread
 
 HERE = Path(__file__).resolve().parent
@@ -40,31 +38,6 @@ ATTACKER = [sys.executable, str(HERE / "attacker.py")]
 def server():
     with server_thread() as url:
         yield url
-
-
-class Peak:
-    """The peak RSS of some processes, sampled every 20 ms on a thread."""
-
-    def __init__(self, procs):
-        self.ps = {name: psutil.Process(p.pid) for name, p in procs.items()}
-        self.base = {name: p.memory_info().rss for name, p in self.ps.items()}
-        self.peak = dict(self.base)
-        self.stop = threading.Event()
-        self.t = threading.Thread(target=self._run, daemon=True)
-        self.t.start()
-
-    def _run(self):
-        while not self.stop.wait(0.02):
-            for name, p in self.ps.items():
-                try:
-                    self.peak[name] = max(self.peak[name], p.memory_info().rss)
-                except psutil.Error:
-                    pass
-
-    def growth(self) -> dict:
-        self.stop.set()
-        self.t.join(5)
-        return {n: self.peak[n] - self.base[n] for n in self.ps}
 
 
 def room(server, tmp_path, attacks: str, *host_extra, start: int = 3):
@@ -107,8 +80,8 @@ def _check(h, m1, peak):
     ref = reference(STEPS)
     assert h.hash() == ref, h.stderr()[-3000:]
     assert m1.hash() == ref, m1.stderr()[-3000:]
-    grown = peak.growth()
-    assert all(g < MAX_GROWTH for g in grown.values()), grown
+    grown = peak.growth_mb()
+    assert grown < MAX_GROWTH / MB, grown
     for p in (h, m1):
         assert "internal error" not in p.stderr(), p.stderr()[-3000:]
 
