@@ -93,7 +93,10 @@ def test_links_matrix_peers_and_counters_of_two_tabs(browser_cpu, tabs):
     ready = [e for e in host.state("window.__ev.all['run:log']") if "is ready" in e["text"]]
     assert ready and ready[0]["name"] == "guest" and ready[0]["peer"] == gid
     prep = host.state("window.__ev.all['run:preparing'].map((e) => e.stage)")
-    assert prep == ["data", "model", "identity", "announce", "ready"]
+    # the model stage says twice what it does: building the model, then measuring this
+    # device on it (issue 36 item 5)
+    stages = [st for i, st in enumerate(prep) if i == 0 or st != prep[i - 1]]
+    assert stages == ["data", "model", "identity", "announce", "ready"], prep
 
     # the guest goes; the server's error about signaling it names it ("'<id>' is no other
     # connected member of your room" before), and the room says who left
