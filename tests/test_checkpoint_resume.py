@@ -303,9 +303,11 @@ out.decoded = { step: back.step, sha: back.params_sha256, b1t: back.b1t, theta0:
 try { await C.decodeState(Buffer.from(input.badblob, "base64")); out.bad = null; } catch (e) { out.bad = e.message; }
 // a tab member holding step 0 gets restore + a bad STATE, then restore + the good one
 const n = input.theta.length;
-// (a replica as the run sees it through the engine seam: its size and load)
+// (a replica as the run sees it through the engine seam: its size, load and snapshot, which
+// the member's rollback window takes when it loads a state)
 const tr = { theta: f64(input.theta), adam: { m: new Float64Array(n), v: new Float64Array(n), b1t: 1, b2t: 1, step: 0 }, step: 0,
   layout: { size: n },
+  snapshot() { return { step: this.step, theta: this.theta.slice(), m: this.adam.m.slice(), v: this.adam.v.slice(), b1t: this.adam.b1t, b2t: this.adam.b2t }; },
   load(st) { this.theta.set(st.theta); this.adam.m.set(st.m); this.adam.v.set(st.v); Object.assign(this.adam, { b1t: st.b1t, b2t: st.b2t, step: st.step }); this.step = st.step; } };
 const peer = new RunPeer("p1", {});
 peer.host = "p0";

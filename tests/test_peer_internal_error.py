@@ -18,10 +18,10 @@ SCRIPT = """
 import sys
 import daisychain.peer.run as R
 real = R.RunPeer.computed
-def computed(self, step, task, result):
+def computed(self, step, task, result, *rest):
     if step >= 2:
         raise RuntimeError(f"planted bug at step {step}")
-    return real(self, step, task, result)
+    return real(self, step, task, result, *rest)
 R.RunPeer.computed = computed
 from daisychain.cli import main
 sys.exit(main(["demo", "--peers", "2", "--steps", "8", "--hidden", "16", "--port", "0",
