@@ -167,8 +167,10 @@ def test_a_tab_hosted_room_rolls_back_a_lying_daisy_peer(browser_cpu, tabs, peer
     s = dict(SETTINGS, steps=24, seed=3)   # 32 micro-batches a step: ~1.6 checked
     ref = reference(s)
     host, code = _host_room(tabs, browser_cpu, "tab-host")
-    peers.append(DaisyPeer(server_url, code, "honest", capacity=60))
-    peers.append(DaisyPeer(server_url, code, "liar", capacity=60, extra=("--fault", "flip")))
+    # the tab host measures itself on the run's model (thousands of micro-batches/s on WASM
+    # SIMD): the peers claim a capacity of that order, so that the liar gets work to lie in
+    peers.append(DaisyPeer(server_url, code, "honest", capacity=2000))
+    peers.append(DaisyPeer(server_url, code, "liar", capacity=2000, extra=("--fault", "flip")))
     _approve_all(host, ["honest", "liar"])
     host.wait("Object.values(window.__daisy.links).filter((s) => s === 'open').length === 2", 60_000)
     _fill_settings(host, s)
