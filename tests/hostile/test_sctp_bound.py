@@ -17,19 +17,15 @@ from pathlib import Path
 from daisychain.peer import rtc, sctp_guard
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "mesh"))
-from test_relink import Side, _until  # noqa: E402
+from test_relink import _until, linked_pair  # noqa: E402
 
 
 def test_a_message_past_the_announced_maximum_drops_its_sender_unassembled():
     rtc.use_loopback_only()
 
     async def go():
-        a, b = Side("a"), Side("b")
-        a.other, b.other = b, a
+        a, b = await linked_pair()
         try:
-            await a.mesh.update(["a", "b"])
-            await b.mesh.update(["a", "b"])
-            await _until(lambda: a.opens == ["b"] and b.opens == ["a"])
             # an honest message at the announced maximum goes through
             at_max = bytes(range(256)) * (sctp_guard.MAX_MESSAGE_SIZE // 256)
             b.mesh.links["a"].channel.send(at_max)

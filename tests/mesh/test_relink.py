@@ -40,6 +40,16 @@ async def _until(cond, timeout: float = 60.0) -> None:
         await asyncio.sleep(0.05)
 
 
+async def linked_pair() -> tuple[Side, Side]:
+    """Two ``Mesh`` objects, "a" and "b", in one room with their data channel open."""
+    a, b = Side("a"), Side("b")
+    a.other, b.other = b, a
+    await a.mesh.update(["a", "b"])
+    await b.mesh.update(["a", "b"])
+    await _until(lambda: a.opens == ["b"] and b.opens == ["a"])
+    return a, b
+
+
 @pytest.mark.parametrize("closer", ["a", "b"])
 def test_a_lost_channel_to_a_member_still_in_the_room_is_linked_again(closer):
     """Regression: when a data channel closed (or its connection failed) while both peers
@@ -49,12 +59,8 @@ def test_a_lost_channel_to_a_member_still_in_the_room_is_linked_again(closer):
     rtc.use_loopback_only()
 
     async def go():
-        a, b = Side("a"), Side("b")
-        a.other, b.other = b, a
+        a, b = await linked_pair()
         try:
-            await a.mesh.update(["a", "b"])
-            await b.mesh.update(["a", "b"])
-            await _until(lambda: a.opens == ["b"] and b.opens == ["a"])
             side = a if closer == "a" else b
             side.mesh.links[side.other.me].channel.close()
             await _until(lambda: a.closes == ["b"] and b.closes == ["a"])
@@ -72,12 +78,8 @@ def test_a_member_that_left_the_room_is_not_linked_again():
     rtc.use_loopback_only()
 
     async def go():
-        a, b = Side("a"), Side("b")
-        a.other, b.other = b, a
+        a, b = await linked_pair()
         try:
-            await a.mesh.update(["a", "b"])
-            await b.mesh.update(["a", "b"])
-            await _until(lambda: a.opens == ["b"] and b.opens == ["a"])
             await a.mesh.update(["a"])  # b left the room
             await _until(lambda: b.closes == ["a"])
             await asyncio.sleep(2 * rtc.RELINK_S + 0.5)
