@@ -94,8 +94,8 @@ def main(argv=None) -> None:
     (_, w), (_, m) = rows
     lines += ["", f"Steps/s of the worker run: {w['steps'] / w['wall'] / (m['steps'] / m['wall']):.2f}x the baseline's "
               "(each step is a round trip of messages to the worker, and the page draws while it trains). "
-              "What stays on the page's main thread each step: the run protocol (runpeer.js), the Adam step and the "
-              "parameter hash (runpeer.js reads the replica's state synchronously), the messages to and from the "
+              "What stays on the page's main thread each step: the run protocol (webui/run/), the Adam step and the "
+              "parameter hash (webui/run/ reads the replica's state synchronously), the messages to and from the "
               "worker (a snapshot of the parameters goes with each compute), and drawing. Long tasks are wall time on a shared "
               "machine: a task waiting for a core counts."]
     if not a.no_write:

@@ -28,7 +28,7 @@ import aiohttp
 import psutil
 from tqdm import tqdm
 
-from daisychain.server import protocol as p
+from daisychain import signaling as p
 
 
 def pct(values: list[float], q: float) -> float:

@@ -1,5 +1,5 @@
 """Helpers for the server tests: a sans-IO driver for the Hub, a real loopback server, and a
-real WebSocket client that speaks the protocol through ``daisychain.server.protocol``."""
+real WebSocket client that speaks the protocol through ``daisychain.signaling``."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 import aiohttp
 from aiohttp import web
 
-from daisychain.server import protocol as p
+from daisychain import signaling as p
 from daisychain.server.app import create_app
 from daisychain.server.config import ServerConfig
 from daisychain.server.rooms import Close, Hub, Send

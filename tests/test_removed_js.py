@@ -28,7 +28,7 @@ console.log(JSON.stringify({ stranger, kinds: outs.map((o) => o.kind), errors, r
 
 @pytest.mark.usefixtures("node")  # fails, never skips, without node
 def test_a_removed_tab_stops_and_says_why():
-    out = run_js(DRIVER, imports={"{ Mesh }": "mesh.js", "{ RunPeer }": "runpeer.js"})
+    out = run_js(DRIVER, imports={"{ Mesh }": "mesh.js", "{ RunPeer }": "run/index.js"})
     assert out["stranger"] == []  # only the coordinator it follows can remove it
     assert out["kinds"] == ["log", "removed"] and out["refused"] is True
     assert out["errors"] == ["removed from the run by p0: 3 strikes (the last: spot-check mismatch: "

@@ -94,7 +94,7 @@ def test_hand_over_builds_a_coordinator_from_the_member_and_stepping_down_drops_
 
 @pytest.mark.usefixtures("node")  # fails, never skips, without node
 def test_the_js_driver_composes_the_roles_the_same_way():
-    got = run_js(JS, imports={"{ Coordinator, RunPeer }": "runpeer.js"}, data=list(COORDINATOR_ONLY))
+    got = run_js(JS, imports={"{ Coordinator, RunPeer }": "run/index.js"}, data=list(COORDINATOR_ONLY))
     want = python_facts()
     # the same facts; the attribute names differ by language (members/crew, snake/camel)
     assert {k: v for k, v in got.items() if k != "on_coordinator"} == \

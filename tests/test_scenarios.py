@@ -3,7 +3,7 @@
 Every tests/scenarios/*.json describes a run as data: the replicas, then events in (room
 changes, channels, messages someone injects, ticks, deaths, restores, computes). The Python
 runner (tests/scenarios/scenario_net.py, daisychain.peer.run.RunPeer + frames.py + the
-Python engine) and the JS runner (tests/scenarios/run_scenarios.mjs, runpeer.js + frames.js
+Python engine) and the JS runner (tests/scenarios/run_scenarios.mjs, run/index.js + frames.js
 + the JS engine, in node) play the SAME file and must write the SAME normalised output list:
 every message on the wire (kind, run id, step, meta, codec and the SHA-256 of its body),
 every compute asked for, every commit (loss, contributors, parameter hash), log line, alarm,

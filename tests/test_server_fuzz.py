@@ -13,7 +13,7 @@ import random
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from daisychain.server import protocol as p
+from daisychain import signaling as p
 from daisychain.server.config import ServerConfig
 from daisychain.server.rooms import Close, Hub, Send
 

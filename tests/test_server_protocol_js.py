@@ -1,4 +1,4 @@
-"""Unit tier: ``webui/protocol.js`` agrees with ``server/protocol.py`` (run in Node).
+"""Unit tier: ``webui/protocol.js`` agrees with ``daisychain/signaling.py`` (run in Node).
 
 The same frames go through both parsers: each accepts the same ones, with the same fields,
 and rejects the others with the same error code; what the JS builders produce is what the
@@ -11,7 +11,7 @@ import random
 
 import pytest
 
-from daisychain.server import protocol as p
+from daisychain import signaling as p
 from jsrun import run_js
 
 pytestmark = pytest.mark.usefixtures("node")  # fails, never skips, without node

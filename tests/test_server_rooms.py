@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import random
 
-from daisychain.server import protocol as p
+from daisychain import signaling as p
 from daisychain.server.config import ServerConfig
 from daisychain.server.rooms import CLOSE_POLICY, CLOSE_REPLACED, Hub
 

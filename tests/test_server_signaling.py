@@ -9,7 +9,7 @@ import json
 import aiohttp
 import websockets
 
-from daisychain.server import protocol as p
+from daisychain import signaling as p
 from daisychain.server.app import HUB_KEY
 
 from server_helpers import Client, aio, room_state, running_server

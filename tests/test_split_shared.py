@@ -1,4 +1,4 @@
-"""The link-aware split (run.py finish_shares / runpeer.js finishShares): held to each other
+"""The link-aware split (peer/run/split.py finish_shares / webui/run/split.js finishShares): held to each other
 by shared cases (tests/scenarios/split.json: the same floats and counts in both languages),
 checked for what it promises (everyone finishes together, everyone keeps a micro-batch), and
 driven through a coordinator whose member's link costs time."""
@@ -42,7 +42,7 @@ def test_python_gives_the_shared_shares_and_counts(case):
 
 @pytest.mark.usefixtures("node")  # fails, never skips, without node
 def test_js_gives_the_same_floats_and_counts():
-    got_all = run_js(DRIVER, imports={"{ finishShares, capacitySplit }": "runpeer.js"}, data=CASES)
+    got_all = run_js(DRIVER, imports={"{ finishShares, capacitySplit }": "run/index.js"}, data=CASES)
     for case, got in zip(CASES, got_all, strict=True):
         assert got["shares"] == case["shares"], case["about"]
         assert got["counts"] == case["counts"], case["about"]
@@ -209,7 +209,7 @@ def test_the_timing_that_feeds_the_split():
 
 @pytest.mark.usefixtures("node")  # fails, never skips, without node
 def test_js_learns_the_same_from_the_same_timings():
-    got_all = run_js(TIMING_DRIVER, imports={"{ Coordinator, RunPeer }": "runpeer.js"}, data=TIMING_CASES)
+    got_all = run_js(TIMING_DRIVER, imports={"{ Coordinator, RunPeer }": "run/index.js"}, data=TIMING_CASES)
     for case, got in zip(TIMING_CASES, got_all, strict=True):
         assert got == _python_timing(case), case["about"]  # the same floats
 

@@ -18,7 +18,7 @@ import { parseDataset } from "./engine/data.js";
 import { makeHyper, modelFor, ModelSpec, RECIPE_FIELDS, recipeSettings } from "./engine/spec.js";
 import { paramsSha256, runId, runIdentity } from "./engine/trainer.js";
 import * as W from "./frames.js";
-import { identityDifferences, RunPeer } from "./runpeer.js";
+import { identityDifferences, RunPeer } from "./run/index.js";
 import { createTrainer } from "./worker/trainer_proxy.js";
 import { capacityOf, measureRun } from "./run_speed.js";
 
@@ -162,7 +162,7 @@ export class Mesh {
       } catch (err) {
         return this.peer.badMessage(id, err.message);
       }
-      return this.peer.receive(id, msg, m.runId); // runpeer.js drops other runs' messages, as run.py
+      return this.peer.receive(id, msg, m.runId); // webui/run/ drops other runs' messages, as peer/run/ does
     });
   }
 

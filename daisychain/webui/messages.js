@@ -1,5 +1,5 @@
 // The typed run messages, one of the three parts of the wire format (frames.js; JS mirror
-// of daisychain/peer/messages.py): a run message object (runpeer.js) <-> frames, every
+// of daisychain/peer/messages.py): a run message object (webui/run/) <-> frames, every
 // meta field checked as frames.py checks it (tests/scenarios/frames.json holds both).
 
 import { FrameError, FrameType, encodeFrames } from "./framing.js";
@@ -16,7 +16,7 @@ function f64Bytes(arrays, tail) {
   return out;
 }
 
-/** A run message object (runpeer.js) -> frames. */
+/** A run message object (webui/run/) -> frames. */
 export function encode(msg, runId, bounds, nextMsgNo) {
   let m;
   if (msg.T === "contrib") {
@@ -27,7 +27,7 @@ export function encode(msg, runId, bounds, nextMsgNo) {
     const { codec, body } = encodeInts(msg.ints, bounds);
     m = { type: FrameType.TOTAL, runId, step: msg.step, codec, body,
       meta: { term: msg.term, contributors: msg.contributors.map(([p, n]) => [p, n]), loss: msg.loss, params_sha256: msg.params_sha256 } };
-    // the receiver's tasks of the next step ride on its total (run.py / runpeer.js _commit)
+    // the receiver's tasks of the next step ride on its total (peer/run / webui/run commit)
     if (msg.tasks && msg.tasks.length) m.meta.tasks = msg.tasks.map((t) => ({ task: t.task, peer: t.peer, micro: [...t.micro] }));
     for (const k of ["unchecked", "removed"]) if (msg[k] && msg[k].length) m.meta[k] = [...msg[k]]; // only when there are any
   } else if (msg.T === "state") {
@@ -114,7 +114,7 @@ export async function fromMessage(m, size = null, stateSizes = null) {
   if (t === "run") {
     need(meta.identity && typeof meta.identity === "object" && !Array.isArray(meta.identity) && isHex(meta.run_id, 16)
       && isInt(meta.steps) && isInt(meta.term) && isHex(meta.params_sha256) && isStr(meta.coordinator, 64), "run: bad meta");
-    // spot-checks (run.py): absent means none (an older peer), as frames.py reads it
+    // spot-checks (peer/run/): absent means none (an older peer), as frames.py reads it
     need(meta.verify_rate === undefined || (typeof meta.verify_rate === "number" && meta.verify_rate >= 0 && meta.verify_rate <= 1), "run: bad verify_rate");
     need(meta.strikes === undefined || (Number.isInteger(meta.strikes) && meta.strikes >= 1 && meta.strikes <= 1000), "run: bad strikes");
     need(isIds(meta.removed), "run: bad removed");

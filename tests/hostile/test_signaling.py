@@ -124,7 +124,7 @@ def test_the_peer_client_skips_an_unreadable_frame(caplog):
     from aiohttp import web
 
     from daisychain.peer.client import SignalingClient
-    from daisychain.server import protocol as p
+    from daisychain import signaling as p
 
     async def hostile(request):
         ws = web.WebSocketResponse()
@@ -392,7 +392,7 @@ def test_a_daisy_peer_survives_an_unreadable_frame(tmp_path):
 
     from aiohttp import web
 
-    from daisychain.server import protocol as p
+    from daisychain import signaling as p
 
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     from peer_process import PeerProcess

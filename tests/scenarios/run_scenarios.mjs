@@ -1,5 +1,5 @@
 // The JS runner of the shared run-protocol scenarios (tests/scenarios/*.json): the same ops
-// as scenario_net.py, driving runpeer.js over frames.js with the JS engine on the same tiny
+// as scenario_net.py, driving webui/run/ over frames.js with the JS engine on the same tiny
 // model, writing the same normalised output list. Input on stdin:
 //   {webui, luts, dcds, identity, steps, scenarios: [{name, settings, events}]}
 // Output on stdout: [{name, outputs, final} | {name, error}].
@@ -8,7 +8,7 @@ import { createHash } from "node:crypto";
 
 const input = JSON.parse(readFileSync(0, "utf8"));
 const W = await import(`${input.webui}/frames.js`);
-const { RunPeer } = await import(`${input.webui}/runpeer.js`);
+const { RunPeer } = await import(`${input.webui}/run/index.js`);
 const T = await import(`${input.webui}/engine/trainer.js`);
 const L = await import(`${input.webui}/engine/local.js`);
 const { ModelSpec, makeHyper } = await import(`${input.webui}/engine/spec.js`);

@@ -9,7 +9,7 @@
 //   tr.apply(total);                    // the replica's state stays here (see below)
 //
 // It is a Trainer (same fields, same methods): the replica's state (theta, Adam, step), the
-// schedule and apply() stay on the page, where the run protocol (runpeer.js) reads them
+// schedule and apply() stay on the page, where the run protocol (webui/run/) reads them
 // between two messages; they cost a few milliseconds a step. What takes seconds (the
 // gradient of the micro-batches, the accuracy, a prediction) is sent with a copy of the
 // parameters to the worker, which runs the same Trainer code on its own units.
