@@ -11,7 +11,7 @@ import hashlib
 import pytest
 
 from daisychain.engine.data import DataError, load_digits, prepare_task, with_context
-from daisychain.server.data import KEPT_CONTEXTS
+from daisychain.server.routes.data import KEPT_CONTEXTS
 from server_helpers import aio
 from test_page_server import BOOK, room_host, server
 

@@ -18,8 +18,8 @@ from aiohttp import web
 from daisychain.engine.data import prepare_task
 from daisychain.server.app import create_app
 from daisychain.server.config import ServerConfig
-from daisychain.server.datasets_routes import MAX_UPLOAD_BYTES
-from daisychain.server.share import lan_addresses
+from daisychain.server.routes.datasets import MAX_UPLOAD_BYTES
+from daisychain.server.routes.share import lan_addresses
 
 from server_helpers import FAST, aio
 

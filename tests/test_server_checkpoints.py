@@ -14,7 +14,7 @@ from daisychain.engine.checkpoint import decode_state, encode_state
 from daisychain.engine.data import model_for, prepare_task
 from daisychain.engine.spec import Hyper
 from daisychain.engine.trainer import Trainer
-from daisychain.server.checkpoints import checkpoint_routes
+from daisychain.server.routes.checkpoints import checkpoint_routes
 from daisychain.units import load_luts
 from aiohttp import web
 

@@ -1,4 +1,4 @@
-"""``serve --hub`` (daisychain/server/hub_routes.py): a room's host names a Hugging Face data
+"""``serve --hub`` (daisychain/server/routes/hub.py): a room's host names a Hugging Face data
 set; the server reads its first rows through the same streaming reader as ``daisychain train
 --stream`` and keeps the result for the room as an upload, under the same credential, rate
 and quotas. The Hub is a local mirror folder of parquet files (``--hub-mirror``): nothing

@@ -278,7 +278,7 @@ def _windowed(ids: np.ndarray, context: int, classes: int, meta: dict) -> Datase
 
 
 #: the windows (int32) a re-windowing makes at most: 64 MiB (a page's context slider, served by
-#: the server: server/data.py); ``daisychain train --context`` has no such cap
+#: the server: server/routes/data.py); ``daisychain train --context`` has no such cap
 MAX_WINDOW_BYTES = 64 << 20
 
 

@@ -38,7 +38,7 @@ from daisychain import signaling as p
 from .config import ServerConfig
 from .groups import client_address, network_group
 from .guard import COUNTER_KEY, owed_bodies, upload_slots
-from .keys import CONFIG_KEY, HUB_KEY  # (checkpoints.py and share.py read it there)
+from .keys import CONFIG_KEY, HUB_KEY  # (routes/checkpoints.py and routes/share.py read it there)
 from .rooms import Close, Hub, Send
 from .uploads import GUARD_KEY, UploadGuard
 
@@ -330,11 +330,11 @@ def create_app(config: ServerConfig | None = None, *,
     ``on_shutdown`` entries of their own. ``folders`` replaces package folders (``webui``,
     ``shaders``, ``luts``, ``golden``) by other directories, e.g. in tests. ``datasets``
     ({task: Dataset}) are served at ``/data/<task>.dcds`` as they are; other known tasks are
-    prepared with their defaults on first request (``daisychain.server.data``). The
-    checkpoint conversions (``daisychain.server.checkpoints``) are always there."""
-    from .checkpoints import checkpoint_routes
-    from .datasets_routes import dataset_routes  # /data (wraps .data), /datasets, uploads
-    from .share import QR_CACHE_KEY, share_routes
+    prepared with their defaults on first request (``daisychain.server.routes.data``). The
+    checkpoint conversions (``daisychain.server.routes.checkpoints``) are always there."""
+    from .routes.checkpoints import checkpoint_routes
+    from .routes.datasets import dataset_routes  # /data (wraps routes/data.py), /datasets, uploads
+    from .routes.share import QR_CACHE_KEY, share_routes
 
     config = config or ServerConfig()
     app = web.Application(client_max_size=1 << 20, middlewares=[owed_bodies])
@@ -358,7 +358,7 @@ def create_app(config: ServerConfig | None = None, *,
         web.get("/ice-servers", _ice_servers),
         web.get("/ws", _ws),
     ])
-    from .hub_routes import hub_routes  # POST /datasets/hub (serve --hub)
+    from .routes.hub import hub_routes  # POST /datasets/hub (serve --hub)
 
     app.add_routes(dataset_routes(datasets) + checkpoint_routes(config) + share_routes()
                    + hub_routes())

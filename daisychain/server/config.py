@@ -108,7 +108,7 @@ class ServerConfig:
     upload_max_classes: int = 1024
     #: QR codes drawn per minute per client address (also the burst); drawn codes are cached.
     qr_per_min: float = 60.0
-    # -- Hub data sets fetched for a room (``serve --hub``, server/hub_routes.py) -------------
+    # -- Hub data sets fetched for a room (``serve --hub``, server/routes/hub.py) -------------
     #: Whether a room's host may name a Hugging Face data set for the server to fetch.
     hub: bool = False
     #: The most rows one fetch reads (its size cap; the room's upload quotas hold as well).

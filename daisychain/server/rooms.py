@@ -17,12 +17,11 @@ The rules it enforces:
 - a dropped approved member keeps id, approval and room for ``grace_s`` seconds; a hello
   with its token in that time resumes it, after it the token is forgotten.
 
-And the limits (``docs/SECURITY.md``), counted per client address (``groups.address_key``:
-an IPv4 address, an IPv6 /64) so that reconnecting buys nothing: connections, messages,
-join requests, room codes tried, pending requests per room, a cool-down after a denial;
-per connection: the bytes it makes the server relay (fan-out counted); per room: room-state
-rounds per second, beyond which changes coalesce (latest wins). Each refusal is an ``error``
-with ``limit``, ``current`` and, where waiting helps, ``retry_after_s``.
+And the limits (``docs/SECURITY.md``): the Hub asks its :class:`~.quota.Quota` (per client
+address and per connection) before it acts; the two kinds of room and how a device asks to
+enter each are in :mod:`.room_kinds`. Per room: room-state rounds per second, beyond which
+changes coalesce (latest wins). Each refusal is an ``error`` with ``limit``, ``current`` and,
+where waiting helps, ``retry_after_s``.
 """
 
 from __future__ import annotations
@@ -33,36 +32,16 @@ import random
 import secrets
 from collections import Counter
 from dataclasses import dataclass, replace
-from typing import Callable, Union
+from typing import Callable
 
 from daisychain import signaling as p
 from .config import ServerConfig
-from .groups import LOCAL, address_key
+from .groups import address_key
+from .quota import Bucket, ConnectionUse, Quota
+from .outputs import CLOSE_GOING_AWAY, CLOSE_IDLE, CLOSE_POLICY, CLOSE_REPLACED, Close, Output, Send
+from .room_kinds import NetworkRoom, PrivateRoom, Room
 
 E = p.ErrorCode
-
-#: WebSocket close codes the hub asks for.
-CLOSE_POLICY = 1008      # flood
-CLOSE_GOING_AWAY = 1001  # shutdown
-CLOSE_REPLACED = 4001
-CLOSE_IDLE = 4002
-
-
-@dataclass(frozen=True)
-class Send:
-    conn: int
-    message: p.ServerMessage
-
-
-@dataclass(frozen=True)
-class Close:
-    conn: int
-    code: int
-    reason: str
-
-
-Output = Union[Send, Close]
-
 
 @dataclass(frozen=True)
 class PeerInfo:
@@ -80,65 +59,16 @@ class PeerInfo:
     online: bool
 
 
-class Bucket:
-    """A token bucket: ``rate`` per second, at most ``cap``."""
-
-    __slots__ = ("rate", "cap", "tokens", "last")
-
-    def __init__(self, rate: float, cap: float, now: float):
-        self.rate, self.cap, self.tokens, self.last = rate, cap, float(cap), now
-
-    def level(self, now: float) -> float:
-        if now > self.last:
-            self.tokens = min(self.cap, self.tokens + (now - self.last) * self.rate)
-            self.last = now
-        return self.tokens
-
-    def take(self, now: float, n: float = 1.0) -> bool:
-        if self.level(now) < n:
-            return False
-        self.tokens -= n
-        return True
-
-    def used(self) -> int:
-        return int(round(self.cap - self.tokens))
-
-    def wait_s(self, n: float = 1.0) -> float:
-        return max(0.0, (n - self.tokens) / self.rate) if self.rate > 0 else float("inf")
-
-    def full(self, now: float) -> bool:
-        return self.level(now) >= self.cap
-
-
-class _Addr:
-    """What one client address (``address_key``) has used."""
-
-    __slots__ = ("conns", "msgs", "joins", "codes", "denied")
-
-    def __init__(self, cfg: ServerConfig, now: float):
-        self.conns = 0
-        self.msgs = Bucket(cfg.address_rate_per_s, cfg.address_burst, now)
-        self.joins = Bucket(cfg.join_requests_per_min / 60, cfg.join_requests_per_min, now)
-        self.codes = Bucket(cfg.codes_per_min / 60, cfg.codes_per_min, now)
-        self.denied: dict[str, float] = {}  # room key -> may ask again at
-
-    def idle(self, now: float) -> bool:
-        return (self.conns == 0 and not any(t > now for t in self.denied.values())
-                and self.msgs.full(now) and self.joins.full(now) and self.codes.full(now))
-
-
 class _Conn:
-    __slots__ = ("id", "group", "address", "key", "opened", "peer", "closing", "tokens", "last",
-                 "no_grace", "relay")
+    __slots__ = ("id", "group", "address", "key", "opened", "peer", "closing", "no_grace", "use")
 
-    def __init__(self, id_: int, group: str, address: str, now: float, cfg: ServerConfig):
+    def __init__(self, id_: int, group: str, address: str, now: float, use: ConnectionUse):
         self.id, self.group, self.address, self.opened = id_, group, address, now
         self.key = address_key(address)
         self.peer: _Peer | None = None
         self.closing = False
         self.no_grace = False
-        self.tokens, self.last = cfg.burst, now
-        self.relay = Bucket(cfg.relay_bytes_per_s, cfg.relay_burst_bytes, now)
+        self.use = use
 
 
 class _Peer:
@@ -151,31 +81,13 @@ class _Peer:
         self.conn: int | None = conn.id
         self.group, self.address, self.key = conn.group, conn.address, conn.key
         self.asked = 0.0  # when its join request was made
-        self.room: _Room | None = None
+        self.room: Room | None = None
         self.approved = False
         self.seq = 0
         self.away_since: float | None = None
 
     def device(self) -> p.Device:
         return p.Device(self.id, self.name, self.kind, self.capacity)
-
-
-class _Room:
-    __slots__ = ("key", "kind", "code", "creator_key", "members", "pending", "host", "updates")
-
-    def __init__(self, key: str, kind: str, code: str | None, creator_key: str,
-                 updates: Bucket):
-        self.key, self.kind, self.code, self.creator_key = key, kind, code, creator_key
-        self.updates = updates  # room-state rounds
-        self.members: dict[str, _Peer] = {}  # approved, connected or within grace
-        self.pending: dict[str, _Peer] = {}
-        self.host: str | None = None
-
-    def online(self) -> list[_Peer]:
-        return sorted((m for m in self.members.values() if m.conn is not None), key=lambda m: m.seq)
-
-    def size(self) -> int:
-        return len(self.members) + len(self.pending)
 
 
 class Hub:
@@ -188,10 +100,10 @@ class Hub:
         self._peers: dict[str, _Peer] = {}
         self._tokens: dict[str, _Peer] = {}
         self._away: dict[str, _Peer] = {}
-        self._rooms: dict[str, _Room] = {}
-        self._addrs: dict[str, _Addr] = {}
+        self._rooms: dict[str, Room] = {}
+        self.quota = Quota(self.config)
+        self.refused = self.quota.refused  # refusals by limit, for /healthz
         self._dirty: set[str] = set()  # rooms whose state waits for the round budget
-        self.refused: Counter = Counter()  # refusals by limit, for /healthz
         self._now = 0.0
         self._next_conn = 0
         self._seq = 0
@@ -213,22 +125,14 @@ class Hub:
     def admit(self, address: str, now: float) -> p.Error | None:
         """Whether ``address`` may open another connection: None, or the error to send it
         before closing."""
-        a = self._addrs.get(address_key(address))
-        cap = self.config.max_connections_per_address
-        if a is None or a.conns < cap:
-            return None
-        self.refused["connections_per_address"] += 1
-        return p.error_from(p.LimitError(
-            E.RATE_LIMITED, f"too many connections from your address: {a.conns} open, the "
-                            f"limit is {cap}; close one and try again",
-            limit=cap, current=a.conns, retry_after_s=self.config.tick_s))
+        return self.quota.admit(address_key(address))
 
     def open(self, group: str, address: str, now: float) -> int:
         """A new connection from ``address`` whose network room is ``group``; returns its handle."""
         self._now = now
         self._next_conn += 1
-        c = self._conns[self._next_conn] = _Conn(self._next_conn, group, address, now, self.config)
-        self._addr(c.key, now).conns += 1
+        use = self.quota.connection(address_key(address), now)
+        self._conns[self._next_conn] = _Conn(self._next_conn, group, address, now, use)
         return self._next_conn
 
     def receive(self, conn: int, frame: str | bytes, now: float) -> list[Output]:
@@ -237,29 +141,15 @@ class Hub:
         if c is None or c.closing:
             return []
         self._now = now
-        cfg = self.config
-        c.tokens = min(cfg.burst, c.tokens + (now - c.last) * cfg.rate_per_s)
-        c.last = now
-        if c.tokens < 1:
-            c.closing = c.no_grace = True
-            self.refused["messages_per_connection"] += 1
-            reason = f"flood: more than {cfg.rate_per_s:g} messages per second"
-            return [Send(conn, p.Error(E.RATE_LIMITED.value, reason, limit=cfg.rate_per_s,
-                                       current=cfg.burst)),
-                    Close(conn, CLOSE_POLICY, reason)]
-        c.tokens -= 1
-        a = self._addr(c.key, now)
-        if not a.msgs.take(now):
-            self.refused["messages_per_address"] += 1
-            return [Send(conn, p.error_from(p.LimitError(
-                E.RATE_LIMITED, f"your address sends more than {cfg.address_rate_per_s:g} "
-                                f"messages per second (burst {cfg.address_burst}, used "
-                                f"{a.msgs.used()}): this one was dropped; wait "
-                                f"{a.msgs.wait_s():.2f} s",
-                limit=cfg.address_rate_per_s, current=a.msgs.used(),
-                retry_after_s=a.msgs.wait_s())))]
+        refusal = self.quota.message(c.use, c.key, now)
+        if refusal is not None:
+            out: list[Output] = [Send(conn, refusal.error)]
+            if refusal.close is not None:
+                c.closing = c.no_grace = True
+                out.append(Close(conn, CLOSE_POLICY, refusal.close))
+            return out
         try:
-            msg = p.parse_client(frame, cfg.max_message_bytes)
+            msg = p.parse_client(frame, self.config.max_message_bytes)
         except p.ProtocolError as exc:
             return [Send(conn, p.error_from(exc))]
         return self.receive_message(conn, msg, now)
@@ -281,7 +171,7 @@ class Hub:
         c = self._conns.pop(conn, None)
         self._now = now
         if c is not None:
-            self._addr(c.key, now).conns -= 1
+            self.quota.closed(c.key, now)
         if c is None or c.peer is None:
             return []
         peer = c.peer
@@ -324,8 +214,7 @@ class Hub:
             elif room.updates.take(now):
                 self._dirty.discard(key)
                 out += self._round(room)
-        for key in [k for k, a in self._addrs.items() if a.idle(now)]:
-            del self._addrs[key]
+        self.quota.sweep(now)
         return out
 
     def shutdown(self) -> list[Output]:
@@ -339,23 +228,19 @@ class Hub:
     # -- read-only views ---------------------------------------------------------------------
 
     def stats(self) -> dict:
-        cfg, now = self.config, self._now
-        busiest = max(self._addrs.values(), key=lambda a: a.conns, default=None)
+        cfg = self.config
+        rooms = Counter(r.creator_key for r in self._rooms.values() if r.kind == "private")
+        per_address = self.quota.stats(self._now)
         return {"connections": len(self._conns), "devices": len(self._peers),
                 "rooms": len(self._rooms), "away": len(self._away),
-                "addresses": len(self._addrs),
+                "addresses": len(self.quota.addresses),
                 "pending": sum(len(r.pending) for r in self._rooms.values()),
                 "coalescing_rooms": len(self._dirty),
                 "per_address": {
-                    "connections": {"limit": cfg.max_connections_per_address,
-                                    "current": busiest.conns if busiest else 0},
+                    "connections": per_address["connections"],
                     "private_rooms": {"limit": cfg.max_rooms_per_address,
-                                      "current": max(Counter(r.creator_key for r in self._rooms.values()
-                                                             if r.kind == "private").values(),
-                                                     default=0)},
-                    "messages_burst": {"limit": cfg.address_burst,
-                                       "current": max((a.msgs.cap - a.msgs.level(now)
-                                                       for a in self._addrs.values()), default=0)}},
+                                      "current": max(rooms.values(), default=0)},
+                    "messages_burst": per_address["messages_burst"]},
                 "refused": dict(self.refused)}
 
     def peer_info(self, peer_id: str) -> PeerInfo | None:
@@ -439,9 +324,7 @@ class Hub:
         room, target = self._host_request(c, msg.peer)
         del room.pending[target.id]
         target.room = None
-        wait = self.config.deny_cooldown_s
-        if wait > 0:
-            self._addr(target.key, now).denied[room.key] = now + wait
+        wait = self.quota.denied(target.key, room.key, now)
         out = self._changed(room)
         if target.conn is not None:
             out.append(Send(target.conn, p.Error(
@@ -457,7 +340,7 @@ class Hub:
         peer = self._member(c)
         target = self._target(peer, msg.to)
         size = len(msg.sdp) if isinstance(msg, (p.Offer, p.Answer)) else len(json.dumps(msg.candidate))
-        self._charge_relay(c, size, 1, now)
+        self.quota.check_relay(c.use, size, 1, now)
         return [Send(target.conn, replace(msg, to=None, sender=peer.id))]
 
     def _on_broadcast(self, c: _Conn, msg: p.Broadcast, now: float) -> list[Output]:
@@ -466,24 +349,11 @@ class Hub:
         size = len(json.dumps(msg.data, separators=(",", ":")))
         if msg.to is not None:
             target = self._target(peer, msg.to)
-            self._charge_relay(c, size, 1, now)
+            self.quota.check_relay(c.use, size, 1, now)
             return [Send(target.conn, out)]
         to = [m for m in peer.room.online() if m is not peer]
-        self._charge_relay(c, size, len(to), now)
+        self.quota.check_relay(c.use, size, len(to), now)
         return [Send(m.conn, out) for m in to]
-
-    def _charge_relay(self, c: _Conn, size: int, fanout: int, now: float) -> None:
-        """A relayed message costs its size (plus framing) times its recipients."""
-        cost = (size + 64) * fanout
-        if fanout and not c.relay.take(now, cost):
-            cfg = self.config
-            self.refused["relay_bytes"] += 1
-            raise p.LimitError(E.RATE_LIMITED, f"relay budget spent: {cost} bytes to {fanout} "
-                                               f"members asked, the limit is "
-                                               f"{cfg.relay_bytes_per_s:g} bytes per second "
-                                               f"(burst {cfg.relay_burst_bytes}); dropped",
-                               limit=cfg.relay_bytes_per_s, current=c.relay.used(),
-                               retry_after_s=min(c.relay.wait_s(cost), 3600.0))
 
     # -- checks ------------------------------------------------------------------------------
 
@@ -507,7 +377,7 @@ class Hub:
             raise p.ProtocolError(E.NO_SUCH_PEER, f"{to!r} is no other connected member of your room")
         return target
 
-    def _host_request(self, c: _Conn, peer_id: str) -> tuple[_Room, _Peer]:
+    def _host_request(self, c: _Conn, peer_id: str) -> tuple[Room, _Peer]:
         peer = self._member(c)
         room = peer.room
         if room.host != peer.id or room.kind != "private":
@@ -520,122 +390,36 @@ class Hub:
     # -- membership --------------------------------------------------------------------------
 
     def _join(self, peer: _Peer, request: str) -> list[Output]:
-        cfg, now = self.config, self._now
         request = p.normalize_room(request)
         if request == p.ROOM_NETWORK:
-            group = self._conns[peer.conn].group
-            key = "net:" + group
+            key = "net:" + self._conns[peer.conn].group
             room = self._rooms.get(key)
-            if room is not None and peer.room is room:
-                return self._changed(room)
-            if room is not None and room.size() >= cfg.max_room_size:
-                raise p.LimitError(E.ROOM_FULL, f"your network room is full ({cfg.max_room_size} "
-                                                "devices): create a private room instead",
-                                   limit=cfg.max_room_size, current=room.size())
-            if room is not None and group == LOCAL:  # many addresses share it: none may fill it
-                seats = max(1, cfg.max_room_size // 2)
-                mine = sum(1 for m in (*room.members.values(), *room.pending.values())
-                           if m.key == peer.key)
-                if mine >= seats:
-                    self.refused["network_seats_per_address"] += 1
-                    raise p.LimitError(E.ROOM_FULL, f"your address already holds {mine} of the "
-                                                    f"network room's seats, the limit is {seats}",
-                                       limit=seats, current=mine)
-            out = self._leave(peer) if peer.room else []
             if room is None:
-                room = self._rooms[key] = self._new_room(key, "network", None, peer.key)
-            return out + self._admit(peer, room)
+                out = self._leave(peer) if peer.room else []
+                room = self._rooms[key] = self._new_room(NetworkRoom, key, None, peer.key)
+                return out + self._admit(peer, room)
+            return room.ask(self, peer)
         if request == p.ROOM_NEW:
-            mine = sum(1 for r in self._rooms.values()
-                       if r.kind == "private" and r.creator_key == peer.key)
-            if mine >= cfg.max_rooms_per_address:
-                self.refused["rooms_per_address"] += 1
-                raise p.LimitError(E.TOO_MANY_ROOMS, f"your address already has {mine} private "
-                                                     f"rooms open, the limit is "
-                                                     f"{cfg.max_rooms_per_address}: close one first",
-                                   limit=cfg.max_rooms_per_address, current=mine)
+            self.quota.check_rooms(sum(1 for r in self._rooms.values()
+                                       if r.kind == "private" and r.creator_key == peer.key))
             out = self._leave(peer) if peer.room else []
             code = p.new_code(self._rng.getrandbits)
             while code in self._rooms:
                 code = p.new_code(self._rng.getrandbits)
-            room = self._rooms[code] = self._new_room(code, "private", code, peer.key)
+            room = self._rooms[code] = self._new_room(PrivateRoom, code, code, peer.key)
             return out + self._admit(peer, room)
-        a = self._addr(peer.key, now)
-        if a.codes.level(now) < 1:  # every code refused while spent: a refusal tells nothing
-            self.refused["codes_per_address"] += 1
-            raise p.LimitError(E.RATE_LIMITED, f"too many room codes tried from your address: "
-                                               f"the limit is {cfg.codes_per_min:g} wrong codes "
-                                               f"per minute; try again in {a.codes.wait_s():.1f} s",
-                               limit=cfg.codes_per_min, current=a.codes.used(),
-                               retry_after_s=a.codes.wait_s())
+        self.quota.check_codes(peer.key, self._now)
         room = self._rooms.get(request)
         if room is None:
-            a.codes.take(now)
-            raise p.LimitError(E.NO_SUCH_ROOM, f"there is no room {request}: check the code, or "
-                                               f"ask its host for the link ({a.codes.used()} of "
-                                               f"{cfg.codes_per_min:g} wrong codes per minute used)",
-                               limit=cfg.codes_per_min, current=a.codes.used())
-        if peer.room is room:
-            return self._changed(room) if peer.approved else [Send(peer.conn, p.Pending(room.code))]
-        until = a.denied.get(room.key, 0.0)
-        if until > now:
-            self.refused["denied_cooldown"] += 1
-            raise p.LimitError(E.DENIED, f"the host of room {room.code} declined a request from "
-                                         f"your address; you may ask again in {until - now:.0f} s",
-                               limit=cfg.deny_cooldown_s, current=until - now,
-                               retry_after_s=until - now)
-        if room.size() >= cfg.max_room_size:
-            raise p.LimitError(E.ROOM_FULL, f"room {room.code} is full ({cfg.max_room_size} devices)",
-                               limit=cfg.max_room_size, current=room.size())
-        again = [w for w in room.pending.values()
-                 if w.key == peer.key and w.name == peer.name and w.kind == peer.kind]
-        if not again:
-            mine = sum(1 for w in room.pending.values() if w.key == peer.key)
-            if mine >= cfg.max_pending_per_address:
-                self.refused["pending_per_address"] += 1
-                raise p.LimitError(E.TOO_MANY_PENDING, f"your address already has {mine} requests "
-                                                       f"waiting in room {room.code}, the limit is "
-                                                       f"{cfg.max_pending_per_address}",
-                                   limit=cfg.max_pending_per_address, current=mine,
-                                   retry_after_s=cfg.pending_timeout_s)
-            if len(room.pending) >= cfg.max_pending:
-                raise p.LimitError(E.TOO_MANY_PENDING, f"room {room.code} already has "
-                                                       f"{cfg.max_pending} requests waiting: try later",
-                                   limit=cfg.max_pending, current=len(room.pending))
-        if not a.joins.take(now):
-            self.refused["join_requests_per_address"] += 1
-            raise p.LimitError(E.RATE_LIMITED, f"too many join requests from your address: the "
-                                               f"limit is {cfg.join_requests_per_min:g} per minute; "
-                                               f"try again in {a.joins.wait_s():.1f} s",
-                               limit=cfg.join_requests_per_min, current=a.joins.used(),
-                               retry_after_s=a.joins.wait_s())
-        out = self._leave(peer) if peer.room else []
-        for old in again:  # the same device asking again: its new request replaces the old
-            del room.pending[old.id]
-            old.room = None
-            if old.conn is not None:
-                out.append(Send(old.conn, p.Error(E.REPLACED.value, "a newer request from this "
-                                                  "device replaced this one", ref="join")))
-        peer.room, peer.approved, peer.asked = room, False, now
-        room.pending[peer.id] = peer
-        out.append(Send(peer.conn, p.Pending(room.code)))
-        host = room.members.get(room.host) if room.host else None
-        if host is not None and host.conn is not None and not again:
-            out.append(Send(host.conn, p.JoinRequest(peer.device())))
-        return out + self._changed(room)
+            raise self.quota.wrong_code(peer.key, request, self._now)
+        return room.ask(self, peer)
 
-    def _new_room(self, key: str, kind: str, code: str | None, creator_key: str) -> _Room:
+    def _new_room(self, kind: type[Room], key: str, code: str | None, creator_key: str) -> Room:
         cfg = self.config
-        return _Room(key, kind, code, creator_key,
-                     Bucket(cfg.room_updates_per_s, cfg.room_update_burst, self._now))
+        return kind(key, code, creator_key,
+                    Bucket(cfg.room_updates_per_s, cfg.room_update_burst, self._now))
 
-    def _addr(self, key: str, now: float) -> _Addr:
-        a = self._addrs.get(key)
-        if a is None:
-            a = self._addrs[key] = _Addr(self.config, now)
-        return a
-
-    def _admit(self, peer: _Peer, room: _Room) -> list[Output]:
+    def _admit(self, peer: _Peer, room: Room) -> list[Output]:
         peer.room, peer.approved, peer.seq = room, True, self._next_seq()
         room.members[peer.id] = peer
         return self._changed(room)
@@ -671,7 +455,7 @@ class Hub:
                 c.peer = None
         return out
 
-    def _changed(self, room: _Room) -> list[Output]:
+    def _changed(self, room: Room) -> list[Output]:
         """Re-elect the host if needed and send the room state to every connected member, or,
         past the room's round budget, mark it for the next round (``tick``): latest wins."""
         online = room.online()
@@ -683,7 +467,7 @@ class Hub:
         self._dirty.discard(room.key)
         return self._round(room, online)
 
-    def _round(self, room: _Room, online: list[_Peer] | None = None) -> list[Output]:
+    def _round(self, room: Room, online: list[_Peer] | None = None) -> list[Output]:
         """The room state to every connected member."""
         online = room.online() if online is None else online
         members = tuple(p.Member(m.id, m.name, m.kind, m.capacity, m.id == room.host) for m in online)

@@ -4,7 +4,7 @@
 sends the server a file:
 
 A route that keeps what it is sent calls :meth:`UploadGuard.receive` (steps 1-3), then
-:meth:`UploadGuard.work` (step 4) and :meth:`Shelf.add`; ``datasets_routes.upload`` is the
+:meth:`UploadGuard.work` (step 4) and :meth:`Shelf.add`; ``routes.datasets.upload`` is the
 example. A route that keeps nothing calls :meth:`UploadGuard.body` and :meth:`UploadGuard.work`.
 
 1. **who** — :meth:`UploadGuard.member`: the device's credential, its signaling session
@@ -45,7 +45,8 @@ from aiohttp import web
 from .config import ServerConfig
 from .groups import address_key, client_address
 from .guard import CUT, read_body, refusal
-from .rooms import Bucket, Hub, PeerInfo
+from .quota import Bucket
+from .rooms import Hub, PeerInfo
 
 log = logging.getLogger("daisychain.server")
 

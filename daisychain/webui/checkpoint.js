@@ -1,5 +1,5 @@
 // Checkpoints in the page, DOM-free. A browser cannot write a .pt, nor read one without
-// running a pickle, so the server converts (daisychain/server/checkpoints.py):
+// running a pickle, so the server converts (daisychain/server/routes/checkpoints.py):
 //   POST /checkpoint/export   state blob -> the .pt download
 //   POST /checkpoint/import   .pt (+ X-Daisy-Expected-Identity) -> state blob, or 400 {error}
 // The state blob (daisychain/engine/checkpoint.py encode_state): b"DCSV", u32 LE header

@@ -110,7 +110,7 @@ export async function fetchDataset(task, fingerprint = null, label = null, conte
   const what = label || `the ${task} data`;
   const q = new URLSearchParams();
   if (fingerprint) q.set("fingerprint", fingerprint);
-  if (context !== null) q.set("context", String(context)); // the text windowed with it (server/data.py)
+  if (context !== null) q.set("context", String(context)); // the text windowed with it (server/routes/data.py)
   const url = `/data/${encodeURIComponent(task)}.dcds` + (q.size ? `?${q}` : "");
   const resp = await fetch(url, { cache: "no-store", headers: withCredential() }); // an upload: its room's only
   if (!resp.ok) {

@@ -2,7 +2,7 @@
 host moves the context slider, the parameter count shown is the spec's for that context, a
 context outside --context's range is refused at its field, and the run it starts with one
 daisy-peer and a guest tab trains what ``daisychain train --task text --context N`` trains:
-the host fetches the text windowed with N (``/data/text.dcds?context=N``, server/data.py),
+the host fetches the text windowed with N (``/data/text.dcds?context=N``, server/routes/data.py),
 the daisy-peer and the guest fetch the same data by its fingerprint, and all end on train's
 params-sha256; the guest's form shows the run's context."""
 

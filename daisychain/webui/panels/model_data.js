@@ -8,9 +8,9 @@
 // * The text task's context (`--context`): a slider and a field with the range of the one
 //   settings table (settings_check.js SETTINGS, held to engine/settings.py by
 //   tests/settings_values.json). The count follows it; the run fetches the data windowed with
-//   it (`/data/text.dcds?context=N`, server/data.py), the data `train --context N` makes.
+//   it (`/data/text.dcds?context=N`, server/routes/data.py), the data `train --context N` makes.
 // * A Hugging Face data set by name: the host types owner/name and the rows to read; the
-//   server fetches them (`daisychain serve --hub`, server/hub_routes.py) and keeps the set for
+//   server fetches them (`daisychain serve --hub`, server/routes/hub.py) and keeps the set for
 //   the room like an uploaded file, under the room credential and quotas.
 //
 // * A task of your own that the server serves (`serve --task module:Name`) can be chosen: its

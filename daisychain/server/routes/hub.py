@@ -22,9 +22,9 @@ from aiohttp import web
 from daisychain.engine.data import DataError, prepare_task
 from daisychain.engine.spec import SpecError
 
-from .datasets_routes import _LOAD_LOCK, COLUMN_RE, _entry
-from .guard import refusal
-from .uploads import guard_of
+from ..guard import refusal
+from ..uploads import guard_of
+from .datasets import _LOAD_LOCK, COLUMN_RE, _entry
 
 HUB_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,95}(/[A-Za-z0-9][A-Za-z0-9._-]{0,95})?$")
 TASKS = ("text", "image")

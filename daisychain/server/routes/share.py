@@ -27,7 +27,7 @@ from urllib.parse import urlsplit
 
 from aiohttp import web
 
-from .keys import CONFIG_KEY
+from ..keys import CONFIG_KEY
 
 CODE_RE = re.compile(r"^[0-9A-HJKMNP-TV-Z]{4}-[0-9A-HJKMNP-TV-Z]{4}-[0-9A-HJKMNP-TV-Z]{2}$")
 HOST_RE = re.compile(r"^(\[[0-9a-fA-F:.]+\]|[A-Za-z0-9.-]{1,253})(:[0-9]{1,5})?$")
@@ -131,7 +131,7 @@ def draw_qr(url: str) -> bytes:
 
 
 async def _qr(request: web.Request) -> web.Response:
-    from .uploads import guard_of
+    from ..uploads import guard_of
 
     code = _room(request)
     origin = request.query.get("origin", "")

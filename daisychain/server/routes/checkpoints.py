@@ -31,9 +31,9 @@ from daisychain.engine.checkpoint import (MAX_BYTES, MAX_JSON_DEPTH, CheckpointE
                                           load_checkpoint, save_checkpoint)
 from daisychain.engine.trainer import run_id
 
-from .config import ServerConfig
-from .guard import refusal
-from .uploads import guard_of
+from ..config import ServerConfig
+from ..guard import refusal
+from ..uploads import guard_of
 
 LIMIT = min(MAX_BYTES, 64 * 2**20)
 log = logging.getLogger("daisychain.server")

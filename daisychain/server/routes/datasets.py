@@ -14,7 +14,7 @@
   request goes through the app's ``UploadGuard`` (credential, rate, body, parse pool, the
   room's quotas); the file's columns, rows and distinct characters are checked before it is
   parsed. Answers the new entry, or 4xx/503 with ``{"error": reason}`` (nothing is kept).
-- ``GET /data/<task>.dcds[?fingerprint=HEX]``: as ``daisychain.server.data`` (which it wraps),
+- ``GET /data/<task>.dcds[?fingerprint=HEX]``: as ``daisychain.server.routes.data`` (which it wraps),
   plus the server's sets by fingerprint, and an upload only to a current member of its room
   (credential in ``X-Daisy-Token``); to anyone else an upload's fingerprint is a 404 like
   any unknown one. ``&context=N`` re-windows either (the text task, as ``data.py``); an
@@ -35,10 +35,10 @@ from aiohttp import web
 
 from daisychain.engine.data import EMBEDDED_NAMES, TASKS, DataError, Dataset, prepare_task
 
-from .config import ServerConfig
+from ..config import ServerConfig
+from ..guard import refusal
+from ..uploads import guard_of
 from .data import context_of, data_routes, rewindowed
-from .guard import refusal
-from .uploads import guard_of
 
 MAX_UPLOAD_BYTES = 1 << 20
 _LOAD_LOCK = threading.Lock()
