@@ -29,7 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
-from daisychain.engine.data import ARRAYS, DataError, Dataset
+from daisychain.engine.dataset import ARRAYS, DataError, Dataset
 from daisychain.engine.spec import LOSSES
 
 MEMBERS = ("layers", "loss", "data")

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from itertools import islice
 from pathlib import Path
 
-from daisychain.engine.data import DataError
+from daisychain.engine.dataset import DataError
 
 MAX_TAKE = 1_000_000  #: most rows a --take reads
 
@@ -56,10 +56,10 @@ def hub_error(exc: BaseException, name: str) -> DataError:
 @contextlib.contextmanager
 def _online():
     """Lift, for a --stream read, the offline switches that DaisyChain's cached text reader
-    turned on in this process (``data.OWN_OFFLINE``); a user's own HF_HUB_OFFLINE stays."""
+    turned on in this process (``dataset.OWN_OFFLINE``); a user's own HF_HUB_OFFLINE stays."""
     import os
 
-    from daisychain.engine.data import OFFLINE_SWITCHES, OWN_OFFLINE
+    from daisychain.engine.dataset import OFFLINE_SWITCHES, OWN_OFFLINE
 
     users = [n for n in (*OFFLINE_SWITCHES, "TRANSFORMERS_OFFLINE") if n in os.environ and n not in OWN_OFFLINE]
     if not OWN_OFFLINE or users:  # nothing of ours to lift, or the user asked for offline

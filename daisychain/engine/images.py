@@ -60,7 +60,7 @@ TEST_FRACTION = 5  #: 1 / TEST_FRACTION of a set without a test split is the tes
 
 
 def _error(msg: str) -> Exception:
-    from daisychain.engine.data import DataError
+    from daisychain.engine.dataset import DataError
 
     return DataError(msg)
 
@@ -111,7 +111,7 @@ def _load(source: str | None, image_size: int | None, column: str | None, cache_
 
 def _dataset(x_tr, y_tr, x_te, y_te, source: str, image_size: int | None):
     """Validate N x H x W [x C] uint8 images and integer labels; build the Dataset."""
-    from daisychain.engine.data import Dataset
+    from daisychain.engine.dataset import Dataset
 
     xs = []
     for name, x in (("x_train", x_tr), ("x_test", x_te)):

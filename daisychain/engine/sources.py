@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from daisychain.engine.data import DataError
+from daisychain.engine.dataset import DataError
 
 #: bytes read from the start of a file to tell text from binary
 SNIFF_BYTES = 65536

@@ -33,7 +33,8 @@ from pathlib import Path
 
 from aiohttp import web
 
-from daisychain.engine.data import EMBEDDED_NAMES, TASKS, DataError, Dataset, prepare_task
+from daisychain.engine.data import TASKS, DataError, Dataset, prepare_task
+from daisychain.engine.dataset import EMBEDDED_NAMES
 
 from ..config import ServerConfig
 from ..guard import refusal
