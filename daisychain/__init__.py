@@ -10,13 +10,7 @@ The Python API (docs/API.md): ``Model``, ``train``, ``resume``, ``join``, ``Task
 layer objects ``Dense``, ``Conv``, ``Pool``; bad values raise ``SettingsError`` in one line.
 """
 
-from importlib import resources
-
-__version__ = "0.1.0"
-
-#: Version of the training arithmetic. Two peers train together only when it is equal;
-#: bump it on any change that can change a parameter bit.
-ENGINE_VERSION = "2"
+from daisychain.meta import ENGINE_VERSION, __version__, package_path  # noqa: F401
 
 
 def torch_model(path, weights: str = "int8"):
@@ -25,11 +19,6 @@ def torch_model(path, weights: str = "int8"):
     from daisychain.export import torch_model as _torch_model
 
     return _torch_model(path, weights)
-
-
-def package_path(*parts: str):
-    """Path of a file shipped inside the package (``webui/``, ``shaders/``, ``luts/``...)."""
-    return resources.files("daisychain").joinpath(*parts)
 
 
 _API = ("Model", "Dense", "Conv", "Pool", "Result", "SettingsError", "train", "resume", "join")

@@ -31,7 +31,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="daisychain",
         description="Train one small neural network together on the devices you already have.",
     )
-    from daisychain import __version__
+    from daisychain.meta import __version__
 
     parser.add_argument("--version", action="version", version=f"daisychain {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")

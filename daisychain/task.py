@@ -111,18 +111,6 @@ def task_name(task) -> str:
     return name or "task"
 
 
-def task_layers(task):
-    """The task's ``layers`` as --layers items (checked like the flag)."""
-    import argparse
-
-    from daisychain.engine.settings import parse_layers
-
-    try:
-        return parse_layers(task.layers)
-    except argparse.ArgumentTypeError as exc:
-        raise DataError(f"--task {type(task).__name__}: layers: {exc}") from None
-
-
 def _from_hf(ds) -> tuple:
     """A ``datasets.Dataset`` with columns x and y: the first 90% of rows train, the rest test."""
     for col in ("x", "y"):

@@ -27,7 +27,7 @@ const rd = (n) => { const b = readFileSync(`${lutDir}/${n}.bin`); return new Int
 const luts = { mul: rd("mul"), relu: rd("relu"), requantize: rd("requantize"),
   manifestSha256: JSON.parse(readFileSync(`${lutDir}/manifest.json`)).manifest_sha256 };
 """
-ENGINE = {"S": "engine/spec.js", "{ Engine, initParams }": "engine/model.js", "{ CpuUnits }": "engine/paths.js"}
+ENGINE = {"S": "engine/spec.js", "{ Engine, initParams }": "engine/model.js", "{ CpuUnits }": "engine/cpu_units.js"}
 
 
 def run_luts(body: str, imports: dict, data=None, timeout: float = 120):
@@ -218,7 +218,7 @@ def test_capacity_figure_runs_the_model_it_is_given():
     pixels (its im2col and pool units run; the first conv computes no input error), not
     only the digits MLP."""
     got = run_luts(RATE, {"S": "engine/spec.js", "{ microBatchRate }": "engine/conformance.js",
-                          "{ CpuUnits }": "engine/paths.js"})
+                          "{ CpuUnits }": "engine/cpu_units.js"})
     assert got["image"] > 0 and got["dense"] > 0, got
     calls = got["image_calls"]
     assert calls["im2col"] >= 2 and "col2im" not in calls and calls["maxpool"] == calls["maxpoolBack"] == calls["im2col"], calls

@@ -55,7 +55,7 @@ def js_train(tmp_path, rs) -> dict:
     job = {"model": rs.spec.to_json(), "hyper": rs.hp.to_json(), "steps": rs.steps,
            "fingerprint": rs.ds.fingerprint}
     return run_js(DRIVER, imports={"D": "engine/data.js", "S": "engine/spec.js", "T": "engine/trainer.js",
-                                   "P": "engine/paths.js"},
+                                   "P": "engine/cpu_units.js"},
                   data=job, args=[str(package_path("luts")), str(data)], timeout=300)
 
 

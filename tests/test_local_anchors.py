@@ -209,7 +209,7 @@ def test_js_anchors_replay_a_moved_replica_to_pythons_bits(tmp_path):
     data.write_bytes(rs.ds.to_bytes())
     job = {"model": rs.spec.to_json(), "hyper": rs.hp.to_json(), "rounds": rounds,
            "fingerprint": rs.ds.fingerprint, "ks": ks}
-    got = run_js(JS_DRIVER, imports={"D": "engine/data.js", "S": "engine/spec.js", "P": "engine/paths.js",
+    got = run_js(JS_DRIVER, imports={"D": "engine/data.js", "S": "engine/spec.js", "P": "engine/cpu_units.js",
                                      "L": "engine/local.js"},
                  data=job, args=[str(package_path("luts")), str(data)], timeout=300)
     for k in ks:

@@ -77,7 +77,7 @@ def test_the_js_twin_gives_the_same_bits(tmp_path):
     data.write_bytes(rs.ds.to_bytes())
     job = {"model": rs.spec.to_json(), "hyper": rs.hp.to_json(), "fingerprint": rs.ds.fingerprint, "j": 2}
     got = run_js("import { createHash } from 'node:crypto';\n" + DRIVER,
-                 imports={"D": "engine/data.js", "S": "engine/spec.js", "P": "engine/paths.js", "L": "engine/local.js"},
+                 imports={"D": "engine/data.js", "S": "engine/spec.js", "P": "engine/cpu_units.js", "L": "engine/local.js"},
                  data=job, args=[str(package_path("luts")), str(data)], timeout=300)
     assert got["late"] == got["fresh"] and got["next"] == got["want"], got
     assert got == python_case(rs, 2)

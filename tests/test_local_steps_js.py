@@ -71,7 +71,7 @@ def test_js_local_steps_end_every_round_on_pythons_hash(tmp_path, argv):
            "fingerprint": rs.ds.fingerprint,
            "orders": [[int(j) for j in rng.permutation(rs.hp.replicas)] for _ in range(rounds)]}
     got = run_js(DRIVER, imports={"D": "engine/data.js", "S": "engine/spec.js", "T": "engine/trainer.js",
-                                  "P": "engine/paths.js", "L": "engine/local.js"},
+                                  "P": "engine/cpu_units.js", "L": "engine/local.js"},
                  data=job, args=[str(package_path("luts")), str(data)], timeout=300)
     assert got["local"] and got["step"] == rounds and got["inner"] == rounds * rs.hp.sync_every
     assert got["run_id"] == LocalTrainer(rs.spec, rs.hp, rs.ds, load_luts()).run_id

@@ -132,7 +132,7 @@ def test_js_engine_holds_to_the_shared_cases(tmp_path):
     data = tmp_path / "table.dcds"
     data.write_bytes(arrays_dataset(table(), "mse", "mse-table").to_bytes())
     got = run_js(DRIVER, imports={"D": "engine/data.js", "S": "engine/spec.js", "T": "engine/trainer.js",
-                                  "P": "engine/paths.js", "M": "engine/model.js"},
+                                  "P": "engine/cpu_units.js", "M": "engine/model.js"},
                  data=want, args=[str(package_path("luts")), str(data)], timeout=300)
     assert got["errors"] == [c["dz"] for c in want["errors"]]
     assert got["model"] == want["model"]

@@ -37,7 +37,7 @@ const opened = await W.openWasmUnits(luts, { bytes: wasmBytes, pinned });
 if (!opened.units) throw new Error(opened.reason);
 const wasm = opened.units;
 """
-IMPORTS = {"W": "wasm/wasm_units.js", "P": "engine/paths.js"}
+IMPORTS = {"W": "wasm/wasm_units.js", "P": "engine/cpu_units.js"}
 
 
 def run_wasm(body: str, data=None, imports=None, timeout: float = 120):

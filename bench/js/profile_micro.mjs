@@ -8,7 +8,7 @@ const WEBUI = new URL("../../daisychain/webui/", import.meta.url);
 const LUTS = fileURLToPath(new URL("../../daisychain/luts/", import.meta.url));
 const S = await import(new URL("engine/spec.js", WEBUI));
 const { Engine, initParams } = await import(new URL("engine/model.js", WEBUI));
-const paths = await import(new URL("engine/paths.js", WEBUI));
+const paths = await import(new URL("engine/cpu_units.js", WEBUI));
 const rd = (n) => { const b = readFileSync(`${LUTS}/${n}.bin`); return new Int32Array(b.buffer, b.byteOffset, b.length / 4).slice(); };
 const luts = { mul: rd("mul"), relu: rd("relu"), requantize: rd("requantize"),
   manifestSha256: JSON.parse(readFileSync(`${LUTS}/manifest.json`)).manifest_sha256 };

@@ -296,7 +296,7 @@ def settings_from_args(args: argparse.Namespace) -> RunSettings:
                lr_decay_steps=pick("lr_decay_steps"),
                **{k: getattr(args, k) for k in LOCAL_ARGS if getattr(args, k, None) is not None})
     hp.validate()
-    from daisychain.task import resolve_task, task_dataset, task_layers
+    from daisychain.task import resolve_task, task_dataset
 
     own = resolve_task(args.task)  # a task of your own (daisychain/task.py), or None
     hidden = hidden_setting(args)
@@ -309,7 +309,7 @@ def settings_from_args(args: argparse.Namespace) -> RunSettings:
                         "data()")
     else:
         ds = task_dataset(own, args.task if isinstance(args.task, str) else None)
-        hidden = task_layers(own) if hidden is None else hidden
+        hidden = _task_layers(own) if hidden is None else hidden
     spec = model_for(ds, hidden, args.embed_dim)
     return RunSettings(ds, spec, hp, args.steps)
 
@@ -376,3 +376,11 @@ def train_command(args: argparse.Namespace) -> str:
             v = ",".join(map(str, v))
         words += [flag(name)] if v is True else [flag(name), str(v)]
     return " ".join(shlex.quote(w) for w in words)
+
+
+def _task_layers(task):
+    """A task of your own's ``layers`` as --layers items (checked like the flag)."""
+    try:
+        return parse_layers(task.layers)
+    except argparse.ArgumentTypeError as exc:
+        raise DataError(f"--task {type(task).__name__}: layers: {exc}") from None

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from daisychain import ENGINE_VERSION
+from daisychain.meta import ENGINE_VERSION
 from daisychain.engine import prng
 from daisychain.engine.adam import AdamState, adam_step
 from daisychain.engine.augment import step_inputs

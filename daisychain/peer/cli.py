@@ -23,7 +23,7 @@ import signal
 import socket
 import sys
 
-from daisychain import ENGINE_VERSION
+from daisychain.meta import ENGINE_VERSION
 from daisychain.engine.settings import (USER_ERRORS, ArgumentParser, add_run_arguments, capacity_arg,
                                        setting_type, settings_from_args)
 from daisychain.engine.threads import add_threads_argument, threads_from

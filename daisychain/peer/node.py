@@ -18,7 +18,7 @@ from typing import Callable
 
 import aiohttp
 
-from daisychain import ENGINE_VERSION
+from daisychain.meta import ENGINE_VERSION
 from daisychain.engine.local import make_trainer
 from daisychain.engine.spec import Hyper, ModelSpec
 from daisychain.engine.trainer import Trainer, TrainState

@@ -23,7 +23,7 @@ import sys
 
 import numpy as np
 
-from daisychain import package_path
+from daisychain.meta import package_path
 from daisychain.engine.adam import AdamState, adam_step
 from daisychain.engine.spec import Hyper
 from daisychain.units import gemm_fast, mul, relu, requantize

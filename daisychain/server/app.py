@@ -33,7 +33,7 @@ from typing import Iterable
 
 from aiohttp import WSMsgType, web
 
-import daisychain
+from daisychain import meta
 from daisychain import signaling as p
 from .config import ServerConfig
 from .groups import client_address, network_group
@@ -127,7 +127,7 @@ def _page_handler(name: str):
 async def _healthz(request: web.Request) -> web.Response:
     app = request.app
     counter = app.get(COUNTER_KEY)
-    return web.json_response({"ok": True, "version": daisychain.__version__,
+    return web.json_response({"ok": True, "version": meta.__version__,
                               "protocol": p.PROTOCOL_VERSION, **app[HUB_KEY].stats(),
                               "http": counter.stats() if counter is not None else {},
                               "uploads": app[GUARD_KEY].stats(),
@@ -344,7 +344,7 @@ def create_app(config: ServerConfig | None = None, *,
     upload_slots(app, config)
     app[GUARD_KEY] = UploadGuard(config, app[HUB_KEY])  # every upload route goes through it
     app[QR_CACHE_KEY] = collections.OrderedDict()
-    folders = {name: Path(str(daisychain.package_path(name)))
+    folders = {name: Path(str(meta.package_path(name)))
                for name in ("webui", "shaders", "luts", "golden")} | dict(folders or {})
     app[FILES_KEY] = {name: PackageFiles(path) for name, path in folders.items()}
     app.add_routes([

@@ -50,6 +50,10 @@
 //     run:stopped {by, byName, step, text}             the host stopped the run early
 //     run:restored {step, sha, by, byName, runId, steps}
 //
+//   panels/settings.js
+//     page:settings {host, busy}   the settings panel re-rendered: who hosts or whether a run is
+//               busy may have changed; panels/end.js re-renders its checkpoint buttons
+//
 //   app.js      ui:* (requests from the user; the owners of the state act on them)
 
 export class Bus {

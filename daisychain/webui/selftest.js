@@ -16,7 +16,8 @@
 // A path that fails any vector, or whose GPU errors, is disabled and the reason shown.
 
 import { loadLuts } from "/webui/luts.js";
-import { CpuUnits, openPaths } from "/webui/engine/paths.js";
+import { CpuUnits } from "/webui/engine/cpu_units.js";
+import { openPaths } from "/webui/engine/paths.js";
 import { loadDataset } from "/webui/engine/data.js";
 import { gemmRate, microBatchRate, runGolden } from "/webui/engine/conformance.js";
 import { makeHyper, modelFor, parseLayers, RECIPE_FIELDS, recipeSettings } from "/webui/engine/spec.js";

@@ -27,7 +27,8 @@ HARNESS = """
 async () => {
   if (!window.__units) {
     const { loadLuts } = await import('/webui/luts.js');
-    const { openPaths, CpuUnits } = await import('/webui/engine/paths.js');
+    const { openPaths } = await import('/webui/engine/paths.js');
+    const { CpuUnits } = await import('/webui/engine/cpu_units.js');
     const luts = await loadLuts('/luts/');
     const opened = await openPaths(luts);
     window.__units = { luts, paths: { cpu: opened.cpu, 'cpu-lut': new CpuUnits(luts, { literal: true }) },

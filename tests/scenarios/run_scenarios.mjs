@@ -13,7 +13,7 @@ const T = await import(`${input.webui}/engine/trainer.js`);
 const L = await import(`${input.webui}/engine/local.js`);
 const { ModelSpec, makeHyper } = await import(`${input.webui}/engine/spec.js`);
 const { parseDataset } = await import(`${input.webui}/engine/data.js`);
-const { CpuUnits } = await import(`${input.webui}/engine/paths.js`);
+const { CpuUnits } = await import(`${input.webui}/engine/cpu_units.js`);
 const { loadLuts } = await import(`${input.webui}/luts.js`);
 
 // loadLuts reads over fetch: serve the committed tables from disk

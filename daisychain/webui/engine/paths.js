@@ -5,64 +5,14 @@
 //   mul(a, b), relu(x)                      -> Int32Array
 //   im2col(a, b, geom), col2im(d, b, geom)  -> Int32Array    (conv.js has the layouts)
 //   maxpool(a, b, geom), maxpoolBack(g, a, b, geom) -> Int32Array
-// CpuUnits runs the JS units (units.js, gemm.js); WasmUnits (wasm/wasm_units.js) the
+// CpuUnits (engine/cpu_units.js) runs the JS units (units.js, gemm.js); WasmUnits (wasm/wasm_units.js) the
 // WebAssembly SIMD kernels, a CpuUnits whose heavy units run in WASM with the same bytes;
 // GpuUnits (gpu.js) the WGSL kernels. openPaths() tries WASM and the GPU and, for each that
 // cannot be used, says why in words.
 
-import { gemmFast, gemmLayout, gemmLut } from "../gemm.js";
-import { GpuUnits, POISON } from "../gpu.js";
-import { col2imArray, convLayout, im2colArray, maxpoolArray, maxpoolBackArray, poolLayout } from "../conv.js";
-import { mulArray, reluArray, requantizeArray } from "../units.js";
-
-export class CpuUnits {
-  /** @param {object} luts verified tables; @param {{literal?: boolean}} opts literal -> gemmLut */
-  constructor(luts, { literal = false } = {}) {
-    this.luts = luts;
-    this.name = literal ? "cpu-lut" : "cpu";
-    this._gemm = literal ? gemmLut : gemmFast;
-    this.usable = true;
-  }
-
-  // Outputs are poisoned with 0x7fffffff first, as on the GPU, so an unwritten element fails.
-  async gemm(a, b, desc) {
-    const { m, n } = gemmLayout(desc);
-    return this._gemm(a, b, desc, this.luts, new Int32Array(m * n).fill(POISON));
-  }
-
-  async requantize(acc, shift, { relu = false } = {}) {
-    return requantizeArray(acc, shift, this.luts, { relu, out: new Int32Array(acc.length).fill(POISON) });
-  }
-
-  async mul(a, b) {
-    return mulArray(a, b, this.luts, new Int32Array(a.length).fill(POISON));
-  }
-
-  async relu(x) {
-    return reluArray(x, this.luts, new Int32Array(x.length).fill(POISON));
-  }
-
-  async im2col(a, b, geom) {
-    const { hw, cols } = convLayout("im2col", b, geom);
-    return im2colArray(a, b, geom, new Int32Array(b * hw * cols).fill(POISON));
-  }
-
-  async col2im(d, b, geom) {
-    const { hw } = convLayout("col2im", b, geom);
-    return col2imArray(d, b, geom, new Int32Array(b * geom.ci * hw).fill(POISON));
-  }
-
-  async maxpool(a, b, geom) {
-    const { oh, ow } = poolLayout("maxpool", b, geom);
-    return maxpoolArray(a, b, geom, new Int32Array(b * geom.c * oh * ow).fill(POISON));
-  }
-
-  async maxpoolBack(g, a, b, geom) {
-    return maxpoolBackArray(g, a, b, geom);
-  }
-
-  onFailure() {}
-}
+import { GpuUnits } from "../gpu.js";
+import { openWasmUnits } from "../wasm/wasm_units.js";
+import { CpuUnits } from "./cpu_units.js";
 
 /**
  * Open the JS units, the WebAssembly SIMD path and, unless disabled, the GPU path.
@@ -83,9 +33,8 @@ export async function openPaths(luts, { tryGpu = true, tryWasm = true, shaderBas
   }
 }
 
-/** The WASM path (imported here, not at the top: wasm_units.js extends CpuUnits). */
+/** The WASM path, or why it cannot be used. */
 export async function openWasm(luts, base = "/webui/wasm/") {
-  const { openWasmUnits } = await import("../wasm/wasm_units.js");
   const { units, reason } = await openWasmUnits(luts, { base });
   return { wasm: units, wasmReason: reason };
 }

@@ -10,6 +10,7 @@ import { exportCheckpoint, importCheckpoint } from "../checkpoint.js";
 import { $, ctx, nameOf, now, state, words } from "./store.js";
 import { event, showError } from "./events.js";
 import { fillSettings, loadDatasets, readSettings, validate } from "./settings.js";
+import { bus } from "../bus.js";
 
 export function identityOfRun() {
   return ctx.mesh?.peer?.identity || ctx.mesh?.peer?.run?.identity || null;
@@ -92,6 +93,9 @@ export async function tryCheckpoint(file) {
 }
 
 // -- checkpoints -------------------------------------------------------------------------------
+
+// Who may download or restore changes with the host and the run: the settings panel says so.
+bus.on("page:settings", () => renderCheckpoint());
 
 export function renderCheckpoint() {
   const c = state.checkpoint;

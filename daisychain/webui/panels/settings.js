@@ -11,7 +11,7 @@ import { settingsOf } from "../checkpoint.js";
 import { $, ctx, running, state } from "./store.js";
 import { event } from "./events.js";
 import { retrying } from "./retry.js";
-import { renderCheckpoint } from "./end.js";
+import { bus } from "../bus.js";
 
 // -- settings, datasets, uploads --------------------------------------------------------------
 
@@ -27,7 +27,7 @@ export function renderSettings() {
   $("start").disabled = !host || busy || !state.ready;
   $("stop").disabled = !host || !busy;
   for (const el of $("settings").elements) el.disabled = !host || busy;
-  renderCheckpoint();
+  bus.emit("page:settings", { host, busy });
   $("settings-hint").textContent = guestOfRun
     ? `The settings of run ${state.runSettings.runId}, as the host chose them (read-only here): every device trains this model.`
     : host ? "You are the host: choose the data and the model and start; every device trains the same model."

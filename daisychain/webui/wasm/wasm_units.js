@@ -18,7 +18,7 @@
 // contiguous and zero padding (pack, which also range-checks), multiplied 2x4 outputs at a
 // time, and copied out. A value out of range throws the JS units' own UnitError.
 
-import { CpuUnits } from "../engine/paths.js";
+import { CpuUnits } from "../engine/cpu_units.js";
 import { checkInt8Array, checkIntArray, checkShift, INT32_MAX, INT32_MIN, UnitError } from "../units.js";
 import { gemmLayout, requireExactMul } from "../gemm.js";
 import { checkLength, convLayout, poolLayout } from "../conv.js";

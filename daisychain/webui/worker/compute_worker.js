@@ -18,7 +18,8 @@
 // each call (the replica's state stays on the page, where the run protocol reads it), so what
 // the worker computes is exactly what the page's own Trainer would: same code, same bits.
 
-import { CpuUnits, openWasm } from "../engine/paths.js";
+import { CpuUnits } from "../engine/cpu_units.js";
+import { openWasm } from "../engine/paths.js";
 import { makeHyper, ModelSpec } from "../engine/spec.js";
 import { Trainer } from "../engine/trainer.js";
 import { GpuUnits } from "../gpu.js";
