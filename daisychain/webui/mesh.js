@@ -15,12 +15,14 @@ import { unitCounts } from "./counters.js";
 import { fetchDataset } from "./device.js";
 import { sha256Hex } from "./luts.js";
 import { parseDataset } from "./engine/data.js";
-import { makeHyper, modelFor, ModelSpec, RECIPE_FIELDS, recipeSettings } from "./engine/spec.js";
-import { paramsSha256, runId, runIdentity } from "./engine/trainer.js";
+import { makeHyper, ModelSpec } from "./engine/spec.js";
+import { paramsSha256 } from "./engine/trainer.js";
 import * as W from "./frames.js";
 import { identityDifferences, RunPeer } from "./run/index.js";
 import { createTrainer } from "./worker/trainer_proxy.js";
-import { capacityOf, measureRun } from "./run_speed.js";
+import { measureRun } from "./run_speed.js";
+import { peersView } from "./room_view.js";
+import { prepareRun } from "./run_start.js";
 
 // -- the shell -----------------------------------------------------------------------------
 
@@ -397,39 +399,8 @@ export class Mesh {
     return dt > 0 ? (c[c.length - 1][1] - c[0][1]) / dt : null;
   }
 
-  /** The room:peers event's detail (bus.js): one row per member of the room. */
-  peersView() {
-    const p = this.peer;
-    const members = this.net.room?.members || [];
-    const tr = p?.trainer;
-    const nMicro = tr ? tr.nTasks : null; // micro-batches; a local-steps run's replicas
-    // members, then those who did work in this run and left (left: true)
-    const gone = Object.keys(p?.doneBy || {}).filter((id) => !members.some((m) => m.id === id))
-      .map((id) => ({ ...(this.seen.get(id) || { id, name: this.nameOf(id), kind: "?" }), capacity: 0, left: true }));
-    const rows = [...members, ...gone].map((m) => {
-      let hashAgrees = null;
-      if (m.id === p?.me) hashAgrees = p?.sha ? true : null;
-      else {
-        const r = this.reports.get(m.id);
-        const ours = r && r.runId === p?.runId ? this.shaAt.get(r.step) : undefined;
-        if (ours !== undefined && typeof r.sha === "string") hashAgrees = r.sha === ours;
-      }
-      const { capacity, onModel, inTasks } = capacityOf(p, m, this.runCapacity);
-      return { id: m.id, name: m.name, kind: m.kind, capacity, onModel, inTasks, probe: m.capacity,
-        share: nMicro ? (this.lastShares[m.id] || 0) / nMicro : 0, micro: p?.doneBy[m.id] || 0,
-        hashAgrees, you: m.id === p?.me, host: m.id === this.net.room?.host, left: !!m.left };
-    });
-    const rate = this.stepRate();
-    const step = p?.step ?? 0;
-    const steps = p?.run ? (p.coordinating ? p.steps : p.run.steps) : null;
-    const left = steps === null ? null : Math.max(0, steps - step);
-    // a local-steps run (engine/local.js): the round, the inner steps, this device's replicas
-    const local = tr?.replicas !== undefined ? { replicas: tr.replicas, syncEvery: tr.syncEvery, inner: tr.inner,
-      mine: this.lastMine ?? null } : null;
-    return { rows, pooledCapacity: rows.filter((r) => !r.left).reduce((s, r) => s + (Number(r.capacity) || 0), 0),
-      pooledOnModel: rows.some((r) => r.onModel),
-      stepRate: rate, etaSeconds: rate && left !== null ? left / rate : null, step, steps, local };
-  }
+  /** The room:peers event's detail (bus.js, room_view.js). */
+  peersView() { return peersView(this); }
 
   /** Emit room:peers: at once, or (while steps commit) at most every PEERS_EVERY_MS. */
   _peers(now) {
@@ -489,65 +460,12 @@ export class Mesh {
   // -- what the host asks for ------------------------------------------------------------------
 
   /**
-   * Start a run from the host's settings (same meaning and defaults as `daisychain train`);
-   * `resume` (a checked checkpoint state, see checkpoint.js) starts it from that state, if
-   * the settings make the same run. `layers` (the `--layers` items) wins over `hidden` (one
-   * hidden layer, `--hidden`) when given; an image task without `layers` trains its default
-   * CNN. The image recipe's fields left null take the task's defaults (spec.js
-   * recipeSettings), or with `resume` the checkpoint's. `context` (the text task's
-   * `--context`) trains on the data windowed with it, as the server makes it.
+   * Start a run from the host's settings (same meaning and defaults as `daisychain train`),
+   * from a checked checkpoint state with `resume`: run_start.js prepares it, then it is
+   * announced to the room.
    */
-  async start({ task = null, steps = 600, seed = 0, batch = 64, micro_batch = 16, lr = 3e-3, hidden = 128, layers = null, dataset = null,
-    augment_shift = null, lr_warmup = null, lr_decay_steps = null, replicas = 1, sync_every = 1, outer_lr = 1.0,
-    outer_momentum = 0.5, moments_every = 8, verify_rate = null, aggregate = null, context = null } = {}, resume = null) {
-    if (!this.net.room || this.net.room.host !== this.net.id) throw new Error("only the host starts a run");
-    if (verify_rate !== null && !(Number.isFinite(verify_rate) && verify_rate >= 0 && verify_rate <= 1)) throw new Error("the verify rate must be in [0, 1]");
-    if (aggregate !== null && !["auto", "star", "ring"].includes(aggregate)) throw new Error("the aggregation must be one of auto, star, ring");
-    if (aggregate === "ring" && (verify_rate ?? this.peer?.verifyRate ?? 0.05) > 0) throw new Error("ring needs spot-checks off: a ring hides each contribution from them");
-    if (this.peer?.coordinating && !this.peer.ended) throw new Error("a run is already going");
-    const fp = dataset ? String(dataset.fingerprint || "") : null;
-    if (dataset && !/^[0-9a-f]{64}$/.test(fp)) throw new Error("the chosen dataset has no valid fingerprint (a /datasets entry has one)");
-    if (dataset && task && dataset.task !== task) throw new Error(`the chosen dataset is for the ${dataset.task} task, not ${task}`);
-    task = dataset ? String(dataset.task) : task || "digits";
-    if (!Number.isInteger(steps) || steps < 0) throw new Error("steps must be a whole number >= 0");
-    const given = { augment_shift, lr_warmup, lr_decay_steps };
-    if (resume) for (const k of RECIPE_FIELDS) given[k] ??= resume.identity?.hyper?.[k] ?? 0;
-    const hyper = makeHyper({ seed, batch, micro_batch, lr, ...recipeSettings(task, steps, given),
-      replicas, sync_every, outer_lr, outer_momentum, moments_every });
-    const label = dataset?.name ? `the dataset ${dataset.name}` : `the ${task} data`;
-    this._state("starting", `preparing the ${task} run`);
-    this._preparing("data", 0, 4, `fetching ${label}`);
-    let ds;
-    try {
-      ds = await this.loadData(task, fp, label, context);
-    } catch (err) {
-      this._state("idle", err.message);
-      throw err;
-    }
-    this._preparing("model", 1, 4, "building the model");
-    let spec, trainer, identity, id;
-    try { // a model the data cannot hold: back to idle with the reason (the page's fields)
-      spec = modelFor(ds, layers ?? (ds.kind === "image" ? null : hidden), 16);
-      trainer = await createTrainer({ spec, hyper, dataset: ds, luts: this.device.luts, units: this.device.units, kind: this.device.kind, cpuPath: this.device.cpuPath });
-      this._preparing("model", 1, 4, "measuring this device on the run's model");
-      await this._measureRun(trainer, hyper);
-      this._preparing("identity", 2, 4, "hashing the run identity");
-      identity = runIdentity(spec, hyper, ds, this.device.luts);
-      id = await runId(identity);
-    } catch (err) {
-      this._state("idle", err.message);
-      throw err;
-    }
-    if (resume) {
-      const diffs = identityDifferences(identity, resume.identity).map((d) => d.replace(" in the run", " in the checkpoint"));
-      const why = diffs.length ? `these settings make another run than the loaded checkpoint's: ${diffs.join("; ")}`
-        : resume.step > steps ? `the checkpoint is at step ${resume.step}, past the ${steps} steps of the run` : null;
-      if (why) {
-        this._state("idle", why);
-        throw new Error(why);
-      }
-      trainer.load(resume); // the one state loader (Trainer.load), as sync and restore use
-    }
+  async start(settings = {}, resume = null) {
+    const { trainer, identity, id, task, steps, verify_rate, aggregate } = await prepareRun(this, settings, resume);
     this._preparing("announce", 3, 4, "announcing the run to the room");
     return this._enqueue(async () => {
       this._resetRun();
