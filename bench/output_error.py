@@ -47,16 +47,16 @@ def all_licences() -> Path:
 @contextmanager
 def version(v: int):
     """Version 1's arithmetic in this process: the zero-sum step replaced by the identity in
-    every engine path that calls it (model.py, fast.py, convfast.py through fast)."""
-    from daisychain.engine import fast, model
+    every engine path that calls it (model.py, fast.py, convfast.py through detmath)."""
+    from daisychain.engine import detmath, fast, model
 
-    keep = (fast.zero_sum_errors, model.zero_sum_errors)
+    keep = (detmath.zero_sum_errors, fast.zero_sum_errors, model.zero_sum_errors)
     if v == 1:
-        fast.zero_sum_errors = model.zero_sum_errors = lambda G, y: G
+        detmath.zero_sum_errors = fast.zero_sum_errors = model.zero_sum_errors = lambda G, y: G
     try:
         yield
     finally:
-        fast.zero_sum_errors, model.zero_sum_errors = keep
+        detmath.zero_sum_errors, fast.zero_sum_errors, model.zero_sum_errors = keep
 
 
 def golden_text_hash() -> str:

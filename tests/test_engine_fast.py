@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from daisychain.engine import detmath, fast as fast_mod
+from daisychain.engine import detmath, fast as fast_mod, kernels
 from daisychain.engine.adam import AdamState, adam_step
 from daisychain.engine.model import Engine, init_params
 from daisychain.engine.spec import Hyper, Layer, ModelSpec, mlp
@@ -24,7 +24,7 @@ def _compiled_at_once(monkeypatch):
 
 
 def _kern():
-    k = fast_mod._kernels()
+    k = kernels.compiled()
     assert k is not None  # numba is a dependency
     return k
 
@@ -221,7 +221,7 @@ def test_training_hash_is_the_same_with_and_without_numba(monkeypatch, hidden):
         if off:
             monkeypatch.setenv("DAISYCHAIN_NO_NUMBA", "1")
             monkeypatch.setattr(adam_mod, "_fused", None)
-            monkeypatch.setattr(fast_mod, "_compiled", None)
+            monkeypatch.setattr(kernels, "_compiled", None)
         tr = Trainer(spec, hp, ds, load_luts())
         for _ in range(5):
             tr.apply(tr.contribute(list(range(hp.n_micro))).grad)
@@ -240,7 +240,8 @@ def test_training_hash_is_the_same_with_and_without_numba(monkeypatch, hidden):
 def test_weight_gradient_fold_equals_the_per_micro_batch_fixed_point_sum(e, limit, path):
     """Every way _weight_grad folds the micro-batches (chosen by the spread of their
     exponents and the bounds) gives the per-micro-batch fixed-point values summed in int64."""
-    from daisychain.engine.fast import FastPath, _fixed_sum
+    from daisychain.engine.fast import FastPath
+    from daisychain.engine.kernels import fixed_sum as _fixed_sum
 
     rng = np.random.default_rng(len(path))
     n, b, k_in, k_out = len(e), 16, 40, 24
@@ -340,7 +341,7 @@ def test_dexp_kernel_equals_detmath_dexp():
                         -np.arange(0, 120) * LN2 / 2, -np.arange(0, 120) * LN2 / 2 - 1e-13,
                         [0.0, -0.0, -80.0, np.nextafter(-80.0, 0), -80.0 - 1e-9, -1e-300, -5e-324]])
     want = detmath.dexp(x)
-    got = np.array([fast_mod._nb_dexp(v) for v in x])
+    got = np.array([kernels._nb_dexp(v) for v in x])
     assert got.tobytes() == want.tobytes()
 
 
@@ -434,7 +435,7 @@ def test_compiled_weight_gradient_equals_the_per_micro_batch_fixed_point_sum(e, 
     e = np.array(e)
     eg, ex = e - 3, np.full(n, 3)
     dW = np.einsum("nbo,nbi->noi", G.reshape(n, b, -1).astype(np.int64), a.reshape(n, b, -1).astype(np.int64))
-    want = fast_mod._fixed_sum(dW.astype(np.float64), e, 40, limit).ravel()
+    want = kernels.fixed_sum(dW.astype(np.float64), e, 40, limit).ravel()
     fp = Engine(mlp(k_in, k_out, 3), load_luts()).fast
     got = np.empty(k_in * k_out, np.int64)
     fp._weight_grad_nb(k, got, G, a, n, b, eg, ex, 40, limit, 0)

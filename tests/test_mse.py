@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from daisychain import package_path
-from daisychain.engine.model import mse_output_error
+from daisychain.engine.detmath import mse_output_error
 from daisychain.engine.spec import Hyper
 from daisychain.engine.trainer import Trainer
 from daisychain.task import arrays_dataset

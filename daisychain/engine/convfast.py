@@ -17,10 +17,10 @@ Why it is the same:
 * Each micro-batch's weight gradient is its exact integer dW_j, then the fixed-point value
   floor(clamp(dW_j * 2**(e_j + S), -L, L) + 1/2) per element in float64 in the reference's
   order (``Engine._accumulate``), summed over micro-batches in int64.
-* The loss, softmax and quantization of the output error are engine/fast.py's compiled
+* The loss, softmax and quantization of the output error are the compiled
   kernels (the same float64 operations as the reference).
 
-Needs numba (engine/fast.py's kernels and the loops below); without it, or where a
+Needs numba (engine/kernels.py and the loops below); without it, or where a
 kernel's preconditions fail, the engine takes the reference path (same bits).
 """
 
@@ -32,7 +32,8 @@ import threading
 import numpy as np
 
 from daisychain.compiled import numba_jit
-from daisychain.engine import fast
+from daisychain.engine import detmath
+from daisychain.engine import kernels as shared
 from daisychain.units.gemm import MAX_K
 
 _EXP_LIMIT = 900
@@ -89,7 +90,7 @@ def _nb_rq_fwd(acc, bias, ex, ew, rows, lo, out, ex_out, bacc):
     cols = acc.shape[1]
     for j in range(n):
         sexp = ex[j] + ew
-        if not fast._nb_bias_acc(bias, sexp, bacc):
+        if not shared._nb_bias_acc(bias, sexp, bacc):
             return False
         am = np.int64(0)
         for r in range(j * rows, j * rows + rows):
@@ -99,7 +100,7 @@ def _nb_rq_fwd(acc, bias, ex, ew, rows, lo, out, ex_out, bacc):
                     v = -v
                 if v > am:
                     am = v
-        s = fast._nb_bitlen(am) - 7
+        s = shared._nb_bitlen(am) - 7
         if s < 0:
             s = 0
         half = (np.int64(1) << s) >> 1
@@ -133,7 +134,7 @@ def _nb_rq_back(v, mask, use_mask, rows, eg, ew, out, eg_out):
                     x = -x
                 if x > am:
                     am = x
-        s = fast._nb_bitlen(am) - 7
+        s = shared._nb_bitlen(am) - 7
         if s < 0:
             s = 0
         half = (np.int64(1) << s) >> 1
@@ -215,19 +216,19 @@ _LOCK = threading.Lock()
 
 
 def kernels():
-    """The compiled loops (with engine/fast.py's), or None without numba."""
+    """The compiled loops (with engine/kernels.py's), or None without numba."""
     if _KERN:
         return _KERN[0]
     with _LOCK:
         if _KERN:
             return _KERN[0]
-        base = fast._kernels()
+        base = shared.compiled()
         jit = numba_jit()
         if base is None or jit is None:
             _KERN.append(None)
         else:
             k = _K()
-            k.base = base  # fast.py's kernels (its helpers _nb_bias_acc, _nb_bitlen are compiled now)
+            k.base = base  # kernels.py's kernels (its helpers _nb_bias_acc, _nb_bitlen are compiled now)
             for name in ("im2col", "col2im", "rq_fwd", "rq_back", "pool", "pool_back", "fixed_add"):
                 setattr(k, name, jit(globals()["_nb_" + name]))
             _KERN.append(k)
@@ -381,7 +382,7 @@ class ConvFastPath:
             return None
         t = np.log(np.maximum(py, 1e-300))  # the display loss, as in output_error
         loss = -(np.add.reduce(t, axis=1) / b)
-        G = fast.zero_sum_errors(G32.reshape(nb, C), yv).astype(np.int8)
+        G = detmath.zero_sum_errors(G32.reshape(nb, C), yv).astype(np.int8)
         out = np.zeros(self.layout.size, np.int64)
         off = self.layout.offsets
         for idx in range(len(self.plan) - 1, -1, -1):

@@ -108,3 +108,19 @@ def zero_sum_errors(G: np.ndarray, y: np.ndarray) -> np.ndarray:
         sub[np.arange(big.size), yv[big]] = -127.0
         G2[big] = sub
     return G2.reshape(G.shape)
+
+
+def mse_output_error(z: np.ndarray, y: np.ndarray):
+    """The mean squared error's output error: z, y (n, b, K) float64 (outputs and targets).
+    dz = (z - y) / b, the gradient of 1/2 * sum_k (z_k - y_k)**2 averaged over the
+    micro-batch (the same shape of error as cross-entropy's p - onehot); the display loss is
+    the mean over the micro-batch and the outputs of (z - y)**2; no correct count (0).
+    One IEEE subtraction and one division per element: the same bits in numpy and JS
+    (webui/engine/model.js mseOutputError)."""
+    n, b = z.shape[:2]
+    if y.shape != z.shape:
+        raise ValueError(f"mse targets of shape {y.shape[1:]} for outputs of shape {z.shape[1:]}")
+    d = np.subtract(z, y)
+    loss = (d * d).reshape(n, -1).mean(axis=1)  # display only
+    d /= float(b)
+    return d, loss, np.zeros(n, np.int64)

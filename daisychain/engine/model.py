@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from daisychain.engine.fast import FastPath
-from daisychain.engine.detmath import dexp, exponent, pow2, quant_exponent, quantize, zero_sum_errors
+from daisychain.engine.detmath import dexp, exponent, mse_output_error, pow2, quant_exponent, quantize, zero_sum_errors
 from daisychain.engine.layers import BIAS_LIMIT, Back, Flow, kind_of  # noqa: F401 (BIAS_LIMIT: the public name)
 from daisychain.engine.spec import ModelSpec
 from daisychain.units import reference as ref
@@ -286,19 +286,3 @@ class Engine:
         parts = [self.forward(theta, x[i:i + micro_batch][None])[0][0]
                  for i in range(0, len(x), micro_batch)]
         return np.concatenate(parts) if parts else np.zeros((0, self.spec.classes))
-
-
-def mse_output_error(z: np.ndarray, y: np.ndarray):
-    """The mean squared error's output error: z, y (n, b, K) float64 (outputs and targets).
-    dz = (z - y) / b, the gradient of 1/2 * sum_k (z_k - y_k)**2 averaged over the
-    micro-batch (the same shape of error as cross-entropy's p - onehot); the display loss is
-    the mean over the micro-batch and the outputs of (z - y)**2; no correct count (0).
-    One IEEE subtraction and one division per element: the same bits in numpy and JS
-    (webui/engine/model.js mseOutputError)."""
-    n, b = z.shape[:2]
-    if y.shape != z.shape:
-        raise ValueError(f"mse targets of shape {y.shape[1:]} for outputs of shape {z.shape[1:]}")
-    d = np.subtract(z, y)
-    loss = (d * d).reshape(n, -1).mean(axis=1)  # display only
-    d /= float(b)
-    return d, loss, np.zeros(n, np.int64)

@@ -211,7 +211,7 @@ export class Engine {
   }
 }
 
-/** model.py mse_output_error: dz = (z - y) / b (one subtraction, one division per element,
+/** detmath.py mse_output_error: dz = (z - y) / b (one subtraction, one division per element,
  *  the same bits as numpy); the display loss is the mean of (z - y)^2. z, y: (b, K). */
 export function mseOutputError(z, y, b) {
   if (y.length !== z.length) throw new Error(`mse targets of ${y.length} values for ${z.length} outputs`);
