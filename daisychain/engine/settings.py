@@ -59,7 +59,8 @@ class Range:
 
 
 #: every number a command takes (flag name with "_"), and its range; the page's fields are
-#: the subset PAGE_SETTINGS, checked by webui/settings_check.js with the same ranges
+#: the subset PAGE_SETTINGS, checked by webui/settings_check.js with the same ranges (its
+#: settings_table.js is generated from this table: python -m daisychain.engine.js_tables)
 SETTINGS: dict[str, Range] = {
     "steps": Range("int", 1, MAX_STEPS),
     "seed": Range("int", 0, 0xFFFFFFFF),

@@ -1,23 +1,13 @@
 // The page's run settings, checked against the same ranges as the commands
-// (daisychain/engine/settings.py SETTINGS, the page's subset PAGE_SETTINGS): a whole number
+// (daisychain/engine/settings.py SETTINGS, the page's subset PAGE_SETTINGS, generated into
+// settings_table.js): a whole number
 // or a finite decimal number, in the range where the run's arithmetic stays exact. The same
 // raw text gets the same reason as in Python (tests/scenarios/settings_values.json holds the
 // two together). No DOM here: app.js shows the reasons next to its fields.
 
-// name -> [kind, lo, hi, loOpen]
-export const SETTINGS = Object.freeze({
-  steps: ["int", 1, 10000000, false],
-  seed: ["int", 0, 4294967295, false],
-  batch: ["int", 1, 65536, false],
-  micro_batch: ["int", 1, 4096, false],
-  hidden: ["int", 1, 66572, false],
-  context: ["int", 1, 256, false],
-  lr: ["float", 0, 1, true],
-  replicas: ["int", 1, 1024, false],
-  sync_every: ["int", 1, 100000, false],
-  outer_lr: ["float", 0, 4, true],
-  outer_momentum: ["float", 0, 0.999, false],
-});
+import { SETTINGS } from "./settings_table.js";
+
+export { SETTINGS }; // (the table the checks below read)
 
 const INT = /^[+-]?[0-9]{1,30}$/;
 const FLOAT = /^[+-]?([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][+-]?[0-9]{1,4})?$/;

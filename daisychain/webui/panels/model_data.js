@@ -6,7 +6,7 @@
 //   model with); the memory is what every device holds for it: the parameters and Adam's two
 //   moments, float64 each (24 bytes a parameter).
 // * The text task's context (`--context`): a slider and a field with the range of the one
-//   settings table (settings_check.js SETTINGS, held to engine/settings.py by
+//   settings table (settings_table.js SETTINGS, held to engine/settings.py by
 //   tests/settings_values.json). The count follows it; the run fetches the data windowed with
 //   it (`/data/text.dcds?context=N`, server/routes/data.py), the data `train --context N` makes.
 // * A Hugging Face data set by name: the host types owner/name and the rows to read; the
@@ -22,7 +22,8 @@
 import * as F from "../ui_format.js";
 import { modelFor, parseLayers } from "../engine/spec.js";
 import { postUpload } from "../uploads.js";
-import { checkSetting, SETTINGS } from "../settings_check.js";
+import { checkSetting } from "../settings_check.js";
+import { SETTINGS } from "../settings_table.js";
 import { $, state } from "./store.js";
 import { event } from "./events.js";
 import { chosenDataset, renderDatasets, validate } from "./settings.js";
