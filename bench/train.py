@@ -177,7 +177,7 @@ def main() -> None:
               "rounding shift in integers, softmax and output error, fixed-point bias and weight "
               "gradients, ReLU mask + requantize. Apply is the mean gradient and Adam"
               f"{' (one compiled pass)' if fused else ''}. Same bits as the numpy passes and the "
-              "literal-table engine (tests/test_engine_fast.py). Peak traced memory is what "
+              "literal-table engine (tests/engine/test_engine_fast.py). Peak traced memory is what "
               "tracemalloc sees (numpy's and Python's allocations, not numba's small scratch "
               "arrays)."]
     text = "\n".join(lines)

@@ -31,7 +31,7 @@ The ``.onnx`` file is :func:`torch_model`'s float forward traced by ``torch.onnx
 
 The float forward is not the engine's INT8 forward (no input quantization, no requantize
 clamps), so its logits are close, not identical; the predicted classes agree on nearly every
-sample (tests/test_export.py measures it on the digits test set).
+sample (tests/engine/test_export.py measures it on the digits test set).
 """
 
 from __future__ import annotations

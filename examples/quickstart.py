@@ -5,7 +5,7 @@
 Trains the embedded digits, evaluates, predicts, saves, exports, reloads the export in
 torch, resumes, and trains a task of your own (examples/my_task.py). Every hash it prints is
 the one the command line prints for the same settings (``daisychain train --layers 64
---steps 200``). Its last line is a JSON summary (tests/test_examples.py reads it).
+--steps 200``). Its last line is a JSON summary (tests/engine/test_examples.py reads it).
 """
 
 # %% Setup: where the files go

@@ -188,3 +188,37 @@ async def room_state(client: Client, members: int, timeout=5.0) -> p.RoomState:
         st = await client.expect(p.RoomState, timeout)
         if len(st.members) == members:
             return st
+
+
+#: a text the page's data routes are tried with (its own upload, `serve --data`)
+BOOK = ("It was the best of times, it was the worst of times,\nit was the age of wisdom, "
+        "it was the age of foolishness,\n") * 6
+
+
+@contextlib.asynccontextmanager
+async def server(host="127.0.0.1", datasets=None):
+    cfg = ServerConfig(**{**FAST, "host": host, "port": 0})
+    runner = web.AppRunner(create_app(cfg, datasets=datasets))
+    await runner.setup()
+    site = web.TCPSite(runner, host, 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]
+    try:
+        async with aiohttp.ClientSession() as s:
+            yield s, f"http://127.0.0.1:{port}", port
+    finally:
+        await runner.cleanup()
+
+
+@contextlib.asynccontextmanager
+async def room_host(s: aiohttp.ClientSession, base: str):
+    """A device that opened a private room (it is its host): the upload headers with its
+    room credential (issue 21: uploads belong to a room)."""
+    async with s.ws_connect(base.replace("http", "ws") + "/ws") as ws:
+        await ws.send_json({"type": "hello", "version": 1, "name": "host", "kind": "cpu",
+                            "capacity": 1, "room": "new"})
+        welcome = await ws.receive_json(timeout=10)
+        assert welcome["type"] == "welcome", welcome
+        room = await ws.receive_json(timeout=10)
+        assert room["type"] == "room", room
+        yield {"X-Daisy-Token": welcome["token"]}

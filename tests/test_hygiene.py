@@ -52,7 +52,7 @@ def test_every_runtime_dependency_is_imported_by_the_package():
 
 
 def test_every_test_dependency_is_imported_by_the_tests_benches_or_optional_parts():
-    """(pywebview: the desktop window, daisychain/desktop, which tests/test_desktop.py runs)"""
+    """(pywebview: the desktop window, daisychain/desktop, which tests/page/test_desktop.py runs)"""
     assert unused(project()["optional-dependencies"]["test"], imported("tests", "bench", "daisychain")) == []
 
 
@@ -65,7 +65,7 @@ def test_a_run_without_node_fails_instead_of_skipping(tmp_path):
     """PATH without node: the JS tests fail with words, and pytest exits non-zero."""
     env = {**os.environ, "PATH": str(tmp_path)}
     res = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                          "tests/test_mesh_send_js.py", "tests/test_peer_frames_js.py"],
+                          "tests/wire/test_mesh_send_js.py", "tests/wire/test_peer_frames_js.py"],
                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
     out = res.stdout + res.stderr
     assert res.returncode != 0, out

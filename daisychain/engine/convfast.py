@@ -1,5 +1,5 @@
 """The engine's fast path for image models (conv2d, maxpool2d, linear, relu): the same bits
-as the literal layer-by-layer engine (engine/layers.py), held to it by tests/test_conv*.py.
+as the literal layer-by-layer engine (engine/layers.py), held to it by tests/engine/test_conv*.py.
 
 Why it is the same:
 

@@ -19,7 +19,7 @@ they count the same). Per micro-batch of ``b`` samples, for each linear layer ``
 Each layer type's count is its registry class's ``units`` (engine/layers.py).
 
 The same formula is used by the page (``webui/counters.js``, held to it by
-``tests/test_counters_js.py``), the CLI and the demo.
+``tests/units/test_counters_js.py``), the CLI and the demo.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@ path (``engine/fast.py``) and the image path (``engine/convfast.py``), and the f
 sum both use.
 
 Each kernel computes the same values as the dense path's numpy passes, which are the
-definition (tests/test_engine_fast.py holds them to the literal engine's bits), or returns
+definition (tests/engine/test_engine_fast.py holds them to the literal engine's bits), or returns
 False where its preconditions fail, and the numpy passes run.
 """
 
@@ -36,7 +36,7 @@ def fixed_sum(ints: np.ndarray, e: np.ndarray, frac_bits: int, limit: float) -> 
 # one loop each, compiled by numba without fastmath: every float operation is the one IEEE
 # float64 operation written, in the order written (LLVM neither fuses a multiply and an
 # add nor reorders), and everything else is integer arithmetic, exact in any order. Each
-# kernel computes the same values as the numpy passes above (tests/test_engine_fast.py
+# kernel computes the same values as the numpy passes above (tests/engine/test_engine_fast.py
 # holds them to the literal engine's bits), or returns False where its preconditions
 # fail (a non-finite value, an exponent outside +-_EXP_LIMIT): the numpy passes then run.
 #

@@ -8,7 +8,7 @@ an Engine is never shared between threads). The kernels release the GIL (numba `
 intra-op pool is set to one thread then, so that N threads use N cores, not N x cores). A contribution is a
 sum of exact int64 fixed-point values, so the sum of the threads' sums is the same bits as
 one thread's, in any order; loss and correct keep the micro-batch order. Every N gives the
-same parameters hash (tests/test_threads.py).
+same parameters hash (tests/engine/test_threads.py).
 """
 
 from __future__ import annotations

@@ -128,7 +128,7 @@ def _varint_read_loop(b, count, out):
 def _kernels():
     """(length, write, read) compiled with numba on first use (cached on disk); None without
     numba or with DAISYCHAIN_NO_NUMBA set. They give the same bytes and values as the numpy
-    passes (tests/test_peer_frames.py)."""
+    passes (tests/wire/test_peer_frames.py)."""
     global _compiled
     if _compiled is None:
         jit = numba_jit()

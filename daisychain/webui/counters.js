@@ -1,6 +1,6 @@
 // How many times the INT8 units run: multiply, requantize and ReLU invocations as a pure
 // function of the model shape and the number of micro-batches computed. A line-for-line twin
-// of daisychain/engine/counters.py (held to it by tests/test_counters_js.py on shared data,
+// of daisychain/engine/counters.py (held to it by tests/units/test_counters_js.py on shared data,
 // tests/unit_counts.json); the formula and its reasons are written there. No DOM.
 //
 //   unitCountsPerMicroBatch(spec, 16)   -> {multiply, requantize, relu}

@@ -1,7 +1,7 @@
 // SHA-256 in plain JS (FIPS 180-4), for pages without crypto.subtle: the browser hides it
 // outside a secure context, e.g. a page opened as http://192.168.1.20:8787/ on a LAN.
 // luts.js uses crypto.subtle when it exists and this otherwise; both give the same hex,
-// checked against Python's hashlib by tests/test_sha256_js.py.
+// checked against Python's hashlib by tests/units/test_sha256_js.py.
 
 const K = new Uint32Array([
   0x428a2f98, 0x71374491, 0xb5c0fbcf, 0xe9b5dba5, 0x3956c25b, 0x59f111f1, 0x923f82a4, 0xab1c5ed5,

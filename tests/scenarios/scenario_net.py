@@ -4,7 +4,7 @@ A scenario drives a few replicas of ONE language on a perfect, ordered network: 
 message between them goes through the real frame encoder and reassembler, every compute is
 the real engine on a tiny model, so the outputs are bit-comparable with the JS runner
 (run_scenarios.mjs), which does the same with webui/run/ (through run/index.js) and
-frames.js. Both write the same normalised output list; tests/test_scenarios.py asserts the two lists are equal and checks
+frames.js. Both write the same normalised output list; tests/run/test_scenarios.py asserts the two lists are equal and checks
 the scenario's expectations. Ops are described in tests/scenarios/README.md.
 """
 

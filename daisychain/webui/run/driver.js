@@ -17,7 +17,7 @@
 //   {kind: "alarm", alarm: mismatch|refused|removed, peer, name, step, micro, strikes, text}
 // Messages are plain objects with `T` = run | ready | refuse | assign | sync | data_request |
 // restore | end | contrib | total | state | data and the fields of frames.py's dataclasses.
-// tests/test_scenarios.py plays the same scenario files (tests/scenarios/*.json) against this
+// tests/run/test_scenarios.py plays the same scenario files (tests/scenarios/*.json) against this
 // and daisychain/peer/run/ and asserts the same outputs, message for message.
 //
 // Hashes are async in the browser (crypto.subtle), so every entry point is async; the shell

@@ -1,0 +1,345 @@
+"""Unit tier: what one member can send another (issue 9, Trust). The run state machine is
+driven through the real frame encoder/reassembler (``run_net.Net``); the aiortc shell
+with real ``RTCPeerConnection`` objects."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import struct
+
+import numpy as np
+import pytest
+
+from daisychain.engine.cli import train
+from daisychain.peer import frames as F
+from daisychain.peer import run as R
+
+MODES = ["flip", "nan-meta", "random", "scale", "stale"]  # daisy-peer --fault (exact names)
+from run_net import STEPS, Net, settings
+
+
+@pytest.fixture(scope="module")
+def rs():
+    return settings()
+
+
+@pytest.fixture(scope="module")
+def ref(rs):
+    return train(rs, quiet=True)
+
+
+class LyingNet(Net):
+    """Net where ``liar`` corrupts what it sends (daisy-peer --fault) and a frame a peer
+    refuses goes to its ``bad_message``; a peer the coordinator removes is taken out."""
+
+    def __init__(self, rs, n, liar=None, mode=None, **kw):
+        from daisychain.peer.faults import Liar
+        self.liar_id, self.lie = liar, Liar(mode) if mode else None
+        self._rate = kw.pop("verify_rate", 1.0)
+        R_init = R.RunPeer.__init__
+
+        def init(peer, *a, **k):
+            k.setdefault("verify_rate", self._rate)
+            k.setdefault("verify_key", "test-key")
+            R_init(peer, *a, **k)
+        R.RunPeer.__init__ = init
+        try:
+            super().__init__(rs, n, **kw)
+        finally:
+            R.RunPeer.__init__ = R_init
+
+    def feed(self, pid, outputs):
+        for o in outputs:
+            if isinstance(o, R.Send) and pid == self.liar_id and self.lie and pid not in self.dead \
+                    and o.to not in self.dead:
+                msg, nan = self.lie.corrupt(o.message)
+                peer = self.peers[pid]
+                for fr in F.encode_frames(F.to_message(msg, peer.run_id, peer.bounds), 0, _allow_nan=nan):
+                    self.wire.append((pid, o.to, fr))
+            else:
+                super().feed(pid, [o])
+            if isinstance(o, R.Alarm) and o.kind == "removed" and o.peer not in self.dead:
+                self.kill(o.peer, "p0")
+
+
+# -- the loss shown ------------------------------------------------------------------------
+
+
+def test_mesh_loss_is_the_train_loss(rs, ref):
+    """Was off by the micro-batch size (a sum of per-micro-batch means over samples)."""
+    net = Net(rs, 3)
+    net.run()
+    for pid in net.room():
+        last = net.of(R.Committed, pid)[-1]
+        assert last.loss == pytest.approx(ref["loss"], rel=1e-12)
+
+
+# -- non-finite meta -----------------------------------------------------------------------
+
+
+def _frames_with_meta(raw: bytes, typ=F.FrameType.CONTROL) -> list[bytes]:
+    payload = struct.pack("<I", len(raw)) + raw
+    return [F.HEADER.pack(F.MAGIC, F.VERSION, int(typ), bytes(8), 0, 1, F.WHOLE, 0, 0, 0, 1,
+                          len(payload)) + payload]
+
+
+@pytest.mark.parametrize("number", ["NaN", "Infinity", "-Infinity", "1e999"])
+def test_meta_with_a_non_finite_number_is_refused(number):
+    raw = ('{"t":"ready","term":1,"capacity":%s,"kind":"python","params_sha256":"%s"}'
+           % (number, "0" * 64)).encode()
+    with pytest.raises(F.FrameError, match="finite"):
+        F.Reassembler().feed(_frames_with_meta(raw)[0])
+
+
+def test_ready_capacity_out_of_range_is_refused():
+    m = F.Message(F.FrameType.CONTROL, "", 0, {"t": "ready", "term": 1, "capacity": 0,
+                                               "kind": "cpu", "params_sha256": "0" * 64})
+    with pytest.raises(F.FrameError, match="'capacity' must be a finite number"):
+        F.from_message(m)
+
+
+# -- contributions over the clamp bound ------------------------------------------------------
+
+
+def test_contribution_over_the_clamp_bound_is_refused_by_name(rs):
+    net = LyingNet(rs, 2, verify_rate=0.0)
+    coord = net.peers["p0"]
+    coord.names["p1"] = "mallory"
+    for _ in range(1000):  # deliver until p1 holds a task of step 0
+        if any("p1" in t.assignees for t in coord.coordinator.tasks.values()):
+            break
+        if not net.pump_wire():
+            net.feed("p0", coord.tick(net.now))  # the coordinator begins a step on its tick
+    t = next(t for t in coord.coordinator.tasks.values() if "p1" in t.assignees)
+    huge = np.zeros(coord.trainer.layout.size, np.int64)
+    huge[3] = 2**52 - 1  # below 2**53 (the wire accepts it), far above L
+    out = coord.receive("p1", F.Contrib(coord.term, coord.step, t.task, t.micro, 0.0, 0, huge))
+    texts = [o.text for o in out if isinstance(o, R.Log)]
+    assert any(x.startswith("refused a contribution from mallory (p1)") and "clamp bound" in x
+               for x in texts)
+    assert [o.kind for o in out if isinstance(o, R.Alarm)] == ["refused"]
+    assert t.result is None and coord.step == 0
+
+
+# -- spot-checks -----------------------------------------------------------------------------
+
+
+def test_fault_modes_are_the_documented_ones():
+    from daisychain.peer.faults import FAULTS
+    assert sorted(FAULTS) == MODES
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_lying_peer_is_named_removed_and_the_run_ends_on_the_reference(rs, ref, mode):
+    net = LyingNet(rs, 3, liar="p2", mode=mode)
+    net.run()
+    for pid in ("p0", "p1"):
+        assert net.of(R.Ended, pid)[0].params_sha256 == ref["params_sha256"]
+    alarms = net.of(R.Alarm, "p0")
+    assert alarms and all(a.peer == "p2" for a in alarms)
+    assert alarms[-1].kind == "removed" and alarms[-1].step <= 2
+    texts = [e.text for e in net.of(R.Log, "p0")]
+    first = "refused a message from p2" if mode == "nan-meta" else "spot-check mismatch: p2"
+    assert any(t.startswith(first) for t in texts)
+    assert any(t.startswith("liar removed: p2") for t in texts)
+
+
+def test_honest_run_of_200_steps_raises_no_alarm():
+    small = settings("--hidden", "8", "--steps", "200")
+    net = LyingNet(small, 3, verify_rate=0.5)
+    net.run(limit=10**6)
+    assert net.of(R.Alarm) == []
+    assert net.of(R.Ended, "p1")[0].params_sha256 == train(small, quiet=True)["params_sha256"]
+    assert not any("spot-check" in e.text for e in net.of(R.Log))
+
+
+def test_checked_micro_batches_follow_the_rate():
+    assert R.checked_micro("k", 3, 64, 0.0) == []
+    assert R.checked_micro("k", 3, 64, 1.0) == list(range(64))
+    n = sum(len(R.checked_micro("k", s, 64, 0.05)) for s in range(100))
+    assert 200 < n < 450  # about 5 % of 6400
+    assert R.checked_micro("k", 3, 64, 0.3) != R.checked_micro("other", 3, 64, 0.3)
+
+
+# -- another run's messages --------------------------------------------------------------------
+
+
+def test_messages_of_another_run_are_dropped_loudly(rs):
+    net = Net(rs, 2)
+    p1 = net.peers["p1"]
+    net.pump_wire(True)
+    assert p1.run_id
+    out = p1.receive("p0", F.End(p1.term, 0, "0" * 64), "00000000000000ff")
+    assert len(out) == 1 and out[0].loud and "dropped" in out[0].text
+    assert not p1.ended
+
+
+# -- the shell: background errors, ICE, queues -------------------------------------------------
+
+
+def test_an_exception_in_the_ticker_is_logged_and_ticking_goes_on(caplog):
+    from daisychain.peer.node import Node, NodeOptions
+
+    node = Node(NodeOptions(server="http://127.0.0.1:9"))
+    calls = []
+
+    class Boom:
+        def tick(self, now):
+            calls.append(now)
+            if len(calls) == 1:
+                raise ValueError("capacity_split: NaN")
+            return []
+
+    node.run = Boom()
+
+    async def go():
+        t = asyncio.ensure_future(node._tick())
+        for _ in range(100):
+            await asyncio.sleep(0.05)
+            if len(calls) >= 3:
+                break
+        t.cancel()
+    with caplog.at_level(logging.ERROR, "daisychain.peer"):
+        asyncio.run(go())
+    assert len(calls) >= 3
+    assert any("internal error" in r.getMessage() for r in caplog.records)
+
+
+def _mesh():
+    from daisychain.peer.rtc import Mesh
+
+    async def signal(*a):
+        pass
+    return Mesh("a", signal, lambda p: None, lambda p, d: None, lambda p: None)
+
+
+@pytest.mark.parametrize("text", ["candidate:garbage", "candidate:1 1 udp", "", "x" * 50])
+def test_a_malformed_ice_candidate_gets_a_named_refusal(caplog, text):
+    async def go():
+        mesh = _mesh()
+        link = mesh._link("b")
+        link.remote_set = True
+        await link.on_candidate({"candidate": text or "candidate:", "sdpMid": "0", "sdpMLineIndex": 0})
+        await mesh.close()
+    with caplog.at_level(logging.WARNING, "daisychain.peer"):
+        asyncio.run(go())
+    assert any("refused an ICE candidate from b" in r.getMessage() for r in caplog.records)
+
+
+def test_a_peer_that_does_not_read_is_dropped_once(caplog, monkeypatch):
+    from daisychain.peer import rtc
+
+    monkeypatch.setattr(rtc, "MAX_QUEUED", 1 << 20)
+    closed = []
+
+    async def go():
+        mesh = _mesh()
+        mesh.on_close = closed.append
+        link = mesh._link("b")
+        link.opened = True  # open, but its writer never drains (the other side does not read)
+        frame = bytes(60000)
+        sent = [mesh.send("b", [frame]) for _ in range(40)]
+        await asyncio.sleep(0.1)
+        await mesh.close()
+        return sent
+    with caplog.at_level(logging.WARNING, "daisychain.peer"):
+        sent = asyncio.run(go())
+    assert sent[:17] == [True] * 17 and not any(sent[18:])
+    assert closed == ["b"]
+    assert sum("does not read" in r.getMessage() for r in caplog.records) == 1
+
+
+@pytest.mark.parametrize("flag", ["inf", "nan", "1e999", "0", "-3", "1e10", "fast"])
+def test_capacity_flag_refuses_what_a_ready_would_refuse(flag):
+    """daisy-peer and daisychain cluster share one --capacity parser, held to the same range
+    as a ``ready`` message (``inf`` used to pass the peer's flag)."""
+    import argparse
+
+    from daisychain.engine.settings import capacity_arg
+
+    with pytest.raises(argparse.ArgumentTypeError):
+        capacity_arg(flag)
+    assert capacity_arg("auto") is None and capacity_arg("46.5") == 46.5
+
+
+# -- a local-steps run's contributions (engine/local.py) -----------------------------------
+
+
+@pytest.mark.parametrize("bad", ["negative half", "other replica", "nan moment"])
+def test_a_malformed_local_steps_contribution_is_refused_by_name(bad):
+    """A contribution to a local-steps round carries its replicas' new inner moments as
+    unsigned 32-bit halves: a negative half, moments in a replica it was not given, or a
+    moment that is not finite would pass the clamp bound and stop every replica's apply (the
+    coordinator's first: the run ended with a traceback). Refused by name instead."""
+    from daisychain.engine.local import pack_moments
+
+    rs = settings("--task", "text", "--hidden", "8", "--embed-dim", "4", "--context", "4", "--batch", "8",
+                  "--micro-batch", "4", "--replicas", "3", "--sync-every", "2")
+    net = LyingNet(rs, 2, verify_rate=0.0)
+    coord = net.peers["p0"]
+    coord.names["p1"] = "mallory"
+    for _ in range(1000):  # deliver until p1 holds a task of round 0
+        if any("p1" in t.assignees for t in coord.coordinator.tasks.values()):
+            break
+        if not net.pump_wire():
+            net.feed("p0", coord.tick(net.now))
+    t = next(t for t in coord.coordinator.tasks.values() if "p1" in t.assignees)
+    tr = coord.trainer
+    p = tr.layout.size
+    ints = np.asarray(tr.contribute(t.micro).grad, np.int64).copy()
+    j = t.micro[0]
+    if bad == "negative half":
+        ints[p + 4 * p * j + 1] = -5
+    elif bad == "other replica":
+        other = next(k for k in range(3) if k not in t.micro)
+        ints[p + 4 * p * other + 2] = 7
+    else:
+        m = np.zeros(p)
+        m[0] = np.nan
+        ints[p + 4 * p * j:p + 4 * p * (j + 1)] = pack_moments(m, np.zeros(p))
+    out = coord.receive("p1", F.Contrib(coord.term, coord.step, t.task, t.micro, 0.0, 0, ints))
+    texts = [o.text for o in out if isinstance(o, R.Log)]
+    assert any(x.startswith("refused a contribution from mallory (p1)") for x in texts), texts
+    assert [o.kind for o in out if isinstance(o, R.Alarm)] == ["refused"]
+    assert t.result is None and coord.step == 0
+
+
+@pytest.mark.parametrize("mode", ["flip", "scale"])
+def test_a_liar_in_a_local_steps_run_is_caught_and_the_run_ends_on_the_reference(mode):
+    """A spot-check recomputes a whole replica round (its inner steps) and compares the whole
+    vector: a liar is named and removed, the honest end on train's hash."""
+    rs = settings("--task", "text", "--hidden", "8", "--embed-dim", "4", "--context", "4", "--batch", "8",
+                  "--micro-batch", "4", "--replicas", "3", "--sync-every", "2")
+    net = LyingNet(rs, 3, liar="p2", mode=mode)
+    net.run()
+    want = train(rs, quiet=True)["params_sha256"]
+    for pid in ("p0", "p1"):
+        assert net.of(R.Ended, pid)[0].params_sha256 == want
+    alarms = net.of(R.Alarm, "p0")
+    assert alarms and all(a.peer == "p2" for a in alarms) and alarms[-1].kind == "removed"
+
+
+def test_a_member_ignores_a_local_steps_total_that_no_replica_makes():
+    """A total whose moment halves are not unsigned 32-bit integers (a broken or hostile
+    coordinator) stopped the member with a ValueError out of LocalTrainer.apply; it is
+    ignored in one loud line and the replica is unchanged."""
+    rs = settings("--task", "text", "--hidden", "8", "--embed-dim", "4", "--context", "4", "--batch", "8",
+                  "--micro-batch", "4", "--replicas", "3", "--sync-every", "2")
+    net = LyingNet(rs, 2, verify_rate=0.0)
+    member = net.peers["p1"]
+    for _ in range(1000):  # deliver until the member follows the run
+        if member.trainer is not None and member.member.coord == "p0" and member.step == 0 and \
+                any(t.assignees == ["p1"] for t in net.peers["p0"].coordinator.tasks.values()):
+            break
+        if not net.pump_wire():
+            net.feed("p0", net.peers["p0"].tick(net.now))
+    tr = member.trainer
+    bad = np.zeros(tr.total_size, np.int64)
+    bad[tr.layout.size + 1] = -3
+    before = tr.params_sha256()
+    out = member.receive("p0", F.Total(member.term, 0, (("p0", 3),), 0.0, before, bad))
+    texts = [o.text for o in out if isinstance(o, R.Log) and o.loud]
+    assert any("a total of step 0 from" in x and "that no replica makes" in x for x in texts), texts
+    assert member.step == 0 and tr.params_sha256() == before
