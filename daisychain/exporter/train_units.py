@@ -280,6 +280,9 @@ TRAINERS = {"mul": train_mul, "relu": train_relu, "requantize": train_requantize
 
 
 def train_all(base_seed: int = 0) -> dict[str, UnitResult]:
+    from daisychain.exporter.train_exp import train_exp  # the softmax's exp unit (an extra unit)
+
+    TRAINERS.setdefault("exp", train_exp)
     results = {}
     for name in tqdm(sorted(TRAINERS), desc="units", unit="unit"):
         results[name] = TRAINERS[name](base_seed)
