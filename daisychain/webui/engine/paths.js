@@ -5,6 +5,9 @@
 //   mul(a, b), relu(x)                      -> Int32Array
 //   im2col(a, b, geom), col2im(d, b, geom)  -> Int32Array    (conv.js has the layouts)
 //   maxpool(a, b, geom), maxpoolBack(g, a, b, geom) -> Int32Array
+//   gemmBatch(a, b, {batch, m, k, n, transA, transB}) -> Int32Array (batch, M, N): `batch`
+//                                           GEMMs on consecutive (M, K) / (K, N) blocks
+//   softmax(scores, nb, T, E)               -> Int32Array (engine/attention.js softmaxArray)
 // CpuUnits runs the JS units (units.js, gemm.js); WasmUnits (wasm/wasm_units.js) the
 // WebAssembly SIMD kernels, a CpuUnits whose heavy units run in WASM with the same bytes;
 // GpuUnits (gpu.js) the WGSL kernels. openPaths() tries WASM and the GPU and, for each that
@@ -14,6 +17,7 @@ import { gemmFast, gemmLayout, gemmLut } from "../gemm.js";
 import { GpuUnits, POISON } from "../gpu.js";
 import { col2imArray, convLayout, im2colArray, maxpoolArray, maxpoolBackArray, poolLayout } from "../conv.js";
 import { mulArray, reluArray, requantizeArray } from "../units.js";
+import { softmaxArray } from "./attention.js";
 
 export class CpuUnits {
   /** @param {object} luts verified tables; @param {{literal?: boolean}} opts literal -> gemmLut */
@@ -28,6 +32,25 @@ export class CpuUnits {
   async gemm(a, b, desc) {
     const { m, n } = gemmLayout(desc);
     return this._gemm(a, b, desc, this.luts, new Int32Array(m * n).fill(POISON));
+  }
+
+  /** `batch` GEMMs, one per consecutive block of A and B, through this path's gemm. */
+  async gemmBatch(a, b, desc) {
+    const { batch, ...one } = desc;
+    const { m, k, n } = gemmLayout(one);
+    if (!Number.isInteger(batch) || batch < 1) throw new RangeError(`gemmBatch: batch must be a positive integer, got ${batch}`);
+    if (a.length !== batch * m * k || b.length !== batch * k * n) {
+      throw new RangeError(`gemmBatch: A has ${a.length}, B ${b.length} elements; the shape needs ${batch * m * k} and ${batch * k * n}`);
+    }
+    const out = new Int32Array(batch * m * n);
+    for (let i = 0; i < batch; i++) {
+      out.set(await this.gemm(a.subarray(i * m * k, (i + 1) * m * k), b.subarray(i * k * n, (i + 1) * k * n), one), i * m * n);
+    }
+    return out;
+  }
+
+  async softmax(scores, nb, T, E) {
+    return softmaxArray(scores, nb, T, E, this.luts, new Int32Array(nb * T * T).fill(POISON));
   }
 
   async requantize(acc, shift, { relu = false } = {}) {

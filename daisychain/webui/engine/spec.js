@@ -2,7 +2,8 @@
 // same validation, the same canonical parameter order.
 
 import { TASK_DEFAULTS, taskDefaults } from "./task_defaults.js";
-import { Conv2d, int, KERNELS, layerFromJson, Linear, MAX_FEATURES, MaxPool2d, Relu, SpecError } from "./layers.js";
+import { Conv2d, int, KERNELS, Linear, MAX_FEATURES, MaxPool2d, Relu, SpecError } from "./layers.js";
+import { layerFromJson } from "./registry.js";
 
 export const MAX_PARAMS = 50_000_000;
 export const INPUT_KINDS = ["dense", "tokens", "image"];
