@@ -73,13 +73,21 @@ def norm15(V, e) -> tuple[np.ndarray, np.ndarray]:
 
 def align_add(ops) -> tuple[np.ndarray, np.ndarray]:
     """The sum of (V_i, e_i) (same shape, exponents per micro-batch), as a wide value: each
-    made wide; e = the largest exponent of the operands not all zero in the micro-batch
-    (all zero: e_1); S = sum in order of rshift(V_i, e - e_i); norm15(S, e). Returns float64."""
+    made wide (norm15); over the operands not all zero in the micro-batch, e = max(lowest
+    e_i, highest e_i - 16) (all zero: e_1); S = the sum in order of V_i * 2**(e_i - e) where
+    e_i >= e (exact, below 2**32) and rshift(V_i, e - e_i) where e_i < e; then norm15(S, e).
+    So operands within 16 bits of each other are added exactly and rounded once."""
     ops = [norm15(V, e) for V, e in ops]
     nz = np.stack([absmax(V) > 0 for V, _ in ops])  # (k, n)
     es = np.stack([e for _, e in ops])
-    e = np.where(nz.any(axis=0), np.where(nz, es, np.iinfo(np.int64).min).max(axis=0), es[0])
-    S = sum(rshift(V, per_mb(e - ei, V.ndim)) for V, ei in ops)
+    big = np.iinfo(np.int64).max
+    hi = np.where(nz, es, -big).max(axis=0)
+    lo = np.where(nz, es, big).min(axis=0)
+    e = np.where(nz.any(axis=0), np.maximum(lo, hi - 16), es[0])
+    S = 0
+    for V, ei in ops:
+        d = per_mb(ei - e, V.ndim)
+        S = S + np.where(d >= 0, V << np.clip(d, 0, 16), rshift(V, np.maximum(-d, 0)))
     V, e = norm15(S, e)
     return V.astype(np.float64), e
 
