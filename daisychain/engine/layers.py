@@ -76,6 +76,10 @@ class LayerKind:
     def init_bound(self, l: Layer) -> float:
         return 1.0
 
+    def init_bounds(self, l: Layer) -> list[float]:
+        """The uniform bound of each parameter tensor (a block's differ: fc2's fan-in is M)."""
+        return [self.init_bound(l)] * self.params
+
     def out_shape(self, l: Layer, i: int, shape: tuple, layers) -> tuple:
         """The shape after this layer, given the shape before it; SpecError if it cannot apply."""
         return shape
@@ -88,8 +92,13 @@ class LayerKind:
         raise NotImplementedError
 
     def units(self, l: Layer, b: int, li: int, layers) -> tuple[int, int, int]:
-        """(multiply, requantize, relu) unit invocations for one micro-batch of b samples."""
+        """(multiply, requantize, relu) unit invocations for one micro-batch of b samples
+        (b rows: a sequence model's layers after its posembed get b * context)."""
         return 0, 0, 0
+
+    def exp_units(self, l: Layer, b: int) -> int:
+        """exp unit reads for one micro-batch of b samples (the transformer block's softmax)."""
+        return 0
 
     # ---- torch float twin
     def torch_module(self, l: Layer):
@@ -141,18 +150,21 @@ def _absmax(x: np.ndarray) -> np.ndarray:
     return np.abs(x).reshape(x.shape[0], -1).max(axis=1)
 
 
-def _affine(eng, li: int, a: np.ndarray, ex: np.ndarray, W2: np.ndarray, bias: np.ndarray, st: Flow):
+def _affine(eng, li: int, a: np.ndarray, ex: np.ndarray, W2: np.ndarray, bias: np.ndarray, st: Flow,
+            name: str | None = None):
     """The linear layer's forward on rows a (n, rows, K): returns (acc, sexp, Wq, ew) with
-    acc = unitGEMM(a, Wq^T) + bacc (n, rows, out) and the trace entries written."""
+    acc = unitGEMM(a, Wq^T) + bacc (n, rows, out) and the trace entries written (under
+    ``name``, default ``layers.<li>``: a block's sub-layers have their own)."""
+    name = name or f"layers.{li}"
     ew = int(quant_exponent(np.abs(W2).max()))
     Wq = quantize(W2, ew)
     acc = eng._mm(a, Wq.T)
     sexp = ex + ew
     bacc = np.clip(np.floor(bias[None, :] * pow2(-sexp)[:, None] + 0.5), -BIAS_LIMIT, BIAS_LIMIT)
     acc = acc + bacc[:, None, :]
-    st.tr((f"layers.{li}.weight_exponent", ew))
-    st.tr((f"layers.{li}.bias_acc", bacc))
-    st.tr((f"layers.{li}.acc", acc))
+    st.tr((f"{name}.weight_exponent", ew))
+    st.tr((f"{name}.bias_acc", bacc))
+    st.tr((f"{name}.acc", acc))
     return acc, sexp, Wq, ew
 
 
@@ -181,6 +193,12 @@ class Linear(LayerKind):
         return 1.0 / np.sqrt(float(l.n_in))
 
     def out_shape(self, l, i, shape, layers):
+        if shape[0] == "seq":  # a sequence model's output layer: applied to every position
+            if l.n_in != shape[2]:
+                raise SpecError(f"layer {i}: linear expects {l.n_in} inputs, gets {shape[2]} per position")
+            if l.n_out > MAX_K:
+                raise SpecError(f"layer {i}: out-features above {MAX_K} would overflow the error GEMM")
+            return ("seq", shape[1], l.n_out)
         m = _map(shape)
         width = m[0] * m[1] * m[2] if m else shape[1]  # a map is read flattened, channel-major
         if l.n_in != width:
@@ -430,6 +448,7 @@ class MaxPool2d(LayerKind):
 
 
 LAYERS: dict[str, LayerKind] = {k.type: k for k in (Linear(), Relu(), Embedding(), Conv2d(), MaxPool2d())}
+from daisychain.engine import attention  # noqa: E402,F401 (registers posembed, block, rmsnorm)
 
 
 def kind_of(layer: Layer) -> LayerKind:
@@ -468,6 +487,7 @@ def torch_sequential(spec):
 
     mods = OrderedDict()
     shaped = False  # the running activation is not (batch, features)
+    seq = any(l.type == "posembed" for l in spec.layers)  # a sequence model: (batch, T, D) throughout
     if spec.input_kind == "image":
         mods["input"] = image_input(*spec.image)
         shaped = True
@@ -476,7 +496,7 @@ def torch_sequential(spec):
             mods[f"flatten{i}"] = torch.nn.Flatten(1)
             shaped = False
         mods[str(i)] = kind_of(l).torch_module(l)
-        if l.type in ("embedding", "conv2d", "maxpool2d"):
+        if l.type in ("embedding", "conv2d", "maxpool2d") and not seq:
             shaped = True
     return torch.nn.Sequential(mods)
 
