@@ -65,18 +65,31 @@ export function norm15(V, e) {
   return { V: rshift(V, t), e: e + t };
 }
 
-/** The sum of [[V_i, e_i], ...] (same length) as a wide value: each made wide; e = the
- *  largest exponent of the operands not all zero (all zero: e_1); S = the sum in order of
- *  rshift(V_i, e - e_i); norm15(S, e) -> {V, e}. */
+/** The sum of [[V_i, e_i], ...] (same length) as a wide value: each made wide (norm15); over
+ *  the operands not all zero, e = max(lowest e_i, highest e_i - 16) (all zero: e_1); S = the
+ *  sum in order of V_i * 2^(e_i - e) where e_i >= e (exact, below 2^32) and
+ *  rshift(V_i, e - e_i) where e_i < e; norm15(S, e) -> {V, e}. Operands within 16 bits of
+ *  each other are added exactly and rounded once. */
 export function alignAdd(ops) {
   const wide = ops.map(([V, e]) => norm15(V, e));
-  let e = null;
-  for (const w of wide) if (absmax(w.V) > 0 && (e === null || w.e > e)) e = w.e;
-  if (e === null) e = wide[0].e;
+  let hi = null;
+  let lo = null;
+  for (const w of wide) {
+    if (!(absmax(w.V) > 0)) continue;
+    hi = hi === null ? w.e : Math.max(hi, w.e);
+    lo = lo === null ? w.e : Math.min(lo, w.e);
+  }
+  const e = hi === null ? wide[0].e : Math.max(lo, hi - 16);
   const S = new Float64Array(wide[0].V.length);
   for (const w of wide) {
-    const part = rshift(w.V, e - w.e);
-    for (let i = 0; i < S.length; i++) S[i] += part[i];
+    const d = w.e - e;
+    if (d >= 0) {
+      const up = pow2(Math.min(d, 16));
+      for (let i = 0; i < S.length; i++) S[i] += w.V[i] * up;
+    } else {
+      const part = rshift(w.V, -d);
+      for (let i = 0; i < S.length; i++) S[i] += part[i];
+    }
   }
   return norm15(S, e);
 }
