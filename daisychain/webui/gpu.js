@@ -3,7 +3,7 @@
 // GpuUnits.create() finds an adapter, checks its limits, creates the device, uploads the
 // verified tables and compiles the kernels (shaders/{gemm,requantize,mul,relu}.wgsl, the
 // image kernels {im2col,col2im,maxpool,maxpool_back}.wgsl, layouts in conv.js, and the
-// transformer's {gemm_batch,softmax}.wgsl, layouts in engine/attention.js).
+// transformer's {gemm_batch,softmax,exp}.wgsl, layouts in engine/attention.js).
 // Every creation and every dispatch runs inside error scopes (validation, out-of-memory,
 // internal); `device.lost` and `uncapturederror` are handled here too. The first failure of
 // any kind marks the object failed, tells every onFailure listener the reason in words, and
@@ -21,7 +21,7 @@ import { checkInt8Array, checkIntArray, checkShift, INT32_MAX, INT32_MIN, UnitEr
 
 export const POISON = 0x7fffffff;
 export const KERNELS = ["gemm", "requantize", "mul", "relu", "im2col", "col2im", "maxpool", "maxpool_back",
-  "gemm_batch", "softmax"];
+  "gemm_batch", "softmax", "exp"];
 const TILE = 16; // gemm.wgsl workgroup is TILE x TILE invocations
 const LANES = 64; // workgroup size of the elementwise kernels
 
@@ -352,6 +352,19 @@ export class GpuUnits {
       outLen: x.length, withStatus: true, grid: this._grid1d(x.length),
     });
     if (flags) this._fail(`relu kernel saw operands outside int8 (status ${flags}) after the host check passed`);
+    return result;
+  }
+
+  /** Elementwise exp unit through the exp table (the self-test's golden vectors). */
+  async exp(z) {
+    checkInt8Array("exp", "z", z);
+    if (!z.length) return new Int32Array(0);
+    this._checkSize("exp", z.length);
+    const { result, flags } = await this._dispatch("exp", {
+      uniforms: new Uint32Array([z.length, 0, 0, 0]), tables: ["exp"], inputs: [Int32Array.from(z)],
+      outLen: z.length, withStatus: true, grid: this._grid1d(z.length),
+    });
+    if (flags) this._fail(`exp kernel saw operands outside int8 (status ${flags}) after the host check passed`);
     return result;
   }
 

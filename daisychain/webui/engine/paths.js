@@ -2,7 +2,7 @@
 // care which one runs:
 //   gemm(a, b, {m, k, n, transA, transB}) -> Int32Array (M, N)
 //   requantize(acc, shift, {relu})         -> Int32Array of int8 values
-//   mul(a, b), relu(x)                      -> Int32Array
+//   mul(a, b), relu(x), exp(z)              -> Int32Array
 //   im2col(a, b, geom), col2im(d, b, geom)  -> Int32Array    (conv.js has the layouts)
 //   maxpool(a, b, geom), maxpoolBack(g, a, b, geom) -> Int32Array
 //   gemmBatch(a, b, {batch, m, k, n, transA, transB}) -> Int32Array (batch, M, N): `batch`
@@ -16,7 +16,7 @@
 import { gemmFast, gemmLayout, gemmLut } from "../gemm.js";
 import { GpuUnits, POISON } from "../gpu.js";
 import { col2imArray, convLayout, im2colArray, maxpoolArray, maxpoolBackArray, poolLayout } from "../conv.js";
-import { mulArray, reluArray, requantizeArray } from "../units.js";
+import { expArray, mulArray, reluArray, requantizeArray } from "../units.js";
 import { softmaxArray } from "./attention.js";
 
 export class CpuUnits {
@@ -63,6 +63,10 @@ export class CpuUnits {
 
   async relu(x) {
     return reluArray(x, this.luts, new Int32Array(x.length).fill(POISON));
+  }
+
+  async exp(z) {
+    return expArray(z, this.luts, new Int32Array(z.length).fill(POISON));
   }
 
   async im2col(a, b, geom) {
