@@ -1,0 +1,71 @@
+"""A tab trains the text transformer (issue 37) in the real page (mesh.start, the compute
+workers, the JS units): a tab alone ends on `daisychain train --layers block16h2,block16h2`'s
+hash with train's run identity (its exp_lut too) and the unit counters count the exp unit;
+a tab and a daisy-peer split the same run and both end on that hash."""
+
+from __future__ import annotations
+
+import argparse
+
+import pytest
+from mesh_helpers import needs_netns
+
+from daisychain.engine.cli import train
+from daisychain.engine.counters import unit_counts
+from daisychain.engine.settings import add_run_arguments, settings_from_args
+from daisychain.engine.trainer import run_identity
+from daisychain.units import load_luts
+
+pytestmark = [pytest.mark.browser]
+
+ROOM_OF = "window.__daisy.room"
+LAYERS = "block16h2,block16h2"
+
+
+def settings(*argv: str):
+    p = argparse.ArgumentParser()
+    add_run_arguments(p)
+    return settings_from_args(p.parse_args(list(argv)))
+
+
+def test_a_tab_trains_the_transformer_to_trains_hash(browser_cpu, tabs):
+    host = tabs(browser_cpu, "gpt-host").open("create=1")
+    host.wait(f"{ROOM_OF} && {ROOM_OF}.room === 'private' && {ROOM_OF}.isHost")
+    host.page.evaluate("""() => window.__daisy.mesh.start({ task: "text", steps: 3, seed: 7, batch: 64,
+      micro_batch: 16, lr: 0.003, hidden: 128, layers: ["block16h2", "block16h2"], dataset: null })""")
+    host.wait("window.__daisy.run.state === 'done'", 300_000)
+    rs = settings("--task", "text", "--steps", "3", "--seed", "7", "--layers", LAYERS)
+    want = run_identity(rs.spec, rs.hp, rs.ds, load_luts())
+    assert host.state("window.__daisy.mesh.peer.identity") == want and "exp_lut" in want
+    assert host.state("window.__daisy.run.sha") == train(rs, quiet=True)["params_sha256"]
+    c = host.state("window.__daisy.mesh.counters()")
+    assert c["micro"] == 12
+    assert {k: c[k] for k in ("multiply", "requantize", "relu", "exp")} == unit_counts(rs.spec, 16, 12)
+
+
+@needs_netns
+def test_a_tab_and_a_daisy_peer_split_a_transformer_run(browser_cpu, tabs, server_url):
+    from test_mixed_room import DaisyPeer, _approve_all
+
+    host = tabs(browser_cpu, "gpt-host2").open("create=1")
+    host.wait(f"{ROOM_OF} && {ROOM_OF}.room === 'private' && {ROOM_OF}.isHost")
+    code = host.state(f"{ROOM_OF}.code")
+    peer = DaisyPeer(server_url, code, "py-gpt", capacity=5)
+    try:
+        _approve_all(host, ["py-gpt"])
+        host.wait(f"{ROOM_OF}.members.length === 2")
+        host.wait("Object.values(window.__daisy.links).filter((s) => s === 'open').length === 1", 60_000)
+        host.page.evaluate("""() => window.__daisy.mesh.start({ task: "text", steps: 3, seed: 4, batch: 32,
+          micro_batch: 4, lr: 0.003, hidden: 128, layers: ["block16h2", "block16h2"], dataset: null })""")
+        host.wait("window.__daisy.run.state === 'done'", 300_000)
+        result = peer.result()
+    finally:
+        peer.kill()
+    rs = settings("--task", "text", "--steps", "3", "--seed", "4", "--batch", "32", "--micro-batch", "4",
+                  "--layers", LAYERS)
+    want = train(rs, quiet=True)["params_sha256"]
+    run = host.state("window.__daisy.run")
+    assert run["agreed"] is True and run["sha"] == want
+    assert result["params_sha256"] == want and result["agreed"]
+    done = host.state("window.__daisy.run.done")
+    assert sum(done.values()) == 3 * 8 and len([n for n in done.values() if n > 0]) >= 2, done
