@@ -41,6 +41,8 @@ def test_a_tab_trains_the_transformer_to_trains_hash(browser_cpu, tabs):
     c = host.state("window.__daisy.mesh.counters()")
     assert c["micro"] == 12
     assert {k: c[k] for k in ("multiply", "requantize", "relu", "exp")} == unit_counts(rs.spec, 16, 12)
+    host.wait("!document.querySelector('#count-exp-row').hidden")
+    assert host.page.get_attribute("#count-exp", "data-value") == str(c["exp"])
 
 
 @needs_netns
