@@ -40,8 +40,7 @@ def rshift(v, k) -> np.ndarray:
     acts as 40 (the result is then 0 or -0 for every |v| < 2**39 this engine shifts)."""
     v = _i64(v)
     k = np.minimum(_i64(k), 40)
-    half = np.left_shift(np.int64(1), np.maximum(k - 1, 0))
-    return np.where(k > 0, (v + half) >> k, v)
+    return (v + (np.left_shift(np.int64(1), k) >> 1)) >> k  # k = 0: v + 0
 
 
 def idiv(p, q) -> np.ndarray:
