@@ -72,3 +72,28 @@ def test_a_tab_and_a_daisy_peer_split_a_transformer_run(browser_cpu, tabs, serve
     assert result["params_sha256"] == want and result["agreed"]
     done = host.state("window.__daisy.run.done")
     assert sum(done.values()) == 3 * 8 and len([n for n in done.values() if n > 0]) >= 2, done
+
+
+def test_the_form_refuses_bad_blocks_in_pythons_words(browser_cpu, tabs):
+    """--layers blockWhH in the page's form: a width the heads do not divide is refused next
+    to the field with the words of `daisychain train`; blocks on the digits task too."""
+    from daisychain.engine.data import model_for, prepare_task
+    from daisychain.engine.settings import parse_layers
+    from daisychain.engine.spec import SpecError
+
+    with pytest.raises(SpecError) as exc:
+        model_for(prepare_task("text"), parse_layers("block16h3"))
+    host = tabs(browser_cpu, "gpt-form").open()
+    host.page.click("#create-room")
+    host.wait("window.__daisy.room && window.__daisy.room.isHost")
+    host.page.select_option("#f-task", "text")
+    host.page.fill("#settings [name=layers]", "block16h3")
+    host.page.click("#start")
+    host.wait("document.querySelector('#err-layers').textContent !== ''", 60_000)
+    assert host.page.inner_text("#err-layers") == str(exc.value) == "layer 2: width 16 is not divisible by 3 heads"
+    assert host.state("window.__daisy.run.state") == "idle"
+    host.page.select_option("#f-task", "digits")
+    host.page.fill("#settings [name=layers]", "block16h2")
+    host.page.click("#start")
+    host.wait("document.querySelector('#err-layers').textContent.includes('transformer')", 60_000)
+    assert host.page.inner_text("#err-layers") == "transformer blocks read a text (task text), not the digits task"
