@@ -1,10 +1,13 @@
-// The layer registry of the JS engine, the twin of daisychain/engine/layers.py: one class per
+// The dense and image layer types of the JS engine, the twin of daisychain/engine/layers.py
+// (registry.js lists every type; the transformer's are in transformer.js): one class per
 // layer type, each knowing its spec JSON, its parameter shapes and init bound, the shape it
 // maps, and its forward and backward through the units (the arithmetic is docs/ENGINE.md and
 // CONV_SPEC: a conv is im2col, then the linear layer's arithmetic on the columns matrix).
 //
 // Shapes between layers: {width} for a flat vector per sample, plus {c, h, w} for an image
-// map (channel-major: index c*h*w + y*w + x, as torch's NCHW flattened).
+// map (channel-major: index c*h*w + y*w + x, as torch's NCHW flattened), or {width, seq: T}
+// for the b*T rows of a sequence model (after a posembed; a linear there is applied to every
+// row).
 //
 // forward(ctx, st) gets the activation st = {a: Int32Array (b * width) of int8, ex} of one
 // micro-batch and returns {st, entry}: the next activation (or {logits} for the last layer)
