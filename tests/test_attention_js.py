@@ -210,3 +210,26 @@ def test_a_longer_context_windows_the_same_text(text):
     ds = with_context(text, 16)
     spec = model_for(ds, ("block16h2",))
     assert spec.input_dim == 16 and spec.layers[1].n_in == 16
+
+
+def test_the_end_cards_command_remakes_a_transformer_run(text):
+    """ui_format.js trainCommand of a transformer's identity at context 16 names its blocks
+    and its context: `daisychain train` with those words makes the same run."""
+    import shlex
+
+    from daisychain.engine.settings import add_run_arguments, settings_from_args
+
+    spec = model_for(with_context(text, 16), ("block16h2", "block16h4"))
+    hp = Hyper(seed=9, batch=32, micro_batch=8)
+
+    class DS:
+        fingerprint, task = "f", "text"
+
+    ident = run_identity(spec, hp, DS, load_luts())
+    got = run_js("console.log(JSON.stringify(F.trainCommand(DATA, null, 5)));", {"F": "ui_format.js"}, data=ident)
+    words = shlex.split(got)
+    assert words[:2] == ["daisychain", "train"] and "--context" in words and "block16h2,block16h4" in words
+    p = argparse.ArgumentParser()
+    add_run_arguments(p)
+    rs = settings_from_args(p.parse_args(words[2:]))
+    assert rs.spec.to_json() == spec.to_json() and rs.hp.to_json() == hp.to_json()
