@@ -35,7 +35,7 @@ def test_exp_and_attention_units_pass_on_every_path(gpu_page, server_url):
         sets = result["paths"][path]["sets"]
         assert sets["exp"] == {"pass": True, "count": 256, "detail": None}, path
         cases = sets["attention"]["cases"]
-        assert sets["attention"]["pass"] and len(cases) == 8, (path, cases)
+        assert sets["attention"]["pass"] and len(cases) == 9, (path, cases)
         assert any(name.startswith("softmax") for name in cases) and any("Aᵀ" in name for name in cases)
 
 
