@@ -233,3 +233,31 @@ def test_the_end_cards_command_remakes_a_transformer_run(text):
     add_run_arguments(p)
     rs = settings_from_args(p.parse_args(words[2:]))
     assert rs.spec.to_json() == spec.to_json() and rs.hp.to_json() == hp.to_json()
+
+
+def test_js_local_steps_train_a_transformer_to_pythons_hash(tmp_path):
+    """Local steps (webui/engine/local.js) with a transformer: 2 replicas, 2 inner steps, the
+    replicas' contributions in a shuffled order and split in two, every round on the hash of
+    engine/local.py."""
+    from test_local_steps import settings
+    from test_local_steps_js import DRIVER, python_rounds
+
+    from daisychain.engine.local import LocalTrainer
+
+    rounds = 2
+    rs = settings(rounds, "--task", "text", "--layers", "block8h2", "--context", "4", "--batch", "16",
+                  "--micro-batch", "4", "--seed", "3", "--replicas", "2", "--sync-every", "2")
+    want = python_rounds(rs, rounds)
+    data = tmp_path / "text.dcds"
+    data.write_bytes(rs.ds.to_bytes())
+    head, tail = DRIVER.split("const job = DATA;", 1)  # its tables, with the exp unit's
+    driver = "const [lutDir, dataPath] = process.argv.slice(2);\n" + LOAD_LUTS + "const job = DATA;" + tail
+    assert "const luts" in head
+    job = {"model": rs.spec.to_json(), "hyper": rs.hp.to_json(), "rounds": rounds,
+           "fingerprint": rs.ds.fingerprint, "orders": [[1, 0], [0, 1]]}
+    got = run_js(driver, imports={"D": "engine/data.js", "S": "engine/spec.js", "T": "engine/trainer.js",
+                                  "P": "engine/paths.js", "L": "engine/local.js"},
+                 data=job, args=[str(package_path("luts")), str(data)], timeout=300)
+    assert got["local"] and got["step"] == rounds
+    assert got["run_id"] == LocalTrainer(rs.spec, rs.hp, rs.ds, load_luts()).run_id
+    assert got["shas"] == want
