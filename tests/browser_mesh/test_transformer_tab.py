@@ -97,3 +97,35 @@ def test_the_form_refuses_bad_blocks_in_pythons_words(browser_cpu, tabs):
     host.page.click("#start")
     host.wait("document.querySelector('#err-layers').textContent.includes('transformer')", 60_000)
     assert host.page.inner_text("#err-layers") == "transformer blocks read a text (task text), not the digits task"
+
+
+def test_a_transformer_checkpoint_downloads_and_resumes_in_a_fresh_tab(browser_cpu, tabs, tmp_path):
+    """A tab trains block16h2 for 2 steps and downloads a .pt (torch.load reads it, the block's
+    tensors named as the spec names them); a fresh host tab uploads it, its form takes the
+    blocks, and trains on to step 4: `daisychain train --steps 4`'s hash."""
+    import torch
+    from test_checkpoints import _upload
+
+    h1 = tabs(browser_cpu, "gpt-ck-a").open("create=1")
+    h1.wait(f"{ROOM_OF} && {ROOM_OF}.room === 'private' && {ROOM_OF}.isHost")
+    h1.page.evaluate("""() => window.__daisy.mesh.start({ task: "text", steps: 2, seed: 5, batch: 32,
+      micro_batch: 8, lr: 0.003, hidden: 128, layers: ["block16h2"], dataset: null })""")
+    h1.wait("window.__daisy.run.state === 'done'", 300_000)
+    with h1.page.expect_download() as dl:
+        h1.page.click("#download-checkpoint")
+    pt = tmp_path / dl.value.suggested_filename
+    dl.value.save_as(pt)
+    obj = torch.load(pt, weights_only=True)
+    args = ("--task", "text", "--seed", "5", "--batch", "32", "--micro-batch", "8", "--layers", "block16h2")
+    rs2 = settings("--steps", "2", *args)
+    assert obj["step"] == 2 and obj["params_sha256"] == train(rs2, quiet=True)["params_sha256"]
+    assert [(k, tuple(v.shape)) for k, v in obj["state_dict"].items()] == rs2.spec.param_shapes()
+    h2 = tabs(browser_cpu, "gpt-ck-b").open("create=1")
+    h2.wait(f"{ROOM_OF} && {ROOM_OF}.room === 'private' && {ROOM_OF}.isHost")
+    got = _upload(h2, pt)
+    assert got["error"] is None and got["loaded"]["step"] == 2, got
+    assert h2.page.input_value("#settings [name=layers]") == "block16h2"
+    h2.page.fill("#settings input[name=steps]", "4")
+    h2.page.click("#start")
+    h2.wait("window.__daisy.run.state === 'done' && window.__daisy.run.step === 4", 300_000)
+    assert h2.state("window.__daisy.run.sha") == train(settings("--steps", "4", *args), quiet=True)["params_sha256"]

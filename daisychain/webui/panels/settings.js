@@ -314,7 +314,10 @@ export function fillSettings(identity, steps = null) {
     if (k === "layers" || k === "task") continue;
     if (v !== null && v !== undefined && f[k] && f[k].type !== "file") f[k].value = String(v);
   }
-  f.layers.value = s.layers && s.layers.length > 1 ? s.layers.join(",") : "";
+  // one dense width is `hidden`; anything else (two widths, convs, a single transformer block)
+  // is the layers field's
+  const oneWidth = s.layers && s.layers.length === 1 && typeof s.layers[0] === "number";
+  f.layers.value = s.layers && !oneWidth ? s.layers.join(",") : "";
   if (steps !== null) f.steps.value = String(steps);
   const known = state.datasets.find((d) => d.fingerprint === identity.dataset);
   if (known || !identity.dataset) {
