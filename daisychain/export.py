@@ -159,8 +159,10 @@ def _module_class():
         def forward(self, x):
             """x: float (batch, features) for a dense model, int64 token ids (batch, context)
             for a text model, uint8 pixels (batch, C*H*W) or (batch, C, H, W) for an image
-            model; returns the float logits (batch, classes)."""
-            return self.layers(x)
+            model; returns the float logits (batch, classes): a transformer's at the last
+            position (the token after the full window)."""
+            z = self.layers(x)
+            return z[:, -1] if self.spec.seq else z
 
         @torch.no_grad()
         def predict(self, x):

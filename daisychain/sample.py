@@ -83,7 +83,7 @@ def generate(engine, theta, spec, vocab: str, prompt: str, length: int, temperat
             break
         x = np.array(ids[-ctx:], np.int32)[None, None, :]
         z, _ = engine.forward(theta, x)
-        z = z[0, 0]
+        z = engine.last_logits(z)[0, 0]  # a sequence model: the last position
         if temperature == 0:
             nxt = int(z.argmax())
         else:

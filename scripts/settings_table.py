@@ -138,11 +138,20 @@ def table() -> str:
         t = Path(tmp)
         (t / "empty.txt").write_bytes(b"")
         (t / "blob.txt").write_bytes(bytes(range(256)) * 4)
+        (t / "short.txt").write_text("a short text of a hundred characters or so, " * 2)
         others = [
             ("task", ["--task", "nope"]),
             ("batch not a multiple of micro-batch", ["--batch", "60", "--micro-batch", "16"]),
             ("--layers", ["--layers", "64,x"]),
             ("--layers and --hidden", ["--layers", "64", "--hidden", "32"]),
+            ("transformer: width and heads", ["--task", "text", "--layers", "block30h4"]),
+            ("transformer: blocks of two widths", ["--task", "text", "--layers", "block16h2,block32h2"]),
+            ("transformer: blocks on digits", ["--layers", "block16h2"]),
+            ("transformer: context longer than the text", ["--task", "text", "--layers", "block16h2",
+                                                           "--context", "256", "--data", str(t / "short.txt")]),
+            ("transformer: too many parameters", ["--task", "text", "--layers", ",".join(["block1024h16"] * 16)]),
+            ("transformer: too large a micro-batch", ["--task", "text", "--layers", "block16h2", "--context",
+                                                      "256", "--micro-batch", "2048", "--batch", "2048"]),
             ("--data: missing file", ["--task", "text", "--data", "nonexistent.txt"]),
             ("--data: empty file", ["--task", "text", "--data", str(t / "empty.txt")]),
             ("--data: binary file", ["--task", "text", "--data", str(t / "blob.txt")]),

@@ -33,11 +33,12 @@ NODE_MISSING = ("node is not installed: the JS mirror tests need it (scripts/set
 
 
 #: JS that reads the unit tables from the folder ``lutDir`` (a name the snippet defines, e.g.
-#: from ``process.argv``) into ``luts``, as engine/paths.js CpuUnits takes them
+#: from ``process.argv``) into ``luts``, as engine/cpu_units.js CpuUnits takes them
 LOAD_LUTS = r"""
 const rd = (n) => { const b = readFileSync(`${lutDir}/${n}.bin`); return new Int32Array(b.buffer, b.byteOffset, b.length / 4).slice(); };
-const luts = { mul: rd("mul"), relu: rd("relu"), requantize: rd("requantize"),
-  manifestSha256: JSON.parse(readFileSync(`${lutDir}/manifest.json`)).manifest_sha256 };
+const manifest = JSON.parse(readFileSync(`${lutDir}/manifest.json`));
+const luts = { mul: rd("mul"), relu: rd("relu"), requantize: rd("requantize"), exp: rd("exp"),
+  manifestSha256: manifest.manifest_sha256, expSha256: manifest.extra_units.exp.sha256 };
 """
 
 

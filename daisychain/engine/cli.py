@@ -106,7 +106,7 @@ def run(args: argparse.Namespace) -> int:
         unit = "rounds" if rs.hp.local else "steps"
         score = (f"test accuracy: {out['accuracy'] * 100:.2f}%" if out["test_mse"] is None
                  else f"test mse: {out['test_mse']:.6g}")
-        print(f"{score} (the test split)  last training batch's loss: {loss}  "
+        print(f"{score}, test loss {out['test_loss']:.4f} (the test split)  last training batch's loss: {loss}  "
               f"({out['steps']} {unit}{f', {ran} of them now' if out['start_step'] else ''}, "
               f"{out['micro_batches_per_s']:.0f} micro-batches/s)")
         if out["checkpoint"]:
@@ -178,6 +178,7 @@ def train_with_trainer(rs, workers: int = 1, how: str = "round-robin", gemm: str
     return {"task": rs.ds.task, "steps": rs.steps, "start_step": start, "seed": rs.hp.seed,
             "checkpoint": save,
             "accuracy": tr.accuracy("test"), "loss": loss, "test_mse": tr.mse("test"),
+            "test_loss": tr.test_loss("test"),
             "params_sha256": tr.params_sha256(), "run_id": tr.run_id,
             "dataset_fingerprint": rs.ds.fingerprint, "manifest_sha256": tr.luts.manifest_sha256,
             "workers": workers, "assign": how, "gemm": gemm, "threads": threads,

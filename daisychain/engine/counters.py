@@ -16,7 +16,10 @@ they count the same). Per micro-batch of ``b`` samples, for each linear layer ``
   and ``out = Co`` (im2col), its forward requantize ``b * Co * H * W`` and the error it
   passes down ``b * Ci * H * W``; maxpool2d runs no unit (a max of int8 values).
 
-Each layer type's count is its registry class's ``units`` (engine/layers.py).
+Each layer type's count is its registry class's ``units`` (engine/layers.py); a sequence
+model's layers after its posembed count ``b * T`` rows. A transformer block (engine/
+attention.py) also reads the exp unit ``b * H * T * (T + 1) / 2`` times (its ``exp_units``;
+the ``exp`` key appears only for a model that has a block).
 
 The same formula is used by the page (``webui/counters.js``, held to it by
 ``tests/units/test_counters_js.py``), the CLI and the demo.
@@ -31,11 +34,18 @@ from daisychain.engine.spec import ModelSpec
 def unit_counts_per_micro_batch(spec: ModelSpec, micro_batch: int) -> dict[str, int]:
     """Unit invocations for one micro-batch of ``micro_batch`` samples (forward + backward)."""
     b = int(micro_batch)
-    mul = rq = relu = 0
+    mul = rq = relu = exp = 0
+    rows = b
     for i, l in enumerate(spec.layers):
-        m, r, u = kind_of(l).units(l, b, i, spec.layers)
+        if l.type == "posembed":  # a sequence model: the layers after it see b * T rows
+            rows = b * spec.input_dim
+        m, r, u = kind_of(l).units(l, rows, i, spec.layers)
         mul, rq, relu = mul + m, rq + r, relu + u
-    return {"multiply": mul, "requantize": rq, "relu": relu}
+        exp += kind_of(l).exp_units(l, b)
+    out = {"multiply": mul, "requantize": rq, "relu": relu}
+    if spec.uses_exp:  # the key exists only for a model that reads the exp unit
+        out["exp"] = exp
+    return out
 
 
 def unit_counts(spec: ModelSpec, micro_batch: int, micro_batches: int) -> dict[str, int]:

@@ -19,7 +19,7 @@ import numpy as np
 
 from daisychain.engine import prng
 from daisychain.engine.dataset import OFFLINE_SWITCHES, OWN_OFFLINE, TASKS, DataError, Dataset
-from daisychain.engine.spec import DEFAULT_CNN, ModelSpec, SpecError, char_mlp, cnn, mlp
+from daisychain.engine.spec import DEFAULT_CNN, ModelSpec, SpecError, char_mlp, cnn, gpt, is_transformer, mlp
 
 # --------------------------------------------------------------------------- digits
 
@@ -261,6 +261,10 @@ def _model_for(ds: Dataset, hidden, dim: int) -> ModelSpec:
         items = DEFAULT_CNN if hidden is None else (hidden,) if isinstance(hidden, (int, np.integer)) else hidden
         return cnn(ds.image_shape, items, ds.classes)
     hidden = 128 if hidden is None else hidden
+    if is_transformer(hidden):
+        if ds.kind != "tokens":
+            raise SpecError(f"transformer blocks read a text (--task text), not the {ds.task} task")
+        return gpt(ds.classes, ds.x_train.shape[1], hidden)
     if not isinstance(hidden, (int, np.integer)) and any(isinstance(t, str) for t in hidden):
         raise SpecError(f"conv and pool layers need an image input (--task image); the "
                         f"{ds.task} task takes dense widths only")

@@ -9,7 +9,7 @@ from tqdm import tqdm
 
 from daisychain.engine.augment import lr_at, step_inputs
 from daisychain.engine.layers import torch_sequential
-from daisychain.engine.model import ParamLayout, init_params
+from daisychain.engine.model import ParamLayout, init_params, seq_targets
 from daisychain.engine.trainer import Schedule
 
 
@@ -40,6 +40,10 @@ def train_float(rs, quiet: bool = False) -> dict:
         if mse:  # the engine's gradient is that of 1/2 * sum_k (z_k - y_k)**2, mean over rows
             y = torch.tensor(ys.reshape(-1, ys.shape[-1]), dtype=torch.float32)
             loss = 0.5 * ((model(x) - y) ** 2).sum(1).mean()
+        elif rs.spec.seq:  # every position predicts the next token, as the engine's
+            y = torch.tensor(seq_targets(xs, ys).reshape(-1), dtype=torch.long)
+            out = model(x)
+            loss = torch.nn.functional.cross_entropy(out.reshape(-1, out.shape[-1]), y)
         else:
             y = torch.tensor(ys.reshape(-1), dtype=torch.long)
             loss = torch.nn.functional.cross_entropy(model(x), y)
@@ -48,10 +52,18 @@ def train_float(rs, quiet: bool = False) -> dict:
         opt.step()
         loss_v = float(loss.detach())
     with torch.no_grad():
-        out = model(conv(rs.ds.x_test)).double().numpy()
+        out = torch.cat([model(conv(rs.ds.x_test[i:i + 1024])) for i in range(0, len(rs.ds.x_test), 1024)])
+        if rs.spec.seq:
+            out = out[:, -1]  # the token after the full window
+        out = out.double().numpy()
     if mse:
         return {"task": rs.ds.task, "steps": rs.steps, "seed": rs.hp.seed, "float": True,
                 "accuracy": 0.0, "test_mse": float(np.mean((out - rs.ds.y_test) ** 2)),
+                "test_loss": float(np.mean((out - rs.ds.y_test) ** 2)),
                 "loss": 2 * loss_v / rs.ds.y_test.shape[1]}
+    y = np.asarray(rs.ds.y_test, np.int64)
+    m = out.max(axis=1)
+    lse = m + np.log(np.exp(out - m[:, None]).sum(axis=1))
     return {"task": rs.ds.task, "steps": rs.steps, "seed": rs.hp.seed, "float": True,
-            "accuracy": float((out.argmax(1) == rs.ds.y_test).mean()), "loss": loss_v}
+            "accuracy": float((out.argmax(1) == y).mean()), "loss": loss_v,
+            "test_loss": float(np.mean(lse - out[np.arange(len(y)), y])) if len(y) else 0.0}

@@ -34,7 +34,9 @@ TASKS = {"digits": ("digits", 32), "text": ("text", 32),
          "digits_2layers": ("digits", (32, 24)), "text_2layers": ("text", (32, 24)),
          # conv models (docs/ENGINE.md "conv2d"): 1x8x8 and 3x8x8 images made from digits
          "image_conv": ("digits-image", ("conv4", "pool", "conv8k5", "pool")),
-         "image_conv_rgb": ("digits-image-rgb", ("conv4", "pool", 12))}
+         "image_conv_rgb": ("digits-image-rgb", ("conv4", "pool", 12)),
+         # the transformer (docs/ENGINE.md "The transformer"): width 16, 2 heads, context 8
+         "text_gpt": ("text", ("block16h2", "block16h2"))}
 
 
 def image_digits(channels: int = 1) -> Dataset:

@@ -365,6 +365,9 @@ class LocalTrainer:
     def mse(self, split: str = "test") -> float | None:
         return self.base.mse(split)
 
+    def test_loss(self, split: str = "test") -> float:
+        return self.base.test_loss(split)
+
     def params_sha256(self) -> str:
         return params_sha256(self.state.theta)
 

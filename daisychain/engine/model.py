@@ -18,7 +18,8 @@ import numpy as np
 
 from daisychain.engine.fast import FastPath
 from daisychain.engine.detmath import dexp, exponent, mse_output_error, pow2, quant_exponent, quantize, zero_sum_errors
-from daisychain.engine.layers import BIAS_LIMIT, Back, Flow, kind_of  # noqa: F401 (BIAS_LIMIT: the public name)
+from daisychain.engine.layer_base import BIAS_LIMIT, Back, Flow  # noqa: F401 (BIAS_LIMIT: the public name)
+from daisychain.engine.layers import kind_of
 from daisychain.engine.spec import ModelSpec
 from daisychain.units import reference as ref
 from daisychain.units.gemm import MAX_K, MAX_K_FLOAT32, gemm_lut, require_exact_mul, tables_are_exact
@@ -58,8 +59,7 @@ def init_params(spec: ModelSpec, seed: int) -> np.ndarray:
     idx = 0
     for layer in spec.layers:
         kind = kind_of(layer)
-        bound = kind.init_bound(layer)
-        for _ in range(kind.params):
+        for bound in kind.init_bounds(layer):
             o, s = layout.offsets[idx], layout.shapes[idx]
             f = prng.uniform(seed, prng.STREAM_PARAM + idx, int(np.prod(s)))
             theta[o:o + f.size] = (2.0 * f - 1.0) * bound
@@ -96,6 +96,7 @@ class Engine:
         self.luts = luts
         self.rq = luts.requantize.astype(np.float64)  # the unit tables, as floats for gathers
         self.relu_t = luts.relu.astype(np.float64)
+        self.exp_t = luts.exp.astype(np.float64)  # the transformer's softmax (attention.py)
         if gemm not in ("fast", "lut"):
             raise ValueError("gemm must be 'fast' or 'lut'")
         if gemm == "fast":
@@ -223,6 +224,8 @@ class Engine:
             if got is not None:
                 return Result(*got)
         z, cache = self._forward_reference(theta, x)
+        if self.spec.seq:  # every position predicts the next token
+            y = seq_targets(x, y)
         dz, loss, correct = self._output_error(z, y)
         eg = quant_exponent(_absmax(dz))
         G = quantize(dz, _per_mb(eg, 3))  # (n, b, out) int8 errors
@@ -277,12 +280,27 @@ class Engine:
             return self.outputs(theta, x, micro_batch)
         preds = []
         for i in range(0, len(x), micro_batch):
-            z, _ = self.forward(theta, x[i:i + micro_batch][None])
-            preds.append(z[0].argmax(axis=-1))
+            z = self.outputs(theta, x[i:i + micro_batch], micro_batch)
+            preds.append(z.argmax(axis=-1))
         return np.concatenate(preds) if preds else np.zeros(0, np.int64)
 
     def outputs(self, theta: np.ndarray, x: np.ndarray, micro_batch: int) -> np.ndarray:
-        """The dequantized last-layer outputs (logits) for x (N, ...): (N, classes)."""
-        parts = [self.forward(theta, x[i:i + micro_batch][None])[0][0]
+        """The dequantized last-layer outputs (logits) for x (N, ...): (N, classes); a
+        sequence model's at the last position (the token after the full window)."""
+        parts = [self.last_logits(self.forward(theta, x[i:i + micro_batch][None])[0])[0]
                  for i in range(0, len(x), micro_batch)]
         return np.concatenate(parts) if parts else np.zeros((0, self.spec.classes))
+
+    def last_logits(self, z: np.ndarray) -> np.ndarray:
+        """Logits (n, rows, C) -> (n, b, C): a sequence model's last position of each sample."""
+        if not self.spec.seq:
+            return z
+        T = self.spec.input_dim
+        return z.reshape(z.shape[0], -1, T, z.shape[-1])[:, :, -1]
+
+
+def seq_targets(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """A sequence model's targets: row (s, t) predicts x[s, t+1], the last position y[s].
+    x (n, b, T) token ids, y (n, b) -> (n, b*T)."""
+    n, b, T = x.shape
+    return np.concatenate([x[..., 1:], y[..., None]], axis=-1).reshape(n, b * T).astype(np.int64)

@@ -238,12 +238,12 @@ def parse_layers(text: str) -> tuple[int | str, ...]:
     for t in parts:
         if t.isdigit() and t.isascii():
             items.append(int(t, 10))
-        elif t == "pool" or (t.startswith("conv") and t.isascii()):
+        elif t == "pool" or (t.startswith(("conv", "block")) and t.isascii()):
             items.append(t)
         else:
             raise argparse.ArgumentTypeError(
-                f"--layers takes comma-separated hidden widths such as 256,256 (and for images "
-                f"convN, convNkK, pool), not {text!r}")
+                f"--layers takes comma-separated hidden widths such as 256,256 (for images "
+                f"convN, convNkK, pool; for text blockWhH transformer blocks), not {text!r}")
     try:
         items = layer_items(items)
         dense = [w for w in items if isinstance(w, int)]
@@ -312,7 +312,21 @@ def settings_from_args(args: argparse.Namespace) -> RunSettings:
         ds = task_dataset(own, args.task if isinstance(args.task, str) else None)
         hidden = _task_layers(own) if hidden is None else hidden
     spec = model_for(ds, hidden, args.embed_dim)
+    check_size(spec, hp)
     return RunSettings(ds, spec, hp, args.steps)
+
+
+def check_size(spec, hp) -> None:
+    """SpecError when a micro-batch of the model needs more than the engine holds: a
+    transformer's attention scores (b * heads * context^2, attention.MAX_SCORES)."""
+    from daisychain.engine.attention import MAX_SCORES
+
+    for l in spec.layers:
+        if l.type == "block" and hp.micro_batch * l.kernel * l.height ** 2 > MAX_SCORES:
+            raise SpecError(f"block{l.n_in}h{l.kernel} at context {l.height} with --micro-batch "
+                            f"{hp.micro_batch} makes {hp.micro_batch * l.kernel * l.height ** 2:,} "
+                            f"attention scores a micro-batch, more than {MAX_SCORES:,}: use a "
+                            f"smaller micro-batch, context or fewer heads")
 
 
 def hub_stream(args: argparse.Namespace):

@@ -65,7 +65,7 @@ class ModelSpec:
         inp = {"kind": self.input_kind, "dim": self.input_dim}
         if self.input_kind == "image":
             inp.update(zip(("channels", "height", "width"), self.image))
-        out = {"input": inp, "classes": self.classes, "layers": [l.to_json() for l in self.layers]}
+        out = {"input": inp, "classes": self.classes, "layers": [kind_of(l).to_json(l) for l in self.layers]}
         if self.loss != "cross_entropy":
             out["loss"] = self.loss
         return out
@@ -87,6 +87,17 @@ class ModelSpec:
             raise SpecError(f"malformed model spec: {exc!r}") from None
         spec.validate()
         return spec
+
+    @property
+    def seq(self) -> bool:
+        """A sequence model (a transformer: it has a posembed): logits at every position,
+        every position carries the loss (docs/ENGINE.md, "The transformer")."""
+        return any(l.type == "posembed" for l in self.layers)
+
+    @property
+    def uses_exp(self) -> bool:
+        """Its forward reads the exp unit (an attention block)."""
+        return any(l.type == "block" for l in self.layers)
 
     def param_shapes(self) -> list[tuple[str, tuple[int, ...]]]:
         """Canonical parameter order: by layer, weight then bias (torch state_dict names)."""
@@ -179,6 +190,8 @@ def hidden_of(spec: ModelSpec) -> list[int]:
 DEFAULT_CNN = ("conv16", "pool", "conv32", "pool", "conv64", "pool")
 MAX_LAYER_ITEMS = 32  #: most items a --layers setting may name
 _CONV = re.compile(r"conv([0-9]+)(?:k([0-9]+))?")
+_BLOCK = re.compile(r"block([0-9]+)h([0-9]+)")
+MAX_BLOCKS = 16  #: most transformer blocks a --layers setting may name
 
 
 def layer_items(items) -> tuple[int | str, ...]:
@@ -191,15 +204,23 @@ def layer_items(items) -> tuple[int | str, ...]:
         if isinstance(t, (int, np.integer)) and not isinstance(t, bool):
             out.append(int(t))
             continue
+        if _BLOCK.fullmatch(str(t)):
+            out.append(str(t))
+            continue
         m = _CONV.fullmatch(str(t))
         if t != "pool" and m is None:
             raise SpecError(f"unknown --layers item {t!r}: use a width (128), convN (3x3), "
-                            f"convNkK (KxK, K in 3 or 5) or pool")
+                            f"convNkK (KxK, K in 3 or 5), pool, or blockWhH (a transformer block)")
         if m is not None and m.group(2) is not None and int(m.group(2)) not in KERNELS:
             raise SpecError(f"{t}: the kernel size must be 3 or 5")
         if m is not None and not 1 <= int(m.group(1)) <= 4096:
             raise SpecError(f"{t}: a conv has 1 to 4096 filters")
         out.append(str(t))
+    blocks = [t for t in out if isinstance(t, str) and t.startswith("block")]
+    if blocks and len(blocks) != len(out):
+        raise SpecError("--layers: a transformer is blockWhH items only (e.g. block64h4,block64h4)")
+    if len(blocks) > MAX_BLOCKS:
+        raise SpecError(f"at most {MAX_BLOCKS} transformer blocks, not {len(blocks)}")
     dense = [w for w in out if isinstance(w, int)]
     if len(dense) > MAX_HIDDEN_LAYERS:
         raise SpecError(f"at most {MAX_HIDDEN_LAYERS} hidden layers, not {len(dense)}")
@@ -241,12 +262,37 @@ def cnn(image: tuple[int, int, int], items, classes: int) -> ModelSpec:
     return spec
 
 
+def is_transformer(items) -> bool:
+    """True when --layers items name transformer blocks (``blockWhH``)."""
+    return not isinstance(items, (int, np.integer)) and items is not None and any(
+        isinstance(t, str) and t.startswith("block") for t in items)
+
+
+def gpt(vocab: int, context: int, items) -> ModelSpec:
+    """A transformer from --layers ``blockWhH`` items: embedding(V, W), posembed(T, W), the
+    blocks (MLP 4W), rmsnorm(W), linear(W, V) applied at every position."""
+    items = layer_items(items)
+    dims = [tuple(int(g) for g in _BLOCK.fullmatch(t).groups()) for t in items]
+    W = dims[0][0]
+    if any(w != W for w, _ in dims):
+        raise SpecError(f"every block of a transformer has one width (the residual stream's), "
+                        f"not {','.join(str(w) for w, _ in dims)}")
+    layers = [Layer("embedding", vocab, W), Layer("posembed", context, W)]
+    layers += [Layer("block", W, W, h, context, 4 * W) for _, h in dims]
+    layers += [Layer("rmsnorm", W, W, 0, context), Layer("linear", W, vocab)]
+    spec = ModelSpec(tuple(layers), "tokens", context, vocab)
+    spec.validate()
+    return spec
+
+
 def layers_text(spec: ModelSpec) -> str:
     """The --layers text that makes this spec (conv, pool and hidden widths, in order)."""
     lin = [i for i, l in enumerate(spec.layers) if l.type == "linear"]
     out = []
     for i, l in enumerate(spec.layers):
-        if l.type == "conv2d":
+        if l.type == "block":
+            out.append(f"block{l.n_in}h{l.kernel}")
+        elif l.type == "conv2d":
             out.append(f"conv{l.n_out}" + (f"k{l.kernel}" if l.kernel != 3 else ""))
         elif l.type == "maxpool2d":
             out.append("pool")

@@ -27,9 +27,12 @@ def params_sha256(theta: np.ndarray) -> str:
 
 
 def run_identity(spec: ModelSpec, hp: Hyper, ds: Dataset, luts: LutSet) -> dict:
-    return {"model": spec.to_json(), "hyper": hp.to_json(), "dataset": ds.fingerprint,
-            "task": ds.task, "luts": luts.manifest_sha256, "engine": ENGINE_VERSION,
-            "seed": hp.seed}
+    out = {"model": spec.to_json(), "hyper": hp.to_json(), "dataset": ds.fingerprint,
+           "task": ds.task, "luts": luts.manifest_sha256, "engine": ENGINE_VERSION,
+           "seed": hp.seed}
+    if spec.uses_exp:  # the exp unit is not in manifest_sha256: a model that reads it names it
+        out["exp_lut"] = luts.exp_sha256
+    return out
 
 
 def run_id(identity: dict) -> str:
@@ -39,7 +42,8 @@ def run_id(identity: dict) -> str:
 def identity_differences(mine: dict, theirs: dict) -> list[str]:
     """Human-readable list of what differs between two run identities."""
     names = {"model": "model spec", "hyper": "hyperparameters", "dataset": "dataset fingerprint",
-             "luts": "LUT manifest", "engine": "engine version", "seed": "seed", "task": "task"}
+             "luts": "LUT manifest", "engine": "engine version", "seed": "seed", "task": "task",
+             "exp_lut": "exp table"}
     out = []
     for k, label in names.items():
         if mine.get(k) != theirs.get(k):
@@ -112,6 +116,8 @@ class Trainer:
                  threads: int = 1):
         hp.validate()
         spec.validate()
+        from daisychain.engine.settings import check_size
+        check_size(spec, hp)
         if hp.augment_shift and ds.kind != "image":
             raise SpecError("--augment-shift applies to the image task")
         self.spec, self.hp, self.ds, self.luts = spec, hp, ds, luts
@@ -222,6 +228,21 @@ class Trainer:
         y = self.ds.y_test if split == "test" else self.ds.y_train
         pred = self.engine.predict(self.state.theta, x, self.hp.micro_batch)
         return float((pred == y).mean()) if len(y) else 0.0
+
+    def test_loss(self, split: str = "test") -> float:
+        """The mean loss over a split of the class after a full window (display only, never
+        fed back): cross-entropy of the logits (a sequence model's last position), an "mse"
+        model's mean squared error; 0.0 for an empty split."""
+        if self.spec.loss == "mse":
+            return self.mse(split)
+        x = self.ds.x_test if split == "test" else self.ds.x_train
+        y = self.ds.y_test if split == "test" else self.ds.y_train
+        if not len(y):
+            return 0.0
+        z = self.engine.outputs(self.state.theta, x, self.hp.micro_batch)
+        m = z.max(axis=1)
+        lse = m + np.log(np.exp(z - m[:, None]).sum(axis=1))
+        return float(np.mean(lse - z[np.arange(len(y)), np.asarray(y, np.int64)]))
 
     def mse(self, split: str = "test") -> float | None:
         """An "mse" model's mean squared error over a split (None for a classifier)."""

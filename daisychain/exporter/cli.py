@@ -25,7 +25,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from daisychain.exporter.train_units import UnitVerificationError, train_all
+    from daisychain.exporter.trainers import train_all
+    from daisychain.exporter.train_units import UnitVerificationError
 
     directory = args.out or default_dir()
     if args.check:

@@ -274,16 +274,3 @@ def _seed_loop(name, base_seed, max_iter, try_fn, want, describe) -> UnitResult:
 def _reason(name: str, exc: BaseException) -> str:
     text = str(exc).removeprefix(f"{name}: ")
     return text.splitlines()[0] if text else type(exc).__name__
-
-
-TRAINERS = {"mul": train_mul, "relu": train_relu, "requantize": train_requantize}
-
-
-def train_all(base_seed: int = 0) -> dict[str, UnitResult]:
-    results = {}
-    for name in tqdm(sorted(TRAINERS), desc="units", unit="unit"):
-        results[name] = TRAINERS[name](base_seed)
-        r = results[name]
-        tqdm.write(f"  {name}: exact on its whole domain (seed {r.seed}, "
-                   f"{r.seeds_tried} tried, max residual {r.max_residual:.4f})")
-    return results

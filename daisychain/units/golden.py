@@ -8,6 +8,7 @@ Format (all integers, so JSON is lossless here)::
     {"manifest_sha256": str,
      "mul":        {"a": [int], "b": [int], "out": [int]},
      "relu":       {"x": [int], "out": [int]},
+     "exp":        {"z": [int], "out": [int]},          # the exp unit (an extra unit)
      "requantize": {"acc": [int], "shift": [int], "out": [int]},
      "gemm": [{"name": str, "m": int, "k": int, "n": int,
                "a": [int] | null, "b": [int] | null,   # row-major (m,k) and (k,n)
@@ -84,6 +85,7 @@ def build() -> dict:
         "manifest_sha256": luts.manifest_sha256,
         "mul": {"a": a.tolist(), "b": b.tolist(), "out": mul(a, b, luts).tolist()},
         "relu": {"x": x.tolist(), "out": relu(x, luts).tolist()},
+        "exp": {"z": x.tolist(), "out": luts.exp[x + 128].tolist()},  # the exp unit, every input
         "requantize": {"acc": accs, "shift": shifts, "out": rq_out},
         "gemm": gemms,
     }

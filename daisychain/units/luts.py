@@ -27,8 +27,14 @@ UNIT_INDEX = {
     "mul": "(a + 128) * 256 + (b + 128)",
     "requantize": "x + 32768 (x = 16-bit routed accumulator, see docs/UNITS.md)",
     "relu": "x + 128",
+    "exp": "z + 128 (z = int8, 4 fractional bits; value = round(32768 * exp(min(z, 0) / 16)))",
 }
 UNIT_SHAPE = {"mul": (ref.MUL_SIZE,), "requantize": (ref.RQ_SIZE,), "relu": (ref.RELU_SIZE,)}
+#: units added after format 1, listed under "extra_units": each is hash-checked on load like
+#: the others, but left out of manifest_sha256, so the identity of every run that does not
+#: use them is unchanged; a run whose model uses one names its SHA-256 in its identity
+#: (docs/ENGINE.md, "The exp unit")
+EXTRA_SHAPE = {"exp": (ref.EXP_SIZE,)}
 
 
 class LutError(Exception):
@@ -56,10 +62,10 @@ def table_bytes(table: np.ndarray) -> bytes:
 
 
 def build_manifest(tables: dict[str, np.ndarray], provenance: dict | None = None) -> dict:
-    units = {}
+    units, extra = {}, {}
     for name in sorted(tables):
         t = np.asarray(tables[name])
-        units[name] = {
+        (extra if name in EXTRA_SHAPE else units)[name] = {
             "file": f"{name}.bin",
             "dtype": DTYPE,
             "shape": list(t.shape),
@@ -67,6 +73,8 @@ def build_manifest(tables: dict[str, np.ndarray], provenance: dict | None = None
             "sha256": sha256_hex(table_bytes(t)),
         }
     manifest = {"format": 1, "units": units, "manifest_sha256": manifest_hash(units)}
+    if extra:
+        manifest["extra_units"] = extra
     if provenance:
         manifest["provenance"] = provenance
     return manifest
@@ -76,7 +84,7 @@ def write_luts(tables: dict[str, np.ndarray], out_dir: Path, provenance: dict | 
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     manifest = build_manifest(tables, provenance)
-    for name, u in manifest["units"].items():
+    for name, u in {**manifest["units"], **manifest.get("extra_units", {})}.items():
         (out_dir / u["file"]).write_bytes(table_bytes(tables[name]))
     (out_dir / MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
     return manifest
@@ -89,6 +97,7 @@ class LutSet:
     mul: np.ndarray  #: int32[65536]
     requantize: np.ndarray  #: int32[65536]
     relu: np.ndarray  #: int32[256]
+    exp: np.ndarray  #: int32[256], the softmax's exp unit (an extra unit)
     manifest: dict
     directory: Path
 
@@ -96,8 +105,13 @@ class LutSet:
     def manifest_sha256(self) -> str:
         return self.manifest["manifest_sha256"]
 
+    @property
+    def exp_sha256(self) -> str:
+        """The exp table's SHA-256: in the identity of a run whose model reads it."""
+        return self.manifest["extra_units"]["exp"]["sha256"]
+
     def tables(self) -> dict[str, np.ndarray]:
-        return {"mul": self.mul, "requantize": self.requantize, "relu": self.relu}
+        return {"mul": self.mul, "requantize": self.requantize, "relu": self.relu, "exp": self.exp}
 
 
 def read_manifest(directory: Path) -> dict:
@@ -111,11 +125,16 @@ def read_manifest(directory: Path) -> dict:
     units = manifest.get("units") if isinstance(manifest, dict) else None
     if not isinstance(units, dict) or set(units) != set(UNIT_SHAPE):
         raise LutError(f"{path}: must describe exactly the units {sorted(UNIT_SHAPE)}")
-    for name, u in units.items():
+    extra = manifest.get("extra_units")
+    if not isinstance(extra, dict) or set(extra) != set(EXTRA_SHAPE):
+        raise LutError(f"{path}: must describe exactly the extra units {sorted(EXTRA_SHAPE)} "
+                       f"(run `daisychain export-luts`)")
+    shapes = {**UNIT_SHAPE, **EXTRA_SHAPE}
+    for name, u in {**units, **extra}.items():
         if not isinstance(u, dict) or not all(k in u for k in ("file", "dtype", "shape", "sha256")):
             raise LutError(f"{path}: entry {name!r} lacks file/dtype/shape/sha256")
-        if u["dtype"] != DTYPE or tuple(u["shape"]) != UNIT_SHAPE[name]:
-            raise LutError(f"{path}: {name} must be {DTYPE} of shape {UNIT_SHAPE[name]}")
+        if u["dtype"] != DTYPE or tuple(u["shape"]) != shapes[name]:
+            raise LutError(f"{path}: {name} must be {DTYPE} of shape {shapes[name]}")
         if Path(u["file"]).name != u["file"]:
             raise LutError(f"{path}: {name} file name {u['file']!r} must be a plain name")
     if manifest.get("manifest_sha256") != manifest_hash(units):
@@ -133,7 +152,7 @@ def load_luts(directory: str | Path | None = None) -> LutSet:
         return _CACHE[directory]
     manifest = read_manifest(directory)
     tables = {}
-    for name, u in manifest["units"].items():
+    for name, u in {**manifest["units"], **manifest["extra_units"]}.items():
         path = directory / u["file"]
         try:
             data = path.read_bytes()

@@ -28,6 +28,12 @@ RELU_SIZE = 256  #: relu[x + 128] == max(x, 0)
 #: requantize routes its accumulator through the 16-bit table with a fixed shift of 7.
 RQ_TABLE_SHIFT = 7
 
+#: The exp unit (the transformer's softmax, docs/ENGINE.md "The exp unit"): int8 z with
+#: EXP_FRAC fractional bits; exp[z + 128] == floor(EXP_ONE * exp(min(z, 0) / 2**EXP_FRAC) + 1/2)
+EXP_SIZE = 256
+EXP_FRAC = 4
+EXP_ONE = 32768
+
 
 def mul_index(a, b):
     return (np.asarray(a, np.int64) + 128) * 256 + (np.asarray(b, np.int64) + 128)
@@ -81,6 +87,21 @@ def rq_route(acc, shift: int):
     return np.where(s >= RQ_TABLE_SHIFT, down, up)
 
 
+def exp_table_exact() -> np.ndarray:
+    """The exp unit's table (int64, 256 entries, index z + 128): floor(32768 * e**(min(z, 0)/16)
+    + 1/2), computed with 50-digit decimal arithmetic (exact: e**(z/16) is never a
+    half-integer multiple of 2**-15, so no rounding tie can occur)."""
+    from decimal import Decimal, localcontext
+
+    out = []
+    with localcontext() as ctx:
+        ctx.prec = 50
+        for z in range(-128, 128):
+            v = Decimal(EXP_ONE) * (Decimal(min(z, 0)) / Decimal(2**EXP_FRAC)).exp()
+            out.append(int((v + Decimal("0.5")).to_integral_value(rounding="ROUND_FLOOR")))
+    return np.array(out, np.int64)
+
+
 def exact_tables() -> dict[str, np.ndarray]:
     """The tables a correct exporter must produce (int32), from the definitions above."""
     a, b = np.meshgrid(np.arange(-128, 128), np.arange(-128, 128), indexing="ij")
@@ -88,4 +109,5 @@ def exact_tables() -> dict[str, np.ndarray]:
         "mul": mul_exact(a.ravel(), b.ravel()).astype(np.int32),
         "requantize": rq_table_exact(np.arange(-32768, 32768)).astype(np.int32),
         "relu": relu_exact(np.arange(-128, 128)).astype(np.int32),
+        "exp": exp_table_exact().astype(np.int32),
     }

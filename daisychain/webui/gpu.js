@@ -1,8 +1,9 @@
 // WebGPU for the units, with every GPU error in this one place.
 //
 // GpuUnits.create() finds an adapter, checks its limits, creates the device, uploads the
-// verified tables and compiles the kernels (shaders/{gemm,requantize,mul,relu}.wgsl and the
-// image kernels {im2col,col2im,maxpool,maxpool_back}.wgsl, layouts in conv.js).
+// verified tables and compiles the kernels (shaders/{gemm,requantize,mul,relu}.wgsl, the
+// image kernels {im2col,col2im,maxpool,maxpool_back}.wgsl, layouts in conv.js, and the
+// transformer's {gemm_batch,softmax,exp}.wgsl, layouts in engine/attention.js).
 // Every creation and every dispatch runs inside error scopes (validation, out-of-memory,
 // internal); `device.lost` and `uncapturederror` are handled here too. The first failure of
 // any kind marks the object failed, tells every onFailure listener the reason in words, and
@@ -15,10 +16,12 @@
 
 import { convLayout, poolLayout } from "./conv.js";
 import { gemmLayout, MAX_K } from "./gemm.js";
+import { softmaxLayout } from "./engine/attention.js";
 import { checkInt8Array, checkIntArray, checkShift, INT32_MAX, INT32_MIN, UnitError } from "./units.js";
 
 export const POISON = 0x7fffffff;
-export const KERNELS = ["gemm", "requantize", "mul", "relu", "im2col", "col2im", "maxpool", "maxpool_back"];
+export const KERNELS = ["gemm", "requantize", "mul", "relu", "im2col", "col2im", "maxpool", "maxpool_back",
+  "gemm_batch", "softmax", "exp"];
 const TILE = 16; // gemm.wgsl workgroup is TILE x TILE invocations
 const LANES = 64; // workgroup size of the elementwise kernels
 
@@ -174,6 +177,7 @@ export class GpuUnits {
     this._tables.mul = await upload("mul", luts.mul);
     this._tables.requantize = await upload("requantize", luts.requantize);
     this._tables.relu = await upload("relu", luts.relu);
+    this._tables.exp = await upload("exp", luts.exp);
     for (const name of KERNELS) await this._pipeline(name, shaderBase);
   }
 
@@ -348,6 +352,62 @@ export class GpuUnits {
       outLen: x.length, withStatus: true, grid: this._grid1d(x.length),
     });
     if (flags) this._fail(`relu kernel saw operands outside int8 (status ${flags}) after the host check passed`);
+    return result;
+  }
+
+  /** Elementwise exp unit through the exp table (the self-test's golden vectors). */
+  async exp(z) {
+    checkInt8Array("exp", "z", z);
+    if (!z.length) return new Int32Array(0);
+    this._checkSize("exp", z.length);
+    const { result, flags } = await this._dispatch("exp", {
+      uniforms: new Uint32Array([z.length, 0, 0, 0]), tables: ["exp"], inputs: [Int32Array.from(z)],
+      outLen: z.length, withStatus: true, grid: this._grid1d(z.length),
+    });
+    if (flags) this._fail(`exp kernel saw operands outside int8 (status ${flags}) after the host check passed`);
+    return result;
+  }
+
+  /** `batch` GEMMs on consecutive blocks of A and B (engine/paths.js gemmBatch). */
+  async gemmBatch(a, b, desc) {
+    const { batch, ...one } = desc;
+    const L = gemmLayout(one);
+    if (!Number.isInteger(batch) || batch < 1) throw new UnitError(`gemmBatch: batch must be a positive integer, got ${batch}`);
+    if (a.length !== batch * L.m * L.k || b.length !== batch * L.k * L.n) {
+      throw new UnitError(`gemmBatch: A has ${a.length}, B ${b.length} elements; the shape needs ${batch * L.m * L.k} and ${batch * L.k * L.n}`);
+    }
+    checkInt8Array("gemmBatch", "A", a);
+    checkInt8Array("gemmBatch", "B", b);
+    const tilesM = Math.ceil(L.m / TILE);
+    const grid = [Math.ceil(L.n / TILE), batch * tilesM];
+    const max = this.limits.maxComputeWorkgroupsPerDimension;
+    if (grid[0] > max || grid[1] > max) throw new GpuError(`gemmBatch: ${batch} x ${L.m} x ${L.n} exceeds this GPU's dispatch limit`);
+    for (const [what, len] of [["A", a.length], ["B", b.length], ["C", batch * L.m * L.n]]) this._checkSize(`gemmBatch ${what}`, len);
+    const uniforms = new Uint32Array([
+      L.m, L.k, L.n, batch,
+      L.m * L.k, L.aSm, L.aSk, tilesM,
+      L.k * L.n, L.bSk, L.bSn, 0,
+    ]);
+    const { result, flags } = await this._dispatch("gemm_batch", {
+      uniforms, tables: ["mul"], inputs: [Int32Array.from(a), Int32Array.from(b)],
+      outLen: batch * L.m * L.n, withStatus: true, grid,
+    });
+    if (flags) this._fail(`gemm_batch kernel saw operands outside int8 (status ${flags}) after the host check passed`);
+    return result;
+  }
+
+  /** Causal integer softmax through the exp unit (engine/attention.js softmaxArray). */
+  async softmax(scores, nb, T, E) {
+    softmaxLayout(scores, nb, T, E);
+    let worst = 0;
+    for (let i = 0; i < scores.length; i++) worst = Math.max(worst, Math.abs(scores[i]));
+    if (worst >= 2 ** 30) throw new UnitError("softmax: a score of 2^30 or more could overflow the kernel's differences");
+    const rows = nb * T;
+    this._checkSize("softmax", rows * T);
+    const { result } = await this._dispatch("softmax", {
+      uniforms: new Int32Array([rows, T, E + 4, 0]), tables: ["exp"], inputs: [Int32Array.from(scores)],
+      outLen: rows * T, withStatus: false, grid: this._grid1d(rows),
+    });
     return result;
   }
 

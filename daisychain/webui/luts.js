@@ -1,4 +1,5 @@
-// The unit tables in the browser: load /luts/manifest.json, fetch every table, check each
+// The unit tables in the browser: load /luts/manifest.json, fetch every table (the extra
+// units too: exp), check each
 // SHA-256 (crypto.subtle, or sha256.js outside a secure context) and the manifest's own manifest_sha256, exactly as
 // daisychain/units/luts.py defines them. A mismatch is refused with the file named.
 //
@@ -9,6 +10,10 @@ import { sha256Bytes } from "./sha256.js";
 
 export const DTYPE = "<i4";
 export const UNIT_SHAPE = { mul: [65536], relu: [256], requantize: [65536] };
+/** units added after format 1, under the manifest's "extra_units" (luts.py EXTRA_SHAPE): each
+ *  is hash-checked on load like the others but left out of manifest_sha256 (the exp unit: the
+ *  transformer's softmax, docs/ENGINE.md "The exp unit") */
+export const EXTRA_SHAPE = { exp: [256] };
 
 export class LutError extends Error {
   constructor(message) {
@@ -69,13 +74,19 @@ export async function checkManifest(manifest, where = "manifest.json") {
   if (!units || names.join(",") !== want.join(",")) {
     throw new LutError(`${where}: must describe exactly the units ${want.join(", ")}`);
   }
-  for (const name of names) {
-    const u = units[name];
+  const extra = manifest.extra_units;
+  const extraNames = extra && typeof extra === "object" ? Object.keys(extra).sort(byCodePoint) : [];
+  const wantExtra = Object.keys(EXTRA_SHAPE).sort(byCodePoint);
+  if (!extra || typeof extra !== "object" || extraNames.join(",") !== wantExtra.join(",")) {
+    throw new LutError(`${where}: must describe exactly the extra units ${wantExtra.join(", ")} (run \`daisychain export-luts\`)`);
+  }
+  const shapes = { ...UNIT_SHAPE, ...EXTRA_SHAPE };
+  for (const [name, u] of Object.entries({ ...units, ...extra })) {
     if (!u || typeof u !== "object" || !["file", "dtype", "shape", "sha256"].every((k) => k in u)) {
       throw new LutError(`${where}: entry ${name} lacks file/dtype/shape/sha256`);
     }
-    if (u.dtype !== DTYPE || !Array.isArray(u.shape) || u.shape.join("x") !== UNIT_SHAPE[name].join("x")) {
-      throw new LutError(`${where}: ${name} must be ${DTYPE} of shape (${UNIT_SHAPE[name]})`);
+    if (u.dtype !== DTYPE || !Array.isArray(u.shape) || u.shape.join("x") !== shapes[name].join("x")) {
+      throw new LutError(`${where}: ${name} must be ${DTYPE} of shape (${shapes[name]})`);
     }
     if (typeof u.file !== "string" || !/^[A-Za-z0-9_.-]+$/.test(u.file) || u.file === "." || u.file === "..") {
       throw new LutError(`${where}: ${name} file name ${JSON.stringify(u.file)} must be a plain name`);
@@ -91,8 +102,8 @@ export async function checkManifest(manifest, where = "manifest.json") {
 /**
  * Load and verify the unit tables.
  * @param {string} base  URL prefix of the tables, default "/luts/"
- * @returns {Promise<{mul: Int32Array, requantize: Int32Array, relu: Int32Array,
- *                    manifest: object, manifestSha256: string}>}
+ * @returns {Promise<{mul: Int32Array, requantize: Int32Array, relu: Int32Array, exp: Int32Array,
+ *                    manifest: object, manifestSha256: string, expSha256: string}>}
  */
 export async function loadLuts(base = "/luts/") {
   const where = `${base}manifest.json`;
@@ -107,8 +118,9 @@ export async function loadLuts(base = "/luts/") {
   }
   await checkManifest(manifest, where);
   const tables = {};
-  for (const name of Object.keys(UNIT_SHAPE)) {
-    const u = manifest.units[name];
+  const shapes = { ...UNIT_SHAPE, ...EXTRA_SHAPE };
+  for (const name of Object.keys(shapes)) {
+    const u = manifest.units[name] || manifest.extra_units[name];
     const url = `${base}${u.file}`;
     const resp = await fetch(url, { cache: "no-store" });
     if (!resp.ok) throw new LutError(`${url}: HTTP ${resp.status} (table for unit ${name})`);
@@ -118,10 +130,10 @@ export async function loadLuts(base = "/luts/") {
       throw new LutError(`${url}: SHA-256 ${got} does not match the manifest's ${u.sha256} ` +
         `(table for unit ${name} is corrupt or was changed)`);
     }
-    if (bytes.byteLength !== UNIT_SHAPE[name][0] * 4) {
-      throw new LutError(`${url}: ${bytes.byteLength} bytes, expected ${UNIT_SHAPE[name][0] * 4}`);
+    if (bytes.byteLength !== shapes[name][0] * 4) {
+      throw new LutError(`${url}: ${bytes.byteLength} bytes, expected ${shapes[name][0] * 4}`);
     }
     tables[name] = int32FromLe(bytes);
   }
-  return { ...tables, manifest, manifestSha256: manifest.manifest_sha256 };
+  return { ...tables, manifest, manifestSha256: manifest.manifest_sha256, expSha256: manifest.extra_units.exp.sha256 };
 }

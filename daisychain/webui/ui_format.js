@@ -42,8 +42,9 @@ export function shellWord(w) {
  * The `daisychain train` command that makes the same run as a page's run identity:
  * `dataArgs` are the /datasets entry's train_args (["--task", "text", "--data", "f.txt"]),
  * else ["--task", identity.task]. `steps` is the step the run reached. The model and recipe
- * flags are checkpoint.py run_flags's: --hidden N or --layers (convs and pools too, spec.js
- * layersText), and the image recipe's flags whenever set, always for an image run (its
+ * flags are checkpoint.py run_flags's: --hidden N or --layers (convs, pools and transformer
+ * blocks too, spec.js layersText), --context when a text model reads other than the default
+ * 8 characters, and the image recipe's flags whenever set, always for an image run (its
  * defaults are not 0 and depend on --steps).
  */
 export function trainCommand(identity, dataArgs, steps) {
@@ -55,6 +56,8 @@ export function trainCommand(identity, dataArgs, steps) {
   if (hp.weight_decay) args.push("--weight-decay", String(hp.weight_decay));
   if (/^[0-9]+$/.test(layers)) args.push("--hidden", layers);
   else if (layers) args.push("--layers", layers);
+  const input = identity.model?.input;
+  if (input?.kind === "tokens" && input.dim !== 8) args.push("--context", String(input.dim)); // 8: the default
   for (const k of RECIPE_FIELDS) {
     if (hp[k] || identity.task === "image") args.push(`--${k.replace(/_/g, "-")}`, String(hp[k] ?? 0));
   }

@@ -7,6 +7,8 @@
 //   relu(x)                int8 -> relu[x + 128]                             (== max(x, 0))
 //   requantize(acc, shift) int32 -> requantize[rqRoute(acc, shift) + 32768]
 //                          (== clamp(floor(acc / 2**shift + 1/2), -127, 127))
+//   exp(z)                 int8 -> exp[z + 128]   (== floor(32768 * e**(min(z, 0) / 16) + 1/2),
+//                          the transformer's softmax; an extra unit, docs/ENGINE.md)
 //
 // `luts` is what luts.js `loadLuts()` returns.
 
@@ -103,6 +105,15 @@ export function reluArray(x, luts, out = new Int32Array(x.length)) {
   checkInt8Array("relu", "x", x);
   const t = luts.relu;
   for (let i = 0; i < x.length; i++) out[i] = t[x[i] + 128];
+  return out;
+}
+
+/** Elementwise exp unit of an int8 array -> Int32Array (or `out`). */
+export function expArray(z, luts, out = new Int32Array(z.length)) {
+  if (out.length !== z.length) throw new UnitError(`exp: out has length ${out.length}, z ${z.length}`);
+  checkInt8Array("exp", "z", z);
+  const t = luts.exp;
+  for (let i = 0; i < z.length; i++) out[i] = t[z[i] + 128];
   return out;
 }
 

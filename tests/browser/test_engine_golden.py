@@ -125,7 +125,8 @@ def test_prng_shuffle_and_exp_match_numpy(harness):
     assert got["dexp"] == common["dexp"]["y_f64"]
 
 
-@pytest.mark.parametrize("name", ["digits", "text", "digits_2layers", "text_2layers", "image_conv", "image_conv_rgb"])
+@pytest.mark.parametrize("name", ["digits", "text", "digits_2layers", "text_2layers", "image_conv", "image_conv_rgb",
+                                  "text_gpt"])
 @pytest.mark.parametrize("path", ["gpu", "cpu", "wasm"])
 def test_step_golden_vectors(request, name, path):
     """Conv models (image_conv: 1x8x8 conv4, pool, conv8k5, pool; image_conv_rgb: 3x8x8) too;

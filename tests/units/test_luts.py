@@ -82,7 +82,7 @@ def test_export_check_passes_on_committed_tables():
     out = subprocess.run([sys.executable, "-m", "daisychain.cli", "export-luts", "--check"],
                          capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
-    assert "OK, 3 tables match" in out.stdout
+    assert "OK, 4 tables match" in out.stdout  # mul, relu, requantize and exp
 
 
 def test_golden_units_file_is_current():

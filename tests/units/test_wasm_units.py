@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from daisychain import package_path
-from jsrun import node_binary, run_js
+from jsrun import LOAD_LUTS, node_binary, run_js
 
 pytestmark = pytest.mark.usefixtures("node")  # fails, never skips, without node
 
@@ -26,11 +26,7 @@ WASM = package_path("webui") / "wasm"
 BUILT = ("the WebAssembly module is not built: scripts/setup.sh runs npm install and "
          "node scripts/build_wasm.mjs")
 
-LUTS = r"""
-const lutDir = process.argv[2];
-const rd = (n) => { const b = readFileSync(`${lutDir}/${n}.bin`); return new Int32Array(b.buffer, b.byteOffset, b.length / 4).slice(); };
-const luts = { mul: rd("mul"), relu: rd("relu"), requantize: rd("requantize"),
-  manifestSha256: JSON.parse(readFileSync(`${lutDir}/manifest.json`)).manifest_sha256 };
+LUTS = "const lutDir = process.argv[2];\n" + LOAD_LUTS + r"""
 const wasmBytes = readFileSync(new URL("wasm/units.wasm", WEBUI));
 const pinned = readFileSync(new URL("wasm/units.wasm.sha256", WEBUI), "utf8").trim();
 const opened = await W.openWasmUnits(luts, { bytes: wasmBytes, pinned });

@@ -1,7 +1,9 @@
 // Conformance of one compute path (CpuUnits or GpuUnits), DOM-free, shared by the /selftest
 // page (selftest.js) and the device self-test before joining a run (mesh.js):
-//   runGolden(units, golden)      every golden unit vector (/golden/units.json), set by set,
-//                                 and the image units against the JS units (imageUnitCases)
+//   runGolden(units, golden)      every golden unit vector (/golden/units.json: mul, relu, exp,
+//                                 requantize, gemm), set by set, the image units against the
+//                                 JS units (imageUnitCases) and the transformer's gemmBatch and
+//                                 softmax against their definitions (attentionUnitCases)
 //   goldenFailure(units, golden)  null, or the first failure in words
 //   floatFailures(golden)         one Adam step on the golden Adam vectors and the golden
 //                                 subnormal operations (/golden/selftest.json, the same
@@ -10,6 +12,7 @@
 
 import { col2imArray, im2colArray, maxpoolArray, maxpoolBackArray } from "../conv.js";
 import { int32LeBytes, sha256Hex } from "../luts.js";
+import { softmaxArray } from "./attention.js";
 import { adamStep, AdamState } from "./adam.js";
 import { Engine, initParams } from "./model.js";
 import { u32, uniform } from "./prng.js";
@@ -65,6 +68,10 @@ export async function runGolden(units, golden) {
   record("relu", "", r);
   sets.relu = { pass: r.pass, count: golden.relu.out.length, detail: r.detail || null };
 
+  r = await guarded("exp", "", async () => compare(await units.exp(Int8Array.from(golden.exp.z)), golden.exp.out));
+  record("exp", "", r);
+  sets.exp = { pass: r.pass, count: golden.exp.out.length, detail: r.detail || null };
+
   r = await guarded("requantize", "", async () => {
     const { acc, shift, out } = golden.requantize;
     const got = new Int32Array(acc.length).fill(0x7fffffff);
@@ -102,7 +109,56 @@ export async function runGolden(units, golden) {
     imageCases[name] = { pass: r.pass, detail: r.detail || null };
   }
   sets.image = { pass: Object.values(imageCases).every((c) => c.pass), cases: imageCases };
+
+  const attnCases = {};
+  for (const [name, run] of attentionUnitCases(golden)) {
+    r = await guarded("attention", name, async () => {
+      const [got, want] = await run(units);
+      return compare(got, want, null);
+    });
+    record("attention", name, r);
+    attnCases[name] = { pass: r.pass, detail: r.detail || null };
+  }
+  sets.attention = { pass: Object.values(attnCases).every((c) => c.pass), cases: attnCases };
   return { pass: failures.length === 0, sets, failures };
+}
+
+/**
+ * The transformer's units of a path (gemmBatch in every layout, softmax through the exp unit)
+ * against their definitions in plain JS on fixed PRNG inputs: -128 * -128, odd shapes, score
+ * rows that saturate the exp unit's input, exponents that scale up and down. The softmax's
+ * reference reads the exp table of the golden vectors. [[name, async (units) => [got, want]]]
+ */
+export function attentionUnitCases(golden) {
+  const ints = (stream, n, lo, hi) => Int32Array.from(u32(9, stream, n), (v) => lo + (v % (hi - lo + 1)));
+  const out = [];
+  for (const [batch, m, k, n, transA, transB] of [[3, 5, 7, 4, false, true], [2, 8, 8, 3, true, false], [4, 1, 9, 6, false, false]]) {
+    const a = ints(2000 + m, batch * m * k, -128, 127);
+    const b = ints(2100 + n, batch * k * n, -128, 127);
+    a[0] = -128;
+    b[0] = -128;
+    const want = new Int32Array(batch * m * n);
+    for (let z = 0; z < batch; z++) {
+      for (let i = 0; i < m; i++) {
+        for (let j = 0; j < n; j++) {
+          let acc = 0;
+          for (let kk = 0; kk < k; kk++) {
+            acc += a[z * m * k + (transA ? kk * m + i : i * k + kk)] * b[z * k * n + (transB ? j * k + kk : kk * n + j)];
+          }
+          want[(z * m + i) * n + j] = acc;
+        }
+      }
+    }
+    const tag = `gemmBatch ${batch}x${m}x${k}x${n}${transA ? " Aᵀ" : ""}${transB ? " Bᵀ" : ""}`;
+    out.push([tag, async (u) => [await u.gemmBatch(a, b, { batch, m, k, n, transA, transB }), want]]);
+  }
+  const table = new Int32Array(256);
+  golden.exp.z.forEach((z, i) => { table[z + 128] = golden.exp.out[i]; });
+  for (const [nb, T, E, lim] of [[3, 8, -6, 16384], [2, 5, 3, 40], [2, 16, -30, 4194304], [1, 7, -1, 4194304], [2, 4, 9, 3], [1, 6, -40, 4194304]]) {
+    const sc = ints(2200 + T, nb * T * T, -lim, lim);
+    out.push([`softmax ${nb}x${T}x${T} E ${E}`, async (u) => [await u.softmax(sc, nb, T, E), softmaxArray(sc, nb, T, E, { exp: table })]]);
+  }
+  return out;
 }
 
 /**

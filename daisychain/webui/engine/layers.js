@@ -1,10 +1,13 @@
-// The layer registry of the JS engine, the twin of daisychain/engine/layers.py: one class per
+// The dense and image layer types of the JS engine, the twin of daisychain/engine/layers.py
+// (registry.js lists every type; the transformer's are in transformer.js): one class per
 // layer type, each knowing its spec JSON, its parameter shapes and init bound, the shape it
 // maps, and its forward and backward through the units (the arithmetic is docs/ENGINE.md and
 // CONV_SPEC: a conv is im2col, then the linear layer's arithmetic on the columns matrix).
 //
 // Shapes between layers: {width} for a flat vector per sample, plus {c, h, w} for an image
-// map (channel-major: index c*h*w + y*w + x, as torch's NCHW flattened).
+// map (channel-major: index c*h*w + y*w + x, as torch's NCHW flattened), or {width, seq: T}
+// for the b*T rows of a sequence model (after a posembed; a linear there is applied to every
+// row).
 //
 // forward(ctx, st) gets the activation st = {a: Int32Array (b * width) of int8, ex} of one
 // micro-batch and returns {st, entry}: the next activation (or {logits} for the last layer)
@@ -60,10 +63,11 @@ function biasAcc(bias, sexp) {
 }
 
 /**
- * The linear layer's forward on a rows x nIn int8 matrix: acc = a · Wqᵀ + bias (int32), then
- * (unless last) requantize (+ ReLU when fused). Returns {acc, Wq, ew, sexp, q?, s?}.
+ * The affine part of a linear layer on a rows x nIn int8 matrix (attention.py `_affine`):
+ * acc = a · Wqᵀ + bias (int32), traced under `name` (a block's sub-layers have their own).
+ * Returns {acc, Wq, ew, sexp}.
  */
-async function denseForward(ctx, a, ex, W, bias, rows, nIn, nOut) {
+export async function affine(ctx, name, a, ex, W, bias, rows, nIn, nOut) {
   const { units, tr, li } = ctx;
   const ew = quantExponent(absmax(W));
   const Wq = quantize(W, ew); // (out, in)
@@ -78,9 +82,19 @@ async function denseForward(ctx, a, ex, W, bias, rows, nIn, nOut) {
       acc[i * nOut + o] = v;
     }
   }
-  tr(`layers.${li}.weight_exponent`, [ew]);
-  tr(`layers.${li}.bias_acc`, bacc);
-  tr(`layers.${li}.acc`, acc);
+  tr(`${name}.weight_exponent`, [ew]);
+  tr(`${name}.bias_acc`, bacc);
+  tr(`${name}.acc`, acc);
+  return { acc, Wq, ew, sexp };
+}
+
+/**
+ * The linear layer's forward on a rows x nIn int8 matrix: acc = a · Wqᵀ + bias (int32), then
+ * (unless last) requantize (+ ReLU when fused). Returns {acc, Wq, ew, sexp, q?, s?}.
+ */
+async function denseForward(ctx, a, ex, W, bias, rows, nIn, nOut) {
+  const { units, tr, li } = ctx;
+  const { acc, Wq, ew, sexp } = await affine(ctx, `layers.${li}`, a, ex, W, bias, rows, nIn, nOut);
   if (ctx.last) return { acc, Wq, ew, sexp };
   const s = Math.max(exponent(absmax(acc)) - 7, 0);
   const q = await units.requantize(acc, s, { relu: ctx.fuseRelu });
@@ -104,7 +118,7 @@ export function accumulate(total, off, ints, e, fracBits, limit) {
  * int32 parts are summed exactly in float64), db = column sums of G, and (if needInput)
  * the input-error accumulator dX = G·Wq (rows x nIn, exponent eg + ew).
  */
-async function denseBackward(ctx, G, eg, a, ex, Wq, ew, rows, nIn, nOut, pi) {
+export async function denseBackward(ctx, G, eg, a, ex, Wq, ew, rows, nIn, nOut, pi) {
   const { units, total, offsets, fracBits, limit } = ctx;
   let dW = null;
   for (let r0 = 0; r0 < rows; r0 += MAX_K) {
@@ -148,6 +162,11 @@ export class Linear {
   }
 
   outShape(i, shape) {
+    if (shape.seq !== undefined) { // a sequence model's output layer: applied to every position
+      if (this.nIn !== shape.width) throw new SpecError(`layer ${i}: linear expects ${this.nIn} inputs, gets ${shape.width} per position`);
+      if (this.nOut > MAX_K) throw new SpecError(`layer ${i}: out-features above ${MAX_K} would overflow the error GEMM`);
+      return { width: this.nOut, seq: shape.seq };
+    }
     if (this.nIn !== shape.width) throw new SpecError(`layer ${i}: linear expects ${this.nIn} inputs, gets ${shape.width}`);
     if (!(this.nIn >= 1 && this.nIn <= MAX_FEATURES) || this.nOut < 1) {
       throw new SpecError(`layer ${i}: linear in-features must lie in [1, ${MAX_FEATURES}] so its int32 accumulator cannot overflow`);
@@ -169,15 +188,16 @@ export class Linear {
 
   async forward(ctx, st) {
     const [W, bias] = ctx.params;
-    const r = await denseForward(ctx, st.a, st.ex, W, bias, ctx.b, this.nIn, this.nOut);
-    const entry = { layer: this, pi: ctx.pi, a: st.a, ex: st.ex, Wq: r.Wq, ew: r.ew, reluOut: null };
+    const rows = st.a.length / this.nIn; // b, or b*T rows of a sequence model
+    const r = await denseForward(ctx, st.a, st.ex, W, bias, rows, this.nIn, this.nOut);
+    const entry = { layer: this, pi: ctx.pi, a: st.a, ex: st.ex, Wq: r.Wq, ew: r.ew, rows, reluOut: null };
     if (ctx.last) return { st: { logits: r.acc, sexp: r.sexp }, entry };
     ctx.tr(`layers.${ctx.li}.out_q`, r.q);
     return { st: { a: r.q, ex: r.sexp + r.s }, entry };
   }
 
   async backward(ctx, e, G, eg) {
-    return denseBackward(ctx, G, eg, e.a, e.ex, e.Wq, e.ew, ctx.b, this.nIn, this.nOut, e.pi);
+    return denseBackward(ctx, G, eg, e.a, e.ex, e.Wq, e.ew, e.rows, this.nIn, this.nOut, e.pi);
   }
 }
 
@@ -441,11 +461,3 @@ export class MaxPool2d {
   }
 }
 
-export const LAYER_TYPES = { linear: Linear, embedding: Embedding, relu: Relu, conv2d: Conv2d, maxpool2d: MaxPool2d };
-
-/** A layer object from its spec JSON; SpecError for an unknown type or a bad field. */
-export function layerFromJson(l) {
-  const cls = Object.prototype.hasOwnProperty.call(LAYER_TYPES, l?.type) ? LAYER_TYPES[l.type] : null;
-  if (!cls) throw new SpecError(`unknown layer type ${JSON.stringify(l?.type)}`);
-  return cls.fromJson(l);
-}

@@ -39,17 +39,18 @@ export class ParamLayout {
 
 /** Uniform(-bound, bound) from the integer PRNG, one stream per canonical tensor index; the
  *  bound is the layer's (layers.js initBound: 1/sqrt(fan_in) for linear and conv2d, 1 for an
- *  embedding), the same for its weight and bias. */
+ *  embedding), the same for its weight and bias; a block has one per tensor (initBounds). */
 export function initParams(spec, seed) {
   const layout = new ParamLayout(spec);
   const theta = new Float64Array(layout.size);
   let idx = 0;
   spec.layers.forEach((layer, li) => {
-    const bound = layer.initBound();
-    for (let c = 0; c < layer.paramShapes(li).length; c++) {
+    const count = layer.paramShapes(li).length;
+    const bounds = layer.initBounds ? layer.initBounds() : Array(count).fill(layer.initBound());
+    for (let c = 0; c < count; c++) {
       const o = layout.offsets[idx];
       const f = uniform(seed, STREAM_PARAM + idx, layout.view(theta, idx).length);
-      for (let i = 0; i < f.length; i++) theta[o + i] = (2.0 * f[i] - 1.0) * bound;
+      for (let i = 0; i < f.length; i++) theta[o + i] = (2.0 * f[i] - 1.0) * bounds[c];
       idx++;
     }
   });
@@ -75,6 +76,18 @@ export class Engine {
     this.spec = spec;
     this.units = units;
     this.layout = new ParamLayout(spec);
+    /** a sequence model (a transformer: it has a posembed): logits at every position */
+    this.seq = spec.layers.some((l) => l.type === "posembed");
+  }
+
+  /** Logits (rows, C) -> (b, C): a sequence model's last position of each sample. */
+  lastLogits(z, b) {
+    if (!this.seq) return z;
+    const T = this.spec.inputDim;
+    const C = this.spec.classes;
+    const out = new Float64Array(b * C);
+    for (let s = 0; s < b; s++) out.set(z.subarray(((s + 1) * T - 1) * C, (s + 1) * T * C), s * C);
+    return out;
   }
 
   /**
@@ -142,6 +155,10 @@ export class Engine {
       const { dz, loss } = mseOutputError(z, y, b);
       return this.backwardFrom(total, cache, dz, null, b, fracBits, limit, loss);
     }
+    if (this.seq) { // every position predicts the next token: b*T rows (model.py seq_targets)
+      y = seqTargets(x, y, b, this.spec.inputDim);
+      b = y.length;
+    }
     const C = this.spec.classes;
     const p = new Float64Array(z.length);
     let lossSum = 0;
@@ -182,7 +199,7 @@ export class Engine {
       const { dX } = r;
       const reluOut = below.reluOut;
       if (reluOut) for (let j = 0; j < dX.length; j++) if (!(reluOut[j] > 0)) dX[j] = 0;
-      if (r.int8) {
+      if (r.int8 || r.wide) { // int8 errors, or a transformer's wide stream error
         G = dX;
         eg = r.e;
       } else {
@@ -200,7 +217,7 @@ export class Engine {
     const C = this.spec.classes;
     for (let i = 0; i < n; i += microBatch) {
       const b = Math.min(microBatch, n - i);
-      const { logits } = await this.forward(theta, x.subarray(i * rowLen, (i + b) * rowLen), b);
+      const logits = this.lastLogits((await this.forward(theta, x.subarray(i * rowLen, (i + b) * rowLen), b)).logits, b);
       for (let r = 0; r < b; r++) {
         let best = 0;
         for (let c = 1; c < C; c++) if (logits[r * C + c] > logits[r * C + best]) best = c;
@@ -209,6 +226,17 @@ export class Engine {
     }
     return preds;
   }
+}
+
+/** model.py seq_targets: row (s, t) predicts x[s, t+1], the last position y[s]. x (b*T) token
+ *  ids, y (b) -> Int32Array (b*T). */
+export function seqTargets(x, y, b, T) {
+  const out = new Int32Array(b * T);
+  for (let s = 0; s < b; s++) {
+    out.set(x.subarray(s * T + 1, (s + 1) * T), s * T);
+    out[s * T + T - 1] = y[s];
+  }
+  return out;
 }
 
 /** detmath.py mse_output_error: dz = (z - y) / b (one subtraction, one division per element,

@@ -2,9 +2,12 @@
 // care which one runs:
 //   gemm(a, b, {m, k, n, transA, transB}) -> Int32Array (M, N)
 //   requantize(acc, shift, {relu})         -> Int32Array of int8 values
-//   mul(a, b), relu(x)                      -> Int32Array
+//   mul(a, b), relu(x), exp(z)              -> Int32Array
 //   im2col(a, b, geom), col2im(d, b, geom)  -> Int32Array    (conv.js has the layouts)
 //   maxpool(a, b, geom), maxpoolBack(g, a, b, geom) -> Int32Array
+//   gemmBatch(a, b, {batch, m, k, n, transA, transB}) -> Int32Array (batch, M, N): `batch`
+//                                           GEMMs on consecutive (M, K) / (K, N) blocks
+//   softmax(scores, nb, T, E)               -> Int32Array (engine/attention.js softmaxArray)
 // CpuUnits (engine/cpu_units.js) runs the JS units (units.js, gemm.js); WasmUnits (wasm/wasm_units.js) the
 // WebAssembly SIMD kernels, a CpuUnits whose heavy units run in WASM with the same bytes;
 // GpuUnits (gpu.js) the WGSL kernels. openPaths() tries WASM and the GPU and, for each that

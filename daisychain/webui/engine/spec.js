@@ -2,7 +2,9 @@
 // same validation, the same canonical parameter order.
 
 import { TASK_DEFAULTS, taskDefaults } from "./task_defaults.js";
-import { Conv2d, int, KERNELS, layerFromJson, Linear, MAX_FEATURES, MaxPool2d, Relu, SpecError } from "./layers.js";
+import { Conv2d, Embedding, int, KERNELS, Linear, MAX_FEATURES, MaxPool2d, Relu, SpecError } from "./layers.js";
+import { Block, MAX_SCORES, PosEmbed, RmsNorm } from "./transformer.js";
+import { layerFromJson } from "./registry.js";
 
 export const MAX_PARAMS = 50_000_000;
 export const INPUT_KINDS = ["dense", "tokens", "image"];
@@ -91,12 +93,17 @@ export class ModelSpec {
  *  unit invocations of one micro-batch of `microBatch` samples (forward + backward). */
 export function layerUnitCounts(spec, microBatch) {
   const out = { multiply: 0, requantize: 0, relu: 0 };
+  let rows = microBatch;
+  let exp = 0;
   spec.layers.forEach((l, i) => {
-    const [m, r, u] = l.units(microBatch, i, spec.layers);
+    if (l.type === "posembed") rows = microBatch * spec.inputDim; // a sequence model: b * T rows after it
+    const [m, r, u] = l.units(rows, i, spec.layers);
     out.multiply += m;
     out.requantize += r;
     out.relu += u;
+    if (l.expUnits) exp += l.expUnits(microBatch);
   });
+  if (spec.layers.some((l) => l.type === "block")) out.exp = exp; // only a model that reads the exp unit
   return out;
 }
 
@@ -123,23 +130,21 @@ export function hiddenWidths(hidden, depth = 1) {
 
 /** settings.py parse_layers: "256,256" -> [256, 256] (the `--layers` / `?layers=` text); an
  *  image model's text also names convolutions and pools: "conv16,pool,conv32k5,pool,64" ->
- *  ["conv16", "pool", "conv32k5", "pool", 64] (see layerItems and imageCnn). */
+ *  ["conv16", "pool", "conv32k5", "pool", 64] (see layerItems and imageCnn); a transformer's
+ *  names blocks: "block64h4,block64h4" (gpt). */
 export function parseLayers(text) {
   const parts = String(text).split(",").map((t) => t.trim());
-  if (parts.some((t) => t === "pool" || t.startsWith("conv"))) {
-    if (parts.length > MAX_LAYER_ITEMS) throw new SpecError(`at most ${MAX_LAYER_ITEMS} layers`);
-    return layerItems(parts.map((t) => {
-      if (/^[0-9]+$/.test(t)) return parseInt(t, 10);
-      if (t === "pool" || /^conv[\x21-\x7e]*$/.test(t)) return t;
-      throw new SpecError(`--layers takes comma-separated hidden widths such as 256,256 (and for images ` +
-        `convN, convNkK, pool), not ${pyRepr(String(text))}`);
-    }));
-  }
-  if (parts.length > MAX_HIDDEN_LAYERS) throw new SpecError(`at most ${MAX_HIDDEN_LAYERS} hidden layers`);
-  if (!parts.every((t) => /^[0-9]+$/.test(t))) {
-    throw new SpecError(`--layers takes comma-separated hidden widths such as 256,256, not ${pyRepr(String(text))}`);
-  }
-  return hiddenWidths(parts.map((t) => parseInt(t, 10)));
+  if (parts.length > MAX_LAYER_ITEMS) throw new SpecError(`at most ${MAX_LAYER_ITEMS} layers`);
+  const items = parts.map((t) => {
+    if (/^[0-9]+$/.test(t)) return parseInt(t, 10);
+    if (t === "pool" || /^(conv|block)[\x00-\x7f]*$/.test(t)) return t;
+    throw new SpecError("--layers takes comma-separated hidden widths such as 256,256 (for images " +
+      `convN, convNkK, pool; for text blockWhH transformer blocks), not ${pyRepr(String(text))}`);
+  });
+  const out = layerItems(items);
+  const dense = out.filter((t) => typeof t === "number");
+  if (dense.length && dense.length === out.length) return hiddenWidths(dense);
+  return out;
 }
 
 /** spec.py DEFAULT_CNN: the default layers of an image task. */
@@ -152,6 +157,9 @@ function pyRepr(t) {
 }
 
 const CONV_ITEM = /^conv([0-9]+)(?:k([0-9]+))?$/;
+const BLOCK_ITEM = /^block([0-9]+)h([0-9]+)$/;
+/** spec.py MAX_BLOCKS: most transformer blocks a --layers setting may name. */
+export const MAX_BLOCKS = 16;
 
 /** spec.py layer_items: check a --layers list of widths and convN, convNkK, pool. */
 export function layerItems(items) {
@@ -161,15 +169,21 @@ export function layerItems(items) {
   }
   const out = items.map((t) => {
     if (typeof t === "number" && Number.isInteger(t)) return t;
+    if (BLOCK_ITEM.test(String(t))) return String(t);
     const m = CONV_ITEM.exec(String(t));
     if (t !== "pool" && !m) {
       throw new SpecError(`unknown --layers item ${pyRepr(String(t))}: use a width (128), convN (3x3), ` +
-        "convNkK (KxK, K in 3 or 5) or pool");
+        "convNkK (KxK, K in 3 or 5), pool, or blockWhH (a transformer block)");
     }
     if (m && m[2] !== undefined && !KERNELS.includes(+m[2])) throw new SpecError(`${t}: the kernel size must be 3 or 5`);
     if (m && !(+m[1] >= 1 && +m[1] <= 4096)) throw new SpecError(`${t}: a conv has 1 to 4096 filters`);
     return String(t);
   });
+  const blocks = out.filter((t) => typeof t === "string" && t.startsWith("block"));
+  if (blocks.length && blocks.length !== out.length) {
+    throw new SpecError("--layers: a transformer is blockWhH items only (e.g. block64h4,block64h4)");
+  }
+  if (blocks.length > MAX_BLOCKS) throw new SpecError(`at most ${MAX_BLOCKS} transformer blocks, not ${blocks.length}`);
   const dense = out.filter((t) => typeof t === "number");
   if (dense.length > MAX_HIDDEN_LAYERS) throw new SpecError(`at most ${MAX_HIDDEN_LAYERS} hidden layers, not ${dense.length}`);
   if (dense.some((w) => w < 1)) throw new SpecError(`hidden widths must be >= 1, got ${dense.join(",")}`);
@@ -213,6 +227,43 @@ export function imageCnn(c, h, w, items, classes) {
   return spec;
 }
 
+/** spec.py is_transformer: --layers items that name transformer blocks (blockWhH). */
+export function isTransformer(items) {
+  return items !== null && items !== undefined && typeof items !== "number" &&
+    Array.from(items).some((t) => typeof t === "string" && t.startsWith("block"));
+}
+
+/** spec.py gpt: a transformer from --layers blockWhH items: embedding(V, W), posembed(T, W),
+ *  the blocks (MLP 4W), rmsnorm(W), linear(W, V) applied at every position. */
+export function gpt(vocab, context, items) {
+  items = layerItems(items);
+  const dims = items.map((t) => BLOCK_ITEM.exec(t).slice(1).map(Number));
+  const W = dims[0][0];
+  if (dims.some(([w]) => w !== W)) {
+    throw new SpecError("every block of a transformer has one width (the residual stream's), " +
+      `not ${dims.map(([w]) => w).join(",")}`);
+  }
+  const layers = [new Embedding(vocab, W), new PosEmbed(context, W),
+    ...dims.map(([, h]) => new Block(W, h, context, 4 * W)), new RmsNorm(W, context), new Linear(W, vocab)];
+  const spec = new ModelSpec(layers, "tokens", context, vocab);
+  spec.validate();
+  return spec;
+}
+
+/** settings.py check_size: a transformer's attention scores of one micro-batch
+ *  (b * heads * context^2) within MAX_SCORES, in Python's words. */
+export function checkSize(spec, hp) {
+  for (const l of spec.layers) {
+    if (l.type !== "block") continue;
+    const n = hp.micro_batch * l.heads * l.context ** 2;
+    if (n > MAX_SCORES) {
+      throw new SpecError(`block${l.nIn}h${l.heads} at context ${l.context} with --micro-batch ${hp.micro_batch} ` +
+        `makes ${n.toLocaleString("en-US")} attention scores a micro-batch, more than ` +
+        `${MAX_SCORES.toLocaleString("en-US")}: use a smaller micro-batch, context or fewer heads`);
+    }
+  }
+}
+
 /** data.py Dataset.image_shape: (C, H, W) of an image dataset, from meta.image_shape. */
 export function imageShape(ds) {
   const sh = ds.meta && ds.meta.image_shape;
@@ -235,7 +286,8 @@ export function layersText(spec) {
   const last = layers.map((l) => l.type).lastIndexOf("linear");
   const out = [];
   layers.forEach((l, i) => {
-    if (l.type === "conv2d") {
+    if (l.type === "block") out.push(`block${l.nIn ?? l.dim}h${l.heads}`);
+    else if (l.type === "conv2d") {
       const k = l.k ?? l.kernel;
       out.push(`conv${l.co ?? l.out_channels}${k !== 3 ? `k${k}` : ""}`);
     } else if (l.type === "maxpool2d") out.push("pool");
@@ -289,6 +341,10 @@ function modelForLayers(ds, layers, dim) {
     return imageCnn(c, h, w, items, ds.classes);
   }
   layers = layers ?? 128;
+  if (isTransformer(layers)) {
+    if (ds.kind !== "tokens") throw new SpecError(`transformer blocks read a text (--task text), not the ${ds.task} task`);
+    return gpt(ds.classes, ds.x_train.shape[1], layers);
+  }
   if (typeof layers !== "number" && Array.from(layers).some((t) => typeof t === "string")) {
     throw new SpecError(`conv and pool layers need an image input (--task image); the ${ds.task} task takes dense widths only`);
   }

@@ -14,7 +14,7 @@ import { augmentMicroBatch } from "./augment.js";
 import { pow2 } from "./detmath.js";
 import { Engine, initParams, ParamLayout } from "./model.js";
 import { permutation, STREAM_SHUFFLE } from "./prng.js";
-import { HYPER_FLOATS, hyperJson, imageShape, nMicro, SpecError } from "./spec.js";
+import { checkSize, HYPER_FLOATS, hyperJson, imageShape, nMicro, SpecError } from "./spec.js";
 
 export const ENGINE_VERSION = "2";
 
@@ -105,6 +105,7 @@ export class Trainer {
 
   constructor({ spec, hyper, dataset, luts, units }) {
     spec.validate();
+    checkSize(spec, hyper);
     if (hyper.augment_shift && dataset.kind !== "image") throw new SpecError("--augment-shift applies to the image task");
     // the image recipe (engine/augment.py): shifted inputs in contribute, the learning-rate
     // schedule in adamStep (augment.js lrAt)
@@ -282,8 +283,11 @@ export function canonicalJson(obj, floats = new Set()) {
 
 /** trainer.py run_identity / run_id: what fixes a run, and its 16-hex-digit id. */
 export function runIdentity(spec, hp, ds, luts) {
-  return { model: spec.toJson(), hyper: hyperJson(hp), dataset: ds.fingerprint, task: ds.task,
+  const out = { model: spec.toJson(), hyper: hyperJson(hp), dataset: ds.fingerprint, task: ds.task,
     luts: luts.manifestSha256, engine: ENGINE_VERSION, seed: hp.seed };
+  // the exp unit is not in manifest_sha256: a model that reads it names its table
+  if (spec.layers.some((l) => l.type === "block")) out.exp_lut = luts.expSha256;
+  return out;
 }
 
 export async function runId(identity) {

@@ -162,9 +162,10 @@ export function renderPreparing() {
 
 export function renderCounters() {
   const c = state.counters;
-  for (const k of ["multiply", "requantize", "relu", "micro"]) {
+  for (const k of ["multiply", "requantize", "relu", "exp", "micro"]) {
     const el = $(`count-${k}`);
     el.textContent = c && Number.isFinite(c[k]) ? F.count(c[k]) : "—";
     el.dataset.value = c && Number.isFinite(c[k]) ? String(c[k]) : "";
   }
+  $("count-exp-row").hidden = !(c && Number.isFinite(c.exp)); // a transformer's softmax only
 }

@@ -3,7 +3,7 @@
 // the one store (store.js state).
 
 import * as F from "../ui_format.js";
-import { makeHyper, modelFor, parseLayers, recipeSettings } from "../engine/spec.js";
+import { checkSize, isTransformer, makeHyper, modelFor, parseLayers, recipeSettings } from "../engine/spec.js";
 import { checkSetting } from "../settings_check.js";
 import { TASK_DEFAULTS, taskDefaults } from "../engine/task_defaults.js";
 import { postUpload, withCredential } from "../uploads.js";
@@ -189,7 +189,9 @@ export function readSettings() {
     }
   }
   const task = f.task.value;
-  if (layers && task !== "image" && layers.some((t) => typeof t === "string")) {
+  if (layers && isTransformer(layers)) { // data.py model_for's words, for the page
+    if (task !== "text") errors.layers = `transformer blocks read a text (task text), not the ${task} task`;
+  } else if (layers && task !== "image" && layers.some((t) => typeof t === "string")) {
     errors.layers = `conv and pool layers need an image input (task image); the ${task} task takes dense widths only`;
   }
   const ds = chosenDataset();
@@ -247,7 +249,8 @@ export async function preflight(settings) {
     return errors;
   }
   try {
-    modelFor(ds, layers ?? (ds.kind === "image" ? null : hidden), 16);
+    const spec = modelFor(ds, layers ?? (ds.kind === "image" ? null : hidden), 16);
+    checkSize(spec, { micro_batch }); // a transformer's attention scores of one micro-batch
   } catch (err) {
     errors[layers ? "layers" : "hidden"] = err.message.replace(/^--layers:? ?/, "");
   }
@@ -311,7 +314,10 @@ export function fillSettings(identity, steps = null) {
     if (k === "layers" || k === "task") continue;
     if (v !== null && v !== undefined && f[k] && f[k].type !== "file") f[k].value = String(v);
   }
-  f.layers.value = s.layers && s.layers.length > 1 ? s.layers.join(",") : "";
+  // one dense width is `hidden`; anything else (two widths, convs, a single transformer block)
+  // is the layers field's
+  const oneWidth = s.layers && s.layers.length === 1 && typeof s.layers[0] === "number";
+  f.layers.value = s.layers && !oneWidth ? s.layers.join(",") : "";
   if (steps !== null) f.steps.value = String(steps);
   const known = state.datasets.find((d) => d.fingerprint === identity.dataset);
   if (known || !identity.dataset) {

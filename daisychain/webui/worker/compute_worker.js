@@ -7,7 +7,8 @@
 //     as the page's was; the JS units when it is "js" or the module fails here)
 //   {id, op: "contribute", key, theta, step, micro}           -> {grad, loss, correct}
 //   {id, op: "accuracy", key, theta, split, limit}            -> {accuracy, n}
-//   {id, op: "probs", key, theta, x, n}                       -> {probs}  (softmax of the logits)
+//   {id, op: "probs", key, theta, x, n}                       -> {probs}  (softmax of the logits;
+//     a transformer's at each window's last position)
 //   {id, op: "predict", key, theta, split, index}             -> {pred}   (predictions.js)
 //   {id, op: "confusion", key, theta, split}                  -> {classes, counts, n, correct}
 //   {id, op: "setUnits", kind}                                -> {units}
@@ -101,7 +102,8 @@ const OPS = {
     const tr = get(key);
     tr.engine.units = units;
     const { logits } = await tr.engine.forward(theta, x, n);
-    return { probs: softmax(logits, n, tr.spec.classes) };
+    // a transformer's logits are every position's: the next token is the last position's
+    return { probs: softmax(tr.engine.lastLogits(logits, n), n, tr.spec.classes) };
   },
   async predict({ key, theta, split, index }) {
     const tr = get(key);
