@@ -231,3 +231,8 @@ def test_unit_counts_match_the_table_engine(text):
     T, H = 8, 2
     seen["exp"] = seen["exp"] * (T + 1) // (2 * T)  # the engine gathers T*T and masks: count the causal half
     assert seen == want
+
+
+def test_golden_attention_rules_file_is_current():
+    from daisychain.engine.golden_attention import PATH, build, dumps
+    assert PATH.read_text() == dumps(build()), "run `python -m daisychain.engine.golden_attention`"
