@@ -1,6 +1,7 @@
 """Validation loss of the transformer (issue 37) at equal steps: the INT8 engine against its
 ``--float`` twin (torch float32) and against today's char-window default, on one text.
 
+    python bench/gpt_quality.py --make-texts DIR     # DIR/py300k.txt, DIR/docs200k.txt
     python bench/gpt_quality.py --data TEXT --steps 400 [--seeds 0]
 
 Every run is ``daisychain train --json`` (one thread); the number compared is ``test_loss``:
@@ -31,12 +32,34 @@ def run(data: str, steps: int, seed: int, extra: list[str]) -> dict:
     return json.loads(out.stdout.splitlines()[-1])
 
 
+def make_texts(out: str) -> None:
+    """The two texts of docs/BENCHMARKS.md: the first 300,000 characters of this Python's
+    standard library ``*.py`` files in name order, and of this repository's docs/*.md then
+    README.md (200,000), both with non-ASCII characters dropped after the cut."""
+    import glob
+    import sysconfig
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    srcs = {"py300k.txt": (sorted(glob.glob(sysconfig.get_paths()["stdlib"] + "/*.py")), 300_000),
+            "docs200k.txt": (sorted(glob.glob(str(root / "docs" / "*.md"))) + [str(root / "README.md")], 200_000)}
+    Path(out).mkdir(parents=True, exist_ok=True)
+    for name, (files, n) in srcs.items():
+        text = "".join(Path(f).read_text(encoding="utf-8", errors="ignore") for f in files)[:n]
+        (Path(out) / name).write_text("".join(c for c in text if " " <= c <= "~" or c in "\t\n"))
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--data", required=True)
+    p.add_argument("--make-texts", metavar="DIR", help="write the two texts there and stop")
+    p.add_argument("--data")
     p.add_argument("--steps", type=int, default=400)
     p.add_argument("--seeds", default="0")
     args = p.parse_args()
+    if args.make_texts:
+        return make_texts(args.make_texts)
+    if not args.data:
+        p.error("--data TEXT is required")
     rows = []
     for seed in (int(s) for s in args.seeds.split(",")):
         for name, extra in RUNS.items():

@@ -102,6 +102,9 @@ class Engine:
         if gemm == "fast":
             require_exact_mul(luts)
         self.gemm = gemm
+        # requantize by arithmetic (clamp(floor(acc * 2**-s + 1/2))): the same values as the
+        # table route when the table is exactly its definition (docs/UNITS.md); "lut" reads it
+        self.rq_arith = gemm == "fast" and tables_are_exact(luts)
         self.first_param = []  # per layer: index of its first parameter tensor
         pi = 0
         for layer in spec.layers:
@@ -138,6 +141,11 @@ class Engine:
         :func:`daisychain.units.reference.rq_route` done on integer-valued floats (exact:
         scaling by a power of two, floor and clamp never round), then the table."""
         s = _per_mb(s, acc.ndim)
+        if self.rq_arith:  # exact for |acc| < 2**52: a power-of-two scaling, + 1/2, floor
+            x = np.multiply(acc, pow2(-s))
+            x += 0.5
+            np.floor(x, out=x)
+            return np.clip(x, -127.0, 127.0, out=x)
         up = pow2(ref.RQ_TABLE_SHIFT - s)  # 2**(7 - s)
         x = np.floor(acc * up)  # s >= 7: acc >> (s - 7);  s < 7: acc << (7 - s)
         hi = np.where(s >= ref.RQ_TABLE_SHIFT, 32767.0, 32768.0 - up)  # (2**(8+s) - 1) << (7-s)

@@ -63,11 +63,20 @@ def isqrt(v) -> np.ndarray:
     return np.where((q + 1) * (q + 1) <= v, q + 1, q)
 
 
+def _rshift_f(V: np.ndarray, k) -> np.ndarray:
+    """rshift on integers held in float64 (|V| < 2**52): floor(V * 2**-k + 1/2), exact."""
+    x = V * np.ldexp(1.0, -np.asarray(k, np.int64))
+    x += 0.5
+    return np.floor(x, out=x)
+
+
 def norm15(V, e) -> tuple[np.ndarray, np.ndarray]:
-    """A wide value: t = max(0, bitlen(max|V|) - 15) per micro-batch, V = rshift(V, t), e + t."""
-    V = _i64(V)
+    """A wide value: t = max(0, bitlen(max|V|) - 15) per micro-batch, V = rshift(V, t), e + t.
+    Integers held in float64 (exact below 2**52), returned as float64."""
+    V = np.asarray(V, np.float64)
     t = np.maximum(bitlen(absmax(V)) - WIDE_BITS, 0)
-    return rshift(V, per_mb(t, V.ndim)), np.asarray(e, np.int64) + t
+    e = np.asarray(e, np.int64) + t
+    return (V if not t.any() else _rshift_f(V, per_mb(t, V.ndim))), e
 
 
 def align_add(ops) -> tuple[np.ndarray, np.ndarray]:
@@ -75,7 +84,8 @@ def align_add(ops) -> tuple[np.ndarray, np.ndarray]:
     made wide (norm15); over the operands not all zero in the micro-batch, e = max(lowest
     e_i, highest e_i - 16) (all zero: e_1); S = the sum in order of V_i * 2**(e_i - e) where
     e_i >= e (exact, below 2**32) and rshift(V_i, e - e_i) where e_i < e; then norm15(S, e).
-    So operands within 16 bits of each other are added exactly and rounded once."""
+    So operands within 16 bits of each other are added exactly and rounded once. Integers in
+    float64 (every value exact), returned as float64."""
     ops = [norm15(V, e) for V, e in ops]
     nz = np.stack([absmax(V) > 0 for V, _ in ops])  # (k, n)
     es = np.stack([e for _, e in ops])
@@ -83,12 +93,16 @@ def align_add(ops) -> tuple[np.ndarray, np.ndarray]:
     hi = np.where(nz, es, -big).max(axis=0)
     lo = np.where(nz, es, big).min(axis=0)
     e = np.where(nz.any(axis=0), np.maximum(lo, hi - 16), es[0])
-    S = 0
+    S = None
     for V, ei in ops:
-        d = per_mb(ei - e, V.ndim)
-        S = S + np.where(d >= 0, V << np.clip(d, 0, 16), rshift(V, np.maximum(-d, 0)))
-    V, e = norm15(S, e)
-    return V.astype(np.float64), e
+        d = ei - e  # (n,)
+        if (d >= 0).all():
+            term = V * per_mb(np.ldexp(1.0, np.minimum(d, 16)), V.ndim)  # exact left shift
+        else:
+            term = np.where(per_mb(d, V.ndim) >= 0, V * per_mb(np.ldexp(1.0, np.clip(d, 0, 16)), V.ndim),
+                            _rshift_f(V, per_mb(np.minimum(np.maximum(-d, 0), 40), V.ndim)))
+        S = term if S is None else S + term
+    return norm15(S, e)
 
 
 def norm_constant(D: int) -> int:

@@ -209,7 +209,9 @@ def add_run_arguments(p: argparse.ArgumentParser, steps: int = DEFAULT_STEPS) ->
                    help="hidden widths, comma-separated, e.g. 256,256 for two hidden layers of "
                         "256 (default: one hidden layer of --hidden); image task: convN (N 3x3 "
                         "filters), convNkK (KxK), pool (2x2 max), then widths, e.g. "
-                        "conv16,pool,conv32,pool,128; not together with --hidden")
+                        "conv16,pool,conv32,pool,128; text task: blockWhH transformer blocks "
+                        "(width W, H heads), e.g. block64h4,block64h4 with --context 32; not "
+                        "together with --hidden")
     g.add_argument("--embed-dim", type=setting_type("embed_dim"), default=16, help="text task: embedding size (default 16)")
     g.add_argument("--replicas", type=setting_type("replicas"), default=d.replicas, metavar="R",
                    help="local steps: R replicas train apart for --sync-every inner steps, then "

@@ -231,3 +231,19 @@ def test_unit_counts_match_the_table_engine(text):
     T, H = 8, 2
     seen["exp"] = seen["exp"] * (T + 1) // (2 * T)  # the engine gathers T*T and masks: count the causal half
     assert seen == want
+
+
+def test_golden_attention_rules_file_is_current():
+    from daisychain.engine.golden_attention import PATH, build, dumps
+    assert PATH.read_text() == dumps(build()), "run `python -m daisychain.engine.golden_attention`"
+
+
+def test_test_loss_for_every_task(text):
+    """train --json's test_loss: the char window's only logits, digits' logits, both near
+    log(classes) at the start; a transformer's last position (above)."""
+    from daisychain.engine.data import load_digits
+
+    d = load_digits()
+    for ds, spec in ((d, model_for(d, 16)), (text, model_for(text, 32))):
+        tr = Trainer(spec, Hyper(), ds, load_luts())
+        assert abs(tr.test_loss() - np.log(ds.classes)) < 0.7

@@ -108,3 +108,11 @@ def test_bad_settings_one_line_before_anything_starts(args, words, tmp_path):
     assert out.returncode != 0 and words in out.stderr
     assert len(out.stderr.strip().splitlines()) <= 2  # argparse's usage line, then the one line
     assert not (tmp_path / "x.pt").exists()
+
+
+def test_local_steps_split_gives_one_hash():
+    base = ["train", "--task", "text", "--layers", "block16h2", "--steps", "2", "--replicas", "2",
+            "--sync-every", "2", "--json"]
+    hashes = {json.loads(_cli(*base, *extra).stdout.splitlines()[-1])["params_sha256"]
+              for extra in ([], ["--workers", "3"])}
+    assert len(hashes) == 1
