@@ -7,7 +7,7 @@ the run's arithmetic stays exact (finite; a learning rate above 1 or a decay abo
 the parameters past what the INT8 quantization and the float64 Adam hold). A value is
 checked against it when the flag is parsed (:func:`setting_type`) and again in
 :func:`settings_from_args` (for a Namespace built by code). The page checks its fields with
-the same table (``webui/settings_check.js``); ``tests/scenarios/settings_values.json`` holds
+the same table (``webui/settings_check.js``); ``tests/data/settings_values.json`` holds
 the two together: the same raw text gets the same reason in both languages.
 """
 

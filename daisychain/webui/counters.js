@@ -1,7 +1,7 @@
 // How many times the INT8 units run: multiply, requantize and ReLU invocations as a pure
 // function of the model shape and the number of micro-batches computed. A line-for-line twin
 // of daisychain/engine/counters.py (held to it by tests/units/test_counters_js.py on shared data,
-// tests/unit_counts.json); the formula and its reasons are written there. No DOM.
+// tests/data/unit_counts.json); the formula and its reasons are written there. No DOM.
 //
 //   unitCountsPerMicroBatch(spec, 16)   -> {multiply, requantize, relu}
 //   unitCounts(spec, 16, 2400)          -> the same for 2400 micro-batches

@@ -2,7 +2,7 @@
 // (daisychain/engine/settings.py SETTINGS, the page's subset PAGE_SETTINGS, generated into
 // settings_table.js): a whole number
 // or a finite decimal number, in the range where the run's arithmetic stays exact. The same
-// raw text gets the same reason as in Python (tests/scenarios/settings_values.json holds the
+// raw text gets the same reason as in Python (tests/data/settings_values.json holds the
 // two together). No DOM here: app.js shows the reasons next to its fields.
 
 import { SETTINGS } from "./settings_table.js";

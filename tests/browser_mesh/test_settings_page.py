@@ -1,6 +1,6 @@
 """The page checks its run settings with the commands' ranges (webui/settings_check.js, the
 same table as daisychain/engine/settings.py): issue 24, the page took any positive learning
-rate (1e300 trained to NaN) and 0 steps. The reasons are tests/settings_values.json's."""
+rate (1e300 trained to NaN) and 0 steps. The reasons are tests/data/settings_values.json's."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ pytestmark = pytest.mark.browser
 
 ROOT = Path(__file__).resolve().parents[2]
 REASONS = {(c["setting"], c["raw"]): c["reason"]
-           for c in json.loads((ROOT / "tests" / "settings_values.json").read_text())["bad"]}
+           for c in json.loads((ROOT / "tests" / "data" / "settings_values.json").read_text())["bad"]}
 
 
 def test_out_of_range_settings_are_refused_next_to_their_fields(browser_cpu, tabs):

@@ -1,5 +1,5 @@
 """counters.js (the page's unit-invocation counters) against engine/counters.py, on shared
-data: tests/unit_counts.json holds model shapes x micro-batch counts -> counts made by the
+data: tests/data/unit_counts.json holds model shapes x micro-batch counts -> counts made by the
 Python formula; Node computes the same cases with counters.js and must give the same numbers.
 Regenerate the file with ``python tests/units/test_counters_js.py --write``."""
 
@@ -19,7 +19,7 @@ from daisychain.engine.counters import unit_counts  # noqa: E402
 from daisychain.engine.spec import DEFAULT_CNN, Layer, ModelSpec, char_mlp, cnn, mlp  # noqa: E402
 from jsrun import run_js  # noqa: E402
 
-DATA = Path(__file__).parents[1] / "unit_counts.json"
+DATA = Path(__file__).parents[1] / "data" / "unit_counts.json"
 
 
 def _specs() -> dict[str, ModelSpec]:

@@ -7,7 +7,7 @@
 //   moments, float64 each (24 bytes a parameter).
 // * The text task's context (`--context`): a slider and a field with the range of the one
 //   settings table (settings_table.js SETTINGS, held to engine/settings.py by
-//   tests/settings_values.json). The count follows it; the run fetches the data windowed with
+//   tests/data/settings_values.json). The count follows it; the run fetches the data windowed with
 //   it (`/data/text.dcds?context=N`, server/routes/data.py), the data `train --context N` makes.
 // * A Hugging Face data set by name: the host types owner/name and the rows to read; the
 //   server fetches them (`daisychain serve --hub`, server/routes/hub.py) and keeps the set for
