@@ -163,6 +163,8 @@ export class GpuUnits {
   }
 
   async _init(luts, shaderBase) {
+    this.luts = luts;
+    this.shaderBase = shaderBase;
     const upload = (name, data) => this._scoped(`uploading the ${name} table`, () => {
       const buf = this.device.createBuffer({
         label: `${name} table`, size: data.byteLength, usage: GPUBufferUsage.STORAGE, mappedAtCreation: true,
@@ -188,17 +190,45 @@ export class GpuUnits {
     } catch (err) {
       this._fail(`could not load the kernel ${url}: ${errorText(err)}`);
     }
+    const pipeline = await this._compile(name, code, url);
+    this._pipelines.set(name, pipeline);
+    return pipeline;
+  }
+
+  /** A compute pipeline (entry point main) from WGSL text; any error fails the GPU path. */
+  async _compile(name, code, url) {
     const module = await this._scoped(`compiling ${url}`, () => this.device.createShaderModule({ label: name, code }));
     const info = await module.getCompilationInfo();
     const errs = info.messages.filter((m) => m.type === "error");
     if (errs.length) {
       this._fail(`compiling ${url} failed: ${errs.map((m) => `line ${m.lineNum}: ${m.message}`).join("; ")}`);
     }
-    const pipeline = await this._scoped(`creating the ${name} pipeline`, () => this.device.createComputePipeline({
+    return this._scoped(`creating the ${name} pipeline`, () => this.device.createComputePipeline({
       label: name, layout: "auto", compute: { module, entryPoint: "main" },
     }));
-    this._pipelines.set(name, pipeline);
-    return pipeline;
+  }
+
+  /**
+   * The resident plan (gpu_resident.js) that computes a whole micro-batch of b samples of
+   * `spec` on this GPU, or null where it does not apply (then the engine calls the units one
+   * by one). `this.resident = false` turns it off (bench, tests).
+   */
+  async residentPlan(spec, b) {
+    if (this.resident === false) return null;
+    this._assertUsable();
+    if (!this._residentPlans) {
+      const { ResidentPlans } = await import("./gpu_resident.js");
+      this._residentPlans = new ResidentPlans(this);
+    }
+    const plan = await this._residentPlans.plan(spec, b);
+    if (plan) this.residentCalls = (this.residentCalls || 0) + 1;
+    return plan;
+  }
+
+  /** What the resident path did: {calls (micro-batch passes it ran), dot, tables} or null. */
+  get residentInfo() {
+    const r = this._residentPlans;
+    return r ? { calls: this.residentCalls || 0, dot: r.dot, tables: r.reason } : null;
   }
 
   _checkSize(what, elements) {

@@ -78,6 +78,7 @@ async function runTraining(result, { params, luts, opened }) {
     if (result.usable_paths.includes("gpu")) units = opened.gpu;
     else t.fallback = `the GPU path is disabled (${result.paths.gpu.disabled}); training on the JS units`;
   }
+  if (opened.gpu && params.get("resident") === "0") opened.gpu.resident = false; // the units one by one
   t.path_used = units === opened.gpu ? "gpu" : "cpu";
   t.cpu_units = units === opened.wasm ? "wasm" : units === opened.gpu ? null : "js";
   const ds = await loadDataset(`/data/${encodeURIComponent(task)}.dcds`);
@@ -115,6 +116,7 @@ async function runTraining(result, { params, luts, opened }) {
   t.micro_batches_per_s = ms > 0 ? (steps * ids.length) / (ms / 1000) : 0;
   t.params_sha256 = await tr.paramsSha256();
   t.accuracy = await tr.accuracy("test");
+  t.gpu_resident = opened.gpu ? opened.gpu.residentInfo : null; // gpu_resident.js: passes run, dot product
   $("training").textContent = `Trained ${task} for ${steps} steps on the ${t.path_used} path: ` +
     `test accuracy ${(t.accuracy * 100).toFixed(2)}%, params-sha256 ${t.params_sha256}` +
     (t.fallback ? ` (${t.fallback})` : "");
