@@ -51,6 +51,7 @@ export class ResidentPlans {
     this.plans = new Map();
     this.reason = exactTablesFailure(gpu.luts); // null: the tables are the arithmetic
     this.dot = null; // "dot4I8Packed" | "shifts", once compiled
+    this.gemm = null; // "tiled" | "direct": the GEMM kernel in use (the faster one here)
     this._ready = null;
   }
 
@@ -63,11 +64,50 @@ export class ResidentPlans {
       return resp.text();
     };
     const body = await text("res_gemm");
-    this.dot = hasPackedDot() ? "dot4I8Packed" : "shifts";
+    this.dot = hasPackedDot() && gpu.residentDot !== "shifts" ? "dot4I8Packed" : "shifts";
     const prelude = await text(this.dot === "dot4I8Packed" ? "res_dot4_packed" : "res_dot4_plain");
-    this.pipelines = { gemm: await gpu._compile("res_gemm", `${prelude}\n${body}`, `${gpu.shaderBase}res_gemm.wgsl (${this.dot})`) };
+    const gemms = {
+      tiled: await gpu._compile("res_gemm", `${prelude}\n${body}`, `${gpu.shaderBase}res_gemm.wgsl (${this.dot})`),
+      direct: await gpu._compile("res_gemm_direct", await text("res_gemm_direct"), `${gpu.shaderBase}res_gemm_direct.wgsl`),
+    };
+    const want = gpu.residentGemm; // "tiled" | "direct" | undefined: the faster one here
+    this.gemm = want in gemms ? want : await this._fasterGemm(gemms);
+    this.pipelines = { gemm: gemms[this.gemm] };
     for (const name of RES_KERNELS) this.pipelines[name.slice(4)] = await gpu._compile(name, await text(name), `${gpu.shaderBase}${name}.wgsl`);
     for (const name of ["im2col", "col2im", "maxpool", "maxpool_back"]) this.pipelines[name] = gpu._pipelines.get(name);
+  }
+
+  /** Which GEMM kernel is faster on this adapter: both timed on a conv-sized GEMM (1024 x 144
+   *  x 32), alternately, best of 3 each. The bytes are the same; only the speed differs. */
+  async _fasterGemm(gemms) {
+    const d = this.gpu.device;
+    const [m, k, n] = [1024, 144, 32];
+    const make = (size) => d.createBuffer({ size: size * 4, usage: GPUBufferUsage.STORAGE });
+    const bufs = [make(m * k), make(n * k), make(m * n)];
+    const uni = d.createBuffer({ size: 64, usage: GPUBufferUsage.UNIFORM, mappedAtCreation: true });
+    new Uint32Array(uni.getMappedRange()).set([m, k, n, 0, 0, k, 1, 0, 0, 1, k, 0, 0, n, 1, 0]);
+    uni.unmap();
+    const best = {};
+    const time = async (name) => {
+      const p = gemms[name];
+      const group = d.createBindGroup({ layout: p.getBindGroupLayout(0),
+        entries: [uni, ...bufs].map((buffer, binding) => ({ binding, resource: { buffer } })) });
+      const enc = d.createCommandEncoder();
+      const pass = enc.beginComputePass();
+      pass.setPipeline(p);
+      pass.setBindGroup(0, group);
+      pass.dispatchWorkgroups(n / 32, m / 32, 1);
+      pass.end();
+      const t0 = performance.now();
+      d.queue.submit([enc.finish()]);
+      await d.queue.onSubmittedWorkDone();
+      best[name] = Math.min(best[name] ?? Infinity, performance.now() - t0);
+    };
+    await this.gpu._scoped("timing the resident GEMM kernels", () => null);
+    for (let r = 0; r < 3; r++) for (const name of r % 2 ? ["direct", "tiled"] : ["tiled", "direct"]) await time(name);
+    for (const b of [...bufs, uni]) b.destroy();
+    this.gemmTimes = best;
+    return best.tiled <= best.direct ? "tiled" : "direct";
   }
 
   /** The plan for micro-batches of b samples of `spec`, or null where it does not apply. */
@@ -153,7 +193,7 @@ class ResidentPlan {
       layout: pipeline.getBindGroupLayout(0),
       entries: [uni, ...bound].map((buffer, binding) => ({ binding, resource: { buffer } })),
     });
-    list.push({ pipeline, group, grid });
+    list.push({ pipeline, group, grid, kernel, words });
   }
 
   _grid(n) {
@@ -171,7 +211,7 @@ class ResidentPlan {
 
   /** max |x| into state slot, after the ReLU mask when `mask` (a buffer) is given. */
   _absmax(list, state, x, n, slot, mask) {
-    this._op(list, "absmax", [n, slot, mask ? 1 : 0, 0], [x, mask || this.dummy, state], this._grid(n));
+    this._op(list, "absmax", [n, slot, mask ? 1 : 0, 0], [x, mask || this.dummy, state], this._grid(Math.ceil(n / 32)));
   }
 
   _requant(list, state, acc, out, n, slot, tin, relu) {

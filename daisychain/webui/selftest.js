@@ -78,7 +78,6 @@ async function runTraining(result, { params, luts, opened }) {
     if (result.usable_paths.includes("gpu")) units = opened.gpu;
     else t.fallback = `the GPU path is disabled (${result.paths.gpu.disabled}); training on the JS units`;
   }
-  if (opened.gpu && params.get("resident") === "0") opened.gpu.resident = false; // the units one by one
   t.path_used = units === opened.gpu ? "gpu" : "cpu";
   t.cpu_units = units === opened.wasm ? "wasm" : units === opened.gpu ? null : "js";
   const ds = await loadDataset(`/data/${encodeURIComponent(task)}.dcds`);
@@ -156,6 +155,14 @@ async function main() {
     const opened = await openPaths(luts, {
       onGpuFailure: (reason) => log(`GPU path failed: ${reason} — using the JS units`),
     });
+    if (opened.gpu) {
+      // resident=0: the GPU units one call at a time; gpu-gemm=tiled|direct: that GEMM kernel
+      // of the resident path (gpu_resident.js), not the one measured faster here;
+      // gpu-dot=shifts: its tiled GEMM without dot4I8Packed
+      if (params.get("resident") === "0") opened.gpu.resident = false;
+      if (params.has("gpu-gemm")) opened.gpu.residentGemm = params.get("gpu-gemm");
+      if (params.get("gpu-dot") === "shifts") opened.gpu.residentDot = "shifts"; // not dot4I8Packed
+    }
     result.webgpu.available = !!opened.gpu;
     result.webgpu.reason = opened.gpuReason;
     if (opened.gpu) result.webgpu.adapter = opened.gpu.adapterInfo;

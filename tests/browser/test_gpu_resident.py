@@ -1,0 +1,70 @@
+"""The GPU kept fed (issue 33 item 3): a micro-batch's forward and backward resident on the
+GPU (webui/gpu_resident.js) train exactly the run `daisychain train` trains, in a WebGPU tab
+(SwiftShader here): digits and the default CNN of the image task, with each GEMM kernel
+(res_gemm.wgsl tiled with workgroup memory, with dot4I8Packed and with its fallback by shifts;
+res_gemm_direct.wgsl) and with the one the tab measured faster; the GPU units one call at a
+time (resident=0) still give the same hash."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from browser_helpers import run_selftest
+
+pytestmark = pytest.mark.browser
+
+SEED = 3
+STEPS = {"digits": 6, "image": 2}
+CLI = Path(sys.executable).with_name("daisychain")
+
+
+@pytest.fixture(scope="module")
+def cli_runs():
+    out = {}
+    for task, steps in STEPS.items():
+        proc = subprocess.run([str(CLI), "train", "--task", task, "--steps", str(steps), "--seed", str(SEED),
+                               "--json"], capture_output=True, text=True, timeout=600)
+        assert proc.returncode == 0, proc.stderr
+        out[task] = json.loads(proc.stdout)
+    return out
+
+
+def _train(page, server_url, task, extra=""):
+    r = run_selftest(page, f"{server_url}/selftest?task={task}&steps={STEPS[task]}&seed={SEED}&path=gpu{extra}",
+                     timeout_ms=400_000)
+    assert r["error"] is None, r["error"]
+    t = r["training"]
+    assert t["path_used"] == "gpu" and t["fallback"] is None, t
+    return t
+
+
+@pytest.mark.parametrize("task", ["digits", "image"])
+@pytest.mark.parametrize("kernel", ["tiled", "tiled-shifts", "direct", "measured"])
+def test_resident_gpu_pass_trains_the_cli_run(gpu_page, server_url, cli_runs, task, kernel):
+    extra = {"tiled": "&gpu-gemm=tiled", "tiled-shifts": "&gpu-gemm=tiled&gpu-dot=shifts",
+             "direct": "&gpu-gemm=direct", "measured": ""}[kernel]
+    t = _train(gpu_page, server_url, task, extra)
+    cli = cli_runs[task]
+    assert t["run_id"] == cli["run_id"]
+    assert t["params_sha256"] == cli["params_sha256"]
+    assert t["accuracy"] == cli["accuracy"]
+    res = t["gpu_resident"]
+    # every micro-batch of training and of the accuracy pass ran resident, with the kernel asked for
+    assert res["calls"] >= STEPS[task] * 4, res
+    assert res["tables"] is None
+    if kernel != "measured":
+        assert res["gemm"] == kernel.split("-")[0], res
+    else:
+        assert res["gemm"] in ("tiled", "direct") and set(res["gemm_ms"]) == {"tiled", "direct"}, res
+    # SwiftShader has packed_4x8_integer_dot_product: the tiled kernel uses dot4I8Packed unless told not to
+    assert res["dot"] == ("shifts" if kernel == "tiled-shifts" else "dot4I8Packed"), res
+
+
+def test_gpu_units_one_call_at_a_time_still_train_the_cli_run(gpu_page, server_url, cli_runs):
+    t = _train(gpu_page, server_url, "digits", "&resident=0")
+    assert t["params_sha256"] == cli_runs["digits"]["params_sha256"]
+    assert t["gpu_resident"] is None  # never asked for a plan
