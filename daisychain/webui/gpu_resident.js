@@ -47,7 +47,7 @@ export function hasPackedDot() {
 
 export class ResidentPlans {
   constructor(gpu) {
-    this.gpu = gpu;
+    Object.defineProperty(this, "gpu", { value: gpu, enumerable: false }); // no cycle in JSON
     this.plans = new Map();
     this.reason = exactTablesFailure(gpu.luts); // null: the tables are the arithmetic
     this.dot = null; // "dot4I8Packed" | "shifts", once compiled
