@@ -438,11 +438,17 @@ class ResidentPlan {
     return { a: quantize(x, ex), ex };
   }
 
-  /** Encode a pass, submit it once, and read back `words` words of the buffers copied. */
+  /** Encode a pass, submit it once, and read back `words` words of the buffers copied. The
+   *  error scopes (validation, out-of-memory, internal: gpu.js _scoped's) are popped while
+   *  the read-back is mapped, so the pass waits on the GPU once. */
   async _pass(what, list, clear, copies, stage, words) {
     const gpu = this.gpu;
-    await gpu._scoped(`the resident ${what} pass`, () => {
-      const enc = this.device.createCommandEncoder({ label: what });
+    const d = this.device;
+    gpu._assertUsable();
+    for (const scope of ["internal", "out-of-memory", "validation"]) d.pushErrorScope(scope);
+    let thrown = null;
+    try {
+      const enc = d.createCommandEncoder({ label: what });
       enc.clearBuffer(clear);
       const pass = enc.beginComputePass({ label: what });
       for (const op of list) {
@@ -456,13 +462,21 @@ class ResidentPlan {
         enc.copyBufferToBuffer(buf, 0, stage, at * 4, n * 4);
         at += n;
       }
-      this.device.queue.submit([enc.finish()]);
-    });
-    try {
-      await stage.mapAsync(GPUMapMode.READ);
+      d.queue.submit([enc.finish()]);
     } catch (err) {
-      gpu._fail(`reading back the resident ${what} pass failed: ${err && err.message ? err.message : err}`);
+      thrown = err;
     }
+    const scopes = [d.popErrorScope(), d.popErrorScope(), d.popErrorScope()];
+    const mapped = thrown ? Promise.resolve(null) : stage.mapAsync(GPUMapMode.READ).then(() => null, (err) => err);
+    const errors = (await Promise.all(scopes)).filter(Boolean).map((e) => e.message);
+    const mapError = await mapped;
+    const text = (err) => (err && err.message ? err.message : String(err));
+    if (thrown) gpu._fail(`the resident ${what} pass failed: ${text(thrown)}`);
+    if (errors.length) {
+      if (!mapError) stage.unmap();
+      gpu._fail(`the resident ${what} pass failed: ${errors.join("; ")}`);
+    }
+    if (mapError) gpu._fail(`reading back the resident ${what} pass failed: ${text(mapError)}`);
     const out = new Int32Array(stage.getMappedRange(0, words * 4).slice(0));
     stage.unmap();
     return out;
