@@ -226,11 +226,11 @@ export class GpuUnits {
   }
 
   /** What the resident path did: {calls (micro-batch passes it ran), dot, gemm (the kernel
-   *  chosen), gemm_ms (the timings it was chosen by), tables (why not, if the tables were not
-   *  the arithmetic)} or null. */
+   *  of the last plan), measured (the faster one here, once timed), gemm_ms (its timings),
+   *  tables (why not, if the tables were not the arithmetic)} or null. */
   get residentInfo() {
     const r = this._residentPlans;
-    return r ? { calls: this.residentCalls || 0, dot: r.dot, gemm: r.gemm, gemm_ms: r.gemmTimes || null, tables: r.reason } : null;
+    return r ? { calls: this.residentCalls || 0, dot: r.dot, gemm: r.gemm, measured: r.measured, gemm_ms: r.gemmTimes || null, tables: r.reason } : null;
   }
 
   _checkSize(what, elements) {

@@ -37,7 +37,7 @@ import { exactTablesFailure } from "./wasm/wasm_units.js";
 const MAX_SHIFT = 25;
 const POISON = 0x7fffffff;
 const RES_KERNELS = ["res_absmax", "res_shift", "res_requantize", "res_bias", "res_permute", "res_colsum"];
-const MAX_PLANS = 4;
+const MAX_PLANS = 6;
 
 /** Whether this adapter's WGSL has the packed 4x8 integer dot product. */
 export function hasPackedDot() {
@@ -70,9 +70,9 @@ export class ResidentPlans {
       tiled: await gpu._compile("res_gemm", `${prelude}\n${body}`, `${gpu.shaderBase}res_gemm.wgsl (${this.dot})`),
       direct: await gpu._compile("res_gemm_direct", await text("res_gemm_direct"), `${gpu.shaderBase}res_gemm_direct.wgsl`),
     };
-    const want = gpu.residentGemm; // "tiled" | "direct" | undefined: the faster one here
-    this.gemm = want in gemms ? want : await this._fasterGemm(gemms);
-    this.pipelines = { gemm: gemms[this.gemm] };
+    this.gemms = gemms;
+    this.measured = gpu.residentGemm in gemms ? null : await this._fasterGemm(gemms);
+    this.pipelines = {};
     for (const name of RES_KERNELS) this.pipelines[name.slice(4)] = await gpu._compile(name, await text(name), `${gpu.shaderBase}${name}.wgsl`);
     for (const name of ["im2col", "col2im", "maxpool", "maxpool_back"]) this.pipelines[name] = gpu._pipelines.get(name);
   }
@@ -115,12 +115,16 @@ export class ResidentPlans {
     if (this.reason) return null;
     if (!this._ready) this._ready = this._compile();
     await this._ready;
-    const key = `${JSON.stringify(spec.toJson())}|${b}`;
+    // the GEMM kernel: gpu.residentGemm ("tiled" | "direct") when set, else the faster one here
+    const want = this.gpu.residentGemm;
+    if (!(want in this.gemms) && !this.measured) this.measured = await this._fasterGemm(this.gemms);
+    this.gemm = want in this.gemms ? want : this.measured;
+    const key = `${JSON.stringify(spec.toJson())}|${b}|${this.gemm}`;
     if (this.plans.has(key)) return this.plans.get(key);
     let plan = null;
     if (!unsupported(spec)) {
       try {
-        plan = new ResidentPlan(this, spec, b);
+        plan = new ResidentPlan(this, spec, b, this.gemms[this.gemm]);
       } catch (err) {
         if (!(err instanceof PlanLimit)) throw err;
       }
@@ -149,10 +153,10 @@ function unsupported(spec) {
 }
 
 class ResidentPlan {
-  constructor(plans, spec, b) {
+  constructor(plans, spec, b, gemm) {
     this.gpu = plans.gpu;
     this.device = plans.gpu.device;
-    this.pipelines = plans.pipelines;
+    this.pipelines = { ...plans.pipelines, gemm };
     this.spec = spec;
     this.b = b;
     this.layout = new ParamLayout(spec);
