@@ -227,10 +227,11 @@ export class GpuUnits {
 
   /** What the resident path did: {calls (micro-batch passes it ran), dot, gemm (the kernel
    *  of the last plan), measured (the faster one here, once timed), gemm_ms (its timings),
-   *  tables (why not, if the tables were not the arithmetic)} or null. */
+   *  reason (why it is not used: tables that are not the arithmetic, a failed self-check)}
+   *  or null. */
   get residentInfo() {
     const r = this._residentPlans;
-    return r ? { calls: this.residentCalls || 0, dot: r.dot, gemm: r.gemm, measured: r.measured, gemm_ms: r.gemmTimes || null, tables: r.reason } : null;
+    return r ? { calls: this.residentCalls || 0, dot: r.dot, gemm: r.gemm, measured: r.measured, gemm_ms: r.gemmTimes || null, reason: r.reason } : null;
   }
 
   _checkSize(what, elements) {

@@ -30,7 +30,10 @@ import { MAX_K } from "./gemm.js";
 import { GpuError } from "./gpu.js";
 import { absmax, pow2, quantExponent, quantize } from "./engine/detmath.js";
 import { accumulate, biasAcc } from "./engine/layers.js";
-import { IMAGE_EXPONENT, outputError, ParamLayout, topErrors } from "./engine/model.js";
+import { Engine, IMAGE_EXPONENT, initParams, outputError, ParamLayout, topErrors } from "./engine/model.js";
+import { CpuUnits } from "./engine/paths.js";
+import { u32, uniform } from "./engine/prng.js";
+import { imageCnn, mlp } from "./engine/spec.js";
 import { exactTablesFailure } from "./wasm/wasm_units.js";
 
 /** The largest requantize shift: max |acc| < 2^32 has at most 32 bits, s = bits - 7. */
@@ -49,7 +52,7 @@ export class ResidentPlans {
   constructor(gpu) {
     Object.defineProperty(this, "gpu", { value: gpu, enumerable: false }); // no cycle in JSON
     this.plans = new Map();
-    this.reason = exactTablesFailure(gpu.luts); // null: the tables are the arithmetic
+    this.reason = exactTablesFailure(gpu.luts); // why not used; null: usable (so far)
     this.dot = null; // "dot4I8Packed" | "shifts", once compiled
     this.gemm = null; // "tiled" | "direct": the GEMM kernel in use (the faster one here)
     this._ready = null;
@@ -110,11 +113,49 @@ export class ResidentPlans {
     return best.tiled <= best.direct ? "tiled" : "direct";
   }
 
+  /**
+   * Before any plan is used: a micro-batch of two check models (a CNN with 3x3 and 5x5 convs
+   * and pools on an odd map, a two-layer MLP; odd micro-batch sizes) through each GEMM
+   * kernel's resident pass and through the JS units (the reference): the contributions and
+   * correct counts must be the same bits. Returns null, or why the resident path is not used
+   * (the engine then calls the GPU units one by one, which passed their golden vectors).
+   */
+  async _selfCheck() {
+    const cpu = new CpuUnits(this.gpu.luts);
+    const cases = [[imageCnn(2, 9, 7, ["conv3", "pool", "conv4k5", "pool", 6], 3), 3], [mlp(11, 13, 4, 2), 5]];
+    for (const kernel of Object.keys(this.gemms)) {
+      for (const [spec, b] of cases) {
+        const theta = initParams(spec, 7);
+        const n = b * spec.inputDim;
+        const x = spec.inputKind === "image" ? Uint8Array.from(u32(7, 91, n), (v) => v & 255)
+          : uniform(7, 92, n).map((v) => (v - 0.5) * 9);
+        const y = Int32Array.from(u32(7, 93, b), (v) => v % spec.classes);
+        const want = new Float64Array(theta.length);
+        const wantR = await new Engine(spec, cpu).gradInto(want, theta, x, y, b, 40, 2 ** 49);
+        const got = new Float64Array(theta.length);
+        const plan = new ResidentPlan(this, spec, b, this.gemms[kernel]);
+        let gotR;
+        try {
+          gotR = await plan.gradInto(got, theta, x, y, 40, 2 ** 49);
+        } finally {
+          plan.destroy();
+        }
+        const i = want.findIndex((v, j) => v !== got[j]);
+        if (i >= 0 || gotR.correct !== wantR.correct) {
+          return `the resident GPU pass (${kernel} GEMM) gave other bits than the JS units on a check model ` +
+            (i >= 0 ? `(gradient ${i}: ${got[i]}, not ${want[i]})` : "(the correct count)") + ": not used";
+        }
+      }
+    }
+    return null;
+  }
+
   /** The plan for micro-batches of b samples of `spec`, or null where it does not apply. */
   async plan(spec, b) {
     if (this.reason) return null;
-    if (!this._ready) this._ready = this._compile();
+    if (!this._ready) this._ready = this._compile().then(async () => { this.reason = await this._selfCheck(); });
     await this._ready;
+    if (this.reason) return null;
     // the GEMM kernel: gpu.residentGemm ("tiled" | "direct") when set, else the faster one here
     const want = this.gpu.residentGemm;
     if (!(want in this.gemms) && !this.measured) this.measured = await this._fasterGemm(this.gemms);

@@ -55,7 +55,7 @@ def test_resident_gpu_pass_trains_the_cli_run(gpu_page, server_url, cli_runs, ta
     res = t["gpu_resident"]
     # every micro-batch of training and of the accuracy pass ran resident, with the kernel asked for
     assert res["calls"] >= STEPS[task] * 4, res
-    assert res["tables"] is None
+    assert res["reason"] is None
     if kernel != "measured":
         assert res["gemm"] == kernel.split("-")[0], res
     else:
@@ -86,3 +86,18 @@ def test_resident_weight_gradient_split_over_max_k_rows(gpu_page, server_url):
     assert t["gpu_resident"]["calls"] >= 1
     assert t["params_sha256"] == cli["params_sha256"]
     assert t["accuracy"] == cli["accuracy"]
+
+
+def test_resident_kernel_with_other_bits_is_never_used(gpu_page, server_url, cli_runs):
+    """A res_gemm_direct.wgsl that drops the first product of every sum: the resident path's
+    self-check against the JS units refuses it, says why, and the tab trains on the GPU units
+    one call at a time, on train's hash."""
+    def drop_first(route):
+        body = route.fetch().body().decode()
+        assert "for (var kk = 0u;" in body
+        route.fulfill(body=body.replace("for (var kk = 0u;", "for (var kk = 1u;"), content_type="text/plain")
+    gpu_page.route("**/shaders/res_gemm_direct.wgsl", drop_first)
+    t = _train(gpu_page, server_url, "digits", "&gpu-gemm=direct")
+    assert t["params_sha256"] == cli_runs["digits"]["params_sha256"]
+    res = t["gpu_resident"]
+    assert res["calls"] == 0 and "direct GEMM" in res["reason"] and "JS units" in res["reason"], res
