@@ -1,6 +1,7 @@
 """The GPU kept fed (issue 33 item 3): a micro-batch's forward and backward resident on the
 GPU (webui/gpu_resident.js) train exactly the run `daisychain train` trains, in a WebGPU tab
-(SwiftShader here): digits and the default CNN of the image task, with each GEMM kernel
+(SwiftShader here): digits, the default CNN of the image task and the text task's character
+MLP (its embedding gathered and scattered by the host), with each GEMM kernel
 (res_gemm.wgsl tiled with workgroup memory, with dot4I8Packed and with its fallback by shifts;
 res_gemm_direct.wgsl) and with the one the tab measured faster; the GPU units one call at a
 time (resident=0) still give the same hash."""
@@ -18,7 +19,7 @@ from browser_helpers import run_selftest
 pytestmark = pytest.mark.browser
 
 SEED = 3
-STEPS = {"digits": 6, "image": 2}
+STEPS = {"digits": 6, "image": 2, "text": 4}
 CLI = Path(sys.executable).with_name("daisychain")
 
 
@@ -42,7 +43,7 @@ def _train(page, server_url, task, extra=""):
     return t
 
 
-@pytest.mark.parametrize("task", ["digits", "image"])
+@pytest.mark.parametrize("task", ["digits", "image", "text"])
 @pytest.mark.parametrize("kernel", ["tiled", "tiled-shifts", "direct", "measured"])
 def test_resident_gpu_pass_trains_the_cli_run(gpu_page, server_url, cli_runs, task, kernel):
     extra = {"tiled": "&gpu-gemm=tiled", "tiled-shifts": "&gpu-gemm=tiled&gpu-dot=shifts",
