@@ -216,11 +216,13 @@ export class GpuUnits {
   async residentPlan(spec, b) {
     if (this.resident === false) return null;
     this._assertUsable();
-    if (!this._residentPlans) {
-      const { ResidentPlans } = await import("./gpu_resident.js");
-      this._residentPlans = new ResidentPlans(this);
+    if (!this._residentOpening) { // one ResidentPlans, however many calls wait for it
+      this._residentOpening = import("./gpu_resident.js").then(({ ResidentPlans }) => {
+        this._residentPlans = new ResidentPlans(this);
+        return this._residentPlans;
+      });
     }
-    const plan = await this._residentPlans.plan(spec, b);
+    const plan = await (await this._residentOpening).plan(spec, b);
     if (plan) this.residentCalls = (this.residentCalls || 0) + 1;
     return plan;
   }

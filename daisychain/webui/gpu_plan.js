@@ -41,6 +41,7 @@ export class ResidentPlan {
     this.params = []; // param layers: {layer, pi, wq, btab, rows, fpoint, nIn, nOut, ...}
     this.theta = null; // the parameters last uploaded (a copy)
     this.ex0 = null; // the input exponent the bias tables were made for
+    this._busy = Promise.resolve();
     this._build();
   }
 
@@ -415,11 +416,22 @@ export class ResidentPlan {
 
   /** Engine.forward's logits of one micro-batch (the accuracy op). */
   async forward(theta, x) {
-    return { logits: await this._forward(theta, x) };
+    return this._serial(async () => ({ logits: await this._forward(theta, x) }));
   }
 
   /** Engine.gradInto on the GPU: the same contribution added into `total`. */
   async gradInto(total, theta, x, y, fracBits, limit) {
+    return this._serial(() => this._gradInto(total, theta, x, y, fracBits, limit));
+  }
+
+  /** One pass at a time on this plan's buffers, whatever awaits interleave. */
+  _serial(fn) {
+    const run = this._busy.then(fn, fn);
+    this._busy = run.catch(() => null);
+    return run;
+  }
+
+  async _gradInto(total, theta, x, y, fracBits, limit) {
     const b = this.b;
     const z = await this._forward(theta, x);
     const o = outputError(this.spec, z, y, b);

@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from browser_helpers import run_selftest
+from browser_helpers import open_harness, run_selftest
 
 pytestmark = pytest.mark.browser
 
@@ -102,3 +102,41 @@ def test_resident_kernel_with_other_bits_is_never_used(gpu_page, server_url, cli
     assert t["params_sha256"] == cli_runs["digits"]["params_sha256"]
     res = t["gpu_resident"]
     assert res["calls"] == 0 and "direct GEMM" in res["reason"] and "JS units" in res["reason"], res
+
+
+CONCURRENT = """
+async () => {
+  const { Engine, initParams } = await import('/webui/engine/model.js');
+  const S = await import('/webui/engine/spec.js');
+  const { gpu, cpu } = window.__units.paths;
+  const spec = S.imageCnn(1, 12, 12, ['conv4', 'pool', 'conv6', 'pool'], 5);
+  const theta = initParams(spec, 4);
+  const b = 6;
+  const inputs = [1, 2, 3].map((s) => [Uint8Array.from({ length: b * 144 }, (_, i) => (i * 37 * s + s) & 255),
+                                       Int32Array.from({ length: b }, (_, i) => (i + s) % 5)]);
+  const run = async (units, [x, y]) => {
+    const total = new Float64Array(theta.length);
+    const r = await new Engine(spec, units).gradInto(total, theta, x, y, b, 40, 2 ** 49);
+    return [Array.from(total), r.correct];
+  };
+  const first = await Promise.all(inputs.map((inp) => run(gpu, inp)));  // opening the plan together
+  const together = await Promise.all(inputs.map((inp) => run(gpu, inp)));  // on the open plan
+  const alone = [];
+  for (const inp of inputs) alone.push(await run(cpu, inp));
+  const text = JSON.stringify(alone);
+  return { same: JSON.stringify(first) === text && JSON.stringify(together) === text, info: gpu.residentInfo };
+}
+"""
+
+
+def test_resident_passes_started_together_on_one_plan_give_each_its_own_bits(browser_webgpu, server_url):
+    """Three micro-batches started at once on one resident plan (one set of GPU buffers):
+    each contribution equals the JS units' (the plan runs one pass at a time)."""
+    page, info = open_harness(browser_webgpu, server_url, "concurrent")
+    try:
+        assert "gpu" in info["paths"], info
+        got = page.evaluate(CONCURRENT)
+    finally:
+        page.close()
+    assert got["info"]["calls"] >= 6 and got["info"]["reason"] is None, got
+    assert got["same"]
