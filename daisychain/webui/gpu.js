@@ -17,9 +17,9 @@
 import { convLayout, poolLayout } from "./conv.js";
 import { gemmLayout, MAX_K } from "./gemm.js";
 import { softmaxLayout } from "./engine/attention.js";
-import { checkInt8Array, checkIntArray, checkShift, INT32_MAX, INT32_MIN, UnitError } from "./units.js";
+import { checkInt8Array, checkIntArray, checkShift, INT32_MAX, INT32_MIN, POISON, UnitError } from "./units.js";
+import { GpuError } from "./gpu_error.js";
 
-export const POISON = 0x7fffffff;
 export const KERNELS = ["gemm", "requantize", "mul", "relu", "im2col", "col2im", "maxpool", "maxpool_back",
   "gemm_batch", "softmax", "exp"];
 const TILE = 16; // gemm.wgsl workgroup is TILE x TILE invocations
@@ -35,12 +35,6 @@ const NEEDED_LIMITS = {
   maxUniformBufferBindingSize: 64,
 };
 
-export class GpuError extends Error {
-  constructor(message) {
-    super(message);
-    this.name = "GpuError";
-  }
-}
 
 function errorText(err) {
   return err && err.message ? err.message : String(err);
@@ -166,6 +160,8 @@ export class GpuUnits {
   }
 
   async _init(luts, shaderBase) {
+    this.luts = luts;
+    this.shaderBase = shaderBase;
     const upload = (name, data) => this._scoped(`uploading the ${name} table`, () => {
       const buf = this.device.createBuffer({
         label: `${name} table`, size: data.byteLength, usage: GPUBufferUsage.STORAGE, mappedAtCreation: true,
@@ -192,17 +188,50 @@ export class GpuUnits {
     } catch (err) {
       this._fail(`could not load the kernel ${url}: ${errorText(err)}`);
     }
+    const pipeline = await this._compile(name, code, url);
+    this._pipelines.set(name, pipeline);
+    return pipeline;
+  }
+
+  /** A compute pipeline (entry point main) from WGSL text; any error fails the GPU path. */
+  async _compile(name, code, url) {
     const module = await this._scoped(`compiling ${url}`, () => this.device.createShaderModule({ label: name, code }));
     const info = await module.getCompilationInfo();
     const errs = info.messages.filter((m) => m.type === "error");
     if (errs.length) {
       this._fail(`compiling ${url} failed: ${errs.map((m) => `line ${m.lineNum}: ${m.message}`).join("; ")}`);
     }
-    const pipeline = await this._scoped(`creating the ${name} pipeline`, () => this.device.createComputePipeline({
+    return this._scoped(`creating the ${name} pipeline`, () => this.device.createComputePipeline({
       label: name, layout: "auto", compute: { module, entryPoint: "main" },
     }));
-    this._pipelines.set(name, pipeline);
-    return pipeline;
+  }
+
+  /**
+   * The resident plan (gpu_resident.js) that computes a whole micro-batch of b samples of
+   * `spec` on this GPU, or null where it does not apply (then the engine calls the units one
+   * by one). `this.resident = false` turns it off (bench, tests).
+   */
+  async residentPlan(spec, b) {
+    if (this.resident === false) return null;
+    this._assertUsable();
+    if (!this._residentOpening) { // one ResidentPlans, however many calls wait for it
+      this._residentOpening = import("./gpu_resident.js").then(({ ResidentPlans }) => {
+        this._residentPlans = new ResidentPlans(this);
+        return this._residentPlans;
+      });
+    }
+    const plan = await (await this._residentOpening).plan(spec, b);
+    if (plan) this.residentCalls = (this.residentCalls || 0) + 1;
+    return plan;
+  }
+
+  /** What the resident path did: {calls (micro-batch passes it ran), dot, gemm (the kernel
+   *  of the last plan), measured (the faster one here, once timed), gemm_ms (its timings),
+   *  reason (why it is not used: tables that are not the arithmetic, a failed self-check)}
+   *  or null. */
+  get residentInfo() {
+    const r = this._residentPlans;
+    return r ? { calls: this.residentCalls || 0, dot: r.dot, gemm: r.gemm, measured: r.measured, gemm_ms: r.gemmTimes || null, reason: r.reason } : null;
   }
 
   _checkSize(what, elements) {

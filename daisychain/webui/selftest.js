@@ -23,7 +23,8 @@ import { gemmRate, microBatchRate, runGolden } from "/webui/engine/conformance.j
 import { makeHyper, modelFor, parseLayers, RECIPE_FIELDS, recipeSettings } from "/webui/engine/spec.js";
 import { TASK_DEFAULTS } from "/webui/engine/task_defaults.js";
 import { runId, runIdentity, Trainer } from "/webui/engine/trainer.js";
-import { choosePath, GpuError } from "/webui/gpu.js";
+import { choosePath } from "/webui/gpu.js";
+import { GpuError } from "/webui/gpu_error.js";
 
 const $ = (id) => document.getElementById(id);
 
@@ -116,6 +117,7 @@ async function runTraining(result, { params, luts, opened }) {
   t.micro_batches_per_s = ms > 0 ? (steps * ids.length) / (ms / 1000) : 0;
   t.params_sha256 = await tr.paramsSha256();
   t.accuracy = await tr.accuracy("test");
+  t.gpu_resident = opened.gpu ? opened.gpu.residentInfo : null; // gpu_resident.js: passes run, dot product
   $("training").textContent = `Trained ${task} for ${steps} steps on the ${t.path_used} path: ` +
     `test accuracy ${(t.accuracy * 100).toFixed(2)}%, params-sha256 ${t.params_sha256}` +
     (t.fallback ? ` (${t.fallback})` : "");
@@ -155,6 +157,14 @@ async function main() {
     const opened = await openPaths(luts, {
       onGpuFailure: (reason) => log(`GPU path failed: ${reason} — using the JS units`),
     });
+    if (opened.gpu) {
+      // resident=0: the GPU units one call at a time; gpu-gemm=tiled|direct: that GEMM kernel
+      // of the resident path (gpu_resident.js), not the one measured faster here;
+      // gpu-dot=shifts: its tiled GEMM without dot4I8Packed
+      if (params.get("resident") === "0") opened.gpu.resident = false;
+      if (params.has("gpu-gemm")) opened.gpu.residentGemm = params.get("gpu-gemm");
+      if (params.get("gpu-dot") === "shifts") opened.gpu.residentDot = "shifts"; // not dot4I8Packed
+    }
     result.webgpu.available = !!opened.gpu;
     result.webgpu.reason = opened.gpuReason;
     if (opened.gpu) result.webgpu.adapter = opened.gpu.adapterInfo;

@@ -17,6 +17,9 @@ export const INT8_MAX = 127;
 export const SAT = 127;
 export const INT32_MIN = -2147483648;
 export const INT32_MAX = 2147483647;
+/** What an output buffer is filled with before a unit writes it: an element left unwritten fails
+ *  the range checks (gpu.js, engine/cpu_units.js). */
+export const POISON = 0x7fffffff;
 export const MAX_SHIFT = 31;
 export const RQ_TABLE_SHIFT = 7;
 

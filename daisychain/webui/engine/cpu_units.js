@@ -9,9 +9,8 @@
 // They are the reference and the fallback; WasmUnits (wasm/wasm_units.js) extends them.
 
 import { gemmFast, gemmLayout, gemmLut } from "../gemm.js";
-import { POISON } from "../gpu.js";
 import { col2imArray, convLayout, im2colArray, maxpoolArray, maxpoolBackArray, poolLayout } from "../conv.js";
-import { expArray, mulArray, reluArray, requantizeArray } from "../units.js";
+import { expArray, mulArray, POISON, reluArray, requantizeArray } from "../units.js";
 import { softmaxArray } from "./attention.js";
 
 export class CpuUnits {

@@ -55,7 +55,7 @@ function clampBias(x) {
 }
 
 /** Accumulator exponent sexp = ex + ew; bias in accumulator units per output. */
-function biasAcc(bias, sexp) {
+export function biasAcc(bias, sexp) {
   const scale = pow2(-sexp);
   const bacc = new Float64Array(bias.length);
   for (let o = 0; o < bias.length; o++) bacc[o] = clampBias(Math.floor(bias[o] * scale + 0.5));

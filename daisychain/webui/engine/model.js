@@ -150,40 +150,21 @@ export class Engine {
    * of exact integers, length P). Returns {loss, correct} (loss for display only).
    */
   async gradInto(total, theta, x, y, b, fracBits, limit) {
+    const plan = this.units.residentPlan ? await this.units.residentPlan(this.spec, b) : null;
+    if (plan) return plan.gradInto(total, theta, x, y, fracBits, limit); // gpu_resident.js
     const { logits: z, cache } = await this.forward(theta, x, b);
-    if (this.spec.loss === "mse") {
-      const { dz, loss } = mseOutputError(z, y, b);
-      return this.backwardFrom(total, cache, dz, null, b, fracBits, limit, loss);
-    }
-    if (this.seq) { // every position predicts the next token: b*T rows (model.py seq_targets)
+    if (this.seq && this.spec.loss !== "mse") { // every position predicts the next token: b*T rows (model.py seq_targets)
       y = seqTargets(x, y, b, this.spec.inputDim);
       b = y.length;
     }
-    const C = this.spec.classes;
-    const p = new Float64Array(z.length);
-    let lossSum = 0;
-    let correct = 0;
-    for (let i = 0; i < b; i++) {
-      softmaxRow(z, i * C, C, p);
-      lossSum += -Math.log(Math.max(p[i * C + y[i]], 1e-300)); // display only
-      let best = 0;
-      for (let c = 1; c < C; c++) if (z[i * C + c] > z[i * C + best]) best = c;
-      if (best === y[i]) correct++;
-    }
-    const dz = new Float64Array(z.length);
-    for (let i = 0; i < b; i++) {
-      for (let c = 0; c < C; c++) dz[i * C + c] = (p[i * C + c] - (c === y[i] ? 1.0 : 0.0)) / b;
-    }
-    return this.backwardFrom(total, cache, dz, y, b, fracBits, limit, lossSum / b, correct);
+    const o = outputError(this.spec, z, y, b);
+    return this.backwardFrom(total, cache, o.dz, o.labels, b, fracBits, limit, o.loss, o.correct);
   }
 
   /** The backward pass from the output error dz (b, out); `y`: cross-entropy's labels (the
    *  quantized errors made zero-sum per sample), null for mse. Returns {loss, correct}. */
   async backwardFrom(total, cache, dz, y, b, fracBits, limit, loss, correct = 0) {
-    const C = this.spec.classes;
-    let eg = quantExponent(absmax(dz));
-    let G = quantize(dz, eg);
-    if (y !== null) G = zeroSumErrors(G, y, b, C); // (b, out) int8 errors, zero-sum per sample
+    let { G, eg } = topErrors(dz, y, b, this.spec.classes);
     const ctx = { units: this.units, b, total, offsets: this.layout.offsets, fracBits, limit, needInput: true };
     for (let k = cache.length - 1; k >= 0; k--) {
       const entry = cache[k];
@@ -217,7 +198,9 @@ export class Engine {
     const C = this.spec.classes;
     for (let i = 0; i < n; i += microBatch) {
       const b = Math.min(microBatch, n - i);
-      const logits = this.lastLogits((await this.forward(theta, x.subarray(i * rowLen, (i + b) * rowLen), b)).logits, b);
+      const xs = x.subarray(i * rowLen, (i + b) * rowLen);
+      const plan = this.units.residentPlan ? await this.units.residentPlan(this.spec, b) : null;
+      const logits = this.lastLogits((plan ? await plan.forward(theta, xs) : await this.forward(theta, xs, b)).logits, b);
       for (let r = 0; r < b; r++) {
         let best = 0;
         for (let c = 1; c < C; c++) if (logits[r * C + c] > logits[r * C + best]) best = c;
@@ -237,6 +220,42 @@ export function seqTargets(x, y, b, T) {
     out[s * T + T - 1] = y[s];
   }
   return out;
+}
+
+/**
+ * The output error of one micro-batch from its logits z (b, classes), as gradInto computes it:
+ * {dz, labels (cross-entropy's y; null for mse), loss (display only), correct}.
+ */
+export function outputError(spec, z, y, b) {
+  if (spec.loss === "mse") {
+    const { dz, loss } = mseOutputError(z, y, b);
+    return { dz, labels: null, loss, correct: 0 };
+  }
+  const C = spec.classes;
+  const p = new Float64Array(z.length);
+  let lossSum = 0;
+  let correct = 0;
+  for (let i = 0; i < b; i++) {
+    softmaxRow(z, i * C, C, p);
+    lossSum += -Math.log(Math.max(p[i * C + y[i]], 1e-300)); // display only
+    let best = 0;
+    for (let c = 1; c < C; c++) if (z[i * C + c] > z[i * C + best]) best = c;
+    if (best === y[i]) correct++;
+  }
+  const dz = new Float64Array(z.length);
+  for (let i = 0; i < b; i++) {
+    for (let c = 0; c < C; c++) dz[i * C + c] = (p[i * C + c] - (c === y[i] ? 1.0 : 0.0)) / b;
+  }
+  return { dz, labels: y, loss: lossSum / b, correct };
+}
+
+/** The top layer's int8 errors G (b, classes) and their exponent: dz quantized, zero-sum per
+ *  sample when `labels` (cross-entropy). */
+export function topErrors(dz, labels, b, classes) {
+  const eg = quantExponent(absmax(dz));
+  let G = quantize(dz, eg);
+  if (labels !== null) G = zeroSumErrors(G, labels, b, classes);
+  return { G, eg };
 }
 
 /** detmath.py mse_output_error: dz = (z - y) / b (one subtraction, one division per element,

@@ -1,0 +1,25 @@
+// A layer's bias gradient on the resident path: out[off + o] = sum over r < rows of
+// g[r * n_out + o] (int8 errors; the host keeps rows * 127 below 2^31). One invocation per
+// output, the rows in order.
+// Dispatch: ceil(n_out / 64) workgroups of 64.
+
+struct Params {
+  rows: u32, n_out: u32, off: u32, _pad0: u32,
+}
+
+@group(0) @binding(0) var<uniform> params: Params;
+@group(0) @binding(1) var<storage, read> g: array<i32>;
+@group(0) @binding(2) var<storage, read_write> out: array<i32>;
+
+@compute @workgroup_size(64, 1, 1)
+fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
+  let o = gid.x;
+  if (o >= params.n_out) {
+    return;
+  }
+  var s = 0;
+  for (var r = 0u; r < params.rows; r++) {
+    s += g[r * params.n_out + o];
+  }
+  out[params.off + o] = s;
+}
