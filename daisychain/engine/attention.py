@@ -50,6 +50,12 @@ def _align(eng, ops):
     return (fast or N).align_add(ops)
 
 
+def _mm(eng, a, b):
+    """eng._mm, or the compiled route's (float32 out: the same integers, below 2**24)."""
+    fast = getattr(eng, "attn_ops", None)
+    return eng._mm(a, b) if fast is None else fast.mm(eng, a, b)
+
+
 def attn_shift(dh: int) -> int:
     """a: the scores are scaled by 2**-a, a = floor(log2(dh) / 2)."""
     return (int(dh).bit_length() - 1) >> 1
@@ -216,11 +222,11 @@ class Block(LayerKind):
             qkv.append((q8, e8, Wq, ew))
         (Q, eq, _, _), (K, ek, _, _), (V, ev, _, _) = qkv
         Qh, Kh, Vh = (_heads(M, n, b, T, H, dh) for M in (Q, K, V))  # (n*b*H, T, dh)
-        Sc = eng._mm(Qh, Kh.transpose(0, 2, 1))  # (n*b*H, T, T), exponent eq + ek
+        Sc = _mm(eng, Qh, Kh.transpose(0, 2, 1))  # (n*b*H, T, T), exponent eq + ek
         Pm = softmax_int(eng, Sc.reshape(n, b * H, T, T), eq + ek - a)
         st.tr((f"{name}.scores", Sc.reshape(n, b * H, T, T)))
         st.tr((f"{name}.probs", Pm))
-        O = eng._mm(Pm.reshape(n * b * H, T, T), Vh)  # (n*b*H, T, dh), exponent ev - 7
+        O = _mm(eng, Pm.reshape(n * b * H, T, T), Vh)  # (n*b*H, T, dh), exponent ev - 7
         Oa, eo = _rq8(eng, _rows(O, n, b, T, H, dh), ev - 7)
         st.tr((f"{name}.attn.out_q", Oa))
         Ao, eao, Wo, ewo = _affine(eng, li, Oa, eo, P[6], P[7], st, name=f"{name}.o")
@@ -229,7 +235,7 @@ class Block(LayerKind):
         A2, en2, nc2 = rmsnorm(eng, X1, ex1, f"{name}.norm2", st)
         F1, ef1, W1, ew1 = _affine(eng, li, A2, en2, P[8], P[9], st, name=f"{name}.fc1")
         H1, eh = _rq8(eng, F1, ef1)
-        H1 = eng._relu(H1)
+        H1 = eng._relu(H1) if getattr(eng, "attn_ops", None) is None else np.maximum(H1, 0, out=H1)
         st.tr((f"{name}.fc1.out_q", H1))
         F2, ef2, W2, ew2 = _affine(eng, li, H1, eh, P[10], P[11], st, name=f"{name}.fc2")
         st.a, st.ex = _align(eng, [(X1, ex1), (F2, ef2)])
@@ -249,34 +255,34 @@ class Block(LayerKind):
         G3, eg3 = _rq8(eng, E, eg)
         eng._weight_grad(out, pi + 10, G3, c["H1"], eg3 + c["eh"], fb, lim)
         eng._accumulate(out, pi + 11, G3.sum(axis=1), eg3, fb, lim)
-        dH = eng._mm(G3, c["W2"]) * (c["H1"] > 0)
+        dH = _mm(eng, G3, c["W2"]) * (c["H1"] > 0)
         Gh, egh = _rq8(eng, dH, eg3 + c["ew2"])
         eng._weight_grad(out, pi + 8, Gh, c["A2"], egh + c["en2"], fb, lim)
         eng._accumulate(out, pi + 9, Gh.sum(axis=1), egh, fb, lim)
-        g2, eg2 = _rq8(eng, eng._mm(Gh, c["W1"]), egh + c["ew1"])
+        g2, eg2 = _rq8(eng, _mm(eng, Gh, c["W1"]), egh + c["ew1"])
         E, eg = _align(eng, [(E, eg), _rms_back(eng, g2, eg2, c["ex1"], c["nc2"])])
         # attention branch
         Go, ego = _rq8(eng, E, eg)
         eng._weight_grad(out, pi + 6, Go, c["Oa"], ego + c["eo"], fb, lim)
         eng._accumulate(out, pi + 7, Go.sum(axis=1), ego, fb, lim)
-        Ga, ega = _rq8(eng, eng._mm(Go, c["Wo"]), ego + c["ewo"])
+        Ga, ega = _rq8(eng, _mm(eng, Go, c["Wo"]), ego + c["ewo"])
         Gah = _heads(Ga, n, b, T, H, dh)
         (_, eq, _, _), (_, ek, _, _), (_, ev, _, _) = c["qkv"]
         Pm = c["P"].reshape(n * b * H, T, T)
-        dP = eng._mm(Gah, c["Vh"].transpose(0, 2, 1))  # exponent ega + ev
-        dV = eng._mm(Pm.transpose(0, 2, 1), Gah)  # exponent ega - 7
+        dP = _mm(eng, Gah, c["Vh"].transpose(0, 2, 1))  # exponent ega + ev
+        dV = _mm(eng, Pm.transpose(0, 2, 1), Gah)  # exponent ega - 7
         dA = softmax_back(Pm, dP, eng)  # exponent ega + ev - 14
         GS, eS = _rq8(eng, dA.reshape(n, b * H * T, T), ega + ev - 14)
         GS = GS.reshape(n * b * H, T, T)
-        dQ = eng._mm(GS, c["Kh"])  # exponent eS + ek - a
-        dK = eng._mm(GS.transpose(0, 2, 1), c["Qh"])  # exponent eS + eq - a
+        dQ = _mm(eng, GS, c["Kh"])  # exponent eS + ek - a
+        dK = _mm(eng, GS.transpose(0, 2, 1), c["Qh"])  # exponent eS + eq - a
         errs = []
         for j, (dM, e) in enumerate(((dQ, eS + ek - a), (dK, eS + eq - a), (dV, ega - 7))):
             Gs, egs = _rq8(eng, _rows(dM, n, b, T, H, dh), e)
             _, _, Wq, ew = c["qkv"][j]
             eng._weight_grad(out, pi + 2 * j, Gs, c["A1"], egs + c["en1"], fb, lim)
             eng._accumulate(out, pi + 2 * j + 1, Gs.sum(axis=1), egs, fb, lim)
-            errs.append(_rq8(eng, eng._mm(Gs, Wq), egs + ew))
+            errs.append(_rq8(eng, _mm(eng, Gs, Wq), egs + ew))
         g1, eg1 = _rq8(eng, *_align(eng, errs))
         E, eg = _align(eng, [(E, eg), _rms_back(eng, g1, eg1, c["ex"], c["nc1"])])
         bw.G, bw.eg, bw.acc = E, eg, True

@@ -25,6 +25,7 @@ import numpy as np
 
 from daisychain.compiled import numba_jit
 from daisychain.engine import norm as N
+from daisychain.units.gemm import MAX_K_FLOAT32
 
 WIDE, F = N.WIDE_BITS, N.NORM_F
 
@@ -210,20 +211,21 @@ def _nb_rms_back(g, y, q, j, C, dx):
 
 
 def _nb_softmax(Sc, mult, exp_t, P):
-    """softmax_int on Sc (n, B, T, T) float64 with mult = 2**(E + 4) per micro-batch."""
+    """softmax_int on Sc (n, B, T, T) (integers, read as float64) with mult = 2**(E + 4) per
+    micro-batch; P float32 (integers 0..127)."""
     n, B, T, _ = Sc.shape
     ev = np.empty(T, np.int64)
     for i in range(n):
         mu = mult[i]
         for b in range(B):
             for t in range(T):
-                m = Sc[i, b, t, 0]
+                m = np.float64(Sc[i, b, t, 0])
                 for u in range(1, t + 1):
-                    if Sc[i, b, t, u] > m:
-                        m = Sc[i, b, t, u]
+                    if np.float64(Sc[i, b, t, u]) > m:
+                        m = np.float64(Sc[i, b, t, u])
                 S = 0
                 for u in range(t + 1):
-                    z = math.floor((Sc[i, b, t, u] - m) * mu + 0.5)
+                    z = math.floor((np.float64(Sc[i, b, t, u]) - m) * mu + 0.5)
                     if z < -128.0:
                         z = -128.0
                     ev[u] = np.int64(exp_t[np.int64(z + 128.0)])
@@ -284,9 +286,21 @@ class AttnOps:
     def __init__(self, k):
         self.k = k
 
+    def mm(self, eng, a, b):
+        """eng._mm's float32 GEMM (int8 operands, K <= MAX_K_FLOAT32: exact) without its
+        conversion back to float64; a larger K takes eng._mm."""
+        K = a.shape[-1]
+        if K > MAX_K_FLOAT32:
+            return eng._mm(a, b)
+        a, b = a.astype(np.float32, copy=False), b.astype(np.float32, copy=False)
+        if b.ndim == 2:
+            return (a.reshape(-1, K) @ b).reshape(a.shape[:-1] + b.shape[1:])
+        return np.matmul(a, b)
+
     def rq8(self, eng, V, e):
+        """(int8 values in float32, e + s): float32 feeds the GEMMs without a copy."""
         V = np.ascontiguousarray(V)
-        out = np.empty(V.shape, np.float64)
+        out = np.empty(V.shape, np.float32)
         e_out = np.empty(V.shape[0], np.int64)
         self.k.rq8(V.reshape(V.shape[0], -1), np.asarray(e, np.int64).reshape(-1), out.reshape(V.shape[0], -1),
                    e_out)
@@ -323,14 +337,14 @@ class AttnOps:
         return dx, e_out
 
     def softmax_int(self, eng, Sc, E):
-        Sc = _f64(Sc)
+        Sc = np.ascontiguousarray(Sc)
         mult = np.ldexp(1.0, np.asarray(E, np.int64) + 4).reshape(-1).astype(np.float64)
-        P = np.empty(Sc.shape, np.float64)
+        P = np.empty(Sc.shape, np.float32)
         self.k.softmax(Sc, np.broadcast_to(mult, (Sc.shape[0],)).copy(), eng.exp_t, P)
         return P
 
     def softmax_back(self, P, dP):
-        P, dP = _f64(P), _f64(dP)
+        P, dP = np.ascontiguousarray(P), np.ascontiguousarray(dP)
         out = np.empty(P.shape, np.float64)
         self.k.softmax_back(P.reshape((-1,) + P.shape[-2:]), dP.reshape((-1,) + dP.shape[-2:]),
                             out.reshape((-1,) + P.shape[-2:]))
