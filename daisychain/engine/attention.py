@@ -56,6 +56,12 @@ def _mm(eng, a, b):
     return eng._mm(a, b) if fast is None else fast.mm(eng, a, b)
 
 
+def _wgrad(eng, *args):
+    """eng._weight_grad, or the compiled route's (the same fixed-point sum)."""
+    fast = getattr(eng, "attn_ops", None)
+    return eng._weight_grad(*args) if fast is None else fast.weight_grad(eng, *args)
+
+
 def attn_shift(dh: int) -> int:
     """a: the scores are scaled by 2**-a, a = floor(log2(dh) / 2)."""
     return (int(dh).bit_length() - 1) >> 1
@@ -253,17 +259,17 @@ class Block(LayerKind):
         E, eg = bw.G, bw.eg  # the wide stream error
         # MLP branch
         G3, eg3 = _rq8(eng, E, eg)
-        eng._weight_grad(out, pi + 10, G3, c["H1"], eg3 + c["eh"], fb, lim)
+        _wgrad(eng, out, pi + 10, G3, c["H1"], eg3 + c["eh"], fb, lim)
         eng._accumulate(out, pi + 11, G3.sum(axis=1), eg3, fb, lim)
         dH = _mm(eng, G3, c["W2"]) * (c["H1"] > 0)
         Gh, egh = _rq8(eng, dH, eg3 + c["ew2"])
-        eng._weight_grad(out, pi + 8, Gh, c["A2"], egh + c["en2"], fb, lim)
+        _wgrad(eng, out, pi + 8, Gh, c["A2"], egh + c["en2"], fb, lim)
         eng._accumulate(out, pi + 9, Gh.sum(axis=1), egh, fb, lim)
         g2, eg2 = _rq8(eng, _mm(eng, Gh, c["W1"]), egh + c["ew1"])
         E, eg = _align(eng, [(E, eg), _rms_back(eng, g2, eg2, c["ex1"], c["nc2"])])
         # attention branch
         Go, ego = _rq8(eng, E, eg)
-        eng._weight_grad(out, pi + 6, Go, c["Oa"], ego + c["eo"], fb, lim)
+        _wgrad(eng, out, pi + 6, Go, c["Oa"], ego + c["eo"], fb, lim)
         eng._accumulate(out, pi + 7, Go.sum(axis=1), ego, fb, lim)
         Ga, ega = _rq8(eng, _mm(eng, Go, c["Wo"]), ego + c["ewo"])
         Gah = _heads(Ga, n, b, T, H, dh)
@@ -280,7 +286,7 @@ class Block(LayerKind):
         for j, (dM, e) in enumerate(((dQ, eS + ek - a), (dK, eS + eq - a), (dV, ega - 7))):
             Gs, egs = _rq8(eng, _rows(dM, n, b, T, H, dh), e)
             _, _, Wq, ew = c["qkv"][j]
-            eng._weight_grad(out, pi + 2 * j, Gs, c["A1"], egs + c["en1"], fb, lim)
+            _wgrad(eng, out, pi + 2 * j, Gs, c["A1"], egs + c["en1"], fb, lim)
             eng._accumulate(out, pi + 2 * j + 1, Gs.sum(axis=1), egs, fb, lim)
             errs.append(_rq8(eng, _mm(eng, Gs, Wq), egs + ew))
         g1, eg1 = _rq8(eng, *_align(eng, errs))

@@ -92,10 +92,18 @@ def _nb_norm15(V, e, e_out):
                 V[i, k] = math.floor(x)
 
 
-def _nb_align(Vs, es, S, e_out):
-    """align_add of the k operands Vs (k, n, L) float64 (overwritten by their wide forms)
-    with exponents es (k, n): S (n, L), e_out (n,). The numpy rule's steps in its order."""
-    k, n, L = Vs.shape
+def _nb_align(ops, es, S, e_out):
+    """align_add of the k operands ops (a tuple of (n, L) arrays, read as float64, copied
+    before their wide forms are taken) with exponents es (k, n): S (n, L), e_out (n,). The
+    numpy rule's steps in its order."""
+    k = len(ops)
+    n, L = S.shape
+    Vs = np.empty((k, n, L), np.float64)
+    for o in range(k):
+        V = ops[o]
+        for i in range(n):
+            for l in range(L):
+                Vs[o, i, l] = np.float64(V[i, l])
     ew = np.empty((k, n), np.int64)
     nz = np.zeros((k, n), np.bool_)
     for o in range(k):
@@ -249,8 +257,23 @@ def _nb_softmax_back(P, dP, out):
                 out[b, t, u] = float(p * (128 * np.int64(dP[b, t, u]) - rho))
 
 
+def _nb_accum(dW, p, limit, out):
+    """out += sum over micro-batches i of floor(clamp(dW_i * p_i, -limit, limit) + 1/2), the
+    engine's _accumulate (dW (n, M) integers, read as float64; p_i = 2**(e_i + S))."""
+    n, M = dW.shape
+    for m in range(M):
+        acc = 0
+        for i in range(n):
+            x = np.float64(dW[i, m]) * p[i]
+            x = min(x, limit)
+            x = max(x, -limit)
+            x += 0.5
+            acc += np.int64(math.floor(x))
+        out[m] += acc
+
+
 _NAMES = ("bitlen", "rq8", "norm15", "align", "isqrt", "sdiv", "rms_fwd", "rms_back", "softmax",
-          "softmax_back")
+          "softmax_back", "accum")
 _KERN: list = []
 _LOCK = threading.Lock()
 
@@ -297,6 +320,17 @@ class AttnOps:
             return (a.reshape(-1, K) @ b).reshape(a.shape[:-1] + b.shape[1:])
         return np.matmul(a, b)
 
+    def weight_grad(self, eng, out, pi, G, a_in, e, frac_bits, limit):
+        """eng._weight_grad's literal route (the per-micro-batch GEMM, then _accumulate) where
+        a micro-batch's rows fit one exact float32 GEMM; else eng._weight_grad."""
+        if G.shape[1] > MAX_K_FLOAT32:
+            return eng._weight_grad(out, pi, G, a_in, e, frac_bits, limit)
+        dW = np.matmul(G.astype(np.float32, copy=False).transpose(0, 2, 1), a_in.astype(np.float32, copy=False))
+        p = np.ldexp(1.0, np.asarray(e, np.int64) + frac_bits).reshape(-1)
+        o = eng.layout.offsets[pi]
+        self.k.accum(dW.reshape(dW.shape[0], -1), np.broadcast_to(p, (dW.shape[0],)).copy(), float(limit),
+                     out[o:o + dW[0].size])
+
     def rq8(self, eng, V, e):
         """(int8 values in float32, e + s): float32 feeds the GEMMs without a copy."""
         V = np.ascontiguousarray(V)
@@ -307,13 +341,15 @@ class AttnOps:
         return out, e_out
 
     def align_add(self, ops):
-        Vs = np.stack([np.asarray(V, np.float64) for V, _ in ops])
-        shape = Vs.shape[1:]
-        es = np.stack([np.broadcast_to(np.asarray(e, np.int64), (shape[0],)) for _, e in ops])
-        Vs = Vs.reshape(len(ops), shape[0], -1)
-        S = np.empty(Vs.shape[1:], np.float64)
-        e_out = np.empty(shape[0], np.int64)
-        self.k.align(Vs, np.ascontiguousarray(es), S, e_out)
+        first = np.asarray(ops[0][0])
+        shape, n = first.shape, first.shape[0]
+        dts = {np.asarray(V).dtype for V, _ in ops}
+        dt = dts.pop() if len(dts) == 1 else np.float64
+        Vs = tuple(np.ascontiguousarray(V, dt).reshape(n, -1) for V, _ in ops)
+        es = np.stack([np.broadcast_to(np.asarray(e, np.int64), (n,)) for _, e in ops])
+        S = np.empty(Vs[0].shape, np.float64)
+        e_out = np.empty(n, np.int64)
+        self.k.align(Vs, es, S, e_out)
         return S.reshape(shape), e_out
 
     def rms_forward(self, x):
