@@ -126,3 +126,21 @@ def test_the_table_route_and_a_sequence_free_model_take_no_compiled_rules(text):
     spec = model_for(text, ("block16h2",))
     assert Trainer(spec, Hyper(seed=1), text, load_luts(), gemm="lut").engine.attn_ops is None
     assert Trainer(model_for(text), Hyper(seed=1), text, load_luts()).engine.attn_ops is None
+
+
+@pytest.mark.parametrize("frac_bits, limit", [(40, 2.0**62), (12, 2.0**62), (40, 1000.0), (30, 50.0)])
+def test_weight_gradient_matches_the_engines_own(text, frac_bits, limit):
+    """The block's fc1 weight gradient: the engine's (its float64 fold or its literal route)
+    and the compiled route's fixed-point sums are the same, the clamp at ``limit`` included."""
+    eng = Trainer(model_for(text, ("block16h2",)), Hyper(seed=1), text, load_luts()).engine
+    pi = eng.first_param[2] + 8
+    M, D = eng.layout.shapes[pi]
+    rng = np.random.default_rng(frac_bits)
+    G = rng.integers(-127, 128, (3, 40, M)).astype(np.float64)
+    A = rng.integers(-127, 128, (3, 40, D)).astype(np.float64)
+    for e in (np.array([-30, -28, -33]), np.array([-50, -9, -20])):
+        want = np.zeros(eng.layout.size, np.int64)
+        got = np.zeros(eng.layout.size, np.int64)
+        eng._weight_grad(want, pi, G, A, e, frac_bits, limit)
+        OPS.weight_grad(eng, got, pi, G, A, e, frac_bits, limit)
+        assert want.any() and want.tobytes() == got.tobytes()
