@@ -93,26 +93,31 @@ def _nb_norm15(V, e, e_out):
 
 
 def _nb_align(ops, es, S, e_out):
-    """align_add of the k operands ops (a tuple of (n, L) arrays, read as float64, copied
-    before their wide forms are taken) with exponents es (k, n): S (n, L), e_out (n,). The
-    numpy rule's steps in its order."""
+    """align_add of the k operands ops (a tuple of (n, L) arrays, read as float64, left as
+    they are) with exponents es (k, n): S (n, L), e_out (n,). The numpy rule's values: each
+    operand's wide form w (norm15: t > 0 only where max|V| >= 2**15, so w is non-zero exactly
+    where V is) is taken as its term is, the terms summed in operand order, then norm15."""
     k = len(ops)
     n, L = S.shape
-    Vs = np.empty((k, n, L), np.float64)
+    ts = np.zeros((k, n), np.int64)
+    ew = np.empty((k, n), np.int64)
+    nz = np.zeros((k, n), np.bool_)
+    anyt = np.zeros(k, np.bool_)
     for o in range(k):
         V = ops[o]
         for i in range(n):
+            m = 0.0
             for l in range(L):
-                Vs[o, i, l] = np.float64(V[i, l])
-    ew = np.empty((k, n), np.int64)
-    nz = np.zeros((k, n), np.bool_)
-    for o in range(k):
-        _nb_norm15(Vs[o], es[o], ew[o])
-        for i in range(n):
-            for l in range(L):
-                if Vs[o, i, l] != 0.0:
-                    nz[o, i] = True
-                    break
+                a = abs(np.float64(V[i, l]))
+                m = a if a > m else m
+            t = _nb_bitlen(m) - WIDE
+            if t < 0:
+                t = 0
+            ts[o, i] = t
+            ew[o, i] = es[o, i] + t
+            nz[o, i] = m > 0.0
+            if t > 0:
+                anyt[o] = True
     for i in range(n):
         hi, lo, live = 0, 0, False
         for o in range(k):
@@ -124,19 +129,21 @@ def _nb_align(ops, es, S, e_out):
                     lo = min(lo, ew[o, i])
         e = max(lo, hi - 16) if live else ew[0, i]
         for o in range(k):
+            V = ops[o]
+            pt = math.ldexp(1.0, -ts[o, i])
+            shift = anyt[o]
             d = ew[o, i] - e
-            if d >= 0:
-                p = math.ldexp(1.0, min(d, 16))
-                for l in range(L):
-                    t = Vs[o, i, l] * p
-                    S[i, l] = t if o == 0 else S[i, l] + t
-            else:
-                p = math.ldexp(1.0, -min(-d, 40))
-                for l in range(L):
-                    x = Vs[o, i, l] * p
-                    x += 0.5
-                    t = math.floor(x)
-                    S[i, l] = t if o == 0 else S[i, l] + t
+            up = d >= 0
+            p = math.ldexp(1.0, min(d, 16)) if up else math.ldexp(1.0, -min(-d, 40))
+            for l in range(L):
+                w = np.float64(V[i, l])
+                if shift:
+                    w = math.floor(w * pt + 0.5)
+                if up:
+                    t = w * p
+                else:
+                    t = math.floor(w * p + 0.5)
+                S[i, l] = t if o == 0 else S[i, l] + t
         e_out[i] = e
     e2 = e_out.copy()
     _nb_norm15(S, e2, e_out)
