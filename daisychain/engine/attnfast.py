@@ -4,8 +4,11 @@ of a dozen numpy calls on small arrays.
 
 The block (engine/attention.py) takes its per-row rules from ``eng.attn_ops``: this module's
 :class:`AttnOps` when engine/model.py chose it (the "fast" GEMM route, tables equal to their
-definitions, numba present), else :data:`NUMPY_OPS`, the numpy rules. The GEMMs, the
-affine steps and the weight gradients are the engine's own in both.
+definitions, numba present); ``None`` takes the numpy rules. The route also runs the
+block's GEMMs as the engine's exact float32 BLAS calls without the conversion back to
+float64 (int8 operands, K <= 1024: every value an integer below 2**24) and each weight
+gradient as the engine's literal route (one exact float32 GEMM per micro-batch, then the
+fixed-point sum of ``_accumulate`` as a loop). The affine steps are the engine's own.
 
 Why the values are the same: every rule is either integer arithmetic (int64, every value
 below 2**53 as docs/ENGINE.md bounds it: exact in any order) or the IEEE float64 operations
@@ -297,9 +300,8 @@ def kernels():
             else:
                 k = types.SimpleNamespace()
                 g = globals()
-                for name in _NAMES:  # helpers first: the loops call the compiled ones
-                    g["_nb_" + name] = jit(g["_nb_" + name]) if not hasattr(g["_nb_" + name], "py_func") \
-                        else g["_nb_" + name]
+                for name in _NAMES:  # every global replaced before any compiles: the loops
+                    g["_nb_" + name] = jit(g["_nb_" + name])  # call the compiled helpers
                     setattr(k, name, g["_nb_" + name])
                 _KERN.append(k)
     return _KERN[0]
