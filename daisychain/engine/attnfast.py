@@ -354,7 +354,8 @@ class AttnOps:
         shape, n = first.shape, first.shape[0]
         dts = {np.asarray(V).dtype for V, _ in ops}
         dt = dts.pop() if len(dts) == 1 else np.float64
-        Vs = tuple(np.ascontiguousarray(V, dt).reshape(n, -1) for V, _ in ops)
+        # one array type for the tuple: C order, writable (a broadcast view is read-only)
+        Vs = tuple(np.require(np.asarray(V, dt).reshape(n, -1), dt, ["C", "W"]) for V, _ in ops)
         es = np.stack([np.broadcast_to(np.asarray(e, np.int64), (n,)) for _, e in ops])
         S = np.empty(Vs[0].shape, np.float64)
         e_out = np.empty(n, np.int64)

@@ -122,6 +122,20 @@ def test_compiled_route_gives_the_numpy_routes_bytes(text):
     assert fast.params_sha256() == ref.params_sha256()
 
 
+def test_one_sample_forward_as_sample_and_outputs_run_it(text):
+    """One sample of one micro-batch (``daisychain sample``; a broadcast, read-only position
+    table in the first align-add): the same logits on both routes."""
+    spec = model_for(text, ("block16h2", "block16h2"))
+    fast, ref = (Trainer(spec, Hyper(seed=5), text, load_luts()) for _ in range(2))
+    ref.engine.attn_ops = None
+    x, _ = fast.inputs(0, range(1))
+    for xs in (x[:, :1], x[:, :3]):
+        zf, _ = fast.engine.forward(fast.theta, xs)
+        zn, _ = ref.engine.forward(ref.theta, xs)
+        assert zf.tobytes() == zn.tobytes()
+    assert fast.engine.outputs(fast.theta, x[0], 2).tobytes() == ref.engine.outputs(ref.theta, x[0], 2).tobytes()
+
+
 def test_the_table_route_and_a_sequence_free_model_take_no_compiled_rules(text):
     spec = model_for(text, ("block16h2",))
     assert Trainer(spec, Hyper(seed=1), text, load_luts(), gemm="lut").engine.attn_ops is None
