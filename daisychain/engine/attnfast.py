@@ -41,28 +41,21 @@ def _nb_bitlen(m):
     return math.frexp(m)[1]
 
 
-def _nb_rq8(V, e, out, e_out):
-    """_rq8 on V (n, L): s = max(0, bitlen(max|V|) - 7) per micro-batch, out =
-    clamp(floor(V * 2**-s + 1/2), -127, 127) (the requantize by arithmetic), e_out = e + s."""
+def _nb_rq8(V, am, e, out, e_out):
+    """_rq8 on V (n, L) given am = max|V| per micro-batch (numpy's SIMD max and min, exact):
+    s = max(0, bitlen(am) - 7), out = clamp(floor(V * 2**-s + 1/2), -127, 127) (the
+    requantize by arithmetic), e_out = e + s."""
     n, L = V.shape
     for i in range(n):
-        m = 0.0
-        for k in range(L):
-            a = abs(float(V[i, k]))
-            if a > m:
-                m = a
-        s = _nb_bitlen(m) - 7
+        s = _nb_bitlen(np.float64(am[i])) - 7
         if s < 0:
             s = 0
         p = math.ldexp(1.0, -s)
         for k in range(L):
-            x = float(V[i, k]) * p
+            x = np.float64(V[i, k]) * p
             x += 0.5
             x = math.floor(x)
-            if x < -127.0:
-                x = -127.0
-            if x > 127.0:
-                x = 127.0
+            x = min(max(x, -127.0), 127.0)
             out[i, k] = x
         e_out[i] = e[i] + s
 
@@ -345,7 +338,9 @@ class AttnOps:
         V = np.ascontiguousarray(V)
         out = np.empty(V.shape, np.float32)
         e_out = np.empty(V.shape[0], np.int64)
-        self.k.rq8(V.reshape(V.shape[0], -1), np.asarray(e, np.int64).reshape(-1), out.reshape(V.shape[0], -1),
+        V2 = V.reshape(V.shape[0], -1)
+        am = np.maximum(V2.max(axis=1), -V2.min(axis=1))  # max|V| per micro-batch, exact
+        self.k.rq8(V2, am, np.broadcast_to(np.asarray(e, np.int64), (V.shape[0],)), out.reshape(V.shape[0], -1),
                    e_out)
         return out, e_out
 
