@@ -88,9 +88,10 @@ def _nb_norm15(V, e, e_out):
                 V[i, k] = math.floor(x)
 
 
-def _nb_align(ops, es, S, e_out):
+def _nb_align(ops, ams, es, S, e_out):
     """align_add of the k operands ops (a tuple of (n, L) arrays, read as float64, left as
-    they are) with exponents es (k, n): S (n, L), e_out (n,). The numpy rule's values: each
+    they are; ams (k, n) their max|V| per micro-batch) with exponents es (k, n): S (n, L),
+    e_out (n,). The numpy rule's values: each
     operand's wide form w (norm15: t > 0 only where max|V| >= 2**15, so w is non-zero exactly
     where V is) is taken as its term is, the terms summed in operand order, then norm15."""
     k = len(ops)
@@ -100,12 +101,8 @@ def _nb_align(ops, es, S, e_out):
     nz = np.zeros((k, n), np.bool_)
     anyt = np.zeros(k, np.bool_)
     for o in range(k):
-        V = ops[o]
         for i in range(n):
-            m = 0.0
-            for l in range(L):
-                a = abs(np.float64(V[i, l]))
-                m = a if a > m else m
+            m = ams[o, i]
             t = _nb_bitlen(m) - WIDE
             if t < 0:
                 t = 0
@@ -354,7 +351,8 @@ class AttnOps:
         es = np.stack([np.broadcast_to(np.asarray(e, np.int64), (n,)) for _, e in ops])
         S = np.empty(Vs[0].shape, np.float64)
         e_out = np.empty(n, np.int64)
-        self.k.align(Vs, es, S, e_out)
+        ams = np.array([np.maximum(V.max(axis=1), -V.min(axis=1)) for V in Vs], np.float64)  # exact
+        self.k.align(Vs, ams, es, S, e_out)
         return S.reshape(shape), e_out
 
     def rms_forward(self, x):
