@@ -37,8 +37,29 @@ def _rq8(eng, V, e):
     """requantize to int8 with s = max(0, bitlen(max|V|) - 7) per micro-batch: (int8, e + s).
     (For |V| >= 2**31 an int32 engine first floors by 2**t1, t1 = max(0, s - 23): the same
     result; numpy's float routing is exact for any |V| < 2**53.)"""
+    ops = getattr(eng, "attn_ops", None)
+    if ops is not None:
+        return ops.rq8(eng, V, e)
     s = np.maximum(N.bitlen(N.absmax(V)) - 7, 0)
     return eng._requantize(np.asarray(V, np.float64), s), np.asarray(e, np.int64) + s
+
+
+def _align(eng, ops):
+    """N.align_add, or the same values from the compiled route (engine/attnfast.py)."""
+    fast = getattr(eng, "attn_ops", None)
+    return (fast or N).align_add(ops)
+
+
+def _mm(eng, a, b):
+    """eng._mm, or the compiled route's (float32 out: the same integers, below 2**24)."""
+    fast = getattr(eng, "attn_ops", None)
+    return eng._mm(a, b) if fast is None else fast.mm(eng, a, b)
+
+
+def _wgrad(eng, *args):
+    """eng._weight_grad, or the compiled route's (the same fixed-point sum)."""
+    fast = getattr(eng, "attn_ops", None)
+    return eng._weight_grad(*args) if fast is None else fast.weight_grad(eng, *args)
 
 
 def attn_shift(dh: int) -> int:
@@ -75,7 +96,7 @@ class PosEmbed(LayerKind):
         ep = int(quant_exponent(np.abs(Pos).max()))
         Pq = quantize(Pos, ep)
         tiled = np.broadcast_to(Pq, (n, b, T, D)).reshape(n, b * T, D)
-        st.a, st.ex = N.align_add([(st.a.reshape(n, b * T, D), st.ex), (tiled, np.full(n, ep, np.int64))])
+        st.a, st.ex = _align(eng, [(st.a.reshape(n, b * T, D), st.ex), (tiled, np.full(n, ep, np.int64))])
         st.tr((f"layers.{li}.weight_exponent", ep))
         st.tr((f"layers.{li}.out", st.a))
         st.tr((f"layers.{li}.out_exponent", st.ex))
@@ -116,7 +137,7 @@ class RMSNorm(LayerKind):
     def backward(self, eng, l, li, pi, cache, bw):
         (nc, ex) = cache
         g = bw.int8(eng)
-        bw.G, bw.eg = _rms_back(g, bw.eg, ex, nc)
+        bw.G, bw.eg = _rms_back(eng, g, bw.eg, ex, nc)
         bw.acc = True  # wide: the block above reads it as the stream error
 
     def units(self, l, b, li, layers):
@@ -128,15 +149,15 @@ class RMSNorm(LayerKind):
 
 def rmsnorm(eng, x, ex, name, st):
     """rms_forward, then requantize (the unit) per micro-batch: (int8 rows, en, cache)."""
-    y, cache = N.rms_forward(x)
+    y, cache = (getattr(eng, "attn_ops", None) or N).rms_forward(x)
     y8, s = _rq8(eng, y, np.zeros(x.shape[0], np.int64))
     st.tr((f"{name}.y", y))
     st.tr((f"{name}.out_q", y8))
     return y8, s - N.NORM_F, cache
 
 
-def _rms_back(g, eg, ex, cache):
-    dx, e = N.rms_backward(g, eg, ex, cache)
+def _rms_back(eng, g, eg, ex, cache):
+    dx, e = (getattr(eng, "attn_ops", None) or N).rms_backward(g, eg, ex, cache)
     return dx.astype(np.float64), e
 
 
@@ -207,23 +228,23 @@ class Block(LayerKind):
             qkv.append((q8, e8, Wq, ew))
         (Q, eq, _, _), (K, ek, _, _), (V, ev, _, _) = qkv
         Qh, Kh, Vh = (_heads(M, n, b, T, H, dh) for M in (Q, K, V))  # (n*b*H, T, dh)
-        Sc = eng._mm(Qh, Kh.transpose(0, 2, 1))  # (n*b*H, T, T), exponent eq + ek
+        Sc = _mm(eng, Qh, Kh.transpose(0, 2, 1))  # (n*b*H, T, T), exponent eq + ek
         Pm = softmax_int(eng, Sc.reshape(n, b * H, T, T), eq + ek - a)
         st.tr((f"{name}.scores", Sc.reshape(n, b * H, T, T)))
         st.tr((f"{name}.probs", Pm))
-        O = eng._mm(Pm.reshape(n * b * H, T, T), Vh)  # (n*b*H, T, dh), exponent ev - 7
+        O = _mm(eng, Pm.reshape(n * b * H, T, T), Vh)  # (n*b*H, T, dh), exponent ev - 7
         Oa, eo = _rq8(eng, _rows(O, n, b, T, H, dh), ev - 7)
         st.tr((f"{name}.attn.out_q", Oa))
         Ao, eao, Wo, ewo = _affine(eng, li, Oa, eo, P[6], P[7], st, name=f"{name}.o")
-        X1, ex1 = N.align_add([(X, ex), (Ao, eao)])
+        X1, ex1 = _align(eng, [(X, ex), (Ao, eao)])
         st.tr((f"{name}.resid1", X1))
         A2, en2, nc2 = rmsnorm(eng, X1, ex1, f"{name}.norm2", st)
         F1, ef1, W1, ew1 = _affine(eng, li, A2, en2, P[8], P[9], st, name=f"{name}.fc1")
         H1, eh = _rq8(eng, F1, ef1)
-        H1 = eng._relu(H1)
+        H1 = eng._relu(H1) if getattr(eng, "attn_ops", None) is None else np.maximum(H1, 0, out=H1)
         st.tr((f"{name}.fc1.out_q", H1))
         F2, ef2, W2, ew2 = _affine(eng, li, H1, eh, P[10], P[11], st, name=f"{name}.fc2")
-        st.a, st.ex = N.align_add([(X1, ex1), (F2, ef2)])
+        st.a, st.ex = _align(eng, [(X1, ex1), (F2, ef2)])
         st.tr((f"{name}.out", st.a))
         st.tr((f"{name}.out_exponent", st.ex))
         return dict(ex=ex, A1=A1, en1=en1, nc1=nc1, qkv=qkv, Qh=Qh, Kh=Kh, Vh=Vh, P=Pm, Oa=Oa, eo=eo,
@@ -238,38 +259,38 @@ class Block(LayerKind):
         E, eg = bw.G, bw.eg  # the wide stream error
         # MLP branch
         G3, eg3 = _rq8(eng, E, eg)
-        eng._weight_grad(out, pi + 10, G3, c["H1"], eg3 + c["eh"], fb, lim)
+        _wgrad(eng, out, pi + 10, G3, c["H1"], eg3 + c["eh"], fb, lim)
         eng._accumulate(out, pi + 11, G3.sum(axis=1), eg3, fb, lim)
-        dH = eng._mm(G3, c["W2"]) * (c["H1"] > 0)
+        dH = _mm(eng, G3, c["W2"]) * (c["H1"] > 0)
         Gh, egh = _rq8(eng, dH, eg3 + c["ew2"])
-        eng._weight_grad(out, pi + 8, Gh, c["A2"], egh + c["en2"], fb, lim)
+        _wgrad(eng, out, pi + 8, Gh, c["A2"], egh + c["en2"], fb, lim)
         eng._accumulate(out, pi + 9, Gh.sum(axis=1), egh, fb, lim)
-        g2, eg2 = _rq8(eng, eng._mm(Gh, c["W1"]), egh + c["ew1"])
-        E, eg = N.align_add([(E, eg), _rms_back(g2, eg2, c["ex1"], c["nc2"])])
+        g2, eg2 = _rq8(eng, _mm(eng, Gh, c["W1"]), egh + c["ew1"])
+        E, eg = _align(eng, [(E, eg), _rms_back(eng, g2, eg2, c["ex1"], c["nc2"])])
         # attention branch
         Go, ego = _rq8(eng, E, eg)
-        eng._weight_grad(out, pi + 6, Go, c["Oa"], ego + c["eo"], fb, lim)
+        _wgrad(eng, out, pi + 6, Go, c["Oa"], ego + c["eo"], fb, lim)
         eng._accumulate(out, pi + 7, Go.sum(axis=1), ego, fb, lim)
-        Ga, ega = _rq8(eng, eng._mm(Go, c["Wo"]), ego + c["ewo"])
+        Ga, ega = _rq8(eng, _mm(eng, Go, c["Wo"]), ego + c["ewo"])
         Gah = _heads(Ga, n, b, T, H, dh)
         (_, eq, _, _), (_, ek, _, _), (_, ev, _, _) = c["qkv"]
         Pm = c["P"].reshape(n * b * H, T, T)
-        dP = eng._mm(Gah, c["Vh"].transpose(0, 2, 1))  # exponent ega + ev
-        dV = eng._mm(Pm.transpose(0, 2, 1), Gah)  # exponent ega - 7
-        dA = softmax_back(Pm, dP)  # exponent ega + ev - 14
+        dP = _mm(eng, Gah, c["Vh"].transpose(0, 2, 1))  # exponent ega + ev
+        dV = _mm(eng, Pm.transpose(0, 2, 1), Gah)  # exponent ega - 7
+        dA = softmax_back(Pm, dP, eng)  # exponent ega + ev - 14
         GS, eS = _rq8(eng, dA.reshape(n, b * H * T, T), ega + ev - 14)
         GS = GS.reshape(n * b * H, T, T)
-        dQ = eng._mm(GS, c["Kh"])  # exponent eS + ek - a
-        dK = eng._mm(GS.transpose(0, 2, 1), c["Qh"])  # exponent eS + eq - a
+        dQ = _mm(eng, GS, c["Kh"])  # exponent eS + ek - a
+        dK = _mm(eng, GS.transpose(0, 2, 1), c["Qh"])  # exponent eS + eq - a
         errs = []
         for j, (dM, e) in enumerate(((dQ, eS + ek - a), (dK, eS + eq - a), (dV, ega - 7))):
             Gs, egs = _rq8(eng, _rows(dM, n, b, T, H, dh), e)
             _, _, Wq, ew = c["qkv"][j]
-            eng._weight_grad(out, pi + 2 * j, Gs, c["A1"], egs + c["en1"], fb, lim)
+            _wgrad(eng, out, pi + 2 * j, Gs, c["A1"], egs + c["en1"], fb, lim)
             eng._accumulate(out, pi + 2 * j + 1, Gs.sum(axis=1), egs, fb, lim)
-            errs.append(_rq8(eng, eng._mm(Gs, Wq), egs + ew))
-        g1, eg1 = _rq8(eng, *N.align_add(errs))
-        E, eg = N.align_add([(E, eg), _rms_back(g1, eg1, c["ex"], c["nc1"])])
+            errs.append(_rq8(eng, _mm(eng, Gs, Wq), egs + ew))
+        g1, eg1 = _rq8(eng, *_align(eng, errs))
+        E, eg = _align(eng, [(E, eg), _rms_back(eng, g1, eg1, c["ex"], c["nc1"])])
         bw.G, bw.eg, bw.acc = E, eg, True
 
     def units(self, l, b, li, layers):
@@ -299,6 +320,8 @@ def softmax_int(eng, Sc, E):
     """Causal integer softmax of scores Sc (n, ..., T, T) with exponent E (n,) (the 2**-a scale
     included): z = max(-128, floor((Sc - rowmax) * 2**(E + 4) + 1/2)), e = EXP[z + 128],
     S = sum e, P = min(127, floor((256 e + S) / (2 S))); P = 0 above the diagonal."""
+    if getattr(eng, "attn_ops", None) is not None:
+        return eng.attn_ops.softmax_int(eng, Sc, E)
     T = Sc.shape[-1]
     mask = np.tri(T, dtype=bool)
     m = np.where(mask, Sc, -np.inf).max(axis=-1, keepdims=True)
@@ -309,8 +332,10 @@ def softmax_int(eng, Sc, E):
     return np.minimum(127, N.idiv(256 * e + S, 2 * S)).astype(np.float64)
 
 
-def softmax_back(P, dP):
+def softmax_back(P, dP, eng=None):
     """dA = P * (128 dP - rho), rho = sum_u P dP per row (exact integers < 2**49)."""
+    if getattr(eng, "attn_ops", None) is not None:
+        return eng.attn_ops.softmax_back(P, dP)
     Pi, dPi = P.astype(np.int64), dP.astype(np.int64)
     rho = (Pi * dPi).sum(axis=-1, keepdims=True)
     return (Pi * (128 * dPi - rho)).astype(np.float64)

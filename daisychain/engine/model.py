@@ -119,6 +119,14 @@ class Engine:
         if gemm == "fast" and spec.input_kind == "image" and tables_are_exact(luts) and spec.loss != "mse":
             from daisychain.engine.convfast import ConvFastPath
             self.conv_fast = ConvFastPath(spec, self.layout)
+        # The transformer's per-row rules (norm, softmax, align-adds, requantizes) compiled
+        # (engine/attnfast.py, same bits as engine/norm.py's and attention.py's numpy rules):
+        # applies to a sequence model on the "fast" GEMM route whose tables equal their
+        # definitions, with numba present; None takes the numpy rules.
+        self.attn_ops = None
+        if gemm == "fast" and spec.seq and self.rq_arith:
+            from daisychain.engine.attnfast import attn_ops
+            self.attn_ops = attn_ops()
 
     # ----------------------------------------------------------------- unit ops
     def _mm(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:

@@ -1,0 +1,396 @@
+"""The transformer's compiled rules (issue 37): the same values as the numpy rules of
+engine/norm.py and engine/attention.py (the definition), one compiled loop per rule instead
+of a dozen numpy calls on small arrays.
+
+The block (engine/attention.py) takes its per-row rules from ``eng.attn_ops``: this module's
+:class:`AttnOps` when engine/model.py chose it (the "fast" GEMM route, tables equal to their
+definitions, numba present); ``None`` takes the numpy rules. The route also runs the
+block's GEMMs as the engine's exact float32 BLAS calls without the conversion back to
+float64 (int8 operands, K <= 1024: every value an integer below 2**24) and each weight
+gradient as the engine's literal route (one exact float32 GEMM per micro-batch, then the
+fixed-point sum of ``_accumulate`` as a loop). The affine steps are the engine's own.
+
+Why the values are the same: every rule is either integer arithmetic (int64, every value
+below 2**53 as docs/ENGINE.md bounds it: exact in any order) or the IEEE float64 operations
+the numpy rule writes, in the order it writes them (numba without fastmath: no fused
+multiply-add, no reordering). ``math.frexp`` gives numpy's exponent, ``math.sqrt`` is
+correctly rounded as ``np.sqrt``. tests/engine/test_attnfast.py holds both routes to the
+same bytes on every intermediate and on the gradient.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import types
+
+import numpy as np
+
+from daisychain.compiled import numba_jit
+from daisychain.engine import norm as N
+from daisychain.units.gemm import MAX_K_FLOAT32
+
+WIDE, F = N.WIDE_BITS, N.NORM_F
+
+
+# ---------------------------------------------------------------------- the loops
+def _nb_bitlen(m):
+    """numpy's frexp exponent of float64 m >= 0 (0 for 0)."""
+    if m == 0.0:
+        return 0
+    return math.frexp(m)[1]
+
+
+def _nb_rq8(V, am, e, out, e_out):
+    """_rq8 on V (n, L) given am = max|V| per micro-batch (numpy's SIMD max and min, exact):
+    s = max(0, bitlen(am) - 7), out = clamp(floor(V * 2**-s + 1/2), -127, 127) (the
+    requantize by arithmetic), e_out = e + s."""
+    n, L = V.shape
+    for i in range(n):
+        s = _nb_bitlen(np.float64(am[i])) - 7
+        if s < 0:
+            s = 0
+        p = math.ldexp(1.0, -s)
+        for k in range(L):
+            x = np.float64(V[i, k]) * p
+            x += 0.5
+            x = math.floor(x)
+            x = min(max(x, -127.0), 127.0)
+            out[i, k] = x
+        e_out[i] = e[i] + s
+
+
+def _nb_norm15(V, e, e_out):
+    """norm15 in place on V (n, L) float64: t = max(0, bitlen(max|V|) - 15) per micro-batch;
+    where any t > 0 every micro-batch takes floor(V * 2**-t + 1/2) (as numpy's one pass)."""
+    n, L = V.shape
+    ts = np.empty(n, np.int64)
+    anyt = False
+    for i in range(n):
+        m = 0.0
+        for k in range(L):
+            a = abs(V[i, k])
+            if a > m:
+                m = a
+        t = _nb_bitlen(m) - WIDE
+        if t < 0:
+            t = 0
+        ts[i] = t
+        e_out[i] = e[i] + t
+        if t > 0:
+            anyt = True
+    if anyt:
+        for i in range(n):
+            p = math.ldexp(1.0, -ts[i])
+            for k in range(L):
+                x = V[i, k] * p
+                x += 0.5
+                V[i, k] = math.floor(x)
+
+
+def _nb_align(ops, ams, es, S, e_out):
+    """align_add of the k operands ops (a tuple of (n, L) arrays, read as float64, left as
+    they are; ams (k, n) their max|V| per micro-batch) with exponents es (k, n): S (n, L),
+    e_out (n,). The numpy rule's values: each
+    operand's wide form w (norm15: t > 0 only where max|V| >= 2**15, so w is non-zero exactly
+    where V is) is taken as its term is, the terms summed in operand order, then norm15."""
+    k = len(ops)
+    n, L = S.shape
+    ts = np.zeros((k, n), np.int64)
+    ew = np.empty((k, n), np.int64)
+    nz = np.zeros((k, n), np.bool_)
+    anyt = np.zeros(k, np.bool_)
+    for o in range(k):
+        for i in range(n):
+            m = ams[o, i]
+            t = _nb_bitlen(m) - WIDE
+            if t < 0:
+                t = 0
+            ts[o, i] = t
+            ew[o, i] = es[o, i] + t
+            nz[o, i] = m > 0.0
+            if t > 0:
+                anyt[o] = True
+    for i in range(n):
+        hi, lo, live = 0, 0, False
+        for o in range(k):
+            if nz[o, i]:
+                if not live:
+                    hi, lo, live = ew[o, i], ew[o, i], True
+                else:
+                    hi = max(hi, ew[o, i])
+                    lo = min(lo, ew[o, i])
+        e = max(lo, hi - 16) if live else ew[0, i]
+        for o in range(k):
+            V = ops[o]
+            pt = math.ldexp(1.0, -ts[o, i])
+            shift = anyt[o]
+            d = ew[o, i] - e
+            up = d >= 0
+            p = math.ldexp(1.0, min(d, 16)) if up else math.ldexp(1.0, -min(-d, 40))
+            for l in range(L):
+                w = np.float64(V[i, l])
+                if shift:
+                    w = math.floor(w * pt + 0.5)
+                if up:
+                    t = w * p
+                else:
+                    t = math.floor(w * p + 0.5)
+                S[i, l] = t if o == 0 else S[i, l] + t
+        e_out[i] = e
+    e2 = e_out.copy()
+    _nb_norm15(S, e2, e_out)
+
+
+def _nb_isqrt(v):
+    q = np.int64(math.floor(math.sqrt(float(v))))
+    if q * q > v:
+        q -= 1
+    if (q + 1) * (q + 1) <= v:
+        q += 1
+    return q
+
+
+def _nb_sdiv(a, m):
+    """sign(a) * floor((2|a| + m) / (2m)), m > 0."""
+    r = (2 * abs(a) + m) // (2 * m)
+    return r if a > 0 else (-r if a < 0 else 0 * r)
+
+
+def _nb_rms_fwd(x, C, y, q, j):
+    """rms_forward on x (n, R, D) float64 integers: y (n, R, D), q, j (n, R) int64."""
+    n, R, D = x.shape
+    xs = np.empty(D, np.int64)
+    for i in range(n):
+        for r in range(R):
+            m = 0
+            for c in range(D):
+                v = np.int64(x[i, r, c])
+                xs[c] = v
+                if abs(v) > m:
+                    m = abs(v)
+            jj = 0
+            if m > 0:
+                jj = WIDE - _nb_bitlen(float(m))
+                if jj < 0:
+                    jj = 0
+            ss = 0
+            for c in range(D):
+                xs[c] = xs[c] << jj
+                ss += xs[c] * xs[c]
+            qq = _nb_isqrt(ss)
+            j[i, r], q[i, r] = jj, qq
+            for c in range(D):
+                y[i, r, c] = _nb_sdiv(xs[c] * C, qq) if qq > 0 else 0
+
+
+def _nb_rms_back(g, y, q, j, C, dx):
+    """rms_backward's dx before its norm15, on int8 errors g (n, R, D) float64: dx float64;
+    returns J per micro-batch (n,) int64."""
+    n, R, D = g.shape
+    Nn = np.int64(D) << (2 * F)
+    Js = np.zeros(n, np.int64)
+    for i in range(n):
+        J, live_any = 0, False
+        for r in range(R):
+            if q[i, r] > 0:
+                if not live_any or j[i, r] > J:
+                    J = j[i, r]
+                live_any = True
+        Js[i] = J
+        for r in range(R):
+            if q[i, r] <= 0:
+                for c in range(D):
+                    dx[i, r, c] = 0.0
+                continue
+            Pr = 0
+            for c in range(D):
+                Pr += y[i, r, c] * np.int64(g[i, r, c])
+            Dq = D * q[i, r]
+            k = J - j[i, r]
+            if k > 40:
+                k = 40
+            half = (np.int64(1) << k) >> 1
+            for c in range(D):
+                num = np.int64(g[i, r, c]) * Nn - y[i, r, c] * Pr
+                z = _nb_sdiv(num, Dq) * C
+                dx[i, r, c] = float((z + half) >> k)
+    return Js
+
+
+def _nb_softmax(Sc, mult, exp_t, P):
+    """softmax_int on Sc (n, B, T, T) (integers, read as float64) with mult = 2**(E + 4) per
+    micro-batch; P float32 (integers 0..127)."""
+    n, B, T, _ = Sc.shape
+    ev = np.empty(T, np.int64)
+    for i in range(n):
+        mu = mult[i]
+        for b in range(B):
+            for t in range(T):
+                m = np.float64(Sc[i, b, t, 0])
+                for u in range(1, t + 1):
+                    if np.float64(Sc[i, b, t, u]) > m:
+                        m = np.float64(Sc[i, b, t, u])
+                S = 0
+                for u in range(t + 1):
+                    z = math.floor((np.float64(Sc[i, b, t, u]) - m) * mu + 0.5)
+                    if z < -128.0:
+                        z = -128.0
+                    ev[u] = np.int64(exp_t[np.int64(z + 128.0)])
+                    S += ev[u]
+                for u in range(t + 1):
+                    P[i, b, t, u] = float(min(127, (256 * ev[u] + S) // (2 * S)))
+                for u in range(t + 1, T):
+                    P[i, b, t, u] = 0.0
+
+
+def _nb_softmax_back(P, dP, out):
+    """softmax_back on (B, T, T): out = P * (128 dP - rho), rho = sum_u P dP."""
+    B, T, U = P.shape
+    for b in range(B):
+        for t in range(T):
+            rho = 0
+            for u in range(U):
+                rho += np.int64(P[b, t, u]) * np.int64(dP[b, t, u])
+            for u in range(U):
+                p = np.int64(P[b, t, u])
+                out[b, t, u] = float(p * (128 * np.int64(dP[b, t, u]) - rho))
+
+
+def _nb_accum(dW, p, limit, out):
+    """out += sum over micro-batches i of floor(clamp(dW_i * p_i, -limit, limit) + 1/2), the
+    engine's _accumulate (dW (n, M) integers, read as float64; p_i = 2**(e_i + S))."""
+    n, M = dW.shape
+    for m in range(M):
+        acc = 0
+        for i in range(n):
+            x = np.float64(dW[i, m]) * p[i]
+            x = min(x, limit)
+            x = max(x, -limit)
+            x += 0.5
+            acc += np.int64(math.floor(x))
+        out[m] += acc
+
+
+_NAMES = ("bitlen", "rq8", "norm15", "align", "isqrt", "sdiv", "rms_fwd", "rms_back", "softmax",
+          "softmax_back", "accum")
+_KERN: list = []
+_LOCK = threading.Lock()
+
+
+def kernels():
+    """The compiled loops, or None without numba (the numpy rules run)."""
+    if _KERN:
+        return _KERN[0]
+    with _LOCK:
+        if not _KERN:
+            jit = numba_jit()
+            if jit is None:
+                _KERN.append(None)
+            else:
+                k = types.SimpleNamespace()
+                g = globals()
+                for name in _NAMES:  # every global replaced before any compiles: the loops
+                    g["_nb_" + name] = jit(g["_nb_" + name])  # call the compiled helpers
+                    setattr(k, name, g["_nb_" + name])
+                _KERN.append(k)
+    return _KERN[0]
+
+
+# ---------------------------------------------------------------------- the routes
+def _f64(a):
+    return np.ascontiguousarray(a, np.float64)
+
+
+class AttnOps:
+    """The compiled route: the numpy rules' signatures and values."""
+
+    def __init__(self, k):
+        self.k = k
+
+    def mm(self, eng, a, b):
+        """eng._mm's float32 GEMM (int8 operands, K <= MAX_K_FLOAT32: exact) without its
+        conversion back to float64; a larger K takes eng._mm."""
+        K = a.shape[-1]
+        if K > MAX_K_FLOAT32:
+            return eng._mm(a, b)
+        a, b = a.astype(np.float32, copy=False), b.astype(np.float32, copy=False)
+        if b.ndim == 2:
+            return (a.reshape(-1, K) @ b).reshape(a.shape[:-1] + b.shape[1:])
+        return np.matmul(a, b)
+
+    def weight_grad(self, eng, out, pi, G, a_in, e, frac_bits, limit):
+        """eng._weight_grad's literal route (the per-micro-batch GEMM, then _accumulate) where
+        a micro-batch's rows fit one exact float32 GEMM; else eng._weight_grad."""
+        if G.shape[1] > MAX_K_FLOAT32:
+            return eng._weight_grad(out, pi, G, a_in, e, frac_bits, limit)
+        dW = np.matmul(G.astype(np.float32, copy=False).transpose(0, 2, 1), a_in.astype(np.float32, copy=False))
+        p = np.ldexp(1.0, np.asarray(e, np.int64) + frac_bits).reshape(-1)
+        o = eng.layout.offsets[pi]
+        self.k.accum(dW.reshape(dW.shape[0], -1), np.broadcast_to(p, (dW.shape[0],)).copy(), float(limit),
+                     out[o:o + dW[0].size])
+
+    def rq8(self, eng, V, e):
+        """(int8 values in float32, e + s): float32 feeds the GEMMs without a copy."""
+        V = np.ascontiguousarray(V)
+        out = np.empty(V.shape, np.float32)
+        e_out = np.empty(V.shape[0], np.int64)
+        V2 = V.reshape(V.shape[0], -1)
+        am = np.maximum(V2.max(axis=1), -V2.min(axis=1))  # max|V| per micro-batch, exact
+        self.k.rq8(V2, am, np.broadcast_to(np.asarray(e, np.int64), (V.shape[0],)), out.reshape(V.shape[0], -1),
+                   e_out)
+        return out, e_out
+
+    def align_add(self, ops):
+        first = np.asarray(ops[0][0])
+        shape, n = first.shape, first.shape[0]
+        dts = {np.asarray(V).dtype for V, _ in ops}
+        dt = dts.pop() if len(dts) == 1 else np.float64
+        # one array type for the tuple: C order, writable (a broadcast view is read-only)
+        Vs = tuple(np.require(np.asarray(V, dt).reshape(n, -1), dt, ["C", "W"]) for V, _ in ops)
+        es = np.stack([np.broadcast_to(np.asarray(e, np.int64), (n,)) for _, e in ops])
+        S = np.empty(Vs[0].shape, np.float64)
+        e_out = np.empty(n, np.int64)
+        ams = np.array([np.maximum(V.max(axis=1), -V.min(axis=1)) for V in Vs], np.float64)  # exact
+        self.k.align(Vs, ams, es, S, e_out)
+        return S.reshape(shape), e_out
+
+    def rms_forward(self, x):
+        x = _f64(x)
+        n, R, D = x.shape
+        y = np.empty((n, R, D), np.int64)
+        q = np.empty((n, R), np.int64)
+        j = np.empty((n, R), np.int64)
+        self.k.rms_fwd(x, N.norm_constant(D), y, q, j)
+        return y, (y, q, j)
+
+    def rms_backward(self, g, eg, ex, cache):
+        y, q, j = cache
+        g = _f64(g)
+        dx = np.empty(g.shape, np.float64)
+        J = self.k.rms_back(g, y, q, j, N.norm_constant(g.shape[-1]), dx)
+        e = np.asarray(eg, np.int64) - 3 * F - np.asarray(ex, np.int64) + J
+        e_out = np.empty(g.shape[0], np.int64)
+        flat = dx.reshape(g.shape[0], -1)
+        self.k.norm15(flat, np.broadcast_to(e, (g.shape[0],)).copy(), e_out)
+        return dx, e_out
+
+    def softmax_int(self, eng, Sc, E):
+        Sc = np.ascontiguousarray(Sc)
+        mult = np.ldexp(1.0, np.asarray(E, np.int64) + 4).reshape(-1).astype(np.float64)
+        P = np.empty(Sc.shape, np.float32)
+        self.k.softmax(Sc, np.broadcast_to(mult, (Sc.shape[0],)).copy(), eng.exp_t, P)
+        return P
+
+    def softmax_back(self, P, dP):
+        P, dP = np.ascontiguousarray(P), np.ascontiguousarray(dP)
+        out = np.empty(P.shape, np.float64)
+        self.k.softmax_back(P.reshape((-1,) + P.shape[-2:]), dP.reshape((-1,) + dP.shape[-2:]),
+                            out.reshape((-1,) + P.shape[-2:]))
+        return out
+
+
+def attn_ops():
+    """The compiled route, or None without numba."""
+    k = kernels()
+    return None if k is None else AttnOps(k)

@@ -1,0 +1,160 @@
+"""The transformer's compiled route (engine/attnfast.py) against the numpy rules (engine/norm.py,
+engine/attention.py), which are the definition: every rule on edge cases, then whole training
+steps and every traced intermediate, byte for byte (issue 37)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from daisychain.engine import norm as N
+from daisychain.engine.attention import softmax_back, softmax_int
+from daisychain.engine.data import model_for, prepare_task
+from daisychain.engine.spec import Hyper
+from daisychain.engine.trainer import Trainer
+from daisychain.units import load_luts
+
+attnfast = pytest.importorskip("daisychain.engine.attnfast")
+OPS = attnfast.attn_ops()
+if OPS is None:  # pragma: no cover - numba is a dependency
+    pytest.skip("no numba: the numpy rules run", allow_module_level=True)
+
+
+class _Eng:
+    """What the rules read from an engine: the exp table and the requantize by arithmetic."""
+
+    def __init__(self, ops):
+        self.exp_t = load_luts().exp.astype(np.float64)
+        self.attn_ops = ops
+
+    def _requantize(self, acc, s):
+        x = np.multiply(acc, np.ldexp(1.0, -np.asarray(s)).reshape((-1,) + (1,) * (acc.ndim - 1)))
+        x += 0.5
+        np.floor(x, out=x)
+        return np.clip(x, -127.0, 127.0, out=x)
+
+
+def _same(a, b):
+    a, b = np.asarray(a), np.asarray(b)
+    assert a.shape == b.shape and np.array_equal(a, b), (a, b)
+
+
+def _wide(rng, shape, bits):
+    """Integers of up to ``bits`` bits, one micro-batch all zero, one with a single value."""
+    v = rng.integers(-2**bits, 2**bits + 1, shape).astype(np.float64)
+    v[1] = 0.0
+    v[2] = 0.0
+    v[2].flat[5] = -(2**bits)
+    return v
+
+
+@pytest.mark.parametrize("bits", [3, 15, 16, 30, 45])
+def test_align_add_rq8_and_norm_rules_match_numpy(bits):
+    from daisychain.engine.attention import _rq8
+
+    rng = np.random.default_rng(bits)
+    shape = (5, 24, 16)
+    A, B, C = (_wide(rng, shape, b) for b in (bits, max(bits - 20, 1), 15))
+    for es in ([0, 0, 0], [0, 30, -5], [-60, 2, 17], [3, -3, 45]):
+        ops = [(V, np.array([e, e + 1, e - 40, e + 16, e - 17])) for V, e in zip((A, B, C), es)]
+        for k in (2, 3):
+            want, got = N.align_add(ops[:k]), OPS.align_add(ops[:k])
+            _same(want[0], got[0])
+            _same(want[1], got[1])
+    e = np.array([-3, 0, 7, 12, -40])
+    for V in (A, B, np.clip(A, -2**15, 2**15)):
+        want, got = _rq8(_Eng(None), V, e), _rq8(_Eng(OPS), V, e)
+        _same(want[0], got[0])
+        _same(want[1], got[1])
+    x = np.clip(A, -2**15, 2**15)
+    y, cache = N.rms_forward(x)
+    y2, cache2 = OPS.rms_forward(x)
+    _same(y, y2)
+    for a, b in zip(cache, cache2):
+        _same(a, b)
+    g = rng.integers(-127, 128, shape).astype(np.float64)
+    g[3] = 0.0
+    want, got = N.rms_backward(g, np.arange(5), np.arange(5) - 9, cache), OPS.rms_backward(g, np.arange(5),
+                                                                                       np.arange(5) - 9, cache2)
+    _same(want[0], got[0])
+    _same(want[1], got[1])
+
+
+def test_softmax_rules_match_numpy():
+    rng = np.random.default_rng(7)
+    T = 9
+    for lo, hi, E in ((-127 * 127 * 16, 127 * 127 * 16, [-8, -7, -12]), (-3, 4, [-1, 0, 2]), (0, 1, [-8, -8, -8])):
+        Sc = rng.integers(lo, hi, (3, 4, T, T)).astype(np.float64)
+        Sc[0, 1] = 0.0
+        want = softmax_int(_Eng(None), Sc, np.array(E))
+        got = softmax_int(_Eng(OPS), Sc, np.array(E))
+        _same(want, got)
+        dP = rng.integers(-127 * 127 * 32, 127 * 127 * 32, (12, T, T)).astype(np.float64)
+        P = want.reshape(12, T, T)
+        _same(softmax_back(P, dP), softmax_back(P, dP, _Eng(OPS)))
+
+
+@pytest.fixture(scope="module")
+def text():
+    return prepare_task("text")
+
+
+def test_compiled_route_gives_the_numpy_routes_bytes(text):
+    """Two blocks of width 16, 2 heads, context 8 (the golden model, step_text_gpt.json): every
+    traced intermediate equal, then five steps with the same gradient bytes and parameters."""
+    spec = model_for(text, ("block16h2", "block16h2"))
+    fast, ref = (Trainer(spec, Hyper(seed=5), text, load_luts()) for _ in range(2))
+    assert fast.engine.attn_ops is not None  # the "fast" GEMM route with exact tables chooses it
+    ref.engine.attn_ops = None
+    x, _ = fast.inputs(0, range(4))
+    tf, tn = [], []
+    zf, _ = fast.engine.forward(fast.theta, x, tf)
+    zn, _ = ref.engine.forward(ref.theta, x, tn)
+    assert zf.tobytes() == zn.tobytes()
+    assert [k for k, _ in tf] == [k for k, _ in tn] and len(tf) > 50
+    for (k, a), (_, b) in zip(tf, tn):
+        assert np.array_equal(np.asarray(a), np.asarray(b)), k
+    for _ in range(5):
+        gf, gn = fast.contribute(range(4)).grad, ref.contribute(range(4)).grad
+        assert gf.dtype == gn.dtype == np.int64 and gf.tobytes() == gn.tobytes()
+        fast.apply(gf)
+        ref.apply(gn)
+    assert fast.params_sha256() == ref.params_sha256()
+
+
+def test_one_sample_forward_as_sample_and_outputs_run_it(text):
+    """One sample of one micro-batch (``daisychain sample``; a broadcast, read-only position
+    table in the first align-add): the same logits on both routes."""
+    spec = model_for(text, ("block16h2", "block16h2"))
+    fast, ref = (Trainer(spec, Hyper(seed=5), text, load_luts()) for _ in range(2))
+    ref.engine.attn_ops = None
+    x, _ = fast.inputs(0, range(1))
+    for xs in (x[:, :1], x[:, :3]):
+        zf, _ = fast.engine.forward(fast.theta, xs)
+        zn, _ = ref.engine.forward(ref.theta, xs)
+        assert zf.tobytes() == zn.tobytes()
+    assert fast.engine.outputs(fast.theta, x[0], 2).tobytes() == ref.engine.outputs(ref.theta, x[0], 2).tobytes()
+
+
+def test_the_table_route_and_a_sequence_free_model_take_no_compiled_rules(text):
+    spec = model_for(text, ("block16h2",))
+    assert Trainer(spec, Hyper(seed=1), text, load_luts(), gemm="lut").engine.attn_ops is None
+    assert Trainer(model_for(text), Hyper(seed=1), text, load_luts()).engine.attn_ops is None
+
+
+@pytest.mark.parametrize("frac_bits, limit", [(40, 2.0**62), (12, 2.0**62), (40, 1000.0), (30, 50.0)])
+def test_weight_gradient_matches_the_engines_own(text, frac_bits, limit):
+    """The block's fc1 weight gradient: the engine's (its float64 fold or its literal route)
+    and the compiled route's fixed-point sums are the same, the clamp at ``limit`` included."""
+    eng = Trainer(model_for(text, ("block16h2",)), Hyper(seed=1), text, load_luts()).engine
+    pi = eng.first_param[2] + 8
+    M, D = eng.layout.shapes[pi]
+    rng = np.random.default_rng(frac_bits)
+    G = rng.integers(-127, 128, (3, 40, M)).astype(np.float64)
+    A = rng.integers(-127, 128, (3, 40, D)).astype(np.float64)
+    for e in (np.array([-30, -28, -33]), np.array([-50, -9, -20])):
+        want = np.zeros(eng.layout.size, np.int64)
+        got = np.zeros(eng.layout.size, np.int64)
+        eng._weight_grad(want, pi, G, A, e, frac_bits, limit)
+        OPS.weight_grad(eng, got, pi, G, A, e, frac_bits, limit)
+        assert want.any() and want.tobytes() == got.tobytes()
