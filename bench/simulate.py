@@ -161,10 +161,13 @@ def violations(sc: dict, res: dict) -> list[str]:
     for p in sorted(removed & liars - told - killed):
         bad.append(f"liar {p} removed but not told")
     bad += skipped_or_twice(out)
-    # a liar never caught at a verify rate under 1 may leave lies (by design: docs/MESH.md);
-    # at rate 1 every contribution of it was checked, so the hash holds whatever it did
+    # a liar never caught at a verify rate under 1 may leave lies (by design: docs/MESH.md),
+    # and so may one that left (died) before it was caught: nothing tells it from an honest
+    # peer that leaves, and only a removal rolls back (seeds 686, 1067, 1671, 1913 of the first 2,000 runs
+    # counted a dead liar as caught); at rate 1 every contribution of it was checked, so the
+    # hash holds whatever it did
     rate = max([float(e.get("verify_rate", 0)) for e in sc["events"] if e.get("op") == "peer"] + [0.0])
-    if not bad and end and end[-1][1] == "end" and (liars <= removed | killed or rate >= 1):
+    if not bad and end and end[-1][1] == "end" and (liars <= removed or rate >= 1):
         want = reference(tuple(sc["settings"]))
         for p, f in sorted(final.items()):
             if p in liars or p in told or f["sha"] is None:
