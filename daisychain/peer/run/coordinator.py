@@ -508,7 +508,8 @@ class Coordinator(TrustRole, CatchUpRole):
             if not spare and t.kind == "check":
                 dropped.append(t)  # nobody else can give this second opinion: go without it
                 continue  # (never a referee's: the answers it settles differ, it is waited for)
-            if not spare:
+            if not spare or t.kind == "referee":  # (the coordinator's own answer: no peer takes
+                # it over, two that agree decide nothing (checks.verdict); it is waited for)
                 t.deadline = self.now + self._deadline(t.assignees[0], len(t.micro))
                 continue
             backup = max(spare, key=lambda p: (self._cap(p), p == self.me))

@@ -21,8 +21,7 @@ class TrustRole:
     def _judge(self, j: int) -> list[Output]:
         """Compare the answers for spot-checked micro-batch ``j``, bit for bit. All equal
         (two or more, or one when nobody else can still answer): decided. Different: the
-        coordinator's own answer is the reference, or else one that two peers agree on;
-        otherwise the coordinator computes it itself (the referee)."""
+        coordinator's own answer is the reference: it computes it itself (the referee)."""
         c = self.checks.get(j)
         if c is None or c.decided is not None or not c.votes:
             return []

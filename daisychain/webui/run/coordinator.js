@@ -528,7 +528,9 @@ export class Coordinator {
         dropped.push(t);
         continue;
       }
-      if (!spare.length) {
+      // a referee's task is the coordinator's own answer: no peer takes it over (two peers that
+      // agree decide nothing, checks.js verdict), it is waited for
+      if (!spare.length || t.kind === "referee") {
         t.deadline = this.now + this._deadline(t.assignees[0], t.micro.length);
         continue;
       }
