@@ -155,7 +155,12 @@ class Coordinator(TrustRole, CatchUpRole):
         """Announce the run (a new term) to everyone with an open channel."""
         self.run = self._announce()
         out: list[Output] = [Log(f"coordinating the run from step {self.step} (term {self.term})")]
-        return out + [Send(p, self._announce()) for p in self._announce_targets()]
+        out += [Send(p, self._announce()) for p in self._announce_targets()]
+        # a removed liar still in the room is told again: the refuse of the coordinator that
+        # removed it may have died with it, and it waited for ever (seed 676)
+        why = ("removed from the run earlier (a caught liar): the new coordinator keeps it out",)
+        return out + [Send(p, F.Refuse(self.term, why)) for p in sorted(self.banned)
+                      if p in self.open and p in self.room and p != self.me]
 
     def start(self) -> list[Output]:
         """The host of a new room: members the run was announced to get a while to answer

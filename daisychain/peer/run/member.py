@@ -362,8 +362,9 @@ class Member:
         return out
 
     def on_refuse(self, sender: str, msg: F.Refuse) -> list[Output]:
-        """The coordinator removed this replica from the run (``reasons``: why)."""
-        if sender != self.coord or self.refused:
+        """The coordinator removed this replica from the run (``reasons``: why); a new host the
+        server names may say it again (the one that removed it died first)."""
+        if sender not in (self.coord, self.peer.host) or self.refused:
             return []
         self.refused = self.ended = True
         self.pending.clear()

@@ -106,8 +106,13 @@ export class Coordinator {
   async begin() {
     await this._newWindow();
     this.run = this._announce();
+    // a removed liar still in the room is told again: the refuse of the coordinator that
+    // removed it may have died with it, and it waited for ever (seed 676)
+    const why = ["removed from the run earlier (a caught liar): the new coordinator keeps it out"];
+    const told = [...this.banned].sort().filter((p) => this.open.has(p) && this.room.has(p) && p !== this.me);
     return [log(`coordinating the run from step ${this.step} (term ${this.term})`),
-      ...this._announceTargets().map((p) => send(p, this._announce()))];
+      ...this._announceTargets().map((p) => send(p, this._announce())),
+      ...told.map((p) => send(p, { T: "refuse", term: this.term, reasons: why }))];
   }
 
   /** The host of a new run: members it was announced to get a while to answer first. */

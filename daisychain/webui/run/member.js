@@ -403,7 +403,8 @@ export class Member {
 
   /** The coordinator removed this replica from the run (`reasons`: why). */
   async onRefuse(sender, msg) {
-    if (sender !== this.coord || this.refused) return [];
+    // (a new host the server names may say it again: the one that removed it died first)
+    if ((sender !== this.coord && sender !== this.peer.host) || this.refused) return [];
     this.refused = true;
     this.ended = true;
     this.pending.clear();
