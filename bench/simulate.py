@@ -150,10 +150,10 @@ def violations(sc: dict, res: dict) -> list[str]:
     end = [o for o in out if o[0] == "sim"]
     if not end or end[-1][1] != "end":
         bad.append(f"hang: no end within {UNTIL_MS} ms of virtual time")
-    removed = {o[3] for o in out if o[0] == "alarm" and o[2] == "removed"}
     told = {o[1] for o in out if o[0] == "removed"}
     killed = {e["id"] for e in sc["events"] if e.get("op") == "kill"} | {
         x[1]["id"] for e in sc["events"] if e.get("op") == "sim" for x in e.get("at", []) if x[1]["op"] == "kill"}
+    removed = forgotten_removals(out, killed, told)
     for o in out:
         if o[0] == "alarm" and o[3] not in liars:
             bad.append(f"an honest peer struck: {o[1]} -> {o[3]}: {o[-1][:200]}")
@@ -175,6 +175,20 @@ def violations(sc: dict, res: dict) -> list[str]:
             if f["sha"] != want:
                 bad.append(f"{p} ended on {f['sha'][:16]} at step {f['step']}, not train's {want[:16]}")
     return bad
+
+
+def forgotten_removals(out: list, killed: set, told: set) -> set:
+    """The liars removed from the run as the room knows it: a removal by a coordinator that
+    died before anyone heard of it (its liar was not told, and took part to the end under the
+    next coordinator, which never learned) is forgotten with it; that liar is an uncaught one
+    again, for the spot-checks to catch anew (seed 3802: the removal was counted, and the liar
+    "removed but not told")."""
+    by: dict[str, set] = {}
+    for o in out:
+        if o[0] == "alarm" and o[2] == "removed":
+            by.setdefault(o[3], set()).add(o[1])
+    ended = {o[1] for o in out if o[0] == "ended"}
+    return {p for p, who in by.items() if who - killed or p in told or p not in ended}
 
 
 def skipped_or_twice(out: list) -> list[str]:
