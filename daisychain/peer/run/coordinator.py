@@ -155,12 +155,7 @@ class Coordinator(TrustRole, CatchUpRole):
         """Announce the run (a new term) to everyone with an open channel."""
         self.run = self._announce()
         out: list[Output] = [Log(f"coordinating the run from step {self.step} (term {self.term})")]
-        out += [Send(p, self._announce()) for p in self._announce_targets()]
-        # a removed liar still in the room is told again: the refuse of the coordinator that
-        # removed it may have died with it, and it waited for ever (seed 676)
-        why = ("removed from the run earlier (a caught liar): the new coordinator keeps it out",)
-        return out + [Send(p, F.Refuse(self.term, why)) for p in sorted(self.banned)
-                      if p in self.open and p in self.room and p != self.me]
+        return out + [Send(p, self._announce()) for p in self._announce_targets()] + self._tell_removed()
 
     def start(self) -> list[Output]:
         """The host of a new room: members the run was announced to get a while to answer
@@ -513,8 +508,7 @@ class Coordinator(TrustRole, CatchUpRole):
             if not spare and t.kind == "check":
                 dropped.append(t)  # nobody else can give this second opinion: go without it
                 continue  # (never a referee's: the answers it settles differ, it is waited for)
-            if not spare or t.kind == "referee":  # (the coordinator's own answer: no peer takes
-                # it over, two that agree decide nothing (checks.verdict); it is waited for)
+            if not spare or t.kind == "referee":  # (a referee's is ours alone: checks.verdict)
                 t.deadline = self.now + self._deadline(t.assignees[0], len(t.micro))
                 continue
             backup = max(spare, key=lambda p: (self._cap(p), p == self.me))
@@ -580,6 +574,8 @@ class Coordinator(TrustRole, CatchUpRole):
         RestoreError when the state does not fit the run."""
         state = checked_state(self.trainer, step, theta, adam.m, adam.v, adam.b1t, adam.b2t,
                               params_sha256)
+        if refused := self._holds_lies(state):
+            return refused
         self.member.load(state)
         if steps is not None:
             self.peer.steps = int(steps)

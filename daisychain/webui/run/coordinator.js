@@ -106,13 +106,8 @@ export class Coordinator {
   async begin() {
     await this._newWindow();
     this.run = this._announce();
-    // a removed liar still in the room is told again: the refuse of the coordinator that
-    // removed it may have died with it, and it waited for ever (seed 676)
-    const why = ["removed from the run earlier (a caught liar): the new coordinator keeps it out"];
-    const told = [...this.banned].sort().filter((p) => this.open.has(p) && this.room.has(p) && p !== this.me);
     return [log(`coordinating the run from step ${this.step} (term ${this.term})`),
-      ...this._announceTargets().map((p) => send(p, this._announce())),
-      ...told.map((p) => send(p, { T: "refuse", term: this.term, reasons: why }))];
+      ...this._announceTargets().map((p) => send(p, this._announce())), ...this._tellRemoved()];
   }
 
   /** The host of a new run: members it was announced to get a while to answer first. */
@@ -164,6 +159,8 @@ export class Coordinator {
    * continues from `step` (to `steps`, if given). Throws when the state does not fit the run. */
   async restore(st, steps = null) {
     const checked = await checkedState(this.trainer, st, st.params_sha256 || null);
+    const refused = await this._holdsLies(st);
+    if (refused.length) return refused;
     const sha = await this.member.load(checked);
     if (steps !== null) this.peer.steps = steps;
     await this._newWindow();
