@@ -167,7 +167,8 @@ def violations(sc: dict, res: dict) -> list[str]:
     # counted a dead liar as caught); at rate 1 every contribution of it was checked, so the
     # hash holds whatever it did
     rate = max([float(e.get("verify_rate", 0)) for e in sc["events"] if e.get("op") == "peer"] + [0.0])
-    if not bad and end and end[-1][1] == "end" and (liars <= removed or rate >= 1):
+    if not bad and end and end[-1][1] == "end" and (liars <= removed or rate >= 1) \
+            and not window_gap(out, liars):
         want = reference(tuple(sc["settings"]))
         for p, f in sorted(final.items()):
             if p in liars or p in told or f["sha"] is None:
@@ -189,6 +190,25 @@ def forgotten_removals(out: list, killed: set, told: set) -> set:
             by.setdefault(o[3], set()).add(o[1])
     ended = {o[1] for o in out if o[0] == "ended"}
     return {p for p, who in by.items() if who - killed or p in told or p not in ended}
+
+
+def window_gap(out: list, liars: set) -> bool:
+    """Whether a liar was removed by a coordinator that joined the run by a STATE after the
+    liar's first contribution: its rollback window starts at that state (a window is kept
+    from the totals a member applies; the STATE carries none), so the lies before it stay
+    (docs/RELIABILITY.md, "Not covered"; seed 3063). Counted apart, as uncaught liars are."""
+    joined: dict[str, int] = {}
+    first: dict[str, int] = {}
+    seen: set = set()
+    for o in out:
+        if o[0] == "committed":
+            seen.add(o[1])
+            for p, _ in o[4]:
+                first.setdefault(p, o[2])
+        elif o[0] == "log" and o[1] not in seen and o[1] not in joined and o[3].startswith("synced to step "):
+            joined[o[1]] = int(o[3].split()[3])
+    return any(o[0] == "alarm" and o[2] == "removed" and o[3] in liars and o[3] in first
+               and joined.get(o[1], 0) > first[o[3]] for o in out)
 
 
 def skipped_or_twice(out: list) -> list[str]:
@@ -300,7 +320,7 @@ def shrink(sc: dict, lang: str, bad: list[str]) -> dict:
 
 
 def run_seeds(start: int, count: int, lang: str, batch: int = 50) -> dict:
-    runs, found, uncaught = 0, [], 0
+    runs, found, uncaught, gaps = 0, [], 0, 0
     faults: dict[str, int] = {}
     for lo in range(start, start + count, batch):
         seeds = list(range(lo, min(start + count, lo + batch)))
@@ -324,13 +344,16 @@ def run_seeds(start: int, count: int, lang: str, batch: int = 50) -> dict:
             removed = {o[3] for o in res.get("outputs", []) if o[0] == "alarm" and o[2] == "removed"}
             if set(info["liars"]) - removed:
                 uncaught += 1  # a liar the spot-checks never caught (a rate < 1): its lies may stay
+            elif window_gap(res.get("outputs", []), set(info["liars"])):
+                gaps += 1  # caught by a coordinator whose window began after its first lies
             for what in [info["shape"]] + [f"lie-{f}" for f in info["liars"].values()] + info["events"] + (
                     ["late-join"] * len(info["late"])) + (["straggler"] * len(info["slow"])):
                 faults[what] = faults.get(what, 0) + 1
             if bad:
                 found.append({"seed": sc["seed"], "violations": bad})
     return {"runs": runs, "violations": len(found), "first_failing_seed": found[0]["seed"] if found else None,
-            "failing": found[:20], "faults": dict(sorted(faults.items())), "uncaught_liar_runs": uncaught}
+            "failing": found[:20], "faults": dict(sorted(faults.items())), "uncaught_liar_runs": uncaught,
+            "window_gap_runs": gaps}
 
 
 def main(argv=None) -> int:
