@@ -170,6 +170,8 @@ class Member:
         if sender != self.peer.host and not (msg.term == self.term and sender == self.coord) and not handing:
             return self._hold(sender, msg)
         self.held.pop(sender, None)
+        if sender != self.coord:  # a restore announced by the one before is void (it died before
+            self.restoring = None  # its STATE came, and the new host's state was ignored: seed 5559)
         self.coord = sender
         self.peer.steps = msg.steps
         self.peer.verify_rate, self.peer.strikes = msg.verify_rate, msg.strikes

@@ -196,6 +196,9 @@ export class Member {
     if (p.host === p.me && !this.run && !handing && !p.room.has(msg.coordinator)) return this._forwarded(sender, msg);
     if (sender !== p.host && !(msg.term === this.term && sender === this.coord) && !handing) return this._hold(sender, msg);
     this.held.delete(sender);
+    // a restore announced by the one before is void (it died before its STATE came, and the new
+    // host's state was ignored: seed 5559)
+    if (sender !== this.coord) this.restoring = null;
     this.coord = sender;
     p.steps = msg.steps;
     p.verifyRate = msg.verify_rate ?? 0.0;
