@@ -413,8 +413,10 @@ class Member:
 
     def on_refuse(self, sender: str, msg: F.Refuse) -> list[Output]:
         """The coordinator removed this replica from the run (``reasons``: why); a new host the
-        server names may say it again (the one that removed it died first)."""
-        if sender not in (self.coord, self.peer.host) or self.refused:
+        server names may say it again (the one that removed it died first), and the host named
+        before may say it in the term before (its refuse overtaken by a step-down: seed 7306)."""
+        before = sender == self.peer.prev_host and msg.term < self.term
+        if (sender not in (self.coord, self.peer.host) and not before) or self.refused:
             return []
         self.refused = self.ended = True
         self.pending.clear()

@@ -453,8 +453,10 @@ export class Member {
 
   /** The coordinator removed this replica from the run (`reasons`: why). */
   async onRefuse(sender, msg) {
-    // (a new host the server names may say it again: the one that removed it died first)
-    if ((sender !== this.coord && sender !== this.peer.host) || this.refused) return [];
+    // (a new host the server names may say it again: the one that removed it died first; the
+    // host named before may say it in the term before: its refuse overtaken by a step-down, seed 7306)
+    const before = sender === this.peer.prevHost && msg.term < this.term;
+    if ((sender !== this.coord && sender !== this.peer.host && !before) || this.refused) return [];
     this.refused = true;
     this.ended = true;
     this.pending.clear();
