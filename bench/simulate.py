@@ -165,9 +165,13 @@ def violations(sc: dict, res: dict) -> list[str]:
     # and so may one that left (died) before it was caught: nothing tells it from an honest
     # peer that leaves, and only a removal rolls back (seeds 686, 1067, 1671, 1913 of the first 2,000 runs
     # counted a dead liar as caught); at rate 1 every contribution of it was checked, so the
-    # hash holds whatever it did
+    # hash holds whatever it did, unless a check of it lost its second answer (the checker
+    # left or was removed: decided by its one answer, unchecked by design, docs/MESH.md
+    # "Spot-checks"; seed 8350), which the totals say
     rate = max([float(e.get("verify_rate", 0)) for e in sc["events"] if e.get("op") == "peer"] + [0.0])
-    if not bad and end and end[-1][1] == "end" and (liars <= removed or rate >= 1) \
+    unchecked = {p for o in out if o[0] == "send" and o[3] == "total" and isinstance(o[6], dict)
+                 for p in o[6].get("unchecked", ())}
+    if not bad and end and end[-1][1] == "end" and (liars <= removed or (rate >= 1 and not (liars - removed) & unchecked)) \
             and not window_gap(out, liars):
         want = reference(tuple(sc["settings"]))
         for p, f in sorted(final.items()):
