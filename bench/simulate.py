@@ -150,10 +150,10 @@ def violations(sc: dict, res: dict) -> list[str]:
     end = [o for o in out if o[0] == "sim"]
     if not end or end[-1][1] != "end":
         bad.append(f"hang: no end within {UNTIL_MS} ms of virtual time")
-    removed = {o[3] for o in out if o[0] == "alarm" and o[2] == "removed"}
     told = {o[1] for o in out if o[0] == "removed"}
     killed = {e["id"] for e in sc["events"] if e.get("op") == "kill"} | {
         x[1]["id"] for e in sc["events"] if e.get("op") == "sim" for x in e.get("at", []) if x[1]["op"] == "kill"}
+    removed = forgotten_removals(out, killed, told)
     for o in out:
         if o[0] == "alarm" and o[3] not in liars:
             bad.append(f"an honest peer struck: {o[1]} -> {o[3]}: {o[-1][:200]}")
@@ -161,10 +161,18 @@ def violations(sc: dict, res: dict) -> list[str]:
     for p in sorted(removed & liars - told - killed):
         bad.append(f"liar {p} removed but not told")
     bad += skipped_or_twice(out)
-    # a liar never caught at a verify rate under 1 may leave lies (by design: docs/MESH.md);
-    # at rate 1 every contribution of it was checked, so the hash holds whatever it did
+    # a liar never caught at a verify rate under 1 may leave lies (by design: docs/MESH.md),
+    # and so may one that left (died) before it was caught: nothing tells it from an honest
+    # peer that leaves, and only a removal rolls back (seeds 686, 1067, 1671, 1913 of the first 2,000 runs
+    # counted a dead liar as caught); at rate 1 every contribution of it was checked, so the
+    # hash holds whatever it did, unless a check of it lost its second answer (the checker
+    # left or was removed: decided by its one answer, unchecked by design, docs/MESH.md
+    # "Spot-checks"; seed 8350), which the totals say
     rate = max([float(e.get("verify_rate", 0)) for e in sc["events"] if e.get("op") == "peer"] + [0.0])
-    if not bad and end and end[-1][1] == "end" and (liars <= removed | killed or rate >= 1):
+    unchecked = {p for o in out if o[0] == "send" and o[3] == "total" and isinstance(o[6], dict)
+                 for p in o[6].get("unchecked", ())}
+    if not bad and end and end[-1][1] == "end" and (liars <= removed or (rate >= 1 and not (liars - removed) & unchecked)) \
+            and not window_gap(out, liars):
         want = reference(tuple(sc["settings"]))
         for p, f in sorted(final.items()):
             if p in liars or p in told or f["sha"] is None:
@@ -172,6 +180,39 @@ def violations(sc: dict, res: dict) -> list[str]:
             if f["sha"] != want:
                 bad.append(f"{p} ended on {f['sha'][:16]} at step {f['step']}, not train's {want[:16]}")
     return bad
+
+
+def forgotten_removals(out: list, killed: set, told: set) -> set:
+    """The liars removed from the run as the room knows it: a removal by a coordinator that
+    died before anyone heard of it (its liar was not told, and took part to the end under the
+    next coordinator, which never learned) is forgotten with it; that liar is an uncaught one
+    again, for the spot-checks to catch anew (seed 3802: the removal was counted, and the liar
+    "removed but not told")."""
+    by: dict[str, set] = {}
+    for o in out:
+        if o[0] == "alarm" and o[2] == "removed":
+            by.setdefault(o[3], set()).add(o[1])
+    ended = {o[1] for o in out if o[0] == "ended"}
+    return {p for p, who in by.items() if who - killed or p in told or p not in ended}
+
+
+def window_gap(out: list, liars: set) -> bool:
+    """Whether a liar was removed by a coordinator that joined the run by a STATE after the
+    liar's first contribution: its rollback window starts at that state (a window is kept
+    from the totals a member applies; the STATE carries none), so the lies before it stay
+    (docs/RELIABILITY.md, "Not covered"; seed 3063). Counted apart, as uncaught liars are."""
+    joined: dict[str, int] = {}
+    first: dict[str, int] = {}
+    seen: set = set()
+    for o in out:
+        if o[0] == "committed":
+            seen.add(o[1])
+            for p, _ in o[4]:
+                first.setdefault(p, o[2])
+        elif o[0] == "log" and o[1] not in seen and o[1] not in joined and o[3].startswith("synced to step "):
+            joined[o[1]] = int(o[3].split()[3])
+    return any(o[0] == "alarm" and o[2] == "removed" and o[3] in liars and o[3] in first
+               and joined.get(o[1], 0) > first[o[3]] for o in out)
 
 
 def skipped_or_twice(out: list) -> list[str]:
@@ -283,7 +324,7 @@ def shrink(sc: dict, lang: str, bad: list[str]) -> dict:
 
 
 def run_seeds(start: int, count: int, lang: str, batch: int = 50) -> dict:
-    runs, found, uncaught = 0, [], 0
+    runs, found, uncaught, gaps = 0, [], 0, 0
     faults: dict[str, int] = {}
     for lo in range(start, start + count, batch):
         seeds = list(range(lo, min(start + count, lo + batch)))
@@ -307,13 +348,16 @@ def run_seeds(start: int, count: int, lang: str, batch: int = 50) -> dict:
             removed = {o[3] for o in res.get("outputs", []) if o[0] == "alarm" and o[2] == "removed"}
             if set(info["liars"]) - removed:
                 uncaught += 1  # a liar the spot-checks never caught (a rate < 1): its lies may stay
+            elif window_gap(res.get("outputs", []), set(info["liars"])):
+                gaps += 1  # caught by a coordinator whose window began after its first lies
             for what in [info["shape"]] + [f"lie-{f}" for f in info["liars"].values()] + info["events"] + (
                     ["late-join"] * len(info["late"])) + (["straggler"] * len(info["slow"])):
                 faults[what] = faults.get(what, 0) + 1
             if bad:
                 found.append({"seed": sc["seed"], "violations": bad})
     return {"runs": runs, "violations": len(found), "first_failing_seed": found[0]["seed"] if found else None,
-            "failing": found[:20], "faults": dict(sorted(faults.items())), "uncaught_liar_runs": uncaught}
+            "failing": found[:20], "faults": dict(sorted(faults.items())), "uncaught_liar_runs": uncaught,
+            "window_gap_runs": gaps}
 
 
 def main(argv=None) -> int:

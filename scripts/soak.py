@@ -9,7 +9,8 @@ seconds. A flaky room test shows up as a failure count (issue 34, item 7):
 
 Exit status 1 when any run of any test failed (or errored), so a soak can gate a merge. The
 failures' first lines and the rounds they happened in are printed; each round's JUnit XML is
-kept under --keep (default: a temporary folder) to read the logs of a failed run."""
+kept under --keep (default: a temporary folder), with the whole output of a round that failed
+(roundNNN.log), to read the logs of a failed run."""
 
 from __future__ import annotations
 
@@ -58,6 +59,8 @@ def soak(targets: list[str], count: int, keyword: str | None, keep: Path) -> tup
                "no:cacheprovider", f"--junitxml={xml}", *targets] + (["-k", keyword] if keyword else [])
         res = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
         got = round_results(xml)
+        if res.returncode != 0:  # the whole round's output, to read a failure's logs later
+            (keep / f"round{n:03d}.log").write_text(res.stdout + res.stderr)
         if not got:
             failures.append((n, "the round", (res.stdout + res.stderr).strip()[-300:]))
         for name, r in got.items():

@@ -69,3 +69,32 @@ def test_the_command_prints_one_json_line():
     got = json.loads(lines[0])
     assert got["runs"] == 3 and got["violations"] == 0 and got["first_failing_seed"] is None
     assert res.returncode == 0
+
+
+def test_the_checker_counts_the_designs_bounds_apart():
+    """The exceptions to "no lie stays" are the design's bounds (docs/RELIABILITY.md, "The
+    simulator"), each tested here so that none is wider than it says."""
+    sha, other = "0" * 64, "1" * 64
+    peers = [{"op": "peer", "id": "p0", "host": True, "verify_rate": 0.5}, {"op": "peer", "id": "p1", "verify_rate": 0.5},
+             {"op": "peer", "id": "p2", "fault": "flip", "verify_rate": 0.5}]
+    sc = {"settings": ["--hidden", "8", "--batch", "8", "--micro-batch", "2", "--steps", "2"], "events": peers}
+    final = {"p0": {"step": 2, "sha": other}, "p1": {"step": 2, "sha": other}}
+    end = [["sim", "end", 100]]
+    # a liar caught and removed: the hash must hold
+    caught = [["alarm", "p0", "removed", "p2", "p2", 1, None, 3, "liar removed"], ["removed", "p2", "p0", "3 strikes"]]
+    assert any("not train's" in v for v in violations(sc, {"outputs": caught + end, "final": final}))
+    # a liar that died before it was caught: uncaught, its lies may stay (seeds 686, 1067, ...)
+    died = dict(sc, events=peers + [{"op": "kill", "id": "p2"}])
+    assert violations(died, {"outputs": end, "final": final}) == []
+    # a removal that died with its coordinator (the liar ended with the others): forgotten (seed 3802)
+    gone = dict(sc, events=peers + [{"op": "kill", "id": "p0"}])
+    forgot = [["alarm", "p0", "removed", "p2", "p2", 1, None, 3, "liar removed"], ["ended", "p2", 2, other, True]]
+    assert violations(gone, {"outputs": forgot + end, "final": {"p1": final["p1"]}}) == []
+    # ... but not when the liar never ended: it waited, not told
+    assert any("removed but not told" in v for v in violations(gone, {"outputs": forgot[:1] + end, "final": {}}))
+    # a window gap: the coordinator that caught it joined by a STATE after its first lie (seed 3063)
+    lie = [["committed", "p0", 0, 1.0, [["p2", 1]], 0, other]]
+    late = [["log", "p1", False, "synced to step 1 from p0 (params 000000000000)"],
+            ["alarm", "p1", "removed", "p2", "p2", 1, None, 3, "liar removed"], ["removed", "p2", "p1", "3 strikes"]]
+    assert violations(sc, {"outputs": lie + late + end, "final": final}) == []
+    assert any("not train's" in v for v in violations(sc, {"outputs": lie + late[1:] + end, "final": final}))

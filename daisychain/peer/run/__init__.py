@@ -42,8 +42,8 @@ verdicts, strikes, removal, rollback),
 """
 
 from daisychain.peer.run.checks import checked_micro, verdict  # noqa: F401
-from daisychain.peer.run.coordinator import (  # noqa: F401
-    DEADLINE_FACTOR, MIN_DEADLINE_S, RESTORE_WAIT_S, START_WAIT_S, SYNC_WAIT_S)
+from daisychain.peer.run.catchup import RESTORE_WAIT_S, SYNC_WAIT_S  # noqa: F401
+from daisychain.peer.run.coordinator import DEADLINE_FACTOR, MIN_DEADLINE_S, START_WAIT_S  # noqa: F401
 from daisychain.peer.run.driver import STRIKES, VERIFY_RATE, RunPeer, message_name  # noqa: F401
 from daisychain.peer.run.outputs import (  # noqa: F401
     Alarm, Committed, Compute, Ended, FetchData, Log, Output, Refused, Removed, RestoreError, Restored,

@@ -3,18 +3,23 @@ says it holds a later step is asked for its STATE only once a second member repo
 same step and hash, and that STATE is taken only from the member asked, at that step and
 hash (a STATE nobody asked for is refused, a strike); with no confirmation the room goes on
 from the coordinator's state. A member that fell behind or diverged asks (``sync``) and gets
-the state once per term and step (docs/SECURITY.md, "A hostile member")."""
+the state once per term and step (docs/SECURITY.md, "A hostile member"). A restore (from a
+checkpoint) or a rollback reopens the run on the coordinator's state in a new term."""
 
 from __future__ import annotations
 
+import numpy as np
+
 from daisychain.engine.trainer import params_sha256
 from daisychain.peer import frames as F
-from daisychain.peer.run.outputs import Log, Output, RestoreError, Send
+from daisychain.peer.run.outputs import Log, Output, RestoreError, Restored, Send
 from daisychain.peer.run.state import checked_state
 
 #: how long a coordinator waits for the STATE of a member that said it is ahead (and for a
 #: second member to confirm that step)
 SYNC_WAIT_S = 20.0
+#: how long a restore (or a rollback) waits for the members to answer its new term
+RESTORE_WAIT_S = 20.0
 
 
 class CatchUpRole:
@@ -143,3 +148,43 @@ class CatchUpRole:
             m.synced = True
             out.append(Send(peer, self._state()))
         return out
+
+    def restore(self, step: int, theta: np.ndarray, adam, params_sha256: str | None = None,
+                source: str = "a checkpoint", steps: int | None = None) -> list[Output]:
+        """The coordinator restores the whole room from a checked state (``adam``: an
+        ``AdamState``): it loads it, opens a new term (open work is dropped) and sends each
+        member ``restore`` + STATE + ``run``; training continues from ``step`` (to ``steps``,
+        the run's total, if given). Raises
+        RestoreError when the state does not fit the run."""
+        state = checked_state(self.trainer, step, theta, adam.m, adam.v, adam.b1t, adam.b2t,
+                              params_sha256)
+        if refused := self._holds_lies(state):
+            return refused
+        self.member.load(state)
+        if steps is not None:
+            self.peer.steps = int(steps)
+        self._new_window()
+        self.term += 1
+        sha = self._hash()
+        return self._reopen([Log(f"restored the room from {source}: step {step}, params {sha[:12]} "
+                                 f"(term {self.term})"), Restored(int(step), sha, self.me)])
+
+    def _reopen(self, out: list[Output]) -> list[Output]:
+        """A new term (already counted) on a state the coordinator loaded (a restore, a
+        rollback): open work is dropped; each member gets ``restore`` + STATE + ``run``."""
+        self.restored_term = self.term
+        self.tasks, self.step_started, self.catching_up, self.ended = {}, False, False, False
+        self.checks = {}
+        self.pending.clear()
+        self.ring.drop()  # ring hook
+        for mem in self.members.values():
+            mem.ready = mem.synced = False
+        targets = self._announce_targets()
+        self.wait_for, self.wait_until = set(targets), self.now + RESTORE_WAIT_S
+        state, announce = self._state(), self._announce()
+        restore = F.Restore(self.term, self.step, state.params_sha256)
+        for p in targets:  # a member that never joined gets the state when it answers `run`
+            if p in self.members and not self.members[p].refused:
+                out += [Send(p, restore), Send(p, state)]
+            out.append(Send(p, announce))
+        return out + self._maybe_begin()

@@ -20,18 +20,16 @@ from daisychain.peer.intcodec import past_bound
 from daisychain.peer.run.aggregator import Star
 from daisychain.peer.run.catchup import SYNC_WAIT_S, CatchUpRole
 from daisychain.peer.run.checks import checked_micro
-from daisychain.peer.run.outputs import Compute, Ended, Log, Output, Refused, Restored, Send
+from daisychain.peer.run.outputs import Compute, Ended, Log, Output, Refused, Send
 from daisychain.peer.run.ring_roles import RingCoordinator
 from daisychain.peer.run.rollback import Window
 from daisychain.peer.run.split import finish_shares, split_tasks
-from daisychain.peer.run.state import checked_state
 from daisychain.peer.run.trust import TrustRole
 
 #: smallest and initial deadline (seconds) of a task
 MIN_DEADLINE_S = 2.0
 DEADLINE_FACTOR = 4.0
 #: after a restore, how long the coordinator waits for the members to load the state
-RESTORE_WAIT_S = 20.0
 #: at the start, how long the host waits for the members it announced the run to
 START_WAIT_S = 20.0
 
@@ -155,7 +153,7 @@ class Coordinator(TrustRole, CatchUpRole):
         """Announce the run (a new term) to everyone with an open channel."""
         self.run = self._announce()
         out: list[Output] = [Log(f"coordinating the run from step {self.step} (term {self.term})")]
-        return out + [Send(p, self._announce()) for p in self._announce_targets()]
+        return out + [Send(p, self._announce()) for p in self._announce_targets()] + self._tell_removed()
 
     def start(self) -> list[Output]:
         """The host of a new room: members the run was announced to get a while to answer
@@ -508,7 +506,7 @@ class Coordinator(TrustRole, CatchUpRole):
             if not spare and t.kind == "check":
                 dropped.append(t)  # nobody else can give this second opinion: go without it
                 continue  # (never a referee's: the answers it settles differ, it is waited for)
-            if not spare:
+            if not spare or t.kind == "referee":  # (a referee's is ours alone: checks.verdict)
                 t.deadline = self.now + self._deadline(t.assignees[0], len(t.micro))
                 continue
             backup = max(spare, key=lambda p: (self._cap(p), p == self.me))
@@ -564,41 +562,3 @@ class Coordinator(TrustRole, CatchUpRole):
     def _answered(self, peer: str) -> bool:
         m = self.members.get(peer)
         return m is not None and (m.ready or m.refused)
-
-    def restore(self, step: int, theta: np.ndarray, adam, params_sha256: str | None = None,
-                source: str = "a checkpoint", steps: int | None = None) -> list[Output]:
-        """The coordinator restores the whole room from a checked state (``adam``: an
-        ``AdamState``): it loads it, opens a new term (open work is dropped) and sends each
-        member ``restore`` + STATE + ``run``; training continues from ``step`` (to ``steps``,
-        the run's total, if given). Raises
-        RestoreError when the state does not fit the run."""
-        state = checked_state(self.trainer, step, theta, adam.m, adam.v, adam.b1t, adam.b2t,
-                              params_sha256)
-        self.member.load(state)
-        if steps is not None:
-            self.peer.steps = int(steps)
-        self._new_window()
-        self.term += 1
-        sha = self._hash()
-        return self._reopen([Log(f"restored the room from {source}: step {step}, params {sha[:12]} "
-                                 f"(term {self.term})"), Restored(int(step), sha, self.me)])
-
-    def _reopen(self, out: list[Output]) -> list[Output]:
-        """A new term (already counted) on a state the coordinator loaded (a restore, a
-        rollback): open work is dropped; each member gets ``restore`` + STATE + ``run``."""
-        self.restored_term = self.term
-        self.tasks, self.step_started, self.catching_up, self.ended = {}, False, False, False
-        self.checks = {}
-        self.pending.clear()
-        self.ring.drop()  # ring hook
-        for mem in self.members.values():
-            mem.ready = mem.synced = False
-        targets = self._announce_targets()
-        self.wait_for, self.wait_until = set(targets), self.now + RESTORE_WAIT_S
-        state, announce = self._state(), self._announce()
-        restore = F.Restore(self.term, self.step, state.params_sha256)
-        for p in targets:  # a member that never joined gets the state when it answers `run`
-            if p in self.members and not self.members[p].refused:
-                out += [Send(p, restore), Send(p, state)]
-            out.append(Send(p, announce))
-        return out + self._maybe_begin()

@@ -53,6 +53,10 @@ class Member:
         # the room's host waits here (the latest per sender, until HOLD_S after the first)
         self.held: dict[str, tuple[F.Run, float]] = {}
         self.struck: set[str] = set()     # peers whose held announce the server never confirmed
+        # named host without the run, its coordinator gone: the announces members forward
+        # (sender -> (announce, when it came)); followed once two agree (forwarded())
+        self.forwards: dict[str, tuple[F.Run, float]] = {}
+        self.forwarded_to: str | None = None  # the new host we forwarded our announce to
         self.answered: tuple[int, int] | None = None  # (term, step) of the last STATE we sent
         self.data_sent: set[str] = set()  # peers sent the run's dataset
         if trainer is not None:  # the host of a new room: the run is ours
@@ -160,9 +164,14 @@ class Member:
         # replica, then leads (driver._lead_if_named); nobody coordinated before (the old host
         # had stepped down, every member held its announce)
         handing = self.peer.host == self.peer.me and self.trainer is None and sender == self.peer.prev_host
+        if self.peer.host == self.peer.me and self.run is None and not handing \
+                and msg.coordinator not in self.peer.room:
+            return self._forwarded(sender, msg)
         if sender != self.peer.host and not (msg.term == self.term and sender == self.coord) and not handing:
             return self._hold(sender, msg)
         self.held.pop(sender, None)
+        if sender != self.coord:  # a restore announced by the one before is void (it died before
+            self.restoring = None  # its STATE came, and the new host's state was ignored: seed 5559)
         self.coord = sender
         self.peer.steps = msg.steps
         self.peer.verify_rate, self.peer.strikes = msg.verify_rate, msg.strikes
@@ -198,18 +207,59 @@ class Member:
                     f"server has not named the room's host (it names {self.peer.host}): held "
                     f"until it does", loud=True)]
 
+    def _forwarded(self, sender: str, msg: F.Run, follow: bool = False) -> list[Output]:
+        """This peer is the named host, holds no run, and the coordinator of ``msg`` left: a
+        member forwarded the announce it follows (:meth:`host_named`). Followed (then led,
+        driver._lead_if_named) once two members forwarded the same run, or the sender is the
+        only other member, or HOLD_S passed with no other run forwarded (:meth:`tick`); so one
+        hostile member cannot make the new host lead a run of its own making. Before, nobody
+        could lead: the host died before the one it named held the run (seeds 1255, 1786)."""
+        if sender not in self.peer.room or sender == self.peer.me:
+            return []
+        self.forwards.setdefault(sender, (msg, self.peer.now))
+        same = [p for p, (m, _) in self.forwards.items() if m.run_id == msg.run_id]
+        others = self.peer.room - {self.peer.me}
+        if not (follow or len(same) >= 2 or others == {sender}):
+            return []
+        self.forwards.clear()
+        self.peer.prev_host = sender  # (on_run's hand-over from the host before: this one)
+        return [Log(f"the coordinator {msg.coordinator} left before this peer held the run: "
+                    f"following its announce from {self.peer._name(sender)} to lead")] + self.on_run(sender, msg)
+
     def host_named(self) -> list[Output]:
         """The signaling room changed: a held announce of the host it names is followed now;
-        those of peers that left are dropped."""
+        those of peers that left are dropped. When the coordinator we follow left and the
+        server names another host, that host gets our announce (it may not hold the run:
+        the coordinator died before it announced to it)."""
         for peer in [p for p in self.held if p not in self.peer.room]:
             del self.held[peer]
         held = self.held.pop(self.peer.host, None) if self.peer.host else None
-        return self.on_run(self.peer.host, held[0]) if held else []
+        if held:
+            return self.on_run(self.peer.host, held[0])
+        host = self.peer.host
+        if host == self.peer.me and self.run is None:  # forwards that came before the room said so
+            out: list[Output] = []
+            for peer, (msg, _) in list(self.held.items()):
+                if msg.coordinator not in self.peer.room and self.run is None:
+                    del self.held[peer]
+                    out += self._forwarded(peer, msg)
+            return out
+        if self.run is not None and self.trainer is not None and not self.refused and host \
+                and host != self.peer.me and host != self.coord and self.coord not in self.peer.room \
+                and host != self.forwarded_to:
+            self.forwarded_to = host
+            return [Send(host, self.run)]
+        return []
 
     def tick(self) -> list[Output]:
         """Held announces the server did not confirm within HOLD_S: refused, and their
         senders struck (their announces are ignored, unless the server names them host)."""
         out: list[Output] = []
+        runs = {m.run_id for m, _ in self.forwards.values()}
+        if len(runs) == 1 and self.run is None and self.peer.now >= min(
+                t for _, t in self.forwards.values()) + HOLD_S:
+            first = min(self.forwards, key=lambda p: (self.forwards[p][1], p))
+            out += self._forwarded(first, self.forwards[first][0], follow=True)
         for peer, (msg, until) in list(self.held.items()):
             if self.peer.now >= until and peer not in self.struck:
                 self.struck.add(peer)
@@ -362,8 +412,11 @@ class Member:
         return out
 
     def on_refuse(self, sender: str, msg: F.Refuse) -> list[Output]:
-        """The coordinator removed this replica from the run (``reasons``: why)."""
-        if sender != self.coord or self.refused:
+        """The coordinator removed this replica from the run (``reasons``: why); a new host the
+        server names may say it again (the one that removed it died first), and the host named
+        before may say it in the term before (its refuse overtaken by a step-down: seed 7306)."""
+        before = sender == self.peer.prev_host and msg.term < self.term
+        if (sender not in (self.coord, self.peer.host) and not before) or self.refused:
             return []
         self.refused = self.ended = True
         self.pending.clear()

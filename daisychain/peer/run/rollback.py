@@ -174,6 +174,8 @@ class Window:
         self.held = 0  # bytes of the encoded totals
         self.base: TrainState | None = None
         self.steps: list[_Step] = []
+        #: params hash -> the liar: states a rollback undid (a restore to one is refused)
+        self.tainted: dict[str, str] = {}
 
     @property
     def first(self) -> int | None:
@@ -251,13 +253,19 @@ class Window:
         """The first step in the window with an unchecked contribution of ``peer``."""
         return next((s.step for s in self.steps if peer in s.unchecked), None)
 
-    def go_back(self, trainer: Trainer, step: int) -> None:
+    def go_back(self, trainer: Trainer, step: int, liar: str = "") -> None:
         """Load the state the run had at ``step`` (within the window) into ``trainer``, and
-        forget the steps from there on."""
+        forget the steps from there on; the states after them are remembered as ``liar``'s
+        (:attr:`tainted`: a checkpoint saved before the liar was caught holds its lies)."""
         trainer.load(self.base)
         keep = [s for s in self.steps if s.step < step]
         for s in keep:
             trainer.apply(s.total(trainer.total_size))
+        back = trainer.snapshot()
+        for s in self.steps[len(keep):]:
+            trainer.apply(s.total(trainer.total_size))
+            self.tainted[trainer.params_sha256()] = liar
+        trainer.load(back)
         self.steps = keep
         self.held = sum(len(s.body) for s in keep)
 

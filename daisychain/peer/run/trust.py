@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from daisychain.engine.trainer import params_sha256
 from daisychain.peer import frames as F
 from daisychain.peer.run.checks import verdict
 from daisychain.peer.run.outputs import Alarm, Log, Output, Send
@@ -21,8 +22,7 @@ class TrustRole:
     def _judge(self, j: int) -> list[Output]:
         """Compare the answers for spot-checked micro-batch ``j``, bit for bit. All equal
         (two or more, or one when nobody else can still answer): decided. Different: the
-        coordinator's own answer is the reference, or else one that two peers agree on;
-        otherwise the coordinator computes it itself (the referee)."""
+        coordinator's own answer is the reference: it computes it itself (the referee)."""
         c = self.checks.get(j)
         if c is None or c.decided is not None or not c.votes:
             return []
@@ -99,10 +99,26 @@ class TrustRole:
                 c.votes.pop(peer, None)
         return out + self.member_left(peer, quiet=True, force=True)
 
+    def _tell_removed(self) -> list[Output]:
+        """A new coordinator tells each removed liar still in the room again: the refuse of
+        the one that removed it may have died with it, and it waited for ever (seed 676)."""
+        why = ("removed from the run earlier (a caught liar): the new coordinator keeps it out",)
+        return [Send(p, F.Refuse(self.term, why)) for p in sorted(self.banned)
+                if p in self.open and p in self.room and p != self.me]
+
+    def _holds_lies(self, state) -> list[Output]:
+        """A restore to a state a rollback undid (a checkpoint saved before its liar was caught:
+        the lies came back, seed 1338) is refused in one line; [] for any other state."""
+        liar = self.window.tainted.get(params_sha256(state.theta[:self.trainer.layout.size]))
+        if liar is None:
+            return []
+        return [Log(f"not restored: the checkpoint (step {state.step}) holds steps rolled back for "
+                    f"liar {self._name(liar)}'s unchecked contributions", loud=True)]
+
     def _roll_back(self, peer: str, since: int) -> list[Output]:
         """Go back to the state before step ``since`` and compute again from there."""
         n = self.step - since
-        self.window.go_back(self.trainer, since)
+        self.window.go_back(self.trainer, since, peer)
         self.unchecked_since = {p: s for p, s in self.unchecked_since.items() if s < since}
         self.term += 1
         return self._reopen([Log(f"rolled back {n} step{'' if n == 1 else 's'}: liar {self._name(peer)} sent unchecked "

@@ -3,7 +3,8 @@
 // second member reports the same step and hash, and that STATE is taken only from the member
 // asked, at that step and hash (one nobody asked for is refused, a strike); with no
 // confirmation the room goes on from the coordinator's state. A member that fell behind or
-// diverged asks (`sync`) and gets the state once per term and step. The methods of Coordinator
+// diverged asks (`sync`) and gets the state once per term and step. A restore (from a
+// checkpoint) or a rollback reopens the run on the coordinator's state in a new term. The methods of Coordinator
 // (coordinator.js copies them onto its prototype: the same object, the coordinator's
 // attributes; a file of its own for one idea).
 
@@ -14,6 +15,8 @@ import { log, send } from "./util.js";
 /** How long a coordinator waits for the STATE of a member that said it is ahead (and for a
  * second member to confirm that step); as catchup.py. */
 export const SYNC_WAIT_S = 20.0;
+/** How long a restore (or a rollback) waits for the members to answer its new term; as catchup.py. */
+export const RESTORE_WAIT_S = 20.0;
 
 export class CatchUpRole {
   /** coordinator.py on_state: the STATE of a member that was ahead, asked for and confirmed by
@@ -138,5 +141,48 @@ export class CatchUpRole {
       out.push(log(`${sender} diverged at step ${msg.step} (params ${msg.params_sha256.slice(0, 12)}, ${msg.reason}): resyncing it`, true));
     }
     return [...out, send(sender, await this._state()), ...this.ring.resend(sender)]; // ring hook
+  }
+
+  /** Restore the whole room from a checked state {step, theta, m, v, b1t, b2t, params_sha256}
+   * (coordinator.py restore): a new term, each member gets restore + STATE + run; training
+   * continues from `step` (to `steps`, if given). Throws when the state does not fit the run. */
+  async restore(st, steps = null) {
+    const checked = await checkedState(this.trainer, st, st.params_sha256 || null);
+    const refused = await this._holdsLies(st);
+    if (refused.length) return refused;
+    const sha = await this.member.load(checked);
+    if (steps !== null) this.peer.steps = steps;
+    await this._newWindow();
+    this.term += 1;
+    return this._reopen([log(`restored the room from a checkpoint: step ${st.step}, params ${sha.slice(0, 12)} (term ${this.term})`),
+      { kind: "restored", step: st.step, params_sha256: sha, by: this.me }]);
+  }
+
+  /** A new term (already counted) on a state the coordinator loaded (a restore, a rollback):
+   * open work is dropped; each member gets restore + STATE + run. */
+  async _reopen(out) {
+    this.restoredTerm = this.term;
+    this.tasks = new Map();
+    this.checks = new Map();
+    this.stepStarted = false;
+    this.catchingUp = false;
+    this.ended = false;
+    this.pending.clear();
+    this.ring.drop(); // ring hook
+    for (const m of this.crew.values()) {
+      m.ready = false;
+      m.synced = false;
+    }
+    const targets = this._announceTargets();
+    this.waitFor = new Set(targets);
+    this.waitUntil = this.now + RESTORE_WAIT_S;
+    const state = await this._state();
+    const announce = this._announce();
+    for (const p of targets) { // a member that never joined gets the state when it answers `run`
+      const m = this.crew.get(p);
+      if (m && !m.refused) out.push(send(p, { T: "restore", term: this.term, step: this.step, params_sha256: state.params_sha256 }), send(p, state));
+      out.push(send(p, announce));
+    }
+    return [...out, ...this._maybeBegin()];
   }
 }

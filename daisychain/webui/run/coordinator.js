@@ -8,7 +8,6 @@
 // the coordinating (crew, tasks, checks, the rollback window, strikes) lives here. The trust
 // checks (trust.js) and the catch-up (catchup.js) are its methods too.
 
-import { checkedState } from "./state.js";
 import { Star } from "./aggregator.js";
 import { checkedMicro } from "./checks.js";
 import { capacitySplit, finishShares, splitTasks } from "./split.js";
@@ -23,8 +22,6 @@ export const DEADLINE_FACTOR = 4.0;
 /** How long a host waits, at the start, for the members it announced the run to. */
 export const START_WAIT_S = 20.0;
 /** After a restore, how long the coordinator waits for the members to load the state. */
-export const RESTORE_WAIT_S = 20.0;
-export { SYNC_WAIT_S }; // (catchup.js)
 
 const STAR = new Star();
 
@@ -107,7 +104,7 @@ export class Coordinator {
     await this._newWindow();
     this.run = this._announce();
     return [log(`coordinating the run from step ${this.step} (term ${this.term})`),
-      ...this._announceTargets().map((p) => send(p, this._announce()))];
+      ...this._announceTargets().map((p) => send(p, this._announce())), ...this._tellRemoved()];
   }
 
   /** The host of a new run: members it was announced to get a while to answer first. */
@@ -152,47 +149,6 @@ export class Coordinator {
     for (const c of result.correct) correct += c;
     if (this.ring.owns(step, task)) return this.ring.computed(step, task, result.grad, loss, correct); // ring hook
     return this._takeContrib(this.me, step, task, micro, result.grad, loss, correct);
-  }
-
-  /** Restore the whole room from a checked state {step, theta, m, v, b1t, b2t, params_sha256}
-   * (coordinator.py restore): a new term, each member gets restore + STATE + run; training
-   * continues from `step` (to `steps`, if given). Throws when the state does not fit the run. */
-  async restore(st, steps = null) {
-    const checked = await checkedState(this.trainer, st, st.params_sha256 || null);
-    const sha = await this.member.load(checked);
-    if (steps !== null) this.peer.steps = steps;
-    await this._newWindow();
-    this.term += 1;
-    return this._reopen([log(`restored the room from a checkpoint: step ${st.step}, params ${sha.slice(0, 12)} (term ${this.term})`),
-      { kind: "restored", step: st.step, params_sha256: sha, by: this.me }]);
-  }
-
-  /** A new term (already counted) on a state the coordinator loaded (a restore, a rollback):
-   * open work is dropped; each member gets restore + STATE + run. */
-  async _reopen(out) {
-    this.restoredTerm = this.term;
-    this.tasks = new Map();
-    this.checks = new Map();
-    this.stepStarted = false;
-    this.catchingUp = false;
-    this.ended = false;
-    this.pending.clear();
-    this.ring.drop(); // ring hook
-    for (const m of this.crew.values()) {
-      m.ready = false;
-      m.synced = false;
-    }
-    const targets = this._announceTargets();
-    this.waitFor = new Set(targets);
-    this.waitUntil = this.now + RESTORE_WAIT_S;
-    const state = await this._state();
-    const announce = this._announce();
-    for (const p of targets) { // a member that never joined gets the state when it answers `run`
-      const m = this.crew.get(p);
-      if (m && !m.refused) out.push(send(p, { T: "restore", term: this.term, step: this.step, params_sha256: state.params_sha256 }), send(p, state));
-      out.push(send(p, announce));
-    }
-    return [...out, ...this._maybeBegin()];
   }
 
   async stop(why) {
@@ -528,7 +484,9 @@ export class Coordinator {
         dropped.push(t);
         continue;
       }
-      if (!spare.length) {
+      // a referee's task is the coordinator's own answer: no peer takes it over (two peers that
+      // agree decide nothing, checks.js verdict), it is waited for
+      if (!spare.length || t.kind === "referee") {
         t.deadline = this.now + this._deadline(t.assignees[0], t.micro.length);
         continue;
       }

@@ -5,7 +5,8 @@
 // ring aggregator: ring.js (the ring) and ring_roles.js (its member and coordinator sides).
 
 export { MAX_STRIKES, RunPeer, STRIKES, VERIFY_RATE } from "./driver.js";
-export { Coordinator, DEADLINE_FACTOR, MIN_DEADLINE_S, RESTORE_WAIT_S, START_WAIT_S, SYNC_WAIT_S } from "./coordinator.js";
+export { Coordinator, DEADLINE_FACTOR, MIN_DEADLINE_S, START_WAIT_S } from "./coordinator.js";
+export { RESTORE_WAIT_S, SYNC_WAIT_S } from "./catchup.js";
 export { Member, identityDifferences } from "./member.js";
 export { checkedMicro, verdict } from "./checks.js";
 export { capacitySplit, finishShares } from "./split.js";

@@ -68,6 +68,10 @@ export class Member {
     // room's host waits here (the latest per sender, until HOLD_S after the first)
     this.held = new Map(); // sender -> {msg, until}
     this.struck = new Set(); // peers whose held announce the server never confirmed
+    // named host without the run, its coordinator gone: the announces members forward
+    // (sender -> {msg, at}); followed once two agree (member.py _forwarded)
+    this.forwards = new Map();
+    this.forwardedTo = null; // the new host we forwarded our announce to
     this.answered = null; // "term:step" of the last STATE we sent
     this.dataSent = new Set(); // peers sent the run's dataset
   }
@@ -189,8 +193,12 @@ export class Member {
     // named host before it held the run: it follows the host named before it to get the replica,
     // then leads (driver.js _leadIfNamed); nobody coordinated before
     const handing = p.host === p.me && !this.trainer && sender === p.prevHost;
+    if (p.host === p.me && !this.run && !handing && !p.room.has(msg.coordinator)) return this._forwarded(sender, msg);
     if (sender !== p.host && !(msg.term === this.term && sender === this.coord) && !handing) return this._hold(sender, msg);
     this.held.delete(sender);
+    // a restore announced by the one before is void (it died before its STATE came, and the new
+    // host's state was ignored: seed 5559)
+    if (sender !== this.coord) this.restoring = null;
     this.coord = sender;
     p.steps = msg.steps;
     p.verifyRate = msg.verify_rate ?? 0.0;
@@ -229,22 +237,64 @@ export class Member {
     return [log(`a run announce (term ${msg.term}) from ${p._name(sender)}, whom the server has not named the room's host (it names ${p.host}): held until it does`, true)];
   }
 
+  /** member.py _forwarded: the named host, without the run, its coordinator gone: a member
+   * forwarded its announce. Followed (then led) once two members forwarded the same run, or the
+   * sender is the only other member, or HOLD_S passed with no other run forwarded (tick); before,
+   * nobody could lead (seeds 1255, 1786). */
+  async _forwarded(sender, msg, follow = false) {
+    const p = this.peer;
+    if (!p.room.has(sender) || sender === p.me) return [];
+    if (!this.forwards.has(sender)) this.forwards.set(sender, { msg, at: p.now });
+    const same = [...this.forwards.values()].filter((f) => f.msg.run_id === msg.run_id).length;
+    const others = [...p.room].filter((q) => q !== p.me);
+    if (!(follow || same >= 2 || (others.length === 1 && others[0] === sender))) return [];
+    this.forwards.clear();
+    p.prevHost = sender; // (onRun's hand-over from the host before: this one)
+    return [log(`the coordinator ${msg.coordinator} left before this peer held the run: following its announce from ${p._name(sender)} to lead`),
+      ...(await this.onRun(sender, msg))];
+  }
+
   /** member.py host_named: the room changed; a held announce of the host it names is followed
-   * now, those of peers that left are dropped. */
+   * now, those of peers that left are dropped. When the coordinator we follow left and the
+   * server names another host, that host gets our announce (it may not hold the run). */
   async hostNamed() {
     const p = this.peer;
     for (const peer of [...this.held.keys()]) if (!p.room.has(peer)) this.held.delete(peer);
     const held = p.host ? this.held.get(p.host) : undefined;
-    if (!held) return [];
-    this.held.delete(p.host);
-    return this.onRun(p.host, held.msg);
+    if (held) {
+      this.held.delete(p.host);
+      return this.onRun(p.host, held.msg);
+    }
+    const host = p.host;
+    if (host === p.me && !this.run) { // forwards that came before the room said so
+      const out = [];
+      for (const [peer, { msg }] of [...this.held]) {
+        if (!p.room.has(msg.coordinator) && !this.run) {
+          this.held.delete(peer);
+          out.push(...(await this._forwarded(peer, msg)));
+        }
+      }
+      return out;
+    }
+    if (this.run && this.trainer && !this.refused && host && host !== p.me && host !== this.coord
+        && !p.room.has(this.coord) && host !== this.forwardedTo) {
+      this.forwardedTo = host;
+      return [send(host, this.run)];
+    }
+    return [];
   }
 
   /** member.py tick: held announces the server did not confirm within HOLD_S are refused and
    * their senders struck (their announces are ignored unless the server names them host). */
-  tick() {
+  async tick() {
     const p = this.peer;
     const out = [];
+    const fw = [...this.forwards.entries()];
+    if (fw.length && !this.run && new Set(fw.map(([, f]) => f.msg.run_id)).size === 1
+        && p.now >= Math.min(...fw.map(([, f]) => f.at)) + HOLD_S) {
+      fw.sort((a, b) => a[1].at - b[1].at || (a[0] < b[0] ? -1 : a[0] > b[0] ? 1 : 0));
+      out.push(...(await this._forwarded(fw[0][0], fw[0][1].msg, true)));
+    }
     for (const [peer, { msg, until }] of this.held) {
       if (p.now >= until && !this.struck.has(peer)) {
         this.struck.add(peer);
@@ -403,7 +453,10 @@ export class Member {
 
   /** The coordinator removed this replica from the run (`reasons`: why). */
   async onRefuse(sender, msg) {
-    if (sender !== this.coord || this.refused) return [];
+    // (a new host the server names may say it again: the one that removed it died first; the
+    // host named before may say it in the term before: its refuse overtaken by a step-down, seed 7306)
+    const before = sender === this.peer.prevHost && msg.term < this.term;
+    if ((sender !== this.coord && sender !== this.peer.host && !before) || this.refused) return [];
     this.refused = true;
     this.ended = true;
     this.pending.clear();

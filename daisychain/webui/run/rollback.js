@@ -113,6 +113,7 @@ export class Window {
     this.held = 0;     // bytes of the encoded totals
     this.base = null;  // a Trainer.snapshot() at the window's first step
     this.steps = [];   // [{step, codec, body, unchecked: Set}]
+    this.tainted = new Map(); // params hash -> the liar: states a rollback undid (no restore to one)
   }
 
   /** The earliest step the window can go back to (null: none). */
@@ -152,11 +153,18 @@ export class Window {
     return s ? s.step : null;
   }
 
-  /** Load the state the run had at `step` (within the window); forget the steps from there. */
-  async goBack(trainer, step) {
+  /** Load the state the run had at `step` (within the window); forget the steps from there;
+   * the states after them are remembered as `liar`'s (tainted: rollback.py go_back). */
+  async goBack(trainer, step, liar = "") {
     await trainer.load(this.base);
     const keep = this.steps.filter((s) => s.step < step);
     for (const s of keep) await trainer.apply(await decodeInts(s.codec, s.body, trainer.totalSize));
+    const back = await trainer.snapshot();
+    for (const s of this.steps.slice(keep.length)) {
+      await trainer.apply(await decodeInts(s.codec, s.body, trainer.totalSize));
+      this.tainted.set(await trainer.paramsSha256(), liar);
+    }
+    await trainer.load(back);
     this.steps = keep;
     this.held = keep.reduce((a, s) => a + s.body.length, 0);
   }

@@ -5,6 +5,7 @@
 // the coordinator's attributes; a file of its own for one idea).
 
 import { verdict } from "./checks.js";
+import { paramsSha256 } from "../engine/trainer.js";
 import { log, sameInts, send } from "./util.js";
 
 export class TrustRole {
@@ -90,10 +91,26 @@ export class TrustRole {
     return [...out, ...(await this._memberLeft(peer, true, true))];
   }
 
+  /** trust.py _tell_removed: each removed liar still in the room is told again (the refuse of
+   * the one that removed it may have died with it: seed 676). */
+  _tellRemoved() {
+    const reasons = ["removed from the run earlier (a caught liar): the new coordinator keeps it out"];
+    return [...this.banned].sort().filter((p) => this.open.has(p) && this.room.has(p) && p !== this.me)
+      .map((p) => send(p, { T: "refuse", term: this.term, reasons }));
+  }
+
+  /** trust.py _holds_lies: a restore to a state a rollback undid (a checkpoint saved before its
+   * liar was caught, seed 1338) is refused in one line; [] for any other state. */
+  async _holdsLies(st) {
+    const liar = this.window.tainted.get(await paramsSha256(st.theta.subarray(0, this.trainer.layout.size)));
+    if (liar === undefined) return [];
+    return [log(`not restored: the checkpoint (step ${st.step}) holds steps rolled back for liar ${this._name(liar)}'s unchecked contributions`, true)];
+  }
+
   /** Go back to the state before step `since` and compute again from there. */
   async _rollBack(peer, since) {
     const n = this.step - since;
-    await this.window.goBack(this.trainer, since);
+    await this.window.goBack(this.trainer, since, peer);
     await this._rehash();
     for (const [p, s] of [...this.uncheckedSince]) if (s >= since) this.uncheckedSince.delete(p);
     this.term += 1;

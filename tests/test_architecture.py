@@ -1,0 +1,175 @@
+"""The shape of the tree (docs/ARCHITECTURE.md), read from the code itself:
+
+- no import circle in ``daisychain/``, in either language: Python modules (every import,
+  a function's own imports too; ``if TYPE_CHECKING:`` blocks aside) and the page's JS
+  modules (static ``import``/``export ... from`` and dynamic ``import("./...")``);
+- no product file over 600 lines (Python, JS, WGSL, WAT, HTML, CSS).
+
+Each check is tried on a planted fault, so that it is shown to catch one.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PKG = ROOT / "daisychain"
+WEBUI = PKG / "webui"
+MAX_LINES = 600
+PRODUCT = {".py", ".js", ".mjs", ".wgsl", ".wat", ".html", ".css"}
+JS_IMPORT = re.compile(r"""(?:^|;|\n)\s*(?:import|export)\b[^'"`;]*?\bfrom\s*["']([^"']+)["']"""
+                       r"""|(?:^|;|\n)\s*import\s*["']([^"']+)["']"""
+                       r"""|\bimport\(\s*["'`]([^"'`]+)["'`]\s*\)""")
+
+
+def _is_module(dotted: str) -> bool:
+    p = ROOT.joinpath(*dotted.split("."))
+    return p.with_suffix(".py").exists() or (p / "__init__.py").exists()
+
+
+def python_imports(path: Path, text: str | None = None) -> set[str]:
+    """The ``daisychain`` modules that ``path`` imports (dotted names)."""
+    rel = path.relative_to(ROOT).with_suffix("")
+    parts = list(rel.parts)
+    package = parts[:-1] if parts[-1] != "__init__" else parts[:-1]
+    tree = ast.parse(path.read_text() if text is None else text, str(path))
+    typing_only = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            typing_only |= {id(n) for stmt in node.body for n in ast.walk(stmt)}
+    deps = set()
+    for node in ast.walk(tree):
+        if id(node) in typing_only:
+            continue
+        if isinstance(node, ast.Import):
+            deps |= {a.name for a in node.names if a.name.split(".")[0] == "daisychain"}
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package[:len(package) - node.level + 1]
+                name = ".".join(base + ([node.module] if node.module else []))
+            else:
+                name = node.module or ""
+            if name.split(".")[0] != "daisychain":
+                continue
+            subs = [f"{name}.{a.name}" for a in node.names if _is_module(f"{name}.{a.name}")]
+            deps.update(subs)
+            if len(subs) < len(node.names):
+                deps.add(name)
+    return deps
+
+
+def python_graph() -> dict[str, set[str]]:
+    graph = {}
+    for path in PKG.rglob("*.py"):
+        parts = list(path.relative_to(ROOT).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        graph[".".join(parts)] = python_imports(path)
+    return {m: {d for d in deps if d in graph and d != m} for m, deps in graph.items()}
+
+
+def js_imports(path: Path, text: str | None = None) -> set[str]:
+    """The page's modules that ``path`` imports, relative to webui/."""
+    deps = set()
+    for m in JS_IMPORT.finditer(path.read_text() if text is None else text):
+        spec = next(g for g in m.groups() if g)
+        if spec.startswith("/webui/"):
+            target = WEBUI / spec[len("/webui/"):]
+        elif spec.startswith("."):
+            target = (path.parent / spec).resolve()
+        else:
+            continue
+        deps.add(target.relative_to(WEBUI).as_posix())
+    return deps
+
+
+def js_graph() -> dict[str, set[str]]:
+    graph = {p.relative_to(WEBUI).as_posix(): js_imports(p)
+             for p in WEBUI.rglob("*.js") if "node_modules" not in p.parts}
+    return {m: {d for d in deps if d in graph and d != m} for m, deps in graph.items()}
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan, iterative)."""
+    index, low, on, stack, out = {}, {}, set(), [], []
+    counter = 0
+    for root in sorted(graph):
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = counter
+        counter += 1
+        stack.append(root)
+        on.add(root)
+        while work:
+            v, it = work[-1]
+            w = next(it, None)
+            if w is not None:
+                if w not in index:
+                    index[w] = low[w] = counter
+                    counter += 1
+                    stack.append(w)
+                    on.add(w)
+                    work.append((w, iter(sorted(graph[w]))))
+                elif w in on:
+                    low[v] = min(low[v], index[w])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[v])
+            if low[v] == index[v]:
+                comp = []
+                while True:
+                    w = stack.pop()
+                    on.discard(w)
+                    comp.append(w)
+                    if w == v:
+                        break
+                if len(comp) > 1:
+                    out.append(sorted(comp))
+    return out
+
+
+def _say(comps: list[list[str]], graph: dict[str, set[str]]) -> str:
+    return "; ".join(" <-> ".join(c) + " (" + ", ".join(
+        f"{m} imports {sorted(graph[m] & set(c))}" for m in c) + ")" for c in comps)
+
+
+def test_no_python_import_circle():
+    graph = python_graph()
+    assert "daisychain.engine.model" in graph and graph["daisychain.engine.model"]
+    found = cycles(graph)
+    assert not found, f"import circles in daisychain/: {_say(found, graph)}"
+
+
+def test_no_js_import_circle():
+    graph = js_graph()
+    assert "mesh.js" in graph and "run/index.js" in graph["mesh.js"]
+    found = cycles(graph)
+    assert not found, f"import circles in daisychain/webui/: {_say(found, graph)}"
+
+
+def test_the_circle_checks_catch_a_planted_circle():
+    g = python_graph()
+    g["daisychain.engine.spec"] = g["daisychain.engine.spec"] | python_imports(
+        PKG / "engine" / "spec.py", "from daisychain.engine import model\n")
+    assert any("daisychain.engine.spec" in c and "daisychain.engine.model" in c for c in cycles(g))
+    j = js_graph()
+    j["run/util.js"] = j["run/util.js"] | js_imports(WEBUI / "run" / "util.js",
+                                                     'const m = await import("../mesh.js");\n')
+    assert any("run/util.js" in c and "mesh.js" in c for c in cycles(j))
+
+
+def product_files() -> list[Path]:
+    return [p for p in PKG.rglob("*") if p.is_file() and p.suffix in PRODUCT
+            and "node_modules" not in p.parts and "__pycache__" not in p.parts]
+
+
+def test_no_product_file_over_600_lines():
+    files = product_files()
+    assert len(files) > 100
+    long = sorted((len(p.read_text().splitlines()), p.relative_to(ROOT).as_posix()) for p in files
+                  if len(p.read_text().splitlines()) > MAX_LINES)
+    assert not long, f"product files over {MAX_LINES} lines (split them by role): {long}"
