@@ -8,12 +8,12 @@ task with one hidden layer and with two (``--layers 32,24``), and the conv model
 from __future__ import annotations
 
 import json
-import struct
 from pathlib import Path
 
 import pytest
 from browser_helpers import open_harness, run_selftest
 from conv_server import serving
+from step_js import assert_step
 
 from daisychain.engine.golden import GOLDEN_DATA
 
@@ -137,28 +137,7 @@ def test_step_golden_vectors(request, name, path):
         assert harness.evaluate("() => Object.keys(window.__units.paths)").count("wasm"), \
             harness.evaluate("() => window.__units.wasmReason")
     got = harness.evaluate(STEP, [path, g])
-    s0 = g["step0"]
-    assert got["fingerprint"] == g["dataset_fingerprint"]
-    assert got["init"] == g["init_params_sha256"]
-    assert got["init_head"] == g["init_params_f64_head"]
-    assert got["samples"] == s0["micro_batch_samples"]
-    assert [t["name"] for t in got["trace"]] == [t["name"] for t in s0["forward_micro0"]]
-    for have, want in zip(got["trace"], s0["forward_micro0"]):
-        assert have["sha256"] == want["sha256"], have["name"]
-    if s0["grad_fixed_micro0"] is not None:
-        assert got["micro0"] == s0["grad_fixed_micro0"]
-    assert got["per_micro"] == s0["grad_fixed_per_micro_sha256"]
-    assert got["total"] == s0["grad_fixed_total_sha256"]
-    assert got["mean_grad"] == s0["mean_grad_sha256"]
-    assert got["adam_m"] == s0["adam_m_sha256"] and got["adam_v"] == s0["adam_v_sha256"]
-    assert got["after"] == s0["params_after_sha256"]
-    # The displayed loss uses the library log (display only, never fed back): V8's and
-    # numpy's log and mean may differ in the last bit, so it is compared to 1e-12 only.
-    for have, want in zip(got["loss_micro"], s0["loss_micro"]):
-        a, b = (struct.unpack(">d", bytes.fromhex(h))[0] for h in (have, want))
-        assert abs(a - b) <= 1e-12 * abs(b)
-    assert got["run"] == g["run"]["params_sha256_per_step"]
-    assert got["accuracy"] == g["run"]["test_accuracy"]
+    assert_step(got, g)  # every field of the golden file (step_js.py)
 
 
 @pytest.mark.parametrize("task, path", [("digits", "gpu"), ("text", "cpu")])
