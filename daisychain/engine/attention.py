@@ -13,6 +13,8 @@ arithmetic of engine/norm.py.
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 
 from daisychain.engine import norm as N
@@ -70,6 +72,7 @@ def attn_shift(dh: int) -> int:
 class PosEmbed(LayerKind):
     type = "posembed"
     params = 1
+    sequence = True
 
     def from_json(self, obj):
         return Layer("posembed", _int(obj, "context"), _int(obj, "dim"))
@@ -166,6 +169,19 @@ class Block(LayerKind):
 
     type = "block"
     params = 12
+    item = re.compile(r"block([0-9]+)h([0-9]+)")  # blockWhH: width W, H heads
+    stack = "transformer"
+    prefix = "block"
+
+    def describe(self, l, i, layers):
+        return f"block{l.n_in}h{l.kernel}"
+
+    def check_size(self, l, micro_batch):
+        if micro_batch * l.kernel * l.height ** 2 > MAX_SCORES:
+            raise SpecError(f"block{l.n_in}h{l.kernel} at context {l.height} with --micro-batch "
+                            f"{micro_batch} makes {micro_batch * l.kernel * l.height ** 2:,} "
+                            f"attention scores a micro-batch, more than {MAX_SCORES:,}: use a "
+                            f"smaller micro-batch, context or fewer heads")
 
     def from_json(self, obj):
         d = _int(obj, "dim")

@@ -34,6 +34,7 @@ import numpy as np
 from daisychain.compiled import numba_jit
 from daisychain.engine import detmath
 from daisychain.engine import kernels as shared
+from daisychain.engine.layers import kind_of
 from daisychain.units.gemm import MAX_K
 
 _EXP_LIMIT = 900
@@ -251,28 +252,28 @@ class ConvFastPath:
         c, h, w = spec.image
         shape = ("map", c, h, w)
         for li, l in enumerate(layers):
-            relu_after = li + 1 < len(layers) and layers[li + 1].type == "relu"
-            relu_before = li > 0 and layers[li - 1].type == "relu"
-            if l.type == "conv2d":
-                k = l.kernel
-                perm = np.arange(l.n_out * l.n_in * k * k).reshape(l.n_out, l.n_in, k, k).transpose(0, 2, 3, 1).ravel()
-                self.plan.append(("conv", li, dict(pi=pi, ci=l.n_in, co=l.n_out, k=k, h=l.height, w=l.width,
-                                                   relu=relu_after, mask=relu_before, perm=perm)))
-                shape = ("map", l.n_out, l.height, l.width)
+            low = kind_of(l).lower(l, li, layers)  # the kind's op (engine/layers.py); None: a folded relu
+            if low is None:
+                continue
+            op, f = low
+            if op == "conv":
+                ci, co, k = f["ci"], f["co"], f["k"]
+                f.update(pi=pi, perm=np.arange(co * ci * k * k).reshape(co, ci, k, k).transpose(0, 2, 3, 1).ravel())
+                shape = ("map", co, f["h"], f["w"])
                 pi += 2
-            elif l.type == "maxpool2d":
-                self.plan.append(("pool", li, dict(c=l.n_in, h=l.height, w=l.width, mask=relu_before)))
-                shape = ("map", l.n_in, l.height // 2, l.width // 2)
-            elif l.type == "linear":
+            elif op == "pool":
+                shape = ("map", f["c"], f["h"] // 2, f["w"] // 2)
+            else:  # "linear"
+                n_in, n_out = f["n_in"], f["n_out"]
                 if shape[0] == "map":
                     _, mc, mh, mw = shape
-                    perm = np.arange(l.n_out * l.n_in).reshape(l.n_out, mc, mh, mw).transpose(0, 2, 3, 1).ravel()
+                    perm = np.arange(n_out * n_in).reshape(n_out, mc, mh, mw).transpose(0, 2, 3, 1).ravel()
                 else:
-                    perm = np.arange(l.n_out * l.n_in)
-                self.plan.append(("linear", li, dict(pi=pi, n_in=l.n_in, n_out=l.n_out, relu=relu_after,
-                                                     mask=relu_before, perm=perm, last=li == len(layers) - 1)))
-                shape = ("flat", l.n_out)
+                    perm = np.arange(n_out * n_in)
+                f.update(pi=pi, perm=perm, last=li == len(layers) - 1)
+                shape = ("flat", n_out)
                 pi += 2
+            self.plan.append((op, li, f))
 
     def _mm(self, a, b):
         """Exact int8 x int8 -> int32 GEMM (numpy in and out, no copies of contiguous operands).

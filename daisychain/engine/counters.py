@@ -37,7 +37,7 @@ def unit_counts_per_micro_batch(spec: ModelSpec, micro_batch: int) -> dict[str, 
     mul = rq = relu = exp = 0
     rows = b
     for i, l in enumerate(spec.layers):
-        if l.type == "posembed":  # a sequence model: the layers after it see b * T rows
+        if kind_of(l).sequence:  # a sequence model: the layers after it see b * T rows
             rows = b * spec.input_dim
         m, r, u = kind_of(l).units(l, rows, i, spec.layers)
         mul, rq, relu = mul + m, rq + r, relu + u

@@ -153,11 +153,11 @@ class FastPath:
         pi = 0
         layers = spec.layers
         for li, layer in enumerate(layers):
-            if kind_of(layer).params != 2:  # a linear (the engine takes this path for dense_fast kinds only)
+            low = kind_of(layer).lower(layer, li, layers)  # ("linear", facts); None: a folded relu
+            if low is None:
                 continue
-            relu = li + 1 < len(layers) and kind_of(layers[li + 1]).type == "relu"
-            self.plan.append((pi, layer.n_in, layer.n_out, relu,
-                              layout.offsets[pi], layout.offsets[pi + 1]))
+            f = low[1]
+            self.plan.append((pi, f["n_in"], f["n_out"], f["relu"], layout.offsets[pi], layout.offsets[pi + 1]))
             pi += 2
         self._sel: dict = {}
         self._buf = _Buffers()

@@ -45,12 +45,58 @@ def _int(obj: dict, key: str) -> int:
 
 
 class LayerKind:
-    """One layer type. ``params`` = number of parameter tensors; ``dense_fast``: the dense
-    fast path (engine/fast.py) handles it."""
+    """One layer type. ``params`` = number of parameter tensors; ``paths``: the compiled
+    compute paths (engine/paths.py: "dense", "conv") that run it besides the literal one.
+    The facts below are what the rest of the engine asks a kind instead of its type string."""
 
     type = ""
     params = 0
-    dense_fast = False
+    paths: frozenset = frozenset()
+    #: an activation that a compute path folds into the layer before it (relu(requantize))
+    folds = False
+    #: may be the last layer: its dequantized outputs are the logits (a linear)
+    head = False
+    #: reads token ids, so it starts a 'tokens' model (an embedding)
+    reads_tokens = False
+    #: makes a sequence model: every layer after it sees b * context rows (a posembed)
+    sequence = False
+    #: the --layers item of this kind (a regular expression, fullmatched), or None; ``stack``:
+    #: the model family its items build ("image": conv/pool, "transformer": blocks)
+    item = None
+    stack = ""
+    prefix = ""  #: what an item of it starts with (a --layers text is checked by it first)
+
+    @property
+    def dense_fast(self) -> bool:
+        """The dense fast path (engine/fast.py) runs it."""
+        return "dense" in self.paths
+
+    # ---- --layers items (engine/spec.py layer_items, cnn, layers_text)
+    def looks_like(self, t: str) -> bool:
+        """The text ``t`` is meant as an item of this kind (then checked in full)."""
+        return bool(self.prefix) and t.startswith(self.prefix)
+
+    def check_item(self, t: str, m) -> None:
+        """SpecError when the item ``t`` (its match ``m``) names a layer this kind cannot be."""
+
+    def item_layers(self, m, shape: tuple) -> tuple[list[Layer], tuple]:
+        """The layers an image model's item makes on the map ``shape``, and the shape after."""
+        raise NotImplementedError
+
+    def describe(self, l: Layer, i: int, layers) -> str | None:
+        """Its --layers item (``conv32k5``, ``pool``, ``64``, ``block64h4``), or None when the
+        item list names it implicitly (a relu, an embedding, the output layer)."""
+        return None
+
+    # ---- compute paths (engine/paths.py)
+    def lower(self, l: Layer, li: int, layers) -> tuple[str, dict] | None:
+        """This layer as one op of a compiled path's plan: (op, facts); None for a kind the
+        plan folds into the layer before it. ``relu``: an activation folds into this op;
+        ``mask``: the layer before folded one (its error is masked by it)."""
+        return None
+
+    def check_size(self, l: Layer, micro_batch: int) -> None:
+        """SpecError when one micro-batch of this layer needs more than the engine holds."""
 
     # ---- spec
     def from_json(self, obj: dict) -> Layer:

@@ -12,6 +12,7 @@ Activations in the engine are (n, b, width) arrays, maps channel-major (c*H*W + 
 from __future__ import annotations
 
 import math
+import re
 
 import numpy as np
 
@@ -25,7 +26,8 @@ from daisychain.engine.layer_base import (KERNELS, MAX_CONV_VALUES, MAX_FEATURES
 class Linear(LayerKind):
     type = "linear"
     params = 2
-    dense_fast = True
+    paths = frozenset({"dense", "conv"})
+    head = True
 
     def from_json(self, obj):
         return Layer("linear", _int(obj, "in"), _int(obj, "out"))
@@ -78,12 +80,20 @@ class Linear(LayerKind):
             return
         bw.G, bw.eg, bw.acc = eng._mm(G, Wq), bw.eg + ew, True  # (n, b, in), exponent eg + ew
 
+    def describe(self, l, i, layers):
+        last = max(j for j, x in enumerate(layers) if LAYERS[x.type].head)
+        return None if i == last else str(l.n_out)  # a hidden width; the output layer is implicit
+
+    def lower(self, l, li, layers):
+        return "linear", dict(n_in=l.n_in, n_out=l.n_out, relu=folds_after(layers, li),
+                              mask=folds_before(layers, li))
+
     def units(self, l, b, li, layers):
         mul = 2 * b * l.n_in * l.n_out  # forward + weight gradient
         rq = 0
         if li > 0:
             mul += b * l.n_in * l.n_out  # error into the layer below
-            if layers[li - 1].type != "embedding":
+            if not LAYERS[layers[li - 1].type].reads_tokens:
                 rq += b * l.n_in  # requantized before the layer below uses it
         if li != len(layers) - 1:
             rq += b * l.n_out
@@ -96,7 +106,8 @@ class Linear(LayerKind):
 
 class Relu(LayerKind):
     type = "relu"
-    dense_fast = True
+    paths = frozenset({"dense", "conv"})
+    folds = True
 
     def out_shape(self, l, i, shape, layers):
         if i == 0 or layers[i - 1].type not in ("linear", "conv2d") or i == len(layers) - 1:
@@ -122,6 +133,7 @@ class Relu(LayerKind):
 class Embedding(LayerKind):
     type = "embedding"
     params = 1
+    reads_tokens = True
 
     def from_json(self, obj):
         return Layer("embedding", _int(obj, "vocab"), _int(obj, "dim"))
@@ -172,6 +184,28 @@ class Conv2d(LayerKind):
 
     type = "conv2d"
     params = 2
+    paths = frozenset({"conv"})
+    item = re.compile(r"conv([0-9]+)(?:k([0-9]+))?")  # convN (3x3) or convNkK
+    stack = "image"
+    prefix = "conv"
+
+    def check_item(self, t, m):
+        if m.group(2) is not None and int(m.group(2)) not in KERNELS:
+            raise SpecError(f"{t}: the kernel size must be 3 or 5")
+        if not 1 <= int(m.group(1)) <= 4096:
+            raise SpecError(f"{t}: a conv has 1 to 4096 filters")
+
+    def item_layers(self, m, shape):
+        _, c, h, w = shape
+        co, k = int(m.group(1)), int(m.group(2) or 3)
+        return [Layer("conv2d", c, co, k, h, w), Layer("relu")], ("map", co, h, w)
+
+    def describe(self, l, i, layers):
+        return f"conv{l.n_out}" + (f"k{l.kernel}" if l.kernel != 3 else "")
+
+    def lower(self, l, li, layers):
+        return "conv", dict(ci=l.n_in, co=l.n_out, k=l.kernel, h=l.height, w=l.width,
+                            relu=folds_after(layers, li), mask=folds_before(layers, li))
 
     def from_json(self, obj):
         return Layer("conv2d", _int(obj, "in_channels"), _int(obj, "out_channels"),
@@ -258,6 +292,22 @@ class MaxPool2d(LayerKind):
     the scan (0,0), (0,1), (1,0), (1,1)."""
 
     type = "maxpool2d"
+    paths = frozenset({"conv"})
+    item = re.compile("pool")
+    stack = "image"
+
+    def looks_like(self, t):
+        return t == "pool"
+
+    def item_layers(self, m, shape):
+        _, c, h, w = shape
+        return [Layer("maxpool2d", c, c, 0, h, w)], ("map", c, h // 2, w // 2)
+
+    def describe(self, l, i, layers):
+        return "pool"
+
+    def lower(self, l, li, layers):
+        return "pool", dict(c=l.n_in, h=l.height, w=l.width, mask=folds_before(layers, li))
 
     def from_json(self, obj):
         c = _int(obj, "channels")
@@ -318,6 +368,44 @@ def _width_before(layers, li: int) -> int:
     return l.n_out * l.height * l.width if l.type == "conv2d" else l.n_out
 
 
+def folds_after(layers, li: int) -> bool:
+    """The layer after li is an activation that a compute path folds into it (a relu)."""
+    return li + 1 < len(layers) and LAYERS[layers[li + 1].type].folds
+
+
+def folds_before(layers, li: int) -> bool:
+    """The layer before li is a folded activation (its error is masked by it)."""
+    return li > 0 and LAYERS[layers[li - 1].type].folds
+
+
+#: the kinds that have a --layers item (conv, pool, block; a dense width is an int)
+ITEM_KINDS = tuple(k for k in LAYERS.values() if k.item is not None)
+
+
+def item_kind(t: str):
+    """(kind, match) of the --layers item ``t``, or (None, None) for no kind's item."""
+    for k in ITEM_KINDS:
+        m = k.item.fullmatch(t)
+        if m is not None:
+            return k, m
+    return None, None
+
+
+def item_stack(t: str) -> str:
+    """The model family ("image", "transformer") that the text ``t`` means an item of, or ""."""
+    return next((k.stack for k in ITEM_KINDS if k.looks_like(t)), "")
+
+
+def is_sequence(layers) -> bool:
+    """A sequence model: a kind in it makes every layer after it see b * context rows."""
+    return any(LAYERS[l.type].sequence for l in layers)
+
+
+def reads_exp(layers) -> bool:
+    """Its forward reads the exp unit (an attention block's softmax)."""
+    return any(LAYERS[l.type].exp_units(l, 1) for l in layers)
+
+
 def param_count(layers) -> int:
     return sum(math.prod(s) for l in layers for _, s in kind_of(l).param_shapes(l))
 
@@ -334,7 +422,7 @@ def torch_sequential(spec):
 
     mods = OrderedDict()
     shaped = False  # the running activation is not (batch, features)
-    seq = any(l.type == "posembed" for l in spec.layers)  # a sequence model: (batch, T, D) throughout
+    seq = is_sequence(spec.layers)  # a sequence model: (batch, T, D) throughout
     if spec.input_kind == "image":
         mods["input"] = image_input(*spec.image)
         shaped = True

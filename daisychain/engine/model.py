@@ -16,10 +16,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from daisychain.engine.fast import FastPath
 from daisychain.engine.detmath import dexp, exponent, mse_output_error, pow2, quant_exponent, quantize, zero_sum_errors
 from daisychain.engine.layer_base import BIAS_LIMIT, Back, Flow  # noqa: F401 (BIAS_LIMIT: the public name)
 from daisychain.engine.layers import kind_of
+from daisychain.engine.paths import choose
 from daisychain.engine.spec import ModelSpec
 from daisychain.units import reference as ref
 from daisychain.units.gemm import MAX_K, MAX_K_FLOAT32, gemm_lut, require_exact_mul, tables_are_exact
@@ -110,23 +110,18 @@ class Engine:
         for layer in spec.layers:
             self.first_param.append(pi)
             pi += kind_of(layer).params
-        # The fast path (see _grad_fast) computes requantize and ReLU by arithmetic, which
-        # is valid only when their tables are exactly their definitions.
-        fast = (gemm == "fast" and spec.input_kind == "dense" and tables_are_exact(luts)
-                and all(kind_of(l).dense_fast for l in spec.layers))
-        self.fast = FastPath(spec, self.layout) if fast else None
-        self.conv_fast = None  # image models: engine/convfast.py (same bits, needs numba)
-        if gemm == "fast" and spec.input_kind == "image" and tables_are_exact(luts) and spec.loss != "mse":
-            from daisychain.engine.convfast import ConvFastPath
-            self.conv_fast = ConvFastPath(spec, self.layout)
-        # The transformer's per-row rules (norm, softmax, align-adds, requantizes) compiled
-        # (engine/attnfast.py, same bits as engine/norm.py's and attention.py's numpy rules):
-        # applies to a sequence model on the "fast" GEMM route whose tables equal their
-        # definitions, with numba present; None takes the numpy rules.
-        self.attn_ops = None
-        if gemm == "fast" and spec.seq and self.rq_arith:
-            from daisychain.engine.attnfast import attn_ops
-            self.attn_ops = attn_ops()
+        # The compute path (engine/paths.py): the first that accepts the spec. The compiled
+        # ones compute requantize and ReLU by arithmetic, valid only when their tables are
+        # exactly their definitions (rq_arith). It is opened into its attribute: ``fast``
+        # (dense, engine/fast.py), ``conv_fast`` (image, engine/convfast.py, needs numba) or
+        # ``attn_ops`` (the transformer's per-row rules compiled, engine/attnfast.py; None
+        # takes the numpy rules); ``whole`` is the one that runs whole steps, or None.
+        self.path = choose(spec, self.rq_arith)
+        self.fast = self.conv_fast = self.attn_ops = None
+        opened = self.path.open(spec, self.layout)
+        if self.path.attr is not None:
+            setattr(self, self.path.attr, opened)
+        self.whole = opened if self.path.whole else None
 
     # ----------------------------------------------------------------- unit ops
     def _mm(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -168,11 +163,9 @@ class Engine:
         """x: (n, b, F) float features or (n, b, C) int token ids. Returns the logits
         (n, b, classes) float64 and the cache the backward pass needs. ``trace``, if given,
         collects (name, value) pairs of every intermediate (for golden vectors)."""
-        if self.fast is not None and trace is None:
-            return self.fast.forward(theta, x)
-        if self.conv_fast is not None and trace is None:
-            got = self.conv_fast.forward(theta, x)
-            if got is not None:
+        if self.whole is not None and trace is None:
+            got = self.whole.forward(theta, x)
+            if got is not None:  # None: the path hands this call to the literal one
                 return got
         return self._forward_reference(theta, x, trace)
 
@@ -233,10 +226,8 @@ class Engine:
     def grad(self, theta: np.ndarray, x: np.ndarray, y: np.ndarray, frac_bits: int,
              limit: float) -> Result:
         """Fixed-point gradient contribution of the micro-batches x (n, b, ...), y (n, b)."""
-        if self.fast is not None:
-            return Result(*self.fast.grad(theta, x, y, frac_bits, limit))
-        if self.conv_fast is not None:
-            got = self.conv_fast.grad(theta, x, y, frac_bits, limit)
+        if self.whole is not None:
+            got = self.whole.grad(theta, x, y, frac_bits, limit)
             if got is not None:
                 return Result(*got)
         z, cache = self._forward_reference(theta, x)

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 from daisychain.engine.data import TASKS, DataError, Dataset, model_for, prepare_task
 from daisychain.engine.task_defaults import TASK_DEFAULTS, defaults
+from daisychain.engine.layers import item_stack, kind_of
 from daisychain.engine.spec import (MAX_CAPACITY, MAX_FEATURES, MAX_HIDDEN_LAYERS, MAX_LAYER_ITEMS, MAX_LR,
                                     MAX_MOMENTS_EVERY, MAX_OUTER_LR, MAX_REPLICAS, MAX_STEPS, MAX_SYNC_EVERY,
                                     MAX_WEIGHT_DECAY,
@@ -240,7 +241,7 @@ def parse_layers(text: str) -> tuple[int | str, ...]:
     for t in parts:
         if t.isdigit() and t.isascii():
             items.append(int(t, 10))
-        elif t == "pool" or (t.startswith(("conv", "block")) and t.isascii()):
+        elif t.isascii() and item_stack(t):  # convN, convNkK, pool, blockWhH: checked in full below
             items.append(t)
         else:
             raise argparse.ArgumentTypeError(
@@ -321,14 +322,8 @@ def settings_from_args(args: argparse.Namespace) -> RunSettings:
 def check_size(spec, hp) -> None:
     """SpecError when a micro-batch of the model needs more than the engine holds: a
     transformer's attention scores (b * heads * context^2, attention.MAX_SCORES)."""
-    from daisychain.engine.attention import MAX_SCORES
-
     for l in spec.layers:
-        if l.type == "block" and hp.micro_batch * l.kernel * l.height ** 2 > MAX_SCORES:
-            raise SpecError(f"block{l.n_in}h{l.kernel} at context {l.height} with --micro-batch "
-                            f"{hp.micro_batch} makes {hp.micro_batch * l.kernel * l.height ** 2:,} "
-                            f"attention scores a micro-batch, more than {MAX_SCORES:,}: use a "
-                            f"smaller micro-batch, context or fewer heads")
+        kind_of(l).check_size(l, hp.micro_batch)
 
 
 def hub_stream(args: argparse.Namespace):

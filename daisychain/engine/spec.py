@@ -12,14 +12,13 @@ before them); the last layer is a ``linear`` whose output, dequantized, is the l
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from daisychain.engine.layers import (KERNELS, MAX_FEATURES, Layer, SpecError, kind_of, layer_from_json,  # noqa: F401
-                                      param_count)
+from daisychain.engine.layers import (KERNELS, MAX_FEATURES, Layer, SpecError, is_sequence,  # noqa: F401
+                                      item_kind, item_stack, kind_of, layer_from_json, param_count, reads_exp)
 
 MAX_PARAMS = 50_000_000
 #: a peer's capacity (micro-batches per second) lies in [MIN_CAPACITY, MAX_CAPACITY]: the
@@ -92,12 +91,12 @@ class ModelSpec:
     def seq(self) -> bool:
         """A sequence model (a transformer: it has a posembed): logits at every position,
         every position carries the loss (docs/ENGINE.md, "The transformer")."""
-        return any(l.type == "posembed" for l in self.layers)
+        return is_sequence(self.layers)
 
     @property
     def uses_exp(self) -> bool:
         """Its forward reads the exp unit (an attention block)."""
-        return any(l.type == "block" for l in self.layers)
+        return reads_exp(self.layers)
 
     def param_shapes(self) -> list[tuple[str, tuple[int, ...]]]:
         """Canonical parameter order: by layer, weight then bias (torch state_dict names)."""
@@ -127,9 +126,9 @@ class ModelSpec:
             shape = ("tokens" if self.input_kind == "tokens" else "flat", self.input_dim)
         for i, l in enumerate(self.layers):
             shape = kind_of(l).out_shape(l, i, shape, self.layers)
-        if self.input_kind == "tokens" and self.layers[0].type != "embedding":
+        if self.input_kind == "tokens" and not kind_of(self.layers[0]).reads_tokens:
             raise SpecError("a 'tokens' model must start with an embedding")
-        if self.layers[-1].type != "linear" or self.layers[-1].n_out != self.classes:
+        if not kind_of(self.layers[-1]).head or self.layers[-1].n_out != self.classes:
             raise SpecError(f"the last layer must be linear(.., {self.classes})")
         n = param_count(self.layers)
         if n > MAX_PARAMS:
@@ -181,7 +180,7 @@ def char_mlp(vocab: int, context: int, dim: int, hidden: int | Sequence[int]) ->
 
 def hidden_of(spec: ModelSpec) -> list[int]:
     """The hidden widths of a spec (the out-features of every linear but the last)."""
-    return [l.n_out for l in spec.layers if l.type == "linear"][:-1]
+    return [l.n_out for l in spec.layers if kind_of(l).head][:-1]
 
 
 # ------------------------------------------------------------------ convolutional models
@@ -189,8 +188,6 @@ def hidden_of(spec: ModelSpec) -> list[int]:
 #: dense head (28x28x1: ~29k parameters, 576 -> classes at the end)
 DEFAULT_CNN = ("conv16", "pool", "conv32", "pool", "conv64", "pool")
 MAX_LAYER_ITEMS = 32  #: most items a --layers setting may name
-_CONV = re.compile(r"conv([0-9]+)(?:k([0-9]+))?")
-_BLOCK = re.compile(r"block([0-9]+)h([0-9]+)")
 MAX_BLOCKS = 16  #: most transformer blocks a --layers setting may name
 
 
@@ -204,19 +201,13 @@ def layer_items(items) -> tuple[int | str, ...]:
         if isinstance(t, (int, np.integer)) and not isinstance(t, bool):
             out.append(int(t))
             continue
-        if _BLOCK.fullmatch(str(t)):
-            out.append(str(t))
-            continue
-        m = _CONV.fullmatch(str(t))
-        if t != "pool" and m is None:
+        kind, m = item_kind(str(t))  # the kind whose item it is checks it (engine/layers.py)
+        if kind is None:
             raise SpecError(f"unknown --layers item {t!r}: use a width (128), convN (3x3), "
                             f"convNkK (KxK, K in 3 or 5), pool, or blockWhH (a transformer block)")
-        if m is not None and m.group(2) is not None and int(m.group(2)) not in KERNELS:
-            raise SpecError(f"{t}: the kernel size must be 3 or 5")
-        if m is not None and not 1 <= int(m.group(1)) <= 4096:
-            raise SpecError(f"{t}: a conv has 1 to 4096 filters")
+        kind.check_item(str(t), m)
         out.append(str(t))
-    blocks = [t for t in out if isinstance(t, str) and t.startswith("block")]
+    blocks = [t for t in out if isinstance(t, str) and item_stack(t) == "transformer"]
     if blocks and len(blocks) != len(out):
         raise SpecError("--layers: a transformer is blockWhH items only (e.g. block64h4,block64h4)")
     if len(blocks) > MAX_BLOCKS:
@@ -246,15 +237,9 @@ def cnn(image: tuple[int, int, int], items, classes: int) -> ModelSpec:
         if shape[0] != "map":
             raise SpecError(f"--layers: {t} comes after a dense layer; every conv and pool must "
                             f"come before the first dense width")
-        _, c, h, w = shape
-        if t == "pool":
-            layers.append(Layer("maxpool2d", c, c, 0, h, w))
-            shape = ("map", c, h // 2, w // 2)
-        else:
-            m = _CONV.fullmatch(t)
-            co, k = int(m.group(1)), int(m.group(2) or 3)
-            layers += [Layer("conv2d", c, co, k, h, w), Layer("relu")]
-            shape = ("map", co, h, w)
+        kind, m = item_kind(t)
+        made, shape = kind.item_layers(m, shape)
+        layers += made
     width = shape[1] * shape[2] * shape[3] if shape[0] == "map" else shape[1]
     layers.append(Layer("linear", width, classes))
     spec = ModelSpec(tuple(layers), "image", image[0] * image[1] * image[2], classes, tuple(image))
@@ -265,14 +250,14 @@ def cnn(image: tuple[int, int, int], items, classes: int) -> ModelSpec:
 def is_transformer(items) -> bool:
     """True when --layers items name transformer blocks (``blockWhH``)."""
     return not isinstance(items, (int, np.integer)) and items is not None and any(
-        isinstance(t, str) and t.startswith("block") for t in items)
+        isinstance(t, str) and item_stack(t) == "transformer" for t in items)
 
 
 def gpt(vocab: int, context: int, items) -> ModelSpec:
     """A transformer from --layers ``blockWhH`` items: embedding(V, W), posembed(T, W), the
     blocks (MLP 4W), rmsnorm(W), linear(W, V) applied at every position."""
     items = layer_items(items)
-    dims = [tuple(int(g) for g in _BLOCK.fullmatch(t).groups()) for t in items]
+    dims = [tuple(int(g) for g in item_kind(t)[1].groups()) for t in items]
     W = dims[0][0]
     if any(w != W for w, _ in dims):
         raise SpecError(f"every block of a transformer has one width (the residual stream's), "
@@ -287,18 +272,8 @@ def gpt(vocab: int, context: int, items) -> ModelSpec:
 
 def layers_text(spec: ModelSpec) -> str:
     """The --layers text that makes this spec (conv, pool and hidden widths, in order)."""
-    lin = [i for i, l in enumerate(spec.layers) if l.type == "linear"]
-    out = []
-    for i, l in enumerate(spec.layers):
-        if l.type == "block":
-            out.append(f"block{l.n_in}h{l.kernel}")
-        elif l.type == "conv2d":
-            out.append(f"conv{l.n_out}" + (f"k{l.kernel}" if l.kernel != 3 else ""))
-        elif l.type == "maxpool2d":
-            out.append("pool")
-        elif l.type == "linear" and i != lin[-1]:
-            out.append(str(l.n_out))
-    return ",".join(out)
+    items = (kind_of(l).describe(l, i, spec.layers) for i, l in enumerate(spec.layers))
+    return ",".join(t for t in items if t is not None)
 
 
 @dataclass(frozen=True)
