@@ -140,6 +140,13 @@ export async function denseBackward(ctx, G, eg, a, ex, Wq, ew, rows, nIn, nOut, 
 
 export class Linear {
   static type = "linear";
+  static head = true; // may be the last layer: its dequantized outputs are the logits
+
+  /** Its --layers item (spec JSON `j`): a hidden width; the output layer is implicit. */
+  static describe(j, i, layers) {
+    const last = layers.map((l) => l.type === "linear").lastIndexOf(true);
+    return i === last ? null : String(j.out);
+  }
 
   constructor(nIn, nOut) {
     Object.assign(this, { type: "linear", nIn, nOut });
@@ -203,6 +210,7 @@ export class Linear {
 
 export class Embedding {
   static type = "embedding";
+  static readsTokens = true; // it starts a 'tokens' model
 
   constructor(vocab, dim) {
     Object.assign(this, { type: "embedding", nIn: vocab, nOut: dim });
@@ -263,6 +271,7 @@ export class Embedding {
 
 export class Relu {
   static type = "relu";
+  static folds = true; // a path folds it into the layer before it (relu(requantize))
 
   constructor() {
     Object.assign(this, { type: "relu", nIn: 0, nOut: 0 });
@@ -307,6 +316,27 @@ export class Relu {
 /** Geometry of a conv: Ci x H x W in, Co x H x W out, k x k kernel, padding (k - 1) / 2. */
 export class Conv2d {
   static type = "conv2d";
+  static item = /^conv([0-9]+)(?:k([0-9]+))?$/; // --layers convN (3x3) or convNkK
+  static stack = "image";
+  static looksLike(t) {
+    return t.startsWith("conv");
+  }
+
+  static checkItem(t, m) {
+    if (m[2] !== undefined && !KERNELS.includes(+m[2])) throw new SpecError(`${t}: the kernel size must be 3 or 5`);
+    if (!(+m[1] >= 1 && +m[1] <= 4096)) throw new SpecError(`${t}: a conv has 1 to 4096 filters`);
+  }
+
+  /** The layers its item makes on the map {c, h, w}, and the map after. */
+  static itemLayers(m, map) {
+    const co = +m[1];
+    return { layers: [new Conv2d(map.c, co, m[2] === undefined ? 3 : +m[2], map.h, map.w), new Relu()],
+      map: { c: co, h: map.h, w: map.w } };
+  }
+
+  static describe(j) {
+    return `conv${j.out_channels}${j.kernel !== 3 ? `k${j.kernel}` : ""}`;
+  }
 
   constructor(ci, co, k, h, w) {
     Object.assign(this, { type: "conv2d", ci, co, k, h, w, nIn: ci * k * k, nOut: co });
@@ -406,6 +436,21 @@ export class Conv2d {
 /** 2 x 2 max pool, stride 2; an odd last row / column is dropped. */
 export class MaxPool2d {
   static type = "maxpool2d";
+  static item = /^pool$/;
+  static stack = "image";
+  static looksLike(t) {
+    return t === "pool";
+  }
+
+  static checkItem() {}
+
+  static itemLayers(m, map) {
+    return { layers: [new MaxPool2d(map.c, map.h, map.w)], map: { c: map.c, h: map.h >> 1, w: map.w >> 1 } };
+  }
+
+  static describe() {
+    return "pool";
+  }
 
   constructor(c, h, w) {
     Object.assign(this, { type: "maxpool2d", c, h, w, nIn: 0, nOut: 0 });

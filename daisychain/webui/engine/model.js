@@ -10,6 +10,7 @@
 
 import { absmax, dexp, exponent, pow2, quantExponent, quantize, quantize1, zeroSumErrors } from "./detmath.js";
 import { accumulate, BIAS_LIMIT } from "./layers.js";
+import { isSequence, kindOf } from "./registry.js";
 import { STREAM_PARAM, uniform } from "./prng.js";
 
 /** Exponent of every image micro-batch: a = pixel >> 1 stands for a * 2^-7. */
@@ -77,7 +78,7 @@ export class Engine {
     this.units = units;
     this.layout = new ParamLayout(spec);
     /** a sequence model (a transformer: it has a posembed): logits at every position */
-    this.seq = spec.layers.some((l) => l.type === "posembed");
+    this.seq = isSequence(spec.layers);
   }
 
   /** Logits (rows, C) -> (b, C): a sequence model's last position of each sample. */
@@ -123,7 +124,7 @@ export class Engine {
       const nParams = layer.paramShapes(li).length;
       const params = Array.from({ length: nParams }, (_, j) => L.view(theta, pi + j));
       const last = li === layers.length - 1;
-      const fuseRelu = !trace && !last && layers[li + 1].type === "relu";
+      const fuseRelu = !trace && !last && kindOf(layers[li + 1]).folds === true;
       const ctx = { units: this.units, b, tr, li, pi, params, last, fuseRelu };
       const r = await layer.forward(ctx, st);
       pi += nParams;

@@ -2,9 +2,9 @@
 // same validation, the same canonical parameter order.
 
 import { TASK_DEFAULTS, taskDefaults } from "./task_defaults.js";
-import { Conv2d, Embedding, int, KERNELS, Linear, MAX_FEATURES, MaxPool2d, Relu, SpecError } from "./layers.js";
-import { Block, MAX_SCORES, PosEmbed, RmsNorm } from "./transformer.js";
-import { layerFromJson } from "./registry.js";
+import { Embedding, int, Linear, MAX_FEATURES, Relu, SpecError } from "./layers.js";
+import { Block, PosEmbed, RmsNorm } from "./transformer.js";
+import { describeLayers, itemKind, itemStack, kindOf, layerFromJson, legacyJson, readsExp } from "./registry.js";
 
 export const MAX_PARAMS = 50_000_000;
 export const INPUT_KINDS = ["dense", "tokens", "image"];
@@ -81,9 +81,9 @@ export class ModelSpec {
     if (!(this.inputDim >= 1)) throw new SpecError("the input dimension must be >= 1");
     let shape = this.inputShape();
     L.forEach((l, i) => { shape = l.outShape(i, shape, this); });
-    if (this.inputKind === "tokens" && L[0].type !== "embedding") throw new SpecError("a 'tokens' model must start with an embedding");
+    if (this.inputKind === "tokens" && !kindOf(L[0]).readsTokens) throw new SpecError("a 'tokens' model must start with an embedding");
     const last = L[L.length - 1];
-    if (last.type !== "linear" || last.nOut !== this.classes) throw new SpecError(`the last layer must be linear(.., ${this.classes})`);
+    if (!kindOf(last).head || last.nOut !== this.classes) throw new SpecError(`the last layer must be linear(.., ${this.classes})`);
     const n = this.paramShapes().reduce((s, [, sh]) => s + sh.reduce((a, b) => a * b, 1), 0);
     if (n > MAX_PARAMS) throw new SpecError(`${n} parameters is more than this engine trains (${MAX_PARAMS})`);
   }
@@ -96,22 +96,15 @@ export function layerUnitCounts(spec, microBatch) {
   let rows = microBatch;
   let exp = 0;
   spec.layers.forEach((l, i) => {
-    if (l.type === "posembed") rows = microBatch * spec.inputDim; // a sequence model: b * T rows after it
+    if (kindOf(l).sequence) rows = microBatch * spec.inputDim; // a sequence model: b * T rows after it
     const [m, r, u] = l.units(rows, i, spec.layers);
     out.multiply += m;
     out.requantize += r;
     out.relu += u;
     if (l.expUnits) exp += l.expUnits(microBatch);
   });
-  if (spec.layers.some((l) => l.type === "block")) out.exp = exp; // only a model that reads the exp unit
+  if (readsExp(spec.layers)) out.exp = exp; // only a model that reads the exp unit
   return out;
-}
-
-/** {type, nIn, nOut} (the form older code builds) -> the layer's spec JSON. */
-function legacyJson(l) {
-  if (l.type === "linear") return { type: "linear", in: l.nIn, out: l.nOut };
-  if (l.type === "embedding") return { type: "embedding", vocab: l.nIn, dim: l.nOut };
-  return l;
 }
 
 /** spec.py MAX_HIDDEN_LAYERS: most hidden layers a `layers` setting may name. */
@@ -137,7 +130,7 @@ export function parseLayers(text) {
   if (parts.length > MAX_LAYER_ITEMS) throw new SpecError(`at most ${MAX_LAYER_ITEMS} layers`);
   const items = parts.map((t) => {
     if (/^[0-9]+$/.test(t)) return parseInt(t, 10);
-    if (t === "pool" || /^(conv|block)[\x00-\x7f]*$/.test(t)) return t;
+    if (/^[\x00-\x7f]*$/.test(t) && itemStack(t)) return t; // convN, convNkK, pool, blockWhH: checked in full below
     throw new SpecError("--layers takes comma-separated hidden widths such as 256,256 (for images " +
       `convN, convNkK, pool; for text blockWhH transformer blocks), not ${pyRepr(String(text))}`);
   });
@@ -156,8 +149,6 @@ function pyRepr(t) {
   return t.includes("'") && !t.includes('"') ? `"${t}"` : `'${t.replace(/\\/g, "\\\\").replace(/'/g, "\\'")}'`;
 }
 
-const CONV_ITEM = /^conv([0-9]+)(?:k([0-9]+))?$/;
-const BLOCK_ITEM = /^block([0-9]+)h([0-9]+)$/;
 /** spec.py MAX_BLOCKS: most transformer blocks a --layers setting may name. */
 export const MAX_BLOCKS = 16;
 
@@ -169,17 +160,15 @@ export function layerItems(items) {
   }
   const out = items.map((t) => {
     if (typeof t === "number" && Number.isInteger(t)) return t;
-    if (BLOCK_ITEM.test(String(t))) return String(t);
-    const m = CONV_ITEM.exec(String(t));
-    if (t !== "pool" && !m) {
+    const [kind, m] = itemKind(String(t)); // the kind whose item it is checks it (registry.js)
+    if (!kind) {
       throw new SpecError(`unknown --layers item ${pyRepr(String(t))}: use a width (128), convN (3x3), ` +
         "convNkK (KxK, K in 3 or 5), pool, or blockWhH (a transformer block)");
     }
-    if (m && m[2] !== undefined && !KERNELS.includes(+m[2])) throw new SpecError(`${t}: the kernel size must be 3 or 5`);
-    if (m && !(+m[1] >= 1 && +m[1] <= 4096)) throw new SpecError(`${t}: a conv has 1 to 4096 filters`);
+    kind.checkItem(String(t), m);
     return String(t);
   });
-  const blocks = out.filter((t) => typeof t === "string" && t.startsWith("block"));
+  const blocks = out.filter((t) => typeof t === "string" && itemStack(t) === "transformer");
   if (blocks.length && blocks.length !== out.length) {
     throw new SpecError("--layers: a transformer is blockWhH items only (e.g. block64h4,block64h4)");
   }
@@ -211,15 +200,10 @@ export function imageCnn(c, h, w, items, classes) {
       throw new SpecError(`--layers: ${t} comes after a dense layer; every conv and pool must ` +
         "come before the first dense width");
     }
-    if (t === "pool") {
-      layers.push(new MaxPool2d(map.c, map.h, map.w));
-      map = { c: map.c, h: map.h >> 1, w: map.w >> 1 };
-    } else {
-      const m = CONV_ITEM.exec(t);
-      const co = +m[1];
-      layers.push(new Conv2d(map.c, co, m[2] === undefined ? 3 : +m[2], map.h, map.w), new Relu());
-      map = { c: co, h: map.h, w: map.w };
-    }
+    const [kind, m] = itemKind(t);
+    const made = kind.itemLayers(m, map);
+    layers.push(...made.layers);
+    map = made.map;
   }
   layers.push(new Linear(map ? map.c * map.h * map.w : width, classes));
   const spec = new ModelSpec(layers, "image", c * h * w, classes, { c, h, w });
@@ -230,14 +214,14 @@ export function imageCnn(c, h, w, items, classes) {
 /** spec.py is_transformer: --layers items that name transformer blocks (blockWhH). */
 export function isTransformer(items) {
   return items !== null && items !== undefined && typeof items !== "number" &&
-    Array.from(items).some((t) => typeof t === "string" && t.startsWith("block"));
+    Array.from(items).some((t) => typeof t === "string" && itemStack(t) === "transformer");
 }
 
 /** spec.py gpt: a transformer from --layers blockWhH items: embedding(V, W), posembed(T, W),
  *  the blocks (MLP 4W), rmsnorm(W), linear(W, V) applied at every position. */
 export function gpt(vocab, context, items) {
   items = layerItems(items);
-  const dims = items.map((t) => BLOCK_ITEM.exec(t).slice(1).map(Number));
+  const dims = items.map((t) => itemKind(t)[1].slice(1).map(Number));
   const W = dims[0][0];
   if (dims.some(([w]) => w !== W)) {
     throw new SpecError("every block of a transformer has one width (the residual stream's), " +
@@ -253,15 +237,7 @@ export function gpt(vocab, context, items) {
 /** settings.py check_size: a transformer's attention scores of one micro-batch
  *  (b * heads * context^2) within MAX_SCORES, in Python's words. */
 export function checkSize(spec, hp) {
-  for (const l of spec.layers) {
-    if (l.type !== "block") continue;
-    const n = hp.micro_batch * l.heads * l.context ** 2;
-    if (n > MAX_SCORES) {
-      throw new SpecError(`block${l.nIn}h${l.heads} at context ${l.context} with --micro-batch ${hp.micro_batch} ` +
-        `makes ${n.toLocaleString("en-US")} attention scores a micro-batch, more than ` +
-        `${MAX_SCORES.toLocaleString("en-US")}: use a smaller micro-batch, context or fewer heads`);
-    }
-  }
+  for (const l of spec.layers) if (typeof l.checkSize === "function") l.checkSize(hp.micro_batch);
 }
 
 /** data.py Dataset.image_shape: (C, H, W) of an image dataset, from meta.image_shape. */
@@ -276,24 +252,13 @@ export function imageShape(ds) {
 /** spec.py hidden_of: the hidden widths (out-features of every linear but the last) of a
  *  ModelSpec or of its JSON (`{layers: [{type: "linear", out}, ...]}`). */
 export function hiddenOf(spec) {
-  return spec.layers.filter((l) => l.type === "linear").map((l) => l.nOut ?? l.out).slice(0, -1);
+  return spec.layers.filter((l) => kindOf(l)?.head).map((l) => l.nOut ?? l.out).slice(0, -1);
 }
 
 /** spec.py layers_text: the --layers text that makes this spec (its convs, pools and hidden
  *  widths in order: "conv16,pool,conv32k5,pool,64"), of a ModelSpec or of its JSON. */
 export function layersText(spec) {
-  const layers = spec.layers;
-  const last = layers.map((l) => l.type).lastIndexOf("linear");
-  const out = [];
-  layers.forEach((l, i) => {
-    if (l.type === "block") out.push(`block${l.nIn ?? l.dim}h${l.heads}`);
-    else if (l.type === "conv2d") {
-      const k = l.k ?? l.kernel;
-      out.push(`conv${l.co ?? l.out_channels}${k !== 3 ? `k${k}` : ""}`);
-    } else if (l.type === "maxpool2d") out.push("pool");
-    else if (l.type === "linear" && i !== last) out.push(String(l.nOut ?? l.out));
-  });
-  return out.join(",");
+  return describeLayers(spec.layers).join(","); // each kind describes itself (registry.js)
 }
 
 function stack(width, widths, classes) {

@@ -14,6 +14,7 @@ import { augmentMicroBatch } from "./augment.js";
 import { pow2 } from "./detmath.js";
 import { Engine, initParams, ParamLayout } from "./model.js";
 import { permutation, STREAM_SHUFFLE } from "./prng.js";
+import { readsExp } from "./registry.js";
 import { checkSize, HYPER_FLOATS, hyperJson, imageShape, nMicro, SpecError } from "./spec.js";
 
 export const ENGINE_VERSION = "2";
@@ -286,7 +287,7 @@ export function runIdentity(spec, hp, ds, luts) {
   const out = { model: spec.toJson(), hyper: hyperJson(hp), dataset: ds.fingerprint, task: ds.task,
     luts: luts.manifestSha256, engine: ENGINE_VERSION, seed: hp.seed };
   // the exp unit is not in manifest_sha256: a model that reads it names its table
-  if (spec.layers.some((l) => l.type === "block")) out.exp_lut = luts.expSha256;
+  if (readsExp(spec.layers)) out.exp_lut = luts.expSha256;
   return out;
 }
 

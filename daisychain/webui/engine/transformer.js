@@ -54,6 +54,7 @@ async function rmsnorm(ctx, X, R, D, name) {
 
 export class PosEmbed {
   static type = "posembed";
+  static sequence = true; // every layer after it sees b * context rows
 
   constructor(context, dim) {
     Object.assign(this, { type: "posembed", nIn: context, nOut: dim });
@@ -174,6 +175,27 @@ export class RmsNorm {
 /** Pre-norm transformer block: X + o(attn(rmsnorm X)), then + fc2(relu(fc1(rmsnorm X))). */
 export class Block {
   static type = "block";
+  static item = /^block([0-9]+)h([0-9]+)$/; // --layers blockWhH: width W, H heads
+  static stack = "transformer";
+  static looksLike(t) {
+    return t.startsWith("block");
+  }
+
+  static checkItem() {}
+
+  static describe(j) {
+    return `block${j.dim}h${j.heads}`;
+  }
+
+  /** settings.py check_size: the attention scores of one micro-batch within MAX_SCORES. */
+  checkSize(microBatch) {
+    const n = microBatch * this.heads * this.context ** 2;
+    if (n > MAX_SCORES) {
+      throw new SpecError(`block${this.nIn}h${this.heads} at context ${this.context} with --micro-batch ${microBatch} ` +
+        `makes ${n.toLocaleString("en-US")} attention scores a micro-batch, more than ` +
+        `${MAX_SCORES.toLocaleString("en-US")}: use a smaller micro-batch, context or fewer heads`);
+    }
+  }
 
   constructor(dim, heads, context, mlp) {
     Object.assign(this, { type: "block", nIn: dim, nOut: dim, heads, context, mlp });
