@@ -13,9 +13,10 @@ import numpy as np
 from daisychain.engine.spec import MAX_CAPACITY, MIN_CAPACITY  # a ``ready`` capacity lies in this range
 from daisychain.peer.framing import FrameError, FrameType, Message
 from daisychain.peer.intcodec import decode_ints, decode_state, encode_ints, encode_state
+from daisychain.peer.protocol_table import CONSTANTS
 
-#: most strikes a run may allow before a peer is removed
-MAX_STRIKES = 1000
+#: most strikes a run may allow before a peer is removed (the protocol table's constants)
+MAX_STRIKES = CONSTANTS["MAX_STRIKES"]
 
 
 # -- run messages: the typed view of a Message ----------------------------------------------
@@ -223,7 +224,7 @@ CONTROLS = (Run, Ready, Refuse, Assign, SyncRequest, DataRequest, Restore, End, 
 RunMessage = (Run | Ready | Refuse | Assign | SyncRequest | DataRequest | Restore | End | Contrib
               | Total | State | Data | RingPlan | RingSum | RingCommit | RingChunk)
 #: most members of a ring (a plan's peers)
-MAX_RING = 1024
+MAX_RING = CONSTANTS["MAX_RING"]
 _HEX = set("0123456789abcdef")
 
 

@@ -16,3 +16,12 @@ def test_a_changed_python_range_makes_the_js_table_stale(monkeypatch, capsys):
     assert "context: [\"int\", 1, 512, false]" in js_tables.settings_module()
     assert js_tables.main(["--check"]) == 1
     assert "settings_table.js is out of date" in capsys.readouterr().err
+
+
+def test_a_changed_protocol_table_makes_the_js_protocol_stale(monkeypatch, capsys):
+    from daisychain.peer import protocol_table
+
+    monkeypatch.setitem(protocol_table.CONSTANTS, "MAX_RING", 2048)
+    assert '"MAX_RING": 2048' in js_tables.protocol_module()
+    assert js_tables.main(["--check"]) == 1
+    assert "protocol_table.js is out of date" in capsys.readouterr().err

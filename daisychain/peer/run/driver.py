@@ -16,29 +16,30 @@ from typing import Callable
 from daisychain.engine.model import Result
 from daisychain.engine.trainer import Trainer
 from daisychain.peer import frames as F
+from daisychain.peer.protocol_table import CONSTANTS, handled_by
 from daisychain.peer.run.coordinator import Coordinator
 from daisychain.peer.run.member import Member
 from daisychain.peer.run.outputs import Log, Output, RestoreError
 from daisychain.peer.run.ring import AGGREGATES
 
 #: default share of micro-batches spot-checked by a second peer, and mismatches tolerated
-VERIFY_RATE = 0.05
-STRIKES = 3
+#: (the protocol table, peer/run_protocol.json, holds both languages' constants)
+VERIFY_RATE = CONSTANTS["VERIFY_RATE"]
+STRIKES = CONSTANTS["STRIKES"]
 
 #: refusals of a sender's bad messages that are logged (and struck): at least the run's
 #: strikes, so a member is removed first; past it the rest are dropped without a line (a flood
 #: of 20,000 bad frames is 32 lines, not 20,000)
-REFUSAL_LINES = 32
+REFUSAL_LINES = CONSTANTS["REFUSAL_LINES"]
 
-#: the messages each role handles (others are dropped: a coordinator takes no assign, a
-#: member no contribution)
-MEMBER_MESSAGES = frozenset({"run", "assign", "total", "state", "restore", "end", "data", "refuse",
-                             "syncrequest"})
-COORDINATOR_MESSAGES = frozenset({"ready", "refuse", "contrib", "state", "syncrequest"})
+#: the messages each role handles, from the protocol table (others are dropped: a
+#: coordinator takes no assign, a member no contribution)
+MEMBER_MESSAGES = handled_by("member")
+COORDINATOR_MESSAGES = handled_by("coordinator")
 #: the ring's messages (ring_roles.py), handled by the role's ``ring``: a chunk by whichever
 #: role speaks for the replica, a plan and a commit by a member, a sum by the coordinator
-MEMBER_RING_MESSAGES = frozenset({"ringplan", "ringcommit", "ringchunk"})
-COORDINATOR_RING_MESSAGES = frozenset({"ringsum", "ringchunk"})
+MEMBER_RING_MESSAGES = handled_by("member_ring")
+COORDINATOR_RING_MESSAGES = handled_by("coordinator_ring")
 
 
 def message_name(msg) -> str:

@@ -26,12 +26,14 @@
 import { Coordinator } from "./coordinator.js";
 import { Member } from "./member.js";
 import { AGGREGATES } from "./ring.js";
+import { CONSTANTS, dispatch } from "./protocol_table.js";
 import { log } from "./util.js";
 
-/** Default share of micro-batches spot-checked by a second peer, and mismatches tolerated. */
-export const VERIFY_RATE = 0.05;
-export const STRIKES = 3;
-export const MAX_STRIKES = 1000;
+/** Default share of micro-batches spot-checked by a second peer, and mismatches tolerated
+ * (the protocol table's constants, peer/run_protocol.json). */
+export const VERIFY_RATE = CONSTANTS.VERIFY_RATE;
+export const STRIKES = CONSTANTS.STRIKES;
+export const MAX_STRIKES = CONSTANTS.MAX_STRIKES;
 
 function randomKey() {
   const b = new Uint8Array(16);
@@ -42,16 +44,15 @@ function randomKey() {
 /** The messages each role handles (others are dropped: a coordinator takes no assign, a
  * member no contribution), each by its handler's name (driver.py MEMBER_MESSAGES). */
 // driver.py REFUSAL_LINES: refusals of a sender's bad messages that are logged (and struck).
-export const REFUSAL_LINES = 32;
+export const REFUSAL_LINES = CONSTANTS.REFUSAL_LINES;
 
-const MEMBER_MESSAGES = { run: "onRun", assign: "onAssign", total: "onTotal", state: "onState",
-  restore: "onRestore", end: "onEnd", data: "onData", refuse: "onRefuse", sync: "onSync" };
-const COORDINATOR_MESSAGES = { ready: "onReady", refuse: "onRefuse", contrib: "onContrib", state: "onState",
-  sync: "onSync" };
+// wire name -> handler, from the protocol table (protocol_table.js dispatch)
+const MEMBER_MESSAGES = dispatch("member");
+const COORDINATOR_MESSAGES = dispatch("coordinator");
 /** The ring's messages (ring_roles.js), handled by the role's `ring`: a chunk by whichever
  * role speaks for the replica, a plan and a commit by a member, a sum by the coordinator. */
-const MEMBER_RING_MESSAGES = { ring_plan: "onRingPlan", ring_commit: "onRingCommit", ring_chunk: "onRingChunk" };
-const COORDINATOR_RING_MESSAGES = { ring_sum: "onRingSum", ring_chunk: "onRingChunk" };
+const MEMBER_RING_MESSAGES = dispatch("member_ring");
+const COORDINATOR_RING_MESSAGES = dispatch("coordinator_ring");
 
 export class RunPeer {
   constructor(me, { kind = "cpu", capacity = null, makeTrainer = null, selftest = [true, "ok"],

@@ -1,8 +1,8 @@
-// Small helpers of the run protocol (webui/run/): output constructors and the formatting
-// that makes log lines read the same as daisychain/peer/run/'s.
+// Small helpers of the run protocol (webui/run/): output constructors (outputs.js, generated
+// from the protocol table; send and log re-exported for the roles) and the formatting that
+// makes log lines read the same as daisychain/peer/run/'s.
 
-export const send = (to, message) => ({ kind: "send", to, message });
-export const log = (text, loud = false) => ({ kind: "log", text, loud });
+export { log, send } from "./outputs.js";
 
 
 /** Python's format(x, ".3g"), for log lines that read the same in both languages. */
