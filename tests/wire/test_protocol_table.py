@@ -107,6 +107,14 @@ def test_python_constants_are_the_tables():
     assert (driver.VERIFY_RATE, driver.STRIKES, driver.REFUSAL_LINES) == (
         c["VERIFY_RATE"], c["STRIKES"], c["REFUSAL_LINES"])
     assert (engine_spec.MIN_CAPACITY, engine_spec.MAX_CAPACITY) == (c["MIN_CAPACITY"], c["MAX_CAPACITY"])
+    for capacity, ok in ((c["MIN_CAPACITY"], True), (c["MAX_CAPACITY"], True),
+                         (c["MIN_CAPACITY"] / 2, False), (c["MAX_CAPACITY"] * 2, False)):
+        m = F.to_message(F.Ready(1, capacity, "cpu", 0, "ab" * 32), RUN_ID)
+        if ok:
+            assert F.from_message(m).capacity == capacity
+        else:
+            with pytest.raises(F.FrameError, match="capacity"):
+                F.from_message(m)
 
 
 def _js_sample(msg: dict) -> dict:
@@ -159,6 +167,16 @@ for (const o of DATA.outputs) {
   const name = (o.class || o.kind)[0].toLowerCase() + (o.class || o.kind).slice(1);
   out.outputs[o.kind] = typeof O[name] === "function" ? O[name](...o.fields.map((f) => `<${f}>`)) : null;
 }
+// a ready's capacity: the table's range is what messages.js takes
+const ready = (capacity) => ({ T: "ready", term: 1, capacity, kind: "cpu", step: 0, params_sha256: "ab".repeat(32) });
+const takes = async (capacity) => {
+  const R = new W.Reassembler();
+  let whole = null;
+  for (const f of W.encode(ready(capacity), DATA.run_id, null, () => 7)) whole = R.feed(f) ?? whole;
+  try { await W.fromMessage(whole, DATA.size); return true; } catch (err) { return false; }
+};
+const { MIN_CAPACITY: lo, MAX_CAPACITY: hi } = T.CONSTANTS;
+out.capacity = [await takes(lo), await takes(hi), await takes(lo / 2), await takes(hi * 2)];
 out.constants = { table: T.CONSTANTS, VERIFY_RATE: D.VERIFY_RATE, STRIKES: D.STRIKES, MAX_STRIKES: D.MAX_STRIKES,
   REFUSAL_LINES: D.REFUSAL_LINES, MAX_RING: W.MAX_RING };
 console.log(JSON.stringify(out));
@@ -177,6 +195,7 @@ console.log(JSON.stringify(out));
     for o in P.OUTPUTS:
         ren = o.get("js_fields", {})
         assert got["outputs"][o["kind"]] == {"kind": o["kind"], **{ren.get(f, f): f"<{f}>" for f in o["fields"]}}
+    assert got["capacity"] == [True, True, False, False]
     c = got["constants"]
     assert c.pop("table") == P.CONSTANTS
     assert c == {k: P.CONSTANTS[k] for k in c}
