@@ -2,10 +2,11 @@
 
 - ``webui/engine/task_defaults.js`` from ``engine/task_defaults.json`` (task_defaults.py);
 - ``webui/settings_table.js`` from ``engine/settings.py`` SETTINGS, the page's subset
-  PAGE_SETTINGS (read by ``webui/settings_check.js``);
-- ``webui/run/protocol_table.js`` (the run messages, their roles and handlers, the shared
-  constants) and ``webui/run/outputs.js`` (one constructor per output kind) from the
-  protocol table ``peer/run_protocol.json`` (peer/protocol_table.py).
+  PAGE_SETTINGS (read by ``webui/settings_check.js``).
+
+And from the protocol table ``peer/run_protocol.json`` (peer/protocol_table.py):
+``webui/run/protocol_table.js`` (the run messages, their roles and handlers, the shared
+constants) and ``webui/run/outputs.js`` (one constructor per output kind).
 
 ``python -m daisychain.engine.js_tables`` writes them; ``--check`` exits 1 when one differs
 from what it would write (tests/engine/test_js_tables.py runs it).
@@ -84,12 +85,16 @@ def outputs_module() -> str:
     return _GENERATED_FROM_PROTOCOL + "\n// What a role returns to its shell, one constructor per output kind.\n\n" + "\n".join(fns) + "\n"
 
 
+def protocol_generated() -> dict[Path, str]:
+    """The run protocol's modules: path -> its text."""
+    return {WEBUI / "run" / "protocol_table.js": protocol_module(),
+            WEBUI / "run" / "outputs.js": outputs_module()}
+
+
 #: path -> its text
 def generated() -> dict[Path, str]:
     return {task_defaults.JS_PATH: task_defaults.js_module(),
-            WEBUI / "settings_table.js": settings_module(),
-            WEBUI / "run" / "protocol_table.js": protocol_module(),
-            WEBUI / "run" / "outputs.js": outputs_module()}
+            WEBUI / "settings_table.js": settings_module()}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -97,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--check", action="store_true", help="exit 1 if a generated module is out of date")
     args = ap.parse_args(argv)
     stale = []
-    for path, text in generated().items():
+    for path, text in {**generated(), **protocol_generated()}.items():
         if args.check:
             if not path.exists() or path.read_text(encoding="utf-8") != text:
                 stale.append(path)

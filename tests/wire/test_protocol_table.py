@@ -117,6 +117,12 @@ def test_python_constants_are_the_tables():
                 F.from_message(m)
 
 
+def _js(name: str) -> Path:
+    """A page module by its file name, wherever its folder (webui/ or a subfolder)."""
+    (path,) = (p for p in WEBUI.rglob(name) if "node_modules" not in p.parts)
+    return path
+
+
 def _js_sample(msg: dict) -> dict:
     types = P.TABLE["field_types"]
     out = {"T": msg["wire"]}
@@ -180,7 +186,7 @@ out.capacity = [await takes(lo), await takes(hi), await takes(lo / 2), await tak
 out.constants = { table: T.CONSTANTS, VERIFY_RATE: D.VERIFY_RATE, STRIKES: D.STRIKES, MAX_STRIKES: D.MAX_STRIKES,
   REFUSAL_LINES: D.REFUSAL_LINES, MAX_RING: W.MAX_RING };
 console.log(JSON.stringify(out));
-""", imports={"W": "frames.js", "T": "run/protocol_table.js", "O": "run/outputs.js", "D": "run/driver.js",
+""", imports={"W": _js("frames.js"), "T": "run/protocol_table.js", "O": "run/outputs.js", "D": "run/driver.js",
               "{ Member }": "run/member.js", "{ Coordinator }": "run/coordinator.js", "RM": "run/ring_roles.js"},
         data=data)
     for m in P.MESSAGES:
