@@ -175,14 +175,18 @@ for (const o of DATA.outputs) {
 }
 // a ready's capacity: the table's range is what messages.js takes
 const ready = (capacity) => ({ T: "ready", term: 1, capacity, kind: "cpu", step: 0, params_sha256: "ab".repeat(32) });
-const takes = async (capacity) => {
+const takes = async (capacity, msg = ready(capacity)) => {
   const R = new W.Reassembler();
   let whole = null;
-  for (const f of W.encode(ready(capacity), DATA.run_id, null, () => 7)) whole = R.feed(f) ?? whole;
+  for (const f of W.encode(msg, DATA.run_id, null, () => 7)) whole = R.feed(f) ?? whole;
   try { await W.fromMessage(whole, DATA.size); return true; } catch (err) { return false; }
 };
 const { MIN_CAPACITY: lo, MAX_CAPACITY: hi } = T.CONSTANTS;
 out.capacity = [await takes(lo), await takes(hi), await takes(lo / 2), await takes(hi * 2)];
+// a run's strikes: 1 to MAX_STRIKES
+const run = DATA.messages.find((m) => m.wire === "run").sample;
+const strikes = (n) => takes(0, { ...run, strikes: n });
+out.strikes = [await strikes(T.CONSTANTS.MAX_STRIKES), await strikes(T.CONSTANTS.MAX_STRIKES + 1)];
 out.constants = { table: T.CONSTANTS, VERIFY_RATE: D.VERIFY_RATE, STRIKES: D.STRIKES, MAX_STRIKES: D.MAX_STRIKES,
   REFUSAL_LINES: D.REFUSAL_LINES, MAX_RING: W.MAX_RING };
 console.log(JSON.stringify(out));
@@ -202,6 +206,7 @@ console.log(JSON.stringify(out));
         ren = o.get("js_fields", {})
         assert got["outputs"][o["kind"]] == {"kind": o["kind"], **{ren.get(f, f): f"<{f}>" for f in o["fields"]}}
     assert got["capacity"] == [True, True, False, False]
+    assert got["strikes"] == [True, False]
     c = got["constants"]
     assert c.pop("table") == P.CONSTANTS
     assert c == {k: P.CONSTANTS[k] for k in c}
