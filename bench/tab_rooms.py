@@ -80,8 +80,9 @@ def reference(steps: int, batch: int) -> dict:
 
 
 def run_room(browsers, peer_ns: int, n_tabs: int, n_peers: int, batch: int, steps: int, skip: int,
-             tmp: Path, tag: str) -> dict:
-    """One room: tab 0 hosts, the other tabs and the daisy-peer join; the run to its end."""
+             tmp: Path, tag: str, room_s: float) -> dict:
+    """One room: tab 0 hosts, the other tabs and the daisy-peer join; the run to its end (a
+    row with "error" when it is not done in ``room_s`` seconds)."""
     ctxs, peer = [], None
     try:
         pages = []
@@ -117,8 +118,15 @@ def run_room(browsers, peer_ns: int, n_tabs: int, n_peers: int, batch: int, step
         host.evaluate(RECORD)
         load0 = load()
         host.evaluate(f"() => {{ window.__daisy.mesh.start({{ task: 'image', steps: {steps}, batch: {batch} }}); }}")
-        for pg in pages:
-            pg.wait_for_function("window.__daisy.run.state === 'done'", timeout=1_800_000, polling=500)
+        try:
+            for pg in pages:
+                pg.wait_for_function("window.__daisy.run.state === 'done'", timeout=room_s * 1000, polling=500)
+        except Exception as err:  # noqa: BLE001 - a room that stalls is a row that says so
+            log = (tmp / f"{tag}-peer.err").read_text()[-600:] if peer else ""
+            return {"tabs": n_tabs, "peers": n_peers, "batch": batch, "steps": steps, "error":
+                    f"not done in {room_s:.0f} s at step {host.evaluate('() => window.__daisy.run.step')} "
+                    f"({type(err).__name__}); daisy-peer's log ends: {log.strip()[-300:]}" if peer else
+                    f"not done in {room_s:.0f} s ({type(err).__name__})", "devices": devices, "load": [load0, load()]}
         marks = host.evaluate("() => window.__steps")
         runs = [pg.evaluate("() => JSON.parse(JSON.stringify(window.__daisy.run))") for pg in pages]
         py = None
@@ -185,7 +193,7 @@ def measure(a) -> dict:
                     for room in a.rooms:
                         n_tabs, n_peers = ROOMS[room]
                         r = run_room(browsers, sleepers[3].pid, n_tabs, n_peers, b, a.steps_for(b), a.skip,
-                                     tmp, f"{rnd}-{b}-{n_tabs}-{n_peers}")
+                                     tmp, f"{rnd}-{b}-{n_tabs}-{n_peers}", a.room_s)
                         r.update(room=room, round=rnd, reference=refs[b])
                         print(json.dumps(r), file=sys.stderr)
                         rows.append(r)
@@ -204,7 +212,12 @@ def report(res: dict) -> str:
              "| each tab: path, workers | load (1 min) start / end | every device on train's hash |",
              "|---|---|---|---|---|---|---|---|---|"]
     for r in res["rows"]:
+        if "error" in r:
+            lines.append(f"| {r['round']} | {r['batch']} | {r['room']} | - | - | - | - | "
+                         f"{r['load'][0]:.1f} / {r['load'][1]:.1f} | {r['error']} |")
+            continue
         base = one.get((r["round"], r["batch"]))
+        base = base if base and "error" not in base else None
         ratio = f"{r['steps_s'] / base['steps_s']:.2f}x" if base else "n/a"
         done = ", ".join(str(v) for v in (r["done"] or {}).values())
         devs = ", ".join(f"{d['cpuPath'] if d['kind'] == 'cpu' else d['kind']} {d['workers']}" for d in r["devices"])
@@ -241,6 +254,7 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=1)
     ap.add_argument("--rooms", default=",".join(ROOMS), help="comma-separated, of: " + ", ".join(ROOMS))
     ap.add_argument("--delay-ms", type=float, default=1.0)
+    ap.add_argument("--room-s", type=float, default=600, help="a room not done in this many seconds is a failed row")
     ap.add_argument("--out", default=None, help="also write the raw results (JSON) here")
     ap.add_argument("--report", default=None, help="only rewrite the report from an --out file")
     ap.add_argument("--no-write", action="store_true")
