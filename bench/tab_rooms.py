@@ -102,7 +102,7 @@ def run_room(browsers, peer_ns: int, n_tabs: int, n_peers: int, batch: int, step
             names.append("py")
             err = open(tmp / f"{tag}-peer.err", "w")
             peer = subprocess.Popen(["nsenter", f"--net=/proc/{peer_ns}/ns/net", "--", str(BIN / "daisy-peer"),
-                                     "--server", URL, "--room", code, "--name", "py", "--json"],
+                                     "--server", URL, "--room", code, "--name", "py", "--json", "--quiet"],
                                     stdout=subprocess.PIPE, stderr=err, text=True, cwd=ROOT)
         for name in names:
             sel = f"#approvals li[data-peer]:has-text('{name}') button.approve"
@@ -249,7 +249,7 @@ def report(res: dict) -> str:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--batches", default="64,256")
-    ap.add_argument("--steps", type=int, default=20, help="steps at batch 64 (a quarter at 256, at least 10)")
+    ap.add_argument("--steps", type=int, default=16, help="steps at batch 64 (a quarter at 256, at least 8)")
     ap.add_argument("--skip", type=int, default=3, help="steps left out of the rate (start-up)")
     ap.add_argument("--rounds", type=int, default=1)
     ap.add_argument("--rooms", default=",".join(ROOMS), help="comma-separated, of: " + ", ".join(ROOMS))
@@ -264,7 +264,7 @@ def main() -> None:
     bad = [r for r in a.rooms if r not in ROOMS]
     if bad:
         ap.error(f"no room {bad[0]!r}; rooms: {', '.join(ROOMS)}")
-    a.steps_for = lambda b: max(10, a.steps * 64 // b)
+    a.steps_for = lambda b: max(8, a.steps * 64 // b)
     if a.report:
         res = json.loads(Path(a.report).read_text())
     else:

@@ -90,34 +90,16 @@ export async function affine(ctx, name, a, ex, W, bias, rows, nIn, nOut) {
 
 /**
  * The linear layer's forward on a rows x nIn int8 matrix: acc = a · Wqᵀ + bias (int32), then
- * (unless last) requantize (+ ReLU when fused); with `channels` ({b, hw, co}: a conv layer's
- * rows) q comes back channel-major (toChannels). Returns {acc, Wq, ew, sexp, q?, s?}.
+ * (unless last) requantize (+ ReLU when fused). Returns {acc, Wq, ew, sexp, q?, s?}.
  */
-async function denseForward(ctx, a, ex, W, bias, rows, nIn, nOut, channels = null) {
+async function denseForward(ctx, a, ex, W, bias, rows, nIn, nOut) {
   const { units, tr, li } = ctx;
   const { acc, Wq, ew, sexp } = await affine(ctx, `layers.${li}`, a, ex, W, bias, rows, nIn, nOut);
   if (ctx.last) return { acc, Wq, ew, sexp };
   const s = Math.max(exponent(absmax(acc)) - 7, 0);
-  const relu = ctx.fuseRelu;
-  const q = !channels ? await units.requantize(acc, s, { relu })
-    : units.requantizeToChannels ? await units.requantizeToChannels(acc, s, { relu }, channels)
-      : toChannels(await units.requantize(acc, s, { relu }), channels.b, channels.hw, channels.co);
+  const q = await units.requantize(acc, s, { relu: ctx.fuseRelu });
   tr(`layers.${li}.shift`, [s]);
   return { acc, Wq, ew, sexp, q, s };
-}
-
-/** A conv layer's rows (b*hw, co) -> channel-major (b, co*hw): out[s*co*hw + c*hw + p] =
- *  q[(s*hw + p)*co + c] (wasm/units.wat to_channels is its twin). */
-export function toChannels(q, b, hw, co) {
-  const out = new Int32Array(b * hw * co);
-  for (let s = 0; s < b; s++) {
-    for (let p = 0; p < hw; p++) {
-      const src = (s * hw + p) * co;
-      const dst = s * co * hw + p;
-      for (let c = 0; c < co; c++) out[dst + c * hw] = q[src + c];
-    }
-  }
-  return out;
 }
 
 /** Add clamp-then-round(ints * 2^(e + S)) into total[off..] (the fixed-point sum). */
@@ -389,10 +371,17 @@ export class Conv2d {
     const hw = h * w;
     const rows = ctx.b * hw;
     const cols = await ctx.units.im2col(st.a, ctx.b, this.geom); // (b*h*w, ci*k*k)
-    if (ctx.last) throw new SpecError("a conv2d cannot be the last layer");
-    const r = await denseForward(ctx, cols, st.ex, W, bias, rows, this.nIn, co, { b: ctx.b, hw, co });
+    const r = await denseForward(ctx, cols, st.ex, W, bias, rows, this.nIn, co);
     const entry = { layer: this, pi: ctx.pi, a: cols, ex: st.ex, Wq: r.Wq, ew: r.ew, reluOut: null };
-    const out = r.q; // channel-major (b, co*h*w)
+    if (ctx.last) throw new SpecError("a conv2d cannot be the last layer");
+    const out = new Int32Array(rows * co); // (b*h*w, co) -> channel-major (b, co*h*w)
+    for (let s = 0; s < ctx.b; s++) {
+      for (let p = 0; p < hw; p++) {
+        const src = (s * hw + p) * co;
+        const dst = s * co * hw + p;
+        for (let c = 0; c < co; c++) out[dst + c * hw] = r.q[src + c];
+      }
+    }
     ctx.tr(`layers.${ctx.li}.out_q`, out);
     return { st: { a: out, ex: r.sexp + r.s }, entry };
   }

@@ -175,37 +175,6 @@
         (local.set $i (i32.add (local.get $i) (i32.const 1)))
         (br $t))))
 
-  ;; to_channels(src, dst, b, hw, co): rows (b*hw, co) -> channel-major (b, co*hw), the
-  ;; conv layer's output layout: dst[s*co*hw + c*hw + p] = src[(s*hw + p)*co + c]. A pure
-  ;; permutation of int32 values (the requantized outputs stay in the module between the two).
-  (func (export "to_channels") (param $src i32) (param $dst i32) (param $b i32) (param $hw i32) (param $co i32)
-    (local $s i32) (local $p i32) (local $c i32) (local $in i32) (local $out i32) (local $step i32)
-    (local.set $step (i32.shl (local.get $hw) (i32.const 2)))
-    (local.set $in (local.get $src))
-    (block $ds
-      (loop $ls
-        (br_if $ds (i32.ge_u (local.get $s) (local.get $b)))
-        (local.set $p (i32.const 0))
-        (block $dp
-          (loop $lp
-            (br_if $dp (i32.ge_u (local.get $p) (local.get $hw)))
-            (local.set $out (i32.add (local.get $dst) (i32.shl
-              (i32.add (i32.mul (i32.mul (local.get $s) (local.get $co)) (local.get $hw)) (local.get $p))
-              (i32.const 2))))
-            (local.set $c (i32.const 0))
-            (block $dc
-              (loop $lc
-                (br_if $dc (i32.ge_u (local.get $c) (local.get $co)))
-                (i32.store (local.get $out) (i32.load (local.get $in)))
-                (local.set $in (i32.add (local.get $in) (i32.const 4)))
-                (local.set $out (i32.add (local.get $out) (local.get $step)))
-                (local.set $c (i32.add (local.get $c) (i32.const 1)))
-                (br $lc)))
-            (local.set $p (i32.add (local.get $p) (i32.const 1)))
-            (br $lp)))
-        (local.set $s (i32.add (local.get $s) (i32.const 1)))
-        (br $ls))))
-
   ;; absmax(src, n) -> max |src[i]| as an unsigned 32-bit value (|-2^31| = 2^31).
   (func (export "absmax") (param $src i32) (param $n i32) (result i32)
     (local $i i32) (local $n4 i32) (local $m v128) (local $r i32) (local $x i32)

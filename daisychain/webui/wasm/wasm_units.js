@@ -1,6 +1,6 @@
 // The tab's CPU path on WebAssembly SIMD: WasmUnits has the `units` interface of
 // engine/paths.js (gemm, requantize, im2col, col2im, maxpool, maxpoolBack; mul and relu stay
-// the JS units; requantizeToChannels, the conv layer's requantize and layout move in one call) and gives the bytes of the JS units, which remain the reference and the
+// the JS units) and gives the bytes of the JS units, which remain the reference and the
 // fallback. The kernels are units.wat, assembled by scripts/build_wasm.mjs.
 //
 // A module is used only when (openWasmUnits):
@@ -23,7 +23,6 @@ import { checkInt8Array, checkIntArray, checkShift, INT32_MAX, INT32_MIN, UnitEr
 import { gemmLayout, requireExactMul } from "../gemm.js";
 import { checkLength, convLayout, poolLayout } from "../conv.js";
 import { sha256Hex } from "../luts.js";
-import { toChannels } from "../engine/layers.js";
 
 /** A module with one function `(func (result v128) v128.const i32x4 0 0 0 0)`: valid only
  *  where the engine has fixed-width SIMD. */
@@ -103,12 +102,8 @@ export class WasmUnits extends CpuUnits {
     return p;
   }
 
-  /** A copy of n int32 at p: set() into a new array (one memcpy) is ~2x faster in V8 than
-   *  slice() of a view on the module's memory (bench/js/profile_micro.mjs). */
   _get(p, n) {
-    const out = new Int32Array(n);
-    out.set(new Int32Array(this.mem.buffer, p, n));
-    return out;
+    return new Int32Array(this.mem.buffer, p, n).slice();
   }
 
   // -- the units interface -------------------------------------------------------------------
@@ -147,23 +142,6 @@ export class WasmUnits extends CpuUnits {
     const q = this._alloc(acc.length * 4);
     this.k.requantize(p, q, acc.length, shift, relu ? 1 : 0);
     return this._get(q, acc.length);
-  }
-
-  /** requantize, then the conv layer's move from rows (b*hw, co) to channel-major
-   *  (b, co*hw) (layers.js toChannels), without leaving the module's memory between them. */
-  async requantizeToChannels(acc, shift, { relu = false } = {}, { b, hw, co }) {
-    if (!(acc instanceof Int32Array) || acc.length !== b * hw * co) {
-      return toChannels(await this.requantize(acc, shift, { relu }), b, hw, co);
-    }
-    checkShift("requantize", shift);
-    if (!this._fits(12 * acc.length)) return toChannels(await super.requantize(acc, shift, { relu }), b, hw, co);
-    this._reset();
-    const p = this._put(acc);
-    const q = this._alloc(acc.length * 4);
-    const r = this._alloc(acc.length * 4);
-    this.k.requantize(p, q, acc.length, shift, relu ? 1 : 0);
-    this.k.to_channels(q, r, b, hw, co);
-    return this._get(r, acc.length);
   }
 
   /** max |x| of an int32 array, as detmath.absmax gives it (|-2^31| = 2^31). */
@@ -265,13 +243,6 @@ function cases() {
     const e = int8(b * g.c * (g.h >> 1) * (g.w >> 1));
     out.push([`maxpool ${JSON.stringify(g)}`, (u) => u.maxpool(a, b, g)]);
     out.push([`maxpoolBack ${JSON.stringify(g)}`, (u) => u.maxpoolBack(e, a, b, g)]);
-  }
-  for (const [b, hw, co] of [[1, 1, 1], [2, 5, 3], [3, 7, 16]]) {
-    const acc = Int32Array.from({ length: b * hw * co }, () => rnd(-(2 ** 20), 2 ** 20));
-    for (const relu of [false, true]) {
-      out.push([`requantize to channels ${b}x${hw}x${co}${relu ? " relu" : ""}`, async (u) => (u.requantizeToChannels
-        ? u.requantizeToChannels(acc, 9, { relu }, { b, hw, co }) : toChannels(await u.requantize(acc, 9, { relu }), b, hw, co))]);
-    }
   }
   const big = Int32Array.from([5, -7, INT32_MIN, 3, 9, 1]);
   out.push(["absmax", (u) => Int32Array.of(u instanceof WasmUnits ? u.absmax(big) : 2 ** 31)]);
