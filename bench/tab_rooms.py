@@ -208,7 +208,7 @@ def measure(a) -> dict:
 
 def report(res: dict) -> str:
     one = {(r["round"], r["batch"]): r for r in res["rows"] if r["room"] == "1 tab"}
-    lines = ["| round | batch | room | steps/s | vs 1 tab (same round) | micro-batches done by each device "
+    lines = ["| round | batch | room | steps/s | vs 1 tab (same round) | micro-batches per device (the host tab's count: the split) "
              "| each tab: path, workers | load (1 min) start / end | every device on train's hash |",
              "|---|---|---|---|---|---|---|---|---|"]
     for r in res["rows"]:
@@ -242,7 +242,10 @@ def report(res: dict) -> str:
         "",
         "Run: the default CNN (image task, the recipe's defaults), `mesh.start({task: 'image', steps, "
         "batch})` in the host tab, the run `daisychain train --task image --steps S --batch B` "
-        "makes; steps/s from the host tab's step events after the first steps.",
+        "makes (" + ", ".join(f"{s} steps at batch {b}" for b, s in sorted({(r['batch'], r['steps'])
+                                                                            for r in res['rows']})) +
+        "); steps/s from the host tab's step events after the first steps (start-up: ICE, the "
+        "data, the first compiles).",
         "", *lines])
 
 
@@ -272,6 +275,7 @@ def main() -> None:
             os.execvp("unshare", ["unshare", "-n", "--", "env", "DAISY_TABROOMS_NS=1", PY, "-m",
                                   "bench.tab_rooms", *sys.argv[1:]])
         res = measure(a)
+        res["command"] = "sudo .venv/bin/python -m bench.tab_rooms " + " ".join(sys.argv[1:])
         if a.out:
             Path(a.out).write_text(json.dumps(res, indent=1))
     text = report(res)
@@ -280,7 +284,7 @@ def main() -> None:
         from bench._report import write_section
         write_section("tab_rooms", "## Rooms of tabs: 1, 2 and 3 Chromium tabs, 1 ms each way "
                       "(bench/tab_rooms.py)\n\n" + text,
-                      "sudo .venv/bin/python -m bench.tab_rooms " + " ".join(sys.argv[1:]))
+                      res.get("command") or "sudo .venv/bin/python -m bench.tab_rooms " + " ".join(sys.argv[1:]))
 
 
 if __name__ == "__main__":
