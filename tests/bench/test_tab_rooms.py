@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def _row(rnd, batch, room, sps, shas=("h",), error=None):
-    r = {"round": rnd, "batch": batch, "room": room, "steps_s": sps, "shas": list(shas), "reference": "h",
+    r = {"round": rnd, "batch": batch, "room": room, "steps": 16, "steps_s": sps, "shas": list(shas), "reference": "h",
          "agreed": True, "done": {"a": 40}, "devices": [{"kind": "cpu", "cpuPath": "wasm", "workers": 1}],
          "load": [1.0, 2.0]}
     if error:
@@ -38,7 +38,7 @@ def test_report_pairs_each_room_with_the_one_tab_room_of_its_round_and_batch():
     assert "| 1 | 64 | 2 tabs | 3.00 | 1.50x |" in text
     assert "| 2 | 64 | 2 tabs | 1.50 | 1.50x |" in text and text.count("| NO |") == 1
     assert "| 1 | 256 | 2 tabs + 1 daisy-peer | - | - |" in text and "not done in 600 s at step 3" in text
-    assert "tab to tab 2.30 ms [2.20, 3.00]" in text
+    assert "tab to tab 2.30 ms [2.20, 3.00]" in text and "(16 steps at batch 64, 16 steps at batch 256)" in text
 
 
 @pytest.mark.skipif(os.geteuid() != 0 or not os.path.exists("/dev/net/tun") or not shutil.which("unshare"),
