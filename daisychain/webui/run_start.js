@@ -4,6 +4,7 @@
 // then announces it.
 
 import { makeHyper, modelFor, RECIPE_FIELDS, recipeSettings } from "./engine/spec.js";
+import { TASK_DEFAULTS } from "./engine/task_defaults.js";
 import { runId, runIdentity } from "./engine/trainer.js";
 import { identityDifferences } from "./run/index.js";
 import { createTrainer } from "./worker/trainer_proxy.js";
@@ -13,12 +14,12 @@ import { createTrainer } from "./worker/trainer_proxy.js";
  * verify_rate, aggregate}. `resume` (a checked checkpoint state, see checkpoint.js) starts it
  * from that state, if the settings make the same run. `layers` (the `--layers` items) wins
  * over `hidden` (one hidden layer, `--hidden`) when given; an image task without `layers`
- * trains its default CNN. The image recipe's fields left null take the task's defaults
+ * trains its default CNN. The learning rate and the image recipe's fields left null take the task's defaults
  * (spec.js recipeSettings), or with `resume` the checkpoint's. `context` (the text task's
  * `--context`) trains on the data windowed with it, as the server makes it. A setting the
  * run cannot take throws, with the tab back to idle.
  */
-export async function prepareRun(mesh, { task = null, steps = 600, seed = 0, batch = 64, micro_batch = 16, lr = 3e-3, hidden = 128, layers = null, dataset = null,
+export async function prepareRun(mesh, { task = null, steps = 600, seed = 0, batch = 64, micro_batch = 16, lr = null, hidden = 128, layers = null, dataset = null,
   augment_shift = null, lr_warmup = null, lr_decay_steps = null, replicas = 1, sync_every = 1, outer_lr = 1.0,
   outer_momentum = 0.5, moments_every = 8, verify_rate = null, aggregate = null, context = null } = {}, resume = null) {
   if (!mesh.net.room || mesh.net.room.host !== mesh.net.id) throw new Error("only the host starts a run");
@@ -33,6 +34,7 @@ export async function prepareRun(mesh, { task = null, steps = 600, seed = 0, bat
   if (!Number.isInteger(steps) || steps < 0) throw new Error("steps must be a whole number >= 0");
   const given = { augment_shift, lr_warmup, lr_decay_steps };
   if (resume) for (const k of RECIPE_FIELDS) given[k] ??= resume.identity?.hyper?.[k] ?? 0;
+  lr ??= TASK_DEFAULTS[task]?.lr ?? TASK_DEFAULTS.digits.lr; // the task's, as `daisychain train`
   const hyper = makeHyper({ seed, batch, micro_batch, lr, ...recipeSettings(task, steps, given),
     replicas, sync_every, outer_lr, outer_momentum, moments_every });
   const label = dataset?.name ? `the dataset ${dataset.name}` : `the ${task} data`;

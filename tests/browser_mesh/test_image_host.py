@@ -65,6 +65,20 @@ def test_a_tab_hosts_the_default_image_run_to_trains_hash(browser_cpu, tabs):
     assert host.state("window.__daisy.run.sha") == train(rs3, quiet=True)["params_sha256"]
 
 
+def test_a_run_started_without_a_learning_rate_takes_the_tasks_as_train_does(browser_cpu, tabs):
+    """mesh.start with only the task and steps is `daisychain train --task image --steps 2`:
+    the image task's learning rate (0.006), not digits' 0.003 (prepareRun's default was
+    0.003 for every task, so bench/tab_rooms.py's rooms ended on another hash than train's)."""
+    host = tabs(browser_cpu, "img-host-lr").open("create=1")
+    host.wait(f"{ROOM_OF} && {ROOM_OF}.room === 'private' && {ROOM_OF}.isHost")
+    host.page.evaluate("""() => window.__daisy.mesh.start({ task: "image", steps: 2 })""")
+    host.wait("window.__daisy.run.state === 'done'", 300_000)
+    rs = settings("--task", "image", "--steps", "2")
+    assert rs.hp.lr == 0.006
+    assert host.state("window.__daisy.mesh.peer.identity") == run_identity(rs.spec, rs.hp, rs.ds, load_luts())
+    assert host.state("window.__daisy.run.sha") == train(rs, quiet=True)["params_sha256"]
+
+
 @needs_netns
 def test_a_tab_and_a_daisy_peer_join_a_tab_hosted_image_run(browser_cpu, tabs, server_url):
     """Two tabs and a daisy-peer split an image run with the recipe (shifts follow the batch

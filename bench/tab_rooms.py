@@ -1,0 +1,291 @@
+"""Rooms of tabs, measured (issue 33, item 4): 1, 2 and 3 Chromium tabs, and 2 tabs plus one
+``daisy-peer``, train the default CNN (image task) at batch 64 and 256, every device its own
+process in its own network namespace, 1 ms each way between any two of them.
+
+    sudo .venv/bin/python -m bench.tab_rooms [--batches 64,256] [--steps 16] [--rounds 1]
+
+This kernel's ``tc`` has no netem, and a tab's SCTP is Chromium's own (the user-space delay
+of bench/scaling.py's daisy-peers cannot reach it), so the delay is a delay line
+(bench/delay_line.py): each namespace reaches the others only through a tun device whose
+packets one process holds 1 ms and writes into the destination's tun. The server (signaling,
+the page, the data) sits in the bench's own namespace behind its own tun, 1 ms away too. A
+timed UDP echo between two tab namespaces, through the same line, checks the delay.
+
+Each tab: its own headless Chromium (``nsenter`` into its namespace, the CPU path: no WebGPU
+flag), its own context, the page's defaults (its pool of compute workers, its capacity
+probe). Tab 0 hosts a private room, approves the others and starts the run through
+``mesh.start({task: "image", steps, batch})``, the same run as ``daisychain train --task
+image --steps S --batch B``: every tab (and the daisy-peer) must end on train's hash.
+Steps/s = the host tab's ``run:step`` events after the first ``--skip`` steps; the ratio is
+against the 1-tab room of the same batch and round.
+
+Needs root (namespaces, tun). It re-executes itself in a private network namespace.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PY = sys.executable
+BIN = Path(PY).parent
+SERVER_IP, PORT = "10.79.0.1", 8790
+URL = f"http://{SERVER_IP}:{PORT}"
+CHROMIUM = "/usr/bin/chromium"
+ARGS = ["--no-sandbox", "--disable-background-networking", "--disable-component-update",
+        "--disable-sync", "--no-first-run",
+        f"--unsafely-treat-insecure-origin-as-secure={URL}"]  # the page needs a secure context
+ROOMS = {"1 tab": (1, 0), "2 tabs": (2, 0), "3 tabs": (3, 0), "2 tabs + 1 daisy-peer": (2, 1)}
+ROOM_OF = "window.__daisy.room"
+WRAPPER = '#!/bin/sh\nexec nsenter --net=/proc/"$DAISY_NS_PID"/ns/net -- %s "$@"\n' % CHROMIUM
+RECORD = """() => { window.__steps = [];
+  window.__daisy.mesh.bus.on("run:step", (d) => window.__steps.push([performance.now(), d.step])); }"""
+
+
+def ip_of(i: int) -> str:
+    return f"10.79.0.{11 + i}"
+
+
+def load() -> float:
+    return os.getloadavg()[0]
+
+
+def disable_features(p) -> str:
+    """Playwright's own --disable-features list plus WebRtcHideLocalIpsWithMdns (host
+    candidates as plain addresses), passed last: Chromium keeps only the last such flag."""
+    probe = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+    try:
+        page = probe.new_page()
+        page.goto("chrome://version")
+        found = re.findall(r"--disable-features=(\S+)", page.inner_text("#command_line"))
+    finally:
+        probe.close()
+    feats = (found[-1].split(",") if found else []) + ["WebRtcHideLocalIpsWithMdns"]
+    return "--disable-features=" + ",".join(dict.fromkeys(feats))
+
+
+def reference(steps: int, batch: int) -> dict:
+    out = subprocess.run([str(BIN / "daisychain"), "train", "--task", "image", "--steps", str(steps),
+                          "--batch", str(batch), "--json", "--quiet"],
+                         capture_output=True, text=True, timeout=1800, check=True, cwd=ROOT).stdout
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def run_room(browsers, peer_ns: int, n_tabs: int, n_peers: int, batch: int, steps: int, skip: int,
+             tmp: Path, tag: str, room_s: float) -> dict:
+    """One room: tab 0 hosts, the other tabs and the daisy-peer join; the run to its end (a
+    row with "error" when it is not done in ``room_s`` seconds)."""
+    ctxs, peer = [], None
+    try:
+        pages = []
+        for i in range(n_tabs):
+            ctx = browsers[i].new_context()
+            ctxs.append(ctx)
+            pages.append(ctx.new_page())
+        host = pages[0]
+        host.goto(f"{URL}/?name=t0&create=1")
+        host.wait_for_function(f"window.__daisy && window.__daisy.device !== null && {ROOM_OF} "
+                               f"&& {ROOM_OF}.room === 'private' && {ROOM_OF}.isHost", timeout=300_000)
+        code = host.evaluate(f"() => {ROOM_OF}.code")
+        names = [f"t{i}" for i in range(1, n_tabs)]
+        for i, pg in enumerate(pages[1:], 1):
+            pg.goto(f"{URL}/?name=t{i}&room={code}")
+        if n_peers:
+            names.append("py")
+            err = open(tmp / f"{tag}-peer.err", "w")
+            peer = subprocess.Popen(["nsenter", f"--net=/proc/{peer_ns}/ns/net", "--", str(BIN / "daisy-peer"),
+                                     "--server", URL, "--room", code, "--name", "py", "--json", "--quiet"],
+                                    stdout=subprocess.PIPE, stderr=err, text=True, cwd=ROOT)
+        for name in names:
+            sel = f"#approvals li[data-peer]:has-text('{name}') button.approve"
+            host.wait_for_selector(sel, timeout=300_000)
+            host.click(sel)
+        for pg in pages:
+            pg.wait_for_function("window.__daisy && window.__daisy.device !== null", timeout=300_000)
+        host.wait_for_function(f"Object.values(window.__daisy.links).filter((s) => s === 'open').length "
+                               f"=== {len(names)}", timeout=120_000)
+        devices = [pg.evaluate("() => { const d = window.__daisy.device; return { kind: d.kind, "
+                               "cpuPath: d.cpuPath, workers: d.workers.size, capacity: d.capacity }; }")
+                   for pg in pages]
+        host.evaluate(RECORD)
+        load0 = load()
+        host.evaluate(f"() => {{ window.__daisy.mesh.start({{ task: 'image', steps: {steps}, batch: {batch} }}); }}")
+        try:
+            for pg in pages:
+                pg.wait_for_function("window.__daisy.run.state === 'done'", timeout=room_s * 1000, polling=500)
+        except Exception as err:  # noqa: BLE001 - a room that stalls is a row that says so
+            log = (tmp / f"{tag}-peer.err").read_text()[-600:] if peer else ""
+            return {"tabs": n_tabs, "peers": n_peers, "batch": batch, "steps": steps, "error":
+                    f"not done in {room_s:.0f} s at step {host.evaluate('() => window.__daisy.run.step')} "
+                    f"({type(err).__name__}); daisy-peer's log ends: {log.strip()[-300:]}" if peer else
+                    f"not done in {room_s:.0f} s ({type(err).__name__})", "devices": devices, "load": [load0, load()]}
+        marks = host.evaluate("() => window.__steps")
+        runs = [pg.evaluate("() => JSON.parse(JSON.stringify(window.__daisy.run))") for pg in pages]
+        py = None
+        if peer:
+            out, _ = peer.communicate(timeout=300)
+            if peer.returncode != 0:
+                raise RuntimeError(f"daisy-peer exited {peer.returncode}: {(tmp / f'{tag}-peer.err').read_text()[-800:]}")
+            py = json.loads(out.strip().splitlines()[-1])
+        times = [t for t, s in marks if s > skip]
+        sps = (len(times) - 1) / ((times[-1] - times[0]) / 1e3) if len(times) > 1 else float("nan")
+        return {"tabs": n_tabs, "peers": n_peers, "batch": batch, "steps": steps, "steps_s": sps,
+                "timed_steps": len(times) - 1, "shas": [r["sha"] for r in runs] + ([py["params_sha256"]] if py else []),
+                "agreed": all(r.get("agreed") for r in runs) and (py is None or py.get("agreed")),
+                "done": runs[0].get("done"), "devices": devices, "load": [load0, load()]}
+    finally:
+        for ctx in ctxs:
+            ctx.close()
+        if peer and peer.poll() is None:
+            peer.kill()
+            peer.wait(10)
+
+
+def measure(a) -> dict:
+    from playwright.sync_api import sync_playwright
+
+    tmp = Path(tempfile.mkdtemp(prefix="dc-tabrooms-"))
+    subprocess.run(["ip", "link", "set", "lo", "up"], check=True)
+    sleepers = [subprocess.Popen(["unshare", "-n", "--", "sleep", "infinity"]) for _ in range(4)]
+    procs = list(sleepers)
+    try:
+        mine = os.readlink("/proc/self/ns/net")
+        for s in sleepers:  # unshare has run once the namespace differs
+            while os.readlink(f"/proc/{s.pid}/ns/net") == mine:
+                time.sleep(0.01)
+        ends = [f"self:{SERVER_IP}"] + [f"{s.pid}:{ip_of(i)}" for i, s in enumerate(sleepers)]
+        line = subprocess.Popen([PY, "-m", "bench.delay_line", "--delay-ms", str(a.delay_ms), *ends],
+                                cwd=ROOT, stdout=subprocess.PIPE, text=True)
+        procs.append(line)
+        ready = line.stdout.readline().strip()
+        if not ready.startswith("READY"):
+            raise RuntimeError(f"the delay line did not start: {ready}")
+        print(ready, file=sys.stderr)
+        echo = {k: json.loads(subprocess.run([PY, "-m", "bench.delay_line", "--echo", x, y, ip], cwd=ROOT,
+                                             capture_output=True, text=True, check=True).stdout)
+                for k, x, y, ip in (("tab-tab", str(sleepers[0].pid), str(sleepers[1].pid), ip_of(1)),
+                                    ("tab-server", str(sleepers[0].pid), "self", SERVER_IP))}
+        print(f"UDP echo through the line: {echo}", file=sys.stderr)
+        server = subprocess.Popen([str(BIN / "daisychain"), "serve", "--host", SERVER_IP, "--port", str(PORT)],
+                                  cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        procs.append(server)
+        if "DaisyChain serving on" not in server.stdout.readline():
+            raise RuntimeError("the server did not start")
+        wrapper = tmp / "chromium-in-netns"
+        wrapper.write_text(WRAPPER)
+        wrapper.chmod(0o755)
+        refs = {b: reference(a.steps_for(b), b)["params_sha256"] for b in a.batches}
+        rows = []
+        with sync_playwright() as p:
+            feats = disable_features(p)
+            browsers = [p.chromium.launch(executable_path=str(wrapper), args=ARGS + [feats],
+                                          env={**os.environ, "DAISY_NS_PID": str(s.pid)}) for s in sleepers[:3]]
+            for rnd in range(1, a.rounds + 1):
+                for b in a.batches:
+                    for room in a.rooms:
+                        n_tabs, n_peers = ROOMS[room]
+                        r = run_room(browsers, sleepers[3].pid, n_tabs, n_peers, b, a.steps_for(b), a.skip,
+                                     tmp, f"{rnd}-{b}-{n_tabs}-{n_peers}", a.room_s)
+                        r.update(room=room, round=rnd, reference=refs[b])
+                        print(json.dumps(r), file=sys.stderr)
+                        rows.append(r)
+            for br in browsers:
+                br.close()
+        return {"rows": rows, "echo": echo, "delay_ms": a.delay_ms, "line": ready, "cpus": os.cpu_count()}
+    finally:
+        for pr in reversed(procs):
+            pr.kill()
+            pr.wait(10)
+
+
+def report(res: dict) -> str:
+    one = {(r["round"], r["batch"]): r for r in res["rows"] if r["room"] == "1 tab"}
+    lines = ["| round | batch | room | steps/s | vs 1 tab (same round) | micro-batches per device (the host tab's count: the split) "
+             "| each tab: path, workers | load (1 min) start / end | every device on train's hash |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for r in res["rows"]:
+        if "error" in r:
+            lines.append(f"| {r['round']} | {r['batch']} | {r['room']} | - | - | - | - | "
+                         f"{r['load'][0]:.1f} / {r['load'][1]:.1f} | {r['error']} |")
+            continue
+        base = one.get((r["round"], r["batch"]))
+        base = base if base and "error" not in base else None
+        ratio = f"{r['steps_s'] / base['steps_s']:.2f}x" if base else "n/a"
+        done = ", ".join(str(v) for v in (r["done"] or {}).values())
+        devs = ", ".join(f"{d['cpuPath'] if d['kind'] == 'cpu' else d['kind']} {d['workers']}" for d in r["devices"])
+        same = all(s == r["reference"] for s in r["shas"]) and r["agreed"]
+        lines.append(f"| {r['round']} | {r['batch']} | {r['room']} | {r['steps_s']:.2f} | {ratio} | {done} | "
+                     f"{devs} | {r['load'][0]:.1f} / {r['load'][1]:.1f} | {'yes' if same else 'NO'} |")
+    e = res["echo"]
+    return "\n".join([
+        f"Every device: its own process (a headless Chromium, or `daisy-peer`) in its own network "
+        f"namespace; between any two namespaces (the server's too) {res['delay_ms']:g} ms each way, "
+        f"added by a user-space delay line through tun devices (bench/delay_line.py: this kernel "
+        f"has no netem, and Chromium's SCTP is its own). The line, checked by a timed UDP echo "
+        f"(32 B, 200 round trips, median [p10, p90]): tab to tab {e['tab-tab']['median_ms']:.2f} ms "
+        f"[{e['tab-tab']['p10_ms']:.2f}, {e['tab-tab']['p90_ms']:.2f}], tab to server "
+        f"{e['tab-server']['median_ms']:.2f} ms [{e['tab-server']['p10_ms']:.2f}, "
+        f"{e['tab-server']['p90_ms']:.2f}] ({res['line'].removeprefix('READY ')}).",
+        "",
+        f"This machine has {res['cpus']} cores, shared with other engineers' builds and tests while "
+        "this ran (the load column): each tab computes on its own worker pool, so 2 and 3 tabs "
+        "share 2 cores with each other and with that work. The ratios say what a room gains here, "
+        "not what it gains on devices of their own.",
+        "",
+        "Run: the default CNN (image task, the recipe's defaults), `mesh.start({task: 'image', steps, "
+        "batch})` in the host tab, the run `daisychain train --task image --steps S --batch B` "
+        "makes (" + ", ".join(f"{s} steps at batch {b}" for b, s in sorted({(r['batch'], r['steps'])
+                                                                            for r in res['rows']})) +
+        "); steps/s from the host tab's step events after the first steps (start-up: ICE, the "
+        "data, the first compiles).",
+        "", *lines])
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--batches", default="64,256")
+    ap.add_argument("--steps", type=int, default=16, help="steps at batch 64 (a quarter at 256, at least 8)")
+    ap.add_argument("--skip", type=int, default=3, help="steps left out of the rate (start-up)")
+    ap.add_argument("--rounds", type=int, default=1)
+    ap.add_argument("--rooms", default=",".join(ROOMS), help="comma-separated, of: " + ", ".join(ROOMS))
+    ap.add_argument("--delay-ms", type=float, default=1.0)
+    ap.add_argument("--room-s", type=float, default=600, help="a room not done in this many seconds is a failed row")
+    ap.add_argument("--out", default=None, help="also write the raw results (JSON) here")
+    ap.add_argument("--report", default=None, help="only rewrite the report from an --out file")
+    ap.add_argument("--no-write", action="store_true")
+    a = ap.parse_args()
+    a.batches = [int(b) for b in a.batches.split(",")]
+    a.rooms = [r.strip() for r in a.rooms.split(",")]
+    bad = [r for r in a.rooms if r not in ROOMS]
+    if bad:
+        ap.error(f"no room {bad[0]!r}; rooms: {', '.join(ROOMS)}")
+    a.steps_for = lambda b: max(8, a.steps * 64 // b)
+    if a.report:
+        res = json.loads(Path(a.report).read_text())
+    else:
+        if os.environ.get("DAISY_TABROOMS_NS") != "1":
+            os.execvp("unshare", ["unshare", "-n", "--", "env", "DAISY_TABROOMS_NS=1", PY, "-m",
+                                  "bench.tab_rooms", *sys.argv[1:]])
+        res = measure(a)
+        res["command"] = "sudo .venv/bin/python -m bench.tab_rooms " + " ".join(sys.argv[1:])
+        if a.out:
+            Path(a.out).write_text(json.dumps(res, indent=1))
+    text = report(res)
+    print(text)
+    if not a.no_write:
+        from bench._report import write_section
+        write_section("tab_rooms", "## Rooms of tabs: 1, 2 and 3 Chromium tabs, 1 ms each way "
+                      "(bench/tab_rooms.py)\n\n" + text,
+                      res.get("command") or "sudo .venv/bin/python -m bench.tab_rooms " + " ".join(sys.argv[1:]))
+
+
+if __name__ == "__main__":
+    main()
