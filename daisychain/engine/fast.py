@@ -57,12 +57,13 @@ MAX_K_F32 = 2**24 // (128 * 128)  #: inner size for which a float32 GEMM of unit
 _DOT = 127 * 127  #: largest |product| of two operands in [-127, 127]
 _ONE32 = np.float32(1.0)
 #: The compiled kernels (see the end of this module) are taken once numba is imported, or
-#: once this process has spent COMPILED_AFTER_S seconds in the numpy passes: importing
+#: once this process has spent COMPILED_AFTER_S seconds of CPU (its threads' time, which a
+#: loaded machine does not inflate as it does wall-clock time) in the numpy passes: importing
 #: numba and loading the first compiled function cost ~0.75 s of CPU once per process,
 #: so a short run (tests, a default ``daisychain train``) never pays it, and a long one
 #: spends at most that much before switching. Both paths give the same bits.
 COMPILED_AFTER_S = 0.75
-_numpy_seconds = [0.0]  #: time this process spent in the numpy passes, before the switch
+_numpy_seconds = [0.0]  #: CPU time this process spent in the numpy passes, before the switch
 
 
 def _qexp(m: np.ndarray) -> np.ndarray:
@@ -277,9 +278,9 @@ class FastPath:
             if got is not None:
                 return got
             return self._forward_np(theta, x)
-        t = time.perf_counter()
+        t = time.thread_time()
         got = self._forward_np(theta, x)
-        _numpy_seconds[0] += time.perf_counter() - t
+        _numpy_seconds[0] += time.thread_time() - t
         return got
 
     def _forward_np(self, theta: np.ndarray, x: np.ndarray):
@@ -361,9 +362,9 @@ class FastPath:
             if got is not None:
                 return got
             return self._grad_np(theta, x, y, frac_bits, limit)
-        t = time.perf_counter()
+        t = time.thread_time()
         got = self._grad_np(theta, x, y, frac_bits, limit)
-        _numpy_seconds[0] += time.perf_counter() - t
+        _numpy_seconds[0] += time.thread_time() - t
         return got
 
     def _grad_np(self, theta, x, y, frac_bits: int, limit: float):
