@@ -40,9 +40,12 @@ def python_facts() -> dict:
         "on_member": sorted(k for k in COORDINATOR_ONLY if k in vars(p.member)),
         "on_driver": sorted(k for k in COORDINATOR_ONLY if k in vars(p)),
         "on_coordinator": sorted(k for k in COORDINATOR_ONLY if k in vars(c)),
-        # the ring's sides hang off the roles: a fresh coordinator's ring holds nothing
-        "ring_sides": [type(p.member.ring).__name__, type(c.ring).__name__],
-        "new_ring_empty": c.ring.ring is None and c.ring.plan is None and c.ring.count == 0,
+        # each role sums through its aggregation (the ring, with a star for the steps it
+        # does not sum): a fresh coordinator's ring holds nothing
+        "ring_sides": [type(p.member.aggregation).__name__, type(c.aggregation).__name__,
+                       type(p.member.aggregation.star).__name__, type(c.aggregation.star).__name__],
+        "new_ring_empty": c.aggregation.ring is None and c.aggregation.plan is None
+        and c.aggregation.count == 0,
         "shares_window": c.window is p.member.window,
     }
     try:
@@ -69,8 +72,9 @@ const facts = {
   on_member: ONLY.filter((k) => Object.hasOwn(p.member, k)).sort(),
   on_driver: ONLY.filter((k) => Object.hasOwn(p, k)).sort(),
   on_coordinator: ONLY.filter((k) => Object.hasOwn(c, k)).sort(),
-  ring_sides: [p.member.ring.constructor.name, c.ring.constructor.name],
-  new_ring_empty: c.ring.ring === null && c.ring.plan === null && c.ring.count === 0,
+  ring_sides: [p.member.aggregation.constructor.name, c.aggregation.constructor.name,
+    p.member.aggregation.star.constructor.name, c.aggregation.star.constructor.name],
+  new_ring_empty: c.aggregation.ring === null && c.aggregation.plan === null && c.aggregation.count === 0,
   shares_window: c.window === p.member.window,
 };
 try { p.coordinating = false; facts.flag_settable = true; } catch { facts.flag_settable = false; }
@@ -89,7 +93,8 @@ def test_hand_over_builds_a_coordinator_from_the_member_and_stepping_down_drops_
     assert f["shares_window"] is True  # one window, the member's, across terms
     assert f["flag_settable"] is False  # coordinating is read from the roles, never set
     assert f["after"] is False and f["dropped"] and f["member_term"] == 4
-    assert f["ring_sides"] == ["RingMember", "RingCoordinator"] and f["new_ring_empty"]
+    assert f["ring_sides"] == ["RingMember", "RingCoordinator", "StarMember", "Star"]
+    assert f["new_ring_empty"]
 
 
 @pytest.mark.usefixtures("node")  # fails, never skips, without node

@@ -101,7 +101,7 @@ class CatchUpRole:
         self.tasks.clear()
         self.checks.clear()
         self.step_started = False
-        self.ring.drop()  # ring hook
+        self.aggregation.drop()
         self._new_window()
         for m in self.members.values():
             m.synced, m.ahead = False, None
@@ -124,7 +124,7 @@ class CatchUpRole:
         if msg.reason != "coordinator behind":
             out.append(Log(f"{sender} diverged at step {msg.step} (params {msg.params_sha256[:12]}, "
                            f"{msg.reason}): resyncing it", loud=True))
-        return out + [Send(sender, self._state())] + self.ring.resend(sender)  # ring hook
+        return out + [Send(sender, self._state())] + self.aggregation.resend(sender)
 
     def _check_catch_up(self) -> list[Output]:
         """A member that said it is ahead sent no usable STATE in SYNC_WAIT_S (it never
@@ -176,7 +176,7 @@ class CatchUpRole:
         self.tasks, self.step_started, self.catching_up, self.ended = {}, False, False, False
         self.checks = {}
         self.pending.clear()
-        self.ring.drop()  # ring hook
+        self.aggregation.drop()
         for mem in self.members.values():
             mem.ready = mem.synced = False
         targets = self._announce_targets()

@@ -10,20 +10,18 @@ checks (:mod:`.trust`) and the catch-up (:mod:`.catchup`) are its methods too.""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
-from daisychain.engine.trainer import capacity_split
 from daisychain.peer import frames as F
 from daisychain.peer.intcodec import past_bound
-from daisychain.peer.run.aggregator import Star
+from daisychain.peer.run.aggregator import Aggregation, Star, _Check, _Task
 from daisychain.peer.run.catchup import SYNC_WAIT_S, CatchUpRole
-from daisychain.peer.run.checks import checked_micro
 from daisychain.peer.run.outputs import Compute, Ended, Log, Output, Refused, Send
 from daisychain.peer.run.ring_roles import RingCoordinator
 from daisychain.peer.run.rollback import Window
-from daisychain.peer.run.split import finish_shares, split_tasks
+from daisychain.peer.run.split import finish_shares
 from daisychain.peer.run.trust import TrustRole
 
 #: smallest and initial deadline (seconds) of a task
@@ -51,28 +49,6 @@ class _Member:
     answered: tuple[int, int] | None = None  # (term, step) of the last sync request answered
 
 
-@dataclass
-class _Task:
-    task: int
-    micro: tuple[int, ...]
-    assignees: list[str]
-    sent_at: float
-    deadline: float
-    result: tuple[str, np.ndarray, float, int] | None = None  # (peer, ints, loss, correct)
-    kind: str = "main"   # main: counts in the total; check / referee: a spot-check's second opinion
-
-
-@dataclass
-class _Check:
-    """A spot-checked micro-batch of the current step: every peer's answer (``votes``) and,
-    once decided, the reference answer the total uses."""
-    micro: int
-    votes: dict = field(default_factory=dict)   # peer -> (ints, loss, correct)
-    decided: tuple | None = None
-    decided_by: str | None = None
-    refereed: bool = False
-
-
 def _of_peer(name: str) -> property:
     return property(lambda self: getattr(self.peer, name))
 
@@ -80,8 +56,6 @@ def _of_peer(name: str) -> property:
 class Coordinator(TrustRole, CatchUpRole):
     """The room host's side of the run. ``peer``: the driver (settings, room, clock);
     ``member``: this peer's replica, which the coordinator commits to."""
-
-    aggregator = Star()
 
     def __init__(self, peer, member):
         self.peer = peer
@@ -114,7 +88,9 @@ class Coordinator(TrustRole, CatchUpRole):
         self.unchecked_since: dict[str, int] = {}  # peer -> first unchecked step
         self._new_window()
         self.run: F.Run | None = None  # our announce (made by begin())
-        self.ring = RingCoordinator(self)  # ring hook: a step summed by a ring (ring_roles.py)
+        #: how a step is summed (aggregator.py): the ring, which hands the star the steps it
+        #: does not sum (every step, with --aggregate star)
+        self.aggregation: Aggregation = RingCoordinator(self, Star(self))
 
     # -- what the coordinator reads: the replica through the member, the room through the peer
 
@@ -164,8 +140,7 @@ class Coordinator(TrustRole, CatchUpRole):
     def tick(self) -> list[Output]:
         if self.ended:
             return []
-        return self._check_catch_up() + self._check_deadlines() + self.ring.check_deadline() + \
-            self._maybe_begin()  # ring hook
+        return self._check_catch_up() + self.aggregation.deadline() + self._maybe_begin()
 
     def room_left(self) -> list[Output]:
         """The signaling room changed: members no longer in it left."""
@@ -193,9 +168,7 @@ class Coordinator(TrustRole, CatchUpRole):
             return []
         loss = float(np.sum(result.loss)) if len(result.loss) else 0.0
         correct = int(np.sum(result.correct))
-        if self.ring.owns(step, task):  # ring hook: our share of the step's ring
-            return self.ring.computed(step, task, result.grad, loss, correct)
-        return self._take_contrib(self.me, step, task, micro, result.grad, loss, correct)
+        return self.aggregation.computed(step, task, micro, result.grad, loss, correct)
 
     def on_ready(self, sender: str, msg: F.Ready) -> list[Output]:
         if msg.term != self.term:
@@ -279,35 +252,7 @@ class Coordinator(TrustRole, CatchUpRole):
         if len(live) - 1 < self.wait_peers:
             return []
         self.wait_peers = 0  # wait once, at the start
-        return self._begin_step(live)
-
-    def _begin_step(self, live: list[str]) -> list[Output]:
-        ring, said = self.ring.choice(live)  # ring hook: sum this step by a ring (ring_roles.py)
-        if ring:
-            return said + self.ring.begin(live)
-        self.step_started = True
-        self.tasks = {}
-        self.checks = {}
-        ids = list(range(self.trainer.n_tasks))  # micro-batches; a local-steps run's replicas
-        last = getattr(self, "owner", {}) if self.trainer.hp.local else None  # sticky replicas
-        parts, self.owner = split_tasks(ids, self._split_weights(live, len(ids)), live, last)
-        checked = set(checked_micro(self.peer.verify_key, self.step, len(ids), self.verify_rate)) \
-            if len(live) > 1 else set()
-        new, out = [], []
-        for i, (peer, micro) in enumerate(zip(live, parts)):
-            plain = tuple(j for j in micro if j not in checked)
-            if plain:
-                new.append(self._new_task(peer, plain))
-            for j in micro:
-                if j in checked:  # its own task, and the same micro-batch for the next peer
-                    self.checks[j] = _Check(j)
-                    new.append(self._new_task(peer, (j,)))
-                    new.append(self._new_task(live[(i + 1) % len(live)], (j,), "check"))
-            if not micro and peer != self.me:
-                out.append(Log(f"{self._name(peer)} gets no micro-batch of step {self.step}: "
-                               f"its capacity {self._cap(peer):.3g} micro-batches/s is under "
-                               f"1/{len(ids)} of the room's {sum(self._cap(p) for p in live):.3g}"))
-        return said + out + self._dispatch(new)
+        return self.aggregation.begin(live)
 
     def _split_weights(self, live: list[str], n: int) -> list[float]:
         """The capacities, or once a member's link costs time, shares that make everyone
@@ -416,7 +361,7 @@ class Coordinator(TrustRole, CatchUpRole):
 
     def _commit(self) -> list[Output]:
         step = self.step
-        total, contributors, loss, unchecked = self.aggregator.total(
+        total, contributors, loss, unchecked = Star.total(
             self.tasks.values(), self.checks, self.trainer.total_size, self.me)
         self.trainer.apply(total)
         encoded = self.window.encode(total)  # once: the window's copy and every member's
@@ -453,36 +398,7 @@ class Coordinator(TrustRole, CatchUpRole):
         m = self.members.get(peer)
         if m is not None and (not m.refused or force):
             del self.members[peer]
-        ring = self.ring.member_left(peer)  # ring hook: its ring is abandoned, the step redone
-        if ring is not None:
-            return ring
-        orphans = []
-        for t in list(self.tasks.values()):
-            if t.result is None and peer in t.assignees:
-                t.assignees.remove(peer)
-                if not t.assignees:
-                    orphans.append(t)
-        if not orphans:
-            out: list[Output] = [] if quiet or m is None else [Log(f"{self._name(peer)} left")]
-            for j in sorted(self.checks):
-                out += self._judge(j)
-            return out + self._maybe_commit()
-        live = self._live()
-        new = []
-        for t in orphans:  # split its micro-batches over those still here
-            del self.tasks[t.task]
-            if t.kind != "main":
-                continue  # a second opinion nobody gives: the check decides with the others
-            for who, micro in zip(live, capacity_split(list(t.micro), [self._cap(p) for p in live])):
-                if micro:
-                    new.append(self._new_task(who, tuple(micro)))
-        mains = [j for t in orphans if t.kind == "main" for j in t.micro]
-        out: list[Output] = [Log(f"{self._name(peer)} left during step {self.step}: its micro-batches "
-                                 f"{mains} go to the others")] if mains else []
-        out += self._dispatch(new)
-        for j in sorted(self.checks):
-            out += self._judge(j)
-        return out + self._maybe_commit()
+        return self.aggregation.member_left(peer, m, quiet)
 
     def _check_deadlines(self) -> list[Output]:
         if not self.step_started:

@@ -196,7 +196,7 @@ class RunPeer:
             out += self._step_down(host)
         if self.coordinator:
             return out + self.coordinator.room_left()
-        return out + self.member.host_named() + self.member.ring.stuck()  # ring hook
+        return out + self.member.host_named() + self.member.aggregation.peers_changed()
 
     def channel_open(self, peer: str) -> list[Output]:
         self.open.add(peer)
@@ -206,7 +206,7 @@ class RunPeer:
         self.open.discard(peer)
         if self.coordinator:
             return self.coordinator.member_left(peer)
-        return self.member.ring.stuck()  # ring hook: a ring peer's channel closed
+        return self.member.aggregation.peers_changed()
 
     def receive(self, sender: str, msg: F.RunMessage, run_id: str = "") -> list[Output]:
         """A decoded message; ``run_id`` is its frame header's. Messages of another run than
@@ -223,11 +223,11 @@ class RunPeer:
         if role is None:
             role = self.member
             if name in MEMBER_RING_MESSAGES:
-                return getattr(role.ring, "on_" + name)(sender, msg)
+                return role.aggregation.on_message(sender, msg)
             if name not in MEMBER_MESSAGES:
                 return []
         elif name in COORDINATOR_RING_MESSAGES:
-            return getattr(role.ring, "on_" + name)(sender, msg)
+            return role.aggregation.on_message(sender, msg)
         elif name not in COORDINATOR_MESSAGES:
             return []
         out = getattr(role, "on_" + name)(sender, msg)

@@ -13,6 +13,7 @@ import numpy as np
 from daisychain.engine.model import Result
 from daisychain.engine.trainer import Trainer, TrainState, identity_differences, params_sha256
 from daisychain.peer import frames as F
+from daisychain.peer.run.aggregator import MemberAggregation
 from daisychain.peer.run.outputs import (
     Committed, Compute, Ended, FetchData, Log, Output, Refused, Removed, RestoreError, Restored, Send)
 from daisychain.peer.run.ring_roles import RingMember
@@ -44,7 +45,8 @@ class Member:
         self.pending: dict[tuple[int, int], tuple[int, ...]] = {}  # (step, task) -> micro
         self.awaiting_data = False
         self.restoring: tuple[int, str] | None = None  # (step, hash) a restore announced
-        self.ring = RingMember(self)  # ring hook: its part in a ring (ring_roles.py)
+        #: its side of each step's sum (aggregator.py): its part in a ring, else the star's
+        self.aggregation: MemberAggregation = RingMember(self)
         #: the rollback window of this replica (rollback.py): kept by every member, so that a
         #: coordinator built from it (hand-over) can roll back lies from before its term
         self.window: Window | None = None
@@ -112,7 +114,7 @@ class Member:
         """This peer starts coordinating: its own tasks as a member are dropped."""
         self.coord = self.peer.me
         self.pending.clear()
-        self.ring.drop()  # ring hook: the coordinator's ring is its own
+        self.aggregation.drop()  # the coordinator's sum is its own
         self.restoring = None
 
     def follow_after(self, coordinator) -> None:
@@ -130,9 +132,7 @@ class Member:
             return []
         loss = float(np.sum(result.loss)) if len(result.loss) else 0.0
         correct = int(np.sum(result.correct))
-        if self.ring.owns(step, task):  # ring hook: a share of this replica's ring
-            return self.ring.computed(step, task, result.grad, loss, correct)
-        return [Send(self.coord, F.Contrib(self.term, step, task, micro, loss, correct, result.grad))]
+        return self.aggregation.computed(step, task, micro, result.grad, loss, correct)
 
     def data(self, blob: bytes | None) -> list[Output]:
         """The dataset fetch finished (``None``: failed)."""
@@ -181,7 +181,7 @@ class Member:
         self.removed |= set(msg.removed)
         if first or msg.term != self.term:
             self.pending.clear()  # (the same announce again, on a reopened channel: work goes on)
-            self.ring.drop()  # ring hook
+            self.aggregation.drop()
         self.term, self.run = msg.term, msg
         self.ended = False
         if self.trainer is not None and not first:
@@ -345,7 +345,7 @@ class Member:
                                  f"(params {msg.params_sha256[:12]})")]
         if restore is not None:
             out.append(Restored(msg.step, msg.params_sha256, sender))
-        return out + self.ring.synced()  # ring hook: a held ring plan of this step starts
+        return out + self.aggregation.synced()  # (a held ring plan of this step starts)
 
     def on_restore(self, sender: str, msg: F.Restore) -> list[Output]:
         """The coordinator restored the room: the STATE that follows replaces ours."""
@@ -363,7 +363,7 @@ class Member:
     def on_end(self, sender: str, msg: F.End) -> list[Output]:
         if sender != self.coord or self.trainer is None or self.ended:
             return []
-        if self.ring.holds_end(msg):  # ring hook: our ring's last total is still gathering
+        if self.aggregation.holds_end(msg):  # (our ring's last total is still gathering)
             return []
         self.ended = True
         return [Ended(msg.step, self.sha(), self.sha() == msg.params_sha256 and msg.step == self.step)]

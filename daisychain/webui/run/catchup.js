@@ -120,7 +120,7 @@ export class CatchUpRole {
     this.tasks.clear();
     this.checks.clear();
     this.stepStarted = false;
-    this.ring.drop(); // ring hook
+    this.aggregation.drop();
     await this._newWindow();
     for (const m of this.crew.values()) { m.synced = false; m.ahead = null; }
     return this._announceTargets().map((p) => send(p, this._announce()));
@@ -140,7 +140,7 @@ export class CatchUpRole {
     if (msg.reason !== "coordinator behind") {
       out.push(log(`${sender} diverged at step ${msg.step} (params ${msg.params_sha256.slice(0, 12)}, ${msg.reason}): resyncing it`, true));
     }
-    return [...out, send(sender, await this._state()), ...this.ring.resend(sender)]; // ring hook
+    return [...out, send(sender, await this._state()), ...this.aggregation.resend(sender)];
   }
 
   /** Restore the whole room from a checked state {step, theta, m, v, b1t, b2t, params_sha256}
@@ -168,7 +168,7 @@ export class CatchUpRole {
     this.catchingUp = false;
     this.ended = false;
     this.pending.clear();
-    this.ring.drop(); // ring hook
+    this.aggregation.drop();
     for (const m of this.crew.values()) {
       m.ready = false;
       m.synced = false;

@@ -9,12 +9,11 @@
 // checks (trust.js) and the catch-up (catchup.js) are its methods too.
 
 import { Star } from "./aggregator.js";
-import { checkedMicro } from "./checks.js";
-import { capacitySplit, finishShares, splitTasks } from "./split.js";
+import { finishShares } from "./split.js";
 import { Window } from "./rollback.js";
 import { TrustRole } from "./trust.js";
 import { CatchUpRole, SYNC_WAIT_S } from "./catchup.js";
-import { g3, log, pastBound, pyList, sameInts, send } from "./util.js";
+import { log, pastBound, pyList, sameInts, send } from "./util.js";
 import { RingCoordinator } from "./ring_roles.js";
 
 export const MIN_DEADLINE_S = 2.0;
@@ -22,8 +21,6 @@ export const DEADLINE_FACTOR = 4.0;
 /** How long a host waits, at the start, for the members it announced the run to. */
 export const START_WAIT_S = 20.0;
 /** After a restore, how long the coordinator waits for the members to load the state. */
-
-const STAR = new Star();
 
 export class CrewMember {
   constructor(id) {
@@ -76,7 +73,9 @@ export class Coordinator {
     this.window = new Window(0);     // the rollback window (rollback.js)
     this.uncheckedSince = new Map(); // peer -> first step with an unchecked contribution
     this.run = null;          // our announce (made by begin())
-    this.ring = new RingCoordinator(this); // ring hook: a step summed by a ring (ring_roles.js)
+    // how a step is summed (aggregator.js): the ring, which hands the star the steps it does
+    // not sum (every step, with --aggregate star)
+    this.aggregation = new RingCoordinator(this, new Star(this));
   }
 
   // -- what the coordinator reads: the replica through the member, the room through the peer
@@ -116,8 +115,7 @@ export class Coordinator {
 
   async tick() {
     if (this.ended) return [];
-    return [...(await this._checkCatchUp()), ...(await this._checkDeadlines()), ...this.ring.checkDeadline(), // ring hook
-      ...this._maybeBegin()];
+    return [...(await this._checkCatchUp()), ...(await this.aggregation.deadline()), ...this._maybeBegin()];
   }
 
   /** The signaling room changed: members no longer in it left. */
@@ -147,8 +145,7 @@ export class Coordinator {
     for (const l of result.loss) loss += l;
     let correct = 0;
     for (const c of result.correct) correct += c;
-    if (this.ring.owns(step, task)) return this.ring.computed(step, task, result.grad, loss, correct); // ring hook
-    return this._takeContrib(this.me, step, task, micro, result.grad, loss, correct);
+    return this.aggregation.computed(step, task, micro, result.grad, loss, correct);
   }
 
   async stop(why) {
@@ -249,40 +246,7 @@ export class Coordinator {
     const live = this._live();
     if (live.length - 1 < this.waitPeers) return [];
     this.waitPeers = 0; // wait once, at the start
-    return this._beginStep(live);
-  }
-
-  _beginStep(live) {
-    const [ring, said] = this.ring.choice(live); // ring hook: sum this step by a ring (ring_roles.js)
-    if (ring) return [...said, ...this.ring.begin(live)];
-    this.stepStarted = true;
-    this.tasks = new Map();
-    this.checks = new Map();
-    const n = this.trainer.nTasks; // micro-batches; a local-steps run's replicas
-    const ids = Array.from({ length: n }, (_, j) => j);
-    const last = this.trainer.replicas !== undefined ? (this.owner ?? new Map()) : null; // local steps: sticky replicas
-    const { parts, owner } = splitTasks(ids, this._splitWeights(live, n), live, last);
-    this.owner = owner;
-    const checked = new Set(live.length > 1 ? checkedMicro(this.peer.verifyKey, this.step, n, this.verifyRate) : []);
-    const fresh = [];
-    const out = [];
-    live.forEach((peer, i) => {
-      const micro = parts[i];
-      const plain = micro.filter((j) => !checked.has(j));
-      if (plain.length) fresh.push(this._newTask(peer, plain));
-      for (const j of micro) {
-        if (checked.has(j)) { // its own task, and the same micro-batch for the next peer
-          this.checks.set(j, { micro: j, votes: new Map(), decided: null, decidedBy: null, refereed: false });
-          fresh.push(this._newTask(peer, [j]));
-          fresh.push(this._newTask(live[(i + 1) % live.length], [j], "check"));
-        }
-      }
-      if (!micro.length && peer !== this.me) {
-        const sum = live.reduce((s, p) => s + this._cap(p), 0);
-        out.push(log(`${this._name(peer)} gets no micro-batch of step ${this.step}: its capacity ${g3(this._cap(peer))} micro-batches/s is under 1/${n} of the room's ${g3(sum)}`));
-      }
-    });
-    return [...said, ...out, ...this._dispatch(fresh)];
+    return this.aggregation.begin(live);
   }
 
   _newTask(peer, micro, kind = "main") {
@@ -391,7 +355,7 @@ export class Coordinator {
 
   async _commit() {
     const step = this.step;
-    const { total, contributors, loss, unchecked } = STAR.total(this.tasks.values(), this.checks, this.trainer.totalSize, this.me);
+    const { total, contributors, loss, unchecked } = Star.total(this.tasks.values(), this.checks, this.trainer.totalSize, this.me);
     await this.trainer.apply(total);
     await this.window.record(this.trainer, step, total, unchecked);
     for (const p of unchecked) if (!this.uncheckedSince.has(p)) this.uncheckedSince.set(p, step);
@@ -427,35 +391,7 @@ export class Coordinator {
     }
     const m = this.crew.get(peer);
     if (m && (!m.refused || force)) this.crew.delete(peer);
-    const ring = this.ring.memberLeft(peer); // ring hook: its ring is abandoned, the step redone
-    if (ring !== null) return ring;
-    const orphans = [];
-    for (const t of this.tasks.values()) {
-      const i = t.assignees.indexOf(peer);
-      if (!t.result && i >= 0) {
-        t.assignees.splice(i, 1);
-        if (!t.assignees.length) orphans.push(t);
-      }
-    }
-    const out = [];
-    if (!orphans.length) {
-      if (!quiet && m) out.push(log(`${this._name(peer)} left`));
-    } else {
-      const live = this._live();
-      const fresh = [];
-      for (const t of orphans) { // split its micro-batches over those still here
-        this.tasks.delete(t.task);
-        if (t.kind !== "main") continue; // a second opinion nobody gives: the check decides with the others
-        const parts = capacitySplit(t.micro, live.map((p) => this._cap(p)));
-        live.forEach((who, i) => { if (parts[i].length) fresh.push(this._newTask(who, parts[i])); });
-      }
-      const mains = orphans.filter((t) => t.kind === "main").flatMap((t) => t.micro);
-      if (mains.length) out.push(log(`${this._name(peer)} left during step ${this.step}: its micro-batches ${pyList(mains)} go to the others`));
-      out.push(...this._dispatch(fresh));
-    }
-    for (const j of [...this.checks.keys()].sort((a, b) => a - b)) out.push(...(await this._judge(j)));
-    out.push(...(await this._maybeCommit()));
-    return out;
+    return this.aggregation.memberLeft(peer, m, quiet);
   }
 
   async _checkDeadlines() {

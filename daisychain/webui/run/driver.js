@@ -185,7 +185,7 @@ export class RunPeer {
       out.push(...this._stepDown(host));
     }
     if (this.coordinator) return [...out, ...(await this.coordinator.roomLeft())];
-    return [...out, ...(await this.member.hostNamed()), ...this.member.ring.stuck()]; // ring hook
+    return [...out, ...(await this.member.hostNamed()), ...this.member.aggregation.peersChanged()];
   }
 
   async channelOpen(peer) {
@@ -195,7 +195,7 @@ export class RunPeer {
 
   async channelClosed(peer) {
     this.open.delete(peer);
-    return this.coordinator ? this.coordinator._memberLeft(peer) : this.member.ring.stuck(); // ring hook
+    return this.coordinator ? this.coordinator._memberLeft(peer) : this.member.aggregation.peersChanged();
   }
 
   /** A decoded message; `runId` is its frame header's. Messages of another run than the one
@@ -208,7 +208,7 @@ export class RunPeer {
     }
     if (msg.T === "data_request") return this.member.onDataRequest(sender, msg); // either role serves its dataset
     const ringTable = this.coordinator ? COORDINATOR_RING_MESSAGES : MEMBER_RING_MESSAGES;
-    if (Object.hasOwn(ringTable, msg.T)) return this.role.ring[ringTable[msg.T]](sender, msg); // ring hook
+    if (Object.hasOwn(ringTable, msg.T)) return this.role.aggregation.onMessage(sender, msg);
     if (msg.T === "ring_plan" || msg.T === "ring_sum" || msg.T === "ring_commit") return [];
     const known = Object.hasOwn(MEMBER_MESSAGES, msg.T) || Object.hasOwn(COORDINATOR_MESSAGES, msg.T);
     if (!known) return [log(`ignored a ${msg.T} message from ${sender}`)];

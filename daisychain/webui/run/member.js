@@ -59,7 +59,7 @@ export class Member {
     this.pending = new Map(); // "step:task" -> micro
     this.awaitingData = false;
     this.restoring = null; // {step, sha} a restore announced, until its STATE
-    this.ring = new RingMember(this); // ring hook: its part in a ring (ring_roles.js)
+    this.aggregation = new RingMember(this); // its side of each step's sum (aggregator.js): a ring's, else the star's
     // the rollback window of this replica (rollback.js): kept by every member, so that a
     // coordinator built from it (hand-over) can roll back lies from before its term
     this.window = null;
@@ -125,7 +125,7 @@ export class Member {
   lead() {
     this.coord = this.peer.me;
     this.pending.clear();
-    this.ring.drop(); // ring hook: the coordinator's ring is its own
+    this.aggregation.drop(); // the coordinator's sum is its own
     this.restoring = null;
   }
 
@@ -164,8 +164,7 @@ export class Member {
     for (const l of result.loss) loss += l;
     let correct = 0;
     for (const c of result.correct) correct += c;
-    if (this.ring.owns(step, task)) return this.ring.computed(step, task, result.grad, loss, correct); // ring hook
-    return [send(this.coord, { T: "contrib", term: this.term, step, task, micro, loss, correct, ints: result.grad })];
+    return this.aggregation.computed(step, task, micro, result.grad, loss, correct);
   }
 
   /** The dataset fetch finished: a parsed dataset with its fingerprint, or null. */
@@ -211,7 +210,7 @@ export class Member {
     for (const q of msg.removed ?? []) this.removed.add(q);
     if (first || msg.term !== this.term) {
       this.pending.clear(); // (the same announce again, on a reopened channel: work goes on)
-      this.ring.drop(); // ring hook
+      this.aggregation.drop();
     }
     this.term = msg.term;
     this.run = msg;
@@ -386,7 +385,7 @@ export class Member {
     await this.load(st);
     const out = [log(`synced to step ${msg.step} from ${sender} (params ${msg.params_sha256.slice(0, 12)})`)];
     if (restore) out.push({ kind: "restored", step: msg.step, params_sha256: msg.params_sha256, by: sender });
-    return [...out, ...(await this.ring.synced())]; // ring hook: a held ring plan of this step starts
+    return [...out, ...(await this.aggregation.synced())]; // (a held ring plan of this step starts)
   }
 
   /** The coordinator restored the room: the STATE that follows replaces ours. */
@@ -405,7 +404,7 @@ export class Member {
 
   async onEnd(sender, msg) {
     if (sender !== this.coord || !this.trainer || this.ended) return [];
-    if (this.ring.holdsEnd(msg)) return []; // ring hook: our ring's last total is still gathering
+    if (this.aggregation.holdsEnd(msg)) return []; // (our ring's last total is still gathering)
     this.ended = true;
     return [{ kind: "ended", step: msg.step, params_sha256: this.sha,
       agreed: this.sha === msg.params_sha256 && msg.step === this.step }];
