@@ -19,6 +19,9 @@ from jsrun import run_js
 COORDINATOR_ONLY = ("members", "crew", "tasks", "checks", "banned", "strike_count",
                     "strikeCount", "next_task", "nextTask", "step_started", "stepStarted",
                     "unchecked_since", "uncheckedSince", "wait_for", "waitFor")
+#: what the coordinator's Trust object owns (issue 39: before, a mixin's fields on the
+#: coordinator itself)
+TRUST_OWNS = ("strike_count", "strikeCount", "removed", "window", "unchecked_since", "uncheckedSince")
 
 
 def _fake_trainer(step: int) -> SimpleNamespace:
@@ -47,6 +50,9 @@ def python_facts() -> dict:
         "new_ring_empty": c.aggregation.ring is None and c.aggregation.plan is None
         and c.aggregation.count == 0,
         "shares_window": c.window is p.member.window,
+        "trust_owns": sorted(k for k in TRUST_OWNS if k in vars(c.trust)),
+        "trust_on_coordinator": sorted(k for k in TRUST_OWNS if k in vars(c)),
+        "trust_removed_is_banned": c.banned is c.trust.removed,
     }
     try:
         p.coordinating = False
@@ -59,7 +65,7 @@ def python_facts() -> dict:
 
 
 JS = r"""
-const ONLY = DATA;
+const [ONLY, TRUST] = DATA;
 const p = new RunPeer("p1", { window: 0 });
 Object.assign(p.member, { trainer: { step: 5 }, term: 3, run: { run_id: "r".repeat(16) }, identity: {}, sha: "ab".repeat(32) });
 await p.channelOpen("p2");
@@ -76,6 +82,9 @@ const facts = {
     p.member.aggregation.star.constructor.name, c.aggregation.star.constructor.name],
   new_ring_empty: c.aggregation.ring === null && c.aggregation.plan === null && c.aggregation.count === 0,
   shares_window: c.window === p.member.window,
+  trust_owns: TRUST.filter((k) => Object.hasOwn(c.trust, k)).sort(),
+  trust_on_coordinator: TRUST.filter((k) => Object.hasOwn(c, k)).sort(),
+  trust_removed_is_banned: c.banned === c.trust.removed,
 };
 try { p.coordinating = false; facts.flag_settable = true; } catch { facts.flag_settable = false; }
 await p.setMembers(["p1", "p2"], "p2");
@@ -89,7 +98,10 @@ def test_hand_over_builds_a_coordinator_from_the_member_and_stepping_down_drops_
     assert f["coordinating"] and f["is_coordinator"] and f["shares_member"] and f["same_trainer"]
     assert f["term"] == 4 and f["announced"] == ["p2"]
     assert f["on_member"] == [] and f["on_driver"] == []
-    assert {"members", "tasks", "checks", "banned"} <= set(f["on_coordinator"])
+    assert {"members", "tasks", "checks"} <= set(f["on_coordinator"])
+    # strikes, the removed list, the window and unchecked_since: the Trust object's alone
+    assert f["trust_owns"] == ["removed", "strike_count", "unchecked_since", "window"]
+    assert f["trust_on_coordinator"] == [] and f["trust_removed_is_banned"]
     assert f["shares_window"] is True  # one window, the member's, across terms
     assert f["flag_settable"] is False  # coordinating is read from the roles, never set
     assert f["after"] is False and f["dropped"] and f["member_term"] == 4
@@ -99,9 +111,11 @@ def test_hand_over_builds_a_coordinator_from_the_member_and_stepping_down_drops_
 
 @pytest.mark.usefixtures("node")  # fails, never skips, without node
 def test_the_js_driver_composes_the_roles_the_same_way():
-    got = run_js(JS, imports={"{ Coordinator, RunPeer }": "run/index.js"}, data=list(COORDINATOR_ONLY))
+    got = run_js(JS, imports={"{ Coordinator, RunPeer }": "run/index.js"}, data=[list(COORDINATOR_ONLY), list(TRUST_OWNS)])
     want = python_facts()
     # the same facts; the attribute names differ by language (members/crew, snake/camel)
-    assert {k: v for k, v in got.items() if k != "on_coordinator"} == \
-        {k: v for k, v in want.items() if k != "on_coordinator"}
-    assert {"crew", "tasks", "checks", "banned"} <= set(got["on_coordinator"])
+    named = ("on_coordinator", "trust_owns")
+    assert {k: v for k, v in got.items() if k not in named} == \
+        {k: v for k, v in want.items() if k not in named}
+    assert {"crew", "tasks", "checks"} <= set(got["on_coordinator"])
+    assert got["trust_owns"] == ["removed", "strikeCount", "uncheckedSince", "window"]

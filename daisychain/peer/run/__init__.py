@@ -36,7 +36,7 @@ Hand-over is composition, not a flag: the driver :class:`RunPeer` always holds a
 
 Modules, one role each: :mod:`.driver` (the thin :class:`RunPeer` that routes inputs to the
 role objects), :mod:`.member`, :mod:`.coordinator`, :mod:`.trust` (the coordinator's
-verdicts, strikes, removal, rollback),
+:class:`~.trust.Trust`: verdicts, strikes, removal, rollback),
 :mod:`.checks` (pure spot-check functions), :mod:`.split`, :mod:`.aggregator`,
 :mod:`.rollback`, :mod:`.state` (the one state loader), :mod:`.outputs`.
 """

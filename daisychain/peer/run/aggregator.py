@@ -167,7 +167,7 @@ class Star(Aggregation):
         if not orphans:
             out: list[Output] = [] if quiet or gone is None else [Log(f"{c._name(peer)} left")]
             for j in sorted(c.checks):
-                out += c._judge(j)
+                out += c.trust.judge(j)
             return out + c._maybe_commit()
         live = c._live()
         new = []
@@ -183,7 +183,7 @@ class Star(Aggregation):
                    f"{mains} go to the others")] if mains else []
         out += c._dispatch(new)
         for j in sorted(c.checks):
-            out += c._judge(j)
+            out += c.trust.judge(j)
         return out + c._maybe_commit()
 
     def deadline(self) -> list[Output]:

@@ -59,7 +59,7 @@ class CatchUpRole:
     def _refused_from(self, sender: str, text: str) -> list[Output]:
         """``text`` refuses what ``sender`` sent: a strike if it is a member of the run."""
         if sender in self.members and sender not in self.banned:
-            return self._strike(sender, "refused", None, text)
+            return self.trust.strike(sender, "refused", None, text)
         return [Log(text, loud=True)]
 
     def _ahead(self, sender: str) -> list[Output]:
@@ -158,7 +158,7 @@ class CatchUpRole:
         RestoreError when the state does not fit the run."""
         state = checked_state(self.trainer, step, theta, adam.m, adam.v, adam.b1t, adam.b2t,
                               params_sha256)
-        if refused := self._holds_lies(state):
+        if refused := self.trust.holds_lies(state):
             return refused
         self.member.load(state)
         if steps is not None:

@@ -5,8 +5,9 @@ A :class:`Coordinator` is built from this peer's :class:`~.member.Member` when t
 becomes the room's host (hand-over) and dropped when it steps down. It reads the replica only
 through the member's narrow interface (``trainer``, ``bounds``, ``step``, ``sha()``,
 ``state()``, ``load()``, ``committed()``) and the room through the driver; every attribute of
-the coordinating (members, tasks, checks, the rollback window, strikes) lives here. The trust
-checks (:mod:`.trust`) and the catch-up (:mod:`.catchup`) are its methods too."""
+the coordinating (members, tasks, checks) lives here. It holds its trust in the members, a
+:class:`~.trust.Trust` (strikes, the removed list, the rollback window), and delegates to
+it; the catch-up (:mod:`.catchup`) is its methods."""
 
 from __future__ import annotations
 
@@ -20,9 +21,8 @@ from daisychain.peer.run.aggregator import Aggregation, Star, _Check, _Task
 from daisychain.peer.run.catchup import SYNC_WAIT_S, CatchUpRole
 from daisychain.peer.run.outputs import Compute, Ended, Log, Output, Refused, Send
 from daisychain.peer.run.ring_roles import RingCoordinator
-from daisychain.peer.run.rollback import Window
 from daisychain.peer.run.split import finish_shares
-from daisychain.peer.run.trust import TrustRole
+from daisychain.peer.run.trust import Trust
 
 #: smallest and initial deadline (seconds) of a task
 MIN_DEADLINE_S = 2.0
@@ -53,7 +53,7 @@ def _of_peer(name: str) -> property:
     return property(lambda self: getattr(self.peer, name))
 
 
-class Coordinator(TrustRole, CatchUpRole):
+class Coordinator(CatchUpRole):
     """The room host's side of the run. ``peer``: the driver (settings, room, clock);
     ``member``: this peer's replica, which the coordinator commits to."""
 
@@ -82,11 +82,8 @@ class Coordinator(TrustRole, CatchUpRole):
         self.restored_term = -1             # this term's state came from a restore
         self.wait_for: set[str] = set()     # members to hear from before a step
         self.wait_until = 0.0
-        self.strike_count: dict[str, int] = {}
-        self.banned: set[str] = set(member.removed)  # removed from the run (liars), handed over
-        self.window = Window(0)             # the rollback window (see rollback.py)
-        self.unchecked_since: dict[str, int] = {}  # peer -> first unchecked step
-        self._new_window()
+        #: strikes, the liars removed from the run (handed over) and the rollback window
+        self.trust = Trust(self, member.removed, member.window_for())
         self.run: F.Run | None = None  # our announce (made by begin())
         #: how a step is summed (aggregator.py): the ring, which hands the star the steps it
         #: does not sum (every step, with --aggregate star)
@@ -109,6 +106,16 @@ class Coordinator(TrustRole, CatchUpRole):
     def _hash(self) -> str:
         return self.member.sha()
 
+    @property
+    def banned(self) -> set[str]:
+        """The peers removed from the run (liars): the trust's, read only."""
+        return self.trust.removed
+
+    @property
+    def window(self):
+        """The rollback window: the trust's, read only."""
+        return self.trust.window
+
     # the room and the run's settings: the driver's, read only
     me, now, open, room, names, capacity, steps, verify_rate, strikes = (
         _of_peer(n) for n in ("me", "now", "open", "room", "names", "capacity", "steps",
@@ -129,7 +136,7 @@ class Coordinator(TrustRole, CatchUpRole):
         """Announce the run (a new term) to everyone with an open channel."""
         self.run = self._announce()
         out: list[Output] = [Log(f"coordinating the run from step {self.step} (term {self.term})")]
-        return out + [Send(p, self._announce()) for p in self._announce_targets()] + self._tell_removed()
+        return out + [Send(p, self._announce()) for p in self._announce_targets()] + self.trust.tell_removed()
 
     def start(self) -> list[Output]:
         """The host of a new room: members the run was announced to get a while to answer
@@ -156,7 +163,7 @@ class Coordinator(TrustRole, CatchUpRole):
 
     def bad_message(self, sender: str, reason: str) -> list[Output]:
         if sender in self.members and sender not in self.banned:
-            return self._strike(sender, "refused", None,
+            return self.trust.strike(sender, "refused", None,
                                 f"refused a message from {self._name(sender)}: {reason}")
         return [Log(f"refused a message from {self._name(sender)}: {reason}", loud=True)]
 
@@ -201,8 +208,7 @@ class Coordinator(TrustRole, CatchUpRole):
     def _new_window(self) -> None:
         """The rollback window: the member's (one object; it goes on across terms, and across
         a restore or a catch-up that loads a state it leads to: ``Window.rebase``)."""
-        self.window = self.member.window_for()
-        self.unchecked_since = self.window.unchecked_since()
+        self.trust.use_window(self.member.window_for())
 
     def on_refuse(self, sender: str, msg: F.Refuse) -> list[Output]:
         m = self.members.setdefault(sender, _Member(sender))
@@ -216,16 +222,16 @@ class Coordinator(TrustRole, CatchUpRole):
         bound = len(msg.micro) * self.trainer.limit
         ints = np.asarray(msg.ints)
         if ints.dtype.kind not in "iu" or ints.size != self.trainer.total_size:
-            return self._strike(sender, "refused", None, f"refused a contribution from "
+            return self.trust.strike(sender, "refused", None, f"refused a contribution from "
                                 f"{self._name(sender)}: not {self.trainer.total_size} integers")
         peak = past_bound(ints.astype(np.int64, copy=False), int(bound))
         if peak is not None:
-            return self._strike(sender, "refused", None, f"refused a contribution from "
+            return self.trust.strike(sender, "refused", None, f"refused a contribution from "
                                 f"{self._name(sender)}: a value of magnitude {peak} is over the "
                                 f"clamp bound {int(bound)} of {len(msg.micro)} micro-batch(es)")
         why = self.trainer.contribution_error(ints, msg.micro, msg.step)  # local steps: moments
         if why:
-            return self._strike(sender, "refused", None, f"refused a contribution from "
+            return self.trust.strike(sender, "refused", None, f"refused a contribution from "
                                 f"{self._name(sender)}: {why}")
         return self._take_contrib(sender, msg.step, msg.task, msg.micro, msg.ints, msg.loss,
                                   msg.correct)
@@ -321,7 +327,7 @@ class Coordinator(TrustRole, CatchUpRole):
         out: list[Output] = []
         if len(t.micro) == 1 and t.micro[0] in self.checks:
             self.checks[t.micro[0]].votes[sender] = (np.asarray(ints, np.int64), loss, correct)
-            out += self._judge(t.micro[0])
+            out += self.trust.judge(t.micro[0])
         return out + self._maybe_commit()
 
     def _time_task(self, sender: str, t: _Task) -> None:
@@ -365,9 +371,7 @@ class Coordinator(TrustRole, CatchUpRole):
             self.tasks.values(), self.checks, self.trainer.total_size, self.me)
         self.trainer.apply(total)
         encoded = self.window.encode(total)  # once: the window's copy and every member's
-        self.window.record(self.trainer, step, total, unchecked, encoded)
-        for p in unchecked:
-            self.unchecked_since.setdefault(p, step)
+        self.trust.record(step, total, unchecked, encoded)
         sha = self._hash()
         receivers = self._receivers()
         self.step_started = False
@@ -449,7 +453,7 @@ class Coordinator(TrustRole, CatchUpRole):
                                               "not known yet)" if not timed else
                                               "got no second answer in time: dropped")))
             for j in sorted(self.checks):
-                out += self._judge(j)
+                out += self.trust.judge(j)
             out += self._maybe_commit()
         return out
 

@@ -3,7 +3,7 @@ threads). It holds what every role shares (the settings, the room, the clock) an
 objects: always a :class:`~.member.Member` (the replica: its trainer, the run it follows,
 compute, apply, state sync) and, while this peer is the room's host, a
 :class:`~.coordinator.Coordinator` built from that member's state (split, dispatch,
-deadlines, commit, and the trust checks of :mod:`.trust`). Hand-over is building one;
+deadlines, commit, and its :class:`~.trust.Trust`). Hand-over is building one;
 stepping down is dropping it (the member takes over its term). Each input goes to the role
 that handles it. See the package docstring for the protocol."""
 

@@ -248,7 +248,7 @@ class RingCoordinator(_RingPart, Aggregation):
     def _refused(self, sender: str, text: str) -> list[Output]:
         c = self.role
         if sender in c.members and sender not in c.banned:
-            return c._strike(sender, "refused", None, text)
+            return c.trust.strike(sender, "refused", None, text)
         return [Log(text, loud=True)]
 
     def _gathered(self) -> list[Output]:
@@ -343,9 +343,7 @@ class RingCoordinator(_RingPart, Aggregation):
         loss = sum(s[2] for _, s in sums) / max(sum(len(s[1]) for _, s in sums), 1)
         c.trainer.apply(total)
         unchecked = {p for p, _ in contributors if p != c.me}
-        c.window.record(c.trainer, step, total, unchecked)
-        for p in unchecked:
-            c.unchecked_since.setdefault(p, step)
+        c.trust.record(step, total, unchecked)
         sha = c._hash()
         self.ring, c.step_started = None, False
         c.pending = {k: v for k, v in c.pending.items() if k[0] > step}

@@ -135,7 +135,7 @@ export class Star extends Aggregation {
       if (mains.length) out.push(log(`${c._name(peer)} left during step ${c.step}: its micro-batches ${pyList(mains)} go to the others`));
       out.push(...c._dispatch(fresh));
     }
-    for (const j of [...c.checks.keys()].sort((a, b) => a - b)) out.push(...(await c._judge(j)));
+    for (const j of [...c.checks.keys()].sort((a, b) => a - b)) out.push(...(await c.trust.judge(j)));
     out.push(...(await c._maybeCommit()));
     return out;
   }

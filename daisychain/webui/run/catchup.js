@@ -52,7 +52,7 @@ export class CatchUpRole {
   /** coordinator.py _refused_from: `text` refuses what `sender` sent, a strike if it is a
    * member of the run. */
   _refusedFrom(sender, text) {
-    if (this.crew.has(sender) && !this.banned.has(sender)) return this._strike(sender, "refused", null, text);
+    if (this.crew.has(sender) && !this.banned.has(sender)) return this.trust.strike(sender, "refused", null, text);
     return [log(text, true)];
   }
 
@@ -148,7 +148,7 @@ export class CatchUpRole {
    * continues from `step` (to `steps`, if given). Throws when the state does not fit the run. */
   async restore(st, steps = null) {
     const checked = await checkedState(this.trainer, st, st.params_sha256 || null);
-    const refused = await this._holdsLies(st);
+    const refused = await this.trust.holdsLies(st);
     if (refused.length) return refused;
     const sha = await this.member.load(checked);
     if (steps !== null) this.peer.steps = steps;

@@ -5,13 +5,14 @@
 // the tab becomes the room's host (hand-over) and dropped when it steps down. It reads the
 // replica only through the member's narrow interface (trainer, bounds, identity, step, sha,
 // rehash(), state(), load(), committed()) and the room through the driver; every attribute of
-// the coordinating (crew, tasks, checks, the rollback window, strikes) lives here. The trust
-// checks (trust.js) and the catch-up (catchup.js) are its methods too.
+// the coordinating (crew, tasks, checks) lives here. It holds its trust in the members, a Trust
+// (trust.js: strikes, the removed list, the rollback window), and delegates to it; the
+// catch-up (catchup.js) is its methods.
 
 import { Star } from "./aggregator.js";
 import { finishShares } from "./split.js";
 import { Window } from "./rollback.js";
-import { TrustRole } from "./trust.js";
+import { Trust } from "./trust.js";
 import { CatchUpRole, SYNC_WAIT_S } from "./catchup.js";
 import { log, pastBound, pyList, sameInts, send } from "./util.js";
 import { RingCoordinator } from "./ring_roles.js";
@@ -68,10 +69,9 @@ export class Coordinator {
     this.restoredTerm = -1;   // this term's state came from a restore
     this.waitFor = new Set(); // members to hear from before a step
     this.waitUntil = 0;
-    this.strikeCount = new Map();
-    this.banned = new Set(member.removed); // removed from the run (liars), handed over
-    this.window = new Window(0);     // the rollback window (rollback.js)
-    this.uncheckedSince = new Map(); // peer -> first step with an unchecked contribution
+    // strikes, the liars removed from the run (handed over) and the rollback window (the
+    // member's, from begin())
+    this.trust = new Trust(this, member.removed, new Window(0));
     this.run = null;          // our announce (made by begin())
     // how a step is summed (aggregator.js): the ring, which hands the star the steps it does
     // not sum (every step, with --aggregate star)
@@ -85,6 +85,10 @@ export class Coordinator {
   get identity() { return this.member.identity; }
   get step() { return this.member.step; }
   get sha() { return this.member.sha; }
+  /** The peers removed from the run (liars): the trust's, read only. */
+  get banned() { return this.trust.removed; }
+  /** The rollback window: the trust's, read only. */
+  get window() { return this.trust.window; }
   _rehash() { return this.member.rehash(); }
   _name(peer) { return this.peer._name(peer); }
 
@@ -103,7 +107,7 @@ export class Coordinator {
     await this._newWindow();
     this.run = this._announce();
     return [log(`coordinating the run from step ${this.step} (term ${this.term})`),
-      ...this._announceTargets().map((p) => send(p, this._announce())), ...this._tellRemoved()];
+      ...this._announceTargets().map((p) => send(p, this._announce())), ...this.trust.tellRemoved()];
   }
 
   /** The host of a new run: members it was announced to get a while to answer first. */
@@ -131,7 +135,7 @@ export class Coordinator {
 
   async badMessage(sender, reason) {
     const text = `refused a message from ${this._name(sender)}: ${reason}`;
-    if (this.crew.has(sender) && !this.banned.has(sender)) return this._strike(sender, "refused", null, text);
+    if (this.crew.has(sender) && !this.banned.has(sender)) return this.trust.strike(sender, "refused", null, text);
     return [log(text, true)];
   }
 
@@ -188,8 +192,7 @@ export class Coordinator {
   /** The rollback window: the member's (one object; it goes on across terms, and across a
    * restore or a catch-up that loads a state it leads to: Window.rebase). */
   async _newWindow() {
-    this.window = await this.member.windowFor();
-    this.uncheckedSince = this.window.uncheckedSince();
+    this.trust.useWindow(await this.member.windowFor());
   }
 
   _state() { return this.member.state(); }
@@ -209,14 +212,14 @@ export class Coordinator {
     const bound = msg.micro.length * this.trainer.limit;
     const ints = msg.ints;
     if (!ints || ints.length !== size) {
-      return this._strike(sender, "refused", null, `refused a contribution from ${this._name(sender)}: not ${size} integers`);
+      return this.trust.strike(sender, "refused", null, `refused a contribution from ${this._name(sender)}: not ${size} integers`);
     }
     const peak = pastBound(ints, bound);
     if (peak !== null) {
-      return this._strike(sender, "refused", null, `refused a contribution from ${this._name(sender)}: a value of magnitude ${peak} is over the clamp bound ${bound} of ${msg.micro.length} micro-batch(es)`);
+      return this.trust.strike(sender, "refused", null, `refused a contribution from ${this._name(sender)}: a value of magnitude ${peak} is over the clamp bound ${bound} of ${msg.micro.length} micro-batch(es)`);
     }
     const why = this.trainer.contributionError(ints, msg.micro, msg.step); // local steps: moments
-    if (why) return this._strike(sender, "refused", null, `refused a contribution from ${this._name(sender)}: ${why}`);
+    if (why) return this.trust.strike(sender, "refused", null, `refused a contribution from ${this._name(sender)}: ${why}`);
     return this._takeContrib(sender, msg.step, msg.task, msg.micro, msg.ints, msg.loss, msg.correct);
   }
 
@@ -341,7 +344,7 @@ export class Coordinator {
     const out = [];
     if (t.micro.length === 1 && this.checks.has(t.micro[0])) {
       this.checks.get(t.micro[0]).votes.set(sender, { ints: Float64Array.from(ints), loss, correct });
-      out.push(...(await this._judge(t.micro[0])));
+      out.push(...(await this.trust.judge(t.micro[0])));
     }
     return [...out, ...(await this._maybeCommit())];
   }
@@ -357,8 +360,7 @@ export class Coordinator {
     const step = this.step;
     const { total, contributors, loss, unchecked } = Star.total(this.tasks.values(), this.checks, this.trainer.totalSize, this.me);
     await this.trainer.apply(total);
-    await this.window.record(this.trainer, step, total, unchecked);
-    for (const p of unchecked) if (!this.uncheckedSince.has(p)) this.uncheckedSince.set(p, step);
+    await this.trust.record(step, total, unchecked);
     const sha = await this._rehash();
     const receivers = this._receivers();
     this.stepStarted = false;
@@ -451,7 +453,7 @@ export class Coordinator {
       out.push(log(`spot-check(s) of micro-batch(es) ${pyList(dropped.map((t) => t.micro[0]))} of step ${this.step} ` +
         (first ? "skipped (the first step's timings are not known yet)"
           : !timed ? "skipped (a first share: its peer's timing is not known yet)" : "got no second answer in time: dropped")));
-      for (const j of [...this.checks.keys()].sort((a, b) => a - b)) out.push(...(await this._judge(j)));
+      for (const j of [...this.checks.keys()].sort((a, b) => a - b)) out.push(...(await this.trust.judge(j)));
       out.push(...(await this._maybeCommit()));
     }
     return out;
@@ -478,7 +480,7 @@ export class Coordinator {
   }
 }
 
-for (const role of [TrustRole, CatchUpRole]) {
+for (const role of [CatchUpRole]) {
   for (const name of Object.getOwnPropertyNames(role.prototype)) {
     if (name !== "constructor") Coordinator.prototype[name] = role.prototype[name];
   }

@@ -258,7 +258,7 @@ export class RingCoordinator extends RingPart(Aggregation) {
 
   async _refused(sender, text) {
     const c = this.role;
-    if (c.crew.has(sender) && !c.banned.has(sender)) return c._strike(sender, "refused", null, text);
+    if (c.crew.has(sender) && !c.banned.has(sender)) return c.trust.strike(sender, "refused", null, text);
     return [log(text, true)];
   }
 
@@ -358,8 +358,7 @@ export class RingCoordinator extends RingPart(Aggregation) {
     const loss = lossSum / Math.max(n, 1);
     await c.trainer.apply(total);
     const unchecked = new Set(contributors.map(([p]) => p).filter((p) => p !== c.me));
-    await c.window.record(c.trainer, step, total, unchecked);
-    for (const p of unchecked) if (!c.uncheckedSince.has(p)) c.uncheckedSince.set(p, step);
+    await c.trust.record(step, total, unchecked);
     const sha = await c._rehash();
     this.ring = null;
     c.stepStarted = false;
