@@ -119,3 +119,76 @@ def test_the_js_driver_composes_the_roles_the_same_way():
         {k: v for k, v in want.items() if k not in named}
     assert {"crew", "tasks", "checks"} <= set(got["on_coordinator"])
     assert got["trust_owns"] == ["removed", "strikeCount", "uncheckedSince", "window"]
+
+
+# -- the run context (issue 39): roles read the driver through a read-only view; what they
+# change of it comes back as outputs that the driver applies (before, a role wrote
+# ``peer.steps``, ``peer.wait_peers = 0``, ``peer.done_by[...]`` into the driver itself)
+
+def python_context_facts() -> dict:
+    from daisychain.peer import frames as F
+    from daisychain.peer.run.outputs import Committed, Log, Setting
+    p = RunPeer("p1", window=0, wait_peers=2, strikes=3)
+    ctx = p.member.peer
+    facts = {"context": type(ctx).__name__, "shared": ctx is p.context}
+    try:
+        ctx.steps = 9
+        facts["writable"] = True
+    except AttributeError:
+        facts["writable"] = False
+    try:
+        ctx.coordinator  # noqa: B018 - a role reaches no other role through it
+        facts["reaches_roles"] = True
+    except AttributeError:
+        facts["reaches_roles"] = False
+    out = p._applied([Setting("steps", 7), Log("kept"),
+                      Committed(1, 0.5, (("p1", 2), ("p2", 3)), 2, "ab" * 32)])
+    facts.update(kept=len(out), steps=p.steps, done_by=dict(p.done_by))
+    try:
+        p._applied([Setting("me", "p9")])
+        facts["any_setting"] = True
+    except ValueError:
+        facts["any_setting"] = False
+    # a member follows an announce: the driver takes its settings, the shell sees none of them
+    p.channel_open("p2")
+    p.room_changed(["p1", "p2"], "p2")
+    run = F.Run({"task": "t", "dataset": "d"}, "r" * 16, 12, 1, 0, "ab" * 32, "p2", 0.25, 4, ())
+    out = p.receive("p2", run)
+    facts.update(run_outputs=len(out), run_settings=[p.steps, p.verify_rate, p.strikes],
+                 settings_out=sum(isinstance(o, Setting) for o in out))
+    return facts
+
+
+JS_CONTEXT = r"""
+const p = new RunPeer("p1", { window: 0, waitPeers: 2, strikes: 3 });
+const ctx = p.member.peer;
+const facts = { context: ctx.constructor.name, shared: ctx === p.context };
+try { ctx.steps = 9; facts.writable = true; } catch { facts.writable = false; }
+facts.reaches_roles = ctx.coordinator !== undefined;
+let out = p._applied([{ kind: "setting", name: "steps", value: 7 }, { kind: "log", text: "kept", loud: false },
+  { kind: "committed", step: 1, loss: 0.5, contributors: [["p1", 2], ["p2", 3]], mine: 2, params_sha256: "ab".repeat(32) }]);
+Object.assign(facts, { kept: out.length, steps: p.steps, done_by: { ...p.doneBy } });
+try { p._applied([{ kind: "setting", name: "me", value: "p9" }]); facts.any_setting = true; } catch { facts.any_setting = false; }
+await p.channelOpen("p2");
+await p.setMembers(["p1", "p2"], "p2");
+out = await p.receive("p2", { T: "run", identity: { task: "t", dataset: "d" }, run_id: "r".repeat(16), steps: 12,
+  term: 1, step: 0, params_sha256: "ab".repeat(32), coordinator: "p2", verify_rate: 0.25, strikes: 4, removed: [] });
+Object.assign(facts, { run_outputs: out.length, run_settings: [p.steps, p.verifyRate, p.strikes],
+  settings_out: out.filter((o) => o.kind === "setting").length });
+console.log(JSON.stringify(facts));
+"""
+
+
+def test_roles_read_a_read_only_context_and_the_driver_applies_their_settings():
+    f = python_context_facts()
+    assert f["context"] == "RunContext" and f["shared"]
+    assert f["writable"] is False and f["reaches_roles"] is False and f["any_setting"] is False
+    assert f["kept"] == 2 and f["steps"] == 7 and f["done_by"] == {"p1": 2, "p2": 3}
+    assert f["run_outputs"] == 1 and f["settings_out"] == 0  # the dataset fetch alone
+    assert f["run_settings"] == [12, 0.25, 4]
+
+
+@pytest.mark.usefixtures("node")  # fails, never skips, without node
+def test_the_js_roles_read_the_same_read_only_context():
+    got = run_js(JS_CONTEXT, imports={"{ RunPeer }": "run/index.js"})
+    assert got == python_context_facts()

@@ -38,7 +38,8 @@ Modules, one role each: :mod:`.driver` (the thin :class:`RunPeer` that routes in
 role objects), :mod:`.member`, :mod:`.coordinator`, :mod:`.trust` (the coordinator's
 :class:`~.trust.Trust`: verdicts, strikes, removal, rollback),
 :mod:`.checks` (pure spot-check functions), :mod:`.split`, :mod:`.aggregator`,
-:mod:`.rollback`, :mod:`.state` (the one state loader), :mod:`.outputs`.
+:mod:`.rollback`, :mod:`.state` (the one state loader), :mod:`.outputs`, :mod:`.context`
+(the roles' read-only view of the driver; their changes to it are ``Setting`` outputs).
 """
 
 from daisychain.peer.run.checks import checked_micro, verdict  # noqa: F401

@@ -12,7 +12,7 @@ import numpy as np
 
 from daisychain.engine.trainer import params_sha256
 from daisychain.peer import frames as F
-from daisychain.peer.run.outputs import Log, Output, RestoreError, Restored, Send
+from daisychain.peer.run.outputs import Log, Output, RestoreError, Restored, Send, Setting
 from daisychain.peer.run.state import checked_state
 
 #: how long a coordinator waits for the STATE of a member that said it is ahead (and for a
@@ -161,12 +161,14 @@ class CatchUpRole:
         if refused := self.trust.holds_lies(state):
             return refused
         self.member.load(state)
+        settings = []
         if steps is not None:
-            self.peer.steps = int(steps)
+            self.steps = int(steps)
+            settings.append(Setting("steps", self.steps))
         self._new_window()
         self.term += 1
         sha = self._hash()
-        return self._reopen([Log(f"restored the room from {source}: step {step}, params {sha[:12]} "
+        return settings + self._reopen([Log(f"restored the room from {source}: step {step}, params {sha[:12]} "
                                  f"(term {self.term})"), Restored(int(step), sha, self.me)])
 
     def _reopen(self, out: list[Output]) -> list[Output]:

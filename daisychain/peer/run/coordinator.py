@@ -54,7 +54,7 @@ def _of_peer(name: str) -> property:
 
 
 class Coordinator(CatchUpRole):
-    """The room host's side of the run. ``peer``: the driver (settings, room, clock);
+    """The room host's side of the run. ``peer``: the run context (read-only: settings, room, clock);
     ``member``: this peer's replica, which the coordinator commits to."""
 
     def __init__(self, peer, member):
@@ -63,8 +63,8 @@ class Coordinator(CatchUpRole):
         member.lead()
         self.term = member.term + 1
         self.ended = member.ended
-        self.wait_peers = peer.wait_peers  # the host waits once, at the start
-        peer.wait_peers = 0
+        self.wait_peers = peer.wait_peers  # the host waits once, at the start (the driver's ends now)
+        self.steps = peer.steps  # the run's length (a restore may change it: a Setting tells the driver)
         self.members: dict[str, _Member] = {}
         self.tasks: dict[int, _Task] = {}
         self.checks: dict[int, _Check] = {}
@@ -117,9 +117,9 @@ class Coordinator(CatchUpRole):
         return self.trust.window
 
     # the room and the run's settings: the driver's, read only
-    me, now, open, room, names, capacity, steps, verify_rate, strikes = (
-        _of_peer(n) for n in ("me", "now", "open", "room", "names", "capacity", "steps",
-                              "verify_rate", "strikes"))
+    me, now, open, room, names, capacity, verify_rate, strikes = (
+        _of_peer(n) for n in ("me", "now", "open", "room", "names", "capacity", "verify_rate",
+                              "strikes"))
 
     def _name(self, peer: str) -> str:
         return self.peer._name(peer)

@@ -10,7 +10,7 @@
 
 import { paramsSha256 } from "../engine/trainer.js";
 import { checkedState } from "./state.js";
-import { log, send } from "./util.js";
+import { log, send, setting } from "./util.js";
 
 /** How long a coordinator waits for the STATE of a member that said it is ahead (and for a
  * second member to confirm that step); as catchup.py. */
@@ -151,11 +151,15 @@ export class CatchUpRole {
     const refused = await this.trust.holdsLies(st);
     if (refused.length) return refused;
     const sha = await this.member.load(checked);
-    if (steps !== null) this.peer.steps = steps;
+    const settings = [];
+    if (steps !== null) {
+      this.steps = steps;
+      settings.push(setting("steps", steps));
+    }
     await this._newWindow();
     this.term += 1;
-    return this._reopen([log(`restored the room from a checkpoint: step ${st.step}, params ${sha.slice(0, 12)} (term ${this.term})`),
-      { kind: "restored", step: st.step, params_sha256: sha, by: this.me }]);
+    return [...settings, ...await this._reopen([log(`restored the room from a checkpoint: step ${st.step}, params ${sha.slice(0, 12)} (term ${this.term})`),
+      { kind: "restored", step: st.step, params_sha256: sha, by: this.me }])];
   }
 
   /** A new term (already counted) on a state the coordinator loaded (a restore, a rollback):

@@ -14,7 +14,7 @@ import { finishShares } from "./split.js";
 import { Window } from "./rollback.js";
 import { Trust } from "./trust.js";
 import { CatchUpRole, SYNC_WAIT_S } from "./catchup.js";
-import { log, pastBound, pyList, sameInts, send } from "./util.js";
+import { log, pastBound, pyList, sameInts, send, setting } from "./util.js";
 import { RingCoordinator } from "./ring_roles.js";
 
 export const MIN_DEADLINE_S = 2.0;
@@ -41,8 +41,8 @@ export class CrewMember {
 }
 
 export class Coordinator {
-  /** `peer`: the driver (settings, room, clock); `member`: this tab's replica, which the
-   * coordinator commits to. */
+  /** `peer`: the run context (context.js, read-only: settings, room, clock); `member`: this
+   * tab's replica, which the coordinator commits to. */
   constructor(peer, member) {
     this.peer = peer;
     this.member = member;
@@ -50,8 +50,8 @@ export class Coordinator {
     this.runId = member.run.run_id;
     this.term = member.term + 1;
     this.ended = member.ended;
-    this.waitPeers = peer.waitPeers; // the host waits once, at the start
-    peer.waitPeers = 0;
+    this.waitPeers = peer.waitPeers; // the host waits once, at the start (the driver's ends now)
+    this.steps = peer.steps; // the run's length (a restore or a stop changes it: a setting tells the driver)
     this.crew = new Map();
     this.tasks = new Map();
     this.checks = new Map();
@@ -154,8 +154,8 @@ export class Coordinator {
 
   async stop(why) {
     if (this.ended) return [];
-    this.peer.steps = this.step; // end after the step in flight
-    return [log(why), ...(this.stepStarted ? [] : this._maybeBegin())];
+    this.steps = this.step; // end after the step in flight
+    return [setting("steps", this.steps), log(why), ...(this.stepStarted ? [] : this._maybeBegin())];
   }
 
   async onReady(sender, msg) {
@@ -487,6 +487,6 @@ for (const role of [CatchUpRole]) {
 }
 
 // the room and the run's settings: the driver's, read only (coordinator.py _of_peer)
-for (const name of ["me", "now", "open", "room", "names", "capacity", "steps", "verifyRate", "strikes"]) {
+for (const name of ["me", "now", "open", "room", "names", "capacity", "verifyRate", "strikes"]) {
   Object.defineProperty(Coordinator.prototype, name, { get() { return this.peer[name]; } });
 }

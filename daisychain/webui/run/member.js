@@ -8,7 +8,7 @@
 
 import { paramsSha256, runIdentity } from "../engine/trainer.js";
 import { checkedState, loadState, tensorBounds } from "./state.js";
-import { g3, log, send } from "./util.js";
+import { g3, log, send, setting } from "./util.js";
 import { RingMember } from "./ring_roles.js";
 import { Window, windowSteps } from "./rollback.js";
 
@@ -44,7 +44,7 @@ export function identityDifferences(mine, theirs) {
 export const HOLD_S = 20.0;
 
 export class Member {
-  /** `peer`: the driver (settings, room, names, clock). */
+  /** `peer`: the run context (context.js: the driver's settings, room, names, clock; read-only). */
   constructor(peer) {
     this.peer = peer;
     this.trainer = null;
@@ -111,10 +111,8 @@ export class Member {
     return this.window;
   }
 
-  /** A step was committed (applied here): count who did what. */
+  /** A step was committed (applied here): who did what (the driver counts it). */
   committed(step, loss, contributors, sha) {
-    const done = this.peer.doneBy;
-    for (const [peer, n] of contributors) done[peer] = (done[peer] || 0) + n;
     const mine = contributors.find(([p]) => p === this.peer.me)?.[1] || 0;
     return [{ kind: "committed", step, loss, contributors, mine, params_sha256: sha }];
   }
@@ -182,7 +180,9 @@ export class Member {
     return this._refuse(["dataset fingerprint: no copy of the run's dataset found"]);
   }
 
-  async onRun(sender, msg) {
+  /** `handed`: the host named before, when _forwarded just took it to be `sender` (its setting
+   * is not applied yet). */
+  async onRun(sender, msg, handed = null) {
     // A higher term only from the host the server names (an announce that overtook the room
     // message naming its sender is held), the current term only from the coordinator we follow.
     // (the current term from another sender only when the server names it host: two members that
@@ -191,7 +191,7 @@ export class Member {
     const p = this.peer;
     // named host before it held the run: it follows the host named before it to get the replica,
     // then leads (driver.js _leadIfNamed); nobody coordinated before
-    const handing = p.host === p.me && !this.trainer && sender === p.prevHost;
+    const handing = p.host === p.me && !this.trainer && sender === (handed ?? p.prevHost);
     if (p.host === p.me && !this.run && !handing && !p.room.has(msg.coordinator)) return this._forwarded(sender, msg);
     if (sender !== p.host && !(msg.term === this.term && sender === this.coord) && !handing) return this._hold(sender, msg);
     this.held.delete(sender);
@@ -199,9 +199,8 @@ export class Member {
     // host's state was ignored: seed 5559)
     if (sender !== this.coord) this.restoring = null;
     this.coord = sender;
-    p.steps = msg.steps;
-    p.verifyRate = msg.verify_rate ?? 0.0;
-    p.strikes = msg.strikes ?? p.strikes;
+    const settings = [setting("steps", msg.steps), setting("verifyRate", msg.verify_rate ?? 0.0),
+      setting("strikes", msg.strikes ?? p.strikes)];
     const first = !this.run || msg.run_id !== this.run.run_id;
     if (first) { // another run: its own window and removed list
       this.window = null;
@@ -215,13 +214,13 @@ export class Member {
     this.term = msg.term;
     this.run = msg;
     this.ended = false;
-    if (this.trainer && !first) return [send(sender, this._ready())];
+    if (this.trainer && !first) return [...settings, send(sender, this._ready())];
     if (this.trainer && first) { // another run (ours ended): start over from its data
       this.trainer = null;
       this.bounds = null;
     }
     this.awaitingData = true;
-    return [{ kind: "fetch", task: String(msg.identity.task || ""), fingerprint: String(msg.identity.dataset || "") }];
+    return [...settings, { kind: "fetch", task: String(msg.identity.task || ""), fingerprint: String(msg.identity.dataset || "") }];
   }
 
   /** member.py _hold: an announce from a peer that the server has not named the room's host,
@@ -248,9 +247,10 @@ export class Member {
     const others = [...p.room].filter((q) => q !== p.me);
     if (!(follow || same >= 2 || (others.length === 1 && others[0] === sender))) return [];
     this.forwards.clear();
-    p.prevHost = sender; // (onRun's hand-over from the host before: this one)
-    return [log(`the coordinator ${msg.coordinator} left before this peer held the run: following its announce from ${p._name(sender)} to lead`),
-      ...(await this.onRun(sender, msg))];
+    // (onRun's hand-over from the host before: this one)
+    return [setting("prevHost", sender),
+      log(`the coordinator ${msg.coordinator} left before this peer held the run: following its announce from ${p._name(sender)} to lead`),
+      ...(await this.onRun(sender, msg, sender))];
   }
 
   /** member.py host_named: the room changed; a held announce of the host it names is followed

@@ -3,6 +3,8 @@
 
 export const send = (to, message) => ({ kind: "send", to, message });
 export const log = (text, loud = false) => ({ kind: "log", text, loud });
+/** A role's change to its driver (context.js): the driver applies it; the shell never sees it. */
+export const setting = (name, value) => ({ kind: "setting", name, value });
 
 
 /** Python's format(x, ".3g"), for log lines that read the same in both languages. */
