@@ -3,7 +3,10 @@
 - no import circle in ``daisychain/``, in either language: Python modules (every import,
   a function's own imports too; ``if TYPE_CHECKING:`` blocks aside) and the page's JS
   modules (static ``import``/``export ... from`` and dynamic ``import("./...")``);
-- no product file over 600 lines (Python, JS, WGSL, WAT, HTML, CSS).
+- no product file over 600 lines (Python, JS, WGSL, WAT, HTML, CSS);
+- no ``# ring hook`` left: the roles reach the ring through the aggregation interface
+  (``daisychain/peer/run/aggregator.py``, ``webui/run/aggregator.js``), never through a
+  call site marked for it (issue 39).
 
 Each check is tried on a planted fault, so that it is shown to catch one.
 """
@@ -173,3 +176,30 @@ def test_no_product_file_over_600_lines():
     long = sorted((len(p.read_text().splitlines()), p.relative_to(ROOT).as_posix()) for p in files
                   if len(p.read_text().splitlines()) > MAX_LINES)
     assert not long, f"product files over {MAX_LINES} lines (split them by role): {long}"
+
+
+#: a call site marked for the ring (``# ring hook`` in Python, ``// ring hook`` in JS)
+RING_HOOK = re.compile(r"ring hook", re.IGNORECASE)
+
+
+def ring_hooks(texts: dict[str, str]) -> list[str]:
+    """``path:line`` of every line of ``texts`` (path -> text) that names a ring hook."""
+    return [f"{path}:{n}" for path, text in sorted(texts.items())
+            for n, line in enumerate(text.splitlines(), 1) if RING_HOOK.search(line)]
+
+
+def test_no_ring_hook_left():
+    texts = {p.relative_to(ROOT).as_posix(): p.read_text() for p in product_files()}
+    assert "daisychain/peer/run/aggregator.py" in texts and "daisychain/webui/run/aggregator.js" in texts
+    found = ring_hooks(texts)
+    assert not found, f"ring hooks left (call the aggregation interface instead): {found}"
+
+
+def test_the_ring_hook_check_catches_a_planted_one():
+    texts = {p.relative_to(ROOT).as_posix(): p.read_text() for p in product_files()}
+    py, js = "daisychain/peer/run/member.py", "daisychain/webui/run/member.js"
+    planted = dict(texts)
+    planted[py] += "        self.ring.drop()  # ring hook\n"
+    planted[js] += "    this.ring.drop(); // Ring hook: the coordinator's ring\n"
+    assert ring_hooks(planted) == [f"{py}:{len(planted[py].splitlines())}",
+                                   f"{js}:{len(planted[js].splitlines())}"]

@@ -36,9 +36,10 @@ Hand-over is composition, not a flag: the driver :class:`RunPeer` always holds a
 
 Modules, one role each: :mod:`.driver` (the thin :class:`RunPeer` that routes inputs to the
 role objects), :mod:`.member`, :mod:`.coordinator`, :mod:`.trust` (the coordinator's
-verdicts, strikes, removal, rollback),
+:class:`~.trust.Trust`: verdicts, strikes, removal, rollback),
 :mod:`.checks` (pure spot-check functions), :mod:`.split`, :mod:`.aggregator`,
-:mod:`.rollback`, :mod:`.state` (the one state loader), :mod:`.outputs`.
+:mod:`.rollback`, :mod:`.state` (the one state loader), :mod:`.outputs`, :mod:`.context`
+(the roles' read-only view of the driver; their changes to it are ``Setting`` outputs).
 """
 
 from daisychain.peer.run.checks import checked_micro, verdict  # noqa: F401

@@ -12,7 +12,7 @@ import numpy as np
 
 from daisychain.engine.trainer import params_sha256
 from daisychain.peer import frames as F
-from daisychain.peer.run.outputs import Log, Output, RestoreError, Restored, Send
+from daisychain.peer.run.outputs import Log, Output, RestoreError, Restored, Send, Setting
 from daisychain.peer.run.state import checked_state
 
 #: how long a coordinator waits for the STATE of a member that said it is ahead (and for a
@@ -59,7 +59,7 @@ class CatchUpRole:
     def _refused_from(self, sender: str, text: str) -> list[Output]:
         """``text`` refuses what ``sender`` sent: a strike if it is a member of the run."""
         if sender in self.members and sender not in self.banned:
-            return self._strike(sender, "refused", None, text)
+            return self.trust.strike(sender, "refused", None, text)
         return [Log(text, loud=True)]
 
     def _ahead(self, sender: str) -> list[Output]:
@@ -101,7 +101,7 @@ class CatchUpRole:
         self.tasks.clear()
         self.checks.clear()
         self.step_started = False
-        self.ring.drop()  # ring hook
+        self.aggregation.drop()
         self._new_window()
         for m in self.members.values():
             m.synced, m.ahead = False, None
@@ -124,7 +124,7 @@ class CatchUpRole:
         if msg.reason != "coordinator behind":
             out.append(Log(f"{sender} diverged at step {msg.step} (params {msg.params_sha256[:12]}, "
                            f"{msg.reason}): resyncing it", loud=True))
-        return out + [Send(sender, self._state())] + self.ring.resend(sender)  # ring hook
+        return out + [Send(sender, self._state())] + self.aggregation.resend(sender)
 
     def _check_catch_up(self) -> list[Output]:
         """A member that said it is ahead sent no usable STATE in SYNC_WAIT_S (it never
@@ -158,15 +158,17 @@ class CatchUpRole:
         RestoreError when the state does not fit the run."""
         state = checked_state(self.trainer, step, theta, adam.m, adam.v, adam.b1t, adam.b2t,
                               params_sha256)
-        if refused := self._holds_lies(state):
+        if refused := self.trust.holds_lies(state):
             return refused
         self.member.load(state)
+        settings = []
         if steps is not None:
-            self.peer.steps = int(steps)
+            self.steps = int(steps)
+            settings.append(Setting("steps", self.steps))
         self._new_window()
         self.term += 1
         sha = self._hash()
-        return self._reopen([Log(f"restored the room from {source}: step {step}, params {sha[:12]} "
+        return settings + self._reopen([Log(f"restored the room from {source}: step {step}, params {sha[:12]} "
                                  f"(term {self.term})"), Restored(int(step), sha, self.me)])
 
     def _reopen(self, out: list[Output]) -> list[Output]:
@@ -176,7 +178,7 @@ class CatchUpRole:
         self.tasks, self.step_started, self.catching_up, self.ended = {}, False, False, False
         self.checks = {}
         self.pending.clear()
-        self.ring.drop()  # ring hook
+        self.aggregation.drop()
         for mem in self.members.values():
             mem.ready = mem.synced = False
         targets = self._announce_targets()

@@ -5,26 +5,24 @@ A :class:`Coordinator` is built from this peer's :class:`~.member.Member` when t
 becomes the room's host (hand-over) and dropped when it steps down. It reads the replica only
 through the member's narrow interface (``trainer``, ``bounds``, ``step``, ``sha()``,
 ``state()``, ``load()``, ``committed()``) and the room through the driver; every attribute of
-the coordinating (members, tasks, checks, the rollback window, strikes) lives here. The trust
-checks (:mod:`.trust`) and the catch-up (:mod:`.catchup`) are its methods too."""
+the coordinating (members, tasks, checks) lives here. It holds its trust in the members, a
+:class:`~.trust.Trust` (strikes, the removed list, the rollback window), and delegates to
+it; the catch-up (:mod:`.catchup`) is its methods."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
-from daisychain.engine.trainer import capacity_split
 from daisychain.peer import frames as F
 from daisychain.peer.intcodec import past_bound
-from daisychain.peer.run.aggregator import Star
+from daisychain.peer.run.aggregator import Aggregation, Star, _Check, _Task
 from daisychain.peer.run.catchup import SYNC_WAIT_S, CatchUpRole
-from daisychain.peer.run.checks import checked_micro
 from daisychain.peer.run.outputs import Compute, Ended, Log, Output, Refused, Send
 from daisychain.peer.run.ring_roles import RingCoordinator
-from daisychain.peer.run.rollback import Window
-from daisychain.peer.run.split import finish_shares, split_tasks
-from daisychain.peer.run.trust import TrustRole
+from daisychain.peer.run.split import finish_shares
+from daisychain.peer.run.trust import Trust
 
 #: smallest and initial deadline (seconds) of a task
 MIN_DEADLINE_S = 2.0
@@ -51,37 +49,13 @@ class _Member:
     answered: tuple[int, int] | None = None  # (term, step) of the last sync request answered
 
 
-@dataclass
-class _Task:
-    task: int
-    micro: tuple[int, ...]
-    assignees: list[str]
-    sent_at: float
-    deadline: float
-    result: tuple[str, np.ndarray, float, int] | None = None  # (peer, ints, loss, correct)
-    kind: str = "main"   # main: counts in the total; check / referee: a spot-check's second opinion
-
-
-@dataclass
-class _Check:
-    """A spot-checked micro-batch of the current step: every peer's answer (``votes``) and,
-    once decided, the reference answer the total uses."""
-    micro: int
-    votes: dict = field(default_factory=dict)   # peer -> (ints, loss, correct)
-    decided: tuple | None = None
-    decided_by: str | None = None
-    refereed: bool = False
-
-
 def _of_peer(name: str) -> property:
     return property(lambda self: getattr(self.peer, name))
 
 
-class Coordinator(TrustRole, CatchUpRole):
-    """The room host's side of the run. ``peer``: the driver (settings, room, clock);
+class Coordinator(CatchUpRole):
+    """The room host's side of the run. ``peer``: the run context (read-only: settings, room, clock);
     ``member``: this peer's replica, which the coordinator commits to."""
-
-    aggregator = Star()
 
     def __init__(self, peer, member):
         self.peer = peer
@@ -89,8 +63,8 @@ class Coordinator(TrustRole, CatchUpRole):
         member.lead()
         self.term = member.term + 1
         self.ended = member.ended
-        self.wait_peers = peer.wait_peers  # the host waits once, at the start
-        peer.wait_peers = 0
+        self.wait_peers = peer.wait_peers  # the host waits once, at the start (the driver's ends now)
+        self.steps = peer.steps  # the run's length (a restore may change it: a Setting tells the driver)
         self.members: dict[str, _Member] = {}
         self.tasks: dict[int, _Task] = {}
         self.checks: dict[int, _Check] = {}
@@ -108,13 +82,12 @@ class Coordinator(TrustRole, CatchUpRole):
         self.restored_term = -1             # this term's state came from a restore
         self.wait_for: set[str] = set()     # members to hear from before a step
         self.wait_until = 0.0
-        self.strike_count: dict[str, int] = {}
-        self.banned: set[str] = set(member.removed)  # removed from the run (liars), handed over
-        self.window = Window(0)             # the rollback window (see rollback.py)
-        self.unchecked_since: dict[str, int] = {}  # peer -> first unchecked step
-        self._new_window()
+        #: strikes, the liars removed from the run (handed over) and the rollback window
+        self.trust = Trust(self, member.removed, member.window_for())
         self.run: F.Run | None = None  # our announce (made by begin())
-        self.ring = RingCoordinator(self)  # ring hook: a step summed by a ring (ring_roles.py)
+        #: how a step is summed (aggregator.py): the ring, which hands the star the steps it
+        #: does not sum (every step, with --aggregate star)
+        self.aggregation: Aggregation = RingCoordinator(self, Star(self))
 
     # -- what the coordinator reads: the replica through the member, the room through the peer
 
@@ -133,10 +106,20 @@ class Coordinator(TrustRole, CatchUpRole):
     def _hash(self) -> str:
         return self.member.sha()
 
+    @property
+    def banned(self) -> set[str]:
+        """The peers removed from the run (liars): the trust's, read only."""
+        return self.trust.removed
+
+    @property
+    def window(self):
+        """The rollback window: the trust's, read only."""
+        return self.trust.window
+
     # the room and the run's settings: the driver's, read only
-    me, now, open, room, names, capacity, steps, verify_rate, strikes = (
-        _of_peer(n) for n in ("me", "now", "open", "room", "names", "capacity", "steps",
-                              "verify_rate", "strikes"))
+    me, now, open, room, names, capacity, verify_rate, strikes = (
+        _of_peer(n) for n in ("me", "now", "open", "room", "names", "capacity", "verify_rate",
+                              "strikes"))
 
     def _name(self, peer: str) -> str:
         return self.peer._name(peer)
@@ -153,7 +136,7 @@ class Coordinator(TrustRole, CatchUpRole):
         """Announce the run (a new term) to everyone with an open channel."""
         self.run = self._announce()
         out: list[Output] = [Log(f"coordinating the run from step {self.step} (term {self.term})")]
-        return out + [Send(p, self._announce()) for p in self._announce_targets()] + self._tell_removed()
+        return out + [Send(p, self._announce()) for p in self._announce_targets()] + self.trust.tell_removed()
 
     def start(self) -> list[Output]:
         """The host of a new room: members the run was announced to get a while to answer
@@ -164,8 +147,7 @@ class Coordinator(TrustRole, CatchUpRole):
     def tick(self) -> list[Output]:
         if self.ended:
             return []
-        return self._check_catch_up() + self._check_deadlines() + self.ring.check_deadline() + \
-            self._maybe_begin()  # ring hook
+        return self._check_catch_up() + self.aggregation.deadline() + self._maybe_begin()
 
     def room_left(self) -> list[Output]:
         """The signaling room changed: members no longer in it left."""
@@ -181,7 +163,7 @@ class Coordinator(TrustRole, CatchUpRole):
 
     def bad_message(self, sender: str, reason: str) -> list[Output]:
         if sender in self.members and sender not in self.banned:
-            return self._strike(sender, "refused", None,
+            return self.trust.strike(sender, "refused", None,
                                 f"refused a message from {self._name(sender)}: {reason}")
         return [Log(f"refused a message from {self._name(sender)}: {reason}", loud=True)]
 
@@ -193,9 +175,7 @@ class Coordinator(TrustRole, CatchUpRole):
             return []
         loss = float(np.sum(result.loss)) if len(result.loss) else 0.0
         correct = int(np.sum(result.correct))
-        if self.ring.owns(step, task):  # ring hook: our share of the step's ring
-            return self.ring.computed(step, task, result.grad, loss, correct)
-        return self._take_contrib(self.me, step, task, micro, result.grad, loss, correct)
+        return self.aggregation.computed(step, task, micro, result.grad, loss, correct)
 
     def on_ready(self, sender: str, msg: F.Ready) -> list[Output]:
         if msg.term != self.term:
@@ -228,8 +208,7 @@ class Coordinator(TrustRole, CatchUpRole):
     def _new_window(self) -> None:
         """The rollback window: the member's (one object; it goes on across terms, and across
         a restore or a catch-up that loads a state it leads to: ``Window.rebase``)."""
-        self.window = self.member.window_for()
-        self.unchecked_since = self.window.unchecked_since()
+        self.trust.use_window(self.member.window_for())
 
     def on_refuse(self, sender: str, msg: F.Refuse) -> list[Output]:
         m = self.members.setdefault(sender, _Member(sender))
@@ -243,16 +222,16 @@ class Coordinator(TrustRole, CatchUpRole):
         bound = len(msg.micro) * self.trainer.limit
         ints = np.asarray(msg.ints)
         if ints.dtype.kind not in "iu" or ints.size != self.trainer.total_size:
-            return self._strike(sender, "refused", None, f"refused a contribution from "
+            return self.trust.strike(sender, "refused", None, f"refused a contribution from "
                                 f"{self._name(sender)}: not {self.trainer.total_size} integers")
         peak = past_bound(ints.astype(np.int64, copy=False), int(bound))
         if peak is not None:
-            return self._strike(sender, "refused", None, f"refused a contribution from "
+            return self.trust.strike(sender, "refused", None, f"refused a contribution from "
                                 f"{self._name(sender)}: a value of magnitude {peak} is over the "
                                 f"clamp bound {int(bound)} of {len(msg.micro)} micro-batch(es)")
         why = self.trainer.contribution_error(ints, msg.micro, msg.step)  # local steps: moments
         if why:
-            return self._strike(sender, "refused", None, f"refused a contribution from "
+            return self.trust.strike(sender, "refused", None, f"refused a contribution from "
                                 f"{self._name(sender)}: {why}")
         return self._take_contrib(sender, msg.step, msg.task, msg.micro, msg.ints, msg.loss,
                                   msg.correct)
@@ -279,35 +258,7 @@ class Coordinator(TrustRole, CatchUpRole):
         if len(live) - 1 < self.wait_peers:
             return []
         self.wait_peers = 0  # wait once, at the start
-        return self._begin_step(live)
-
-    def _begin_step(self, live: list[str]) -> list[Output]:
-        ring, said = self.ring.choice(live)  # ring hook: sum this step by a ring (ring_roles.py)
-        if ring:
-            return said + self.ring.begin(live)
-        self.step_started = True
-        self.tasks = {}
-        self.checks = {}
-        ids = list(range(self.trainer.n_tasks))  # micro-batches; a local-steps run's replicas
-        last = getattr(self, "owner", {}) if self.trainer.hp.local else None  # sticky replicas
-        parts, self.owner = split_tasks(ids, self._split_weights(live, len(ids)), live, last)
-        checked = set(checked_micro(self.peer.verify_key, self.step, len(ids), self.verify_rate)) \
-            if len(live) > 1 else set()
-        new, out = [], []
-        for i, (peer, micro) in enumerate(zip(live, parts)):
-            plain = tuple(j for j in micro if j not in checked)
-            if plain:
-                new.append(self._new_task(peer, plain))
-            for j in micro:
-                if j in checked:  # its own task, and the same micro-batch for the next peer
-                    self.checks[j] = _Check(j)
-                    new.append(self._new_task(peer, (j,)))
-                    new.append(self._new_task(live[(i + 1) % len(live)], (j,), "check"))
-            if not micro and peer != self.me:
-                out.append(Log(f"{self._name(peer)} gets no micro-batch of step {self.step}: "
-                               f"its capacity {self._cap(peer):.3g} micro-batches/s is under "
-                               f"1/{len(ids)} of the room's {sum(self._cap(p) for p in live):.3g}"))
-        return said + out + self._dispatch(new)
+        return self.aggregation.begin(live)
 
     def _split_weights(self, live: list[str], n: int) -> list[float]:
         """The capacities, or once a member's link costs time, shares that make everyone
@@ -376,7 +327,7 @@ class Coordinator(TrustRole, CatchUpRole):
         out: list[Output] = []
         if len(t.micro) == 1 and t.micro[0] in self.checks:
             self.checks[t.micro[0]].votes[sender] = (np.asarray(ints, np.int64), loss, correct)
-            out += self._judge(t.micro[0])
+            out += self.trust.judge(t.micro[0])
         return out + self._maybe_commit()
 
     def _time_task(self, sender: str, t: _Task) -> None:
@@ -416,13 +367,11 @@ class Coordinator(TrustRole, CatchUpRole):
 
     def _commit(self) -> list[Output]:
         step = self.step
-        total, contributors, loss, unchecked = self.aggregator.total(
+        total, contributors, loss, unchecked = Star.total(
             self.tasks.values(), self.checks, self.trainer.total_size, self.me)
         self.trainer.apply(total)
         encoded = self.window.encode(total)  # once: the window's copy and every member's
-        self.window.record(self.trainer, step, total, unchecked, encoded)
-        for p in unchecked:
-            self.unchecked_since.setdefault(p, step)
+        self.trust.record(step, total, unchecked, encoded)
         sha = self._hash()
         receivers = self._receivers()
         self.step_started = False
@@ -453,36 +402,7 @@ class Coordinator(TrustRole, CatchUpRole):
         m = self.members.get(peer)
         if m is not None and (not m.refused or force):
             del self.members[peer]
-        ring = self.ring.member_left(peer)  # ring hook: its ring is abandoned, the step redone
-        if ring is not None:
-            return ring
-        orphans = []
-        for t in list(self.tasks.values()):
-            if t.result is None and peer in t.assignees:
-                t.assignees.remove(peer)
-                if not t.assignees:
-                    orphans.append(t)
-        if not orphans:
-            out: list[Output] = [] if quiet or m is None else [Log(f"{self._name(peer)} left")]
-            for j in sorted(self.checks):
-                out += self._judge(j)
-            return out + self._maybe_commit()
-        live = self._live()
-        new = []
-        for t in orphans:  # split its micro-batches over those still here
-            del self.tasks[t.task]
-            if t.kind != "main":
-                continue  # a second opinion nobody gives: the check decides with the others
-            for who, micro in zip(live, capacity_split(list(t.micro), [self._cap(p) for p in live])):
-                if micro:
-                    new.append(self._new_task(who, tuple(micro)))
-        mains = [j for t in orphans if t.kind == "main" for j in t.micro]
-        out: list[Output] = [Log(f"{self._name(peer)} left during step {self.step}: its micro-batches "
-                                 f"{mains} go to the others")] if mains else []
-        out += self._dispatch(new)
-        for j in sorted(self.checks):
-            out += self._judge(j)
-        return out + self._maybe_commit()
+        return self.aggregation.member_left(peer, m, quiet)
 
     def _check_deadlines(self) -> list[Output]:
         if not self.step_started:
@@ -533,7 +453,7 @@ class Coordinator(TrustRole, CatchUpRole):
                                               "not known yet)" if not timed else
                                               "got no second answer in time: dropped")))
             for j in sorted(self.checks):
-                out += self._judge(j)
+                out += self.trust.judge(j)
             out += self._maybe_commit()
         return out
 

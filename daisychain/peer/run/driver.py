@@ -3,9 +3,11 @@ threads). It holds what every role shares (the settings, the room, the clock) an
 objects: always a :class:`~.member.Member` (the replica: its trainer, the run it follows,
 compute, apply, state sync) and, while this peer is the room's host, a
 :class:`~.coordinator.Coordinator` built from that member's state (split, dispatch,
-deadlines, commit, and the trust checks of :mod:`.trust`). Hand-over is building one;
+deadlines, commit, and its :class:`~.trust.Trust`). Hand-over is building one;
 stepping down is dropping it (the member takes over its term). Each input goes to the role
-that handles it. See the package docstring for the protocol."""
+that handles it. The roles read the driver through a read-only :class:`~.context.RunContext`;
+what they change of it comes back as outputs that the driver applies (:meth:`RunPeer._applied`)
+before it returns the rest. See the package docstring for the protocol."""
 
 from __future__ import annotations
 
@@ -17,9 +19,11 @@ from daisychain.engine.model import Result
 from daisychain.engine.trainer import Trainer
 from daisychain.peer import frames as F
 from daisychain.peer.protocol_table import CONSTANTS, handled_by
+from daisychain.peer.run.context import SETTINGS, RunContext
 from daisychain.peer.run.coordinator import Coordinator
 from daisychain.peer.run.member import Member
-from daisychain.peer.run.outputs import Log, Output, RestoreError
+from daisychain.peer.run.outputs import Committed, Log, Output, RestoreError, Setting
+from daisychain.peer.run.split import measure_capacity
 from daisychain.peer.run.ring import AGGREGATES
 
 #: default share of micro-batches spot-checked by a second peer, and mismatches tolerated
@@ -36,7 +40,7 @@ REFUSAL_LINES = CONSTANTS["REFUSAL_LINES"]
 #: coordinator takes no assign, a member no contribution)
 MEMBER_MESSAGES = handled_by("member")
 COORDINATOR_MESSAGES = handled_by("coordinator")
-#: the ring's messages (ring_roles.py), handled by the role's ``ring``: a chunk by whichever
+#: the messages of a way to sum a step (ring_roles.py), handled by the role's ``aggregation``: a chunk by whichever
 #: role speaks for the replica, a plan and a commit by a member, a sum by the coordinator
 MEMBER_RING_MESSAGES = handled_by("member_ring")
 COORDINATOR_RING_MESSAGES = handled_by("coordinator_ring")
@@ -83,7 +87,10 @@ class RunPeer:
         self.room: set[str] = set()       # approved members per the signaling server
         self.done_by: dict[str, int] = {}  # peer -> micro-batches committed (everyone tracks)
         self.refusals: dict[str, int] = {}  # peer -> bad messages refused
-        self.member = Member(self, trainer)
+        self.context = RunContext(self)    # what the roles read of this driver
+        self.member = Member(self.context, trainer)
+        if trainer is not None and self.capacity is None:  # the host of a new room
+            self.capacity = measure_capacity(trainer)
         self.coordinator: Coordinator | None = None  # while this peer is the room's host
 
     # -- what callers read -----------------------------------------------------------------
@@ -138,11 +145,29 @@ class RunPeer:
         name = self.names.get(peer)
         return f"{name} ({peer})" if name and name != peer else peer
 
+    def _applied(self, out: list[Output]) -> list[Output]:
+        """The roles' outputs of one input: their ``Setting``s applied here (and dropped), the
+        micro-batches of each ``Committed`` counted; the rest goes to the shell."""
+        rest: list[Output] = []
+        for o in out:
+            if isinstance(o, Setting):
+                if o.name not in SETTINGS:
+                    raise ValueError(f"a role may not set the driver's {o.name!r}")
+                setattr(self, o.name, o.value)
+                continue
+            if isinstance(o, Committed):
+                for peer, n in o.contributors:
+                    self.done_by[peer] = self.done_by.get(peer, 0) + n
+            rest.append(o)
+        return rest
+
     # -- hand-over -------------------------------------------------------------------------
 
     def _lead(self, old_host: str | None) -> list[Output]:
-        """This peer became the room's host: a coordinator from the member's state."""
-        self.coordinator = Coordinator(self, self.member)
+        """This peer became the room's host: a coordinator from the member's state (it takes
+        over the wait for members: the driver's ends)."""
+        self.coordinator = Coordinator(self.context, self.member)
+        self.wait_peers = 0
         return self.coordinator.begin(old_host)
 
     def _lead_if_named(self, out: list[Output]) -> list[Output]:
@@ -151,7 +176,7 @@ class RunPeer:
         coordinated: the old host had stepped down and the room waited for ever."""
         if self.host == self.me and self.coordinator is None and self.trainer is not None \
                 and self.member.run and not self.member.refused:
-            return out + self._lead(self.member.coord)
+            return out + self._applied(self._lead(self.member.coord))
         return out
 
     def _step_down(self, host: str | None) -> list[Output]:
@@ -168,18 +193,18 @@ class RunPeer:
         if self.host is None:
             self.host = self.me
         out = [] if self.coordinator else self._lead(None)
-        return out + self.coordinator.start()
+        return self._applied(out + self.coordinator.start())
 
     def restore(self, step: int, theta, adam, params_sha256: str | None = None,
                 source: str = "a checkpoint", steps: int | None = None) -> list[Output]:
         """The coordinator restores the whole room (:meth:`.Coordinator.restore`)."""
         if self.coordinator is None or self.trainer is None:
             raise RestoreError("only the coordinator (the room's host) restores the room")
-        return self.coordinator.restore(step, theta, adam, params_sha256, source, steps)
+        return self._applied(self.coordinator.restore(step, theta, adam, params_sha256, source, steps))
 
     def tick(self, now: float) -> list[Output]:
         self.now = now
-        return self.coordinator.tick() if self.coordinator else self.member.tick()
+        return self._applied(self.coordinator.tick() if self.coordinator else self.member.tick())
 
     def room_changed(self, ids, host: str | None, names: dict | None = None) -> list[Output]:
         """The signaling room changed: approved online members ``ids`` (self included);
@@ -196,18 +221,19 @@ class RunPeer:
         elif host != self.me and self.coordinator is not None:
             out += self._step_down(host)
         if self.coordinator:
-            return out + self.coordinator.room_left()
-        return out + self.member.host_named() + self.member.ring.stuck()  # ring hook
+            return self._applied(out + self.coordinator.room_left())
+        out = self._applied(out + self.member.host_named())
+        return out + self._applied(self.member.aggregation.peers_changed())
 
     def channel_open(self, peer: str) -> list[Output]:
         self.open.add(peer)
-        return self.coordinator.channel_open(peer) if self.coordinator else []
+        return self._applied(self.coordinator.channel_open(peer)) if self.coordinator else []
 
     def channel_closed(self, peer: str) -> list[Output]:
         self.open.discard(peer)
         if self.coordinator:
-            return self.coordinator.member_left(peer)
-        return self.member.ring.stuck()  # ring hook: a ring peer's channel closed
+            return self._applied(self.coordinator.member_left(peer))
+        return self._applied(self.member.aggregation.peers_changed())
 
     def receive(self, sender: str, msg: F.RunMessage, run_id: str = "") -> list[Output]:
         """A decoded message; ``run_id`` is its frame header's. Messages of another run than
@@ -219,19 +245,19 @@ class RunPeer:
                         f"this peer follows run {self.run_id}: dropped", loud=True)]
         name = type(msg).__name__.lower()
         if name == "datarequest":  # either role serves the run's dataset
-            return self.member.on_datarequest(sender, msg)
+            return self._applied(self.member.on_datarequest(sender, msg))
         role = self.coordinator
         if role is None:
             role = self.member
             if name in MEMBER_RING_MESSAGES:
-                return getattr(role.ring, "on_" + name)(sender, msg)
+                return self._applied(role.aggregation.on_message(sender, msg))
             if name not in MEMBER_MESSAGES:
                 return []
         elif name in COORDINATOR_RING_MESSAGES:
-            return getattr(role.ring, "on_" + name)(sender, msg)
+            return self._applied(role.aggregation.on_message(sender, msg))
         elif name not in COORDINATOR_MESSAGES:
             return []
-        out = getattr(role, "on_" + name)(sender, msg)
+        out = self._applied(getattr(role, "on_" + name)(sender, msg))
         return self._lead_if_named(out) if name == "data" and self.coordinator is None else out
 
     def bad_message(self, sender: str, reason: str) -> list[Output]:
@@ -246,7 +272,7 @@ class RunPeer:
             reason += (f"; its next messages that are not valid are dropped without a line "
                        f"({limit} refused)")
         if self.coordinator:
-            return self.coordinator.bad_message(sender, reason)
+            return self._applied(self.coordinator.bad_message(sender, reason))
         return [Log(f"refused a message from {self._name(sender)}: {reason}", loud=True)]
 
     def muted(self, sender: str) -> bool:
@@ -257,11 +283,11 @@ class RunPeer:
     def computed(self, step: int, task: int, result: Result, term: int | None = None) -> list[Output]:
         """A compute finished; ``term``: the :class:`Compute`'s (a result of an older term,
         whose task numbers another coordinator reused, is dropped)."""
-        return self.role.computed(step, task, result, term)
+        return self._applied(self.role.computed(step, task, result, term))
 
     def data(self, blob: bytes | None) -> list[Output]:
         """The dataset fetch finished (``None``: failed)."""
-        return self._lead_if_named(self.member.data(blob))
+        return self._lead_if_named(self._applied(self.member.data(blob)))
 
     def summary(self) -> dict:
         return {"run_id": self.run_id, "step": self.step, "done_by": dict(self.done_by),

@@ -13,8 +13,10 @@ import numpy as np
 from daisychain.engine.model import Result
 from daisychain.engine.trainer import Trainer, TrainState, identity_differences, params_sha256
 from daisychain.peer import frames as F
+from daisychain.peer.run.aggregator import MemberAggregation
 from daisychain.peer.run.outputs import (
-    Committed, Compute, Ended, FetchData, Log, Output, Refused, Removed, RestoreError, Restored, Send)
+    Committed, Compute, Ended, FetchData, Log, Output, Refused, Removed, RestoreError, Restored, Send,
+    Setting)
 from daisychain.peer.run.ring_roles import RingMember
 from daisychain.peer.run.rollback import Window, window_steps
 from daisychain.peer.run.split import measure_capacity
@@ -30,7 +32,7 @@ HOLD_S = 20.0
 
 class Member:
     """The replica of this peer and the handlers of what a coordinator sends. ``peer``: the
-    driver (settings, room, names, clock)."""
+    run context (:mod:`.context`: the driver's settings, room, names, clock; read-only)."""
 
     def __init__(self, peer, trainer: Trainer | None = None):
         self.peer = peer
@@ -44,7 +46,8 @@ class Member:
         self.pending: dict[tuple[int, int], tuple[int, ...]] = {}  # (step, task) -> micro
         self.awaiting_data = False
         self.restoring: tuple[int, str] | None = None  # (step, hash) a restore announced
-        self.ring = RingMember(self)  # ring hook: its part in a ring (ring_roles.py)
+        #: its side of each step's sum (aggregator.py): its part in a ring, else the star's
+        self.aggregation: MemberAggregation = RingMember(self)
         #: the rollback window of this replica (rollback.py): kept by every member, so that a
         #: coordinator built from it (hand-over) can roll back lies from before its term
         self.window: Window | None = None
@@ -62,8 +65,6 @@ class Member:
         if trainer is not None:  # the host of a new room: the run is ours
             self.run = F.Run(trainer.identity, trainer.run_id, peer.steps, 0, self.step, self.sha(),
                              peer.me, peer.verify_rate, peer.strikes)
-            if peer.capacity is None:
-                peer.capacity = measure_capacity(trainer)
 
     # -- the narrow interface a coordinator reads the replica through ---------------------
 
@@ -100,9 +101,7 @@ class Member:
         return self.window
 
     def committed(self, step, loss, contributors, sha) -> list[Output]:
-        """A step was committed (applied here): count who did what."""
-        for peer, n in contributors:
-            self.peer.done_by[peer] = self.peer.done_by.get(peer, 0) + n
+        """A step was committed (applied here): who did what (the driver counts it)."""
         mine = dict(contributors).get(self.peer.me, 0)
         return [Committed(step, loss, contributors, mine, sha)]
 
@@ -112,7 +111,7 @@ class Member:
         """This peer starts coordinating: its own tasks as a member are dropped."""
         self.coord = self.peer.me
         self.pending.clear()
-        self.ring.drop()  # ring hook: the coordinator's ring is its own
+        self.aggregation.drop()  # the coordinator's sum is its own
         self.restoring = None
 
     def follow_after(self, coordinator) -> None:
@@ -130,9 +129,7 @@ class Member:
             return []
         loss = float(np.sum(result.loss)) if len(result.loss) else 0.0
         correct = int(np.sum(result.correct))
-        if self.ring.owns(step, task):  # ring hook: a share of this replica's ring
-            return self.ring.computed(step, task, result.grad, loss, correct)
-        return [Send(self.coord, F.Contrib(self.term, step, task, micro, loss, correct, result.grad))]
+        return self.aggregation.computed(step, task, micro, result.grad, loss, correct)
 
     def data(self, blob: bytes | None) -> list[Output]:
         """The dataset fetch finished (``None``: failed)."""
@@ -154,7 +151,9 @@ class Member:
                     Send(self.coord, F.DataRequest(want))]
         return self._refuse(["dataset fingerprint: no copy of the run's dataset found"])
 
-    def on_run(self, sender: str, msg: F.Run) -> list[Output]:
+    def on_run(self, sender: str, msg: F.Run, handed: str | None = None) -> list[Output]:
+        """``handed``: the host named before, when :meth:`_forwarded` just took it to be
+        ``sender`` (its Setting is not applied yet)."""
         # (the current term from another sender only when the server names it host: two
         # members that took over one after the other from the same term both announce term + 1)
         if self.refused or msg.term < self.term or (msg.term == self.term and sender != self.coord
@@ -163,7 +162,8 @@ class Member:
         # named host before it held the run: it follows the host named before it to get the
         # replica, then leads (driver._lead_if_named); nobody coordinated before (the old host
         # had stepped down, every member held its announce)
-        handing = self.peer.host == self.peer.me and self.trainer is None and sender == self.peer.prev_host
+        before = handed if handed is not None else self.peer.prev_host
+        handing = self.peer.host == self.peer.me and self.trainer is None and sender == before
         if self.peer.host == self.peer.me and self.run is None and not handing \
                 and msg.coordinator not in self.peer.room:
             return self._forwarded(sender, msg)
@@ -173,23 +173,23 @@ class Member:
         if sender != self.coord:  # a restore announced by the one before is void (it died before
             self.restoring = None  # its STATE came, and the new host's state was ignored: seed 5559)
         self.coord = sender
-        self.peer.steps = msg.steps
-        self.peer.verify_rate, self.peer.strikes = msg.verify_rate, msg.strikes
+        settings = [Setting("steps", msg.steps), Setting("verify_rate", msg.verify_rate),
+                    Setting("strikes", msg.strikes)]
         first = self.run is None or msg.run_id != self.run.run_id
         if first:  # another run: its own window and removed list
             self.window, self.removed = None, set()
         self.removed |= set(msg.removed)
         if first or msg.term != self.term:
             self.pending.clear()  # (the same announce again, on a reopened channel: work goes on)
-            self.ring.drop()  # ring hook
+            self.aggregation.drop()
         self.term, self.run = msg.term, msg
         self.ended = False
         if self.trainer is not None and not first:
-            return [Send(sender, self._ready())]
+            return settings + [Send(sender, self._ready())]
         if self.trainer is not None and first:  # another run (ours ended): start over from its data
             self.trainer, self.bounds = None, None
         self.awaiting_data = True
-        return [FetchData(str(msg.identity.get("task", "")), str(msg.identity.get("dataset", "")))]
+        return settings + [FetchData(str(msg.identity.get("task", "")), str(msg.identity.get("dataset", "")))]
 
     def _hold(self, sender: str, msg: F.Run) -> list[Output]:
         """A run announce from a peer that the server has not named the room's host: held
@@ -222,9 +222,11 @@ class Member:
         if not (follow or len(same) >= 2 or others == {sender}):
             return []
         self.forwards.clear()
-        self.peer.prev_host = sender  # (on_run's hand-over from the host before: this one)
-        return [Log(f"the coordinator {msg.coordinator} left before this peer held the run: "
-                    f"following its announce from {self.peer._name(sender)} to lead")] + self.on_run(sender, msg)
+        # (on_run's hand-over from the host before: this one)
+        return [Setting("prev_host", sender),
+                Log(f"the coordinator {msg.coordinator} left before this peer held the run: "
+                    f"following its announce from {self.peer._name(sender)} to lead")] + \
+            self.on_run(sender, msg, handed=sender)
 
     def host_named(self) -> list[Output]:
         """The signaling room changed: a held announce of the host it names is followed now;
@@ -283,13 +285,17 @@ class Member:
             reasons.append(f"self-test failed: {self.peer.selftest[1]}")
         if reasons:
             return self._refuse(reasons)
-        if self.peer.capacity is None:
-            self.peer.capacity = measure_capacity(self.trainer)
-        return [Log(f"joined run {self.run.run_id} (step {self.run.step} of {self.run.steps})"),
-                Send(self.coord, self._ready())]
+        out: list[Output] = []
+        capacity = self.peer.capacity
+        if capacity is None:
+            capacity = measure_capacity(self.trainer)
+            out.append(Setting("capacity", capacity))
+        return out + [Log(f"joined run {self.run.run_id} (step {self.run.step} of {self.run.steps})"),
+                      Send(self.coord, self._ready(capacity))]
 
-    def _ready(self) -> F.Ready:
-        return F.Ready(self.term, float(self.peer.capacity or 1.0), self.peer.kind, self.step, self.sha())
+    def _ready(self, capacity: float | None = None) -> F.Ready:
+        capacity = self.peer.capacity if capacity is None else capacity
+        return F.Ready(self.term, float(capacity or 1.0), self.peer.kind, self.step, self.sha())
 
     def _refuse(self, reasons: list[str]) -> list[Output]:
         self.refused = True
@@ -345,7 +351,7 @@ class Member:
                                  f"(params {msg.params_sha256[:12]})")]
         if restore is not None:
             out.append(Restored(msg.step, msg.params_sha256, sender))
-        return out + self.ring.synced()  # ring hook: a held ring plan of this step starts
+        return out + self.aggregation.synced()  # (a held ring plan of this step starts)
 
     def on_restore(self, sender: str, msg: F.Restore) -> list[Output]:
         """The coordinator restored the room: the STATE that follows replaces ours."""
@@ -363,7 +369,7 @@ class Member:
     def on_end(self, sender: str, msg: F.End) -> list[Output]:
         if sender != self.coord or self.trainer is None or self.ended:
             return []
-        if self.ring.holds_end(msg):  # ring hook: our ring's last total is still gathering
+        if self.aggregation.holds_end(msg):  # (our ring's last total is still gathering)
             return []
         self.ended = True
         return [Ended(msg.step, self.sha(), self.sha() == msg.params_sha256 and msg.step == self.step)]

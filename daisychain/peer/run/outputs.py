@@ -1,6 +1,7 @@
 """What a replica's run asks its shell to do (``Send``, ``Compute``, ``FetchData``) and the
 events it reports (``Committed``, ``Refused``, ``Log``, ``Ended``, ``Restored``, ``Alarm``,
-``Removed``)."""
+``Removed``). A role's change to its driver is an output too, ``Setting``, which the driver
+applies and passes on to nobody."""
 
 from __future__ import annotations
 
@@ -98,5 +99,13 @@ class RestoreError(ValueError):
     """A state the coordinator cannot restore (wrong size, hash, or not the coordinator)."""
 
 
-Output = Union[Send, Compute, FetchData, Committed, Refused, Log, Ended, Restored, Alarm, Removed]
+@dataclass(frozen=True)
+class Setting:
+    """A role changes its driver (:class:`~.context.RunContext` is read-only): ``name`` is
+    one of :data:`~.context.SETTINGS`. The driver applies it; the shell never sees it."""
+    name: str
+    value: object
+
+
+Output = Union[Send, Compute, FetchData, Committed, Refused, Log, Ended, Restored, Alarm, Removed, Setting]
 

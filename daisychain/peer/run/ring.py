@@ -41,7 +41,8 @@ by the star, and the room says so once (:func:`choose`). The cost model prices a
 This module is the ring itself (plain state, no I/O) and the choice; the protocol's two sides,
 :class:`~.ring_roles.RingMember` (owned by the :class:`~.member.Member`) and
 :class:`~.ring_roles.RingCoordinator` (owned by the :class:`~.coordinator.Coordinator`), are
-in :mod:`.ring_roles`; the roles' files call them through hooks marked ``# ring hook``.
+in :mod:`.ring_roles`, behind the aggregation interfaces of :mod:`.aggregator` that the roles
+call (``aggregation``).
 """
 
 from __future__ import annotations

@@ -1,17 +1,19 @@
-"""The ring's two sides in the run protocol (the ring itself: :mod:`.ring`).
+"""The ring's two sides in the run protocol (the ring itself: :mod:`.ring`), behind the
+aggregation interfaces of :mod:`.aggregator`; each holds a star for the steps the ring does
+not sum.
 
-- :class:`RingMember`, owned by the :class:`~.member.Member` (``member.ring``): a member's
+- :class:`RingMember`, the :class:`~.member.Member`'s ``aggregation``: a member's
   ring state (the plan, its :class:`~.ring.Ring`, chunks that came early, the commit, the
   next step's plan, an end that overtook the last chunk), applying the total on the commit,
   asking for the state when its ring broke after the commit.
-- :class:`RingCoordinator`, owned by the :class:`~.coordinator.Coordinator`
-  (``coordinator.ring``): the choice star / ring, the plan, the sums, the commit, a ring
+- :class:`RingCoordinator`, the :class:`~.coordinator.Coordinator`'s ``aggregation``:
+  the choice star / ring, the plan, the sums, the commit, a ring
   member that left, a ring that missed its deadline (the step again by the star); the
   coordinator's own replica takes part in the ring through it.
 
 Both share :class:`_RingPart` (this replica's ring and the early chunks). The driver routes
 ``ringplan`` / ``ringcommit`` to the member's side, ``ringsum`` to the coordinator's and
-``ringchunk`` to the side of the role that speaks for the replica. A coordinator built at a
+``ringchunk`` to the side of the role that speaks for the replica (``on_message``). A coordinator built at a
 hand-over starts with no ring; stepping down drops the coordinator's with it.
 """
 
@@ -21,6 +23,7 @@ import numpy as np
 
 from daisychain.engine.trainer import capacity_split
 from daisychain.peer import frames as F
+from daisychain.peer.run.aggregator import Aggregation, MemberAggregation, Star, StarMember
 from daisychain.peer.run.outputs import Compute, Log, Output, Send
 from daisychain.peer.run.ring import RING_KINDS, RING_SLACK_S, Ring, RingError, choose, ring_size
 
@@ -44,8 +47,8 @@ class _RingPart:
                 self.role.pending.pop((self.plan.step, t.task), None)
         self.ring, self.plan = None, None
 
-    def owns(self, step: int, task: int) -> bool:
-        """# ring hook (computed): is this compute this replica's share of its ring?"""
+    def _owns(self, step: int, task: int) -> bool:
+        """Is this compute this replica's share of its ring?"""
         return self.ring is not None and self.ring.step == step and any(
             t.task == task and t.peer == self.peer.me for t in self.plan.tasks)
 
@@ -75,6 +78,10 @@ class _RingPart:
 
     def _sends(self, chunks) -> list[Output]:
         return [Send(self.ring.next, c) for c in chunks]
+
+    def on_message(self, sender: str, msg) -> list[Output]:
+        """``ringplan`` / ``ringcommit`` / ``ringsum`` / ``ringchunk``: its handler here."""
+        return getattr(self, "on_" + type(msg).__name__.lower())(sender, msg)
 
     def on_ringchunk(self, sender: str, msg: F.RingChunk) -> list[Output]:
         role = self.role
@@ -117,10 +124,14 @@ class _RingPart:
         return []
 
 
-class RingMember(_RingPart):
-    """A member's ring (``member.ring``): ``commit`` (the commit of its ring), ``next`` (the
-    plan of the step after, while its ring still gathers), ``end`` (an end that overtook
-    its last chunk)."""
+class RingMember(_RingPart, MemberAggregation):
+    """A member's ring (``member.aggregation``): ``commit`` (the commit of its ring), ``next``
+    (the plan of the step after, while its ring still gathers), ``end`` (an end that
+    overtook its last chunk); ``star``: a share outside a ring goes to the coordinator."""
+
+    def __init__(self, member):
+        self.star = StarMember(member)
+        super().__init__(member)
 
     def drop(self) -> None:
         super().drop()
@@ -134,8 +145,11 @@ class RingMember(_RingPart):
         self.next = nxt if nxt is not None and nxt.step > plan.step else None
         return out
 
-    def computed(self, step: int, task: int, grad, loss: float, correct: int) -> list[Output]:
-        """# ring hook (member.computed): this replica's share of its ring is computed."""
+    def computed(self, step, task, micro, grad, loss, correct) -> list[Output]:
+        """A share of this replica's ring: into the ring, its sum to the coordinator; any
+        other share: the star's."""
+        if not self._owns(step, task):
+            return self.star.computed(step, task, micro, grad, loss, correct)
         m = self.role
         micro = next(t.micro for t in self.plan.tasks if t.task == task)
         out = self._sends(self.ring.contribute(grad))
@@ -165,7 +179,7 @@ class RingMember(_RingPart):
             return [Log(f"missed step {m.step}'s ring: resyncing", loud=True),
                     Send(sender, F.SyncRequest(m.term, m.step, m.sha(), "behind"))]
         self.commit = msg
-        return self._maybe_apply() or self.stuck()
+        return self._maybe_apply() or self.peers_changed()
 
     def _maybe_apply(self) -> list[Output]:
         m, r, c = self.role, self.ring, self.commit
@@ -180,7 +194,7 @@ class RingMember(_RingPart):
         return out + self._ended()
 
     def holds_end(self, msg: F.End) -> bool:
-        """# ring hook (member.on_end): the run's end overtook the last total this replica's
+        """The run's end overtook the last total this replica's
         ring is still gathering (the coordinator commits when it has the whole total; a
         member may still wait for a chunk): the end waits for it."""
         r = self.ring
@@ -193,20 +207,19 @@ class RingMember(_RingPart):
         end, self.end = self.end, None
         return self.role.on_end(self.role.coord, end) if end is not None else []
 
-    def stuck(self) -> list[Output]:
-        """# ring hook (driver: a channel closed, the room changed; a commit came): the
-        coordinator committed our ring's step but a ring peer is gone before our part of
+    def peers_changed(self) -> list[Output]:
+        """A channel closed, the room changed, or a commit came: when the coordinator committed our ring's step but a ring peer is gone before our part of
         the total came: ask for the state."""
         m, r, p = self.role, self.ring, self.peer
         if r is None or r.total is not None or self.commit is None or r.step != m.step or \
-                all(q in p.open and q in p.room for q in r.peers if q != p.me):
+                        all(q in p.open and q in p.room for q in r.peers if q != p.me):
             return []
         self.ring = self.commit = None
         return [Log(f"a member left while step {m.step}'s ring was gathering: resyncing"),
                 Send(m.coord, F.SyncRequest(m.term, m.step, m.sha(), "ring broken"))]
 
     def synced(self) -> list[Output]:
-        """# ring hook (member.on_state): a state was loaded; a held plan of its step starts."""
+        """A state was loaded; a held plan of its step starts."""
         self.ring = self.commit = None
         nxt, self.next = self.next, None
         if nxt is not None and nxt.step == self.role.step and nxt.term == self.role.term:
@@ -214,16 +227,18 @@ class RingMember(_RingPart):
         return self._ended()
 
 
-class RingCoordinator(_RingPart):
-    """The coordinator's ring (``coordinator.ring``): ``said`` (the last choice logged),
-    ``count`` (ring numbers of this term), ``star_step`` (a step redone by the star),
-    ``deadline``, ``sums`` (peer -> (task, micro, loss, correct))."""
+class RingCoordinator(_RingPart, Aggregation):
+    """The coordinator's ring (``coordinator.aggregation``): ``said`` (the last choice
+    logged), ``count`` (ring numbers of this term), ``star_step`` (a step redone by the
+    star), ``until`` (the ring's deadline), ``sums`` (peer -> (task, micro, loss, correct));
+    ``star``: the steps the ring does not sum."""
 
-    def __init__(self, coordinator):
+    def __init__(self, coordinator, star: Star):
+        self.star = star
         self.said: tuple | None = None
         self.count = 0
         self.star_step = -1
-        self.deadline = 0.0
+        self.until = 0.0
         super().__init__(coordinator)
 
     def drop(self) -> None:
@@ -233,15 +248,20 @@ class RingCoordinator(_RingPart):
     def _refused(self, sender: str, text: str) -> list[Output]:
         c = self.role
         if sender in c.members and sender not in c.banned:
-            return c._strike(sender, "refused", None, text)
+            return c.trust.strike(sender, "refused", None, text)
         return [Log(text, loud=True)]
 
     def _gathered(self) -> list[Output]:
         return self._maybe_commit()
 
-    def choice(self, live: list[str]) -> tuple[bool, list[Output]]:
-        """# ring hook (coordinator._begin_step): sum this step by a ring? Says so in the log
-        when the choice or the number of devices changes."""
+    def begin(self, live: list[str]) -> list[Output]:
+        """The step by a ring or by the star (:meth:`_choice`)."""
+        ring, said = self._choice(live)
+        return said + (self._begin(live) if ring else self.star.begin(live))
+
+    def _choice(self, live: list[str]) -> tuple[bool, list[Output]]:
+        """Sum this step by a ring? Says so in the log when the choice or the number of
+        devices changes."""
         c, p = self.role, self.peer
         if p.aggregate == "star":
             return False, []
@@ -265,7 +285,7 @@ class RingCoordinator(_RingPart):
             out.append(Log(f"aggregating by {mode}: {why}"))
         return mode == "ring", out
 
-    def begin(self, live: list[str]) -> list[Output]:
+    def _begin(self, live: list[str]) -> list[Output]:
         """Split the step by capacity, one task per member (none for a member whose share is
         empty: it adds zeros), and send each member the ring's plan."""
         c = self.role
@@ -281,7 +301,7 @@ class RingCoordinator(_RingPart):
                 c.next_task += 1
         self.count += 1
         plan = F.RingPlan(c.term, c.step, self.count, tuple(live), tuple(tasks))
-        self.deadline = c.now + RING_SLACK_S + max(c._deadline(t.peer, len(t.micro)) for t in tasks)
+        self.until = c.now + RING_SLACK_S + max(c._deadline(t.peer, len(t.micro)) for t in tasks)
         for q in live[1:]:
             out.append(Send(q, self._plan_for(plan, q)))
         mine, _ = self._new(plan)  # nothing can wait for a ring the coordinator just made
@@ -292,8 +312,10 @@ class RingCoordinator(_RingPart):
         return F.RingPlan(plan.term, plan.step, plan.ring, plan.peers,
                           tuple(t for t in plan.tasks if t.peer == peer))
 
-    def computed(self, step: int, task: int, grad, loss: float, correct: int) -> list[Output]:
-        """# ring hook (coordinator.computed): our own share of the ring is computed."""
+    def computed(self, step, task, micro, grad, loss, correct) -> list[Output]:
+        """Our own share of the ring; any other share: the star's."""
+        if not self._owns(step, task):
+            return self.star.computed(step, task, micro, grad, loss, correct)
         micro = next(t.micro for t in self.plan.tasks if t.task == task)
         out = self._sends(self.ring.contribute(grad))
         self.sums[self.peer.me] = (task, micro, loss, correct)
@@ -321,9 +343,7 @@ class RingCoordinator(_RingPart):
         loss = sum(s[2] for _, s in sums) / max(sum(len(s[1]) for _, s in sums), 1)
         c.trainer.apply(total)
         unchecked = {p for p, _ in contributors if p != c.me}
-        c.window.record(c.trainer, step, total, unchecked)
-        for p in unchecked:
-            c.unchecked_since.setdefault(p, step)
+        c.trust.record(step, total, unchecked)
         sha = c._hash()
         self.ring, c.step_started = None, False
         c.pending = {k: v for k, v in c.pending.items() if k[0] > step}
@@ -335,33 +355,34 @@ class RingCoordinator(_RingPart):
                 out.append(Send(p, F.Total(c.term, step, contributors, loss, sha, total)))
         return out + c.member.committed(step, loss, contributors, sha) + c._maybe_begin()
 
-    def member_left(self, peer: str) -> list[Output] | None:
-        """# ring hook (coordinator.member_left): a ring member left before the step was
-        committed (its part of the total, or its sum, may be missing): abandon the ring, do
-        the step again with those still here."""
+    def member_left(self, peer: str, gone, quiet: bool) -> list[Output]:
+        """A ring member left before the step was committed (its part of the total, or its
+        sum, may be missing): abandon the ring, do the step again with those still here.
+        Anyone else: the star's."""
         c, r = self.role, self.ring
         if r is None or peer not in r.peers:
-            return None
+            return self.star.member_left(peer, gone, quiet)
         self.drop()
         c.step_started = False
         return [Log(f"{self.peer._name(peer)} left during step {c.step}: its ring is abandoned, "
                     f"the step is done again by the others")] + c._maybe_begin()
 
-    def check_deadline(self) -> list[Output]:
-        """# ring hook (coordinator.tick): a ring not gathered by its deadline is abandoned;
-        the step is done again by the star."""
+    def deadline(self) -> list[Output]:
+        """The star's tasks past their deadline; a ring not gathered by its deadline is
+        abandoned, the step is done again by the star."""
+        out = self.star.deadline()
         c, r = self.role, self.ring
-        if r is None or r.total is not None or c.now < self.deadline:
-            return []
+        if r is None or r.total is not None or c.now < self.until:
+            return out
         self.drop()
         c.step_started = False
         self.star_step = c.step
-        return [Log(f"the ring of step {c.step} missed its deadline: the step is done "
-                    f"again by the star", loud=True)] + c._maybe_begin()
+        return out + [Log(f"the ring of step {c.step} missed its deadline: the step is done "
+                          f"again by the star", loud=True)] + c._maybe_begin()
 
     def resend(self, peer: str) -> list[Output]:
-        """# ring hook (coordinator.on_syncrequest): a ring member that asked for the state
-        gets the plan of the step under way after it."""
+        """A ring member that asked for the state gets the plan of the step under way after
+        it."""
         plan = self.plan
         if self.ring is None or plan is None or peer not in plan.peers:
             return []

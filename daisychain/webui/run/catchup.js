@@ -10,7 +10,7 @@
 
 import { paramsSha256 } from "../engine/trainer.js";
 import { checkedState } from "./state.js";
-import { log, send } from "./util.js";
+import { log, send, setting } from "./util.js";
 
 /** How long a coordinator waits for the STATE of a member that said it is ahead (and for a
  * second member to confirm that step); as catchup.py. */
@@ -52,7 +52,7 @@ export class CatchUpRole {
   /** coordinator.py _refused_from: `text` refuses what `sender` sent, a strike if it is a
    * member of the run. */
   _refusedFrom(sender, text) {
-    if (this.crew.has(sender) && !this.banned.has(sender)) return this._strike(sender, "refused", null, text);
+    if (this.crew.has(sender) && !this.banned.has(sender)) return this.trust.strike(sender, "refused", null, text);
     return [log(text, true)];
   }
 
@@ -120,7 +120,7 @@ export class CatchUpRole {
     this.tasks.clear();
     this.checks.clear();
     this.stepStarted = false;
-    this.ring.drop(); // ring hook
+    this.aggregation.drop();
     await this._newWindow();
     for (const m of this.crew.values()) { m.synced = false; m.ahead = null; }
     return this._announceTargets().map((p) => send(p, this._announce()));
@@ -140,7 +140,7 @@ export class CatchUpRole {
     if (msg.reason !== "coordinator behind") {
       out.push(log(`${sender} diverged at step ${msg.step} (params ${msg.params_sha256.slice(0, 12)}, ${msg.reason}): resyncing it`, true));
     }
-    return [...out, send(sender, await this._state()), ...this.ring.resend(sender)]; // ring hook
+    return [...out, send(sender, await this._state()), ...this.aggregation.resend(sender)];
   }
 
   /** Restore the whole room from a checked state {step, theta, m, v, b1t, b2t, params_sha256}
@@ -148,14 +148,18 @@ export class CatchUpRole {
    * continues from `step` (to `steps`, if given). Throws when the state does not fit the run. */
   async restore(st, steps = null) {
     const checked = await checkedState(this.trainer, st, st.params_sha256 || null);
-    const refused = await this._holdsLies(st);
+    const refused = await this.trust.holdsLies(st);
     if (refused.length) return refused;
     const sha = await this.member.load(checked);
-    if (steps !== null) this.peer.steps = steps;
+    const settings = [];
+    if (steps !== null) {
+      this.steps = steps;
+      settings.push(setting("steps", steps));
+    }
     await this._newWindow();
     this.term += 1;
-    return this._reopen([log(`restored the room from a checkpoint: step ${st.step}, params ${sha.slice(0, 12)} (term ${this.term})`),
-      { kind: "restored", step: st.step, params_sha256: sha, by: this.me }]);
+    return [...settings, ...await this._reopen([log(`restored the room from a checkpoint: step ${st.step}, params ${sha.slice(0, 12)} (term ${this.term})`),
+      { kind: "restored", step: st.step, params_sha256: sha, by: this.me }])];
   }
 
   /** A new term (already counted) on a state the coordinator loaded (a restore, a rollback):
@@ -168,7 +172,7 @@ export class CatchUpRole {
     this.catchingUp = false;
     this.ended = false;
     this.pending.clear();
-    this.ring.drop(); // ring hook
+    this.aggregation.drop();
     for (const m of this.crew.values()) {
       m.ready = false;
       m.synced = false;

@@ -5,16 +5,16 @@
 // the tab becomes the room's host (hand-over) and dropped when it steps down. It reads the
 // replica only through the member's narrow interface (trainer, bounds, identity, step, sha,
 // rehash(), state(), load(), committed()) and the room through the driver; every attribute of
-// the coordinating (crew, tasks, checks, the rollback window, strikes) lives here. The trust
-// checks (trust.js) and the catch-up (catchup.js) are its methods too.
+// the coordinating (crew, tasks, checks) lives here. It holds its trust in the members, a Trust
+// (trust.js: strikes, the removed list, the rollback window), and delegates to it; the
+// catch-up (catchup.js) is its methods.
 
 import { Star } from "./aggregator.js";
-import { checkedMicro } from "./checks.js";
-import { capacitySplit, finishShares, splitTasks } from "./split.js";
+import { finishShares } from "./split.js";
 import { Window } from "./rollback.js";
-import { TrustRole } from "./trust.js";
+import { Trust } from "./trust.js";
 import { CatchUpRole, SYNC_WAIT_S } from "./catchup.js";
-import { g3, log, pastBound, pyList, sameInts, send } from "./util.js";
+import { log, pastBound, pyList, sameInts, send, setting } from "./util.js";
 import { RingCoordinator } from "./ring_roles.js";
 
 export const MIN_DEADLINE_S = 2.0;
@@ -22,8 +22,6 @@ export const DEADLINE_FACTOR = 4.0;
 /** How long a host waits, at the start, for the members it announced the run to. */
 export const START_WAIT_S = 20.0;
 /** After a restore, how long the coordinator waits for the members to load the state. */
-
-const STAR = new Star();
 
 export class CrewMember {
   constructor(id) {
@@ -43,8 +41,8 @@ export class CrewMember {
 }
 
 export class Coordinator {
-  /** `peer`: the driver (settings, room, clock); `member`: this tab's replica, which the
-   * coordinator commits to. */
+  /** `peer`: the run context (context.js, read-only: settings, room, clock); `member`: this
+   * tab's replica, which the coordinator commits to. */
   constructor(peer, member) {
     this.peer = peer;
     this.member = member;
@@ -52,8 +50,8 @@ export class Coordinator {
     this.runId = member.run.run_id;
     this.term = member.term + 1;
     this.ended = member.ended;
-    this.waitPeers = peer.waitPeers; // the host waits once, at the start
-    peer.waitPeers = 0;
+    this.waitPeers = peer.waitPeers; // the host waits once, at the start (the driver's ends now)
+    this.steps = peer.steps; // the run's length (a restore or a stop changes it: a setting tells the driver)
     this.crew = new Map();
     this.tasks = new Map();
     this.checks = new Map();
@@ -71,12 +69,13 @@ export class Coordinator {
     this.restoredTerm = -1;   // this term's state came from a restore
     this.waitFor = new Set(); // members to hear from before a step
     this.waitUntil = 0;
-    this.strikeCount = new Map();
-    this.banned = new Set(member.removed); // removed from the run (liars), handed over
-    this.window = new Window(0);     // the rollback window (rollback.js)
-    this.uncheckedSince = new Map(); // peer -> first step with an unchecked contribution
+    // strikes, the liars removed from the run (handed over) and the rollback window (the
+    // member's, from begin())
+    this.trust = new Trust(this, member.removed, new Window(0));
     this.run = null;          // our announce (made by begin())
-    this.ring = new RingCoordinator(this); // ring hook: a step summed by a ring (ring_roles.js)
+    // how a step is summed (aggregator.js): the ring, which hands the star the steps it does
+    // not sum (every step, with --aggregate star)
+    this.aggregation = new RingCoordinator(this, new Star(this));
   }
 
   // -- what the coordinator reads: the replica through the member, the room through the peer
@@ -86,6 +85,10 @@ export class Coordinator {
   get identity() { return this.member.identity; }
   get step() { return this.member.step; }
   get sha() { return this.member.sha; }
+  /** The peers removed from the run (liars): the trust's, read only. */
+  get banned() { return this.trust.removed; }
+  /** The rollback window: the trust's, read only. */
+  get window() { return this.trust.window; }
   _rehash() { return this.member.rehash(); }
   _name(peer) { return this.peer._name(peer); }
 
@@ -104,7 +107,7 @@ export class Coordinator {
     await this._newWindow();
     this.run = this._announce();
     return [log(`coordinating the run from step ${this.step} (term ${this.term})`),
-      ...this._announceTargets().map((p) => send(p, this._announce())), ...this._tellRemoved()];
+      ...this._announceTargets().map((p) => send(p, this._announce())), ...this.trust.tellRemoved()];
   }
 
   /** The host of a new run: members it was announced to get a while to answer first. */
@@ -116,8 +119,7 @@ export class Coordinator {
 
   async tick() {
     if (this.ended) return [];
-    return [...(await this._checkCatchUp()), ...(await this._checkDeadlines()), ...this.ring.checkDeadline(), // ring hook
-      ...this._maybeBegin()];
+    return [...(await this._checkCatchUp()), ...(await this.aggregation.deadline()), ...this._maybeBegin()];
   }
 
   /** The signaling room changed: members no longer in it left. */
@@ -133,7 +135,7 @@ export class Coordinator {
 
   async badMessage(sender, reason) {
     const text = `refused a message from ${this._name(sender)}: ${reason}`;
-    if (this.crew.has(sender) && !this.banned.has(sender)) return this._strike(sender, "refused", null, text);
+    if (this.crew.has(sender) && !this.banned.has(sender)) return this.trust.strike(sender, "refused", null, text);
     return [log(text, true)];
   }
 
@@ -147,14 +149,13 @@ export class Coordinator {
     for (const l of result.loss) loss += l;
     let correct = 0;
     for (const c of result.correct) correct += c;
-    if (this.ring.owns(step, task)) return this.ring.computed(step, task, result.grad, loss, correct); // ring hook
-    return this._takeContrib(this.me, step, task, micro, result.grad, loss, correct);
+    return this.aggregation.computed(step, task, micro, result.grad, loss, correct);
   }
 
   async stop(why) {
     if (this.ended) return [];
-    this.peer.steps = this.step; // end after the step in flight
-    return [log(why), ...(this.stepStarted ? [] : this._maybeBegin())];
+    this.steps = this.step; // end after the step in flight
+    return [setting("steps", this.steps), log(why), ...(this.stepStarted ? [] : this._maybeBegin())];
   }
 
   async onReady(sender, msg) {
@@ -191,8 +192,7 @@ export class Coordinator {
   /** The rollback window: the member's (one object; it goes on across terms, and across a
    * restore or a catch-up that loads a state it leads to: Window.rebase). */
   async _newWindow() {
-    this.window = await this.member.windowFor();
-    this.uncheckedSince = this.window.uncheckedSince();
+    this.trust.useWindow(await this.member.windowFor());
   }
 
   _state() { return this.member.state(); }
@@ -212,14 +212,14 @@ export class Coordinator {
     const bound = msg.micro.length * this.trainer.limit;
     const ints = msg.ints;
     if (!ints || ints.length !== size) {
-      return this._strike(sender, "refused", null, `refused a contribution from ${this._name(sender)}: not ${size} integers`);
+      return this.trust.strike(sender, "refused", null, `refused a contribution from ${this._name(sender)}: not ${size} integers`);
     }
     const peak = pastBound(ints, bound);
     if (peak !== null) {
-      return this._strike(sender, "refused", null, `refused a contribution from ${this._name(sender)}: a value of magnitude ${peak} is over the clamp bound ${bound} of ${msg.micro.length} micro-batch(es)`);
+      return this.trust.strike(sender, "refused", null, `refused a contribution from ${this._name(sender)}: a value of magnitude ${peak} is over the clamp bound ${bound} of ${msg.micro.length} micro-batch(es)`);
     }
     const why = this.trainer.contributionError(ints, msg.micro, msg.step); // local steps: moments
-    if (why) return this._strike(sender, "refused", null, `refused a contribution from ${this._name(sender)}: ${why}`);
+    if (why) return this.trust.strike(sender, "refused", null, `refused a contribution from ${this._name(sender)}: ${why}`);
     return this._takeContrib(sender, msg.step, msg.task, msg.micro, msg.ints, msg.loss, msg.correct);
   }
 
@@ -249,40 +249,7 @@ export class Coordinator {
     const live = this._live();
     if (live.length - 1 < this.waitPeers) return [];
     this.waitPeers = 0; // wait once, at the start
-    return this._beginStep(live);
-  }
-
-  _beginStep(live) {
-    const [ring, said] = this.ring.choice(live); // ring hook: sum this step by a ring (ring_roles.js)
-    if (ring) return [...said, ...this.ring.begin(live)];
-    this.stepStarted = true;
-    this.tasks = new Map();
-    this.checks = new Map();
-    const n = this.trainer.nTasks; // micro-batches; a local-steps run's replicas
-    const ids = Array.from({ length: n }, (_, j) => j);
-    const last = this.trainer.replicas !== undefined ? (this.owner ?? new Map()) : null; // local steps: sticky replicas
-    const { parts, owner } = splitTasks(ids, this._splitWeights(live, n), live, last);
-    this.owner = owner;
-    const checked = new Set(live.length > 1 ? checkedMicro(this.peer.verifyKey, this.step, n, this.verifyRate) : []);
-    const fresh = [];
-    const out = [];
-    live.forEach((peer, i) => {
-      const micro = parts[i];
-      const plain = micro.filter((j) => !checked.has(j));
-      if (plain.length) fresh.push(this._newTask(peer, plain));
-      for (const j of micro) {
-        if (checked.has(j)) { // its own task, and the same micro-batch for the next peer
-          this.checks.set(j, { micro: j, votes: new Map(), decided: null, decidedBy: null, refereed: false });
-          fresh.push(this._newTask(peer, [j]));
-          fresh.push(this._newTask(live[(i + 1) % live.length], [j], "check"));
-        }
-      }
-      if (!micro.length && peer !== this.me) {
-        const sum = live.reduce((s, p) => s + this._cap(p), 0);
-        out.push(log(`${this._name(peer)} gets no micro-batch of step ${this.step}: its capacity ${g3(this._cap(peer))} micro-batches/s is under 1/${n} of the room's ${g3(sum)}`));
-      }
-    });
-    return [...said, ...out, ...this._dispatch(fresh)];
+    return this.aggregation.begin(live);
   }
 
   _newTask(peer, micro, kind = "main") {
@@ -377,7 +344,7 @@ export class Coordinator {
     const out = [];
     if (t.micro.length === 1 && this.checks.has(t.micro[0])) {
       this.checks.get(t.micro[0]).votes.set(sender, { ints: Float64Array.from(ints), loss, correct });
-      out.push(...(await this._judge(t.micro[0])));
+      out.push(...(await this.trust.judge(t.micro[0])));
     }
     return [...out, ...(await this._maybeCommit())];
   }
@@ -391,10 +358,9 @@ export class Coordinator {
 
   async _commit() {
     const step = this.step;
-    const { total, contributors, loss, unchecked } = STAR.total(this.tasks.values(), this.checks, this.trainer.totalSize, this.me);
+    const { total, contributors, loss, unchecked } = Star.total(this.tasks.values(), this.checks, this.trainer.totalSize, this.me);
     await this.trainer.apply(total);
-    await this.window.record(this.trainer, step, total, unchecked);
-    for (const p of unchecked) if (!this.uncheckedSince.has(p)) this.uncheckedSince.set(p, step);
+    await this.trust.record(step, total, unchecked);
     const sha = await this._rehash();
     const receivers = this._receivers();
     this.stepStarted = false;
@@ -427,35 +393,7 @@ export class Coordinator {
     }
     const m = this.crew.get(peer);
     if (m && (!m.refused || force)) this.crew.delete(peer);
-    const ring = this.ring.memberLeft(peer); // ring hook: its ring is abandoned, the step redone
-    if (ring !== null) return ring;
-    const orphans = [];
-    for (const t of this.tasks.values()) {
-      const i = t.assignees.indexOf(peer);
-      if (!t.result && i >= 0) {
-        t.assignees.splice(i, 1);
-        if (!t.assignees.length) orphans.push(t);
-      }
-    }
-    const out = [];
-    if (!orphans.length) {
-      if (!quiet && m) out.push(log(`${this._name(peer)} left`));
-    } else {
-      const live = this._live();
-      const fresh = [];
-      for (const t of orphans) { // split its micro-batches over those still here
-        this.tasks.delete(t.task);
-        if (t.kind !== "main") continue; // a second opinion nobody gives: the check decides with the others
-        const parts = capacitySplit(t.micro, live.map((p) => this._cap(p)));
-        live.forEach((who, i) => { if (parts[i].length) fresh.push(this._newTask(who, parts[i])); });
-      }
-      const mains = orphans.filter((t) => t.kind === "main").flatMap((t) => t.micro);
-      if (mains.length) out.push(log(`${this._name(peer)} left during step ${this.step}: its micro-batches ${pyList(mains)} go to the others`));
-      out.push(...this._dispatch(fresh));
-    }
-    for (const j of [...this.checks.keys()].sort((a, b) => a - b)) out.push(...(await this._judge(j)));
-    out.push(...(await this._maybeCommit()));
-    return out;
+    return this.aggregation.memberLeft(peer, m, quiet);
   }
 
   async _checkDeadlines() {
@@ -515,7 +453,7 @@ export class Coordinator {
       out.push(log(`spot-check(s) of micro-batch(es) ${pyList(dropped.map((t) => t.micro[0]))} of step ${this.step} ` +
         (first ? "skipped (the first step's timings are not known yet)"
           : !timed ? "skipped (a first share: its peer's timing is not known yet)" : "got no second answer in time: dropped")));
-      for (const j of [...this.checks.keys()].sort((a, b) => a - b)) out.push(...(await this._judge(j)));
+      for (const j of [...this.checks.keys()].sort((a, b) => a - b)) out.push(...(await this.trust.judge(j)));
       out.push(...(await this._maybeCommit()));
     }
     return out;
@@ -542,13 +480,13 @@ export class Coordinator {
   }
 }
 
-for (const role of [TrustRole, CatchUpRole]) {
+for (const role of [CatchUpRole]) {
   for (const name of Object.getOwnPropertyNames(role.prototype)) {
     if (name !== "constructor") Coordinator.prototype[name] = role.prototype[name];
   }
 }
 
 // the room and the run's settings: the driver's, read only (coordinator.py _of_peer)
-for (const name of ["me", "now", "open", "room", "names", "capacity", "steps", "verifyRate", "strikes"]) {
+for (const name of ["me", "now", "open", "room", "names", "capacity", "verifyRate", "strikes"]) {
   Object.defineProperty(Coordinator.prototype, name, { get() { return this.peer[name]; } });
 }

@@ -1,10 +1,12 @@
 // The thin driver (daisychain/peer/run/driver.py): one replica's view of a run, as a plain object:
 // no sockets, no timers, no DOM. It holds what every role shares (the settings, the room, the
 // clock) and two role objects: always a Member (member.js: the replica, its trainer and the run
-// it follows) and, while this tab is the room's host, a Coordinator (coordinator.js, with the
-// trust checks of trust.js) built from that member's state. Hand-over is building one;
+// it follows) and, while this tab is the room's host, a Coordinator (coordinator.js, holding
+// a Trust: trust.js) built from that member's state. Hand-over is building one;
 // stepping down is dropping it (the member takes over its term). Each input goes to the role
-// that handles it. A port of daisychain/peer/run/, rule for rule, so that a tab and
+// that handles it. The roles read the driver through a read-only RunContext (context.js); what
+// they change of it comes back as setting outputs that the driver applies (_applied) before it
+// returns the rest. A port of daisychain/peer/run/, rule for rule, so that a tab and
 // daisy-peers follow the same run protocol (docs/MESH.md). The shell (mesh.js) feeds it
 //   members(ids, host), channelOpen(id), channelClosed(id), receive(sender, msg),
 //   computed(step, task, result), data(dataset|null), tick(now)
@@ -23,6 +25,7 @@
 // Hashes are async in the browser (crypto.subtle), so every entry point is async; the shell
 // calls them one at a time.
 
+import { RunContext, SETTINGS } from "./context.js";
 import { Coordinator } from "./coordinator.js";
 import { Member } from "./member.js";
 import { AGGREGATES } from "./ring.js";
@@ -83,7 +86,8 @@ export class RunPeer {
     this.room = new Set();
     this.refusals = new Map(); // peer -> bad messages refused
     this.doneBy = {};     // peer -> micro-batches committed (everyone tracks)
-    this.member = new Member(this);
+    this.context = new RunContext(this); // what the roles read of this driver
+    this.member = new Member(this.context);
     this.coordinator = null; // while this tab is the room's host
   }
 
@@ -122,11 +126,29 @@ export class RunPeer {
     return name && name !== peer ? `${name} (${peer})` : peer;
   }
 
+  /** The roles' outputs of one input: their settings applied here (and dropped), the
+   * micro-batches of each committed output counted; the rest goes to the shell. */
+  _applied(out) {
+    const rest = [];
+    for (const o of out) {
+      if (o.kind === "setting") {
+        if (!SETTINGS.includes(o.name)) throw new Error(`a role may not set the driver's ${o.name}`);
+        this[o.name] = o.value;
+        continue;
+      }
+      if (o.kind === "committed") for (const [peer, n] of o.contributors) this.doneBy[peer] = (this.doneBy[peer] || 0) + n;
+      rest.push(o);
+    }
+    return rest;
+  }
+
   // -- hand-over -----------------------------------------------------------------------------
 
-  /** This tab became the room's host: a coordinator from the member's state. */
+  /** This tab became the room's host: a coordinator from the member's state (it takes over
+   * the wait for members: the driver's ends). */
   async _lead() {
-    this.coordinator = new Coordinator(this, this.member);
+    this.coordinator = new Coordinator(this.context, this.member);
+    this.waitPeers = 0;
     return this.coordinator.begin();
   }
 
@@ -149,7 +171,7 @@ export class RunPeer {
     await this.member.host(trainer, identity, runId);
     if (this.host === null) this.host = this.me;
     const out = await this._lead();
-    return [...out, ...this.coordinator.start()];
+    return this._applied([...out, ...this.coordinator.start()]);
   }
 
   /** The coordinator restores the whole room (coordinator.js restore); throws when this tab
@@ -157,19 +179,19 @@ export class RunPeer {
   async restore(st, now, steps = null) {
     if (!this.coordinator || !this.trainer) throw new Error("only the coordinator (the room's host) restores the room");
     this.now = now;
-    return this.coordinator.restore(st, steps);
+    return this._applied(await this.coordinator.restore(st, steps));
   }
 
   /** End the run after the step in flight (the host's Stop). */
   async stop(why) {
-    return this.coordinator ? this.coordinator.stop(why) : [];
+    return this.coordinator ? this._applied(await this.coordinator.stop(why)) : [];
   }
 
   // -- inputs --------------------------------------------------------------------------------
 
   async tick(now) {
     this.now = now;
-    return this.coordinator ? this.coordinator.tick() : this.member.tick();
+    return this._applied(await (this.coordinator ? this.coordinator.tick() : this.member.tick()));
   }
 
   /** The signaling room changed: approved online members `ids` (self included); `names`:
@@ -185,18 +207,19 @@ export class RunPeer {
     } else if (host !== this.me && this.coordinator) {
       out.push(...this._stepDown(host));
     }
-    if (this.coordinator) return [...out, ...(await this.coordinator.roomLeft())];
-    return [...out, ...(await this.member.hostNamed()), ...this.member.ring.stuck()]; // ring hook
+    if (this.coordinator) return this._applied([...out, ...(await this.coordinator.roomLeft())]);
+    const named = this._applied([...out, ...(await this.member.hostNamed())]);
+    return [...named, ...this._applied(this.member.aggregation.peersChanged())];
   }
 
   async channelOpen(peer) {
     this.open.add(peer);
-    return this.coordinator ? this.coordinator.channelOpen(peer) : [];
+    return this.coordinator ? this._applied(this.coordinator.channelOpen(peer)) : [];
   }
 
   async channelClosed(peer) {
     this.open.delete(peer);
-    return this.coordinator ? this.coordinator._memberLeft(peer) : this.member.ring.stuck(); // ring hook
+    return this._applied(this.coordinator ? await this.coordinator._memberLeft(peer) : this.member.aggregation.peersChanged());
   }
 
   /** A decoded message; `runId` is its frame header's. Messages of another run than the one
@@ -207,15 +230,15 @@ export class RunPeer {
     if (runId && this.runId && runId !== this.runId && !(msg.T === "run" && this.ended && !this.coordinator)) {
       return [log(`a ${msg.T} message of run ${runId} from ${this._name(sender)}; this peer follows run ${this.runId}: dropped`, true)];
     }
-    if (msg.T === "data_request") return this.member.onDataRequest(sender, msg); // either role serves its dataset
+    if (msg.T === "data_request") return this._applied(await this.member.onDataRequest(sender, msg)); // either role serves its dataset
     const ringTable = this.coordinator ? COORDINATOR_RING_MESSAGES : MEMBER_RING_MESSAGES;
-    if (Object.hasOwn(ringTable, msg.T)) return this.role.ring[ringTable[msg.T]](sender, msg); // ring hook
+    if (Object.hasOwn(ringTable, msg.T)) return this._applied(await this.role.aggregation.onMessage(sender, msg));
     if (msg.T === "ring_plan" || msg.T === "ring_sum" || msg.T === "ring_commit") return [];
     const known = Object.hasOwn(MEMBER_MESSAGES, msg.T) || Object.hasOwn(COORDINATOR_MESSAGES, msg.T);
     if (!known) return [log(`ignored a ${msg.T} message from ${sender}`)];
     const table = this.coordinator ? COORDINATOR_MESSAGES : MEMBER_MESSAGES;
     if (!Object.hasOwn(table, msg.T)) return [];
-    const out = await this.role[table[msg.T]](sender, msg);
+    const out = this._applied(await this.role[table[msg.T]](sender, msg));
     return msg.T === "data" && !this.coordinator ? this._leadIfNamed(out) : out;
   }
 
@@ -223,7 +246,7 @@ export class RunPeer {
    * replica yet, so it could not lead then): it leads once its replica is built. */
   async _leadIfNamed(out) {
     if (this.host === this.me && !this.coordinator && this.trainer && this.member.run && !this.member.refused) {
-      return [...out, ...(await this._lead())];
+      return [...out, ...this._applied(await this._lead())];
     }
     return out;
   }
@@ -238,7 +261,7 @@ export class RunPeer {
     const limit = Math.max(REFUSAL_LINES, this.strikes);
     if (n > limit) return [];
     if (n === limit) reason += `; its next messages that are not valid are dropped without a line (${limit} refused)`;
-    if (this.coordinator) return this.coordinator.badMessage(sender, reason);
+    if (this.coordinator) return this._applied(await this.coordinator.badMessage(sender, reason));
     return [log(`refused a message from ${this._name(sender)}: ${reason}`, true)];
   }
 
@@ -250,11 +273,11 @@ export class RunPeer {
 
   /** A compute finished; `term`: the compute's (driver.py computed). */
   async computed(step, task, result, term = null) {
-    return this.role.computed(step, task, result, term);
+    return this._applied(await this.role.computed(step, task, result, term));
   }
 
   /** The dataset fetch finished: a parsed dataset with its fingerprint, or null. */
   async data(ds) {
-    return this._leadIfNamed(await this.member.data(ds));
+    return this._leadIfNamed(this._applied(await this.member.data(ds)));
   }
 }

@@ -1,6 +1,7 @@
 // The run protocol by role (docs/MESH.md): the driver RunPeer and what the shells and tests
 // import. The driver holds a Member (member.js) and, while it hosts, a Coordinator
-// (coordinator.js, with trust.js) built from it. One module per role: driver.js, member.js,
+// (coordinator.js, holding a Trust: trust.js) built from it; the roles read the driver through
+// a read-only RunContext (context.js). One module per role: driver.js, context.js, member.js,
 // coordinator.js, trust.js, checks.js, split.js, aggregator.js, rollback.js, state.js; the
 // ring aggregator: ring.js (the ring) and ring_roles.js (its member and coordinator sides).
 

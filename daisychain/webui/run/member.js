@@ -8,7 +8,7 @@
 
 import { paramsSha256, runIdentity } from "../engine/trainer.js";
 import { checkedState, loadState, tensorBounds } from "./state.js";
-import { g3, log, send } from "./util.js";
+import { g3, log, send, setting } from "./util.js";
 import { RingMember } from "./ring_roles.js";
 import { Window, windowSteps } from "./rollback.js";
 
@@ -44,7 +44,7 @@ export function identityDifferences(mine, theirs) {
 export const HOLD_S = 20.0;
 
 export class Member {
-  /** `peer`: the driver (settings, room, names, clock). */
+  /** `peer`: the run context (context.js: the driver's settings, room, names, clock; read-only). */
   constructor(peer) {
     this.peer = peer;
     this.trainer = null;
@@ -59,7 +59,7 @@ export class Member {
     this.pending = new Map(); // "step:task" -> micro
     this.awaitingData = false;
     this.restoring = null; // {step, sha} a restore announced, until its STATE
-    this.ring = new RingMember(this); // ring hook: its part in a ring (ring_roles.js)
+    this.aggregation = new RingMember(this); // its side of each step's sum (aggregator.js): a ring's, else the star's
     // the rollback window of this replica (rollback.js): kept by every member, so that a
     // coordinator built from it (hand-over) can roll back lies from before its term
     this.window = null;
@@ -111,10 +111,8 @@ export class Member {
     return this.window;
   }
 
-  /** A step was committed (applied here): count who did what. */
+  /** A step was committed (applied here): who did what (the driver counts it). */
   committed(step, loss, contributors, sha) {
-    const done = this.peer.doneBy;
-    for (const [peer, n] of contributors) done[peer] = (done[peer] || 0) + n;
     const mine = contributors.find(([p]) => p === this.peer.me)?.[1] || 0;
     return [{ kind: "committed", step, loss, contributors, mine, params_sha256: sha }];
   }
@@ -125,7 +123,7 @@ export class Member {
   lead() {
     this.coord = this.peer.me;
     this.pending.clear();
-    this.ring.drop(); // ring hook: the coordinator's ring is its own
+    this.aggregation.drop(); // the coordinator's sum is its own
     this.restoring = null;
   }
 
@@ -164,8 +162,7 @@ export class Member {
     for (const l of result.loss) loss += l;
     let correct = 0;
     for (const c of result.correct) correct += c;
-    if (this.ring.owns(step, task)) return this.ring.computed(step, task, result.grad, loss, correct); // ring hook
-    return [send(this.coord, { T: "contrib", term: this.term, step, task, micro, loss, correct, ints: result.grad })];
+    return this.aggregation.computed(step, task, micro, result.grad, loss, correct);
   }
 
   /** The dataset fetch finished: a parsed dataset with its fingerprint, or null. */
@@ -183,7 +180,9 @@ export class Member {
     return this._refuse(["dataset fingerprint: no copy of the run's dataset found"]);
   }
 
-  async onRun(sender, msg) {
+  /** `handed`: the host named before, when _forwarded just took it to be `sender` (its setting
+   * is not applied yet). */
+  async onRun(sender, msg, handed = null) {
     // A higher term only from the host the server names (an announce that overtook the room
     // message naming its sender is held), the current term only from the coordinator we follow.
     // (the current term from another sender only when the server names it host: two members that
@@ -192,7 +191,7 @@ export class Member {
     const p = this.peer;
     // named host before it held the run: it follows the host named before it to get the replica,
     // then leads (driver.js _leadIfNamed); nobody coordinated before
-    const handing = p.host === p.me && !this.trainer && sender === p.prevHost;
+    const handing = p.host === p.me && !this.trainer && sender === (handed ?? p.prevHost);
     if (p.host === p.me && !this.run && !handing && !p.room.has(msg.coordinator)) return this._forwarded(sender, msg);
     if (sender !== p.host && !(msg.term === this.term && sender === this.coord) && !handing) return this._hold(sender, msg);
     this.held.delete(sender);
@@ -200,9 +199,8 @@ export class Member {
     // host's state was ignored: seed 5559)
     if (sender !== this.coord) this.restoring = null;
     this.coord = sender;
-    p.steps = msg.steps;
-    p.verifyRate = msg.verify_rate ?? 0.0;
-    p.strikes = msg.strikes ?? p.strikes;
+    const settings = [setting("steps", msg.steps), setting("verifyRate", msg.verify_rate ?? 0.0),
+      setting("strikes", msg.strikes ?? p.strikes)];
     const first = !this.run || msg.run_id !== this.run.run_id;
     if (first) { // another run: its own window and removed list
       this.window = null;
@@ -211,18 +209,18 @@ export class Member {
     for (const q of msg.removed ?? []) this.removed.add(q);
     if (first || msg.term !== this.term) {
       this.pending.clear(); // (the same announce again, on a reopened channel: work goes on)
-      this.ring.drop(); // ring hook
+      this.aggregation.drop();
     }
     this.term = msg.term;
     this.run = msg;
     this.ended = false;
-    if (this.trainer && !first) return [send(sender, this._ready())];
+    if (this.trainer && !first) return [...settings, send(sender, this._ready())];
     if (this.trainer && first) { // another run (ours ended): start over from its data
       this.trainer = null;
       this.bounds = null;
     }
     this.awaitingData = true;
-    return [{ kind: "fetch", task: String(msg.identity.task || ""), fingerprint: String(msg.identity.dataset || "") }];
+    return [...settings, { kind: "fetch", task: String(msg.identity.task || ""), fingerprint: String(msg.identity.dataset || "") }];
   }
 
   /** member.py _hold: an announce from a peer that the server has not named the room's host,
@@ -249,9 +247,10 @@ export class Member {
     const others = [...p.room].filter((q) => q !== p.me);
     if (!(follow || same >= 2 || (others.length === 1 && others[0] === sender))) return [];
     this.forwards.clear();
-    p.prevHost = sender; // (onRun's hand-over from the host before: this one)
-    return [log(`the coordinator ${msg.coordinator} left before this peer held the run: following its announce from ${p._name(sender)} to lead`),
-      ...(await this.onRun(sender, msg))];
+    // (onRun's hand-over from the host before: this one)
+    return [setting("prevHost", sender),
+      log(`the coordinator ${msg.coordinator} left before this peer held the run: following its announce from ${p._name(sender)} to lead`),
+      ...(await this.onRun(sender, msg, sender))];
   }
 
   /** member.py host_named: the room changed; a held announce of the host it names is followed
@@ -386,7 +385,7 @@ export class Member {
     await this.load(st);
     const out = [log(`synced to step ${msg.step} from ${sender} (params ${msg.params_sha256.slice(0, 12)})`)];
     if (restore) out.push({ kind: "restored", step: msg.step, params_sha256: msg.params_sha256, by: sender });
-    return [...out, ...(await this.ring.synced())]; // ring hook: a held ring plan of this step starts
+    return [...out, ...(await this.aggregation.synced())]; // (a held ring plan of this step starts)
   }
 
   /** The coordinator restored the room: the STATE that follows replaces ours. */
@@ -405,7 +404,7 @@ export class Member {
 
   async onEnd(sender, msg) {
     if (sender !== this.coord || !this.trainer || this.ended) return [];
-    if (this.ring.holdsEnd(msg)) return []; // ring hook: our ring's last total is still gathering
+    if (this.aggregation.holdsEnd(msg)) return []; // (our ring's last total is still gathering)
     this.ended = true;
     return [{ kind: "ended", step: msg.step, params_sha256: this.sha,
       agreed: this.sha === msg.params_sha256 && msg.step === this.step }];

@@ -23,6 +23,8 @@ export const restored = (step, params_sha256, by) => ({ kind: "restored", step, 
 export const alarm = (kind, peer, name, step, micro, strikes, text) => ({ kind: "alarm", alarm: kind, peer, name, step, micro, strikes, text });
 /** peer/run/outputs.py Removed */
 export const removed = (by, reason) => ({ kind: "removed", by, reason });
+/** a role's change to its driver (run/context): the driver applies it, the shell never sees it */
+export const setting = (name, value) => ({ kind: "setting", name, value });
 /** JS only: the page's cue that this tab joined the run */
 export const joined = () => ({ kind: "joined" });
 /** JS only: the dataset bytes a data message carried, for the page */

@@ -10,8 +10,8 @@
 // its moment blocks are zero by rule, the total is padded with zeros); an anchor round by the
 // star (the coordinator checks each contribution's inner moments, which a ring would hide).
 // This file is the ring itself and the choice; the protocol's two sides, RingMember (owned by
-// the Member) and RingCoordinator (owned by the Coordinator), are in ring_roles.js; the roles'
-// files call them through hooks marked "ring hook".
+// the Member) and RingCoordinator (owned by the Coordinator), are in ring_roles.js, behind the
+// aggregation interfaces of aggregator.js that the roles call (aggregation).
 
 import { g3, pastBound } from "./util.js";
 

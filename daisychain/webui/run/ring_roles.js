@@ -1,15 +1,17 @@
 // The ring's two sides in the run protocol (daisychain/peer/run/ring_roles.py, rule for rule;
-// the ring itself: ring.js).
-// - RingMember, owned by the Member (member.ring): a member's ring state (the plan, its Ring,
+// the ring itself: ring.js), behind the aggregation interfaces of aggregator.js; each holds a
+// star for the steps the ring does not sum.
+// - RingMember, the Member's aggregation: a member's ring state (the plan, its Ring,
 //   chunks that came early, the commit, the next step's plan, an end that overtook the last
 //   chunk), applying the total on the commit, asking for the state when its ring broke.
-// - RingCoordinator, owned by the Coordinator (coordinator.ring): the choice star / ring, the
+// - RingCoordinator, the Coordinator's aggregation: the choice star / ring, the
 //   plan, the sums, the commit, a ring member that left, a ring that missed its deadline (the
 //   step again by the star); the coordinator's own replica takes part through it.
 // The driver routes ring_plan / ring_commit to the member's side, ring_sum to the
-// coordinator's and ring_chunk to the side of the role that speaks for the replica. A
+// coordinator's and ring_chunk to the side of the role that speaks for the replica (onMessage). A
 // coordinator built at a hand-over starts with no ring; stepping down drops it.
 
+import { Aggregation, MemberAggregation, StarMember } from "./aggregator.js";
 import { RING_KINDS, RING_SLACK_S, Ring, RingError, choose, ringSize } from "./ring.js";
 import { capacitySplit } from "./split.js";
 import { log, send } from "./util.js";
@@ -17,11 +19,14 @@ import { log, send } from "./util.js";
 const planFor = (plan, peer) => ({ T: "ring_plan", term: plan.term, step: plan.step, ring: plan.ring,
   peers: plan.peers, tasks: plan.tasks.filter((t) => t.peer === peer) });
 const same = (a, b) => a.term === b.term && a.step === b.step && a.ring === b.ring;
+/** A ring message's handler (onMessage). */
+const HANDLERS = { ring_plan: "onRingPlan", ring_commit: "onRingCommit", ring_sum: "onRingSum", ring_chunk: "onRingChunk" };
 
 /** This replica's ring under `role` (a Member or a Coordinator: its peer, trainer, term,
- * step, pending). */
-class RingPart {
+ * step, pending), over the aggregation interface `Base`. */
+const RingPart = (Base) => class extends Base {
   constructor(role) {
+    super();
     this.role = role;
     this.peer = role.peer;
     this.early = new Map(); // "term:step:ring" -> [[sender, chunk], ...] of rings not planned yet
@@ -37,8 +42,8 @@ class RingPart {
     this.plan = null;
   }
 
-  /** ring hook (computed): is this compute this replica's share of its ring? */
-  owns(step, task) {
+  /** Is this compute this replica's share of its ring? */
+  _owns(step, task) {
     return this.ring !== null && this.ring.step === step && this.plan.tasks.some((t) => t.task === task && t.peer === this.peer.me);
   }
 
@@ -70,6 +75,9 @@ class RingPart {
   }
 
   _sends(chunks) { return chunks.map((c) => send(this.ring.next, c)); }
+
+  /** ring_plan / ring_commit / ring_sum / ring_chunk: its handler here. */
+  async onMessage(sender, msg) { return this[HANDLERS[msg.T]](sender, msg); }
 
   async onRingChunk(sender, msg) {
     const role = this.role;
@@ -113,11 +121,17 @@ class RingPart {
     kept.push([sender, msg]);
     return [];
   }
-}
+};
 
-/** A member's ring (member.ring): commit (the commit of its ring), next (the plan of the step
- * after, while its ring still gathers), end (an end that overtook its last chunk). */
-export class RingMember extends RingPart {
+/** A member's ring (member.aggregation): commit (the commit of its ring), next (the plan of
+ * the step after, while its ring still gathers), end (an end that overtook its last chunk);
+ * star: a share outside a ring goes to the coordinator. */
+export class RingMember extends RingPart(MemberAggregation) {
+  constructor(member) {
+    super(member);
+    this.star = new StarMember(member);
+  }
+
   drop() {
     super.drop();
     this.commit = null;
@@ -132,10 +146,12 @@ export class RingMember extends RingPart {
     return res;
   }
 
-  /** ring hook (member computed): this replica's share of its ring is computed. */
-  async computed(step, task, grad, loss, correct) {
+  /** A share of this replica's ring: into the ring, its sum to the coordinator; any other
+   * share: the star's. */
+  async computed(step, task, micro, grad, loss, correct) {
+    if (!this._owns(step, task)) return this.star.computed(step, task, micro, grad, loss, correct);
     const m = this.role;
-    const micro = this.plan.tasks.find((t) => t.task === task).micro;
+    micro = this.plan.tasks.find((t) => t.task === task).micro;
     const out = this._sends(this.ring.contribute(grad));
     return [send(m.coord, { T: "ring_sum", term: m.term, step, ring: this.ring.ring, micro, loss, correct }), ...out];
   }
@@ -163,7 +179,7 @@ export class RingMember extends RingPart {
     }
     this.commit = msg;
     const out = await this._maybeApply();
-    return out.length ? out : this.stuck();
+    return out.length ? out : this.peersChanged();
   }
 
   async _maybeApply() {
@@ -180,7 +196,7 @@ export class RingMember extends RingPart {
     return [...out, ...(await this._ended())];
   }
 
-  /** ring hook (member onEnd): the run's end overtook the last total this replica's ring is
+  /** The run's end overtook the last total this replica's ring is
    * still gathering: the end waits for it. */
   holdsEnd(msg) {
     const r = this.ring;
@@ -195,9 +211,10 @@ export class RingMember extends RingPart {
     return end ? this.role.onEnd(this.role.coord, end) : [];
   }
 
-  /** ring hook (driver: a channel closed, the room changed; a commit came): the coordinator
-   * committed our ring's step but a ring peer is gone before our part of the total came. */
-  stuck() {
+  /** A channel closed, the room changed, or a commit came: when the coordinator committed
+   * our ring's step but a ring peer is gone before our part of the total came, ask for the
+   * state. */
+  peersChanged() {
     const m = this.role;
     const r = this.ring;
     const p = this.peer;
@@ -209,7 +226,7 @@ export class RingMember extends RingPart {
       send(m.coord, { T: "sync", term: m.term, step: m.step, params_sha256: m.sha, reason: "ring broken" })];
   }
 
-  /** ring hook (member onState): a state was loaded; a held plan of its step starts. */
+  /** A state was loaded; a held plan of its step starts. */
   async synced() {
     this.ring = null;
     this.commit = null;
@@ -220,16 +237,18 @@ export class RingMember extends RingPart {
   }
 }
 
-/** The coordinator's ring (coordinator.ring): said (the last choice logged), count (ring
- * numbers of this term), starStep (a step redone by the star), deadline, sums (peer ->
- * [task, micro, loss, correct]). */
-export class RingCoordinator extends RingPart {
-  constructor(coordinator) {
+/** The coordinator's ring (coordinator.aggregation): said (the last choice logged), count
+ * (ring numbers of this term), starStep (a step redone by the star), until (the ring's
+ * deadline), sums (peer -> [task, micro, loss, correct]); star: the steps the ring does not
+ * sum. */
+export class RingCoordinator extends RingPart(Aggregation) {
+  constructor(coordinator, star) {
     super(coordinator);
+    this.star = star;
     this.said = null;
     this.count = 0;
     this.starStep = -1;
-    this.deadline = 0;
+    this.until = 0;
   }
 
   drop() {
@@ -239,14 +258,21 @@ export class RingCoordinator extends RingPart {
 
   async _refused(sender, text) {
     const c = this.role;
-    if (c.crew.has(sender) && !c.banned.has(sender)) return c._strike(sender, "refused", null, text);
+    if (c.crew.has(sender) && !c.banned.has(sender)) return c.trust.strike(sender, "refused", null, text);
     return [log(text, true)];
   }
 
   async _gathered() { return this._maybeCommit(); }
 
-  /** ring hook (coordinator _beginStep): [sum this step by a ring?, log lines]. */
-  choice(live) {
+  /** The step by a ring or by the star (_choice). */
+  begin(live) {
+    const [ring, said] = this._choice(live);
+    return [...said, ...(ring ? this._begin(live) : this.star.begin(live))];
+  }
+
+  /** [sum this step by a ring?, log lines]: said when the choice or the number of devices
+   * changes. */
+  _choice(live) {
     const c = this.role;
     const p = this.peer;
     if (p.aggregate === "star") return [false, []];
@@ -275,7 +301,7 @@ export class RingCoordinator extends RingPart {
   }
 
   /** One task per member with micro-batches (none: it adds zeros); each member gets the plan. */
-  begin(live) {
+  _begin(live) {
     const c = this.role;
     c.stepStarted = true;
     c.tasks = new Map();
@@ -289,15 +315,16 @@ export class RingCoordinator extends RingPart {
     });
     this.count += 1;
     const plan = { T: "ring_plan", term: c.term, step: c.step, ring: this.count, peers: [...live], tasks };
-    this.deadline = c.now + RING_SLACK_S + Math.max(...tasks.map((t) => c._deadline(t.peer, t.micro.length)));
+    this.until = c.now + RING_SLACK_S + Math.max(...tasks.map((t) => c._deadline(t.peer, t.micro.length)));
     const out = live.slice(1).map((q) => send(q, planFor(plan, q)));
     const [mine] = this._new(plan); // nothing can wait for a ring the coordinator just made
     return [...out, ...mine];
   }
 
-  /** ring hook (coordinator computed): our own share of the ring is computed. */
-  async computed(step, task, grad, loss, correct) {
-    const micro = this.plan.tasks.find((t) => t.task === task).micro;
+  /** Our own share of the ring; any other share: the star's. */
+  async computed(step, task, micro, grad, loss, correct) {
+    if (!this._owns(step, task)) return this.star.computed(step, task, micro, grad, loss, correct);
+    micro = this.plan.tasks.find((t) => t.task === task).micro;
     const out = this._sends(this.ring.contribute(grad));
     this.sums.set(this.peer.me, [task, micro, loss, correct]);
     return [...out, ...(await this._maybeCommit())];
@@ -331,8 +358,7 @@ export class RingCoordinator extends RingPart {
     const loss = lossSum / Math.max(n, 1);
     await c.trainer.apply(total);
     const unchecked = new Set(contributors.map(([p]) => p).filter((p) => p !== c.me));
-    await c.window.record(c.trainer, step, total, unchecked);
-    for (const p of unchecked) if (!c.uncheckedSince.has(p)) c.uncheckedSince.set(p, step);
+    await c.trust.record(step, total, unchecked);
     const sha = await c._rehash();
     this.ring = null;
     c.stepStarted = false;
@@ -345,32 +371,32 @@ export class RingCoordinator extends RingPart {
     return [...out, ...c.member.committed(step, loss, contributors, sha), ...c._maybeBegin()];
   }
 
-  /** ring hook (coordinator _memberLeft): a ring member left before the commit: abandon the
-   * ring, do the step again with those still here. null: not a ring matter. */
-  memberLeft(peer) {
+  /** A ring member left before the commit: abandon the ring, do the step again with those
+   * still here. Anyone else: the star's. */
+  async memberLeft(peer, gone, quiet) {
     const c = this.role;
     const r = this.ring;
-    if (!r || !r.peers.includes(peer)) return null;
+    if (!r || !r.peers.includes(peer)) return this.star.memberLeft(peer, gone, quiet);
     this.drop();
     c.stepStarted = false;
     return [log(`${this.peer._name(peer)} left during step ${c.step}: its ring is abandoned, the step is done again by the others`),
       ...c._maybeBegin()];
   }
 
-  /** ring hook (coordinator tick): a ring not gathered by its deadline is abandoned; the step
-   * is done again by the star. */
-  checkDeadline() {
+  /** The star's tasks past their deadline; a ring not gathered by its deadline is abandoned,
+   * the step is done again by the star. */
+  async deadline() {
+    const out = await this.star.deadline();
     const c = this.role;
     const r = this.ring;
-    if (!r || r.total !== null || c.now < this.deadline) return [];
+    if (!r || r.total !== null || c.now < this.until) return out;
     this.drop();
     c.stepStarted = false;
     this.starStep = c.step;
-    return [log(`the ring of step ${c.step} missed its deadline: the step is done again by the star`, true), ...c._maybeBegin()];
+    return [...out, log(`the ring of step ${c.step} missed its deadline: the step is done again by the star`, true), ...c._maybeBegin()];
   }
 
-  /** ring hook (coordinator onSync): a ring member that asked for the state gets the plan of
-   * the step under way after it. */
+  /** A ring member that asked for the state gets the plan of the step under way after it. */
   resend(peer) {
     const plan = this.plan;
     if (!this.ring || !plan || !plan.peers.includes(peer)) return [];

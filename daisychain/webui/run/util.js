@@ -2,7 +2,7 @@
 // from the protocol table; send and log re-exported for the roles) and the formatting that
 // makes log lines read the same as daisychain/peer/run/'s.
 
-export { log, send } from "./outputs.js";
+export { log, send, setting } from "./outputs.js";
 
 
 /** Python's format(x, ".3g"), for log lines that read the same in both languages. */
