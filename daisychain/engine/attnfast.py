@@ -28,6 +28,7 @@ import numpy as np
 
 from daisychain.compiled import numba_jit
 from daisychain.engine import norm as N
+from daisychain.engine.detmath import pow2, quant_exponent, quantize
 from daisychain.units.gemm import MAX_K_FLOAT32
 
 WIDE, F = N.WIDE_BITS, N.NORM_F
@@ -272,8 +273,25 @@ def _nb_accum(dW, p, limit, out):
         out[m] += acc
 
 
+def _nb_bias_add(acc, bacc, out, am):
+    """out = acc + bacc per micro-batch (acc (n, R, O) float32 GEMM sums, bacc (n, O); exact
+    integers below 2**31, added in float64 as the numpy rule) and am = max|out| per
+    micro-batch (the requantize's, taken on the same values)."""
+    n, R, O = acc.shape
+    for i in range(n):
+        m = 0.0
+        for r in range(R):
+            for o in range(O):
+                v = np.float64(acc[i, r, o]) + bacc[i, o]
+                out[i, r, o] = v
+                a = abs(v)
+                if a > m:
+                    m = a
+        am[i] = m
+
+
 _NAMES = ("bitlen", "rq8", "norm15", "align", "isqrt", "sdiv", "rms_fwd", "rms_back", "softmax",
-          "softmax_back", "accum")
+          "softmax_back", "accum", "bias_add")
 _KERN: list = []
 _LOCK = threading.Lock()
 
@@ -302,6 +320,25 @@ def _f64(a):
     return np.ascontiguousarray(a, np.float64)
 
 
+_TORCH: list = []
+
+
+def _torch():
+    if not _TORCH:
+        import torch
+
+        _TORCH.append(torch)
+    return _TORCH[0]
+
+
+def _t32(a):
+    """a as a float32 torch tensor (no copy for a float32 array; a read-only view is copied)."""
+    a = np.asarray(a, np.float32)
+    if not a.flags.writeable:
+        a = a.copy()
+    return _torch().from_numpy(a)
+
+
 class AttnOps:
     """The compiled route: the numpy rules' signatures and values."""
 
@@ -309,34 +346,52 @@ class AttnOps:
         self.k = k
 
     def mm(self, eng, a, b):
-        """eng._mm's float32 GEMM (int8 operands, K <= MAX_K_FLOAT32: exact) without its
-        conversion back to float64; a larger K takes eng._mm."""
+        """eng._mm's float32 GEMM (int8 operands, K <= MAX_K_FLOAT32: every partial sum an
+        integer below 2**24, so exact in torch's order as in BLAS's) without its conversion
+        back to float64; a larger K takes eng._mm. torch's one-thread GEMMs are 2-3x numpy's
+        on these small shapes (docs/BENCHMARKS.md)."""
         K = a.shape[-1]
         if K > MAX_K_FLOAT32:
             return eng._mm(a, b)
-        a, b = a.astype(np.float32, copy=False), b.astype(np.float32, copy=False)
+        ta, tb = _t32(a), _t32(b)
         if b.ndim == 2:
-            return (a.reshape(-1, K) @ b).reshape(a.shape[:-1] + b.shape[1:])
-        return np.matmul(a, b)
+            return _torch().mm(ta.reshape(-1, K), tb).numpy().reshape(a.shape[:-1] + b.shape[1:])
+        return _torch().matmul(ta, tb).numpy()
+
+    def affine(self, eng, a, ex, W2, bias):
+        """layer_base._affine's values (acc = GEMM + bacc, float64) with this route's GEMM and
+        the bias added in one compiled pass, which also takes max|acc| per micro-batch for
+        the requantize after it: (acc, sexp, Wq, ew, bacc, am)."""
+        ew = int(quant_exponent(np.abs(W2).max()))
+        Wq = quantize(W2, ew)
+        acc32 = self.mm(eng, a, Wq.T)
+        sexp = ex + ew
+        bacc = np.clip(np.floor(bias[None, :] * pow2(-sexp)[:, None] + 0.5), -2.0**30, 2.0**30)  # BIAS_LIMIT
+        acc = np.empty(acc32.shape, np.float64)
+        am = np.empty(acc.shape[0], np.float64)
+        self.k.bias_add(np.ascontiguousarray(acc32), bacc, acc, am)
+        return acc, sexp, Wq, ew, bacc, am
 
     def weight_grad(self, eng, out, pi, G, a_in, e, frac_bits, limit):
         """eng._weight_grad's literal route (the per-micro-batch GEMM, then _accumulate) where
         a micro-batch's rows fit one exact float32 GEMM; else eng._weight_grad."""
         if G.shape[1] > MAX_K_FLOAT32:
             return eng._weight_grad(out, pi, G, a_in, e, frac_bits, limit)
-        dW = np.matmul(G.astype(np.float32, copy=False).transpose(0, 2, 1), a_in.astype(np.float32, copy=False))
+        dW = _torch().bmm(_t32(G).transpose(1, 2), _t32(a_in)).numpy()
         p = np.ldexp(1.0, np.asarray(e, np.int64) + frac_bits).reshape(-1)
         o = eng.layout.offsets[pi]
         self.k.accum(dW.reshape(dW.shape[0], -1), np.broadcast_to(p, (dW.shape[0],)).copy(), float(limit),
                      out[o:o + dW[0].size])
 
-    def rq8(self, eng, V, e):
-        """(int8 values in float32, e + s): float32 feeds the GEMMs without a copy."""
+    def rq8(self, eng, V, e, am=None):
+        """(int8 values in float32, e + s): float32 feeds the GEMMs without a copy. ``am``:
+        max|V| per micro-batch where the caller has it."""
         V = np.ascontiguousarray(V)
         out = np.empty(V.shape, np.float32)
         e_out = np.empty(V.shape[0], np.int64)
         V2 = V.reshape(V.shape[0], -1)
-        am = np.maximum(V2.max(axis=1), -V2.min(axis=1))  # max|V| per micro-batch, exact
+        if am is None:
+            am = np.maximum(V2.max(axis=1), -V2.min(axis=1))  # max|V| per micro-batch, exact
         self.k.rq8(V2, am, np.broadcast_to(np.asarray(e, np.int64), (V.shape[0],)), out.reshape(V.shape[0], -1),
                    e_out)
         return out, e_out
@@ -381,6 +436,31 @@ class AttnOps:
         P = np.empty(Sc.shape, np.float32)
         self.k.softmax(Sc, np.broadcast_to(mult, (Sc.shape[0],)).copy(), eng.exp_t, P)
         return P
+
+    def output_error(self, z, y):
+        """Engine._output_error then the error's quantization per micro-batch for a
+        cross-entropy model, by engine/kernels.py's compiled loss (the dense and image paths'
+        one: the same float64 operations in the same order): (G float64, eg, loss, correct),
+        or None where a kernel's precondition fails (the numpy rules then run)."""
+        from daisychain.engine import kernels as shared
+
+        base = shared.compiled()
+        if base is None:
+            return None
+        n, b, C = z.shape
+        z2 = np.ascontiguousarray(z, np.float64).reshape(n * b, C)
+        yv = np.ascontiguousarray(np.asarray(y).reshape(-1), dtype=np.int64)
+        dz = np.empty((n, b * C))
+        py = np.empty((n, b))
+        correct = np.empty(n, np.int64)
+        if not base.output_error(z2, yv, b, dz.reshape(n * b, C), py.reshape(-1), correct):
+            return None
+        eg = np.empty(n, np.int64)
+        G32 = np.empty((n, b * C), np.float32)
+        if not base.quant_rows(dz, G32, eg):
+            return None
+        loss = -np.log(np.maximum(py, 1e-300)).mean(axis=1)  # display only, as _output_error
+        return G32.astype(np.float64).reshape(n, b, C), eg, loss, correct
 
     def softmax_back(self, P, dP):
         P, dP = np.ascontiguousarray(P), np.ascontiguousarray(dP)
