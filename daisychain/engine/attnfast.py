@@ -331,12 +331,30 @@ def _torch():
     return _TORCH[0]
 
 
+def _mm2(a, b):
+    """a @ b for 2-D integer-valued a (M, K), b (K, N), |values| <= 127, K <= MAX_K_FLOAT32:
+    torch's exact int8 x int8 -> int32 GEMM (``_int_mm``, ~2x its float32 GEMM on these
+    shapes, one thread), int32 out; a dimension below 2 takes the float32 GEMM (exact too:
+    torch 2.13's ``_int_mm`` misreads a one-row operand, see engine/convfast.py)."""
+    t = _torch()
+    if min(a.shape[0], a.shape[1], b.shape[1]) < 2:
+        return t.mm(_t32(a), _t32(b)).numpy()
+    return t._int_mm(t.from_numpy(_i8(a)), t.from_numpy(_i8(b))).numpy()
+
+
+def _i8(a):
+    a = np.asarray(a)
+    return _writable(a if a.dtype == np.int8 else a.astype(np.int8))
+
+
+def _writable(a):
+    return a if a.flags.writeable else a.copy()  # torch.from_numpy warns on a read-only view
+
+
 def _t32(a):
-    """a as a float32 torch tensor (no copy for a float32 array; a read-only view is copied)."""
-    a = np.asarray(a, np.float32)
-    if not a.flags.writeable:
-        a = a.copy()
-    return _torch().from_numpy(a)
+    """a as a float32 torch tensor (no copy for a float32 array; int8 cast by torch)."""
+    t = _torch().from_numpy(_writable(np.asarray(a)))
+    return t if t.dtype == _torch().float32 else t.float()
 
 
 class AttnOps:
@@ -353,10 +371,9 @@ class AttnOps:
         K = a.shape[-1]
         if K > MAX_K_FLOAT32:
             return eng._mm(a, b)
-        ta, tb = _t32(a), _t32(b)
         if b.ndim == 2:
-            return _torch().mm(ta.reshape(-1, K), tb).numpy().reshape(a.shape[:-1] + b.shape[1:])
-        return _torch().matmul(ta, tb).numpy()
+            return _mm2(a.reshape(-1, K), b).reshape(a.shape[:-1] + b.shape[1:])
+        return _torch().matmul(_t32(a), _t32(b)).numpy()
 
     def affine(self, eng, a, ex, W2, bias):
         """layer_base._affine's values (acc = GEMM + bacc, float64) with this route's GEMM and
@@ -377,17 +394,17 @@ class AttnOps:
         a micro-batch's rows fit one exact float32 GEMM; else eng._weight_grad."""
         if G.shape[1] > MAX_K_FLOAT32:
             return eng._weight_grad(out, pi, G, a_in, e, frac_bits, limit)
-        dW = _torch().bmm(_t32(G).transpose(1, 2), _t32(a_in)).numpy()
+        dW = np.stack([_mm2(G[i].T, a_in[i]) for i in range(G.shape[0])])
         p = np.ldexp(1.0, np.asarray(e, np.int64) + frac_bits).reshape(-1)
         o = eng.layout.offsets[pi]
         self.k.accum(dW.reshape(dW.shape[0], -1), np.broadcast_to(p, (dW.shape[0],)).copy(), float(limit),
                      out[o:o + dW[0].size])
 
     def rq8(self, eng, V, e, am=None):
-        """(int8 values in float32, e + s): float32 feeds the GEMMs without a copy. ``am``:
-        max|V| per micro-batch where the caller has it."""
+        """(int8, e + s): int8 feeds the exact int8 GEMMs without a cast. ``am``: max|V| per
+        micro-batch where the caller has it."""
         V = np.ascontiguousarray(V)
-        out = np.empty(V.shape, np.float32)
+        out = np.empty(V.shape, np.int8)
         e_out = np.empty(V.shape[0], np.int64)
         V2 = V.reshape(V.shape[0], -1)
         if am is None:
