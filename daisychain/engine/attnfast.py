@@ -42,38 +42,46 @@ def _nb_bitlen(m):
     return math.frexp(m)[1]
 
 
+def _nb_absmax(V, i):
+    """max|V[i]| of integers (held in any dtype, |V| < 2**53) as int64: integer compares,
+    which the compiler vectorizes."""
+    m = np.int64(0)
+    for k in range(V.shape[1]):
+        a = np.int64(V[i, k])
+        a = a if a >= 0 else -a
+        m = a if a > m else m
+    return m
+
+
 def _nb_rq8(V, am, e, out, e_out):
-    """_rq8 on V (n, L) given am = max|V| per micro-batch (numpy's SIMD max and min, exact):
-    s = max(0, bitlen(am) - 7), out = clamp(floor(V * 2**-s + 1/2), -127, 127) (the
-    requantize by arithmetic), e_out = e + s."""
+    """_rq8 on V (n, L) (integers, |V| < 2**53) given am = max|V| per micro-batch (taken here
+    where am[i] < 0): s = max(0, bitlen(am) - 7), out = clamp(floor(V * 2**-s + 1/2), -127,
+    127) (the requantize by arithmetic), computed as the integer (V + 2**s / 2) >> s (floor
+    division by 2**s: the same integer), e_out = e + s."""
     n, L = V.shape
     for i in range(n):
+        if am[i] < 0.0:
+            am[i] = np.float64(_nb_absmax(V, i))
         s = _nb_bitlen(np.float64(am[i])) - 7
         if s < 0:
             s = 0
-        p = math.ldexp(1.0, -s)
+        half = (np.int64(1) << s) >> 1
         for k in range(L):
-            x = np.float64(V[i, k]) * p
-            x += 0.5
-            x = math.floor(x)
-            x = min(max(x, -127.0), 127.0)
+            x = (np.int64(V[i, k]) + half) >> s
+            x = min(max(x, -127), 127)
             out[i, k] = x
         e_out[i] = e[i] + s
 
 
 def _nb_norm15(V, e, e_out):
-    """norm15 in place on V (n, L) float64: t = max(0, bitlen(max|V|) - 15) per micro-batch;
-    where any t > 0 every micro-batch takes floor(V * 2**-t + 1/2) (as numpy's one pass)."""
+    """norm15 in place on V (n, L) float64 integers: t = max(0, bitlen(max|V|) - 15) per
+    micro-batch; where any t > 0 every micro-batch takes floor(V * 2**-t + 1/2) (as numpy's
+    one pass), here the integer (V + 2**t / 2) >> t (the same value)."""
     n, L = V.shape
     ts = np.empty(n, np.int64)
     anyt = False
     for i in range(n):
-        m = 0.0
-        for k in range(L):
-            a = abs(V[i, k])
-            if a > m:
-                m = a
-        t = _nb_bitlen(m) - WIDE
+        t = _nb_bitlen(np.float64(_nb_absmax(V, i))) - WIDE
         if t < 0:
             t = 0
         ts[i] = t
@@ -82,17 +90,17 @@ def _nb_norm15(V, e, e_out):
             anyt = True
     if anyt:
         for i in range(n):
-            p = math.ldexp(1.0, -ts[i])
+            t = ts[i]
+            h = (np.int64(1) << t) >> 1
             for k in range(L):
-                x = V[i, k] * p
-                x += 0.5
-                V[i, k] = math.floor(x)
+                V[i, k] = np.float64((np.int64(V[i, k]) + h) >> t)
 
 
-def _nb_align(ops, ams, es, S, e_out):
-    """align_add of the k operands ops (a tuple of (n, L) arrays, read as float64, left as
-    they are; ams (k, n) their max|V| per micro-batch) with exponents es (k, n): S (n, L),
-    e_out (n,). The numpy rule's values: each
+def _nb_align(ops, es, S, e_out):
+    """align_add of the k operands ops (a tuple of (n, L) arrays of integers below 2**53, left
+    as they are) with exponents es (k, n): S (n, L), e_out (n,). The numpy rule's values,
+    in integers (a rounding shift floor(w * 2**-k + 1/2) is (w + 2**k / 2) >> k, a shift up
+    by d <= 16 is w << d: every value exact below 2**53 in both): each
     operand's wide form w (norm15: t > 0 only where max|V| >= 2**15, so w is non-zero exactly
     where V is) is taken as its term is, the terms summed in operand order, then norm15."""
     k = len(ops)
@@ -103,7 +111,7 @@ def _nb_align(ops, ams, es, S, e_out):
     anyt = np.zeros(k, np.bool_)
     for o in range(k):
         for i in range(n):
-            m = ams[o, i]
+            m = np.float64(_nb_absmax(ops[o], i))
             t = _nb_bitlen(m) - WIDE
             if t < 0:
                 t = 0
@@ -124,20 +132,18 @@ def _nb_align(ops, ams, es, S, e_out):
         e = max(lo, hi - 16) if live else ew[0, i]
         for o in range(k):
             V = ops[o]
-            pt = math.ldexp(1.0, -ts[o, i])
-            shift = anyt[o]
+            tt = ts[o, i] if anyt[o] else 0  # norm15's shift (0: none)
+            ht = (np.int64(1) << tt) >> 1
             d = ew[o, i] - e
-            up = d >= 0
-            p = math.ldexp(1.0, min(d, 16)) if up else math.ldexp(1.0, -min(-d, 40))
-            for l in range(L):
-                w = np.float64(V[i, l])
-                if shift:
-                    w = math.floor(w * pt + 0.5)
-                if up:
-                    t = w * p
-                else:
-                    t = math.floor(w * p + 0.5)
-                S[i, l] = t if o == 0 else S[i, l] + t
+            up = min(d, 16) if d >= 0 else 0
+            dn = min(-d, 40) if d < 0 else 0
+            hd = (np.int64(1) << dn) >> 1
+            if o == 0:
+                for l in range(L):
+                    S[i, l] = np.float64((((np.int64(V[i, l]) + ht) >> tt << up) + hd) >> dn)
+            else:
+                for l in range(L):
+                    S[i, l] += np.float64((((np.int64(V[i, l]) + ht) >> tt << up) + hd) >> dn)
         e_out[i] = e
     e2 = e_out.copy()
     _nb_norm15(S, e2, e_out)
@@ -274,23 +280,25 @@ def _nb_accum(dW, p, limit, out):
 
 
 def _nb_bias_add(acc, bacc, out, am):
-    """out = acc + bacc per micro-batch (acc (n, R, O) float32 GEMM sums, bacc (n, O); exact
-    integers below 2**31, added in float64 as the numpy rule) and am = max|out| per
-    micro-batch (the requantize's, taken on the same values)."""
+    """out = acc + bacc per micro-batch (acc (n, R, O) the GEMM's integer sums, bacc (n, O)
+    integers below 2**30 in float64: the float64 sum of the numpy rule is exact, so it is
+    the int64 sum) and am = max|out| per micro-batch (the requantize's, of the same values)."""
     n, R, O = acc.shape
+    bi = np.empty(O, np.int64)
     for i in range(n):
-        m = 0.0
+        for o in range(O):
+            bi[o] = np.int64(bacc[i, o])
+        m = np.int64(0)
         for r in range(R):
             for o in range(O):
-                v = np.float64(acc[i, r, o]) + bacc[i, o]
-                out[i, r, o] = v
-                a = abs(v)
-                if a > m:
-                    m = a
-        am[i] = m
+                v = np.int64(acc[i, r, o]) + bi[o]
+                out[i, r, o] = np.float64(v)
+                v = v if v >= 0 else -v
+                m = v if v > m else m
+        am[i] = np.float64(m)
 
 
-_NAMES = ("bitlen", "rq8", "norm15", "align", "isqrt", "sdiv", "rms_fwd", "rms_back", "softmax",
+_NAMES = ("bitlen", "absmax", "rq8", "norm15", "align", "isqrt", "sdiv", "rms_fwd", "rms_back", "softmax",
           "softmax_back", "accum", "bias_add")
 _KERN: list = []
 _LOCK = threading.Lock()
@@ -407,8 +415,7 @@ class AttnOps:
         out = np.empty(V.shape, np.int8)
         e_out = np.empty(V.shape[0], np.int64)
         V2 = V.reshape(V.shape[0], -1)
-        if am is None:
-            am = np.maximum(V2.max(axis=1), -V2.min(axis=1))  # max|V| per micro-batch, exact
+        am = np.full(V.shape[0], -1.0) if am is None else np.array(am, np.float64)  # -1: the loop takes it
         self.k.rq8(V2, am, np.broadcast_to(np.asarray(e, np.int64), (V.shape[0],)), out.reshape(V.shape[0], -1),
                    e_out)
         return out, e_out
@@ -423,8 +430,7 @@ class AttnOps:
         es = np.stack([np.broadcast_to(np.asarray(e, np.int64), (n,)) for _, e in ops])
         S = np.empty(Vs[0].shape, np.float64)
         e_out = np.empty(n, np.int64)
-        ams = np.array([np.maximum(V.max(axis=1), -V.min(axis=1)) for V in Vs], np.float64)  # exact
-        self.k.align(Vs, ams, es, S, e_out)
+        self.k.align(Vs, es, S, e_out)
         return S.reshape(shape), e_out
 
     def rms_forward(self, x):
