@@ -159,8 +159,15 @@ def _nb_isqrt(v):
 
 
 def _nb_sdiv(a, m):
-    """sign(a) * floor((2|a| + m) / (2m)), m > 0."""
-    r = (2 * abs(a) + m) // (2 * m)
+    """sign(a) * floor((2|a| + m) / (2m)), m > 0, for |a| < 2**48 and m < 2**32 (the norm's
+    bounds, docs/ENGINE.md): p = 2|a| + m and d = 2m are exact in float64, the IEEE quotient
+    floored is floor(p / d) or one more (rounding is monotone and floor(p / d) is a double),
+    and r * d > p says which: the integer division's value without a hardware division."""
+    p = 2 * abs(a) + m
+    d = 2 * m
+    r = np.int64(math.floor(np.float64(p) / np.float64(d)))
+    if r * d > p:
+        r -= 1
     return r if a > 0 else (-r if a < 0 else 0 * r)
 
 
