@@ -5,15 +5,18 @@ of a dozen numpy calls on small arrays.
 The block (engine/attention.py) takes its per-row rules from ``eng.attn_ops``: this module's
 :class:`AttnOps` when engine/model.py chose it (the "fast" GEMM route, tables equal to their
 definitions, numba present); ``None`` takes the numpy rules. The route also runs the
-block's GEMMs as the engine's exact float32 BLAS calls without the conversion back to
-float64 (int8 operands, K <= 1024: every value an integer below 2**24) and each weight
-gradient as the engine's literal route (one exact float32 GEMM per micro-batch, then the
-fixed-point sum of ``_accumulate`` as a loop). The affine steps are the engine's own.
+block's 2-D GEMMs (and the output layer's forward) as torch's exact int8 x int8 -> int32
+``_int_mm``, its per-head GEMMs as one torch float32 batched matmul each (int8 operands,
+K <= 1024: every value an integer below 2**24), each weight gradient as the engine's
+literal route (one exact GEMM per micro-batch, then the fixed-point sum of ``_accumulate``
+as a loop), the affine's bias add as one loop, and the output error as engine/kernels.py's
+compiled loss. The requantize writes int8.
 
 Why the values are the same: every rule is either integer arithmetic (int64, every value
-below 2**53 as docs/ENGINE.md bounds it: exact in any order) or the IEEE float64 operations
-the numpy rule writes, in the order it writes them (numba without fastmath: no fused
-multiply-add, no reordering). ``math.frexp`` gives numpy's exponent, ``math.sqrt`` is
+below 2**53 as docs/ENGINE.md bounds it: exact in any order; a numpy rule's rounding shift
+floor(v * 2**-s + 1/2) on integers held in float64 is the integer (v + 2**(s-1)) >> s) or
+the IEEE float64 operations the numpy rule writes, in the order it writes them (numba
+without fastmath: no fused multiply-add, no reordering). ``math.frexp`` gives numpy's exponent, ``math.sqrt`` is
 correctly rounded as ``np.sqrt``. tests/engine/test_attnfast.py holds both routes to the
 same bytes on every intermediate and on the gradient.
 """
