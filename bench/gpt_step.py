@@ -4,8 +4,9 @@ thread, interleaved in one run.
 
     OPENBLAS_NUM_THREADS=1 python bench/gpt_step.py [--data TEXT] [--steps 10]
 
-Prints the median milliseconds a step of each and the ratio torch / engine (above 1: the
-engine is faster), and the engine on its numpy rules (``attn_ops = None``, the reference
+Prints the median milliseconds a step of each, wall-clock and process CPU time (every
+library on one thread: on a loaded machine the CPU time is the steadier measure), and the
+ratio torch / engine (above 1: the engine is faster), and the engine on its numpy rules (``attn_ops = None``, the reference
 route: the same bits as the compiled rules of engine/attnfast.py). The engine step is ``contribute`` of all micro-batches + ``apply``; the
 torch step is forward, backward and Adam on the same samples (all positions, as the engine).
 """
@@ -66,18 +67,21 @@ def main() -> None:
         ref.apply(ref.contribute(range(ref.hp.n_micro)).grad)
 
     engine_step(), torch_step(), default_step(), numpy_step()  # warm-up (and numba's load)
-    te, tt, td, tn = [], [], [], []
+    fns = (engine_step, torch_step, default_step, numpy_step)
+    wall, cpu = [[] for _ in fns], [[] for _ in fns]
     for _ in range(args.steps):
-        for fn, out in ((engine_step, te), (torch_step, tt), (default_step, td), (numpy_step, tn)):
-            t = time.perf_counter()
+        for fn, w, c in zip(fns, wall, cpu):
+            t, tc = time.perf_counter(), time.process_time()
             fn()
-            out.append(time.perf_counter() - t)
+            c.append(time.process_time() - tc)
+            w.append(time.perf_counter() - t)
     assert tr.params_sha256() == ref.params_sha256(), "the compiled and numpy rules disagree"
-    e, f, d, r = (float(np.median(v)) for v in (te, tt, td, tn))
-    print(f"{args.layers} context {T}, {tr.layout.size:,} parameters: engine {e * 1e3:.1f} ms/step, "
-          f"torch float32 (1 thread) {f * 1e3:.1f} ms/step, torch/engine = {f / e:.2f}x; "
-          f"engine on its numpy rules {r * 1e3:.1f} ms/step ({r / e:.1f}x slower); "
-          f"today's char-window default (engine) {d * 1e3:.1f} ms/step, {e / d:.0f}x faster")
+    for what, v in (("wall", wall), ("CPU", cpu)):  # CPU time: what a loaded machine distorts least
+        e, f, d, r = (float(np.median(x)) for x in v)
+        print(f"{what}: {args.layers} context {T}, {tr.layout.size:,} parameters: engine {e * 1e3:.1f} ms/step, "
+              f"torch float32 (1 thread) {f * 1e3:.1f} ms/step, torch/engine = {f / e:.2f}x; "
+              f"engine on its numpy rules {r * 1e3:.1f} ms/step ({r / e:.1f}x slower); "
+              f"today's char-window default (engine) {d * 1e3:.1f} ms/step, {e / d:.0f}x faster")
 
 
 if __name__ == "__main__":

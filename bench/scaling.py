@@ -367,9 +367,13 @@ def main() -> None:
                     help="only a 2-peer default run on the veth, each peer under cProfile (stats in DIR)")
     ap.add_argument("--runs", default="default,compute-bound", help="runs (comma-separated)")
     ap.add_argument("--no-write", action="store_true")
-    ap.add_argument("--task", default=None, choices=("image",),
-                    help="image: the CNN rows instead (1 and 2 peers, --nets, --image-batch)")
-    ap.add_argument("--layers", default=None, help="with --task image: the model (default: the image default CNN)")
+    ap.add_argument("--task", default=None, choices=("image", "text"),
+                    help="image: the CNN rows instead (1 and 2 peers, --nets, --image-batch); text: "
+                         "the same rows for the text transformer (--layers, --context; batch 64, "
+                         "with and without local steps)")
+    ap.add_argument("--layers", default=None, help="with --task image: the model (default: the image default "
+                    "CNN); with --task text: the blocks (default block64h4,block64h4)")
+    ap.add_argument("--context", type=int, default=32, help="with --task text: the context window")
     ap.add_argument("--image-batch", type=_batches, default="64,256", help="with --task image: batches")
     ap.add_argument("--image-steps", type=int, default=60, help="with --task image: steps at batch 64 "
                     "(fewer at larger batches: 64 * this / batch, at least 24)")
@@ -388,7 +392,7 @@ def main() -> None:
         from bench.scaling_ring import main_ring
         main_ring(args)
         return
-    if args.task == "image" and not args.report:
+    if args.task in ("image", "text") and not args.report:
         if os.environ.get("DAISY_SCALING_NS") != "1":
             os.execvp("unshare", ["unshare", "-n", "--", "env", "DAISY_SCALING_NS=1", PY, "-m",
                                   "bench.scaling", *sys.argv[1:]])
@@ -399,12 +403,12 @@ def main() -> None:
     if args.report:
         results = json.loads(Path(args.report).read_text())
         if "layers" in results["meta"]:  # a --task image run
-            from bench.scaling_image import report_image
+            from bench.scaling_image import report_image, section_of
             text = report_image(results)
             print(text)
             if not args.no_write:
                 from bench._report import write_section
-                write_section("scaling-image", text, "sudo .venv/bin/python -m bench.scaling " + " ".join(sys.argv[1:]))
+                write_section(section_of(results["meta"]), text, "sudo .venv/bin/python -m bench.scaling " + " ".join(sys.argv[1:]))
             return
         if args.raw:
             for r in results["mesh"]:

@@ -32,19 +32,35 @@ def image_runs(layers: str | None, batches: str, steps64: int) -> dict[str, list
     return runs
 
 
+def text_runs(layers: str | None, context: int, steps: int) -> dict[str, list[str]]:
+    """``--task text``: the transformer at batch 64 (4 micro-batches of 16), and the same with
+    local steps (2 replicas, an outer step every 4 inner steps)."""
+    base = ["--task", "text", "--context", str(context), "--layers", layers or "block64h4,block64h4",
+            "--batch", "64", "--steps", str(steps)]
+    return {"batch 64": base, "batch 64, local steps (2 replicas, sync every 4)":
+            base + ["--replicas", "2", "--sync-every", "4"]}
+
+
+def section_of(meta: dict) -> str:
+    return "scaling-gpt" if meta.get("task") == "text" else "scaling-image"
+
+
 def main_image(args) -> None:
     from bench.scaling import _params, _settings
 
     nets = (args.nets or "delay").split(",")
-    runs = image_runs(args.layers, args.image_batch, args.image_steps)
+    text = args.task == "text"
+    runs = (text_runs(args.layers, args.context, args.image_steps) if text
+            else image_runs(args.layers, args.image_batch, args.image_steps))
     tmp = Path(tempfile.mkdtemp(prefix="dc-scaling-image-"))
     first = next(iter(runs.values()))
     spec = _settings(first).spec
     variants = ([("SCALING_SWITCH_S", str(args.switch_s))] if args.switch_s else []) + \
         ([("SCALING_SCTP_BURST", str(args.sctp_burst))] if args.sctp_burst else []) + \
         [("AGGREGATE", a) for a in (args.aggregate or "").split(",") if a and a != "star"]
-    results = {"meta": {"cpus": os.cpu_count(), "load_start": os.getloadavg(),
-                        "layers": args.layers or "(image default)",
+    results = {"meta": {"cpus": os.cpu_count(), "load_start": os.getloadavg(), "task": args.task,
+                        "layers": (args.layers or ("block64h4,block64h4" if text else "(image default)"))
+                        + (f" --context {args.context}" if text else ""),
                         "model": " ".join(l.type for l in spec.layers if l.type != "relu"),
                         "params": _params(first),
                         "n_micro": {r: _settings(a).hp.n_micro for r, a in runs.items()},
@@ -91,11 +107,11 @@ def main_image(args) -> None:
             shutil.rmtree(tmp, ignore_errors=True)
     if args.out:
         Path(args.out).write_text(json.dumps(results, indent=1))
-    text = report_image(results)
-    print(text)
+    report = report_image(results)
+    print(report)
     if not args.no_write:
         from bench._report import write_section
-        write_section("scaling-image", text, "sudo .venv/bin/python -m bench.scaling " + " ".join(sys.argv[1:]))
+        write_section(section_of(results["meta"]), report, "sudo .venv/bin/python -m bench.scaling " + " ".join(sys.argv[1:]))
 
 
 def _label(r: dict) -> str | None:
@@ -136,7 +152,7 @@ def report_image(results: dict) -> str:
                     f"{split} | {r['bytes_per_step']:,.0f} | {r['load']:.1f} | {'yes' if same else 'NO'} |")
     summary = ["| run | network | 2 peers | 2 peers vs 1, each round | median | goal (issue 19) |",
                "|---|---|---|---|---|---|"]
-    goal = {64: 1.3, 256: 1.6}
+    goal = {} if meta.get("task") == "text" else {64: 1.3, 256: 1.6}  # issue 19: the CNN
     for (run, net, sw), rs in ratios.items():
         g = goal.get(meta["batch"][run])
         med = statistics.median(rs)
@@ -161,7 +177,7 @@ def report_image(results: dict) -> str:
                     f"{x['bytes']:,} B message {x['bytes'] / x['rate_Bps'] * 1e3:.1f} ms "
                     f"({x['rate_Bps'] / 1e6:.1f} MB/s)" for net, x in results.get("raw", {}).items())
     return "\n".join([
-        f"Model: `--task image` {meta['layers']} ({meta['model']}; {meta['params']:,} parameters), "
+        f"Model: `--task {meta.get('task') or 'image'}` {meta['layers']} ({meta['model']}; {meta['params']:,} parameters), "
         f"micro-batches per step: " + ", ".join(f"{k}: {v}" for k, v in meta["n_micro"].items()) + ". "
         f"Machine: {meta['cpus']} cores shared with other work; 1-minute load average "
         f"{meta['load_start'][0]:.1f} at the start and {meta.get('load_end', [float('nan')])[0]:.1f} at the end.",

@@ -19,7 +19,7 @@ import numpy as np
 
 from daisychain.engine import norm as N
 from daisychain.engine.detmath import pow2, quant_exponent, quantize
-from daisychain.engine.layer_base import Layer, LayerKind, SpecError, _affine
+from daisychain.engine.layer_base import Layer, LayerKind, SpecError, _affine_am
 
 MAX_HEADS = 64
 MIN_WIDTH, MAX_WIDTH = 8, 1024
@@ -35,13 +35,14 @@ def _int(obj, key):
     return int(obj[key])
 
 
-def _rq8(eng, V, e):
+def _rq8(eng, V, e, am=None):
     """requantize to int8 with s = max(0, bitlen(max|V|) - 7) per micro-batch: (int8, e + s).
     (For |V| >= 2**31 an int32 engine first floors by 2**t1, t1 = max(0, s - 23): the same
-    result; numpy's float routing is exact for any |V| < 2**53.)"""
+    result; numpy's float routing is exact for any |V| < 2**53.) ``am``: max|V| per
+    micro-batch where the compiled route already took it."""
     ops = getattr(eng, "attn_ops", None)
     if ops is not None:
-        return ops.rq8(eng, V, e)
+        return ops.rq8(eng, V, e, am)
     s = np.maximum(N.bitlen(N.absmax(V)) - 7, 0)
     return eng._requantize(np.asarray(V, np.float64), s), np.asarray(e, np.int64) + s
 
@@ -238,8 +239,8 @@ class Block(LayerKind):
         A1, en1, nc1 = rmsnorm(eng, X, ex, f"{name}.norm1", st)
         qkv = []
         for j, t in enumerate("qkv"):
-            acc, sexp, Wq, ew = _affine(eng, li, A1, en1, P[2 * j], P[2 * j + 1], st, name=f"{name}.{t}")
-            q8, e8 = _rq8(eng, acc, sexp)
+            acc, sexp, Wq, ew, am = _affine_am(eng, li, A1, en1, P[2 * j], P[2 * j + 1], st, name=f"{name}.{t}")
+            q8, e8 = _rq8(eng, acc, sexp, am)
             st.tr((f"{name}.{t}.out_q", q8))
             qkv.append((q8, e8, Wq, ew))
         (Q, eq, _, _), (K, ek, _, _), (V, ev, _, _) = qkv
@@ -251,15 +252,15 @@ class Block(LayerKind):
         O = _mm(eng, Pm.reshape(n * b * H, T, T), Vh)  # (n*b*H, T, dh), exponent ev - 7
         Oa, eo = _rq8(eng, _rows(O, n, b, T, H, dh), ev - 7)
         st.tr((f"{name}.attn.out_q", Oa))
-        Ao, eao, Wo, ewo = _affine(eng, li, Oa, eo, P[6], P[7], st, name=f"{name}.o")
+        Ao, eao, Wo, ewo, _ = _affine_am(eng, li, Oa, eo, P[6], P[7], st, name=f"{name}.o")
         X1, ex1 = _align(eng, [(X, ex), (Ao, eao)])
         st.tr((f"{name}.resid1", X1))
         A2, en2, nc2 = rmsnorm(eng, X1, ex1, f"{name}.norm2", st)
-        F1, ef1, W1, ew1 = _affine(eng, li, A2, en2, P[8], P[9], st, name=f"{name}.fc1")
-        H1, eh = _rq8(eng, F1, ef1)
+        F1, ef1, W1, ew1, am = _affine_am(eng, li, A2, en2, P[8], P[9], st, name=f"{name}.fc1")
+        H1, eh = _rq8(eng, F1, ef1, am)
         H1 = eng._relu(H1) if getattr(eng, "attn_ops", None) is None else np.maximum(H1, 0, out=H1)
         st.tr((f"{name}.fc1.out_q", H1))
-        F2, ef2, W2, ew2 = _affine(eng, li, H1, eh, P[10], P[11], st, name=f"{name}.fc2")
+        F2, ef2, W2, ew2, _ = _affine_am(eng, li, H1, eh, P[10], P[11], st, name=f"{name}.fc2")
         st.a, st.ex = _align(eng, [(X1, ex1), (F2, ef2)])
         st.tr((f"{name}.out", st.a))
         st.tr((f"{name}.out_exponent", st.ex))

@@ -5,15 +5,18 @@ of a dozen numpy calls on small arrays.
 The block (engine/attention.py) takes its per-row rules from ``eng.attn_ops``: this module's
 :class:`AttnOps` when engine/model.py chose it (the "fast" GEMM route, tables equal to their
 definitions, numba present); ``None`` takes the numpy rules. The route also runs the
-block's GEMMs as the engine's exact float32 BLAS calls without the conversion back to
-float64 (int8 operands, K <= 1024: every value an integer below 2**24) and each weight
-gradient as the engine's literal route (one exact float32 GEMM per micro-batch, then the
-fixed-point sum of ``_accumulate`` as a loop). The affine steps are the engine's own.
+block's 2-D GEMMs (and the output layer's forward) as torch's exact int8 x int8 -> int32
+``_int_mm``, its per-head GEMMs as one torch float32 batched matmul each (int8 operands,
+K <= 1024: every value an integer below 2**24), each weight gradient as the engine's
+literal route (one exact GEMM per micro-batch, then the fixed-point sum of ``_accumulate``
+as a loop), the affine's bias add as one loop, and the output error as engine/kernels.py's
+compiled loss. The requantize writes int8.
 
 Why the values are the same: every rule is either integer arithmetic (int64, every value
-below 2**53 as docs/ENGINE.md bounds it: exact in any order) or the IEEE float64 operations
-the numpy rule writes, in the order it writes them (numba without fastmath: no fused
-multiply-add, no reordering). ``math.frexp`` gives numpy's exponent, ``math.sqrt`` is
+below 2**53 as docs/ENGINE.md bounds it: exact in any order; a numpy rule's rounding shift
+floor(v * 2**-s + 1/2) on integers held in float64 is the integer (v + 2**(s-1)) >> s) or
+the IEEE float64 operations the numpy rule writes, in the order it writes them (numba
+without fastmath: no fused multiply-add, no reordering). ``math.frexp`` gives numpy's exponent, ``math.sqrt`` is
 correctly rounded as ``np.sqrt``. tests/engine/test_attnfast.py holds both routes to the
 same bytes on every intermediate and on the gradient.
 """
@@ -28,6 +31,7 @@ import numpy as np
 
 from daisychain.compiled import numba_jit
 from daisychain.engine import norm as N
+from daisychain.engine.detmath import pow2, quant_exponent, quantize
 from daisychain.units.gemm import MAX_K_FLOAT32
 
 WIDE, F = N.WIDE_BITS, N.NORM_F
@@ -41,38 +45,46 @@ def _nb_bitlen(m):
     return math.frexp(m)[1]
 
 
+def _nb_absmax(V, i):
+    """max|V[i]| of integers (held in any dtype, |V| < 2**53) as int64: integer compares,
+    which the compiler vectorizes."""
+    m = np.int64(0)
+    for k in range(V.shape[1]):
+        a = np.int64(V[i, k])
+        a = a if a >= 0 else -a
+        m = a if a > m else m
+    return m
+
+
 def _nb_rq8(V, am, e, out, e_out):
-    """_rq8 on V (n, L) given am = max|V| per micro-batch (numpy's SIMD max and min, exact):
-    s = max(0, bitlen(am) - 7), out = clamp(floor(V * 2**-s + 1/2), -127, 127) (the
-    requantize by arithmetic), e_out = e + s."""
+    """_rq8 on V (n, L) (integers, |V| < 2**53) given am = max|V| per micro-batch (taken here
+    where am[i] < 0): s = max(0, bitlen(am) - 7), out = clamp(floor(V * 2**-s + 1/2), -127,
+    127) (the requantize by arithmetic), computed as the integer (V + 2**s / 2) >> s (floor
+    division by 2**s: the same integer), e_out = e + s."""
     n, L = V.shape
     for i in range(n):
+        if am[i] < 0.0:
+            am[i] = np.float64(_nb_absmax(V, i))
         s = _nb_bitlen(np.float64(am[i])) - 7
         if s < 0:
             s = 0
-        p = math.ldexp(1.0, -s)
+        half = (np.int64(1) << s) >> 1
         for k in range(L):
-            x = np.float64(V[i, k]) * p
-            x += 0.5
-            x = math.floor(x)
-            x = min(max(x, -127.0), 127.0)
+            x = (np.int64(V[i, k]) + half) >> s
+            x = min(max(x, -127), 127)
             out[i, k] = x
         e_out[i] = e[i] + s
 
 
 def _nb_norm15(V, e, e_out):
-    """norm15 in place on V (n, L) float64: t = max(0, bitlen(max|V|) - 15) per micro-batch;
-    where any t > 0 every micro-batch takes floor(V * 2**-t + 1/2) (as numpy's one pass)."""
+    """norm15 in place on V (n, L) float64 integers: t = max(0, bitlen(max|V|) - 15) per
+    micro-batch; where any t > 0 every micro-batch takes floor(V * 2**-t + 1/2) (as numpy's
+    one pass), here the integer (V + 2**t / 2) >> t (the same value)."""
     n, L = V.shape
     ts = np.empty(n, np.int64)
     anyt = False
     for i in range(n):
-        m = 0.0
-        for k in range(L):
-            a = abs(V[i, k])
-            if a > m:
-                m = a
-        t = _nb_bitlen(m) - WIDE
+        t = _nb_bitlen(np.float64(_nb_absmax(V, i))) - WIDE
         if t < 0:
             t = 0
         ts[i] = t
@@ -81,17 +93,17 @@ def _nb_norm15(V, e, e_out):
             anyt = True
     if anyt:
         for i in range(n):
-            p = math.ldexp(1.0, -ts[i])
+            t = ts[i]
+            h = (np.int64(1) << t) >> 1
             for k in range(L):
-                x = V[i, k] * p
-                x += 0.5
-                V[i, k] = math.floor(x)
+                V[i, k] = np.float64((np.int64(V[i, k]) + h) >> t)
 
 
-def _nb_align(ops, ams, es, S, e_out):
-    """align_add of the k operands ops (a tuple of (n, L) arrays, read as float64, left as
-    they are; ams (k, n) their max|V| per micro-batch) with exponents es (k, n): S (n, L),
-    e_out (n,). The numpy rule's values: each
+def _nb_align(ops, es, S, e_out):
+    """align_add of the k operands ops (a tuple of (n, L) arrays of integers below 2**53, left
+    as they are) with exponents es (k, n): S (n, L), e_out (n,). The numpy rule's values,
+    in integers (a rounding shift floor(w * 2**-k + 1/2) is (w + 2**k / 2) >> k, a shift up
+    by d <= 16 is w << d: every value exact below 2**53 in both): each
     operand's wide form w (norm15: t > 0 only where max|V| >= 2**15, so w is non-zero exactly
     where V is) is taken as its term is, the terms summed in operand order, then norm15."""
     k = len(ops)
@@ -102,7 +114,7 @@ def _nb_align(ops, ams, es, S, e_out):
     anyt = np.zeros(k, np.bool_)
     for o in range(k):
         for i in range(n):
-            m = ams[o, i]
+            m = np.float64(_nb_absmax(ops[o], i))
             t = _nb_bitlen(m) - WIDE
             if t < 0:
                 t = 0
@@ -123,20 +135,18 @@ def _nb_align(ops, ams, es, S, e_out):
         e = max(lo, hi - 16) if live else ew[0, i]
         for o in range(k):
             V = ops[o]
-            pt = math.ldexp(1.0, -ts[o, i])
-            shift = anyt[o]
+            tt = ts[o, i] if anyt[o] else 0  # norm15's shift (0: none)
+            ht = (np.int64(1) << tt) >> 1
             d = ew[o, i] - e
-            up = d >= 0
-            p = math.ldexp(1.0, min(d, 16)) if up else math.ldexp(1.0, -min(-d, 40))
-            for l in range(L):
-                w = np.float64(V[i, l])
-                if shift:
-                    w = math.floor(w * pt + 0.5)
-                if up:
-                    t = w * p
-                else:
-                    t = math.floor(w * p + 0.5)
-                S[i, l] = t if o == 0 else S[i, l] + t
+            up = min(d, 16) if d >= 0 else 0
+            dn = min(-d, 40) if d < 0 else 0
+            hd = (np.int64(1) << dn) >> 1
+            if o == 0:
+                for l in range(L):
+                    S[i, l] = np.float64((((np.int64(V[i, l]) + ht) >> tt << up) + hd) >> dn)
+            else:
+                for l in range(L):
+                    S[i, l] += np.float64((((np.int64(V[i, l]) + ht) >> tt << up) + hd) >> dn)
         e_out[i] = e
     e2 = e_out.copy()
     _nb_norm15(S, e2, e_out)
@@ -152,8 +162,15 @@ def _nb_isqrt(v):
 
 
 def _nb_sdiv(a, m):
-    """sign(a) * floor((2|a| + m) / (2m)), m > 0."""
-    r = (2 * abs(a) + m) // (2 * m)
+    """sign(a) * floor((2|a| + m) / (2m)), m > 0, for |a| < 2**48 and m < 2**32 (the norm's
+    bounds, docs/ENGINE.md): p = 2|a| + m and d = 2m are exact in float64, the IEEE quotient
+    floored is floor(p / d) or one more (rounding is monotone and floor(p / d) is a double),
+    and r * d > p says which: the integer division's value without a hardware division."""
+    p = 2 * abs(a) + m
+    d = 2 * m
+    r = np.int64(math.floor(np.float64(p) / np.float64(d)))
+    if r * d > p:
+        r -= 1
     return r if a > 0 else (-r if a < 0 else 0 * r)
 
 
@@ -272,8 +289,27 @@ def _nb_accum(dW, p, limit, out):
         out[m] += acc
 
 
-_NAMES = ("bitlen", "rq8", "norm15", "align", "isqrt", "sdiv", "rms_fwd", "rms_back", "softmax",
-          "softmax_back", "accum")
+def _nb_bias_add(acc, bacc, out, am):
+    """out = acc + bacc per micro-batch (acc (n, R, O) the GEMM's integer sums, bacc (n, O)
+    integers below 2**30 in float64: the float64 sum of the numpy rule is exact, so it is
+    the int64 sum) and am = max|out| per micro-batch (the requantize's, of the same values)."""
+    n, R, O = acc.shape
+    bi = np.empty(O, np.int64)
+    for i in range(n):
+        for o in range(O):
+            bi[o] = np.int64(bacc[i, o])
+        m = np.int64(0)
+        for r in range(R):
+            for o in range(O):
+                v = np.int64(acc[i, r, o]) + bi[o]
+                out[i, r, o] = np.float64(v)
+                v = v if v >= 0 else -v
+                m = v if v > m else m
+        am[i] = np.float64(m)
+
+
+_NAMES = ("bitlen", "absmax", "rq8", "norm15", "align", "isqrt", "sdiv", "rms_fwd", "rms_back", "softmax",
+          "softmax_back", "accum", "bias_add")
 _KERN: list = []
 _LOCK = threading.Lock()
 
@@ -302,6 +338,43 @@ def _f64(a):
     return np.ascontiguousarray(a, np.float64)
 
 
+_TORCH: list = []
+
+
+def _torch():
+    if not _TORCH:
+        import torch
+
+        _TORCH.append(torch)
+    return _TORCH[0]
+
+
+def _mm2(a, b):
+    """a @ b for 2-D integer-valued a (M, K), b (K, N), |values| <= 127, K <= MAX_K_FLOAT32:
+    torch's exact int8 x int8 -> int32 GEMM (``_int_mm``, ~2x its float32 GEMM on these
+    shapes, one thread), int32 out; a dimension below 2 takes the float32 GEMM (exact too:
+    torch 2.13's ``_int_mm`` misreads a one-row operand, see engine/convfast.py)."""
+    t = _torch()
+    if min(a.shape[0], a.shape[1], b.shape[1]) < 2:
+        return t.mm(_t32(a), _t32(b)).numpy()
+    return t._int_mm(t.from_numpy(_i8(a)), t.from_numpy(_i8(b))).numpy()
+
+
+def _i8(a):
+    a = np.asarray(a)
+    return _writable(a if a.dtype == np.int8 else a.astype(np.int8))
+
+
+def _writable(a):
+    return a if a.flags.writeable else a.copy()  # torch.from_numpy warns on a read-only view
+
+
+def _t32(a):
+    """a as a float32 torch tensor (no copy for a float32 array; int8 cast by torch)."""
+    t = _torch().from_numpy(_writable(np.asarray(a)))
+    return t if t.dtype == _torch().float32 else t.float()
+
+
 class AttnOps:
     """The compiled route: the numpy rules' signatures and values."""
 
@@ -309,34 +382,50 @@ class AttnOps:
         self.k = k
 
     def mm(self, eng, a, b):
-        """eng._mm's float32 GEMM (int8 operands, K <= MAX_K_FLOAT32: exact) without its
-        conversion back to float64; a larger K takes eng._mm."""
+        """eng._mm's float32 GEMM (int8 operands, K <= MAX_K_FLOAT32: every partial sum an
+        integer below 2**24, so exact in torch's order as in BLAS's) without its conversion
+        back to float64; a larger K takes eng._mm. torch's one-thread GEMMs are 2-3x numpy's
+        on these small shapes (docs/BENCHMARKS.md)."""
         K = a.shape[-1]
         if K > MAX_K_FLOAT32:
             return eng._mm(a, b)
-        a, b = a.astype(np.float32, copy=False), b.astype(np.float32, copy=False)
         if b.ndim == 2:
-            return (a.reshape(-1, K) @ b).reshape(a.shape[:-1] + b.shape[1:])
-        return np.matmul(a, b)
+            return _mm2(a.reshape(-1, K), b).reshape(a.shape[:-1] + b.shape[1:])
+        return _torch().matmul(_t32(a), _t32(b)).numpy()
+
+    def affine(self, eng, a, ex, W2, bias):
+        """layer_base._affine's values (acc = GEMM + bacc, float64) with this route's GEMM and
+        the bias added in one compiled pass, which also takes max|acc| per micro-batch for
+        the requantize after it: (acc, sexp, Wq, ew, bacc, am)."""
+        ew = int(quant_exponent(np.abs(W2).max()))
+        Wq = quantize(W2, ew)
+        acc32 = self.mm(eng, a, Wq.T)
+        sexp = ex + ew
+        bacc = np.clip(np.floor(bias[None, :] * pow2(-sexp)[:, None] + 0.5), -2.0**30, 2.0**30)  # BIAS_LIMIT
+        acc = np.empty(acc32.shape, np.float64)
+        am = np.empty(acc.shape[0], np.float64)
+        self.k.bias_add(np.ascontiguousarray(acc32), bacc, acc, am)
+        return acc, sexp, Wq, ew, bacc, am
 
     def weight_grad(self, eng, out, pi, G, a_in, e, frac_bits, limit):
         """eng._weight_grad's literal route (the per-micro-batch GEMM, then _accumulate) where
         a micro-batch's rows fit one exact float32 GEMM; else eng._weight_grad."""
         if G.shape[1] > MAX_K_FLOAT32:
             return eng._weight_grad(out, pi, G, a_in, e, frac_bits, limit)
-        dW = np.matmul(G.astype(np.float32, copy=False).transpose(0, 2, 1), a_in.astype(np.float32, copy=False))
+        dW = np.stack([_mm2(G[i].T, a_in[i]) for i in range(G.shape[0])])
         p = np.ldexp(1.0, np.asarray(e, np.int64) + frac_bits).reshape(-1)
         o = eng.layout.offsets[pi]
         self.k.accum(dW.reshape(dW.shape[0], -1), np.broadcast_to(p, (dW.shape[0],)).copy(), float(limit),
                      out[o:o + dW[0].size])
 
-    def rq8(self, eng, V, e):
-        """(int8 values in float32, e + s): float32 feeds the GEMMs without a copy."""
+    def rq8(self, eng, V, e, am=None):
+        """(int8, e + s): int8 feeds the exact int8 GEMMs without a cast. ``am``: max|V| per
+        micro-batch where the caller has it."""
         V = np.ascontiguousarray(V)
-        out = np.empty(V.shape, np.float32)
+        out = np.empty(V.shape, np.int8)
         e_out = np.empty(V.shape[0], np.int64)
         V2 = V.reshape(V.shape[0], -1)
-        am = np.maximum(V2.max(axis=1), -V2.min(axis=1))  # max|V| per micro-batch, exact
+        am = np.full(V.shape[0], -1.0) if am is None else np.array(am, np.float64)  # -1: the loop takes it
         self.k.rq8(V2, am, np.broadcast_to(np.asarray(e, np.int64), (V.shape[0],)), out.reshape(V.shape[0], -1),
                    e_out)
         return out, e_out
@@ -351,8 +440,7 @@ class AttnOps:
         es = np.stack([np.broadcast_to(np.asarray(e, np.int64), (n,)) for _, e in ops])
         S = np.empty(Vs[0].shape, np.float64)
         e_out = np.empty(n, np.int64)
-        ams = np.array([np.maximum(V.max(axis=1), -V.min(axis=1)) for V in Vs], np.float64)  # exact
-        self.k.align(Vs, ams, es, S, e_out)
+        self.k.align(Vs, es, S, e_out)
         return S.reshape(shape), e_out
 
     def rms_forward(self, x):
@@ -381,6 +469,31 @@ class AttnOps:
         P = np.empty(Sc.shape, np.float32)
         self.k.softmax(Sc, np.broadcast_to(mult, (Sc.shape[0],)).copy(), eng.exp_t, P)
         return P
+
+    def output_error(self, z, y):
+        """Engine._output_error then the error's quantization per micro-batch for a
+        cross-entropy model, by engine/kernels.py's compiled loss (the dense and image paths'
+        one: the same float64 operations in the same order): (G float64, eg, loss, correct),
+        or None where a kernel's precondition fails (the numpy rules then run)."""
+        from daisychain.engine import kernels as shared
+
+        base = shared.compiled()
+        if base is None:
+            return None
+        n, b, C = z.shape
+        z2 = np.ascontiguousarray(z, np.float64).reshape(n * b, C)
+        yv = np.ascontiguousarray(np.asarray(y).reshape(-1), dtype=np.int64)
+        dz = np.empty((n, b * C))
+        py = np.empty((n, b))
+        correct = np.empty(n, np.int64)
+        if not base.output_error(z2, yv, b, dz.reshape(n * b, C), py.reshape(-1), correct):
+            return None
+        eg = np.empty(n, np.int64)
+        G32 = np.empty((n, b * C), np.float32)
+        if not base.quant_rows(dz, G32, eg):
+            return None
+        loss = -np.log(np.maximum(py, 1e-300)).mean(axis=1)  # display only, as _output_error
+        return G32.astype(np.float64).reshape(n, b, C), eg, loss, correct
 
     def softmax_back(self, P, dP):
         P, dP = np.ascontiguousarray(P), np.ascontiguousarray(dP)

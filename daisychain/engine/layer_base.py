@@ -191,17 +191,27 @@ def _affine(eng, li: int, a: np.ndarray, ex: np.ndarray, W2: np.ndarray, bias: n
     """The linear layer's forward on rows a (n, rows, K): returns (acc, sexp, Wq, ew) with
     acc = unitGEMM(a, Wq^T) + bacc (n, rows, out) and the trace entries written (under
     ``name``, default ``layers.<li>``: a block's sub-layers have their own)."""
+    return _affine_am(eng, li, a, ex, W2, bias, st, name)[:4]
+
+
+def _affine_am(eng, li, a, ex, W2, bias, st, name=None):
+    """_affine, and max|acc| per micro-batch where the engine's compiled sequence route
+    (engine/attnfast.py, the same values) took it on the way; else None."""
     name = name or f"layers.{li}"
-    ew = int(quant_exponent(np.abs(W2).max()))
-    Wq = quantize(W2, ew)
-    acc = eng._mm(a, Wq.T)
-    sexp = ex + ew
-    bacc = np.clip(np.floor(bias[None, :] * pow2(-sexp)[:, None] + 0.5), -BIAS_LIMIT, BIAS_LIMIT)
-    acc = acc + bacc[:, None, :]
+    fast = getattr(eng, "attn_ops", None)
+    if fast is not None:
+        acc, sexp, Wq, ew, bacc, am = fast.affine(eng, a, ex, W2, bias)
+    else:
+        ew = int(quant_exponent(np.abs(W2).max()))
+        Wq = quantize(W2, ew)
+        acc = eng._mm(a, Wq.T)
+        sexp = ex + ew
+        bacc = np.clip(np.floor(bias[None, :] * pow2(-sexp)[:, None] + 0.5), -BIAS_LIMIT, BIAS_LIMIT)
+        acc, am = acc + bacc[:, None, :], None
     st.tr((f"{name}.weight_exponent", ew))
     st.tr((f"{name}.bias_acc", bacc))
     st.tr((f"{name}.acc", acc))
-    return acc, sexp, Wq, ew
+    return acc, sexp, Wq, ew, am
 
 
 def _requantize_out(eng, li: int, acc: np.ndarray, sexp: np.ndarray, st: Flow) -> np.ndarray:

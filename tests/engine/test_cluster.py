@@ -237,3 +237,14 @@ def test_torchrun_two_ranks_with_local_steps_match_train(tmp_path):
     out = _run([str(BIN / "torchrun"), "--standalone", "--nproc-per-node", "2", "-m", "daisychain.cluster",
                 "--quiet", "--steps", "4", *local])
     assert _hash(out) == ref
+
+
+def test_torchrun_two_ranks_train_a_transformer_on_train_hash():
+    """A text transformer (issue 37, `--layers block16h2,block16h2`): two ranks split each step
+    and end on `daisychain train`'s hash; rank 0 counts the exp unit with the others."""
+    gpt = ["--task", "text", "--layers", "block16h2,block16h2", "--steps", "3", "--seed", "5"]
+    ref = _train_hash(gpt)
+    out = _run([str(BIN / "torchrun"), "--standalone", "--nproc-per-node", "2", "-m", "daisychain.cluster",
+                "--quiet", *gpt])
+    assert _hash(out) == ref
+    assert re.search(r"exp [0-9,]+ .*2 ranks", out), out[-2000:]

@@ -30,7 +30,19 @@ def _specs() -> dict[str, ModelSpec]:
             "wide": mlp(1024, [4096, 4096, 2048], 1000),
             # conv layers (the page used to count only linears: a CNN's convolutions were missing)
             "mnist-cnn": cnn((1, 28, 28), DEFAULT_CNN, 10),
-            "rgb-cnn": cnn((3, 32, 32), ("conv8k5", "pool", "conv16", "pool", 32), 10)}
+            "rgb-cnn": cnn((3, 32, 32), ("conv8k5", "pool", "conv16", "pool", 32), 10),
+            # transformers (issue 37): the blocks' multiply/requantize/ReLU and the exp unit
+            "gpt-2blocks": _gpt(45, 64, 4, 32, 256, 2), "gpt-tiny": _gpt(96, 16, 2, 8, 64, 1)}
+
+
+def _gpt(vocab: int, dim: int, heads: int, context: int, mlp_units: int, blocks: int) -> ModelSpec:
+    """The text transformer's spec (engine/data.py model_for with --layers blockWhH)."""
+    block = {"type": "block", "dim": dim, "heads": heads, "context": context, "mlp": mlp_units}
+    return ModelSpec.from_json({
+        "input": {"kind": "tokens", "dim": context}, "classes": vocab,
+        "layers": [{"type": "embedding", "vocab": vocab, "dim": dim},
+                   {"type": "posembed", "context": context, "dim": dim}] + [block] * blocks
+        + [{"type": "rmsnorm", "dim": dim, "context": context}, {"type": "linear", "in": dim, "out": vocab}]})
 
 
 def cases() -> list[dict]:
