@@ -19,13 +19,13 @@
 // each call (the replica's state stays on the page, where the run protocol reads it), so what
 // the worker computes is exactly what the page's own Trainer would: same code, same bits.
 
-import { CpuUnits } from "../engine/cpu_units.js";
-import { openWasm } from "../engine/paths.js";
-import { makeHyper, ModelSpec } from "../engine/spec.js";
-import { Trainer } from "../engine/trainer.js";
-import { GpuUnits } from "../gpu.js";
+import { CpuUnits } from "../../engine/cpu_units.js";
+import { openWasm } from "../../engine/paths.js";
+import { makeHyper, ModelSpec } from "../../engine/spec.js";
+import { Trainer } from "../../engine/trainer.js";
+import { GpuUnits } from "../../units/gpu.js";
 import { confusionOf, predictRows } from "./predictions.js";
-import { microBatchRate } from "../engine/conformance.js";
+import { microBatchRate } from "../../engine/conformance.js";
 
 const trainers = new Map(); // key -> Trainer (the newest few)
 const KEEP = 3;

@@ -4,13 +4,13 @@
 // the one store (store.js state).
 
 import * as F from "../ui_format.js";
-import { makeHyper, ModelSpec } from "../engine/spec.js";
-import { createTrainer } from "../worker/trainer_proxy.js";
-import { exportCheckpoint, importCheckpoint } from "../checkpoint.js";
+import { makeHyper, ModelSpec } from "../../engine/spec.js";
+import { createTrainer } from "../../shell/worker/trainer_proxy.js";
+import { exportCheckpoint, importCheckpoint } from "../../engine/checkpoint.js";
 import { $, ctx, nameOf, now, state, words } from "./store.js";
 import { event, showError } from "./events.js";
 import { fillSettings, loadDatasets, readSettings, validate } from "./settings.js";
-import { bus } from "../bus.js";
+import { bus } from "../../shell/bus.js";
 
 export function identityOfRun() {
   return ctx.mesh?.peer?.identity || ctx.mesh?.peer?.run?.identity || null;

@@ -15,7 +15,7 @@
 //
 // A path that fails any vector, or whose GPU errors, is disabled and the reason shown.
 
-import { loadLuts } from "/webui/luts.js";
+import { loadLuts } from "/webui/units/luts.js";
 import { CpuUnits } from "/webui/engine/cpu_units.js";
 import { openPaths } from "/webui/engine/paths.js";
 import { loadDataset } from "/webui/engine/data.js";
@@ -23,8 +23,8 @@ import { gemmRate, microBatchRate, runGolden } from "/webui/engine/conformance.j
 import { makeHyper, modelFor, parseLayers, RECIPE_FIELDS, recipeSettings } from "/webui/engine/spec.js";
 import { TASK_DEFAULTS } from "/webui/engine/task_defaults.js";
 import { runId, runIdentity, Trainer } from "/webui/engine/trainer.js";
-import { choosePath } from "/webui/gpu.js";
-import { GpuError } from "/webui/gpu_error.js";
+import { choosePath } from "/webui/units/gpu.js";
+import { GpuError } from "/webui/units/gpu_error.js";
 
 const $ = (id) => document.getElementById(id);
 

@@ -30,11 +30,11 @@
 
 import { GpuError } from "./gpu_error.js";
 import { PlanLimit, ResidentPlan, unsupported } from "./gpu_plan.js";
-import { Engine, initParams } from "./engine/model.js";
-import { CpuUnits } from "./engine/cpu_units.js";
-import { u32, uniform } from "./engine/prng.js";
-import { charMlp, imageCnn, mlp } from "./engine/spec.js";
-import { exactTablesFailure } from "./wasm/wasm_units.js";
+import { Engine, initParams } from "../engine/model.js";
+import { CpuUnits } from "../engine/cpu_units.js";
+import { u32, uniform } from "../engine/prng.js";
+import { charMlp, imageCnn, mlp } from "../engine/spec.js";
+import { exactTablesFailure } from "../wasm/wasm_units.js";
 
 const RES_KERNELS = ["res_absmax", "res_shift", "res_requantize", "res_bias", "res_permute", "res_colsum"];
 const MAX_PLANS = 6;

@@ -8,8 +8,8 @@
 // chunk index u32, chunk count u32, payload length u32), then at most 65500 payload bytes.
 // A message's payloads, concatenated: u32 meta length | meta JSON (UTF-8) | body.
 
-import { HYPER_FLOATS } from "./engine/spec.js";
-import { canonicalJson } from "./engine/trainer.js";
+import { HYPER_FLOATS } from "../engine/spec.js";
+import { canonicalJson } from "../engine/trainer.js";
 
 export const MAGIC0 = 0x44; // "D"
 export const MAGIC1 = 0x43; // "C"

@@ -20,10 +20,10 @@
 // store (store.js state). app.js calls mountModelData() once.
 
 import * as F from "../ui_format.js";
-import { modelFor, parseLayers } from "../engine/spec.js";
-import { postUpload } from "../uploads.js";
-import { checkSetting } from "../settings_check.js";
-import { SETTINGS } from "../settings_table.js";
+import { modelFor, parseLayers } from "../../engine/spec.js";
+import { postUpload } from "../../shell/uploads.js";
+import { checkSetting } from "../../engine/settings_check.js";
+import { SETTINGS } from "../../engine/settings_table.js";
 import { $, state } from "./store.js";
 import { event } from "./events.js";
 import { chosenDataset, renderDatasets, validate } from "./settings.js";

@@ -2,12 +2,12 @@
 // why) and the training data fetched from the server, checked against its fingerprint.
 // mesh.js re-exports both (app.js imports them from there).
 
-import { loadLuts, sha256Hex } from "./luts.js";
-import { floatFailures, goldenFailure, microBatchRate } from "./engine/conformance.js";
-import { parseDataset } from "./engine/data.js";
+import { loadLuts, sha256Hex } from "../units/luts.js";
+import { floatFailures, goldenFailure, microBatchRate } from "../engine/conformance.js";
+import { parseDataset } from "../engine/data.js";
 import { withCredential } from "./uploads.js";
-import { openPaths } from "./engine/paths.js";
-import { choosePath } from "./gpu.js";
+import { openPaths } from "../engine/paths.js";
+import { choosePath } from "../units/gpu.js";
 import { poolRate, poolSetting, workersAvailable } from "./worker/trainer_proxy.js";
 
 // -- self-test -----------------------------------------------------------------------------

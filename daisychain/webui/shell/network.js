@@ -18,8 +18,8 @@
 // channel in `ondatachannel` (docs/MESH.md, "Connections"). A connection that fails is closed
 // and made again while both are members.
 
-import * as P from "./protocol.js";
-import { LinkMatrix, linkState, linksPayload, cleanRtt, LINKS_TYPE } from "./links.js";
+import * as P from "../wire/protocol.js";
+import { LinkMatrix, linkState, linksPayload, cleanRtt, LINKS_TYPE } from "../wire/links.js";
 import { setCredential } from "./uploads.js";
 
 export const CHANNEL_LABEL = "daisychain";

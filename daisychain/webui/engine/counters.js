@@ -11,7 +11,7 @@
 // maxpool2d included. Counts are Numbers: exact below 2^53 (a run would need ~10^15 unit
 // invocations to pass it), the nearest double above.
 
-import { layerUnitCounts, ModelSpec } from "./engine/spec.js";
+import { layerUnitCounts, ModelSpec } from "./spec.js";
 
 /** Unit invocations for one micro-batch of `microBatch` samples (forward + backward). */
 export function unitCountsPerMicroBatch(spec, microBatch) {

@@ -11,14 +11,14 @@
 // daisychain/peer/run/); Mesh is its shell: data channels, timers, compute. The self-test
 // and the dataset fetch are device.js.
 
-import { unitCounts } from "./counters.js";
+import { unitCounts } from "../engine/counters.js";
 import { fetchDataset } from "./device.js";
-import { sha256Hex } from "./luts.js";
-import { parseDataset } from "./engine/data.js";
-import { makeHyper, ModelSpec } from "./engine/spec.js";
-import { paramsSha256 } from "./engine/trainer.js";
-import * as W from "./frames.js";
-import { identityDifferences, RunPeer } from "./run/index.js";
+import { sha256Hex } from "../units/luts.js";
+import { parseDataset } from "../engine/data.js";
+import { makeHyper, ModelSpec } from "../engine/spec.js";
+import { paramsSha256 } from "../engine/trainer.js";
+import * as W from "../wire/frames.js";
+import { identityDifferences, RunPeer } from "../run/index.js";
 import { createTrainer } from "./worker/trainer_proxy.js";
 import { measureRun } from "./run_speed.js";
 import { peersView } from "./room_view.js";

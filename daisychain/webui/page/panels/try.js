@@ -9,7 +9,7 @@
 //   const panel = new TryPanel(document.getElementById("try-panel"));
 //   panel.use(trainer, "the run's model at step 120");   // a WorkerTrainer (has probs())
 
-import { imageShape } from "../engine/spec.js";
+import { imageShape } from "../../engine/spec.js";
 import { className } from "./gallery.js";
 import { drawInput, fromDrawing, fromPicture } from "./try_image.js";
 

@@ -14,9 +14,9 @@
 // gradient of the micro-batches, the accuracy, a prediction) is sent with a copy of the
 // parameters to the worker, which runs the same Trainer code on its own units.
 
-import { LocalTrainer } from "../engine/local.js";
-import { isLocal } from "../engine/spec.js";
-import { Trainer } from "../engine/trainer.js";
+import { LocalTrainer } from "../../engine/local.js";
+import { isLocal } from "../../engine/spec.js";
+import { Trainer } from "../../engine/trainer.js";
 
 /** The most compute workers a tab starts (each holds a copy of the training set). */
 export const MAX_WORKERS = 8;

@@ -7,7 +7,7 @@
 // and state.galleryShown (the steps whose predictions the grid has shown, for tests).
 
 import * as F from "../ui_format.js";
-import { confusionOf, predictRows } from "../worker/predictions.js";
+import { confusionOf, predictRows } from "../../shell/worker/predictions.js";
 import { $, ctx, state } from "./store.js";
 
 /** Test images the gallery shows. */

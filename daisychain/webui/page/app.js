@@ -6,11 +6,11 @@
 //
 // window.__daisy exposes the page's state for tests and curious users (read-only use).
 
-import { Mesh, selfTestDevice } from "./mesh.js";
-import { Network } from "./network.js";
+import { Mesh, selfTestDevice } from "../shell/mesh.js";
+import { Network } from "../shell/network.js";
 import { TryPanel } from "./panels/try.js";
-import { bus } from "./bus.js";
-import { normalizeRoom, roomFromLocation } from "./protocol.js";
+import { bus } from "../shell/bus.js";
+import { normalizeRoom, roomFromLocation } from "../wire/protocol.js";
 import { $, ctx, defaultName, kindName, learnName, nameOf, now, running, state, words } from "./panels/store.js";
 import { announce, event, showError, status } from "./panels/events.js";
 import { retrying } from "./panels/retry.js";

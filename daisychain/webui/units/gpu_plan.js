@@ -6,9 +6,9 @@
 
 import { MAX_K } from "./gemm.js";
 import { POISON } from "./units.js";
-import { absmax, pow2, quantExponent, quantize } from "./engine/detmath.js";
-import { accumulate, biasAcc } from "./engine/layers.js";
-import { IMAGE_EXPONENT, outputError, ParamLayout, topErrors } from "./engine/model.js";
+import { absmax, pow2, quantExponent, quantize } from "../engine/detmath.js";
+import { accumulate, biasAcc } from "../engine/layers.js";
+import { IMAGE_EXPONENT, outputError, ParamLayout, topErrors } from "../engine/model.js";
 
 /** The largest requantize shift: max |acc| < 2^32 has at most 32 bits, s = bits - 7. */
 const MAX_SHIFT = 25;

@@ -16,7 +16,7 @@
 
 import { convLayout, poolLayout } from "./conv.js";
 import { gemmLayout, MAX_K } from "./gemm.js";
-import { softmaxLayout } from "./engine/attention.js";
+import { softmaxLayout } from "../engine/attention.js";
 import { checkInt8Array, checkIntArray, checkShift, INT32_MAX, INT32_MIN, POISON, UnitError } from "./units.js";
 import { GpuError } from "./gpu_error.js";
 

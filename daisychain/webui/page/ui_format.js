@@ -1,6 +1,6 @@
 // Words and numbers for the page: pure functions, no DOM, no network (UI code only).
 
-import { layersText, LOCAL_FIELDS, RECIPE_FIELDS } from "./engine/spec.js";
+import { layersText, LOCAL_FIELDS, RECIPE_FIELDS } from "../engine/spec.js";
 
 /** 1234567 -> "1,234,567" (the same in every locale, so tests and screenshots read alike). */
 export function count(n) {

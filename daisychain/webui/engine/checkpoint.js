@@ -11,8 +11,8 @@
 //   const { bytes, filename } = await exportCheckpoint(snapshot);
 //   const st = await importCheckpoint(fileBytes, runIdentityOrNull);   // throws CheckpointError(words)
 
-import { layersText, LOCAL_FIELDS, RECIPE_FIELDS } from "./engine/spec.js";
-import { paramsSha256 } from "./engine/trainer.js";
+import { layersText, LOCAL_FIELDS, RECIPE_FIELDS } from "./spec.js";
+import { paramsSha256 } from "./trainer.js";
 
 const MAGIC = [0x44, 0x43, 0x53, 0x56]; // "DCSV"
 

@@ -6,7 +6,7 @@
 // accuracy op: no micro-batch is counted and the parameters are only read). A micro-batch's
 // forward and backward cost about BACKWARD_FACTOR forwards of it.
 
-import { microBatchRate } from "./engine/conformance.js";
+import { microBatchRate } from "../engine/conformance.js";
 
 export const BACKWARD_FACTOR = 3;
 

@@ -3,9 +3,9 @@
 // and, with a checkpoint to resume from, checked to make the same run. Mesh.start (mesh.js)
 // then announces it.
 
-import { makeHyper, modelFor, RECIPE_FIELDS, recipeSettings } from "./engine/spec.js";
-import { runId, runIdentity } from "./engine/trainer.js";
-import { identityDifferences } from "./run/index.js";
+import { makeHyper, modelFor, RECIPE_FIELDS, recipeSettings } from "../engine/spec.js";
+import { runId, runIdentity } from "../engine/trainer.js";
+import { identityDifferences } from "../run/index.js";
 import { createTrainer } from "./worker/trainer_proxy.js";
 
 /**

@@ -3,15 +3,15 @@
 // the one store (store.js state).
 
 import * as F from "../ui_format.js";
-import { checkSize, isTransformer, makeHyper, modelFor, parseLayers, recipeSettings } from "../engine/spec.js";
-import { checkSetting } from "../settings_check.js";
-import { TASK_DEFAULTS, taskDefaults } from "../engine/task_defaults.js";
-import { postUpload, withCredential } from "../uploads.js";
-import { settingsOf } from "../checkpoint.js";
+import { checkSize, isTransformer, makeHyper, modelFor, parseLayers, recipeSettings } from "../../engine/spec.js";
+import { checkSetting } from "../../engine/settings_check.js";
+import { TASK_DEFAULTS, taskDefaults } from "../../engine/task_defaults.js";
+import { postUpload, withCredential } from "../../shell/uploads.js";
+import { settingsOf } from "../../engine/checkpoint.js";
 import { $, ctx, running, state } from "./store.js";
 import { event } from "./events.js";
 import { retrying } from "./retry.js";
-import { bus } from "../bus.js";
+import { bus } from "../../shell/bus.js";
 
 // -- settings, datasets, uploads --------------------------------------------------------------
 
