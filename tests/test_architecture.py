@@ -158,7 +158,7 @@ def test_the_circle_checks_catch_a_planted_circle():
     assert any("daisychain.engine.spec" in c and "daisychain.engine.model" in c for c in cycles(g))
     j = js_graph()
     j["run/util.js"] = j["run/util.js"] | js_imports(WEBUI / "run" / "util.js",
-                                                     'const m = await import("../mesh.js");\n')
+                                                     'const m = await import("../shell/mesh.js");\n')
     assert any("run/util.js" in c and "shell/mesh.js" in c for c in cycles(j))
 
 
