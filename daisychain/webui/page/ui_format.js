@@ -111,3 +111,10 @@ export function localSteps(loc, round) {
     `${loc.mine.micro.join(", ")} of round ${loc.mine.step}` : "this device has computed no replica yet";
   return `round ${round} · ${loc.replicas} replicas × ${loc.syncEvery} inner steps (inner step ${loc.inner}) · ${mine}`;
 }
+
+/** A class's name: the data's label names where it has them (meta.labels), else its number. */
+export function className(ds, k) {
+  const names = ds.meta && Array.isArray(ds.meta.labels) ? ds.meta.labels : null;
+  const name = names && typeof names[k] === "string" && names[k] ? names[k].slice(0, 24) : null;
+  return name ?? String(k);
+}

@@ -50,11 +50,26 @@
 //     run:stopped {by, byName, step, text}             the host stopped the run early
 //     run:restored {step, sha, by, byName, runId, steps}
 //
-//   panels/settings.js
-//     page:settings {host, busy}   the settings panel re-rendered: who hosts or whether a run is
-//               busy may have changed; panels/end.js re-renders its checkpoint buttons
+//   page/panels/store.js (the page's reducer: state changes only by dispatched actions)
+//     page:new-run {gallery}           a run began here: the panels clear its numbers, the chart
+//               and (gallery) the grid
+//   page/panels/* (what a panel changed that another one shows; each panel subscribes itself)
+//     page:room  page:run  page:device  after the room, run or device panel drew itself
+//     page:settings {host, busy}   the settings panel drew itself (who hosts, a run busy)
+//     page:event {text, cls}  page:announce {text, key}  page:status {text, error}
+//               what the page says (panels/say.js); the events panel shows it
+//     page:datasets {select}  page:validate  page:fill-settings {identity, steps}
+//     page:accuracy {step, value}      the live test accuracy measured at a step
+//     page:run-done {...run:done}      the run panel drew the run's end: the end card follows
+//     page:run-changed  page:checkpoint-note {text}  page:datasets-loaded  page:ready
+//     page:try {trainer, label}  page:try-row {row}   the model the try panel answers with, a
+//               test row to try it on
+//     page:load-datasets, page:read-settings   requests (bus.request) the settings panel answers
 //
-//   app.js      ui:* (requests from the user; the owners of the state act on them)
+//   the page's panels: ui:* (commands of the user; the shells act on them)
+//     network.js   ui:join {code}  ui:create-room  ui:approve {id}  ui:deny {id}  ui:rename {name}
+//     mesh.js      ui:stop {reason}; requests: ui:start {settings, resume}  ui:snapshot
+//                  ui:restore {state, steps}  ui:load-data {task, fingerprint, name, context}
 
 export class Bus {
   constructor() {
@@ -79,6 +94,21 @@ export class Bus {
     return new Promise((resolve) => {
       const off = this.on(type, (d) => { if (pred(d)) { off(); resolve(d); } });
     });
+  }
+
+  /** A command with an answer: the first subscriber that returns something (a value or a
+   *  promise) answers; a promise of it, rejected when none does or the handler throws. */
+  request(type, detail = {}) {
+    if (this.trace) this.trace(type, detail);
+    for (const fn of [...(this._subs.get(type) || [])]) {
+      try {
+        const out = fn(detail, type);
+        if (out !== undefined) return Promise.resolve(out);
+      } catch (err) {
+        return Promise.reject(err);
+      }
+    }
+    return Promise.reject(new Error(`nothing on the page answers ${type}`));
   }
 
   emit(type, detail = {}) {

@@ -93,6 +93,12 @@ export class Mesh {
       this._enqueue(async () => [...(await this.peer?.channelClosed(id) || []), { kind: "peers" }]);
     });
     bus.on("peer:message", ({ id, data }) => this._onBytes(id, data));
+    // the user's commands (bus.js lists them); a request's answer is the method's promise
+    bus.on("ui:start", ({ settings, resume }) => this.start(settings, resume));
+    bus.on("ui:stop", ({ reason }) => { this.stop(reason); });
+    bus.on("ui:snapshot", () => this.snapshot());
+    bus.on("ui:restore", ({ state, steps }) => this.restore(state, steps));
+    bus.on("ui:load-data", ({ task, fingerprint, name, context }) => this.loadData(task, fingerprint, name, context));
     this.timer = setInterval(() => this._enqueue(async () => this.peer?.tick(this._now()) || []), TICK_MS);
   }
 

@@ -192,6 +192,12 @@ export class Network {
     this.matrix = new LinkMatrix();
     this.report = null;           // {runId, step, sha}: mesh.js's last committed step
     this.linksTimer = null;
+    // the user's commands (the page's panels emit them; bus.js lists them)
+    bus.on("ui:join", ({ code }) => this.join(code));
+    bus.on("ui:create-room", () => this.createRoom());
+    bus.on("ui:approve", ({ id }) => this.approve(id));
+    bus.on("ui:deny", ({ id }) => this.deny(id));
+    bus.on("ui:rename", ({ name }) => this.update({ name }));
   }
 
   /** The room name of `id` (the id itself when no room message named it). */

@@ -1,10 +1,32 @@
 // This device: what it computes on and why, its measured speed.
-// A panel of the page (app.js wires the bus to them): it owns its part of the DOM and reads
-// the one store (store.js state).
+// A panel of the page: it subscribes to what it shows, owns its part of the DOM and reads the
+// store (store.js); the device's name is its command (ui:rename).
 
 import * as F from "../ui_format.js";
-import { $, state } from "./store.js";
-import { renderChecklist } from "./room.js";
+import { $, ctx, dispatch, state } from "./store.js";
+import { event } from "./say.js";
+
+export class DevicePanel {
+  constructor(bus) {
+    this.bus = bus;
+    bus.on("run:capacity", ({ capacity }) => { // this device measured on the run's own model
+      const micro = ctx.mesh?.peer?.run?.identity?.hyper?.micro_batch ?? state.settingsUsed?.micro_batch ?? 16;
+      dispatch("device:run-capacity", { capacity, micro });
+      event(`measured on the run's model: ${capacity.toFixed(1)} micro-batches/s (the self-test's digits probe: ${state.device.capacity.toFixed(1)})`);
+      this.render();
+    });
+    $("device-name").onchange = () => {
+      const name = $("device-name").value.trim();
+      if (!name) return;
+      localStorage.setItem("daisychain.name", name);
+      dispatch("renamed", { name }); // the rename reconnects: room clicks wait for the server
+      bus.emit("ui:rename", { name });
+      event(`renamed to ${name}`);
+    };
+  }
+
+  render() { renderDevice(this.bus); }
+}
 
 // -- this device -------------------------------------------------------------------------------
 
@@ -28,7 +50,7 @@ export function computesOn(d) {
   return `${on}, ${w.size} worker${w.size === 1 ? "" : "s"} (${w.why})`;
 }
 
-export function renderDevice() {
+function renderDevice(bus) {
   const d = state.device;
   if (!d) return;
   $("device-kind").textContent = computesOn(d);
@@ -36,5 +58,5 @@ export function renderDevice() {
   $("device-capacity").textContent = Number.isFinite(d.runCapacity)
     ? `${F.rate(d.runCapacity, d.runMicro)} on the run's model (measured when it started); ${F.rate(d.capacity)} on the self-test's digits probe`
     : `${F.rate(d.capacity)} on the self-test's digits probe; measured again on the run's model when a run starts`;
-  renderChecklist();
+  bus.emit("page:device");
 }

@@ -3,12 +3,23 @@
 // steps while the run goes and at its end; the end card's confusion matrix (true class x
 // predicted class over the whole test set). Predictions are computed in the compute worker
 // (worker/predictions.js) on a copy of the parameters: the run's hash does not change.
-// A panel of the page (app.js wires the bus to it): it owns #gallery-panel and #end-confusion,
+// A panel of the page that subscribes to the bus itself: it owns #gallery-panel and #end-confusion,
 // and state.galleryShown (the steps whose predictions the grid has shown, for tests).
 
 import * as F from "../ui_format.js";
 import { confusionOf, predictRows } from "../../shell/worker/predictions.js";
-import { $, ctx, state } from "./store.js";
+import { $, ctx, dispatch, state } from "./store.js";
+import { bus } from "../../shell/bus.js";
+
+const { className } = F;
+
+export class GalleryPanel {
+  constructor() {
+    bus.on("page:new-run", ({ gallery }) => { if (gallery) galleryReset(); });
+    bus.on("run:step", (s) => galleryStep(s.step));
+    bus.on("run:done", (s) => galleryDone(s.step));
+  }
+}
 
 /** Test images the gallery shows. */
 export const GALLERY_SIZE = 24;
@@ -29,13 +40,6 @@ let g = null; // {tr, index, next, busy, pred, step}
 function imageShape(ds) {
   const s = ds.meta && Array.isArray(ds.meta.image_shape) ? ds.meta.image_shape.map(Number) : null;
   return s && s.length === 3 && s.every((v) => Number.isInteger(v) && v > 0) ? s : null;
-}
-
-/** A class's name: the data's label names where it has them (meta.labels), else its number. */
-export function className(ds, k) {
-  const names = ds.meta && Array.isArray(ds.meta.labels) ? ds.meta.labels : null;
-  const name = names && typeof names[k] === "string" && names[k] ? names[k].slice(0, 24) : null;
-  return name ?? String(k);
 }
 
 /** Draw row `i` of a (N, c*h*w) uint8 split, laid out channels first, into a new canvas. */
@@ -86,7 +90,7 @@ function ensure() {
     fig.append(cv, cap);
     fig.tabIndex = 0; // a pick for "Try the model": the panel shows every class's probability
     fig.title = "try the model on this image";
-    const pick = () => ctx.tryPanel?.tryRow(row);
+    const pick = () => bus.emit("page:try-row", { row });
     fig.onclick = pick;
     fig.onkeydown = (e) => { if (e.key === "Enter" || e.key === " ") { e.preventDefault(); pick(); } };
     return fig;
@@ -112,7 +116,7 @@ function render(at) {
     fig.dataset.pred = String(p);
     fig.lastChild.textContent = ok ? `✓ ${className(ds, p)}` : `✗ ${className(ds, p)} (should be ${className(ds, truth)})`;
   });
-  (state.galleryShown ??= []).push(at.step);
+  dispatch("gallery:shown", { step: at.step });
   $("gallery-note").textContent = `The model at step ${at.step}: ${right} of these ${at.index.length} test images right; ` +
     "a wrong answer is marked ✗, in red, with the true class.";
 }
@@ -124,7 +128,7 @@ async function predictNow(at) {
 }
 
 /** The grid's predictions at `step` (if due and none is being computed). */
-export function galleryStep(step, force = false) {
+function galleryStep(step, force = false) {
   const at = ensure();
   if (!at || at.busy || (!force && step < at.next)) return null;
   at.busy = true;
@@ -138,16 +142,16 @@ export function galleryStep(step, force = false) {
 }
 
 /** A new run: the grid is built again for its trainer. */
-export function galleryReset() {
+function galleryReset() {
   g = null;
-  state.galleryShown = [];
+  dispatch("gallery:reset");
   $("gallery").replaceChildren();
   $("gallery-panel").hidden = true;
   $("end-confusion").hidden = true;
 }
 
 /** The end of the run: the grid at the last step and the end card's confusion matrix. */
-export async function galleryDone(step) {
+async function galleryDone(step) {
   const at = ensure();
   if (!at) return;
   while (at.busy) await new Promise((r) => setTimeout(r, 50));

@@ -17,16 +17,26 @@
 //   name joins the task list and its data set fills in its layers.
 //
 // It builds its own DOM after the layers field (index.html is not touched) and reads the one
-// store (store.js state). app.js calls mountModelData() once.
+// store (store.js state); ModelDataPanel builds it once and subscribes to what redraws it.
 
 import * as F from "../ui_format.js";
 import { modelFor, parseLayers } from "../../engine/spec.js";
 import { postUpload } from "../../shell/uploads.js";
 import { checkSetting } from "../../engine/settings_check.js";
 import { SETTINGS } from "../../engine/settings_table.js";
-import { $, state } from "./store.js";
-import { event } from "./events.js";
-import { chosenDataset, renderDatasets, validate } from "./settings.js";
+import { $, chosenDataset, dispatch, state } from "./store.js";
+import { event } from "./say.js";
+import { bus } from "../../shell/bus.js";
+
+const validate = () => bus.emit("page:validate"); // the settings panel checks the fields
+
+export class ModelDataPanel {
+  constructor() {
+    mountModelData();
+    bus.on("run:state", (s) => { if (s.state === "running") renderModelSize(); });
+    bus.on("page:datasets-loaded", () => renderModelSize());
+  }
+}
 
 export const BYTES_PER_PARAM = 24; // theta, Adam m and v: float64 each
 export const DEPTH = { min: 1, max: 4 };
@@ -100,7 +110,7 @@ function onDataset() {
   renderModelSize();
 }
 
-export function renderModelSize() {
+function renderModelSize() {
   const out = $("model-size");
   if (!out) return;
   offerOwnTasks();
@@ -144,10 +154,9 @@ async function fetchHub() {
     const resp = await postUpload(`/datasets/hub?${q}`, null);
     if (!resp.ok) throw new Error((await resp.text()).trim() || `HTTP ${resp.status}`);
     const entry = await resp.json();
-    state.upload = entry;
-    state.datasets = [entry, ...state.datasets.filter((d) => d.fingerprint !== entry.fingerprint)];
+    dispatch("datasets:uploaded", { entry });
     $("settings").elements.task.value = entry.task;
-    renderDatasets(entry.fingerprint);
+    bus.emit("page:datasets", { select: entry.fingerprint });
     say(`${entry.name}: ${F.count(entry.train)} training and ${F.count(entry.test)} test samples, ` +
       `fingerprint ${entry.fingerprint.slice(0, 12)}…`);
     event(`${entry.name} (first ${take} rows) is on the server for this room`);
@@ -160,7 +169,7 @@ async function fetchHub() {
   }
 }
 
-export function mountModelData() {
+function mountModelData() {
   const layersField = $("f-layers")?.closest(".field");
   if (!layersField || $("model-size-field")) return;
   const depth = el("input", { id: "f-depth", type: "range", min: DEPTH.min, max: DEPTH.max, step: 1, value: 1 });

@@ -1,9 +1,18 @@
 // The peers table and the matrix of links between every pair.
-// A panel of the page (app.js wires the bus to them): it owns its part of the DOM and reads
-// the one store (store.js state).
+// A panel of the page: it subscribes to what it shows, owns its part of the DOM and reads the
+// store (store.js).
 
 import * as F from "../ui_format.js";
 import { $, kindName, nameOf, state } from "./store.js";
+
+export class PeersPanel {
+  constructor(bus) {
+    const both = () => { renderPeers(); renderMatrix(); };
+    for (const ev of ["peer:open", "peer:close", "peer:state", "links", "page:room"]) bus.on(ev, both);
+    bus.on("room:links", () => renderMatrix());
+    bus.on("page:run", () => renderPeers());
+  }
+}
 
 // -- peers, links, the matrix ------------------------------------------------------------------
 
@@ -25,7 +34,7 @@ export function shareText(id, row) {
 
 export const PEER_COLUMNS = ["Name", "Device", "Capacity", "Link", "Round trip", "Share of the step", "Micro-batches done", "Params hash"];
 
-export function renderPeers() {
+function renderPeers() {
   const tb = $("peers");
   tb.replaceChildren();
   const r = state.room;
@@ -61,7 +70,7 @@ export function renderPeers() {
   renderPooled();
 }
 
-export function renderMatrix() {
+function renderMatrix() {
   const t = $("link-matrix");
   t.replaceChildren();
   const r = state.room;
@@ -116,7 +125,7 @@ export function renderMatrix() {
   t.append(thead, tbody);
 }
 
-export function renderPooled() {
+function renderPooled() {
   const rp = state.roomPeers;
   let pooled = rp?.pooledCapacity;
   if (!Number.isFinite(pooled) && state.room) pooled = state.room.members.reduce((a, m) => a + (m.capacity || 0), 0);

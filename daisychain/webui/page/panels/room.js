@@ -1,12 +1,113 @@
 // The room: its code and join link (QR), who asks to join, the three steps, a denied guest.
-// A panel of the page (app.js wires the bus to them): it owns its part of the DOM and reads
-// the one store (store.js state).
+// A panel of the page: it subscribes to what it shows, owns its part of the DOM and reads the
+// store (store.js); creating, joining and approving are its commands (ui:*, network.js).
 
 import * as F from "../ui_format.js";
-import { $, ctx, kindName, nameOf, now, state } from "./store.js";
-import { event } from "./events.js";
-import { renderMatrix, renderPeers } from "./peers.js";
-import { renderSettings } from "./settings.js";
+import { normalizeRoom } from "../../wire/protocol.js";
+import { $, dispatch, kindName, nameOf, now, state } from "./store.js";
+import { copyText, event, showError, status } from "./say.js";
+
+export class RoomPanel {
+  constructor(bus) {
+    this.bus = bus;
+    this.queued = null; // a room action waiting for the server (a rename reconnects)
+    bus.on("net:welcome", () => {
+      const queued = this.queued;
+      this.queued = null;
+      if (queued) setTimeout(queued, 0);
+    });
+    bus.on("net:room", () => { showError("room-error", ""); this.render(); });
+    bus.on("net:pending", () => { showError("room-error", ""); this.render(); });
+    bus.on("net:error", ({ code, message }) => {
+      if (code === "denied") {
+        showError("room-error", `Not let in: ${message}.`);
+        status(`Not let in: ${message}.`, true);
+        this.render();
+      } else if (["no_such_room", "room_full", "too_many_rooms", "too_many_pending"].includes(code)) {
+        showError("room-error", message);
+        status(message, true);
+        this.render();
+      }
+    });
+    for (const ev of ["page:device", "page:run", "page:ready"]) bus.on(ev, () => renderChecklist());
+    this.wire();
+  }
+
+  render() {
+    renderRoom(this.bus);
+    this.bus.emit("page:room");
+    renderChecklist();
+  }
+
+  /** Do a room action now, or (while a rename reconnects to the server) once it is back. */
+  roomAction(fn, what) {
+    if (state.online !== false) return fn();
+    this.queued = fn;
+    status(`reconnecting after the rename: ${what} as soon as the server answers`);
+  }
+
+  joinFromBox() {
+    let code;
+    try {
+      code = normalizeRoom($("join-code").value);
+    } catch (err) {
+      showError("room-error", err.message);
+      $("join-code").focus();
+      return;
+    }
+    showError("room-error", "");
+    this.roomAction(() => {
+      this.bus.emit("ui:join", { code });
+      history.replaceState(null, "", `?room=${code}`);
+    }, `asking to join ${code}`);
+  }
+
+  wire() {
+    const bus = this.bus;
+    $("create-room").onclick = () => {
+      showError("room-error", "");
+      this.roomAction(() => {
+        bus.emit("ui:create-room");
+        history.replaceState(null, "", location.pathname);
+      }, "creating the private room");
+    };
+    $("ask-again").onclick = () => {
+      const code = state.denied?.code;
+      if (!code) return;
+      showError("room-error", "");
+      this.roomAction(() => bus.emit("ui:join", { code }), `asking to join ${code} again`);
+    };
+    $("join-room").onclick = () => this.joinFromBox();
+    $("join-code").addEventListener("keydown", (e) => {
+      if (e.key === "Enter") {
+        e.preventDefault();
+        this.joinFromBox();
+      }
+    });
+    $("network-room").onclick = () => {
+      showError("room-error", "");
+      this.roomAction(() => {
+        bus.emit("ui:join", { code: "network" });
+        history.replaceState(null, "", location.pathname);
+      }, "joining the network room");
+    };
+    $("copy-link").onclick = async () => {
+      if (await copyText($("room-link").href, "copy-feedback")) {
+        dispatch("share:copied");
+        renderChecklist();
+      }
+    };
+    $("share-link").onclick = () => {
+      navigator.share?.({ title: "Train with me on DaisyChain", text: `Room ${state.room?.code}`, url: $("room-link").href })
+        .then(() => { dispatch("share:copied"); renderChecklist(); })
+        .catch(() => {});
+    };
+    $("share-choice").onchange = (e) => {
+      dispatch("share:chosen", { chosen: Number(e.target.value) || 0 });
+      renderShare();
+    };
+  }
+}
 
 // -- the room and sharing it ------------------------------------------------------------------
 
@@ -39,7 +140,7 @@ export function renderCode(el, code) {
   });
 }
 
-export function renderRoom() {
+function renderRoom(bus) {
   const r = state.room;
   const waiting = !!state.pending;
   $("waiting").hidden = !waiting;
@@ -66,15 +167,11 @@ export function renderRoom() {
   if (code && state.share.code !== code) loadShare(code);
   const host = !!r?.isHost;
   $("approvals-panel").hidden = !(host && r.room === "private");
-  renderApprovals();
-  renderPeers();
-  renderMatrix();
-  renderSettings();
-  renderChecklist();
+  renderApprovals(bus);
 }
 
 /** "Ask to join again", counting down while the server's cool-down after a refusal lasts. */
-export function renderAskAgain() {
+function renderAskAgain() {
   const left = state.denied ? Math.ceil(state.denied.until - now()) : 0;
   $("ask-again").disabled = left > 0;
   $("ask-again").textContent = left > 0 ? `Ask to join again (in ${left} s)` : "Ask to join again";
@@ -85,17 +182,16 @@ export function renderAskAgain() {
 }
 
 /** The join links other devices can reach (GET /share), the QR code of the chosen one. */
-export async function loadShare(code) {
-  state.share = { links: [{ url: roomLink(code), label: "this page's address", lan: false }], note: "",
-    chosen: 0, copied: false, code };
+async function loadShare(code) {
+  dispatch("share", { links: [{ url: roomLink(code), label: "this page's address", lan: false }], note: "",
+    chosen: 0, copied: false, code });
   renderShare();
   try {
     const resp = await fetch(`/share?room=${encodeURIComponent(code)}`, { cache: "no-store" });
     if (!resp.ok) throw new Error(`HTTP ${resp.status}`);
     const body = await resp.json();
     if (state.share.code !== code) return;
-    if (Array.isArray(body.links) && body.links.length) state.share.links = body.links;
-    state.share.note = body.note || "";
+    dispatch("share:links", { links: body.links, note: body.note });
   } catch (err) {
     console.warn(`share: /share did not answer (${err.message}); the page's own address is the link`);
   }
@@ -107,7 +203,7 @@ export function isLoopbackPage() {
   return h === "localhost" || h.endsWith(".localhost") || /^127\./.test(h) || h === "::1";
 }
 
-export function renderShare() {
+function renderShare() {
   const s = state.share;
   if (!s.code) return;
   const link = s.links[Math.min(s.chosen, s.links.length - 1)];
@@ -139,7 +235,7 @@ export function renderShare() {
   $("share-link").hidden = typeof navigator.share !== "function";
 }
 
-export function renderApprovals() {
+function renderApprovals(bus) {
   const ul = $("approvals");
   ul.replaceChildren();
   const list = state.room?.pending || [];
@@ -151,7 +247,6 @@ export function renderApprovals() {
     return;
   }
   for (const dev of list) {
-    state.names[dev.id] = dev.name;
     const li = document.createElement("li");
     li.dataset.peer = dev.id;
     const label = document.createElement("span");
@@ -161,13 +256,13 @@ export function renderApprovals() {
     yes.type = "button";
     yes.textContent = "Approve";
     yes.setAttribute("aria-label", `Approve ${dev.name}`);
-    yes.onclick = () => { ctx.net.approve(dev.id); event(`you let ${dev.name} in`); };
+    yes.onclick = () => { bus.emit("ui:approve", { id: dev.id }); event(`you let ${dev.name} in`); };
     const no = document.createElement("button");
     no.className = "deny";
     no.type = "button";
     no.textContent = "Deny";
     no.setAttribute("aria-label", `Deny ${dev.name}`);
-    no.onclick = () => { ctx.net.deny(dev.id); event(`you declined ${dev.name}`); };
+    no.onclick = () => { bus.emit("ui:deny", { id: dev.id }); event(`you declined ${dev.name}`); };
     li.append(label, yes, no);
     ul.appendChild(li);
   }
@@ -175,7 +270,7 @@ export function renderApprovals() {
 
 // -- the checklist -----------------------------------------------------------------------------
 
-export function renderChecklist() {
+function renderChecklist() {
   const d = state.device;
   const r = state.room;
   const ready = !!d && !!r;

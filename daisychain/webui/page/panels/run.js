@@ -1,30 +1,80 @@
 // The run as it goes: step, loss, live test accuracy, rate and time left, the status bar at
-// the top, the counters; the tab's title.
-// A panel of the page (app.js wires the bus to them): it owns its part of the DOM and reads
-// the one store (store.js state).
+// the top, the counters, the devices that refused it; the tab's title.
+// A panel of the page: it subscribes to what it shows, owns its part of the DOM and reads the
+// store (store.js).
 
 import * as F from "../ui_format.js";
-import { $, ctx, now, state, words } from "./store.js";
-import { renderChecklist } from "./room.js";
-import { renderPeers } from "./peers.js";
-import { renderSettings } from "./settings.js";
-import { chartAdd, newChart } from "./chart_panel.js";
+import { $, ctx, dispatch, state, words } from "./store.js";
+import { showError } from "./say.js";
 
-export function newRun() {
-  state.times = [];
-  state.lastRate = NaN;
-  state.runStart = { t: now(), step: 0 };
-  state.liveAccuracy = { next: 0, busy: false, step: null, n: 0 };
-  state.run.accuracy = null;
-  state.end = null;
-  state.counters = null;
-  state.counterSteps = [];
-  state.preparing = null;
-  state.editing = false;
-  $("end-card").hidden = true;
-  newChart();
-  renderCounters();
+export class RunPanel {
+  constructor(bus) {
+    this.bus = bus;
+    bus.on("page:new-run", () => {
+      $("end-card").hidden = true;
+      renderCounters();
+    });
+    bus.on("room:peers", () => this.renderSoon());
+    bus.on("counters", () => renderCounters());
+    for (const ev of ["run:preparing", "run:state", "run:restored", "page:run-changed"]) bus.on(ev, () => this.render());
+    bus.on("run:step", (s) => {
+      this.liveAccuracy(s.step);
+      this.renderSoon();
+    });
+    bus.on("run:done", (s) => {
+      if (s.counters) renderCounters();
+      this.render();
+      bus.emit("page:run-done", s); // the end card comes after the page's phase changed
+      sayRunEnded(s);
+    });
+    bus.on("run:refused", ({ peer }) => {
+      const text = state.refusals.at(-1).message;
+      const li = document.createElement("li");
+      li.textContent = text;
+      $("refusals").appendChild(li);
+      $("refusals").hidden = false;
+      if (peer === state.id) showError("run-error", text);
+    });
+    // numbers that change with time (step rate, time left) without a new event
+    setInterval(() => { if (state.run.state === "running") this.render(); }, 1000);
+  }
+
+  render() {
+    renderRun();
+    this.bus.emit("page:run");
+  }
+
+  /** render at the next frame, once however many events ask for it before then; at most
+   *  every RENDER_EVERY_MS while steps commit. */
+  renderSoon() {
+    if (this.queued) return;
+    this.queued = true;
+    const go = () => { this.queued = false; this.at = performance.now(); this.render(); };
+    const wait = Math.max(0, (this.at || 0) + RENDER_EVERY_MS - performance.now());
+    setTimeout(() => (document.hidden ? go() : requestAnimationFrame(go)), wait);
+  }
+
+  /** Test accuracy of the replica now, on a fixed subset, in the compute worker; the
+   *  parameters are only read (a copy goes to the worker), so the run's hash is unchanged. */
+  liveAccuracy(step) {
+    const la = state.liveAccuracy;
+    const tr = ctx.mesh?.peer?.trainer;
+    if (!la || la.busy || !tr || typeof tr.probs !== "function" || step < la.next) return;
+    if (Number.isFinite(state.run.steps) && step >= state.run.steps) return; // the end measures the whole set
+    dispatch("live-accuracy", { la, busy: true, next: step + accuracyEvery(state.run.steps) });
+    const n = Math.min(LIVE_ACC_SAMPLES, tr.ds.y_test.data.length);
+    tr.accuracy("test", n).then((acc) => {
+      if (state.liveAccuracy !== la) return; // another run began meanwhile
+      dispatch("live-accuracy", { la, value: acc, step, n });
+      this.bus.emit("page:accuracy", { step, value: acc });
+      this.render();
+    }).catch((err) => console.warn(`live accuracy: ${err.message}`)).finally(() => dispatch("live-accuracy", { la, busy: false }));
+  }
 }
+
+/** At most this often the run's numbers are drawn again while steps commit (a step can take
+ *  a few milliseconds: drawing the numbers and tables at every one keeps the page busy). */
+const RENDER_EVERY_MS = 250;
 
 export function rateAndEta() {
   const rp = state.roomPeers;
@@ -40,25 +90,12 @@ export function rateAndEta() {
   return { rate, eta };
 }
 
-/** renderRun at the next frame, once however many events ask for it before then. */
-/** At most this often the run's numbers are drawn again while steps commit (a step can take
- *  a few milliseconds: drawing the numbers and tables at every one keeps the page busy). */
-const RENDER_EVERY_MS = 250;
-
-export function renderRunSoon() {
-  if (renderRunSoon.queued) return;
-  renderRunSoon.queued = true;
-  const go = () => { renderRunSoon.queued = false; renderRunSoon.at = performance.now(); renderRun(); };
-  const wait = Math.max(0, (renderRunSoon.at || 0) + RENDER_EVERY_MS - performance.now());
-  setTimeout(() => (document.hidden ? go() : requestAnimationFrame(go)), wait);
-}
-
 /** Write `text` into an element only when it changes (no needless style and layout work). */
 function setText(el, text) {
   if (el.textContent !== text) el.textContent = text;
 }
 
-export function renderRun() {
+function renderRun() {
   const r = state.run;
   const phase = ["starting", "running"].includes(r.state) ? "running"
     : r.state === "done" && !state.editing ? "done" : "setup"; // "Back to settings": the next run's
@@ -77,15 +114,12 @@ export function renderRun() {
     : la && Number.isFinite(la.value) ? `${F.percent(la.value)} at step ${la.step} (${F.count(la.n)} test samples)` : "—";
   const { rate, eta } = rateAndEta();
   const live = r.state === "running";
-  if (live && Number.isFinite(rate)) state.lastRate = rate;
+  if (live && Number.isFinite(rate)) dispatch("last-rate", { rate });
   $("step-rate").textContent = live || r.state === "done" ? F.stepRate(live ? rate : state.lastRate) : "—";
   $("eta").textContent = live ? F.duration(eta) : r.state === "done" ? "done" : "—";
   $("preparing").hidden = r.state !== "starting";
   renderRunbar(eta);
   renderPreparing();
-  renderPeers();
-  renderSettings();
-  renderChecklist();
 }
 
 /** Test samples the live accuracy is measured on (the first ones of the test split). */
@@ -96,28 +130,10 @@ export function accuracyEvery(steps) {
   return Math.max(5, Math.ceil((Number(steps) || 0) / 40));
 }
 
-/** Test accuracy of the replica now, on a fixed subset, in the compute worker; the
- *  parameters are only read (a copy goes to the worker), so the run's hash is unchanged. */
-export function liveAccuracy(step) {
-  const la = state.liveAccuracy;
-  const tr = ctx.mesh?.peer?.trainer;
-  if (!la || la.busy || !tr || typeof tr.probs !== "function" || step < la.next) return;
-  if (Number.isFinite(state.run.steps) && step >= state.run.steps) return; // the end measures the whole set
-  la.busy = true;
-  la.next = step + accuracyEvery(state.run.steps);
-  const n = Math.min(LIVE_ACC_SAMPLES, tr.ds.y_test.data.length);
-  tr.accuracy("test", n).then((acc) => {
-    if (state.liveAccuracy !== la) return; // another run began meanwhile
-    Object.assign(la, { value: acc, step, n });
-    chartAdd("accuracy", step, acc);
-    renderRun();
-  }).catch((err) => console.warn(`live accuracy: ${err.message}`)).finally(() => { la.busy = false; });
-}
-
 export const TITLE = document.title;
 
 /** The bar pinned at the top during a run (step / total, time left, accuracy) and the tab's title. */
-export function renderRunbar(eta) {
+function renderRunbar(eta) {
   const r = state.run;
   const live = ["starting", "running"].includes(r.state);
   if ($("runbar").hidden === live) $("runbar").hidden = !live;
@@ -133,21 +149,21 @@ export function renderRunbar(eta) {
 }
 
 /** The end of a run, said where the person is: the tab's title and (if allowed) a notification. */
-export function sayRunEnded(d) {
+function sayRunEnded(d) {
   const acc = Number.isFinite(d.accuracy) ? `, test accuracy ${F.percent(d.accuracy)}` : "";
   const stopped = Number.isFinite(state.run.steps) && d.step < state.run.steps;
   const text = `${stopped ? "Stopped" : "Done"} after ${F.count(d.step)} steps${acc}`;
   document.title = `${stopped ? "Stopped" : "Done"}${acc ? `: ${F.percent(d.accuracy)}` : ""} — DaisyChain`;
-  state.ended = { text, title: document.title, notified: false };
+  dispatch("ended", { text, title: document.title, notified: false });
   if (typeof Notification === "function" && Notification.permission === "granted" && document.hidden) {
     try {
       new Notification("DaisyChain: the run is done", { body: text, tag: "daisychain-run" });
-      state.ended.notified = true;
+      dispatch("ended:notified");
     } catch { /* some browsers only notify from a service worker: the title says it */ }
   }
 }
 
-export function renderPreparing() {
+function renderPreparing() {
   const p = state.preparing;
   const bar = $("preparing-bar");
   if (p && Number.isFinite(p.total) && p.total > 0) {
@@ -160,7 +176,7 @@ export function renderPreparing() {
   }
 }
 
-export function renderCounters() {
+function renderCounters() {
   const c = state.counters;
   for (const k of ["multiply", "requantize", "relu", "exp", "micro"]) {
     const el = $(`count-${k}`);

@@ -1,6 +1,8 @@
 // The run settings: data sets, an uploaded file, every field checked as `daisychain train` does.
-// A panel of the page (app.js wires the bus to them): it owns its part of the DOM and reads
-// the one store (store.js state).
+// A panel of the page: it subscribes to what it shows, owns its part of the DOM and reads the
+// store (store.js); Start and Stop are its commands (ui:start, ui:stop: mesh.js), and it
+// answers the other panels' page:validate, page:fill-settings, page:load-datasets and
+// page:read-settings.
 
 import * as F from "../ui_format.js";
 import { checkSize, isTransformer, makeHyper, modelFor, parseLayers, recipeSettings } from "../../engine/spec.js";
@@ -8,17 +10,146 @@ import { checkSetting } from "../../engine/settings_check.js";
 import { TASK_DEFAULTS, taskDefaults } from "../../engine/task_defaults.js";
 import { postUpload, withCredential } from "../../shell/uploads.js";
 import { settingsOf } from "../../engine/checkpoint.js";
-import { $, ctx, running, state } from "./store.js";
-import { event } from "./events.js";
+import { $, chosenDataset, ctx, dispatch, running, state, words } from "./store.js";
+import { event, showError, status } from "./say.js";
 import { retrying } from "./retry.js";
 import { bus } from "../../shell/bus.js";
+
+export class SettingsPanel {
+  /** `datasets`: the first loadDatasets() (started before the self-test). */
+  constructor({ datasets }) {
+    for (const ev of ["page:room", "page:run", "page:ready"]) bus.on(ev, () => renderSettings());
+    bus.on("run:state", (s) => { if (s.state === "running") showRunSettings(); });
+    bus.on("run:error", ({ message }) => {
+      // the host's run failed before it began (mesh.start's queued part): back to the settings
+      if (state.run.state === "starting" && state.room?.isHost && !ctx.mesh?.peer?.coordinating) {
+        backToSettings(message);
+        return;
+      }
+      dispatch("error", { message: words(message) });
+      showError("run-error", message);
+      status(message, true);
+      event(message, "error");
+    });
+    bus.on("page:datasets", ({ select }) => renderDatasets(select));
+    bus.on("page:validate", () => validate());
+    bus.on("page:fill-settings", ({ identity, steps = null }) => fillSettings(identity, steps));
+    bus.on("page:load-datasets", () => loadDatasets());
+    bus.on("page:read-settings", () => readSettings());
+    this.wire();
+    dispatch("task", { task: $("f-task").value });
+    applyTaskDefaults(state.task);
+    datasets.then(() => { validate(); bus.emit("page:datasets-loaded"); });
+  }
+
+  wire() {
+    $("f-task").addEventListener("change", () => {
+      const ds = chosenDataset();
+      const task = $("f-task").value;
+      applyTaskDefaults(task, state.task);
+      dispatch("task", { task });
+      if (ds && ds.task !== task) {
+        renderDatasets(state.datasets.find((d) => d.origin === "embedded" && d.task === task)?.fingerprint ?? null);
+      }
+      validate();
+    });
+    $("f-dataset").addEventListener("change", () => {
+      renderDatasetInfo();
+      const ds = chosenDataset();
+      if (ds && ds.task !== state.task) {
+        $("f-task").value = ds.task;
+        applyTaskDefaults(ds.task, state.task);
+        dispatch("task", { task: ds.task });
+      }
+      validate();
+    });
+    $("data-file").addEventListener("change", (e) => {
+      const file = e.target.files?.[0];
+      if (file) uploadData(file);
+    });
+    $("settings").addEventListener("input", (e) => {
+      if (e.target.name === "data_file") return;
+      validate();
+      if (["steps", "lr"].includes(e.target.name)) renderSchedule();
+      if (["layers", "hidden", "context", "task", "dataset"].includes(e.target.name)) { // the model on its data, once typing stops
+        clearTimeout(this.check);
+        this.check = setTimeout(() => validateAll(), 400);
+      }
+    });
+    $("settings").addEventListener("submit", (e) => { e.preventDefault(); $("start").click(); });
+    $("start").onclick = () => start();
+    $("stop").onclick = () => {
+      if (state.run.state === "starting" && state.starting) { // not running yet: back to the settings
+        dispatch("start-cancelled");
+        backToSettings("you stopped the run before its first step");
+      }
+      bus.emit("ui:stop", { reason: "the host stopped the run" });
+    };
+  }
+}
+
+/** Start: every field checked, then the model on its data (what the run checks, at the
+ *  fields), then the run. A failure after Start returns the page to editable settings with
+ *  the reason at its field. */
+async function start() {
+  if (state.starting) return;
+  const attempt = { cancelled: false };
+  dispatch("starting", { attempt });
+  $("start").disabled = true;
+  status("Checking the settings (the model on its data)…");
+  let checked;
+  try {
+    checked = await validateAll();
+  } finally {
+    dispatch("starting", { attempt: null });
+    renderSettings();
+  }
+  const bad = Object.keys(checked.errors);
+  if (bad.length) {
+    showError("run-error", "Some settings need a fix: see the messages by the fields.");
+    status("Some settings need a fix: see the messages by the fields.", true);
+    $("settings").elements[bad[0]]?.focus();
+    return;
+  }
+  showError("run-error", "");
+  if (typeof Notification === "function" && Notification.permission === "default") {
+    Notification.requestPermission().catch(() => {});
+  }
+  const resume = state.checkpoint.loaded;
+  dispatch("settings-used", { settings: checked.settings });
+  dispatch("starting", { attempt });
+  try {
+    await bus.request("ui:start", { settings: checked.settings, resume });
+    if (attempt.cancelled) return bus.emit("ui:stop", { reason: "the host stopped the run" });
+    if (resume) {
+      dispatch("checkpoint", { loaded: null });
+      bus.emit("page:checkpoint-note", { text: `The run goes on from ${resume.name} (step ${resume.step}).` });
+    }
+  } catch (err) {
+    if (!attempt.cancelled) backToSettings(err.message);
+  } finally {
+    if (state.starting === attempt) dispatch("starting", { attempt: null });
+  }
+}
+
+/** The run did not start (a refusal after Start, or Stop before its first step): the
+ *  settings are editable again and the reason is at its field. */
+function backToSettings(message) {
+  dispatch("not-started", { message });
+  const field = fieldOf(message);
+  if (field) setFieldError(field, message);
+  bus.emit("run:error", { message: field ? `The run did not start: ${message} (see the field)` : `The run did not start: ${message}` });
+  bus.emit("page:run-changed");
+  renderSettings();
+  if (field) $("settings").elements[field]?.focus();
+}
 
 // -- settings, datasets, uploads --------------------------------------------------------------
 
 export const FIELDS = ["dataset", "data_file", "task", "steps", "layers", "hidden", "context", "batch", "micro_batch", "lr", "seed",
   "replicas", "sync_every", "outer_lr", "outer_momentum", "verify_rate", "aggregate"];
 
-export function renderSettings() {
+function renderSettings() {
   const host = !!state.room?.isHost && !state.pending;
   const busy = running();
   const guestOfRun = !host && state.runSettings && ["starting", "running", "done"].includes(state.run.state);
@@ -39,7 +170,7 @@ export function datasetLabel(d) {
   return `${d.name} (${d.task}, ${size})`;
 }
 
-export function renderDatasets(selectFp = null) {
+function renderDatasets(selectFp = null) {
   const sel = $("f-dataset");
   const keep = selectFp ?? sel.value;
   sel.replaceChildren();
@@ -72,13 +203,9 @@ export function renderDatasets(selectFp = null) {
   renderDatasetInfo();
 }
 
-export function renderDatasetInfo() {
+function renderDatasetInfo() {
   const d = chosenDataset();
   $("dataset-info").textContent = d ? `${d.task} task: ${F.count(d.train)} training and ${F.count(d.test)} test samples, ${d.classes} classes` : "";
-}
-
-export function chosenDataset() {
-  return state.datasets.find((d) => d.fingerprint === $("f-dataset").value) || null;
 }
 
 export async function loadDatasets() {
@@ -88,12 +215,12 @@ export async function loadDatasets() {
       if (!resp.ok) throw new Error(`HTTP ${resp.status}`);
       return resp.json();
     }, { what: "Loading the list of data", tries: 6, say: (text) => { $("dataset-info").textContent = text; } });
-    state.datasets = Array.isArray(body.datasets) ? body.datasets : [];
-    state.maxUpload = Number.isFinite(body.max_upload_bytes) ? body.max_upload_bytes : null;
+    dispatch("datasets", { datasets: Array.isArray(body.datasets) ? body.datasets : [],
+      maxUpload: Number.isFinite(body.max_upload_bytes) ? body.max_upload_bytes : null });
   } catch (err) {
     console.warn(`datasets: /datasets did not answer (${err.message}); the embedded sets only`);
   }
-  state.datasetsLoaded = true;
+  dispatch("datasets:loaded");
   renderDatasets();
   $("data-file-hint").textContent = state.maxUpload
     ? `at most ${F.count(state.maxUpload / 1024)} KiB; the server turns it into the text task's data (as daisychain train --data FILE)`
@@ -102,7 +229,7 @@ export async function loadDatasets() {
 
 export const UPLOAD_NAME = /^[A-Za-z0-9][A-Za-z0-9._ -]{0,79}$/;
 
-export async function uploadData(file) {
+async function uploadData(file) {
   setFieldError("data_file", "");
   const ext = (file.name.match(/\.[^.]+$/) || [""])[0].toLowerCase();
   if (![".txt", ".csv"].includes(ext)) return setFieldError("data_file", `${file.name} is not a .txt or .csv file`);
@@ -121,10 +248,10 @@ export async function uploadData(file) {
       throw new Error(why.replace(/^\d{3}: [A-Za-z ]+\s*/, ""));
     }
     const entry = await resp.json();
-    state.upload = entry;
-    state.datasets = [entry, ...state.datasets.filter((d) => d.fingerprint !== entry.fingerprint)];
+    dispatch("datasets:uploaded", { entry });
     if (entry.task !== $("f-task").value) applyTaskDefaults(entry.task, $("f-task").value);
-    $("f-task").value = state.task = entry.task;
+    dispatch("task", { task: entry.task });
+    $("f-task").value = entry.task;
     renderDatasets(entry.fingerprint);
     $("data-file-hint").textContent = `${entry.name}: ${F.count(entry.train)} training and ${F.count(entry.test)} test samples, ` +
       `${entry.classes} classes, fingerprint ${entry.fingerprint.slice(0, 12)}…`;
@@ -136,9 +263,8 @@ export async function uploadData(file) {
   }
 }
 
-export function setFieldError(name, text) {
-  if (text) state.fieldErrors[name] = text;
-  else delete state.fieldErrors[name];
+function setFieldError(name, text) {
+  dispatch("field-error", { name, text });
   const el = $(`err-${name}`);
   if (!el) return;
   el.textContent = text || "";
@@ -149,7 +275,7 @@ export function setFieldError(name, text) {
 
 /** The settings form -> {settings, errors: {field: message}}, with the rules of
  *  engine/settings.py and spec.py (Hyper.validate, parse_layers). */
-export function readSettings() {
+function readSettings() {
   const f = $("settings").elements;
   const errors = {};
   const num = (name, label) => { // the ranges of daisychain/engine/settings.py (settings_check.js)
@@ -211,7 +337,7 @@ export function readSettings() {
   return { settings, errors };
 }
 
-export function validate() {
+function validate() {
   const { settings, errors } = readSettings();
   for (const name of FIELDS) if (name !== "data_file") setFieldError(name, errors[name] || "");
   return { settings, errors };
@@ -243,7 +369,8 @@ export async function preflight(settings) {
   }
   let ds;
   try {
-    ds = await ctx.mesh.loadData(dataset?.task || task, dataset?.fingerprint || null, dataset?.name || null, context ?? null);
+    ds = await bus.request("ui:load-data", { task: dataset?.task || task, fingerprint: dataset?.fingerprint || null,
+      name: dataset?.name || null, context: context ?? null });
   } catch (err) {
     errors[/context/.test(err.message) ? "context" : "dataset"] = `the data did not load: ${err.message}`;
     return errors;
@@ -259,7 +386,7 @@ export async function preflight(settings) {
 
 /** The fields' own errors and the model's on its data (preflight), shown by the fields;
  *  the errors of both. A later check asks again: only the last answer is shown. */
-export async function validateAll() {
+async function validateAll() {
   const { settings, errors } = validate();
   const token = (validateAll.token = (validateAll.token || 0) + 1);
   if (Object.keys(errors).length || !ctx.mesh) return { settings, errors };
@@ -274,7 +401,7 @@ const TASK_FIELDS = ["steps", "lr"];
 
 /** Choosing a task fills its defaults (steps, learning rate) into the fields still holding
  *  the last task's defaults; a value the host typed stays. */
-export function applyTaskDefaults(task, previous = null) {
+function applyTaskDefaults(task, previous = null) {
   const f = $("settings").elements;
   const was = previous ? taskDefaults(previous) : null;
   const now = taskDefaults(task);
@@ -289,7 +416,7 @@ export function applyTaskDefaults(task, previous = null) {
 
 /** What the learning rate means for the run: the schedule the run's recipe gives it (the
  *  task's defaults, or `recipe`: a run's own augment_shift, lr_warmup, lr_decay_steps). */
-export function renderSchedule(recipe = null) {
+function renderSchedule(recipe = null) {
   const f = $("settings").elements;
   const task = f.task.value;
   const steps = checkSetting("steps", f.steps.value).value;
@@ -306,10 +433,13 @@ export function renderSchedule(recipe = null) {
 
 /** Fill the form with the settings of a run identity (a loaded checkpoint's, or the run this
  *  device trains in): the data, the task, the model, the numbers, the recipe's schedule. */
-export function fillSettings(identity, steps = null) {
+function fillSettings(identity, steps = null) {
   const s = settingsOf(identity);
   const f = $("settings").elements;
-  if (s.task) f.task.value = state.task = s.task;
+  if (s.task) {
+    dispatch("task", { task: s.task });
+    f.task.value = s.task;
+  }
   for (const [k, v] of Object.entries(s)) {
     if (k === "layers" || k === "task") continue;
     if (v !== null && v !== undefined && f[k] && f[k].type !== "file") f[k].value = String(v);
@@ -333,11 +463,11 @@ export function fillSettings(identity, steps = null) {
 }
 
 /** A guest shows the run's own settings, read-only (the host's form is its own). */
-export function showRunSettings() {
+function showRunSettings() {
   const run = ctx.mesh?.peer?.run;
   const host = !!state.room?.isHost;
   if (host || !run?.identity || state.runSettings?.runId === state.run.runId) return;
-  state.runSettings = { runId: state.run.runId || ctx.mesh.peer.runId };
+  dispatch("run-settings", { runId: state.run.runId || ctx.mesh.peer.runId });
   fillSettings(run.identity, run.steps ?? null);
   for (const name of FIELDS) setFieldError(name, "");
   renderSettings();

@@ -10,13 +10,17 @@
 //   panel.use(trainer, "the run's model at step 120");   // a WorkerTrainer (has probs())
 
 import { imageShape } from "../../engine/spec.js";
-import { className } from "./gallery.js";
+import { className } from "../ui_format.js";
 import { drawInput, fromDrawing, fromPicture } from "./try_image.js";
+import { bus } from "../../shell/bus.js";
 
 const SIDE = 160; // the drawing canvas, CSS pixels
 
 export class TryPanel {
   constructor(root) {
+    // the model to try (page:try {trainer, label}) and a test row to try it on (page:try-row)
+    bus.on("page:try", ({ trainer, label }) => this.use(trainer, label));
+    bus.on("page:try-row", ({ row }) => this.tryRow(row));
     this.root = root;
     this.trainer = null;
     this.kind = null;
