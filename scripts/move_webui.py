@@ -220,8 +220,11 @@ def rewrite_paths(text: str, fm: dict[str, str], suffix: str, mentions: bool) ->
         def lit(m: re.Match) -> str:
             before = text[max(0, m.start() - 80):m.start()]
             join = re.search(r"""(\S+)\s*/\s*$""", before)
-            if join and "webui" not in join.group(1).lower():
-                return m.group(0)  # a path under some other folder (a test's own tree)
+            named = (join and "webui" in join.group(1).lower()  # WEBUI / "x.js"
+                     or re.search(r"""(?::|\[)\s*$""", before)  # {"W": "x.js"}, graph["x.js"]
+                     or re.match(r"""\s+in\b""", text[m.end():m.end() + 8]))  # "x.js" in graph
+            if not named:
+                return m.group(0)  # a name that is no path under webui/ (a test's own tree, a label)
             return m.group(1) + fm[m.group(2)] + m.group(1)
         text = re.sub(r"""(["'])(""" + olds + r")\1", lit, text)
     return text
