@@ -3,7 +3,8 @@
 // settings_table.js): a whole number
 // or a finite decimal number, in the range where the run's arithmetic stays exact. The same
 // raw text gets the same reason as in Python (tests/data/settings_values.json holds the
-// two together). No DOM here: app.js shows the reasons next to its fields.
+// two together). No DOM here: the settings panel (page/panels/settings.js) shows the reasons
+// next to its fields.
 
 import { SETTINGS } from "./settings_table.js";
 

@@ -45,7 +45,7 @@ export const state = {
 };
 window.__daisy = state;
 
-/** Handles the panels share: set once by app.js main(). */
+/** Handles the page reads (the shells, the try panel, the chart): set once at start (app.js; the chart panel its chart). */
 export const ctx = { net: null, mesh: null, chart: null, tryPanel: null };
 
 export const now = () => performance.now() / 1000;
