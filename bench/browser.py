@@ -38,7 +38,7 @@ PAGE_PATHS = ("gpu", "wasm", "js")  # /selftest?path=: WebGPU, the WASM kernels,
 
 RATES = """
 async ([shapes]) => {
-  const { loadLuts } = await import('/webui/luts.js');
+  const { loadLuts } = await import('/webui/units/luts.js');
   const { openPaths } = await import('/webui/engine/paths.js');
   const { gemmRate, microBatchRate } = await import('/webui/engine/conformance.js');
   const luts = await loadLuts('/luts/');

@@ -1,5 +1,5 @@
 """The image kernels in the browser: the WebAssembly SIMD kernels (webui/wasm) and the WGSL
-kernels (im2col, col2im, maxpool, maxpool_back) against the JS units (webui/conv.js) inside headless Chromium, per call on the shapes of the
+kernels (im2col, col2im, maxpool, maxpool_back) against the JS units (webui/units/conv.js) inside headless Chromium, per call on the shapes of the
 default CNN (1x28x28, conv16,pool,conv32,pool,conv64,pool, micro-batch 16), plus the whole
 micro-batch (forward + backward + fixed-point contribution) of that CNN on both paths and in
 the numpy engine. Ratios are against the JS units measured in the same run.
@@ -34,7 +34,7 @@ IMAGE = (1, 28, 28)
 
 KERNELS = """
 async ([b, image, items, minMs]) => {
-  const { loadLuts } = await import('/webui/luts.js');
+  const { loadLuts } = await import('/webui/units/luts.js');
   const { openPaths } = await import('/webui/engine/paths.js');
   const S = await import('/webui/engine/spec.js');
   const { Engine, initParams } = await import('/webui/engine/model.js');

@@ -37,7 +37,7 @@ MODELS = [("block16h2,block16h2", 8), ("block64h4,block64h4", 32)]
 
 PAGE = """
 async ([b, vocab, models, minMs]) => {
-  const { loadLuts } = await import('/webui/luts.js');
+  const { loadLuts } = await import('/webui/units/luts.js');
   const { openPaths } = await import('/webui/engine/paths.js');
   const S = await import('/webui/engine/spec.js');
   const { Engine, initParams } = await import('/webui/engine/model.js');

@@ -3,7 +3,7 @@ contribution, Engine.gradInto) of the default CNN (1x28x28, conv16,pool,conv32,p
 pool, micro-batch 16) and of digits (64-128-10) in headless Chromium, on the JS units
 (baseline), the WebAssembly SIMD kernels, the WebGPU units one call at a time (each call
 uploads its inputs and reads its output back: the path before this issue) and the resident
-WebGPU path (webui/gpu_resident.js) with each of its GEMM kernels (res_gemm.wgsl tiled with
+WebGPU path (webui/units/gpu_resident.js) with each of its GEMM kernels (res_gemm.wgsl tiled with
 workgroup memory and dot4I8Packed, res_gemm_direct.wgsl), in alternating rounds in one page;
 every path's contribution must be the same bits.
 
@@ -26,7 +26,7 @@ ROUNDS = 3
 
 RUN = """
 async ([b, minMs, rounds]) => {
-  const { loadLuts, sha256Hex } = await import('/webui/luts.js');
+  const { loadLuts, sha256Hex } = await import('/webui/units/luts.js');
   const { openPaths } = await import('/webui/engine/paths.js');
   const S = await import('/webui/engine/spec.js');
   const { Engine, initParams } = await import('/webui/engine/model.js');

@@ -19,13 +19,13 @@ from daisychain.engine.threads import cores
 
 STEP = """
 async ([task, steps]) => {
-  const { loadLuts } = await import('/webui/luts.js');
+  const { loadLuts } = await import('/webui/units/luts.js');
   const { openPaths } = await import('/webui/engine/paths.js');
   const { loadDataset } = await import('/webui/engine/data.js');
   const { makeHyper, modelFor } = await import('/webui/engine/spec.js');
   const { initParams } = await import('/webui/engine/model.js');
-  const { WorkerTrainer, computePool } = await import('/webui/worker/trainer_proxy.js');
-  const { sha256Hex } = await import('/webui/luts.js');
+  const { WorkerTrainer, computePool } = await import('/webui/shell/worker/trainer_proxy.js');
+  const { sha256Hex } = await import('/webui/units/luts.js');
   const luts = await loadLuts('/luts/');
   const opened = await openPaths(luts, { tryGpu: false });
   const ds = await loadDataset(`/data/${task}.dcds`);

@@ -1,4 +1,4 @@
-"""How close is a tab's capacity on the run's model (webui/run_speed.js: forward passes
+"""How close is a tab's capacity on the run's model (webui/shell/run_speed.js: forward passes
 timed in the compute worker, a micro-batch's forward and backward counted as three) to a
 full micro-batch's rate on the same model (engine/conformance.js microBatchRate: forward,
 backward and contribution, on the page's thread)? And how far off was the self-test's

@@ -1,6 +1,6 @@
 """The signaling wire format: every message of ``/ws``, typed, parsed and validated here only.
 
-Nothing else in Python knows a JSON field name; ``daisychain/webui/protocol.js`` is the one
+Nothing else in Python knows a JSON field name; ``daisychain/webui/wire/protocol.js`` is the one
 JS mirror and ``docs/PROTOCOL.md`` documents each message with an example.
 
 Every frame is one JSON object with a ``"type"``. ``parse_client`` reads what a device sends

@@ -8,7 +8,7 @@ values tried and the one line each gets, by running them:
 Each command runs in this process (``daisychain.cli.main`` / ``daisy-peer``'s ``main``), so
 nothing starts: a bad value stops it before any server, peer or process group. Every try must
 exit 2 with exactly one line on stderr, or this script fails. The page's messages come from
-``webui/settings_check.js`` in node, fed the same raw texts.
+``webui/engine/settings_check.js`` in node, fed the same raw texts.
 """
 
 from __future__ import annotations
@@ -83,7 +83,7 @@ def _page(names_values: list[tuple[str, str]]) -> list[str]:
     node = shutil.which("node")
     if node is None:
         raise SystemExit("node is needed for the page's column")
-    mod = (ROOT / "daisychain" / "webui" / "settings_check.js").as_uri()
+    mod = (ROOT / "daisychain" / "webui" / "engine/settings_check.js").as_uri()
     src = (f'import {{ checkSetting }} from "{mod}";\nimport {{ readFileSync }} from "node:fs";\n'
            'const cases = JSON.parse(readFileSync(0, "utf8"));\n'
            'console.log(JSON.stringify(cases.map(([n, v]) => checkSetting(n, v).error)));\n')

@@ -2,10 +2,10 @@
 mirror tests (instead of a node driver string and a ``subprocess.run`` in every test file).
 
     got = run_js('console.log(JSON.stringify(L.parseLinks(DATA.payload, "a", ["a", "b"])));',
-                 imports={"L": "links.js"}, data={"payload": {...}})
+                 imports={"L": "wire/links.js"}, data={"payload": {...}})
 
-``imports`` maps a name to a module: ``{"L": "links.js"}`` is ``import * as L from ...`` and
-``{"{ choosePath }": "gpu.js"}`` is ``import { choosePath } from ...``; a relative path is
+``imports`` maps a name to a module: ``{"L": "wire/links.js"}`` is ``import * as L from ...`` and
+``{"{ choosePath }": "units/gpu.js"}`` is ``import { choosePath } from ...``; a relative path is
 under ``daisychain/webui/`` (a Path or an absolute path is taken as it is). ``data`` goes to
 node as JSON on stdin and is the snippet's ``DATA`` (null without it). Every snippet may use
 ``readFileSync`` (node:fs) and ``WEBUI`` (the webui folder's file URL, ending in ``/``).

@@ -70,7 +70,7 @@ out.accuracy = await tr.accuracy();
 console.log(JSON.stringify(out));
 """
 
-IMPORTS = {"L": "luts.js", "D": "engine/data.js", "S": "engine/spec.js", "T": "engine/trainer.js",
+IMPORTS = {"L": "units/luts.js", "D": "engine/data.js", "S": "engine/spec.js", "T": "engine/trainer.js",
            "M": "engine/model.js", "A": "engine/adam.js", "P": "engine/cpu_units.js"}
 
 

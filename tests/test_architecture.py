@@ -3,6 +3,9 @@
 - no import circle in ``daisychain/``, in either language: Python modules (every import,
   a function's own imports too; ``if TYPE_CHECKING:`` blocks aside) and the page's JS
   modules (static ``import``/``export ... from`` and dynamic ``import("./...")``);
+- the page's JS folders import downward only: units/, engine/ and wasm/ are one level, then
+  wire/, run/, shell/, page/ (nothing in engine/ imports shell/ or page/; no JS file is left
+  at webui/'s root, where scripts/move_webui.py's table moved them from);
 - no product file over 600 lines (Python, JS, WGSL, WAT, HTML, CSS);
 - no ``# ring hook`` left: the roles reach the ring through the aggregation interface
   (``daisychain/peer/run/aggregator.py``, ``webui/run/aggregator.js``), never through a
@@ -149,7 +152,7 @@ def test_no_python_import_circle():
 
 def test_no_js_import_circle():
     graph = js_graph()
-    assert "mesh.js" in graph and "run/index.js" in graph["mesh.js"]
+    assert "shell/mesh.js" in graph and "run/index.js" in graph["shell/mesh.js"]
     found = cycles(graph)
     assert not found, f"import circles in daisychain/webui/: {_say(found, graph)}"
 
@@ -161,8 +164,30 @@ def test_the_circle_checks_catch_a_planted_circle():
     assert any("daisychain.engine.spec" in c and "daisychain.engine.model" in c for c in cycles(g))
     j = js_graph()
     j["run/util.js"] = j["run/util.js"] | js_imports(WEBUI / "run" / "util.js",
-                                                     'const m = await import("../mesh.js");\n')
-    assert any("run/util.js" in c and "mesh.js" in c for c in cycles(j))
+                                                     'const m = await import("../shell/mesh.js");\n')
+    assert any("run/util.js" in c and "shell/mesh.js" in c for c in cycles(j))
+
+
+#: the JS folders' levels: a module imports only from its own level or below
+JS_LEVELS = {"units": 0, "engine": 0, "wasm": 0, "wire": 1, "run": 2, "shell": 3, "page": 4}
+
+
+def upward_imports(graph: dict[str, set[str]]) -> list[str]:
+    level = lambda m: JS_LEVELS.get(m.split("/")[0], -1) if "/" in m else -1
+    return sorted(f"{m} imports {d}" for m, deps in graph.items() for d in deps if level(d) > level(m))
+
+
+def test_js_folders_import_downward():
+    graph = js_graph()
+    loose = sorted(m for m in graph if "/" not in m or m.split("/")[0] not in JS_LEVELS)
+    assert not loose, f"JS modules outside webui/'s folders {sorted(JS_LEVELS)}: {loose}"
+    assert "units/gpu.js" in graph["engine/paths.js"]
+    found = upward_imports(graph)
+    assert not found, f"imports that go up a level (units/engine/wasm < wire < run < shell < page): {found}"
+    planted = dict(graph)
+    planted["engine/paths.js"] = graph["engine/paths.js"] | js_imports(
+        WEBUI / "engine" / "paths.js", 'import { bus } from "../shell/bus.js";\n')
+    assert "engine/paths.js imports shell/bus.js" in upward_imports(planted)
 
 
 def product_files() -> list[Path]:

@@ -21,7 +21,7 @@ model's layers after its posembed count ``b * T`` rows. A transformer block (eng
 attention.py) also reads the exp unit ``b * H * T * (T + 1) / 2`` times (its ``exp_units``;
 the ``exp`` key appears only for a model that has a block).
 
-The same formula is used by the page (``webui/counters.js``, held to it by
+The same formula is used by the page (``webui/engine/counters.js``, held to it by
 ``tests/units/test_counters_js.py``), the CLI and the demo.
 """
 

@@ -1,8 +1,8 @@
 """The JS modules generated from the Python tables, so that no table is copied by hand:
 
 - ``webui/engine/task_defaults.js`` from ``engine/task_defaults.json`` (task_defaults.py);
-- ``webui/settings_table.js`` from ``engine/settings.py`` SETTINGS, the page's subset
-  PAGE_SETTINGS (read by ``webui/settings_check.js``).
+- ``webui/engine/settings_table.js`` from ``engine/settings.py`` SETTINGS, the page's subset
+  PAGE_SETTINGS (read by ``webui/engine/settings_check.js``).
 
 And from the protocol table ``peer/run_protocol.json`` (peer/protocol_table.py):
 ``webui/run/protocol_table.js`` (the run messages, their roles and handlers, the shared
@@ -94,7 +94,7 @@ def protocol_generated() -> dict[Path, str]:
 #: path -> its text
 def generated() -> dict[Path, str]:
     return {task_defaults.JS_PATH: task_defaults.js_module(),
-            WEBUI / "settings_table.js": settings_module()}
+            WEBUI / "engine/settings_table.js": settings_module()}
 
 
 def main(argv: list[str] | None = None) -> int:

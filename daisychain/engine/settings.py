@@ -7,7 +7,7 @@ the run's arithmetic stays exact (finite; a learning rate above 1 or a decay abo
 the parameters past what the INT8 quantization and the float64 Adam hold). A value is
 checked against it when the flag is parsed (:func:`setting_type`) and again in
 :func:`settings_from_args` (for a Namespace built by code). The page checks its fields with
-the same table (``webui/settings_check.js``); ``tests/data/settings_values.json`` holds
+the same table (``webui/engine/settings_check.js``); ``tests/data/settings_values.json`` holds
 the two together: the same raw text gets the same reason in both languages.
 """
 
@@ -60,7 +60,7 @@ class Range:
 
 
 #: every number a command takes (flag name with "_"), and its range; the page's fields are
-#: the subset PAGE_SETTINGS, checked by webui/settings_check.js with the same ranges (its
+#: the subset PAGE_SETTINGS, checked by webui/engine/settings_check.js with the same ranges (its
 #: settings_table.js is generated from this table: python -m daisychain.engine.js_tables)
 SETTINGS: dict[str, Range] = {
     "steps": Range("int", 1, MAX_STEPS),

@@ -1,6 +1,6 @@
 """The data-channel wire format, in one import: every byte a peer sends another over WebRTC
 is framed, parsed and validated by the three modules re-exported here, and nowhere else.
-``daisychain/webui/frames.js`` is the one JS mirror (the same cases hold both:
+``daisychain/webui/wire/frames.js`` is the one JS mirror (the same cases hold both:
 tests/scenarios/frames.json) and ``docs/MESH.md`` documents each field.
 
 - :mod:`daisychain.peer.framing`: a message (type, run id, step, meta, body) <-> frames of

@@ -2,7 +2,7 @@
 :data:`MAX_FRAME` bytes, and the reassembly of a channel's frames into messages (meta JSON
 parsed here, NaN / Infinity refused). One of the three parts of the wire format that
 :mod:`daisychain.peer.frames` puts together (with :mod:`~daisychain.peer.intcodec` and
-:mod:`~daisychain.peer.messages`); ``daisychain/webui/frames.js`` is the JS mirror and
+:mod:`~daisychain.peer.messages`); ``daisychain/webui/wire/frames.js`` is the JS mirror and
 ``docs/MESH.md`` documents each field.
 
 A *message* is (type, run id, step, meta, body): ``meta`` is a small JSON object whose

@@ -23,7 +23,7 @@ INT_LIMIT = 2**53
 #: the most segments an integer body may declare: one per tensor of a model, and in a
 #: local-steps contribution one more per replica's moment block (at most 4 x 1024 replicas,
 #: engine/spec.py MAX_REPLICAS). Checked on the body's first four bytes, before anything is
-#: inflated or allocated (webui/intcodec.js the same).
+#: inflated or allocated (webui/wire/intcodec.js the same).
 MAX_SEGMENTS = 8192
 #: bytes a segment header takes, and the most bytes one value's payload can take (NARROW
 #: width 8; a VARINT of a value below 2**53 takes at most 8)

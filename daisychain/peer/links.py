@@ -1,6 +1,6 @@
 """daisy-peer's part in the room's connectivity matrix (the page's ``room:links``): about once
 a second it tells the room the state of its own direct links, through the signaling server's
-``broadcast``, in the payload the page's ``webui/links.js`` reads::
+``broadcast``, in the payload the page's ``webui/wire/links.js`` reads::
 
     {"type": "links", "v": 1, "rows": {peer: {"state": s, "rttMs": null}},
      "report": {"runId": ..., "step": n, "sha": hex}}

@@ -26,7 +26,7 @@ def run_selftest(page, url: str, timeout_ms: int = 180_000) -> dict:
 HARNESS = """
 async () => {
   if (!window.__units) {
-    const { loadLuts } = await import('/webui/luts.js');
+    const { loadLuts } = await import('/webui/units/luts.js');
     const { openPaths } = await import('/webui/engine/paths.js');
     const { CpuUnits } = await import('/webui/engine/cpu_units.js');
     const luts = await loadLuts('/luts/');

@@ -14,7 +14,7 @@ pytestmark = pytest.mark.browser
 
 SETUP = """async ({ w, h, css }) => {
   document.body.innerHTML = `<style>${css}</style><canvas id="c" style="width:${w}px;height:${h}px"></canvas>`;
-  const { Chart } = await import('/webui/chart.js');
+  const { Chart } = await import('/webui/page/chart.js');
   const c = document.getElementById('c');
   window.__hovered = [];
   window.chart = new Chart(c, { series: [{ key: 'loss', label: 'loss', axis: 'left' },
@@ -35,7 +35,7 @@ SETUP = """async ({ w, h, css }) => {
 @pytest.fixture
 def page(browser_nogpu, server_url):
     p = open_page(browser_nogpu, "chart")
-    p.goto(f"{server_url}/webui/bus.js")
+    p.goto(f"{server_url}/webui/shell/bus.js")
     yield p
     p.close()
 
@@ -118,7 +118,7 @@ def test_device_pixel_ratio_resize_and_css_colours(browser_nogpu, server_url):
     ctx = browser_nogpu.new_context(device_scale_factor=2)
     page = ctx.new_page()
     try:
-        page.goto(f"{server_url}/webui/bus.js")
+        page.goto(f"{server_url}/webui/shell/bus.js")
         _setup(page, 300, 150, "canvas { --chart-series-1: rgb(255, 0, 255); }")
         page.evaluate("() => { for (let s = 1; s <= 60; s++) chart.add('loss', s, 1 + Math.sin(s)); chart.draw(); }")
         assert page.evaluate("[document.getElementById('c').width, document.getElementById('c').height]") == [600, 300]

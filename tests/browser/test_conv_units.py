@@ -1,4 +1,4 @@
-"""The image units (webui/conv.js and shaders/{im2col,col2im,maxpool,maxpool_back}.wgsl)
+"""The image units (webui/units/conv.js and shaders/{im2col,col2im,maxpool,maxpool_back}.wgsl)
 against numpy definitions written here straight from the conv spec (padding, windows and
 numpy's first-occurrence argmax for the pool's tie rule), bit for bit, on random shapes with
 odd sizes and many ties; their refusals; and one conv model's micro-batch gradient, the same

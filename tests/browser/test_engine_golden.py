@@ -38,7 +38,7 @@ async (common) => {
 
 STEP = """
 async ([path, g]) => {
-  const { sha256Hex } = await import('/webui/luts.js');
+  const { sha256Hex } = await import('/webui/units/luts.js');
   const { loadDataset } = await import('/webui/engine/data.js');
   const { ModelSpec, makeHyper } = await import('/webui/engine/spec.js');
   const { Trainer, paramsSha256 } = await import('/webui/engine/trainer.js');

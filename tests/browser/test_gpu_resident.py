@@ -1,5 +1,5 @@
 """The GPU kept fed (issue 33 item 3): a micro-batch's forward and backward resident on the
-GPU (webui/gpu_resident.js) train exactly the run `daisychain train` trains, in a WebGPU tab
+GPU (webui/units/gpu_resident.js) train exactly the run `daisychain train` trains, in a WebGPU tab
 (SwiftShader here): digits, the default CNN of the image task and the text task's character
 MLP (its embedding gathered and scattered by the host), with each GEMM kernel
 (res_gemm.wgsl tiled with workgroup memory, with dot4I8Packed and with its fallback by shifts;

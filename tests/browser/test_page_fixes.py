@@ -56,7 +56,7 @@ def test_the_loss_keeps_its_significant_digits(cpu_page, server_url):
                                                                          content_type="text/html"))
     cpu_page.goto(f"{server_url}/__blank")
     got = cpu_page.evaluate("""async () => {
-      const F = await import('/webui/ui_format.js');
+      const F = await import('/webui/page/ui_format.js');
       return [2.302585, 0.04123, 0.0001234, 3.456e-7].map(F.loss);
     }""")
     assert got == ["2.3026", "0.0412", "0.000123", "3.46e-7"]

@@ -158,7 +158,7 @@ def test_an_rgb_picture_and_drawing_become_the_models_colour_input(cpu_page, ser
                                                                          content_type="text/html"))
     cpu_page.goto(f"{server_url}/__blank")
     got = cpu_page.evaluate("""async () => {
-      const T = await import('/webui/panels/try_image.js');
+      const T = await import('/webui/page/panels/try_image.js');
       const W = 20, H = 10, red = new Uint8ClampedArray(4 * W * H);
       for (let i = 0; i < W * H; i++) { red[4 * i] = 255; red[4 * i + 3] = 255; }
       const pic = T.fromPicture(red, W, H, [3, 4, 6], 255).input;
@@ -207,7 +207,7 @@ def test_a_first_load_with_the_network_down_says_so_and_retries(cpu_page, server
 def test_a_module_the_network_dropped_loads_the_page_again(cpu_page, server_url):
     """Issue 36 item 7: a file of the page's code lost on the way leaves nothing running;
     the page says so and loads itself again."""
-    seen = _fail_first(cpu_page, "**/webui/panels/events.js", 1)
+    seen = _fail_first(cpu_page, "**/webui/page/panels/events.js", 1)
     cpu_page.goto(f"{server_url}/?name=flaky2&path=cpu")
     cpu_page.wait_for_function("document.querySelector('#status').textContent.includes('did not load')", timeout=30_000)
     cpu_page.wait_for_function(READY, timeout=120_000)

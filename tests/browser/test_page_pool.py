@@ -38,7 +38,7 @@ def test_a_two_worker_tab_ends_on_the_cli_hash(browser_nogpu, server_url):
     page.wait_for_function("window.__daisy.run.state === 'done'", timeout=240_000)
     assert page.evaluate("window.__daisy.run.sha") == json.loads(cli.stdout)["params_sha256"]
     counts = page.evaluate("""async () => {
-      const { computePool } = await import('/webui/worker/trainer_proxy.js');
+      const { computePool } = await import('/webui/shell/worker/trainer_proxy.js');
       return computePool().counts();
     }""")
     assert counts["micro"] == STEPS * 64 // 16, counts

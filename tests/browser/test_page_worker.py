@@ -1,4 +1,4 @@
-"""The page computes in a Web Worker (webui/worker/): a tab that trains alone hands every
+"""The page computes in a Web Worker (webui/shell/worker/): a tab that trains alone hands every
 micro-batch to the worker, computes none on its main thread, and ends on the same
 params-sha256 as `daisychain train` (issue 23, item 1)."""
 
@@ -53,7 +53,7 @@ def test_a_solo_tab_computes_in_the_worker_with_the_cli_hash(cpu_page, server_ur
     run = cpu_page.evaluate("() => ({sha: window.__daisy.run.sha, step: window.__daisy.run.step})")
     assert run == {"sha": want["params_sha256"], "step": STEPS}
     counts = cpu_page.evaluate("""async () => {
-      const { computePool } = await import('/webui/worker/trainer_proxy.js');
+      const { computePool } = await import('/webui/shell/worker/trainer_proxy.js');
       return computePool().counts();  // summed over the pool (one worker on a 2-core machine)
     }""")
     assert counts["micro"] == STEPS * 64 // 16, counts

@@ -1,4 +1,4 @@
-"""The text task's context on the page (issue 38 item 4; webui/panels/model_data.js): a tab
+"""The text task's context on the page (issue 38 item 4; webui/page/panels/model_data.js): a tab
 host moves the context slider, the parameter count shown is the spec's for that context, a
 context outside --context's range is refused at its field, and the run it starts with one
 daisy-peer and a guest tab trains what ``daisychain train --task text --context N`` trains:

@@ -103,7 +103,7 @@ def test_links_matrix_peers_and_counters_of_two_tabs(browser_cpu, tabs):
     guest.close()
     host.wait(f"{EV}['room:left'] !== undefined", 30_000)
     assert host.state(f"{EV}['room:left']") == {"id": gid, "name": "guest"}
-    host.page.evaluate("async (gid) => { const P = await import('/webui/protocol.js'); "
+    host.page.evaluate("async (gid) => { const P = await import('/webui/wire/protocol.js'); "
                        "window.__daisy.mesh.net._signal(P.candidate(gid, null)); }", gid)
     host.wait(f"{EV}['net:error'] !== undefined", 30_000)
     e = host.state(f"{EV}['net:error']")

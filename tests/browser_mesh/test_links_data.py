@@ -24,14 +24,14 @@ TEXT = ("It was the best of times, it was the worst of times, it was the age of 
         "incredulity, it was the season of Light, it was the season of Darkness.\n") * 6
 # through the page's own helper: it sends the room credential (issue 21: uploads belong to a room)
 UPLOAD = """async (text) => {
-  const { postUpload } = await import('/webui/uploads.js');
+  const { postUpload } = await import('/webui/shell/uploads.js');
   const r = await postUpload('/datasets/upload?name=book.txt', text);
   if (!r.ok) throw new Error(await r.text());
   return r.json();
 }"""
 # what a tab gets for (status, one-line reason) when it tries without being the host
 TRY_UPLOAD = """async (text) => {
-  const { postUpload } = await import('/webui/uploads.js');
+  const { postUpload } = await import('/webui/shell/uploads.js');
   const r = await postUpload('/datasets/upload?name=mine.txt', text);
   return [r.status, await r.text()];
 }"""

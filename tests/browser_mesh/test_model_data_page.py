@@ -1,5 +1,5 @@
 """The page's model-size sliders, a Hub data set fetched by the server, and "← Back to
-settings" (webui/panels/model_data.js, server/routes/hub.py): the parameter count the sliders
+settings" (webui/page/panels/model_data.js, server/routes/hub.py): the parameter count the sliders
 show is the spec's (Python's model_for on the same data); a Hub name typed by the host comes
 back from ``serve --hub`` (a local parquet mirror: nothing downloads) as the room's data set
 with ``daisychain train --stream``'s fingerprint; the run trains on it to train's hash; and

@@ -1,4 +1,4 @@
-"""Unit tier, in node: the words and numbers of the page (daisychain/webui/ui_format.js).
+"""Unit tier, in node: the words and numbers of the page (daisychain/webui/page/ui_format.js).
 
 The end card's command must be one a shell splits back into the flags `daisychain train`
 reads, whatever the file's name; names replace device ids in every line."""
@@ -34,7 +34,7 @@ HYPER = {"lr": 0.003, "batch": 32, "micro_batch": 8, "seed": 3, "weight_decay": 
 
 
 def run_driver(cases: dict) -> dict:
-    return run_js(DRIVER, imports={"F": "ui_format.js"}, data=cases)
+    return run_js(DRIVER, imports={"F": "page/ui_format.js"}, data=cases)
 
 
 @pytest.fixture(scope="module")

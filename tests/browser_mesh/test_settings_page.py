@@ -1,4 +1,4 @@
-"""The page checks its run settings with the commands' ranges (webui/settings_check.js, the
+"""The page checks its run settings with the commands' ranges (webui/engine/settings_check.js, the
 same table as daisychain/engine/settings.py): issue 24, the page took any positive learning
 rate (1e300 trained to NaN) and 0 steps. The reasons are tests/data/settings_values.json's."""
 

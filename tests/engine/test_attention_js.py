@@ -226,7 +226,7 @@ def test_the_end_cards_command_remakes_a_transformer_run(text):
         fingerprint, task = "f", "text"
 
     ident = run_identity(spec, hp, DS, load_luts())
-    got = run_js("console.log(JSON.stringify(F.trainCommand(DATA, null, 5)));", {"F": "ui_format.js"}, data=ident)
+    got = run_js("console.log(JSON.stringify(F.trainCommand(DATA, null, 5)));", {"F": "page/ui_format.js"}, data=ident)
     words = shlex.split(got)
     assert words[:2] == ["daisychain", "train"] and "--context" in words and "block16h2,block16h4" in words
     p = argparse.ArgumentParser()

@@ -132,7 +132,7 @@ def test_js_model_for_makes_the_same_spec_as_python():
         cases.append({"kind": ds.kind, "width": int(ds.x_train.shape[1]), "classes": ds.classes,
                       "layers_text": layers, "hidden": hidden})
         want.append(rs.spec)
-    got = run_js(JS_MODEL_FOR, imports={"S": "engine/spec.js", "C": "checkpoint.js"}, data=cases)
+    got = run_js(JS_MODEL_FOR, imports={"S": "engine/spec.js", "C": "engine/checkpoint.js"}, data=cases)
     for have, spec in zip(got["out"], want):
         assert have["spec"] == spec.to_json()
         assert have["hidden"] == have["hidden_json"] == hidden_of(spec)

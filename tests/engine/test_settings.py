@@ -1,5 +1,5 @@
 """Every run setting checked once (daisychain/engine/settings.py SETTINGS) for every command
-and the page (webui/settings_check.js), held together by tests/data/settings_values.json.
+and the page (webui/engine/settings_check.js), held together by tests/data/settings_values.json.
 
 What broke (issue 24): ``--lr inf`` / ``--lr 1e300`` / ``--weight-decay inf`` crashed
 ``train`` and ``cluster`` with a traceback (``cannot convert float NaN to integer``) and hung
@@ -45,7 +45,7 @@ console.log(JSON.stringify({ ranges, bad, good }));
 
 @pytest.mark.usefixtures("node")  # fails, never skips, without node
 def test_page_gives_the_same_reasons():
-    got = run_js(NODE_DRIVER, imports={"S": "settings_check.js"}, data=str(ROOT / "tests" / "data" / "settings_values.json"))
+    got = run_js(NODE_DRIVER, imports={"S": "engine/settings_check.js"}, data=str(ROOT / "tests" / "data" / "settings_values.json"))
     assert got["ranges"] == VALUES["ranges"]
     assert got["bad"] == [c["reason"] for c in VALUES["bad"]]
     assert [g["error"] for g in got["good"]] == [None] * len(VALUES["good"])

@@ -70,7 +70,7 @@ def test_a_segment_bomb_is_refused_before_it_is_inflated_in_python(bomb):
 
 
 def test_a_segment_bomb_is_refused_before_it_is_inflated_in_js(bomb, node):
-    out = run_js(JS, imports={"W": "intcodec.js"}, data={"body": base64.b64encode(bomb).decode()},
+    out = run_js(JS, imports={"W": "wire/intcodec.js"}, data={"body": base64.b64encode(bomb).decode()},
                  timeout=300)
     assert out["why"] == "integer body declares 11000000 segments (at most 8192)", out
     assert out["growth"] < MAX_GROWTH, out

@@ -45,7 +45,7 @@ def settings(*argv: str):
 
 
 def run_node(node, tmp_path, job) -> dict:
-    return run_js(DRIVER, imports={"S": "engine/spec.js", "F": "ui_format.js", "C": "checkpoint.js"},
+    return run_js(DRIVER, imports={"S": "engine/spec.js", "F": "page/ui_format.js", "C": "engine/checkpoint.js"},
                   data=job, timeout=120)
 
 

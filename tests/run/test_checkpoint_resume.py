@@ -345,7 +345,7 @@ def test_js_state_blob_and_tab_member_restore():
                "theta": fresh.theta.tolist(), "m": z.tolist(), "v": z.tolist(),
                "pyblob": base64.b64encode(pyblob).decode(),
                "badblob": base64.b64encode(bytes(bad)).decode()}
-    out = run_js(JS_DRIVER, imports={"C": "checkpoint.js", "{ RunPeer }": "run/index.js",
+    out = run_js(JS_DRIVER, imports={"C": "engine/checkpoint.js", "{ RunPeer }": "run/index.js",
                                      "{ paramsSha256 }": "engine/trainer.js"}, data=payload)
     ck = decode_state(base64.b64decode(out["blob"]), fresh.identity)
     assert ck.params_sha256 == fresh.params_sha256() and ck.adam.b1t == 1.0 and ck.step == 0

@@ -1,6 +1,6 @@
 """Unit tier, in node: a tab member that its coordinator removes from the run (a `refuse`
 from the coordinator, webui/run/member.js) stops following it and the tab's shell
-(webui/mesh.js) reports why as a run error, which the page shows (app.js `run:error`:
+(webui/shell/mesh.js) reports why as a run error, which the page shows (app.js `run:error`:
 the run-error box and the status line). The real RunPeer and Mesh; the network is a stub."""
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ console.log(JSON.stringify({ stranger, kinds: outs.map((o) => o.kind), errors, r
 
 @pytest.mark.usefixtures("node")  # fails, never skips, without node
 def test_a_removed_tab_stops_and_says_why():
-    out = run_js(DRIVER, imports={"{ Mesh }": "mesh.js", "{ RunPeer }": "run/index.js"})
+    out = run_js(DRIVER, imports={"{ Mesh }": "shell/mesh.js", "{ RunPeer }": "run/index.js"})
     assert out["stranger"] == []  # only the coordinator it follows can remove it
     assert out["kinds"] == ["log", "removed"] and out["refused"] is True
     assert out["errors"] == ["removed from the run by p0: 3 strikes (the last: spot-check mismatch: "

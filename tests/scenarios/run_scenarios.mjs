@@ -7,14 +7,14 @@ import { readFileSync } from "node:fs";
 import { createHash } from "node:crypto";
 
 const input = JSON.parse(readFileSync(0, "utf8"));
-const W = await import(`${input.webui}/frames.js`);
+const W = await import(`${input.webui}/wire/frames.js`);
 const { RunPeer } = await import(`${input.webui}/run/index.js`);
 const T = await import(`${input.webui}/engine/trainer.js`);
 const L = await import(`${input.webui}/engine/local.js`);
 const { ModelSpec, makeHyper } = await import(`${input.webui}/engine/spec.js`);
 const { parseDataset } = await import(`${input.webui}/engine/data.js`);
 const { CpuUnits } = await import(`${input.webui}/engine/cpu_units.js`);
-const { loadLuts } = await import(`${input.webui}/luts.js`);
+const { loadLuts } = await import(`${input.webui}/units/luts.js`);
 
 // loadLuts reads over fetch: serve the committed tables from disk
 globalThis.fetch = async (url) => {

@@ -1,4 +1,4 @@
-"""Unit tier: ``webui/protocol.js`` agrees with ``daisychain/signaling.py`` (run in Node).
+"""Unit tier: ``webui/wire/protocol.js`` agrees with ``daisychain/signaling.py`` (run in Node).
 
 The same frames go through both parsers: each accepts the same ones, with the same fields,
 and rejects the others with the same error code; what the JS builders produce is what the
@@ -120,7 +120,7 @@ def js_normal(res):
 
 def test_js_mirror_agrees_with_python():
     server, client = server_frames(), client_frames()
-    js = run_js(RUNNER, imports={"P": "protocol.js"}, data={"server": server, "client": client})
+    js = run_js(RUNNER, imports={"P": "wire/protocol.js"}, data={"server": server, "client": client})
     for side, frames, parse in (("server", server, p.parse_server), ("client", client, p.parse_client)):
         for text, res in zip(frames, js[side]):
             assert js_normal(res) == py_result(parse, text), (side, text)

@@ -37,7 +37,7 @@ CASES = [
 
 def test_choose_path_takes_the_faster_passing_path_and_says_why():
     cases = [c for c, _, _ in CASES] + [{"rates": {"gpu": None, "cpu": None}, "cpuWhy": "mul"}]
-    got = run_js(DRIVER, imports={"{ choosePath }": "gpu.js"}, data=cases)
+    got = run_js(DRIVER, imports={"{ choosePath }": "units/gpu.js"}, data=cases)
     for (case, path, reason), have in zip(CASES, got):
         assert have["path"] == path, (case, have)
         assert have["reason"] == reason

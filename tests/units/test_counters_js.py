@@ -69,7 +69,7 @@ const out = cases.map(c => ({
   spec: unitCounts(ModelSpec.fromJson(c.model), c.micro_batch, c.micro_batches),
 }));
 console.log(JSON.stringify(out));
-""", imports={"{ unitCounts }": "counters.js", "{ ModelSpec }": "engine/spec.js"}, data=str(DATA))
+""", imports={"{ unitCounts }": "engine/counters.js", "{ ModelSpec }": "engine/spec.js"}, data=str(DATA))
     want = json.loads(DATA.read_text())
     assert len(got) == len(want) > 0
     for g, c in zip(got, want):

@@ -23,5 +23,5 @@ const out = DATA.map(h => {
   return Array.from(sha256Bytes(b), x => x.toString(16).padStart(2, "0")).join("");
 });
 console.log(JSON.stringify(out));
-""", imports={"{ sha256Bytes }": "sha256.js"}, data=[b.hex() for b in blobs])
+""", imports={"{ sha256Bytes }": "units/sha256.js"}, data=[b.hex() for b in blobs])
     assert got == [hashlib.sha256(b).hexdigest() for b in blobs]

@@ -79,7 +79,7 @@ def test_python_and_js_refuse_the_same_hostile_frames():
     assert len(cases["zip_bomb"]["raw"]) < 100_000  # small on the wire, 64 MiB inflated
     payload = {k: {**{x: y for x, y in c.items() if x != "raw"},
                    "b64": base64.b64encode(c["raw"]).decode()} for k, c in cases.items()}
-    js = run_js(DRIVER, imports={"W": "frames.js"}, data=payload, timeout=120)
+    js = run_js(DRIVER, imports={"W": "wire/frames.js"}, data=payload, timeout=120)
     for name, case in cases.items():
         py = _python(case)
         assert py.startswith("FrameError"), (name, py)

@@ -125,7 +125,7 @@ def test_every_frame_type_and_every_refusal_agree():
     built = {c["name"]: build(c) for c in cases}
     payload = [{"name": n, "size": s, "frames": [base64.b64encode(f).decode() for f in fr]}
                for n, (fr, s) in built.items()]
-    js = run_js(DRIVER, imports={"W": "frames.js"}, data=payload, timeout=120)
+    js = run_js(DRIVER, imports={"W": "wire/frames.js"}, data=payload, timeout=120)
     assert {c["type"] for c in CASES["accept"]} == {"control", "contrib", "total", "state", "data", "ring"}
     assert {c["meta"]["t"] for c in CASES["accept"] if c["type"] == "control"} == {
         "run", "ready", "refuse", "assign", "sync", "data_request", "restore", "end", "ring_plan",

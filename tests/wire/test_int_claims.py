@@ -66,7 +66,7 @@ def test_js_refuses_the_same_claims_before_allocating_them():
     import base64
     cases = {n: {"codec": int(c), "b64": base64.b64encode(b).decode(), "size": s}
              for n, (c, b, s, _) in CASES.items() if s is not None}  # JS decodes with the size
-    got = run_js(DRIVER, imports={"W": "frames.js"}, data=cases)
+    got = run_js(DRIVER, imports={"W": "wire/frames.js"}, data=cases)
     for name in cases:
         assert got[name]["words"] == f"FrameError: integer vector has {F.MAX_MESSAGE} values, expected {SIZE}"
         assert got[name]["grew"] < 2**20, f"{name}: {got[name]['grew'] / 2**20:.0f} MiB of array buffers"

@@ -41,7 +41,7 @@ CASES = [
 
 
 def _node(body: str):
-    return run_js(body, imports={"L": "links.js"}, data=[[c[0], c[1]] for c in CASES])
+    return run_js(body, imports={"L": "wire/links.js"}, data=[[c[0], c[1]] for c in CASES])
 
 
 def test_hostile_link_reports_are_dropped():

@@ -89,7 +89,7 @@ console.log(JSON.stringify(out));
 @pytest.fixture(scope="module")
 def js():
     """The JS side of every case, in one node run (fails, never skips, without node)."""
-    return run_js(JS_SIDE, imports={"L": "links.js", "N": "network.js"}, data=CASES)
+    return run_js(JS_SIDE, imports={"L": "wire/links.js", "N": "shell/network.js"}, data=CASES)
 
 
 def test_js_constants_are_the_cases(js):

@@ -1,4 +1,4 @@
-"""Unit tier, in node: the tab's send path (daisychain/webui/mesh.js, ``Mesh._send``).
+"""Unit tier, in node: the tab's send path (daisychain/webui/shell/mesh.js, ``Mesh._send``).
 
 A receiver drops a message whose frames are interleaved with another message's, so a tab
 must send the frames of each message back to back. The network here is a stand-in for
@@ -70,7 +70,7 @@ SIZE = 9610  # the parameters of the default digits model (64-128-10): a STATE o
 
 
 def run_driver(**cfg) -> dict:
-    return run_js(DRIVER, imports={"{ Mesh }": "mesh.js", "W": "frames.js"}, data={"size": SIZE, **cfg})
+    return run_js(DRIVER, imports={"{ Mesh }": "shell/mesh.js", "W": "wire/frames.js"}, data={"size": SIZE, **cfg})
 
 
 @pytest.mark.usefixtures("node")  # fails, never skips, without node

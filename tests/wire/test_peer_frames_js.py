@@ -1,4 +1,4 @@
-"""Unit tier: daisychain/webui/frames.js against daisychain/peer/frames.py, byte for byte, in
+"""Unit tier: daisychain/webui/wire/frames.js against daisychain/peer/frames.py, byte for byte, in
 node (a run without node fails). Python-encoded messages of every codec decode in JS to the same
 integers; JS-encoded contributions decode in Python; both choose the same NARROW/VARINT body."""
 
@@ -55,7 +55,7 @@ def test_js_and_python_frames_agree():
                       {"term": 1, "contributors": [["p0", 4]], "loss": 0.1, "params_sha256": "a" * 64},
                       body, c)
         messages.append(base64.b64encode(b"".join(F.encode_frames(m, 1))).decode())
-    out = run_js(DRIVER, imports={"W": "frames.js"}, data={"messages": messages, "size": int(v.size),
+    out = run_js(DRIVER, imports={"W": "wire/frames.js"}, data={"messages": messages, "size": int(v.size),
                                                             "vector": [str(x) for x in v], "bounds": bounds})
     want = [str(x) for x in v]
     for d in out["decoded"]:

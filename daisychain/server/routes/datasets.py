@@ -127,7 +127,7 @@ def dataset_routes(datasets: dict[str, Dataset] | None = None) -> list[web.Abstr
         # shown to every client: the file's name, never the server's path to it
         shown = key if key in TASKS or own else Path(key).name or key
         entry = _entry(ds, shown, "server", args)
-        if own:  # the task's model, which the page fills in (webui/panels/model_data.js)
+        if own:  # the task's model, which the page fills in (webui/page/panels/model_data.js)
             from daisychain.task import load_task
             entry["layers"] = load_task(key).layers
         server_sets[ds.fingerprint] = {"ds": ds, "entry": entry}

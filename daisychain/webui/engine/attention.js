@@ -7,7 +7,7 @@
 // column h*dh + i of row s*T + t being element (s, h, t, i). Head-major arrays are
 // (b*H, T, dh), index ((s*H + h)*T + t)*dh + i.
 
-import { checkIntArray, INT32_MAX, INT32_MIN, UnitError } from "../units.js";
+import { checkIntArray, INT32_MAX, INT32_MIN, UnitError } from "../units/units.js";
 import { pow2 } from "./detmath.js";
 import { idiv } from "./norm.js";
 

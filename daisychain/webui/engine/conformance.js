@@ -10,8 +10,8 @@
 //                                 vectors as daisychain/peer/selftest.py): [] or failures in words
 //   gemmRate, microBatchRate      capacity figures (timings only; nothing feeds training)
 
-import { col2imArray, im2colArray, maxpoolArray, maxpoolBackArray } from "../conv.js";
-import { int32LeBytes, sha256Hex } from "../luts.js";
+import { col2imArray, im2colArray, maxpoolArray, maxpoolBackArray } from "../units/conv.js";
+import { int32LeBytes, sha256Hex } from "../units/luts.js";
 import { softmaxArray } from "./attention.js";
 import { adamStep, AdamState } from "./adam.js";
 import { Engine, initParams } from "./model.js";

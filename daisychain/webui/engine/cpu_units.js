@@ -8,9 +8,9 @@
 //   softmax(scores, nb, T, E)               -> Int32Array (engine/attention.js softmaxArray)
 // They are the reference and the fallback; WasmUnits (wasm/wasm_units.js) extends them.
 
-import { gemmFast, gemmLayout, gemmLut } from "../gemm.js";
-import { col2imArray, convLayout, im2colArray, maxpoolArray, maxpoolBackArray, poolLayout } from "../conv.js";
-import { expArray, mulArray, POISON, reluArray, requantizeArray } from "../units.js";
+import { gemmFast, gemmLayout, gemmLut } from "../units/gemm.js";
+import { col2imArray, convLayout, im2colArray, maxpoolArray, maxpoolBackArray, poolLayout } from "../units/conv.js";
+import { expArray, mulArray, POISON, reluArray, requantizeArray } from "../units/units.js";
 import { softmaxArray } from "./attention.js";
 
 export class CpuUnits {

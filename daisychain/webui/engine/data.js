@@ -4,7 +4,7 @@
 //   "<u1" for the uint8 pixels of an image task).
 // The dataset fingerprint is the SHA-256 of these bytes.
 
-import { sha256Hex } from "../luts.js";
+import { sha256Hex } from "../units/luts.js";
 
 const ITEM_SIZE = { "<f8": 8, "<i4": 4, "|u1": 1, "<u1": 1 };
 

@@ -25,7 +25,7 @@
 //   conv2d:    im2col, gemm, requantize, col2im        maxpool2d: maxpool, maxpoolBack
 //   relu:      relu
 
-import { MAX_K } from "../gemm.js";
+import { MAX_K } from "../units/gemm.js";
 import { absmax, exponent, pow2, quantExponent, quantize } from "./detmath.js";
 
 export const BIAS_LIMIT = 1073741824; // 2^30

@@ -13,7 +13,7 @@
 // GpuUnits (gpu.js) the WGSL kernels. openPaths() tries WASM and the GPU and, for each that
 // cannot be used, says why in words.
 
-import { GpuUnits } from "../gpu.js";
+import { GpuUnits } from "../units/gpu.js";
 import { openWasmUnits } from "../wasm/wasm_units.js";
 import { CpuUnits } from "./cpu_units.js";
 

@@ -8,7 +8,7 @@
 //   tr.apply(total);                                   // every replica, same total
 //   await tr.paramsSha256();                           // the hash every replica prints
 
-import { sha256Hex } from "../luts.js";
+import { sha256Hex } from "../units/luts.js";
 import { adamStep, AdamState } from "./adam.js";
 import { augmentMicroBatch } from "./augment.js";
 import { pow2 } from "./detmath.js";

@@ -1,7 +1,7 @@
 // Spot-checks as pure functions (daisychain/peer/run/checks.py): which micro-batches of a step are
 // checked, and the verdict over the answers a check got.
 
-import { sha256Bytes } from "../sha256.js";
+import { sha256Bytes } from "../units/sha256.js";
 import { sameInts } from "./util.js";
 
 /**

@@ -5,8 +5,8 @@
 // the snapshot at once); going back to step S is loading the snapshot and applying the
 // totals before S again.
 
-import { Codec } from "../framing.js";
-import { decodeInts, encodeInts } from "../intcodec.js";
+import { Codec } from "../wire/framing.js";
+import { decodeInts, encodeInts } from "../wire/intcodec.js";
 
 /** The chance, at most, that a liar stays unremoved for longer than the window. */
 export const ESCAPE = 1e-6;

@@ -19,10 +19,10 @@
 // time, and copied out. A value out of range throws the JS units' own UnitError.
 
 import { CpuUnits } from "../engine/cpu_units.js";
-import { checkInt8Array, checkIntArray, checkShift, INT32_MAX, INT32_MIN, UnitError } from "../units.js";
-import { gemmLayout, requireExactMul } from "../gemm.js";
-import { checkLength, convLayout, poolLayout } from "../conv.js";
-import { sha256Hex } from "../luts.js";
+import { checkInt8Array, checkIntArray, checkShift, INT32_MAX, INT32_MIN, UnitError } from "../units/units.js";
+import { gemmLayout, requireExactMul } from "../units/gemm.js";
+import { checkLength, convLayout, poolLayout } from "../units/conv.js";
+import { sha256Hex } from "../units/luts.js";
 
 /** A module with one function `(func (result v128) v128.const i32x4 0 0 0 0)`: valid only
  *  where the engine has fixed-width SIMD. */

@@ -1,0 +1,222 @@
+// A Trainer whose compute runs in a pool of Web Workers (compute_worker.js), so a tab that
+// trains keeps answering and uses every core: the page's main thread only sends messages and
+// waits. The pool's size is poolSetting() (hardwareConcurrency less one, or ?workers=N).
+//
+//   const tr = await WorkerTrainer.create({ spec, hyper, dataset, luts, units, kind });
+//   await tr.contribute([0, 2]);        // computed in the worker, same bits as Trainer's
+//   await tr.contributeAt(theta, step, micro);
+//   await tr.accuracy("test", 500);     // the first 500 test samples, in the worker
+//   tr.apply(total);                    // the replica's state stays here (see below)
+//
+// It is a Trainer (same fields, same methods): the replica's state (theta, Adam, step), the
+// schedule and apply() stay on the page, where the run protocol (webui/run/) reads them
+// between two messages; they cost a few milliseconds a step. What takes seconds (the
+// gradient of the micro-batches, the accuracy, a prediction) is sent with a copy of the
+// parameters to the worker, which runs the same Trainer code on its own units.
+
+import { LocalTrainer } from "../../engine/local.js";
+import { isLocal } from "../../engine/spec.js";
+import { Trainer } from "../../engine/trainer.js";
+
+/** The most compute workers a tab starts (each holds a copy of the training set). */
+export const MAX_WORKERS = 8;
+
+/**
+ * How many compute workers this tab runs: `?workers=N` in the page's address (1..MAX_WORKERS),
+ * else navigator.hardwareConcurrency less one for the page, at least 1, at most MAX_WORKERS.
+ * @returns {{size: number, cores: number|null, why: string}}
+ */
+export function poolSetting(search = globalThis.location ? globalThis.location.search : "",
+  cores = globalThis.navigator ? globalThis.navigator.hardwareConcurrency : null) {
+  const c = Number.isInteger(cores) && cores > 0 ? cores : null;
+  const asked = new URLSearchParams(search).get("workers");
+  if (asked !== null) {
+    const n = Number(asked);
+    if (Number.isInteger(n) && n >= 1 && n <= MAX_WORKERS) {
+      return { size: n, cores: c, why: `workers=${n} in the address${c !== null && n > c ? ` (more than the ${c} cores: allowed)` : ""}` };
+    }
+    const size = c === null ? 1 : Math.min(MAX_WORKERS, Math.max(1, c - 1));
+    return { size, cores: c, why: `workers=${asked} refused: it must be an integer from 1 to ${MAX_WORKERS}; using ${size}` };
+  }
+  if (c === null) return { size: 1, cores: null, why: "the browser does not say how many cores it has" };
+  const size = Math.min(MAX_WORKERS, Math.max(1, c - 1));
+  return { size, cores: c, why: `${c} cores, one left for the page${c - 1 > MAX_WORKERS ? `, at most ${MAX_WORKERS}` : ""}` };
+}
+
+function startWorker() {
+  const worker = new Worker(new URL("./compute_worker.js", import.meta.url), { type: "module" });
+  const waiting = new Map();
+  let next = 1;
+  worker.onmessage = (ev) => {
+    const { id, ok, result, error } = ev.data;
+    const w = waiting.get(id);
+    if (!w) return;
+    waiting.delete(id);
+    if (ok) w.resolve(result); else w.reject(new Error(error));
+  };
+  worker.onerror = (ev) => {
+    const err = new Error(`the compute worker failed: ${ev.message || "it could not start"}`);
+    for (const w of waiting.values()) w.reject(err);
+    waiting.clear();
+  };
+  return {
+    worker,
+    post(op, body = {}, transfer = []) {
+      const id = next++;
+      return new Promise((resolve, reject) => {
+        waiting.set(id, { resolve, reject });
+        worker.postMessage({ id, op, ...body }, transfer);
+      });
+    },
+  };
+}
+
+let shared = null; // the page's one pool of compute workers
+
+/**
+ * The page's pool of compute workers (poolSetting): {size, setting, workers, post(op, body,
+ * transfer) to the first worker, all(op, body) -> one answer per worker, counts()}.
+ */
+export function computePool() {
+  if (shared) return shared;
+  const setting = poolSetting();
+  const workers = Array.from({ length: setting.size }, startWorker);
+  shared = {
+    size: workers.length,
+    setting,
+    workers,
+    post: (op, body, transfer) => workers[0].post(op, body, transfer),
+    all: (op, body = {}) => Promise.all(workers.map((w) => w.post(op, body))),
+    /** micro-batches and accuracy calls computed, summed over the pool */
+    async counts() {
+      const each = await Promise.all(workers.map((w) => w.post("counts")));
+      return { micro: each.reduce((s, c) => s + c.micro, 0), accuracy: each.reduce((s, c) => s + c.accuracy, 0),
+        perWorker: each.map((c) => c.micro) };
+    },
+  };
+  return shared;
+}
+
+/** The pool's first worker, as the page's one compute worker was ({post}). */
+export function computeWorker() {
+  return computePool();
+}
+
+/** The pool's whole micro-batch rate: every worker measures at once (conformance.js
+ *  microBatchRate on its own units), the rates add up. */
+export async function poolRate(luts, cpuPath) {
+  const pool = computePool();
+  const rates = await pool.all("rate", { luts: { ...luts }, cpuPath });
+  return { total: rates.reduce((s, r) => s + r.rate, 0), each: rates.map((r) => r.rate), units: rates.map((r) => r.units) };
+}
+
+/** Whether this browser can run the compute in a module worker. */
+export function workersAvailable() {
+  return typeof Worker !== "undefined";
+}
+
+let keys = 0;
+
+export class WorkerTrainer extends Trainer {
+  /** As Trainer.create, plus `kind` ("webgpu" | "cpu": the units the worker opens). */
+  static async create(o) {
+    const tr = new WorkerTrainer(o);
+    tr.pool = computePool();
+    tr.worker = tr.pool;
+    tr.key = ++keys;
+    const ds = o.dataset;
+    const dataset = { task: ds.task, kind: ds.kind, classes: ds.classes, meta: ds.meta,
+      x_train: ds.x_train, y_train: ds.y_train, x_test: ds.x_test, y_test: ds.y_test };
+    const luts = { ...o.luts };
+    const kind = o.kind || (o.units && o.units.name === "gpu" ? "webgpu" : "cpu");
+    const body = { key: tr.key, spec: o.spec.toJson(), hyper: { ...o.hyper }, dataset, luts, kind,
+      cpuPath: o.cpuPath || (o.units && o.units.name === "wasm" ? "wasm" : "js") };
+    // A WebGPU tab computes on its one GPU, from the first worker; the CPU path on every worker.
+    const infos = kind === "webgpu" ? [await tr.pool.post("init", body)] : await tr.pool.all("init", body);
+    tr.workerUnits = infos[0].units;
+    tr.workerGpuReason = infos[0].gpuReason;
+    tr.workerWasmReason = infos[0].wasmReason;
+    tr.poolUnits = infos.map((i) => i.units);
+    return tr;
+  }
+
+  /** Switch compute path (after a GPU failure): here and in the worker; the bits do not change. */
+  setUnits(units) {
+    super.setUnits(units);
+    const kind = units.name === "gpu" ? "webgpu" : "cpu";
+    if (kind === "cpu" && this.poolUnits && this.poolUnits.length < this.pool.size) this.poolUnits = null; // the others need an init
+    this.pool.post("setUnits", { kind }).catch(() => {});
+  }
+
+  async contribute(microIds, step = this.step, theta = this.theta) {
+    return this.contributeAt(theta.slice(), step, microIds);
+  }
+
+  /**
+   * Trainer.contribute on a parameter snapshot (mesh.js contributeAt), in the workers: on the
+   * CPU path the micro-batches are split into contiguous runs, one per worker, and the
+   * answers merged. Each contribution is a sum of exact integers (fixed point), so the sum of
+   * the workers' sums is the same bits in any order; loss and correct keep the micro order.
+   */
+  async contributeAt(theta, step, micro) {
+    const ids = Array.from(micro);
+    const gpu = this.engine.units.name === "gpu";
+    const n = gpu || !this.poolUnits ? 1 : Math.min(this.pool.size, ids.length);
+    if (n <= 1) {
+      const own = theta.buffer.byteLength === theta.byteLength ? theta : theta.slice();
+      // The snapshot is handed over, not copied, where no one uses it again: on the CPU path
+      // (mesh.js retries a failed compute with the same snapshot only after a GPU failure).
+      return this.pool.post("contribute", { key: this.key, theta: own, step, micro: ids }, gpu ? [] : [own.buffer]);
+    }
+    const parts = await Promise.all(Array.from({ length: n }, (_, w) => {
+      const own = theta.slice();
+      const mine = ids.slice(Math.floor((w * ids.length) / n), Math.floor(((w + 1) * ids.length) / n));
+      return this.pool.workers[w].post("contribute", { key: this.key, theta: own, step, micro: mine }, [own.buffer]);
+    }));
+    const grad = parts[0].grad;
+    for (let w = 1; w < n; w++) {
+      const g = parts[w].grad;
+      for (let i = 0; i < grad.length; i++) grad[i] += g[i];
+    }
+    const loss = new Float64Array(ids.length);
+    const correct = new Int32Array(ids.length);
+    let at = 0;
+    for (const p of parts) {
+      loss.set(p.loss, at);
+      correct.set(p.correct, at);
+      at += p.loss.length;
+    }
+    return { grad, loss, correct };
+  }
+
+  /** Accuracy on the first `limit` samples of a split (all when null), parameters untouched. */
+  async accuracy(split = "test", limit = null) {
+    const r = await this.worker.post("accuracy", { key: this.key, theta: this.theta.slice(), split, limit });
+    return r.accuracy;
+  }
+
+  /** Class probabilities of n input rows x (Float64Array or Int32Array), row-major. */
+  async probs(x, n) {
+    const r = await this.worker.post("probs", { key: this.key, theta: this.theta.slice(), x, n });
+    return r.probs;
+  }
+
+  /** Predicted classes of rows `index` of a split (the gallery), in the worker. */
+  async predictions(split, index) {
+    const r = await this.worker.post("predict", { key: this.key, theta: this.theta.slice(), split, index: Array.from(index) });
+    return r.pred;
+  }
+
+  /** The confusion matrix of a split ({classes, counts, n, correct}), in the worker. */
+  async confusion(split = "test") {
+    return this.worker.post("confusion", { key: this.key, theta: this.theta.slice(), split });
+  }
+}
+
+/** The trainer a tab runs: a WorkerTrainer where the browser has module workers, else a
+ *  Trainer; a local-steps run's LocalTrainer (engine/local.js) computes on the page's
+ *  thread (its rounds need every replica's moments, which stay on the page). */
+export function createTrainer(o) {
+  if (isLocal(o.hyper)) return LocalTrainer.create(o);
+  return workersAvailable() ? WorkerTrainer.create(o) : Trainer.create(o);
+}

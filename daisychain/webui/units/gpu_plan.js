@@ -1,0 +1,486 @@
+// One resident plan (gpu_resident.js has what it is and how it is chosen and checked): the
+// buffers, bind groups and dispatches of one micro-batch's forward and backward pass for one
+// model, micro-batch size and GEMM kernel, made once; per micro-batch the host's part
+// (quantized weights and bias tables on a parameter change, the input, the output error, the
+// fixed-point sum of what the backward pass reads back) and the two submits.
+
+import { MAX_K } from "./gemm.js";
+import { POISON } from "./units.js";
+import { absmax, pow2, quantExponent, quantize } from "../engine/detmath.js";
+import { accumulate, biasAcc } from "../engine/layers.js";
+import { IMAGE_EXPONENT, outputError, ParamLayout, topErrors } from "../engine/model.js";
+
+/** The largest requantize shift: max |acc| < 2^32 has at most 32 bits, s = bits - 7. */
+const MAX_SHIFT = 25;
+
+
+/** A plan that would pass this GPU's limits: the units are called one by one instead. */
+export class PlanLimit extends Error {}
+
+/** The layer types a resident pass is planned for; a transformer's kinds run the units one by one. */
+const PLANNED = new Set(["linear", "relu", "conv2d", "maxpool2d", "embedding"]);
+
+/** Why a spec has no resident plan, or null. */
+export function unsupported(spec) {
+  const L = spec.layers;
+  for (let i = 0; i < L.length; i++) {
+    const t = L[i].type;
+    if (!PLANNED.has(t)) return `a ${t} layer (the resident pass plans ${[...PLANNED].join(", ")})`;
+    if (t === "embedding" && i !== 0) return "an embedding above the first layer";
+    if (t === "relu" && !(i > 0 && (L[i - 1].type === "linear" || L[i - 1].type === "conv2d"))) return "an unfused relu";
+  }
+  return null;
+}
+
+export class ResidentPlan {
+  constructor(plans, spec, b, gemm) {
+    this.gpu = plans.gpu;
+    this.device = plans.gpu.device;
+    this.pipelines = { ...plans.pipelines, gemm };
+    this.spec = spec;
+    this.b = b;
+    this.layout = new ParamLayout(spec);
+    this.buffers = [];
+    this.fwd = [];
+    this.bwd = [];
+    this.params = []; // param layers: {layer, pi, wq, btab, rows, fpoint, nIn, nOut, ...}
+    this.theta = null; // the parameters last uploaded (a copy)
+    this.ex0 = null; // the input exponent the bias tables were made for
+    this._busy = Promise.resolve();
+    this._build();
+  }
+
+  destroy() {
+    for (const buf of this.buffers) buf.destroy();
+    this.buffers = [];
+  }
+
+  _buf(n, label) {
+    const bytes = Math.max(4, n * 4);
+    const lim = this.gpu.limits;
+    if (bytes > lim.maxStorageBufferBindingSize || bytes > lim.maxBufferSize) throw new PlanLimit(label);
+    const buf = this.device.createBuffer({
+      label, size: bytes, usage: GPUBufferUsage.STORAGE | GPUBufferUsage.COPY_DST | GPUBufferUsage.COPY_SRC,
+    });
+    this.buffers.push(buf);
+    return buf;
+  }
+
+  /** One dispatch of a pass: its uniforms, bind group and grid made now, once. */
+  _op(list, kernel, words, bound, grid) {
+    const d = this.device;
+    const uni = d.createBuffer({ label: `${kernel} params`, size: Math.max(16, words.length * 4), usage: GPUBufferUsage.UNIFORM, mappedAtCreation: true });
+    new Uint32Array(uni.getMappedRange()).set(words);
+    uni.unmap();
+    this.buffers.push(uni);
+    const pipeline = this.pipelines[kernel];
+    const group = d.createBindGroup({
+      layout: pipeline.getBindGroupLayout(0),
+      entries: [uni, ...bound].map((buffer, binding) => ({ binding, resource: { buffer } })),
+    });
+    list.push({ pipeline, group, grid, kernel, words });
+  }
+
+  _grid(n) {
+    return this.gpu._grid1d(n);
+  }
+
+  _gemm(list, A, B, C, { m, k, n, transA = false, transB = false, aOff = 0, bOff = 0, cOff = 0 }) {
+    const max = this.gpu.limits.maxComputeWorkgroupsPerDimension;
+    const grid = [Math.ceil(n / 32), Math.ceil(m / 32)];
+    if (grid[0] > max || grid[1] > max) throw new PlanLimit("gemm grid");
+    const [aSm, aSk] = transA ? [1, m] : [k, 1];
+    const [bSk, bSn] = transB ? [1, k] : [n, 1];
+    this._op(list, "gemm", [m, k, n, 0, aOff, aSm, aSk, 0, bOff, bSk, bSn, 0, cOff, n, 1, 0], [A, B, C], grid);
+  }
+
+  /** max |x| into state slot, after the ReLU mask when `mask` (a buffer) is given. */
+  _absmax(list, state, x, n, slot, mask) {
+    this._op(list, "absmax", [n, slot, mask ? 1 : 0, 0], [x, mask || this.dummy, state], this._grid(Math.ceil(n / 32)));
+  }
+
+  _requant(list, state, acc, out, n, slot, tin, relu) {
+    this._op(list, "shift", [slot, tin, 0, 0], [state], [1, 1]);
+    this._op(list, "requantize", [n, slot, relu ? 1 : 0, 0], [acc, out, state], this._grid(n));
+  }
+
+  _build() {
+    const { spec, b } = this;
+    const L = spec.layers;
+    this.dummy = this._buf(1, "no mask");
+    // an embedding (the first layer, spec validation) is the host's: its rows are gathered
+    // into the input, and its gradient scattered from the raw input error read back
+    this.embed = L[0].type === "embedding" ? L[0] : null;
+    this.input = this._buf(b * spec.inputDim * (this.embed ? this.embed.nOut : 1), "input");
+    // forward: a point is a requantize, with 3 state words (max |acc|, shift, shifts so far);
+    // ops are closures run once the state buffer exists
+    const entries = [];
+    const ops = [];
+    let cur = this.input;
+    let points = 0;
+    let pi = this.embed ? 1 : 0;
+    for (let li = this.embed ? 1 : 0; li < L.length; li++) {
+      const layer = L[li];
+      const last = li === L.length - 1;
+      const fuse = !last && L[li + 1].type === "relu";
+      if (layer.type === "maxpool2d") {
+        const { c, h, w } = layer;
+        const n = b * c * (h >> 1) * (w >> 1);
+        const src = cur;
+        const out = this._buf(n, `layer ${li} pool`);
+        ops.push((list) => this._op(list, "maxpool", [n, h, w, 0], [src, out], this._grid(n)));
+        entries.push({ kind: "pool", layer, a: src, n: b * c * h * w, reluOut: null });
+        cur = out;
+        continue;
+      }
+      // linear or conv2d: the conv is im2col, then the linear layer's arithmetic on the columns
+      const conv = layer.type === "conv2d";
+      const rows = conv ? b * layer.h * layer.w : b;
+      const nIn = layer.nIn;
+      const nOut = conv ? layer.co : layer.nOut;
+      if (rows * 127 >= 2 ** 31) throw new PlanLimit("bias gradient");
+      const p = { layer, conv, li, pi, rows, nIn, nOut, point: last ? -1 : points, tin: points === 0 ? 2 : 3 * points + 2 };
+      p.tableRows = MAX_SHIFT * points + 1;
+      p.wq = this._buf(nOut * nIn, `layer ${li} weights`);
+      p.btab = this._buf(p.tableRows * nOut, `layer ${li} bias table`);
+      p.a = cur;
+      if (conv) {
+        const { ci, k, h, w } = layer;
+        const n = rows * nIn;
+        const src = cur;
+        const cols = this._buf(n, `layer ${li} columns`);
+        ops.push((list) => this._op(list, "im2col", [n, ci, k, (k - 1) >> 1, h, w, 0, 0], [src, cols], this._grid(n)));
+        p.a = cols;
+      }
+      const n = rows * nOut;
+      const acc = this._buf(n, `layer ${li} accumulator`);
+      ops.push((list, state) => {
+        this._gemm(list, p.a, p.wq, acc, { m: rows, k: nIn, n: nOut, transB: true });
+        this._op(list, "bias", [n, nOut, p.tin, p.tableRows], [p.btab, acc, state], this._grid(n));
+      });
+      const entry = { kind: conv ? "conv" : "linear", layer, p, reluOut: null };
+      entries.push(entry);
+      this.params.push(p);
+      pi += 2;
+      if (last) {
+        this.logits = acc;
+        break;
+      }
+      const q = this._buf(n, `layer ${li} requantized`);
+      const slot = 3 + 3 * points;
+      ops.push((list, state) => {
+        this._absmax(list, state, acc, n, slot, null);
+        this._requant(list, state, acc, q, n, slot, p.tin, fuse);
+      });
+      points += 1;
+      cur = q;
+      if (conv) {
+        const out = this._buf(n, `layer ${li} channel-major`);
+        ops.push((list) => this._op(list, "permute", [n, layer.h * layer.w, nOut, 0], [q, out], this._grid(n)));
+        cur = out;
+      }
+      if (fuse) {
+        entry.reluOut = cur;
+        li += 1;
+      }
+    }
+    this.points = points;
+    this.fstate = this._buf(3 * points + 3, "forward state");
+    for (const op of ops) op(this.fwd, this.fstate);
+    this.entries = entries;
+    this._buildBackward();
+    const d = this.device;
+    this.fStage = d.createBuffer({ label: "forward read-back", size: (b * spec.classes + 3 * points + 3) * 4, usage: GPUBufferUsage.MAP_READ | GPUBufferUsage.COPY_DST });
+    this.embedLen = this.embed ? b * spec.inputDim * this.embed.nOut : 0;
+    this.bStage = d.createBuffer({ label: "backward read-back", size: (this.gradLen + 3 * this.bpoints + 3 + this.embedLen) * 4, usage: GPUBufferUsage.MAP_READ | GPUBufferUsage.COPY_DST });
+    this.buffers.push(this.fStage, this.bStage);
+    this.gradPoison = new Int32Array(this.gradLen).fill(POISON);
+    this.logitsPoison = new Int32Array(b * spec.classes).fill(POISON);
+  }
+
+  _buildBackward() {
+    const { b, entries } = this;
+    this.gTop = this._buf(b * this.spec.classes, "output errors");
+    // the gradient: per param layer its weight parts (rows split by MAX_K), then its bias
+    let off = 0;
+    for (const p of this.params) {
+      p.parts = [];
+      for (let r0 = 0; r0 < p.rows; r0 += MAX_K) {
+        p.parts.push({ r0, r1: Math.min(p.rows, r0 + MAX_K), off });
+        off += p.nOut * p.nIn;
+      }
+      p.bOff = off;
+      off += p.nOut;
+    }
+    this.gradLen = off;
+    this.grad = this._buf(off, "gradient");
+    const steps = []; // [entry, int8, point] top to bottom
+    const ops = [];
+    let G = this.gTop;
+    let bpoints = 0;
+    for (let k = entries.length - 1; k >= 0; k--) {
+      const e = entries[k];
+      const below = k > 0 ? entries[k - 1] : null;
+      let dX = null;
+      let int8 = false;
+      if (e.kind === "pool") {
+        if (!below) break;
+        const { h, w } = e.layer;
+        const d = this._buf(e.n, "pool errors");
+        const g = G;
+        ops.push((list) => this._op(list, "maxpool_back", [e.n, h, w, 0], [g, e.a, d], this._grid(e.n)));
+        dX = d;
+        int8 = true;
+      } else {
+        const p = e.p;
+        let Gr = G;
+        if (p.conv) {
+          Gr = this._buf(p.rows * p.nOut, `layer ${p.li} errors by rows`);
+          const g = G;
+          const n = p.rows * p.nOut;
+          ops.push((list) => this._op(list, "permute", [n, p.layer.h * p.layer.w, p.nOut, 1], [g, Gr], this._grid(n)));
+        }
+        for (const part of p.parts) {
+          ops.push((list) => this._gemm(list, Gr, p.a, this.grad, {
+            m: p.nOut, k: part.r1 - part.r0, n: p.nIn, transA: true,
+            aOff: part.r0 * p.nOut, bOff: part.r0 * p.nIn, cOff: part.off,
+          }));
+        }
+        ops.push((list) => this._op(list, "colsum", [p.rows, p.nOut, p.bOff, 0], [Gr, this.grad], [Math.ceil(p.nOut / 64), 1]));
+        if (below) {
+          const dXr = this._buf(p.rows * p.nIn, `layer ${p.li} input errors`);
+          ops.push((list) => this._gemm(list, Gr, p.wq, dXr, { m: p.rows, k: p.nOut, n: p.nIn }));
+          dX = dXr;
+          if (p.conv) {
+            const { ci, k: kk, h, w } = p.layer;
+            const n = b * ci * h * w;
+            dX = this._buf(n, `layer ${p.li} input errors, channel-major`);
+            const d = dX;
+            ops.push((list) => this._op(list, "col2im", [n, ci, kk, (kk - 1) >> 1, h, w, 0, 0], [dXr, d], this._grid(n)));
+          }
+        }
+      }
+      if (!below && this.embed) { // the embedding's raw input error, read back
+        this.embedDX = this._buf(e.p.rows * e.p.nIn, "embedding errors");
+        ops.push((list) => this._gemm(list, G, e.p.wq, this.embedDX, { m: e.p.rows, k: e.p.nOut, n: e.p.nIn }));
+      }
+      if (!below) {
+        steps.push({ e, int8, point: -1 });
+        break;
+      }
+      const n = below.kind === "pool" ? below.layer.c * (below.layer.h >> 1) * (below.layer.w >> 1) * b
+        : below.p.rows * below.p.nOut;
+      const mask = below.reluOut;
+      const x = dX;
+      if (int8) {
+        if (mask) ops.push((list, state) => this._absmax(list, state, x, n, 0, mask)); // the mask only
+        steps.push({ e, int8, point: -1 });
+        G = dX;
+      } else {
+        const slot = 3 + 3 * bpoints;
+        const q = this._buf(n, `errors below layer ${e.p.li}`);
+        ops.push((list, state) => {
+          this._absmax(list, state, x, n, slot, mask);
+          this._requant(list, state, x, q, n, slot, 2, false);
+        });
+        steps.push({ e, int8, point: bpoints });
+        bpoints += 1;
+        G = q;
+      }
+    }
+    this.bpoints = bpoints;
+    this.bstate = this._buf(3 * bpoints + 3, "backward state");
+    for (const op of ops) op(this.bwd, this.bstate);
+    this.steps = steps;
+  }
+
+  // -- per micro-batch ---------------------------------------------------------------------
+
+  /** Quantized weights once per parameter change; bias tables per change or input exponent. */
+  _weights(theta) {
+    const q = this.device.queue;
+    const same = this.theta && this.theta.length === theta.length && this.theta.every((v, i) => v === theta[i]);
+    if (!same) {
+      this.theta = Float64Array.from(theta);
+      if (this.embed) {
+        const E = this.layout.view(theta, 0);
+        this.ee = quantExponent(absmax(E));
+        this.Eq = quantize(E, this.ee);
+      }
+      for (const p of this.params) {
+        const W = this.layout.view(theta, p.pi);
+        p.ew = quantExponent(absmax(W));
+        q.writeBuffer(p.wq, 0, quantize(W, p.ew));
+      }
+      this.ex0 = null;
+    }
+  }
+
+  _biasTables(theta, ex0) {
+    const q = this.device.queue;
+    if (this.ex0 === ex0) return;
+    this.ex0 = ex0;
+    let base = ex0;
+    for (const p of this.params) {
+      base += p.ew;
+      const bias = this.layout.view(theta, p.pi + 1);
+      const tab = new Int32Array(p.tableRows * p.nOut);
+      for (let t = 0; t < p.tableRows; t++) tab.set(biasAcc(bias, base + t), t * p.nOut);
+      q.writeBuffer(p.btab, 0, tab);
+    }
+  }
+
+  _input(x) {
+    if (this.embed) { // layers.js Embedding.forward: the quantized rows of the tokens
+      const D = this.embed.nOut;
+      const a = new Int32Array(x.length * D);
+      for (let t = 0; t < x.length; t++) a.set(this.Eq.subarray(x[t] * D, x[t] * D + D), t * D);
+      return { a, ex: this.ee };
+    }
+    if (this.spec.inputKind === "image") {
+      const a = new Int32Array(x.length);
+      for (let i = 0; i < x.length; i++) a[i] = x[i] >> 1;
+      return { a, ex: IMAGE_EXPONENT };
+    }
+    const ex = quantExponent(absmax(x));
+    return { a: quantize(x, ex), ex };
+  }
+
+  /** Encode a pass, submit it once, and read back `words` words of the buffers copied. The
+   *  error scopes (validation, out-of-memory, internal: gpu.js _scoped's) are popped while
+   *  the read-back is mapped, so the pass waits on the GPU once. */
+  async _pass(what, list, clear, copies, stage, words) {
+    const gpu = this.gpu;
+    const d = this.device;
+    gpu._assertUsable();
+    for (const scope of ["internal", "out-of-memory", "validation"]) d.pushErrorScope(scope);
+    let thrown = null;
+    try {
+      const enc = d.createCommandEncoder({ label: what });
+      enc.clearBuffer(clear);
+      const pass = enc.beginComputePass({ label: what });
+      for (const op of list) {
+        pass.setPipeline(op.pipeline);
+        pass.setBindGroup(0, op.group);
+        pass.dispatchWorkgroups(op.grid[0], op.grid[1], 1);
+      }
+      pass.end();
+      let at = 0;
+      for (const [buf, n] of copies) {
+        enc.copyBufferToBuffer(buf, 0, stage, at * 4, n * 4);
+        at += n;
+      }
+      d.queue.submit([enc.finish()]);
+    } catch (err) {
+      thrown = err;
+    }
+    const scopes = [d.popErrorScope(), d.popErrorScope(), d.popErrorScope()];
+    const mapped = thrown ? Promise.resolve(null) : stage.mapAsync(GPUMapMode.READ).then(() => null, (err) => err);
+    const errors = (await Promise.all(scopes)).filter(Boolean).map((e) => e.message);
+    const mapError = await mapped;
+    const text = (err) => (err && err.message ? err.message : String(err));
+    if (thrown) gpu._fail(`the resident ${what} pass failed: ${text(thrown)}`);
+    if (errors.length) {
+      if (!mapError) stage.unmap();
+      gpu._fail(`the resident ${what} pass failed: ${errors.join("; ")}`);
+    }
+    if (mapError) gpu._fail(`reading back the resident ${what} pass failed: ${text(mapError)}`);
+    const out = new Int32Array(stage.getMappedRange(0, words * 4).slice(0));
+    stage.unmap();
+    return out;
+  }
+
+  /** The forward pass: {logits (float64), sexp per param layer's input ex}. */
+  async _forward(theta, x) {
+    this._weights(theta);
+    const { a, ex } = this._input(x);
+    this._biasTables(theta, ex);
+    const q = this.device.queue;
+    q.writeBuffer(this.input, 0, a);
+    q.writeBuffer(this.logits, 0, this.logitsPoison);
+    const nl = this.b * this.spec.classes;
+    const ns = 3 * this.points + 3;
+    const got = await this._pass("forward", this.fwd, this.fstate, [[this.logits, nl], [this.fstate, ns]], this.fStage, nl + ns);
+    let e = ex; // each param layer's input exponent, the shifts read back
+    for (const p of this.params) {
+      p.ex = e;
+      if (p.point < 0) break;
+      const s = got[nl + 3 + 3 * p.point + 1];
+      if (!(s >= 0 && s <= MAX_SHIFT)) this.gpu._fail(`the resident forward pass gave the shift ${s}`);
+      e += p.ew + s;
+    }
+    const top = this.params[this.params.length - 1];
+    const scale = pow2(top.ex + top.ew);
+    const logits = new Float64Array(nl);
+    for (let i = 0; i < nl; i++) {
+      if (got[i] === POISON) this.gpu._fail("the resident forward pass left a logit unwritten");
+      logits[i] = got[i] * scale;
+    }
+    return logits;
+  }
+
+  /** Engine.forward's logits of one micro-batch (the accuracy op). */
+  async forward(theta, x) {
+    return this._serial(async () => ({ logits: await this._forward(theta, x) }));
+  }
+
+  /** Engine.gradInto on the GPU: the same contribution added into `total`. */
+  async gradInto(total, theta, x, y, fracBits, limit) {
+    return this._serial(() => this._gradInto(total, theta, x, y, fracBits, limit));
+  }
+
+  /** One pass at a time on this plan's buffers, whatever awaits interleave. */
+  _serial(fn) {
+    const run = this._busy.then(fn, fn);
+    this._busy = run.catch(() => null);
+    return run;
+  }
+
+  async _gradInto(total, theta, x, y, fracBits, limit) {
+    const b = this.b;
+    const z = await this._forward(theta, x);
+    const o = outputError(this.spec, z, y, b);
+    const { G, eg: egTop } = topErrors(o.dz, o.labels, b, this.spec.classes);
+    const q = this.device.queue;
+    q.writeBuffer(this.gTop, 0, G);
+    q.writeBuffer(this.grad, 0, this.gradPoison);
+    const nb = 3 * this.bpoints + 3;
+    const copies = [[this.grad, this.gradLen], [this.bstate, nb]];
+    if (this.embed) copies.push([this.embedDX, this.embedLen]);
+    const got = await this._pass("backward", this.bwd, this.bstate, copies, this.bStage, this.gradLen + nb + this.embedLen);
+    const offsets = this.layout.offsets;
+    let eg = egTop;
+    for (const { e, int8, point } of this.steps) {
+      if (e.kind !== "pool") {
+        const p = e.p;
+        const size = p.nOut * p.nIn;
+        let dW = got.subarray(p.parts[0].off, p.parts[0].off + size);
+        if (p.parts.length > 1) {
+          dW = Float64Array.from(dW);
+          for (const part of p.parts.slice(1)) for (let j = 0; j < size; j++) dW[j] += got[part.off + j];
+        }
+        const db = got.subarray(p.bOff, p.bOff + p.nOut);
+        for (const arr of [dW, db]) for (let j = 0; j < arr.length; j++) if (arr[j] === POISON) this.gpu._fail("the resident backward pass left a gradient unwritten");
+        accumulate(total, offsets[p.pi], dW, eg + p.ex, fracBits, limit);
+        accumulate(total, offsets[p.pi + 1], db, eg, fracBits, limit);
+        eg += p.ew;
+      }
+      if (!int8 && point >= 0) {
+        const s = got[this.gradLen + 3 + 3 * point + 1];
+        if (!(s >= 0 && s <= MAX_SHIFT)) this.gpu._fail(`the resident backward pass gave the shift ${s}`);
+        eg += s;
+      }
+    }
+    if (this.embed) { // layers.js Embedding.backward: integer scatter-add of the raw errors
+      const D = this.embed.nOut;
+      const dX = got.subarray(this.gradLen + nb);
+      const dE = new Float64Array(this.embed.nIn * D);
+      for (let t = 0; t < x.length; t++) {
+        const row = x[t] * D;
+        for (let d = 0; d < D; d++) dE[row + d] += dX[t * D + d];
+      }
+      accumulate(total, offsets[0], dE, eg, fracBits, limit);
+    }
+    return { loss: o.loss, correct: o.correct };
+  }
+}

@@ -1,0 +1,181 @@
+// A micro-batch's forward and backward kept on the GPU: the resident path beside GpuUnits'
+// one-call-one-dispatch units (gpu.js, whose API stays as it is).
+//
+// A plan is made once per (model, micro-batch size): every buffer a pass needs stays on the
+// GPU (activations, im2col columns, accumulators, errors, the gradient), with its bind groups
+// and uniforms made once. Per micro-batch the host writes the input (int8 rows, the pixels >> 1
+// of an image) and, when the parameters changed (once per step), the quantized weights and the
+// bias tables; then the forward pass is one submit and one read-back (the logits and the
+// forward shifts), the output error is computed on the host in float64 (engine/model.js
+// outputError, topErrors), and the backward pass is one submit and one read-back (every
+// layer's int32 weight and bias gradient sums and the backward shifts). The host then adds
+// them into the fixed-point contribution exactly as the engine does (layers.js accumulate),
+// so the bits are engine/model.js's.
+//
+// What needs the data on the GPU is computed there, in integers: a requantize's shift
+// s = max(exponent(max |acc|) - 7, 0) (res_absmax.wgsl, res_shift.wgsl), the ReLU mask of the
+// backward pass, and the bias in accumulator units, which depends on the shifts below the
+// layer: the host writes the bias of every exponent the accumulator can have (a table, one
+// row per sum of shifts below, layers.js biasAcc in float64) and the GPU picks its row
+// (res_bias.wgsl). The GEMM is res_gemm.wgsl: tiled with workgroup memory, four int8 per u32,
+// dot4I8Packed where the adapter has packed_4x8_integer_dot_product, else the same sum by
+// shifts. Native products and the arithmetic requantize are used only after the loaded
+// tables checked equal to that arithmetic (wasm_units.js exactTablesFailure), as on the CPU.
+//
+// An embedding (the text task's first layer) is the host's: its quantized rows are gathered
+// into the input, and its gradient is scattered on the host from the layer above's raw input
+// error, read back with the rest. Not covered (the engine then calls the units one by one,
+// same bits): a ReLU that is not fused into its layer (trace mode), a bias gradient that
+// could leave int32, a buffer above this GPU's limits.
+
+import { GpuError } from "./gpu_error.js";
+import { PlanLimit, ResidentPlan, unsupported } from "./gpu_plan.js";
+import { Engine, initParams } from "../engine/model.js";
+import { CpuUnits } from "../engine/cpu_units.js";
+import { u32, uniform } from "../engine/prng.js";
+import { charMlp, imageCnn, mlp } from "../engine/spec.js";
+import { exactTablesFailure } from "../wasm/wasm_units.js";
+
+const RES_KERNELS = ["res_absmax", "res_shift", "res_requantize", "res_bias", "res_permute", "res_colsum"];
+const MAX_PLANS = 6;
+
+/** Whether this adapter's WGSL has the packed 4x8 integer dot product. */
+export function hasPackedDot() {
+  const f = typeof navigator !== "undefined" && navigator.gpu && navigator.gpu.wgslLanguageFeatures;
+  return !!(f && f.has("packed_4x8_integer_dot_product"));
+}
+
+export class ResidentPlans {
+  constructor(gpu) {
+    Object.defineProperty(this, "gpu", { value: gpu, enumerable: false }); // no cycle in JSON
+    this.plans = new Map();
+    this.reason = exactTablesFailure(gpu.luts); // why not used; null: usable (so far)
+    this.dot = null; // "dot4I8Packed" | "shifts", once compiled
+    this.gemm = null; // "tiled" | "direct": the GEMM kernel in use (the faster one here)
+    this._ready = null;
+  }
+
+  async _compile() {
+    const gpu = this.gpu;
+    const text = async (name) => {
+      const url = `${gpu.shaderBase}${name}.wgsl`;
+      const resp = await fetch(url, { cache: "no-store" });
+      if (!resp.ok) throw new GpuError(`could not load the kernel ${url}: HTTP ${resp.status}`);
+      return resp.text();
+    };
+    const body = await text("res_gemm");
+    this.dot = hasPackedDot() && gpu.residentDot !== "shifts" ? "dot4I8Packed" : "shifts";
+    const prelude = await text(this.dot === "dot4I8Packed" ? "res_dot4_packed" : "res_dot4_plain");
+    const gemms = {
+      tiled: await gpu._compile("res_gemm", `${prelude}\n${body}`, `${gpu.shaderBase}res_gemm.wgsl (${this.dot})`),
+      direct: await gpu._compile("res_gemm_direct", await text("res_gemm_direct"), `${gpu.shaderBase}res_gemm_direct.wgsl`),
+    };
+    this.gemms = gemms;
+    this.measured = gpu.residentGemm in gemms ? null : await this._fasterGemm(gemms);
+    this.pipelines = {};
+    for (const name of RES_KERNELS) this.pipelines[name.slice(4)] = await gpu._compile(name, await text(name), `${gpu.shaderBase}${name}.wgsl`);
+    for (const name of ["im2col", "col2im", "maxpool", "maxpool_back"]) this.pipelines[name] = gpu._pipelines.get(name);
+  }
+
+  /** Which GEMM kernel is faster on this adapter: both timed on a conv-sized GEMM (1024 x 144
+   *  x 32), alternately, best of 3 each. The bytes are the same; only the speed differs. */
+  async _fasterGemm(gemms) {
+    const d = this.gpu.device;
+    const [m, k, n] = [1024, 144, 32];
+    const make = (size) => d.createBuffer({ size: size * 4, usage: GPUBufferUsage.STORAGE });
+    const bufs = [make(m * k), make(n * k), make(m * n)];
+    const uni = d.createBuffer({ size: 64, usage: GPUBufferUsage.UNIFORM, mappedAtCreation: true });
+    new Uint32Array(uni.getMappedRange()).set([m, k, n, 0, 0, k, 1, 0, 0, 1, k, 0, 0, n, 1, 0]);
+    uni.unmap();
+    const best = {};
+    const time = async (name) => {
+      const p = gemms[name];
+      const group = d.createBindGroup({ layout: p.getBindGroupLayout(0),
+        entries: [uni, ...bufs].map((buffer, binding) => ({ binding, resource: { buffer } })) });
+      const enc = d.createCommandEncoder();
+      const pass = enc.beginComputePass();
+      pass.setPipeline(p);
+      pass.setBindGroup(0, group);
+      pass.dispatchWorkgroups(n / 32, m / 32, 1);
+      pass.end();
+      const t0 = performance.now();
+      d.queue.submit([enc.finish()]);
+      await d.queue.onSubmittedWorkDone();
+      best[name] = Math.min(best[name] ?? Infinity, performance.now() - t0);
+    };
+    await this.gpu._scoped("timing the resident GEMM kernels", () => null);
+    for (let r = 0; r < 3; r++) for (const name of r % 2 ? ["direct", "tiled"] : ["tiled", "direct"]) await time(name);
+    for (const b of [...bufs, uni]) b.destroy();
+    this.gemmTimes = best;
+    return best.tiled <= best.direct ? "tiled" : "direct";
+  }
+
+  /**
+   * Before any plan is used: a micro-batch of three check models (a CNN with 3x3 and 5x5 convs
+   * and pools on an odd map, a two-layer MLP, a character MLP with an embedding; odd
+   * micro-batch sizes) through each GEMM
+   * kernel's resident pass and through the JS units (the reference): the contributions and
+   * correct counts must be the same bits. Returns null, or why the resident path is not used
+   * (the engine then calls the GPU units one by one, which passed their golden vectors).
+   */
+  async _selfCheck() {
+    const cpu = new CpuUnits(this.gpu.luts);
+    const cases = [[imageCnn(2, 9, 7, ["conv3", "pool", "conv4k5", "pool", 6], 3), 3], [mlp(11, 13, 4, 2), 5],
+      [charMlp(7, 3, 5, 9), 4]];
+    for (const kernel of Object.keys(this.gemms)) {
+      for (const [spec, b] of cases) {
+        const theta = initParams(spec, 7);
+        const n = b * spec.inputDim;
+        const x = spec.inputKind === "image" ? Uint8Array.from(u32(7, 91, n), (v) => v & 255)
+          : spec.inputKind === "tokens" ? Int32Array.from(u32(7, 94, n), (v) => v % spec.layers[0].nIn)
+            : uniform(7, 92, n).map((v) => (v - 0.5) * 9);
+        const y = Int32Array.from(u32(7, 93, b), (v) => v % spec.classes);
+        const want = new Float64Array(theta.length);
+        const wantR = await new Engine(spec, cpu).gradInto(want, theta, x, y, b, 40, 2 ** 49);
+        const got = new Float64Array(theta.length);
+        const plan = new ResidentPlan(this, spec, b, this.gemms[kernel]);
+        let gotR;
+        try {
+          gotR = await plan.gradInto(got, theta, x, y, 40, 2 ** 49);
+        } finally {
+          plan.destroy();
+        }
+        const i = want.findIndex((v, j) => v !== got[j]);
+        if (i >= 0 || gotR.correct !== wantR.correct) {
+          return `the resident GPU pass (${kernel} GEMM) gave other bits than the JS units on a check model ` +
+            (i >= 0 ? `(gradient ${i}: ${got[i]}, not ${want[i]})` : "(the correct count)") + ": not used";
+        }
+      }
+    }
+    return null;
+  }
+
+  /** The plan for micro-batches of b samples of `spec`, or null where it does not apply. */
+  async plan(spec, b) {
+    if (this.reason) return null;
+    if (!this._ready) this._ready = this._compile().then(async () => { this.reason = await this._selfCheck(); });
+    await this._ready;
+    if (this.reason) return null;
+    // the GEMM kernel: gpu.residentGemm ("tiled" | "direct") when set, else the faster one here
+    const want = this.gpu.residentGemm;
+    if (!(want in this.gemms) && !this.measured) this.measured = await this._fasterGemm(this.gemms);
+    this.gemm = want in this.gemms ? want : this.measured;
+    const key = `${JSON.stringify(spec.toJson())}|${b}|${this.gemm}`;
+    if (this.plans.has(key)) return this.plans.get(key);
+    let plan = null;
+    if (!unsupported(spec)) {
+      try {
+        plan = new ResidentPlan(this, spec, b, this.gemms[this.gemm]);
+      } catch (err) {
+        if (!(err instanceof PlanLimit)) throw err;
+      }
+    }
+    if (this.plans.size >= MAX_PLANS) {
+      const [oldKey, old] = this.plans.entries().next().value;
+      if (old) old.destroy();
+      this.plans.delete(oldKey);
+    }
+    this.plans.set(key, plan);
+    return plan;
+  }
+}
