@@ -42,6 +42,7 @@ class DaisyPeer:
 
     def result(self, timeout: float = 240) -> dict:
         out, err = self.proc.communicate(timeout=timeout)
+        self.err = err
         for line in err.splitlines():
             log.info("[%s] %s", self.name, line)
         assert self.proc.returncode == 0, f"{self.name} exited {self.proc.returncode}: {err[-2000:]}"
@@ -179,8 +180,10 @@ def test_a_tab_hosted_room_rolls_back_a_lying_daisy_peer(browser_cpu, tabs, peer
     honest = peers[0].result()
     _, err = peers[1].proc.communicate(timeout=60)
     run = host.state("window.__daisy.run")
-    assert run["sha"] == ref["params_sha256"] == honest["params_sha256"]
     events = "\n".join(host.state("window.__daisy.events"))
+    assert run["sha"] == ref["params_sha256"] == honest["params_sha256"], (
+        f"tab {run['sha'][:12]} honest {honest['params_sha256'][:12]} train {ref['params_sha256'][:12]}\n"
+        f"tab events:\n{events[-6000:]}\nhonest:\n{peers[0].err[-3000:]}\nliar:\n{err[-3000:]}")
     assert "liar removed: liar (" in events, events[-3000:]
     for line in events.splitlines():
         if line.startswith("rolled back"):
