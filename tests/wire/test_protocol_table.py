@@ -212,47 +212,40 @@ console.log(JSON.stringify(out));
     assert c == {k: P.CONSTANTS[k] for k in c}
 
 
-_LITERAL = re.compile(r"""\{\s*kind:\s*"(\w+)"\s*[,}]""")
+#: an object literal that names its kind: ``{ kind: "compute", ... }``, ``"kind": 'alarm'``
+_LITERAL = re.compile(r"""(\{\s*)?["']?\bkind["']?\s*:\s*["'`](\w+)["'`]""")
 
 
-def _literal_keys(text: str, start: int) -> list[str]:
-    """The keys of the object literal that opens at text[start] (``{``), spreads left out."""
-    depth, i, part, parts = 0, start, "", []
-    while True:
-        ch = text[i]
-        if ch in "([{":
-            depth += 1
-        elif ch in ")]}":
-            depth -= 1
-            if depth == 0:
-                parts.append(part)
-                break
-        if depth == 1 and ch == ",":
-            parts.append(part)
-            part = ""
-        elif depth >= 1 and not (depth == 1 and ch == "{" and i == start):
-            part += ch
-        i += 1
-    keys = []
-    for p in (p.strip() for p in parts):
-        if p and not p.startswith("..."):
-            keys.append(re.match(r"[\w$]+", p).group(0))
-    return keys
+def _output_literals(text: str) -> list[str]:
+    """The outputs that `text` builds as object literals: each ``kind: "..."`` that opens a
+    literal or names an output kind of the table."""
+    kinds = {o["kind"] for o in P.OUTPUTS}
+    return [m.group(2) for m in _LITERAL.finditer(text) if m.group(1) or m.group(2) in kinds]
 
 
-def test_the_js_roles_output_literals_have_the_tables_fields():
-    """Every ``{ kind: "..." }`` a run role returns is an output kind of the table with its
-    fields (the roles may build them with outputs.js or as literals)."""
-    want = {o["kind"]: ["kind", *(o.get("js_fields", {}).get(f, f) for f in o["fields"])] for o in P.OUTPUTS}
-    seen = set()
-    for path in sorted((WEBUI / "run").glob("*.js")):
-        if path.name in ("outputs.js", "protocol_table.js"):
-            continue
-        text = path.read_text()
-        for m in _LITERAL.finditer(text):
-            keys = _literal_keys(text, m.start())
-            assert m.group(1) in want, f"{path.name}: output kind {m.group(1)!r} is not in the protocol table"
-            assert keys == want[m.group(1)], f"{path.name}: {m.group(1)} has {keys}, the table {want[m.group(1)]}"
-            seen.add(m.group(1))
-    assert {"compute", "committed", "alarm", "ended"} <= seen  # the scan reads the roles
-    assert _literal_keys('{ kind: "a", b: f(1, 2), ...x, c }', 0) == ["kind", "b", "c"]
+def _role_files() -> list[Path]:
+    return [p for p in sorted((WEBUI / "run").glob("*.js")) if p.name not in ("outputs.js", "protocol_table.js")]
+
+
+def test_the_js_roles_build_outputs_with_the_tables_constructors():
+    """A run role under webui/run/ builds each output with its constructor from outputs.js
+    (generated from the table), never as an object literal that could drop or misname a field
+    the Python twin has."""
+    found = [f"{p.name}: {k}" for p in _role_files() for k in _output_literals(p.read_text())]
+    assert not found, f"outputs built as literals (use outputs.js): {found}"
+    imported = set()
+    for p in _role_files():
+        for names in re.findall(r'import\s*\{([^}]*)\}\s*from\s*"\./outputs\.js"', p.read_text()):
+            imported |= {n.split(" as ")[0].strip() for n in names.split(",")}
+    # the scan reads the roles: they take the constructors from outputs.js
+    assert {"compute", "committed", "alarm", "ended", "restored", "refused", "removed"} <= imported, imported
+
+
+def test_the_output_literal_scan_catches_a_planted_literal():
+    member = (WEBUI / "run" / "member.js").read_text()
+    assert "joined()" in member and _output_literals(member) == []
+    assert _output_literals(member.replace("joined()", '{ kind: "joined" }', 1)) == ["joined"]
+    assert _output_literals('out.push({ "kind": \'alarm\', alarm, peer });') == ["alarm"]
+    assert _output_literals('return [{kind:"handover", host}];') == ["handover"]  # not a table kind
+    assert _output_literals("return { T: \"ready\", kind: this.peer.kind };") == []
+    assert _output_literals('[compute(step, t.task, t.micro, theta, term), send(p, msg)]') == []

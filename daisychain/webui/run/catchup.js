@@ -11,6 +11,7 @@
 import { paramsSha256 } from "../engine/trainer.js";
 import { checkedState } from "./state.js";
 import { log, send, setting } from "./util.js";
+import { restored } from "./outputs.js";
 
 /** How long a coordinator waits for the STATE of a member that said it is ahead (and for a
  * second member to confirm that step); as catchup.py. */
@@ -159,7 +160,7 @@ export class CatchUpRole {
     await this._newWindow();
     this.term += 1;
     return [...settings, ...await this._reopen([log(`restored the room from a checkpoint: step ${st.step}, params ${sha.slice(0, 12)} (term ${this.term})`),
-      { kind: "restored", step: st.step, params_sha256: sha, by: this.me }])];
+      restored(st.step, sha, this.me)])];
   }
 
   /** A new term (already counted) on a state the coordinator loaded (a restore, a rollback):

@@ -1,7 +1,7 @@
 // What a role reads of its driver (daisychain/peer/run/context.py): RunContext, a read-only
 // view of the room, the clock and the run's settings. A role never writes to the driver; a
 // change it needs (the announce's settings, the host named before, the run's length) it
-// returns as a setting output ({kind: "setting", name, value}), which the driver applies when
+// returns as a setting output (outputs.js setting(name, value)), which the driver applies when
 // the role's call returns. The micro-batches each peer did are counted by the driver from the
 // committed outputs, and the host's wait for members is the driver's to end once a
 // coordinator took it.

@@ -15,6 +15,7 @@ import { Window } from "./rollback.js";
 import { Trust } from "./trust.js";
 import { CatchUpRole, SYNC_WAIT_S } from "./catchup.js";
 import { log, pastBound, pyList, sameInts, send, setting } from "./util.js";
+import { compute, ended, refused } from "./outputs.js";
 import { RingCoordinator } from "./ring_roles.js";
 
 export const MIN_DEADLINE_S = 2.0;
@@ -202,7 +203,7 @@ export class Coordinator {
     m.refused = true;
     m.ready = false;
     m.synced = false;
-    return [{ kind: "refused", peer: sender, reasons: msg.reasons }, ...(await this._memberLeft(sender, true)),
+    return [refused(sender, msg.reasons), ...(await this._memberLeft(sender, true)),
       ...this._maybeBegin()];
   }
 
@@ -286,7 +287,7 @@ export class Coordinator {
     for (const w of wire) {
       if (w.peer === this.me) {
         this.pending.set(`${this.step}:${w.task}`, w.micro);
-        out.push({ kind: "compute", step: this.step, task: w.task, micro: w.micro, theta: this.trainer.theta.slice(), term: this.term });
+        out.push(compute(this.step, w.task, w.micro, this.trainer.theta.slice(), this.term));
       }
     }
     return out;
@@ -476,7 +477,7 @@ export class Coordinator {
     const late = [...this.crew.values()].filter((m) => m.ready && !m.synced && !m.refused && this.open.has(m.id) && !this.banned.has(m.id))
       .map((m) => m.id).sort();
     return [...this._receivers().map((p) => send(p, msg)), ...late.map((p) => send(p, this._announce())),
-      { kind: "ended", step: this.step, params_sha256: this.sha, agreed: true }];
+      ended(this.step, this.sha, true)];
   }
 }
 

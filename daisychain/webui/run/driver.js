@@ -10,13 +10,9 @@
 // daisy-peers follow the same run protocol (docs/MESH.md). The shell (mesh.js) feeds it
 //   members(ids, host), channelOpen(id), channelClosed(id), receive(sender, msg),
 //   computed(step, task, result), data(dataset|null), tick(now)
-// and performs what they return (arrays of outputs):
-//   {kind: "send", to, message}   {kind: "compute", step, task, micro, theta, term}
-//   {kind: "fetch", task, fingerprint}   {kind: "committed", step, loss, contributors, mine, params_sha256}
-//   {kind: "refused", peer, reasons}     {kind: "log", text, loud}
-//   {kind: "ended", step, params_sha256, agreed}   {kind: "removed", by, reason}   {kind: "joined"}
-//   {kind: "restored", step, params_sha256, by}
-//   {kind: "alarm", alarm: mismatch|refused|removed, peer, name, step, micro, strikes, text}
+// and performs what they return: arrays of outputs, each built by its constructor in outputs.js
+// (generated from the protocol table, daisychain/peer/run_protocol.json): send, compute, fetch,
+// committed, refused, log, ended, removed, joined, restored, alarm (mismatch|refused|removed), dataBytes.
 // Messages are plain objects with `T` = run | ready | refuse | assign | sync | data_request |
 // restore | end | contrib | total | state | data and the fields of frames.py's dataclasses.
 // tests/run/test_scenarios.py plays the same scenario files (tests/scenarios/*.json) against this

@@ -9,6 +9,7 @@
 import { paramsSha256, runIdentity } from "../engine/trainer.js";
 import { checkedState, loadState, tensorBounds } from "./state.js";
 import { g3, log, send, setting } from "./util.js";
+import { committed, compute, dataBytes, ended, fetchData, joined, refused, removed, restored } from "./outputs.js";
 import { RingMember } from "./ring_roles.js";
 import { Window, windowSteps } from "./rollback.js";
 
@@ -114,7 +115,7 @@ export class Member {
   /** A step was committed (applied here): who did what (the driver counts it). */
   committed(step, loss, contributors, sha) {
     const mine = contributors.find(([p]) => p === this.peer.me)?.[1] || 0;
-    return [{ kind: "committed", step, loss, contributors, mine, params_sha256: sha }];
+    return [committed(step, loss, contributors, mine, sha)];
   }
 
   // -- hand-over -----------------------------------------------------------------------------
@@ -220,7 +221,7 @@ export class Member {
       this.bounds = null;
     }
     this.awaitingData = true;
-    return [...settings, { kind: "fetch", task: String(msg.identity.task || ""), fingerprint: String(msg.identity.dataset || "") }];
+    return [...settings, fetchData(String(msg.identity.task || ""), String(msg.identity.dataset || ""))];
   }
 
   /** member.py _hold: an announce from a peer that the server has not named the room's host,
@@ -320,7 +321,7 @@ export class Member {
     if (!this.peer.selftest[0]) reasons.push(`self-test failed: ${this.peer.selftest[1]}`);
     if (reasons.length) return this._refuse(reasons);
     return [log(`joined run ${this.run.run_id} (step ${this.run.step} of ${this.run.steps})`),
-      { kind: "joined" }, send(this.coord, this._ready())];
+      joined(), send(this.coord, this._ready())];
   }
 
   _ready() {
@@ -330,7 +331,7 @@ export class Member {
 
   _refuse(reasons) {
     this.refused = true;
-    const out = [{ kind: "refused", peer: this.peer.me, reasons }];
+    const out = [refused(this.peer.me, reasons)];
     if (this.coord && this.coord !== this.peer.me) out.unshift(send(this.coord, { T: "refuse", term: this.term, reasons }));
     return out;
   }
@@ -343,7 +344,7 @@ export class Member {
       const key = `${msg.step}:${t.task}`;
       if (t.peer === this.peer.me && !this.pending.has(key)) {
         this.pending.set(key, t.micro);
-        out.push({ kind: "compute", step: msg.step, task: t.task, micro: t.micro, theta: this.trainer.theta.slice(), term: this.term });
+        out.push(compute(msg.step, t.task, t.micro, this.trainer.theta.slice(), this.term));
       }
     }
     return out;
@@ -384,7 +385,7 @@ export class Member {
     }
     await this.load(st);
     const out = [log(`synced to step ${msg.step} from ${sender} (params ${msg.params_sha256.slice(0, 12)})`)];
-    if (restore) out.push({ kind: "restored", step: msg.step, params_sha256: msg.params_sha256, by: sender });
+    if (restore) out.push(restored(msg.step, msg.params_sha256, sender));
     return [...out, ...(await this.aggregation.synced())]; // (a held ring plan of this step starts)
   }
 
@@ -406,13 +407,12 @@ export class Member {
     if (sender !== this.coord || !this.trainer || this.ended) return [];
     if (this.aggregation.holdsEnd(msg)) return []; // (our ring's last total is still gathering)
     this.ended = true;
-    return [{ kind: "ended", step: msg.step, params_sha256: this.sha,
-      agreed: this.sha === msg.params_sha256 && msg.step === this.step }];
+    return [ended(msg.step, this.sha, this.sha === msg.params_sha256 && msg.step === this.step)];
   }
 
   async onData(sender, msg) {
     if (sender !== this.coord || !this.awaitingData) return [];
-    return [{ kind: "dataBytes", data: msg.data }];
+    return [dataBytes(msg.data)];
   }
 
   /** member.py on_syncrequest: the coordinator we follow asks for this replica's state (a new
@@ -460,6 +460,6 @@ export class Member {
     this.ended = true;
     this.pending.clear();
     const reason = msg.reasons.join("; ");
-    return [log(`removed from the run by ${this.peer._name(sender)}: ${reason}`, true), { kind: "removed", by: sender, reason }];
+    return [log(`removed from the run by ${this.peer._name(sender)}: ${reason}`, true), removed(sender, reason)];
   }
 }

@@ -15,6 +15,7 @@ import { Aggregation, MemberAggregation, StarMember } from "./aggregator.js";
 import { RING_KINDS, RING_SLACK_S, Ring, RingError, choose, ringSize } from "./ring.js";
 import { capacitySplit } from "./split.js";
 import { log, send } from "./util.js";
+import { compute } from "./outputs.js";
 
 const planFor = (plan, peer) => ({ T: "ring_plan", term: plan.term, step: plan.step, ring: plan.ring,
   peers: plan.peers, tasks: plan.tasks.filter((t) => t.peer === peer) });
@@ -59,7 +60,7 @@ const RingPart = (Base) => class extends Base {
     const mine = plan.tasks.filter((t) => t.peer === me);
     for (const t of mine) {
       this.role.pending.set(`${plan.step}:${t.task}`, t.micro);
-      out.push({ kind: "compute", step: plan.step, task: t.task, micro: t.micro, theta: tr.theta.slice(), term: this.role.term });
+      out.push(compute(plan.step, t.task, t.micro, tr.theta.slice(), this.role.term));
     }
     if (!mine.length) out.push(...this._sends(this.ring.contribute(new Float64Array(size))));
     const key = `${plan.term}:${plan.step}:${plan.ring}`;

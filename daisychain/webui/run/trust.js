@@ -10,6 +10,7 @@
 import { verdict } from "./checks.js";
 import { paramsSha256 } from "../engine/trainer.js";
 import { log, sameInts, send } from "./util.js";
+import { alarm as alarmOutput } from "./outputs.js";
 
 /** strikeCount (peer -> strikes), removed (the liars removed from the run, handed over),
  * window (the rollback window: the member's, one object across terms), uncheckedSince (peer
@@ -75,7 +76,7 @@ export class Trust {
     const n = (this.strikeCount.get(peer) || 0) + 1;
     this.strikeCount.set(peer, n);
     const t = `${text} (strike ${n} of ${c.strikes})`;
-    const out = [log(t, true), { kind: "alarm", alarm, peer, name: c.names.get(peer) ?? peer, step: c.step, micro, strikes: n, text: t }];
+    const out = [log(t, true), alarmOutput(alarm, peer, c.names.get(peer) ?? peer, c.step, micro, n, t)];
     if (n >= c.strikes) out.push(...(await this._remove(peer, n, t)));
     return out;
   }
@@ -91,7 +92,7 @@ export class Trust {
     c.member.removed.add(peer); // announced with every total: a new coordinator keeps it
     const name = c.names.get(peer) ?? peer;
     const text = `liar removed: ${name} (${peer}) after ${n} strikes`;
-    const out = [log(text, true), { kind: "alarm", alarm: "removed", peer, name, step: c.step, micro: null, strikes: n, text }];
+    const out = [log(text, true), alarmOutput("removed", peer, name, c.step, null, n, text)];
     if (c.open.has(peer)) {
       out.push(send(peer, { T: "refuse", term: c.term, reasons: [`${n} strikes (the last: ${last})`.slice(0, 1000)] }));
     }
