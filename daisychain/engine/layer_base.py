@@ -60,6 +60,9 @@ class LayerKind:
     reads_tokens = False
     #: makes a sequence model: every layer after it sees b * context rows (a posembed)
     sequence = False
+    #: the op a compiled path lowers it to (``lower``'s first item): "linear", "conv", "pool";
+    #: "" for a kind that is folded or not lowered
+    op = ""
     #: the --layers item of this kind (a regular expression, fullmatched), or None; ``stack``:
     #: the model family its items build ("image": conv/pool, "transformer": blocks)
     item = None

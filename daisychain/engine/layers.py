@@ -25,6 +25,7 @@ from daisychain.engine.layer_base import (KERNELS, MAX_CONV_VALUES, MAX_FEATURES
 
 class Linear(LayerKind):
     type = "linear"
+    op = "linear"
     params = 2
     paths = frozenset({"dense", "conv"})
     head = True
@@ -85,8 +86,8 @@ class Linear(LayerKind):
         return None if i == last else str(l.n_out)  # a hidden width; the output layer is implicit
 
     def lower(self, l, li, layers):
-        return "linear", dict(n_in=l.n_in, n_out=l.n_out, relu=folds_after(layers, li),
-                              mask=folds_before(layers, li))
+        return self.op, dict(n_in=l.n_in, n_out=l.n_out, relu=folds_after(layers, li),
+                             mask=folds_before(layers, li))
 
     def units(self, l, b, li, layers):
         mul = 2 * b * l.n_in * l.n_out  # forward + weight gradient
@@ -183,6 +184,7 @@ class Conv2d(LayerKind):
     the columns matrix (CONV_SPEC; docs/ENGINE.md)."""
 
     type = "conv2d"
+    op = "conv"
     params = 2
     paths = frozenset({"conv"})
     item = re.compile(r"conv([0-9]+)(?:k([0-9]+))?")  # convN (3x3) or convNkK
@@ -204,8 +206,8 @@ class Conv2d(LayerKind):
         return f"conv{l.n_out}" + (f"k{l.kernel}" if l.kernel != 3 else "")
 
     def lower(self, l, li, layers):
-        return "conv", dict(ci=l.n_in, co=l.n_out, k=l.kernel, h=l.height, w=l.width,
-                            relu=folds_after(layers, li), mask=folds_before(layers, li))
+        return self.op, dict(ci=l.n_in, co=l.n_out, k=l.kernel, h=l.height, w=l.width,
+                             relu=folds_after(layers, li), mask=folds_before(layers, li))
 
     def from_json(self, obj):
         return Layer("conv2d", _int(obj, "in_channels"), _int(obj, "out_channels"),
@@ -292,6 +294,7 @@ class MaxPool2d(LayerKind):
     the scan (0,0), (0,1), (1,0), (1,1)."""
 
     type = "maxpool2d"
+    op = "pool"
     paths = frozenset({"conv"})
     item = re.compile("pool")
     stack = "image"
@@ -307,7 +310,7 @@ class MaxPool2d(LayerKind):
         return "pool"
 
     def lower(self, l, li, layers):
-        return "pool", dict(c=l.n_in, h=l.height, w=l.width, mask=folds_before(layers, li))
+        return self.op, dict(c=l.n_in, h=l.height, w=l.width, mask=folds_before(layers, li))
 
     def from_json(self, obj):
         c = _int(obj, "channels")

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from daisychain.engine.layers import LAYERS
+from daisychain.engine.layers import LAYERS, kind_of
 from daisychain.engine.model import Engine
 from daisychain.engine.paths import LITERAL, PATHS, choose
 from daisychain.engine.spec import ModelSpec, char_mlp, cnn, gpt, mlp
@@ -31,7 +31,7 @@ WEBUI = PKG / "webui"
 PY_REGISTRY = {"engine/layers.py", "engine/layer_base.py", "engine/attention.py"}
 JS_REGISTRY = {"engine/registry.js", "engine/layers.js", "engine/transformer.js"}
 #: modules not yet moved onto the registry (by file name, wherever its folder), with the reason
-JS_NOT_YET = {"gpu_plan.js": "the resident GPU plan lowers linear/conv/pool itself (issue 39)"}
+JS_NOT_YET: dict[str, str] = {}
 TYPES = frozenset(LAYERS)
 #: what a --layers item of a kind starts with (its type string's stand-in in item text)
 ITEM_WORDS = TYPES | {"conv", "pool"}
@@ -152,10 +152,22 @@ def test_the_js_kinds_state_the_python_kinds_facts():
 const out = {};
 for (const [t, k] of Object.entries(R.LAYER_TYPES)) {
   out[t] = { head: !!k.head, folds: !!k.folds, reads_tokens: !!k.readsTokens, sequence: !!k.sequence,
-    stack: k.stack ?? "", item: k.item ? k.item.source.replace(/^\\^|\\$$/g, "") : null };
+    op: k.op ?? "", stack: k.stack ?? "", item: k.item ? k.item.source.replace(/^\\^|\\$$/g, "") : null };
 }
 console.log(JSON.stringify(out));""", imports={"R": "engine/registry.js"})
     want = {t: {"head": k.head, "folds": k.folds, "reads_tokens": k.reads_tokens, "sequence": k.sequence,
-                "stack": k.stack, "item": k.item.pattern if k.item is not None else None}
+                "op": k.op, "stack": k.stack, "item": k.item.pattern if k.item is not None else None}
             for t, k in LAYERS.items()}
     assert got == want
+
+
+def test_a_kinds_op_is_what_it_lowers_to():
+    """The ``op`` fact (what units/gpu_plan.js asks in JS) is the op a compiled path lowers
+    the kind to (``lower``), and a kind without one is folded or not lowered."""
+    seen = set()
+    for spec in (cnn(_image, ["conv3", "pool", 6], 4), mlp(6, [5, 4], 3)):
+        for li, l in enumerate(spec.layers):
+            low = kind_of(l).lower(l, li, spec.layers)
+            assert (low[0] if low else "") == kind_of(l).op, l
+            seen.add(kind_of(l).op)
+    assert seen == {"linear", "conv", "pool", ""}

@@ -141,6 +141,7 @@ export async function denseBackward(ctx, G, eg, a, ex, Wq, ew, rows, nIn, nOut, 
 export class Linear {
   static type = "linear";
   static head = true; // may be the last layer: its dequantized outputs are the logits
+  static op = "linear"; // the op a compiled path (units/gpu_plan.js) lowers it to
 
   /** Its --layers item (spec JSON `j`): a hidden width; the output layer is implicit. */
   static describe(j, i, layers) {
@@ -316,6 +317,7 @@ export class Relu {
 /** Geometry of a conv: Ci x H x W in, Co x H x W out, k x k kernel, padding (k - 1) / 2. */
 export class Conv2d {
   static type = "conv2d";
+  static op = "conv";
   static item = /^conv([0-9]+)(?:k([0-9]+))?$/; // --layers convN (3x3) or convNkK
   static stack = "image";
   static looksLike(t) {
@@ -436,6 +438,7 @@ export class Conv2d {
 /** 2 x 2 max pool, stride 2; an odd last row / column is dropped. */
 export class MaxPool2d {
   static type = "maxpool2d";
+  static op = "pool";
   static item = /^pool$/;
   static stack = "image";
   static looksLike(t) {

@@ -9,6 +9,7 @@ import { POISON } from "./units.js";
 import { absmax, pow2, quantExponent, quantize } from "../engine/detmath.js";
 import { accumulate, biasAcc } from "../engine/layers.js";
 import { IMAGE_EXPONENT, outputError, ParamLayout, topErrors } from "../engine/model.js";
+import { LAYER_TYPES, kindOf } from "../engine/registry.js";
 
 /** The largest requantize shift: max |acc| < 2^32 has at most 32 bits, s = bits - 7. */
 const MAX_SHIFT = 25;
@@ -17,17 +18,22 @@ const MAX_SHIFT = 25;
 /** A plan that would pass this GPU's limits: the units are called one by one instead. */
 export class PlanLimit extends Error {}
 
-/** The layer types a resident pass is planned for; a transformer's kinds run the units one by one. */
-const PLANNED = new Set(["linear", "relu", "conv2d", "maxpool2d", "embedding"]);
+/** The kinds a resident pass is planned for (engine/registry.js): those a compiled path lowers
+ *  to an op (linear, conv, pool), the relu it folds into a linear or conv, and the embedding that
+ *  reads the tokens (the host's gather); a transformer's kinds run the units one by one. */
+const planned = (k) => !!(k && (k.op || k.folds || k.readsTokens));
+const PLANNED = Object.values(LAYER_TYPES).filter(planned).map((k) => k.type);
+/** A linear or conv: the ops a folded relu may follow. */
+const affine = (k) => k?.op === "linear" || k?.op === "conv";
 
 /** Why a spec has no resident plan, or null. */
 export function unsupported(spec) {
   const L = spec.layers;
   for (let i = 0; i < L.length; i++) {
-    const t = L[i].type;
-    if (!PLANNED.has(t)) return `a ${t} layer (the resident pass plans ${[...PLANNED].join(", ")})`;
-    if (t === "embedding" && i !== 0) return "an embedding above the first layer";
-    if (t === "relu" && !(i > 0 && (L[i - 1].type === "linear" || L[i - 1].type === "conv2d"))) return "an unfused relu";
+    const k = kindOf(L[i]);
+    if (!planned(k)) return `a ${L[i].type} layer (the resident pass plans ${PLANNED.join(", ")})`;
+    if (k.readsTokens && i !== 0) return "an embedding above the first layer";
+    if (k.folds && !(i > 0 && affine(kindOf(L[i - 1])))) return "an unfused relu";
   }
   return null;
 }
@@ -110,7 +116,7 @@ export class ResidentPlan {
     this.dummy = this._buf(1, "no mask");
     // an embedding (the first layer, spec validation) is the host's: its rows are gathered
     // into the input, and its gradient scattered from the raw input error read back
-    this.embed = L[0].type === "embedding" ? L[0] : null;
+    this.embed = kindOf(L[0]).readsTokens ? L[0] : null;
     this.input = this._buf(b * spec.inputDim * (this.embed ? this.embed.nOut : 1), "input");
     // forward: a point is a requantize, with 3 state words (max |acc|, shift, shifts so far);
     // ops are closures run once the state buffer exists
@@ -122,8 +128,9 @@ export class ResidentPlan {
     for (let li = this.embed ? 1 : 0; li < L.length; li++) {
       const layer = L[li];
       const last = li === L.length - 1;
-      const fuse = !last && L[li + 1].type === "relu";
-      if (layer.type === "maxpool2d") {
+      const fuse = !last && !!kindOf(L[li + 1]).folds;
+      const op = kindOf(layer).op;
+      if (op === "pool") {
         const { c, h, w } = layer;
         const n = b * c * (h >> 1) * (w >> 1);
         const src = cur;
@@ -134,7 +141,7 @@ export class ResidentPlan {
         continue;
       }
       // linear or conv2d: the conv is im2col, then the linear layer's arithmetic on the columns
-      const conv = layer.type === "conv2d";
+      const conv = op === "conv";
       const rows = conv ? b * layer.h * layer.w : b;
       const nIn = layer.nIn;
       const nOut = conv ? layer.co : layer.nOut;
