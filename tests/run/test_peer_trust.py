@@ -232,18 +232,3 @@ def test_a_malformed_local_steps_contribution_is_refused_by_name(bad):
     assert t.result is None and coord.step == 0
 
 
-@pytest.mark.parametrize("mode", ["flip", "scale"])
-def test_a_liar_in_a_local_steps_run_is_caught_and_the_run_ends_on_the_reference(mode):
-    """A spot-check recomputes a whole replica round (its inner steps) and compares the whole
-    vector: a liar is named and removed, the honest end on train's hash."""
-    rs = settings("--task", "text", "--hidden", "8", "--embed-dim", "4", "--context", "4", "--batch", "8",
-                  "--micro-batch", "4", "--replicas", "3", "--sync-every", "2")
-    net = LyingNet(rs, 3, liar="p2", mode=mode)
-    net.run()
-    want = train(rs, quiet=True)["params_sha256"]
-    for pid in ("p0", "p1"):
-        assert net.of(R.Ended, pid)[0].params_sha256 == want
-    alarms = net.of(R.Alarm, "p0")
-    assert alarms and all(a.peer == "p2" for a in alarms) and alarms[-1].kind == "removed"
-
-
