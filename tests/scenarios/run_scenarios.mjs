@@ -288,7 +288,13 @@ class Net {
       case "peer": {
         const opts = { kind: e.kind ?? "python", aggregate: e.aggregate ?? "star", capacity: e.capacity ?? 1.0, verifyRate: e.verify_rate ?? 0.0,
           strikes: e.strikes ?? 3, verifyKey: e.verify_key ?? "key", waitPeers: e.wait_peers ?? 0, window: e.window ?? null,
-          makeTrainer: (identity, ds) => this.makeTrainer(identity, ds) };
+          makeTrainer: async (identity, ds) => {
+            const tr = await this.makeTrainer(identity, ds);
+            // a replica whose lookup tables differ (its identity says so)
+            if (e.luts_sha !== undefined) tr.luts = Object.create(tr.luts, { manifestSha256: { value: String(e.luts_sha) } });
+            return tr;
+          } };
+        if (e.selftest) opts.selftest = [Boolean(e.selftest[0]), String(e.selftest[1])];  // [passed, text]
         const p = new RunPeer(e.id, opts);
         if (e.host) p._hostSteps = e.steps ?? input.steps;
         this.peers.set(e.id, p);

@@ -285,12 +285,20 @@ class Net:
                       window=e.get("window"), aggregate=e.get("aggregate", "star"))
             if "kind" in e:  # a member that says it is a tab (ring scenarios)
                 kw["kind"] = e["kind"]
+            if "selftest" in e:  # [passed, text]: what the peer's unit self-test found
+                kw["selftest"] = (bool(e["selftest"][0]), str(e["selftest"][1]))
             if e.get("host"):
                 self.peers[pid] = R.RunPeer(pid, trainer=build_trainer(self.rs.spec, self.rs.hp, self.rs.ds, self.luts),
                                             steps=int(e.get("steps", self.rs.steps)),
                                             wait_peers=int(e.get("wait_peers", 0)), **kw)
             else:
-                self.peers[pid] = R.RunPeer(pid, make_trainer=self.make_trainer, **kw)
+                make = self.make_trainer
+                if "luts_sha" in e:  # a replica whose lookup tables differ (its identity says so)
+                    def make(identity, ds, sha=str(e["luts_sha"])):
+                        tr = self.make_trainer(identity, ds)
+                        tr.identity = {**tr.identity, "luts": sha}
+                        return tr
+                self.peers[pid] = R.RunPeer(pid, make_trainer=make, **kw)
             if e.get("fault"):
                 self.faults[pid] = e["fault"]
         elif kind == "room":
