@@ -145,7 +145,7 @@ class Star(Aggregation):
                     c.checks[j] = _Check(j)
                     new.append(c._new_task(peer, (j,)))
                     new.append(c._new_task(live[(i + 1) % len(live)], (j,), "check"))
-            if not micro and peer != c.me:
+            if not micro:  # the coordinator too: in a local-steps room of more peers than replicas it may be the one
                 out.append(Log(f"{c._name(peer)} gets no micro-batch of step {c.step}: "
                                f"its capacity {c._cap(peer):.3g} micro-batches/s is under "
                                f"1/{len(ids)} of the room's {sum(c._cap(p) for p in live):.3g}"))

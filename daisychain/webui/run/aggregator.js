@@ -95,7 +95,7 @@ export class Star extends Aggregation {
           fresh.push(c._newTask(live[(i + 1) % live.length], [j], "check"));
         }
       }
-      if (!micro.length && peer !== c.me) {
+      if (!micro.length) { // the coordinator too: in a local-steps room of more peers than replicas it may be the one
         const sum = live.reduce((s, p) => s + c._cap(p), 0);
         out.push(log(`${c._name(peer)} gets no micro-batch of step ${c.step}: its capacity ${g3(c._cap(peer))} micro-batches/s is under 1/${n} of the room's ${g3(sum)}`));
       }
