@@ -234,13 +234,13 @@ def test_a_steady_room_keeps_each_replica_on_its_device_and_never_replays():
     host = net.peers["p0"]
     host.verify_rate = 0.0
     owners, state = [], {"killed": False}
-    begin = host.coordinator._begin_step
+    begin = host.coordinator.aggregation.begin  # the step's split (run/aggregator.py)
 
     def spy(live):
         out = begin(live)
         owners.append(dict(host.coordinator.owner))
         return out
-    host.coordinator._begin_step = spy
+    host.coordinator.aggregation.begin = spy
 
     def hook(net):
         if not state["killed"] and host.step == 5 and any(pid == "p2" for pid, _ in net.computes):
