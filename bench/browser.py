@@ -25,13 +25,12 @@ from bench._report import write_section  # noqa: E402
 from daisychain.engine.data import TASKS, model_for, prepare_task  # noqa: E402
 from daisychain.engine.spec import Hyper  # noqa: E402
 from daisychain.engine.trainer import Trainer  # noqa: E402
+from bench._chromium import BASE_ARGS, CHROMIUM, WEBGPU_ARGS  # noqa: E402
 from daisychain.server.app import create_app  # noqa: E402
 from daisychain.server.config import ServerConfig  # noqa: E402
 from daisychain.units import gemm_fast, gemm_lut, load_luts  # noqa: E402
 
-CHROMIUM = "/usr/bin/chromium"
-ARGS = ["--no-sandbox", "--enable-unsafe-webgpu", "--disable-background-networking",
-        "--disable-component-update", "--disable-sync", "--no-first-run"]
+ARGS = BASE_ARGS + WEBGPU_ARGS
 SHAPES = [(64, 256, 64), (256, 256, 256)]
 STEPS = 20
 PAGE_PATHS = ("gpu", "wasm", "js")  # /selftest?path=: WebGPU, the WASM kernels, the JS units

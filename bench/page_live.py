@@ -16,12 +16,11 @@ import time
 
 from playwright.sync_api import sync_playwright
 
+from bench._chromium import BASE_ARGS, CHROMIUM
 from bench._report import write_section
 from bench.browser import _serve
 
-CHROMIUM = "/usr/bin/chromium"
-ARGS = ["--no-sandbox", "--disable-background-networking", "--disable-component-update",
-        "--disable-sync", "--no-first-run"]
+ARGS = BASE_ARGS
 
 OBSERVE = """(noWorker) => {
   window.__long = [];

@@ -15,12 +15,11 @@ import argparse
 
 from playwright.sync_api import sync_playwright
 
+from bench._chromium import BASE_ARGS, CHROMIUM
 from bench._report import write_section
 from bench.browser import _serve
 
-CHROMIUM = "/usr/bin/chromium"
-ARGS = ["--no-sandbox", "--disable-background-networking", "--disable-component-update",
-        "--disable-sync", "--no-first-run"]
+ARGS = BASE_ARGS
 MEASURE = """async () => {
   const { microBatchRate } = await import('/webui/engine/conformance.js');
   const tr = window.__daisy.mesh.peer.trainer;

@@ -27,22 +27,20 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
+from bench._chromium import BASE_ARGS, CHROMIUM, disable_features
+
 ROOT = Path(__file__).resolve().parents[1]
 PY = sys.executable
 BIN = Path(PY).parent
 SERVER_IP, PORT = "10.79.0.1", 8790
 URL = f"http://{SERVER_IP}:{PORT}"
-CHROMIUM = "/usr/bin/chromium"
-ARGS = ["--no-sandbox", "--disable-background-networking", "--disable-component-update",
-        "--disable-sync", "--no-first-run",
-        f"--unsafely-treat-insecure-origin-as-secure={URL}"]  # the page needs a secure context
+ARGS = [*BASE_ARGS, f"--unsafely-treat-insecure-origin-as-secure={URL}"]  # the page needs a secure context
 ROOMS = {"1 tab": (1, 0), "2 tabs": (2, 0), "3 tabs": (3, 0), "2 tabs + 1 daisy-peer": (2, 1)}
 ROOM_OF = "window.__daisy.room"
 WRAPPER = '#!/bin/sh\nexec nsenter --net=/proc/"$DAISY_NS_PID"/ns/net -- %s "$@"\n' % CHROMIUM
@@ -56,20 +54,6 @@ def ip_of(i: int) -> str:
 
 def load() -> float:
     return os.getloadavg()[0]
-
-
-def disable_features(p) -> str:
-    """Playwright's own --disable-features list plus WebRtcHideLocalIpsWithMdns (host
-    candidates as plain addresses), passed last: Chromium keeps only the last such flag."""
-    probe = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
-    try:
-        page = probe.new_page()
-        page.goto("chrome://version")
-        found = re.findall(r"--disable-features=(\S+)", page.inner_text("#command_line"))
-    finally:
-        probe.close()
-    feats = (found[-1].split(",") if found else []) + ["WebRtcHideLocalIpsWithMdns"]
-    return "--disable-features=" + ",".join(dict.fromkeys(feats))
 
 
 def reference(steps: int, batch: int) -> dict:
@@ -185,7 +169,7 @@ def measure(a) -> dict:
         refs = {b: reference(a.steps_for(b), b)["params_sha256"] for b in a.batches}
         rows = []
         with sync_playwright() as p:
-            feats = disable_features(p)
+            feats = disable_features(p, ARGS)
             browsers = [p.chromium.launch(executable_path=str(wrapper), args=ARGS + [feats],
                                           env={**os.environ, "DAISY_NS_PID": str(s.pid)}) for s in sleepers[:3]]
             for rnd in range(1, a.rounds + 1):

@@ -19,8 +19,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import re
 import subprocess
+import sys
 import tempfile
 import threading
 from pathlib import Path
@@ -28,12 +28,12 @@ from pathlib import Path
 from aiohttp import web
 from playwright.sync_api import sync_playwright
 
-from daisychain.server.app import create_app
-from daisychain.server.config import ServerConfig
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from bench._chromium import BASE_ARGS, CHROMIUM, disable_features  # noqa: E402
+from daisychain.server.app import create_app  # noqa: E402
+from daisychain.server.config import ServerConfig  # noqa: E402
 
-CHROMIUM = "/usr/bin/chromium"
-ARGS = ["--no-sandbox", "--disable-background-networking", "--disable-component-update",
-        "--disable-sync", "--no-first-run"]
+ARGS = BASE_ARGS
 TEXT = "\n".join(["the daisy opens at dawn and closes at dusk",
                   "every petal counts the steps we take together",
                   "small models learn from what the room can give",
@@ -78,14 +78,7 @@ def main() -> None:
         subprocess.run(["ip", "route", "add", "default", "dev", "dc0"], check=True)  # as conftest
     base = serve()
     with sync_playwright() as p, tempfile.TemporaryDirectory() as tmp:
-        probe = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
-        pg = probe.new_page()
-        pg.goto("chrome://version")
-        found = re.findall(r"--disable-features=(\S+)", pg.inner_text("#command_line"))
-        probe.close()
-        feats = (found[-1].split(",") if found else []) + ["WebRtcHideLocalIpsWithMdns"]
-        browser = p.chromium.launch(executable_path=CHROMIUM,
-                                    args=ARGS + ["--disable-features=" + ",".join(dict.fromkeys(feats))])
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS + [disable_features(p)])
         host = browser.new_context(viewport={"width": 1280, "height": 900}).new_page()
         phone = browser.new_context(viewport={"width": 390, "height": 844}, device_scale_factor=2).new_page()
         wait = lambda page, js, t=180_000: page.wait_for_function(js, timeout=t)  # noqa: E731

@@ -23,20 +23,12 @@ import pytest
 from aiohttp import web
 from browser_helpers import open_page
 
+from bench._chromium import BASE_ARGS, CHROMIUM, WEBGPU_ARGS
 from daisychain.server.app import create_app
 from daisychain.server.config import ServerConfig
 
 playwright_sync = pytest.importorskip("playwright.sync_api")
 
-CHROMIUM = "/usr/bin/chromium"
-BASE_ARGS = [
-    "--no-sandbox",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-]
-WEBGPU_ARGS = ["--enable-unsafe-webgpu"]
 
 
 def _app() -> web.Application:

@@ -5,10 +5,8 @@ WebRTC needs the private network namespace (Chromium ignores loopback for ICE): 
 tests as ``scripts/in-netns.sh .venv/bin/python -m pytest tests/browser_mesh -q``. Outside
 it the tests that need a data channel are skipped with that command as the reason.
 
-Chromium flags: Playwright passes one ``--disable-features=...`` list of its own and
-Chromium keeps only the last such flag, so ours (``WebRtcHideLocalIpsWithMdns``: host
-candidates as plain addresses, not ``.local`` names that nothing here resolves) is merged
-with Playwright's list, read once from ``chrome://version``, and passed last.
+Chromium's path and flags, and the ``--disable-features`` merge that keeps host candidates
+as plain addresses: bench/_chromium.py, shared with the benches and scripts.
 
 Chromium gathers host candidates only when the machine has a default route (it asks the
 kernel which interface reaches a public address). ``scripts/in-netns.sh`` sets up none, so
@@ -20,7 +18,6 @@ in the same namespace, so still nothing leaves the machine.
 from __future__ import annotations
 
 import asyncio
-import re
 import subprocess
 import sys
 import threading
@@ -32,15 +29,14 @@ from aiohttp import web
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from mesh_helpers import IN_NETNS, Tab  # noqa: E402
 
+from bench._chromium import BASE_ARGS, CHROMIUM  # noqa: E402
+from bench._chromium import disable_features as merged_disable_features  # noqa: E402
+
 from daisychain.server.app import create_app  # noqa: E402
 from daisychain.server.config import ServerConfig  # noqa: E402
 
 playwright_sync = pytest.importorskip("playwright.sync_api")
 
-CHROMIUM = "/usr/bin/chromium"
-BASE_ARGS = ["--no-sandbox", "--disable-background-networking", "--disable-component-update",
-             "--disable-sync", "--no-first-run"]
-OUR_DISABLED = ["WebRtcHideLocalIpsWithMdns"]
 
 
 class Server:
@@ -104,16 +100,7 @@ def disable_features(playwright) -> str:
     """Playwright's own --disable-features list merged with ours."""
     if not Path(CHROMIUM).exists():
         pytest.fail(f"{CHROMIUM} is not installed (scripts/setup.sh installs it)")
-    probe = playwright.chromium.launch(executable_path=CHROMIUM, args=BASE_ARGS)
-    try:
-        page = probe.new_page()
-        page.goto("chrome://version")
-        cmd = page.inner_text("#command_line")
-    finally:
-        probe.close()
-    found = re.findall(r"--disable-features=(\S+)", cmd)
-    theirs = found[-1].split(",") if found else []
-    return "--disable-features=" + ",".join(dict.fromkeys(theirs + OUR_DISABLED))
+    return merged_disable_features(playwright)
 
 
 def _launch(playwright, disable_features: str, webgpu: bool):
