@@ -24,19 +24,14 @@ def settings(*argv):
     return settings_from_args(p.parse_args(["--steps", str(STEPS), *argv]))
 
 
-def make_trainer_for(engine_version=None):
-    def make(identity, ds):
-        tr = make_trainer(ModelSpec.from_json(identity["model"]), Hyper(**identity["hyper"]), ds, load_luts())
-        if engine_version is not None:
-            tr.identity = {**tr.identity, "engine": engine_version}
-        return tr
-    return make
+def make_member_trainer(identity, ds):
+    return make_trainer(ModelSpec.from_json(identity["model"]), Hyper(**identity["hyper"]), ds, load_luts())
 
 
 class Net:
     """N replicas on a perfect, ordered network; p0 is the host."""
 
-    def __init__(self, rs, n=3, wait=None, selftest=None, engine_version=None, caps=None):
+    def __init__(self, rs, n=3, wait=None, caps=None):
         self.rs = rs
         self.peers: dict[str, R.RunPeer] = {}
         host = R.RunPeer("p0", trainer=make_trainer(rs.spec, rs.hp, rs.ds, load_luts()), steps=rs.steps,
@@ -46,9 +41,8 @@ class Net:
         for i in range(1, n):
             pid = f"p{i}"
             self.peers[pid] = R.RunPeer(
-                pid, make_trainer=make_trainer_for(engine_version if i == n - 1 else None),
-                capacity=(caps or {}).get(pid, 1.0),
-                selftest=selftest if selftest and i == n - 1 else (True, "ok"))
+                pid, make_trainer=make_member_trainer, capacity=(caps or {}).get(pid, 1.0),
+                selftest=(True, "ok"))
         self.wire: deque = deque()          # (sender, to, frame bytes)
         self.computes: deque = deque()      # (peer, Compute)
         self.reasm: dict = {}
@@ -71,7 +65,7 @@ class Net:
             self.feed(pid, self.peers[pid].room_changed(self.room(), host))
 
     def add(self, pid, **kw):
-        self.peers[pid] = R.RunPeer(pid, make_trainer=make_trainer_for(), capacity=1.0, **kw)
+        self.peers[pid] = R.RunPeer(pid, make_trainer=make_member_trainer, capacity=1.0, **kw)
         host = next(p for p in self.room() if self.peers[p].coordinating)
         self.announce_room(host)
         for other in self.room():
