@@ -103,3 +103,64 @@ def test_a_received_runs_local_settings_get_the_same_words_and_json_in_both_lang
     want = [py(c) for c in LOCAL_CASES]
     assert all("error" in w for w in want[:-1]) and "json" in want[-1]
     assert run_js(HYPER_DRIVER, imports={"{ makeHyper, hyperJson }": "engine/spec.js"}, data=LOCAL_CASES) == want
+
+
+REFUSALS = r"""
+const [lutDir, dataPath] = process.argv.slice(2);
+const rd = (n) => { const b = readFileSync(`${lutDir}/${n}.bin`); return new Int32Array(b.buffer, b.byteOffset, b.length / 4).slice(); };
+const luts = { mul: rd("mul"), relu: rd("relu"), requantize: rd("requantize"),
+  manifestSha256: JSON.parse(readFileSync(`${lutDir}/manifest.json`)).manifest_sha256 };
+const job = DATA;
+const ds = D.parseDataset(readFileSync(dataPath));
+ds.fingerprint = job.fingerprint;
+const tr = await L.makeTrainer({ spec: S.ModelSpec.fromJson(job.model), hyper: S.makeHyper(job.hyper),
+  dataset: ds, luts, units: new P.CpuUnits(luts) });
+console.log(JSON.stringify(job.cases.map(([ints, micro, step]) => tr.contributionError(ints, micro, step))));
+"""
+
+
+@pytest.mark.usefixtures("node")
+def test_an_anchor_rounds_bad_moments_are_refused_alike_in_both_languages(tmp_path):
+    """What a coordinator or member says of a contribution whose moment blocks no replica made,
+    in an anchor round (its own blocks are unpacked: a negative or too wide half, a NaN or
+    infinite moment, a negative second moment) and between anchors: the same words in
+    local.py and local.js, and None / null for an honest one."""
+    from daisychain.engine.local import pack_moments
+
+    rs = settings(4, *LOCAL, "--moments-every", "2")
+    tr = LocalTrainer(rs.spec, rs.hp, rs.ds, load_luts())
+    p = tr.layout.size
+    tr.apply(tr.contribute(range(tr.n_tasks)).grad)  # round 0; round 1 is an anchor
+    honest = tr.contribute([2]).grad.astype(np.int64)
+    at = p + 4 * p * 2  # replica 2's block: [m lo, m hi, v lo, v hi]
+
+    def with_(i, value, base=honest):
+        bad = base.copy()
+        bad[i] = value
+        return bad
+
+    nan_m = with_(at + p + 3, 0x7FF80000)           # m[3]'s high half: a NaN
+    inf_v = with_(at + 3 * p, 0x7FF00000, with_(at + 2 * p, 0))  # v[0] = +inf
+    neg_v = with_(at + 3 * p + 1, 0xBFF00000, with_(at + 2 * p + 1, 0))  # v[1] = -1.0
+    cases = [
+        (honest, [2], 1),
+        (with_(at, -1), [2], 1),                   # a negative half
+        (with_(at + p, 1 << 32), [2], 1),         # a half past 32 bits
+        (nan_m, [2], 1), (inf_v, [2], 1), (neg_v, [2], 1),
+        (with_(p + 1, 5), [2], 1),                 # replica 0's block, not given to it
+        (honest, [2], 0),                           # moments in a round between anchors
+        (honest[:-1], [2], 1),                      # one integer short
+        (np.concatenate([honest[:p], *[pack_moments(np.ones(p), np.ones(p))] * 3]), [2], 1),  # others' too
+    ]
+    want = [tr.contribution_error(ints, micro, step) for ints, micro, step in cases]
+    assert want[0] is None and all(want[1:]), want
+    assert want[1] == want[2] == "replica 2: the total's moment block is not unsigned 32-bit halves"
+    assert want[3] == want[4] == want[5] == "replica 2: the total's moments are not finite"
+    data = tmp_path / "text.dcds"
+    data.write_bytes(rs.ds.to_bytes())
+    job = {"model": rs.spec.to_json(), "hyper": rs.hp.to_json(), "fingerprint": rs.ds.fingerprint,
+           "cases": [[[int(x) for x in ints], micro, step] for ints, micro, step in cases]}
+    got = run_js(REFUSALS, imports={"D": "engine/data.js", "S": "engine/spec.js",
+                                    "P": "engine/cpu_units.js", "L": "engine/local.js"},
+                 data=job, args=[str(package_path("luts")), str(data)], timeout=300)
+    assert got == want
