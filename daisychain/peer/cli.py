@@ -105,6 +105,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_threads_argument(p)
     p.add_argument("--json", action="store_true", help="print one JSON summary at the end")
     p.add_argument("--quiet", action="store_true", help="no progress line")
+    p.add_argument("--verbose", action="store_true",
+                   help="log the run's events (each step, sync and link) as well as its warnings")
     p.add_argument("--loopback", action="store_true",
                    help="gather only 127.0.0.1 ICE candidates (all peers on this machine)")
     p.add_argument("--luts", default=None, help=argparse.SUPPRESS)  # tests: another table set
@@ -125,6 +127,8 @@ def main(argv: list[str] | None = None) -> int:
         faulthandler.register(signal.SIGUSR1, all_threads=True)
     progress = Progress(enabled=not (args.quiet or args.json), steps=None)
     logging.basicConfig(level=logging.WARNING, handlers=[progress.log_handler()])
+    if args.verbose:  # ours only: aiortc's and aioice's INFO lines would bury them
+        logging.getLogger("daisychain").setLevel(logging.INFO)
     settings = None
     problem = checkpoint_errors(args) or aggregate_errors(args) or (
         "--resume is for the host of a new run: add --create-room" if args.resume and not args.create_room

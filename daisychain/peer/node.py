@@ -378,10 +378,12 @@ class Node:
 
     def _on_open(self, peer: str) -> None:
         self.reasm[peer] = F.Reassembler()
+        log.info("data channel to %s open", peer)
         self._guarded("channel open", lambda: self.run.channel_open(peer))
 
     def _on_close(self, peer: str) -> None:
         self.reasm.pop(peer, None)
+        log.info("data channel to %s closed", peer)
         self._guarded("channel close", lambda: self.run.channel_closed(peer))
 
     def _on_message(self, peer: str, data) -> None:
@@ -483,6 +485,8 @@ class Node:
             self.stats.step_times.append(now - self.last_step_at)
             self.last_step_at = now
             self.loss, self.shares = e.loss, e.contributors
+            log.info("step %d committed: params %s, loss %.4f, from %s", e.step, e.params_sha256[:12],
+                     e.loss, ", ".join(f"{k} {v}" for k, v in e.contributors))
             if self.o.save_every and (e.step + 1) % self.o.save_every == 0:
                 self.save_checkpoint("autosave")
         elif isinstance(e, R.Refused) and e.peer == self.me:

@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import json
 import re
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -37,11 +39,18 @@ class DaisyPeer:
         self.name = name
         self.proc = subprocess.Popen(
             [str(BIN / "daisy-peer"), "--server", server_url, "--room", code, "--name", name,
-             "--capacity", str(capacity), "--json", "--quiet", *extra],
+             "--capacity", str(capacity), "--json", "--quiet", "--verbose", *extra],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
     def result(self, timeout: float = 240) -> dict:
-        out, err = self.proc.communicate(timeout=timeout)
+        try:
+            out, err = self.proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:  # a hung peer: every thread's stack, then its log
+            self.proc.send_signal(signal.SIGUSR1)
+            time.sleep(1.0)
+            self.proc.kill()
+            _, err = self.proc.communicate()
+            raise AssertionError(f"{self.name} did not exit within {timeout:g} s:\n{err[-8000:]}") from None
         self.err = err
         for line in err.splitlines():
             log.info("[%s] %s", self.name, line)
@@ -177,10 +186,13 @@ def test_a_tab_hosted_room_rolls_back_a_lying_daisy_peer(browser_cpu, tabs, peer
     _fill_settings(host, s)
     host.page.click("#start")
     host.wait("window.__daisy.run.state === 'done'", 240_000)
-    honest = peers[0].result()
-    _, err = peers[1].proc.communicate(timeout=60)
     run = host.state("window.__daisy.run")
     events = "\n".join(host.state("window.__daisy.events"))
+    try:
+        honest = peers[0].result()
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}\ntab at {run.get('step')} {run['sha'][:12]}, events:\n{events[-6000:]}") from None
+    _, err = peers[1].proc.communicate(timeout=60)
     assert run["sha"] == ref["params_sha256"] == honest["params_sha256"], (
         f"tab {run['sha'][:12]} honest {honest['params_sha256'][:12]} train {ref['params_sha256'][:12]}\n"
         f"tab events:\n{events[-6000:]}\nhonest:\n{peers[0].err[-3000:]}\nliar:\n{err[-3000:]}")

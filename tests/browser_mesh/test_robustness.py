@@ -15,8 +15,10 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -52,13 +54,19 @@ class DaisyPeer(PeerProcess):
         """progress: the progress line on stderr (to wait on steps) instead of --json."""
         self.progress = progress
         super().__init__(server_url, "--capacity", str(capacity),
-                         *([] if progress else ["--json"]), *args, name=name,
+                         *([] if progress else ["--json"]), "--verbose", *args, name=name,
                          err_dir=Path(os.environ.get("TMPDIR", "/tmp")),
                          command=[str(BIN / "daisy-peer")])
 
     def result(self, timeout: float = 240) -> dict:
         try:
             out, _ = self.proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:  # a hung peer: every thread's stack, then its log
+            self.proc.send_signal(signal.SIGUSR1)
+            time.sleep(1.0)
+            self.proc.kill()
+            self.proc.communicate()
+            raise AssertionError(f"{self.name} did not exit within {timeout:g} s:\n{self.stderr()[-8000:]}") from None
         finally:
             for line in self.stderr().splitlines():
                 log.info("[%s] %s", self.name, line)
