@@ -401,4 +401,98 @@
       (local.set $sc (i32.add (local.get $sc) (i32.const 1)))
       (br_if $lsc (i32.lt_u (local.get $sc) (local.get $bc))))
     (local.get $bad))
+
+  ;; -- for a micro-batch kept in this memory (wasm_plan.js) ---------------------------------
+
+  ;; bias_rows(src, ld, rows, n, bias, dst) -> bad: dst (rows, n) = src (rows, ld) + bias (n)
+  ;; per row, int32; bad = 1 when a sum leaves int32 (signed overflow: both operands' signs
+  ;; differ from the sum's).
+  (func (export "bias_rows") (param $src i32) (param $ld i32) (param $rows i32) (param $n i32)
+    (param $bias i32) (param $dst i32) (result i32)
+    (local $i i32) (local $j i32) (local $n4 i32) (local $p i32) (local $o i32)
+    (local $v v128) (local $bv v128) (local $r v128) (local $ov v128)
+    (local $x i32) (local $y i32) (local $z i32) (local $bad i32)
+    (local.set $n4 (i32.and (local.get $n) (i32.const -4)))
+    (block $idone
+      (loop $il
+        (br_if $idone (i32.ge_u (local.get $i) (local.get $rows)))
+        (local.set $p (i32.add (local.get $src) (i32.shl (i32.mul (local.get $i) (local.get $ld)) (i32.const 2))))
+        (local.set $o (i32.add (local.get $dst) (i32.shl (i32.mul (local.get $i) (local.get $n)) (i32.const 2))))
+        (local.set $j (i32.const 0))
+        (block $vdone
+          (loop $vl
+            (br_if $vdone (i32.ge_u (local.get $j) (local.get $n4)))
+            (local.set $v (v128.load (i32.add (local.get $p) (i32.shl (local.get $j) (i32.const 2)))))
+            (local.set $bv (v128.load (i32.add (local.get $bias) (i32.shl (local.get $j) (i32.const 2)))))
+            (local.set $r (i32x4.add (local.get $v) (local.get $bv)))
+            (local.set $ov (v128.or (local.get $ov) (v128.and (v128.xor (local.get $v) (local.get $r))
+              (v128.xor (local.get $bv) (local.get $r)))))
+            (v128.store (i32.add (local.get $o) (i32.shl (local.get $j) (i32.const 2))) (local.get $r))
+            (local.set $j (i32.add (local.get $j) (i32.const 4)))
+            (br $vl)))
+        (block $tdone
+          (loop $tl
+            (br_if $tdone (i32.ge_u (local.get $j) (local.get $n)))
+            (local.set $x (i32.load (i32.add (local.get $p) (i32.shl (local.get $j) (i32.const 2)))))
+            (local.set $y (i32.load (i32.add (local.get $bias) (i32.shl (local.get $j) (i32.const 2)))))
+            (local.set $z (i32.add (local.get $x) (local.get $y)))
+            (local.set $bad (i32.or (local.get $bad) (i32.lt_s (i32.and (i32.xor (local.get $x) (local.get $z))
+              (i32.xor (local.get $y) (local.get $z))) (i32.const 0))))
+            (i32.store (i32.add (local.get $o) (i32.shl (local.get $j) (i32.const 2))) (local.get $z))
+            (local.set $j (i32.add (local.get $j) (i32.const 1)))
+            (br $tl)))
+        (local.set $i (i32.add (local.get $i) (i32.const 1)))
+        (br $il)))
+    (i32.or (local.get $bad) (i32.ne (i32x4.bitmask (local.get $ov)) (i32.const 0))))
+
+  ;; transpose(src, dst, b, r, c): b blocks, each src (r, c) int32 -> dst (c, r).
+  (func (export "transpose") (param $src i32) (param $dst i32) (param $b i32) (param $r i32) (param $c i32)
+    (local $s i32) (local $i i32) (local $j i32) (local $p i32) (local $o i32) (local $r4 i32) (local $blk i32)
+    (local.set $r4 (i32.shl (local.get $r) (i32.const 2)))
+    (local.set $blk (i32.shl (i32.mul (local.get $r) (local.get $c)) (i32.const 2)))
+    (block $sdone
+      (loop $sl
+        (br_if $sdone (i32.ge_u (local.get $s) (local.get $b)))
+        (local.set $p (local.get $src))
+        (local.set $i (i32.const 0))
+        (block $idone
+          (loop $il
+            (br_if $idone (i32.ge_u (local.get $i) (local.get $r)))
+            (local.set $o (i32.add (local.get $dst) (i32.shl (local.get $i) (i32.const 2))))
+            (local.set $j (i32.const 0))
+            (block $jdone
+              (loop $jl
+                (br_if $jdone (i32.ge_u (local.get $j) (local.get $c)))
+                (i32.store (local.get $o) (i32.load (local.get $p)))
+                (local.set $p (i32.add (local.get $p) (i32.const 4)))
+                (local.set $o (i32.add (local.get $o) (local.get $r4)))
+                (local.set $j (i32.add (local.get $j) (i32.const 1)))
+                (br $jl)))
+            (local.set $i (i32.add (local.get $i) (i32.const 1)))
+            (br $il)))
+        (local.set $src (i32.add (local.get $src) (local.get $blk)))
+        (local.set $dst (i32.add (local.get $dst) (local.get $blk)))
+        (local.set $s (i32.add (local.get $s) (i32.const 1)))
+        (br $sl))))
+
+  ;; mask(x, m, n): x[i] = 0 where m[i] <= 0 (the ReLU's output masks the error below it).
+  (func (export "mask") (param $x i32) (param $m i32) (param $n i32)
+    (local $i i32) (local $n4 i32) (local $p i32) (local $q i32)
+    (local.set $n4 (i32.and (local.get $n) (i32.const -4)))
+    (block $done
+      (loop $l
+        (br_if $done (i32.ge_u (local.get $i) (local.get $n4)))
+        (local.set $p (i32.add (local.get $x) (i32.shl (local.get $i) (i32.const 2))))
+        (v128.store (local.get $p) (v128.and (v128.load (local.get $p))
+          (i32x4.gt_s (v128.load (i32.add (local.get $m) (i32.shl (local.get $i) (i32.const 2)))) (v128.const i32x4 0 0 0 0))))
+        (local.set $i (i32.add (local.get $i) (i32.const 4)))
+        (br $l)))
+    (block $tdone
+      (loop $t
+        (br_if $tdone (i32.ge_u (local.get $i) (local.get $n)))
+        (local.set $p (i32.add (local.get $x) (i32.shl (local.get $i) (i32.const 2))))
+        (if (i32.le_s (i32.load (i32.add (local.get $m) (i32.shl (local.get $i) (i32.const 2)))) (i32.const 0))
+          (then (i32.store (local.get $p) (i32.const 0))))
+        (local.set $i (i32.add (local.get $i) (i32.const 1)))
+        (br $t))))
 )

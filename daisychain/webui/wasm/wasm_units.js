@@ -23,6 +23,7 @@ import { checkInt8Array, checkIntArray, checkShift, INT32_MAX, INT32_MIN, UnitEr
 import { gemmLayout, requireExactMul } from "../units/gemm.js";
 import { checkLength, convLayout, poolLayout } from "../units/conv.js";
 import { sha256Hex } from "../units/luts.js";
+import { planFor, planSelfCheck } from "./wasm_plan.js";
 
 /** A module with one function `(func (result v128) v128.const i32x4 0 0 0 0)`: valid only
  *  where the engine has fixed-width SIMD. */
@@ -62,9 +63,10 @@ export function exactTablesFailure(luts) {
 }
 
 export class WasmUnits extends CpuUnits {
-  constructor(luts, instance) {
+  constructor(luts, instance, module = null) {
     super(luts);
     this.name = "wasm";
+    this.module = module; // a resident plan (wasm_plan.js) instantiates it again, its own memory
     this.k = instance.exports;
     this.mem = instance.exports.memory;
     this.top = 0;
@@ -104,6 +106,14 @@ export class WasmUnits extends CpuUnits {
 
   _get(p, n) {
     return new Int32Array(this.mem.buffer, p, n).slice();
+  }
+
+  /** A whole micro-batch of b samples of `spec` in the module's memory (wasm_plan.js), or
+   *  null where none applies (the engine then calls the units one by one, same bits).
+   *  `this.resident = false` turns it off (bench, tests). */
+  async residentPlan(spec, b) {
+    if (this.resident === false || !this.module) return null;
+    return planFor(this, spec, b);
   }
 
   // -- the units interface -------------------------------------------------------------------
@@ -293,9 +303,9 @@ export async function openWasmUnits(luts, { base = "/webui/wasm/", bytes = null,
     }
     const tables = exactTablesFailure(luts);
     if (tables) return { units: null, reason: `the WebAssembly kernels compute the exact units, but ${tables}: not used` };
-    const { instance } = await WebAssembly.instantiate(bytes, {});
-    const units = new WasmUnits(luts, instance);
-    const bad = await selfCheck(units, new CpuUnits(luts));
+    const { module, instance } = await WebAssembly.instantiate(bytes, {});
+    const units = new WasmUnits(luts, instance, module);
+    const bad = await selfCheck(units, new CpuUnits(luts)) || await planSelfCheck(units, new CpuUnits(luts));
     if (bad) return { units: null, reason: `the WebAssembly SIMD module failed its self-check (${bad}): not used` };
     return { units, reason: null };
   } catch (err) {

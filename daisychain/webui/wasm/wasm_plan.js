@@ -1,0 +1,331 @@
+// A micro-batch kept in the WebAssembly module's memory: the CPU twin of the GPU's resident
+// pass (units/gpu_resident.js), for the image and dense stacks (conv2d, maxpool2d, linear,
+// each relu folded into the layer below it).
+//
+// A plan is made once per (model, micro-batch size) with its own instance of the checked
+// module and its own memory, every buffer of the pass laid out once: the input, each layer's
+// im2col columns, packed int8 operands, accumulators, requantized outputs, errors and
+// gradient sums. Per micro-batch the host writes the input and, when the parameters changed,
+// the quantized weights (packed both ways: forward and input error); the bias in accumulator
+// units per layer (layers.js biasAcc, float64) once the shifts below it are known. Then each
+// layer is a few kernel calls on that memory (units.wat): im2col -> pack -> GEMM -> bias
+// (with the int32 range check) -> max |acc| -> requantize (+ReLU) -> channel-major move ->
+// maxpool, and back: maxpool_back -> ReLU mask -> weight GEMM -> input-error GEMM -> col2im ->
+// requantize. What leaves the module is the logits, each layer's int32 weight-gradient
+// sums, and the bias sums, which the host reads in place; the host computes the shifts
+// (detmath exponent), the output error (model.js outputError, topErrors) and the fixed-point
+// sum (layers.js accumulate), so the bits are engine/model.js's, line for line.
+//
+// Not planned (the engine then calls the units one by one, same bits): tokens models (an
+// embedding, a transformer), a layer whose weight-gradient GEMM would need K above MAX_K
+// (more than 131,071 rows), a pass above MAX_MEMORY.
+
+import { MAX_K } from "../units/gemm.js";
+import { UnitError } from "../units/units.js";
+import { absmax, exponent, pow2, quantExponent, quantize } from "../engine/detmath.js";
+import { accumulate, biasAcc } from "../engine/layers.js";
+import { Engine, IMAGE_EXPONENT, initParams, outputError, ParamLayout, topErrors } from "../engine/model.js";
+import { kindOf } from "../engine/registry.js";
+import { imageCnn, mlp } from "../engine/spec.js";
+
+const MAX_MEMORY = 1024 * 1024 * 1024;
+const MAX_PLANS = 4;
+const up = (x, m) => Math.ceil(x / m) * m;
+
+/** Why `spec` at micro-batch b has no plan here, or null. */
+export function planUnsupported(spec, b) {
+  if (spec.inputKind !== "image" && spec.inputKind !== "dense") return `a ${spec.inputKind} model`;
+  const L = spec.layers;
+  for (let i = 0; i < L.length; i++) {
+    const k = kindOf(L[i]);
+    if (k?.folds) {
+      const op = kindOf(L[i - 1])?.op;
+      if (i === L.length - 1 || !(op === "linear" || op === "conv")) return "an unfused relu";
+    } else if (!(k && (k.op === "linear" || k.op === "conv" || k.op === "pool"))) return `a ${L[i].type} layer`;
+    if (k?.op === "conv" && b * L[i].h * L[i].w > MAX_K) return "a weight gradient over more than MAX_K rows";
+    if (k?.op === "linear" && b > MAX_K) return "a weight gradient over more than MAX_K rows";
+  }
+  return null;
+}
+
+/** The plan for (spec, b) made with units' module, or null where none applies. */
+export function planFor(units, spec, b) {
+  if (planUnsupported(spec, b)) return null;
+  const plans = units._plans || (units._plans = new Map());
+  const key = `${b} ${JSON.stringify(spec.layers.map((l) => l.toJson()))} ${spec.inputKind} ${spec.inputDim} ${spec.classes} ${spec.loss}`;
+  let plan = plans.get(key);
+  if (plan === undefined) {
+    try {
+      plan = new WasmPlan(units, spec, b);
+    } catch (err) {
+      if (!(err instanceof RangeError)) throw err;
+      plan = null; // the browser would not grow the memory: the units one by one
+    }
+    if (plans.size >= MAX_PLANS) plans.delete(plans.keys().next().value);
+    plans.set(key, plan);
+  }
+  return plan;
+}
+
+export class WasmPlan {
+  constructor(units, spec, b) {
+    this.spec = spec;
+    this.b = b;
+    this.layout = new ParamLayout(spec);
+    this.top = 16;
+    this.entries = [];
+    this.params = [];
+    this._layout();
+    if (this.top > MAX_MEMORY) throw new RangeError("the pass needs more than MAX_MEMORY");
+    const instance = new WebAssembly.Instance(units.module, {});
+    this.k = instance.exports;
+    this.mem = instance.exports.memory;
+    const need = this.top - this.mem.buffer.byteLength;
+    if (need > 0) this.mem.grow(Math.ceil(need / 65536));
+    this.theta = null;
+  }
+
+  _alloc(words) {
+    const p = this.top;
+    this.top = up(p + 4 * words, 16);
+    return p;
+  }
+
+  /** Every buffer of the pass, once. */
+  _layout() {
+    const { spec, b } = this;
+    const L = spec.layers;
+    const A = (n) => this._alloc(n);
+    this.inLen = b * spec.inputDim * (spec.inputKind === "image" ? 1 : 1);
+    let cur = A(this.inLen);
+    let curLen = this.inLen;
+    let pi = 0;
+    for (let li = 0; li < L.length; li++) {
+      const layer = L[li];
+      const op = kindOf(layer).op;
+      const last = li === L.length - 1;
+      if (op === "pool") {
+        const { c, h, w } = layer;
+        const n = b * c * (h >> 1) * (w >> 1);
+        const e = { kind: "pool", layer, inp: cur, inLen: curLen, out: A(n), dX: A(curLen), reluOut: 0 };
+        this.entries.push(e);
+        cur = e.out;
+        curLen = n;
+        continue;
+      }
+      const conv = op === "conv";
+      const rows = conv ? b * layer.h * layer.w : b;
+      const nIn = layer.nIn;
+      const nOut = conv ? layer.co : layer.nOut;
+      const [rp, np, kp] = [up(rows, 2), up(nOut, 4), up(nIn, 8)];
+      const fuse = !last && !!kindOf(L[li + 1]).folds;
+      const e = {
+        kind: conv ? "conv" : "linear", layer, li, pi, rows, nIn, nOut, last, fuse, inp: cur, inLen: curLen,
+        w: A(nOut * nIn), wP: A(np * kp / 4), wT: A(up(nIn, 4) * up(nOut, 8) / 4), bias: A(nOut),
+        aP: A(rp * kp / 4), c: A(rp * np), acc: A(rows * nOut), reluOut: 0,
+      };
+      e.a = conv ? A(rows * nIn) : cur; // the im2col columns, or the input rows
+      if (!last) {
+        e.q = A(rows * nOut);
+        e.out = conv ? A(rows * nOut) : e.q; // channel-major for a conv
+        if (fuse) e.reluOut = e.out;
+      }
+      // backward
+      const rk = up(rows, 8);
+      e.gr = conv ? A(rows * nOut) : 0; // the errors by rows (a conv's arrive channel-major)
+      e.gT = A(up(nOut, 2) * rk / 4);
+      e.aT = A(up(nIn, 4) * rk / 4);
+      e.dW = A(up(nOut, 2) * up(nIn, 4));
+      e.gP = A(rp * up(nOut, 8) / 4);
+      e.dXr = A(rp * up(nIn, 4));
+      e.dX = up(nIn, 4) === nIn ? e.dXr : A(rows * nIn);
+      e.dXcm = conv ? A(curLen) : e.dX; // col2im's channel-major input error
+      e.eq = A(curLen); // the requantized error below
+      this.entries.push(e);
+      this.params.push(e);
+      pi += 2;
+      if (last) break;
+      if (fuse) li += 1;
+      cur = e.out;
+      curLen = rows * nOut;
+    }
+    this.zero = A(Math.max(...this.params.map((p) => p.nIn)));
+    this.gTop = A(b * spec.classes);
+  }
+
+  _i32(p, n) {
+    return new Int32Array(this.mem.buffer, p, n);
+  }
+
+  _pack(src, dst, rows, cols, sr, sc, rowsP, colsP) {
+    if (this.k.pack(src, dst, rows, cols, sr, sc, rowsP, colsP)) throw new UnitError("gemm: an operand left int8");
+  }
+
+  /** Quantized weights, packed both ways, once per parameter change. */
+  _weights(theta) {
+    const same = this.theta && this.theta.length === theta.length && this.theta.every((v, i) => v === theta[i]);
+    if (same) return;
+    this.theta = Float64Array.from(theta);
+    for (const p of this.params) {
+      const W = this.layout.view(theta, p.pi);
+      p.ew = quantExponent(absmax(W));
+      quantize(W, p.ew, this._i32(p.w, p.nOut * p.nIn));
+      this._pack(p.w, p.wP, p.nOut, p.nIn, p.nIn, 1, up(p.nOut, 4), up(p.nIn, 8));
+      this._pack(p.w, p.wT, p.nIn, p.nOut, 1, p.nIn, up(p.nIn, 4), up(p.nOut, 8));
+    }
+  }
+
+  _input(x) {
+    const a = this._i32(this.entries[0].inp, this.inLen);
+    if (x.length !== this.inLen) throw new RangeError(`a micro-batch of ${x.length} inputs, the plan takes ${this.inLen}`);
+    if (this.spec.inputKind === "image") {
+      for (let i = 0; i < x.length; i++) a[i] = x[i] >> 1;
+      return IMAGE_EXPONENT;
+    }
+    const ex = quantExponent(absmax(x));
+    quantize(x, ex, a);
+    return ex;
+  }
+
+  /** The shift of a requantize: max(exponent(max |v|) - 7, 0). */
+  _shift(p, n) {
+    return Math.max(exponent(this.k.absmax(p, n) >>> 0) - 7, 0);
+  }
+
+  /** The forward pass (engine/model.js forward, fused relus): {logits}. */
+  _forward(theta, x) {
+    const k = this.k;
+    const b = this.b;
+    this._weights(theta);
+    let ex = this._input(x);
+    for (const e of this.entries) {
+      if (e.kind === "pool") {
+        const { c, h, w } = e.layer;
+        k.maxpool(e.inp, e.out, b * c, h, w);
+        continue;
+      }
+      const { rows, nIn, nOut } = e;
+      e.ex = ex;
+      if (e.kind === "conv") {
+        const { ci, h, w, k: kk } = e.layer;
+        if (k.im2col(e.inp, e.a, b, ci, h, w, kk)) throw new UnitError("im2col: an input left int8");
+      }
+      this._pack(e.a, e.aP, rows, nIn, nIn, 1, up(rows, 2), up(nIn, 8));
+      k.gemm(e.aP, e.wP, e.c, up(rows, 2), up(nOut, 4), up(nIn, 8));
+      const sexp = ex + e.ew;
+      this._i32(e.bias, nOut).set(biasAcc(this.layout.view(theta, e.pi + 1), sexp));
+      if (k.bias_rows(e.c, up(nOut, 4), rows, nOut, e.bias, e.acc)) throw new RangeError(`layer ${e.li}: accumulator left int32`);
+      if (e.last) {
+        const acc = this._i32(e.acc, rows * nOut);
+        const scale = pow2(sexp);
+        const logits = new Float64Array(acc.length);
+        for (let i = 0; i < logits.length; i++) logits[i] = acc[i] * scale;
+        return { logits };
+      }
+      const s = this._shift(e.acc, rows * nOut);
+      k.requantize(e.acc, e.q, rows * nOut, s, e.fuse ? 1 : 0);
+      if (e.kind === "conv") k.transpose(e.q, e.out, b, e.layer.h * e.layer.w, nOut);
+      ex = sexp + s;
+    }
+    throw new Error("spec validation guarantees a final linear layer");
+  }
+
+  async forward(theta, x) {
+    return this._forward(theta, x);
+  }
+
+  /** engine/model.js gradInto on this memory (no await inside: one pass at a time). */
+  async gradInto(total, theta, x, y, fracBits, limit) {
+    const { b, spec } = this;
+    const { logits } = this._forward(theta, x);
+    const o = outputError(spec, logits, y, b);
+    const { G, eg } = topErrors(o.dz, o.labels, b, spec.classes);
+    this._i32(this.gTop, G.length).set(G);
+    this._backward(total, this.gTop, eg, fracBits, limit);
+    return { loss: o.loss, correct: o.correct };
+  }
+
+  /** engine/model.js backwardFrom, layer by layer on this memory. */
+  _backward(total, G, eg, fracBits, limit) {
+    const k = this.k;
+    const b = this.b;
+    const offsets = this.layout.offsets;
+    const E = this.entries;
+    for (let j = E.length - 1; j >= 0; j--) {
+      const e = E[j];
+      const below = j > 0 ? E[j - 1] : null;
+      let dX;
+      let ed;
+      let int8 = false;
+      if (e.kind === "pool") {
+        if (!below) break;
+        const { c, h, w } = e.layer;
+        k.maxpool_back(G, e.inp, e.dX, b * c, h, w);
+        [dX, ed, int8] = [e.dX, eg, true];
+      } else {
+        const { rows, nIn, nOut } = e;
+        let gr = G;
+        if (e.kind === "conv") {
+          k.transpose(G, e.gr, b, nOut, e.layer.h * e.layer.w); // (b, co, hw) -> (b*hw, co)
+          gr = e.gr;
+        }
+        const rk = up(rows, 8);
+        this._pack(gr, e.gT, nOut, rows, 1, nOut, up(nOut, 2), rk);
+        this._pack(e.a, e.aT, nIn, rows, 1, nIn, up(nIn, 4), rk);
+        k.gemm(e.gT, e.aT, e.dW, up(nOut, 2), up(nIn, 4), rk);
+        const dW = new Int32Array(nOut * nIn);
+        const all = this._i32(e.dW, up(nOut, 2) * up(nIn, 4));
+        for (let o = 0; o < nOut; o++) dW.set(all.subarray(o * up(nIn, 4), o * up(nIn, 4) + nIn), o * nIn);
+        accumulate(total, offsets[e.pi], dW, eg + e.ex, fracBits, limit);
+        const g = this._i32(gr, rows * nOut);
+        const db = new Float64Array(nOut);
+        for (let i = 0; i < rows; i++) for (let o = 0; o < nOut; o++) db[o] += g[i * nOut + o];
+        accumulate(total, offsets[e.pi + 1], db, eg, fracBits, limit);
+        if (!below) break;
+        this._pack(gr, e.gP, rows, nOut, nOut, 1, up(rows, 2), up(nOut, 8));
+        k.gemm(e.gP, e.wT, e.dXr, up(rows, 2), up(nIn, 4), up(nOut, 8));
+        if (e.dX !== e.dXr) k.bias_rows(e.dXr, up(nIn, 4), rows, nIn, this.zero, e.dX); // compact the rows
+        if (e.kind === "conv") {
+          const { ci, h, w, k: kk } = e.layer;
+          if (k.col2im(e.dX, e.dXcm, b, ci, h, w, kk)) throw new UnitError("col2im: a sum left int32");
+        }
+        [dX, ed] = [e.dXcm, eg + e.ew];
+      }
+      if (below.reluOut) k.mask(dX, below.reluOut, e.inLen);
+      if (int8) {
+        [G, eg] = [dX, ed];
+      } else {
+        const s = this._shift(dX, e.inLen);
+        k.requantize(dX, e.eq, e.inLen, s, 0);
+        [G, eg] = [e.eq, ed + s];
+      }
+    }
+  }
+}
+
+/** null when whole micro-batches through fresh plans (their kernels' first, cold calls) give
+ *  the JS units' contribution, else the first difference: a small CNN (a conv on a conv, 3x3
+ *  and 5x5, an odd map's pool, a hidden linear with its relu, 3 samples) and an MLP. */
+export async function planSelfCheck(wasm, cpu) {
+  const cases = [["a small CNN", imageCnn(1, 10, 8, ["conv3", "conv4k5", "pool", "conv5", "pool", 6], 3), 3],
+    ["an MLP", mlp(7, 9, 4), 5]];
+  for (const [name, spec, b] of cases) {
+    const theta = initParams(spec, 5);
+    let seed = 0x9e3779b9;
+    const rnd = (n) => { seed = (Math.imul(seed, 1103515245) + 12345) >>> 0; return (seed >>> 8) % n; };
+    const x = spec.inputKind === "image" ? Uint8Array.from({ length: b * spec.inputDim }, () => rnd(256))
+      : Float64Array.from({ length: b * spec.inputDim }, () => rnd(41) - 20);
+    const y = Int32Array.from({ length: b }, () => rnd(spec.classes));
+    const got = new Float64Array(theta.length);
+    const want = new Float64Array(theta.length);
+    try {
+      await new WasmPlan(wasm, spec, b).gradInto(got, theta, x, y, 40, 2 ** 49);
+    } catch (err) {
+      return `the micro-batch of ${name}: ${err.message}`;
+    }
+    await new Engine(spec, cpu).gradInto(want, theta, x, y, b, 40, 2 ** 49);
+    const i = got.findIndex((v, j) => v !== want[j]);
+    if (i >= 0) return `the micro-batch of ${name}: parameter ${i} gets ${got[i]}, the JS units give ${want[i]}`;
+  }
+  return null;
+}
