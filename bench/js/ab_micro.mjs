@@ -1,7 +1,8 @@
 // Interleaved A/B timing of one default-CNN micro-batch (forward + backward + fixed-point
 // sum, micro-batch 16, MNIST-sized random input) on the tab's CPU paths, in one node process,
 // so every variant meets the same load: each round times N micro-batches of every variant in
-// turn; the report is every round's ms per micro-batch and the median. A variant is
+// turn; the report is every round's ms per micro-batch, the best and the median, and the
+// speed-up against the first variant. A variant is
 // `label=WEBUI:MODE`, WEBUI a webui tree (this one: daisychain/webui; another commit's:
 // `git archive REV daisychain/webui | tar -x -C DIR`, its module built with that commit's
 // scripts/build_wasm.mjs), MODE cpu | wasm (the resident plan where the tree has one) |
@@ -67,10 +68,14 @@ for (let r = 0; r < rounds; r++) {
   }
 }
 const median = (xs) => { const s = [...xs].sort((p, q) => p - q); return s[s.length >> 1]; };
-const base = median(vs[0].ms);
+// the speed-up against the first variant: the median of the rounds' ratios (each round's
+// variants ran back to back, under about the same load), and the ratio of the best rounds
 for (const v of vs) {
-  console.log(`${v.label.padEnd(12)} median ${median(v.ms).toFixed(1).padStart(7)} ms (${(base / median(v.ms)).toFixed(2)}x ${vs[0].label})  ` +
-    `rounds ${v.ms.map((m) => m.toFixed(1)).join(" ")}  contribution sha256 ${v.sha.slice(0, 16)}`);
+  const ratio = median(v.ms.map((m, r) => vs[0].ms[r] / m));
+  const best = Math.min(...vs[0].ms) / Math.min(...v.ms);
+  console.log(`${v.label.padEnd(12)} best ${Math.min(...v.ms).toFixed(1).padStart(6)} ms, median ${median(v.ms).toFixed(1).padStart(6)} ms; ` +
+    `vs ${vs[0].label}: ${ratio.toFixed(2)}x (median of rounds), ${best.toFixed(2)}x (best)  sha256 ${v.sha.slice(0, 16)}`);
+  console.log(`${"".padEnd(12)} rounds ${v.ms.map((m) => m.toFixed(1)).join(" ")}`);
 }
 if (new Set(vs.map((v) => v.sha)).size !== 1) {
   console.error("the variants' contributions differ");

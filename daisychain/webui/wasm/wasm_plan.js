@@ -124,7 +124,6 @@ export class WasmPlan {
         w: A(nOut * nIn), wP: A(np * kp / 4), wT: A(up(nIn, 4) * up(nOut, 8) / 4), bias: A(nOut),
         aP: A(rp * kp / 4), c: A(rp * np), acc: A(rows * nOut), reluOut: 0,
       };
-      e.a = conv ? A(rows * nIn) : cur; // the im2col columns, or the input rows
       if (!last) {
         e.q = A(rows * nOut);
         e.out = conv ? A(rows * nOut) : e.q; // channel-major for a conv
@@ -132,10 +131,10 @@ export class WasmPlan {
       }
       // backward
       const rk = up(rows, 8);
-      e.gr = conv ? A(rows * nOut) : 0; // the errors by rows (a conv's arrive channel-major)
       e.gT = A(up(nOut, 2) * rk / 4);
       e.aT = A(up(nIn, 4) * rk / 4);
       e.dW = A(up(nOut, 2) * up(nIn, 4));
+      e.db = A(nOut);
       e.gP = A(rp * up(nOut, 8) / 4);
       e.dXr = A(rp * up(nIn, 4));
       e.dX = up(nIn, 4) === nIn ? e.dXr : A(rows * nIn);
@@ -206,11 +205,10 @@ export class WasmPlan {
       }
       const { rows, nIn, nOut } = e;
       e.ex = ex;
-      if (e.kind === "conv") {
+      if (e.kind === "conv") { // the columns straight into the packed int8 rows
         const { ci, h, w, k: kk } = e.layer;
-        if (k.im2col(e.inp, e.a, b, ci, h, w, kk)) throw new UnitError("im2col: an input left int8");
-      }
-      this._pack(e.a, e.aP, rows, nIn, nIn, 1, up(rows, 2), up(nIn, 8));
+        if (k.im2col8(e.inp, e.aP, b, ci, h, w, kk, up(nIn, 8), 1)) throw new UnitError("im2col: an input left int8");
+      } else this._pack(e.inp, e.aP, rows, nIn, nIn, 1, up(rows, 2), up(nIn, 8));
       k.gemm(e.aP, e.wP, e.c, up(rows, 2), up(nOut, 4), up(nIn, 8));
       const sexp = ex + e.ew;
       this._i32(e.bias, nOut).set(biasAcc(this.layout.view(theta, e.pi + 1), sexp));
@@ -264,25 +262,23 @@ export class WasmPlan {
         [dX, ed, int8] = [e.dX, eg, true];
       } else {
         const { rows, nIn, nOut } = e;
-        let gr = G;
-        if (e.kind === "conv") {
-          k.transpose(G, e.gr, b, nOut, e.layer.h * e.layer.w); // (b, co, hw) -> (b*hw, co)
-          gr = e.gr;
-        }
+        const hw = e.kind === "conv" ? e.layer.h * e.layer.w : 1; // G: (b, nOut, hw) channel-major
         const rk = up(rows, 8);
-        this._pack(gr, e.gT, nOut, rows, 1, nOut, up(nOut, 2), rk);
-        this._pack(e.a, e.aT, nIn, rows, 1, nIn, up(nIn, 4), rk);
+        let bad = k.narrow(G, e.gT, b, nOut, hw, hw, rk, 1); // Gᵀ (nOut, rows)
+        if (e.kind === "conv") { // the columns' transpose (nIn, rows), int8, from the input map
+          const { ci, h, w, k: kk } = e.layer;
+          bad |= k.im2col8(e.inp, e.aT, b, ci, h, w, kk, 1, rk);
+        } else bad |= k.narrow(e.inp, e.aT, b, nIn, 1, 1, rk, 0);
+        if (bad) throw new UnitError("gemm: an operand left int8");
         k.gemm(e.gT, e.aT, e.dW, up(nOut, 2), up(nIn, 4), rk);
         const dW = new Int32Array(nOut * nIn);
         const all = this._i32(e.dW, up(nOut, 2) * up(nIn, 4));
         for (let o = 0; o < nOut; o++) dW.set(all.subarray(o * up(nIn, 4), o * up(nIn, 4) + nIn), o * nIn);
         accumulate(total, offsets[e.pi], dW, eg + e.ex, fracBits, limit);
-        const g = this._i32(gr, rows * nOut);
-        const db = new Float64Array(nOut);
-        for (let i = 0; i < rows; i++) for (let o = 0; o < nOut; o++) db[o] += g[i * nOut + o];
-        accumulate(total, offsets[e.pi + 1], db, eg, fracBits, limit);
+        k.sum_blocks(G, e.db, b, nOut, hw);
+        accumulate(total, offsets[e.pi + 1], this._i32(e.db, nOut), eg, fracBits, limit);
         if (!below) break;
-        this._pack(gr, e.gP, rows, nOut, nOut, 1, up(rows, 2), up(nOut, 8));
+        if (k.narrow(G, e.gP, b, nOut, hw, hw * up(nOut, 8), 1, up(nOut, 8))) throw new UnitError("gemm: an operand left int8"); // G (rows, nOut)
         k.gemm(e.gP, e.wT, e.dXr, up(rows, 2), up(nIn, 4), up(nOut, 8));
         if (e.dX !== e.dXr) k.bias_rows(e.dXr, up(nIn, 4), rows, nIn, this.zero, e.dX); // compact the rows
         if (e.kind === "conv") {
