@@ -53,7 +53,7 @@ for (const plan of (base._plans || new Map()).values()) { // time the plan's ker
   plan.k = Object.fromEntries(Object.entries(k).map(([name, f]) => [name, typeof f !== "function" ? f : (...args) => {
     const t0 = performance.now();
     const r = f(...args);
-    const key = name === "gemm" ? `plan gemm ${args.slice(3).join("x")}` : `plan ${name}`;
+    const key = name === "gemm" ? `plan gemm ${args.slice(3).join("x")}` : name === "im2col8" ? `plan im2col8 ${args[8] === 1 ? "rows" : "transposed"}` : `plan ${name}`;
     times.set(key, (times.get(key) || 0) + performance.now() - t0);
     return r;
   }]));

@@ -217,3 +217,66 @@
             (br $il)))
         (local.set $s (i32.add (local.get $s) (i32.const 1)))
         (br $sl))))
+
+  ;; im2col8t(src, dst, b, ci, h, w, k, ld) -> bad: the column matrix's transpose as int8
+  ;; bytes, im2col8's (row, col) at dst + col*ld + row, written row by row of the maps: each
+  ;; (channel, dy, dx) is the input maps shifted by (dy - p, dx - p), zero outside.
+  (func (export "im2col8t") (param $src i32) (param $dst i32) (param $b i32) (param $ci i32)
+    (param $h i32) (param $w i32) (param $k i32) (param $ld i32) (result i32)
+    (local $c i32) (local $dy i32) (local $dx i32) (local $s i32) (local $y i32) (local $x i32)
+    (local $yy i32) (local $x0 i32) (local $x1 i32) (local $p i32) (local $hw i32) (local $row i32)
+    (local $o i32) (local $q i32) (local $v i32) (local $bad i32)
+    (local.set $p (i32.shr_u (i32.sub (local.get $k) (i32.const 1)) (i32.const 1)))
+    (local.set $hw (i32.mul (local.get $h) (local.get $w)))
+    (local.set $row (local.get $dst))
+    (loop $lc
+      (local.set $dy (i32.const 0))
+      (loop $ldy
+        (local.set $dx (i32.const 0))
+        (loop $ldx
+          ;; the valid x: 0 <= x + dx - p < w
+          (local.set $x0 (select (i32.sub (local.get $p) (local.get $dx)) (i32.const 0)
+            (i32.gt_s (local.get $p) (local.get $dx))))
+          (local.set $x1 (select (i32.add (i32.sub (local.get $w) (local.get $dx)) (local.get $p)) (local.get $w)
+            (i32.gt_s (local.get $dx) (local.get $p))))
+          (if (i32.gt_s (local.get $x0) (local.get $x1)) (then (local.set $x0 (local.get $x1))))
+          (local.set $o (local.get $row))
+          (local.set $s (i32.const 0))
+          (loop $ls
+            (local.set $y (i32.const 0))
+            (loop $ly
+              (local.set $yy (i32.sub (i32.add (local.get $y) (local.get $dy)) (local.get $p)))
+              (if (i32.lt_u (local.get $yy) (local.get $h))
+                (then
+                  (memory.fill (local.get $o) (i32.const 0) (local.get $x0))
+                  (memory.fill (i32.add (local.get $o) (local.get $x1)) (i32.const 0)
+                    (i32.sub (local.get $w) (local.get $x1)))
+                  (local.set $q (i32.add (local.get $src) (i32.shl (i32.add
+                    (i32.mul (i32.add (i32.mul (local.get $s) (local.get $ci)) (local.get $c)) (local.get $hw))
+                    (i32.add (i32.mul (local.get $yy) (local.get $w))
+                      (i32.sub (i32.add (local.get $x0) (local.get $dx)) (local.get $p)))) (i32.const 2))))
+                  (local.set $x (local.get $x0))
+                  (block $xdone
+                    (loop $lx
+                      (br_if $xdone (i32.ge_s (local.get $x) (local.get $x1)))
+                      (local.set $v (i32.load (local.get $q)))
+                      (local.set $bad (i32.or (local.get $bad)
+                        (i32.gt_u (i32.add (local.get $v) (i32.const 128)) (i32.const 255))))
+                      (i32.store8 (i32.add (local.get $o) (local.get $x)) (local.get $v))
+                      (local.set $q (i32.add (local.get $q) (i32.const 4)))
+                      (local.set $x (i32.add (local.get $x) (i32.const 1)))
+                      (br $lx))))
+                (else (memory.fill (local.get $o) (i32.const 0) (local.get $w))))
+              (local.set $o (i32.add (local.get $o) (local.get $w)))
+              (local.set $y (i32.add (local.get $y) (i32.const 1)))
+              (br_if $ly (i32.lt_u (local.get $y) (local.get $h))))
+            (local.set $s (i32.add (local.get $s) (i32.const 1)))
+            (br_if $ls (i32.lt_u (local.get $s) (local.get $b))))
+          (local.set $row (i32.add (local.get $row) (local.get $ld)))
+          (local.set $dx (i32.add (local.get $dx) (i32.const 1)))
+          (br_if $ldx (i32.lt_u (local.get $dx) (local.get $k))))
+        (local.set $dy (i32.add (local.get $dy) (i32.const 1)))
+        (br_if $ldy (i32.lt_u (local.get $dy) (local.get $k))))
+      (local.set $c (i32.add (local.get $c) (i32.const 1)))
+      (br_if $lc (i32.lt_u (local.get $c) (local.get $ci))))
+    (local.get $bad))

@@ -267,7 +267,7 @@ export class WasmPlan {
         let bad = k.narrow(G, e.gT, b, nOut, hw, hw, rk, 1); // Gᵀ (nOut, rows)
         if (e.kind === "conv") { // the columns' transpose (nIn, rows), int8, from the input map
           const { ci, h, w, k: kk } = e.layer;
-          bad |= k.im2col8(e.inp, e.aT, b, ci, h, w, kk, 1, rk);
+          bad |= k.im2col8t(e.inp, e.aT, b, ci, h, w, kk, rk);
         } else bad |= k.narrow(e.inp, e.aT, b, nIn, 1, 1, rk, 0);
         if (bad) throw new UnitError("gemm: an operand left int8");
         k.gemm(e.gT, e.aT, e.dW, up(nOut, 2), up(nIn, 4), rk);
