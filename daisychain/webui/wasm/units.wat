@@ -66,6 +66,20 @@
       (i32x4.lt_s (local.get $vmin) (i32x4.splat (i32.const -128)))
       (i32x4.gt_s (local.get $vmax) (i32x4.splat (i32.const 127)))))))
 
+  ;; hsum4(a, b, c, d) = (sum of a's lanes, b's, c's, d's): two rounds of pairwise adds
+  ;; (wrapping i32 adds are associative, so any order gives the exact sum that fits int32)
+  (func $hsum4 (param $a v128) (param $b v128) (param $c v128) (param $d v128) (result v128)
+    (local $ab v128) (local $cd v128)
+    (local.set $ab (i32x4.add
+      (i8x16.shuffle 0 1 2 3 16 17 18 19 4 5 6 7 20 21 22 23 (local.get $a) (local.get $b))
+      (i8x16.shuffle 8 9 10 11 24 25 26 27 12 13 14 15 28 29 30 31 (local.get $a) (local.get $b))))
+    (local.set $cd (i32x4.add
+      (i8x16.shuffle 0 1 2 3 16 17 18 19 4 5 6 7 20 21 22 23 (local.get $c) (local.get $d))
+      (i8x16.shuffle 8 9 10 11 24 25 26 27 12 13 14 15 28 29 30 31 (local.get $c) (local.get $d))))
+    (i32x4.add
+      (i8x16.shuffle 0 1 2 3 4 5 6 7 16 17 18 19 20 21 22 23 (local.get $ab) (local.get $cd))
+      (i8x16.shuffle 8 9 10 11 12 13 14 15 24 25 26 27 28 29 30 31 (local.get $ab) (local.get $cd))))
+
   (func $hsum (param $v v128) (result i32)
     (i32.add
       (i32.add (i32x4.extract_lane 0 (local.get $v)) (i32x4.extract_lane 1 (local.get $v)))
@@ -123,15 +137,9 @@
                 (br $kl)))
             (local.set $pc (i32.add (local.get $c)
               (i32.shl (i32.add (i32.mul (local.get $i) (local.get $np)) (local.get $j)) (i32.const 2))))
-            (i32.store offset=0 (local.get $pc) (call $hsum (local.get $s00)))
-            (i32.store offset=4 (local.get $pc) (call $hsum (local.get $s01)))
-            (i32.store offset=8 (local.get $pc) (call $hsum (local.get $s02)))
-            (i32.store offset=12 (local.get $pc) (call $hsum (local.get $s03)))
-            (local.set $pc (i32.add (local.get $pc) (local.get $np4)))
-            (i32.store offset=0 (local.get $pc) (call $hsum (local.get $s10)))
-            (i32.store offset=4 (local.get $pc) (call $hsum (local.get $s11)))
-            (i32.store offset=8 (local.get $pc) (call $hsum (local.get $s12)))
-            (i32.store offset=12 (local.get $pc) (call $hsum (local.get $s13)))
+            (v128.store (local.get $pc) (call $hsum4 (local.get $s00) (local.get $s01) (local.get $s02) (local.get $s03)))
+            (v128.store (i32.add (local.get $pc) (local.get $np4))
+              (call $hsum4 (local.get $s10) (local.get $s11) (local.get $s12) (local.get $s13)))
             (local.set $j (i32.add (local.get $j) (i32.const 4)))
             (br $jl)))
         (local.set $i (i32.add (local.get $i) (i32.const 2)))

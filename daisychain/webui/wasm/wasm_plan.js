@@ -162,7 +162,8 @@ export class WasmPlan {
 
   /** Quantized weights, packed both ways, once per parameter change. */
   _weights(theta) {
-    const same = this.theta && this.theta.length === theta.length && this.theta.every((v, i) => v === theta[i]);
+    let same = this.theta !== null && this.theta.length === theta.length;
+    for (let i = 0; same && i < theta.length; i++) same = this.theta[i] === theta[i];
     if (same) return;
     this.theta = Float64Array.from(theta);
     for (const p of this.params) {
