@@ -43,6 +43,7 @@ export function planUnsupported(spec, b) {
       if (i === L.length - 1 || !(op === "linear" || op === "conv")) return "an unfused relu";
     } else if (!(k && (k.op === "linear" || k.op === "conv" || k.op === "pool"))) return `a ${L[i].type} layer`;
     if (k?.op === "conv" && b * L[i].h * L[i].w > MAX_K) return "a weight gradient over more than MAX_K rows";
+    if (k?.op === "conv" && L[i].co * L[i].k * L[i].k > MAX_K) return "an input error whose col2im sums could leave int32";
     if (k?.op === "linear" && b > MAX_K) return "a weight gradient over more than MAX_K rows";
   }
   return null;
@@ -135,10 +136,15 @@ export class WasmPlan {
       e.aT = A(up(nIn, 4) * rk / 4);
       e.dW = A(up(nOut, 2) * up(nIn, 4));
       e.db = A(nOut);
-      e.gP = A(rp * up(nOut, 8) / 4);
-      e.dXr = A(rp * up(nIn, 4));
-      e.dX = up(nIn, 4) === nIn ? e.dXr : A(rows * nIn);
-      e.dXcm = conv ? A(curLen) : e.dX; // col2im's channel-major input error
+      e.gP = A(up(rows, 4) * up(nOut, 8) / 4);
+      if (conv) { // the input error's transpose (nIn, rows), then col2im8t: channel-major
+        e.dXr = A(up(nIn, 4) * up(rows, 4));
+        e.dXcm = A(curLen);
+      } else {
+        e.dXr = A(rp * up(nIn, 4));
+        e.dX = up(nIn, 4) === nIn ? e.dXr : A(rows * nIn);
+        e.dXcm = e.dX;
+      }
       e.eq = A(curLen); // the requantized error below
       this.entries.push(e);
       this.params.push(e);
@@ -280,11 +286,13 @@ export class WasmPlan {
         accumulate(total, offsets[e.pi + 1], this._i32(e.db, nOut), eg, fracBits, limit);
         if (!below) break;
         if (k.narrow(G, e.gP, b, nOut, hw, hw * up(nOut, 8), 1, up(nOut, 8))) throw new UnitError("gemm: an operand left int8"); // G (rows, nOut)
-        k.gemm(e.gP, e.wT, e.dXr, up(rows, 2), up(nIn, 4), up(nOut, 8));
-        if (e.dX !== e.dXr) k.bias_rows(e.dXr, up(nIn, 4), rows, nIn, this.zero, e.dX); // compact the rows
         if (e.kind === "conv") {
           const { ci, h, w, k: kk } = e.layer;
-          if (k.col2im(e.dX, e.dXcm, b, ci, h, w, kk)) throw new UnitError("col2im: a sum left int32");
+          k.gemm(e.wT, e.gP, e.dXr, up(nIn, 4), up(rows, 4), up(nOut, 8)); // (Wqᵀ · Gᵀ): (nIn, rows)
+          k.col2im8t(e.dXr, e.dXcm, b, ci, h, w, kk, up(rows, 4));
+        } else {
+          k.gemm(e.gP, e.wT, e.dXr, up(rows, 2), up(nIn, 4), up(nOut, 8)); // G · Wq: (rows, nIn)
+          if (e.dX !== e.dXr) k.bias_rows(e.dXr, up(nIn, 4), rows, nIn, this.zero, e.dX); // compact the rows
         }
         [dX, ed] = [e.dXcm, eg + e.ew];
       }
