@@ -49,22 +49,23 @@ export function planUnsupported(spec, b) {
   return null;
 }
 
-/** The plan for (spec, b) made with units' module, or null where none applies. */
+/** The plan for (spec, b) made with units' module, or null where none applies; kept per spec
+ *  object (a WeakMap: gone with the spec) and micro-batch size, the last MAX_PLANS sizes. */
 export function planFor(units, spec, b) {
-  if (planUnsupported(spec, b)) return null;
-  const plans = units._plans || (units._plans = new Map());
-  const key = `${b} ${JSON.stringify(spec.layers.map((l) => l.toJson()))} ${spec.inputKind} ${spec.inputDim} ${spec.classes} ${spec.loss}`;
-  let plan = plans.get(key);
-  if (plan === undefined) {
+  const bySpec = units._plans || (units._plans = new WeakMap());
+  let plans = bySpec.get(spec);
+  if (!plans) bySpec.set(spec, plans = new Map());
+  if (plans.has(b)) return plans.get(b);
+  let plan = null;
+  if (!planUnsupported(spec, b)) {
     try {
       plan = new WasmPlan(units, spec, b);
     } catch (err) {
-      if (!(err instanceof RangeError)) throw err;
-      plan = null; // the browser would not grow the memory: the units one by one
+      if (!(err instanceof RangeError)) throw err; // the browser would not grow the memory: the units one by one
     }
-    if (plans.size >= MAX_PLANS) plans.delete(plans.keys().next().value);
-    plans.set(key, plan);
   }
+  if (plans.size >= MAX_PLANS) plans.delete(plans.keys().next().value);
+  plans.set(b, plan);
   return plan;
 }
 
