@@ -95,58 +95,75 @@
         (local.set $i (i32.add (local.get $i) (i32.const 1)))
         (br $t))))
 
-  ;; im2col8(src, dst, b, ci, h, w, k, rs, cs) -> bad: im2col's values (src (b, ci*h*w) int32
-  ;; holding int8) as int8 bytes, the column matrix's (row, col) at dst + row*rs + col*cs:
-  ;; rs = kp, cs = 1 gives the packed GEMM rows; rs = 1, cs = ld its transpose. Positions
-  ;; never written (padding) keep what they hold: a plan's buffers are zero there.
+  ;; im2col8(src, dst, b, ci, h, w, k, kp) -> bad: im2col's values (src (b, ci*h*w) int32
+  ;; holding int8) as int8 bytes, the column matrix (b*h*w, ci*k*k) in rows of kp bytes (the
+  ;; packed GEMM operand); positions never written (padding) keep what they hold: a plan's
+  ;; buffers are zero there. Built from each input line: for (sample, y, channel, dy) the
+  ;; line y + dy - p gives k bytes to each of the w rows; only the first and last p columns
+  ;; test their bounds. bad = 1 when a value lies outside [-128, 127] (an or of v + 128).
   (func (export "im2col8") (param $src i32) (param $dst i32) (param $b i32) (param $ci i32)
-    (param $h i32) (param $w i32) (param $k i32) (param $rs i32) (param $cs i32) (result i32)
+    (param $h i32) (param $w i32) (param $k i32) (param $kp i32) (result i32)
     (local $s i32) (local $y i32) (local $x i32) (local $c i32) (local $dy i32) (local $dx i32)
-    (local $yy i32) (local $xx i32) (local $p i32) (local $o i32) (local $base i32) (local $v i32)
-    (local $bad i32) (local $hw i32) (local $row i32)
+    (local $yy i32) (local $xx i32) (local $p i32) (local $o i32) (local $line i32) (local $v i32)
+    (local $acc i32) (local $hw i32) (local $rowbase i32) (local $col i32) (local $kk i32) (local $q i32)
     (local.set $p (i32.shr_u (i32.sub (local.get $k) (i32.const 1)) (i32.const 1)))
     (local.set $hw (i32.mul (local.get $h) (local.get $w)))
-    (local.set $row (local.get $dst))
+    (local.set $kk (i32.mul (local.get $k) (local.get $k)))
+    (local.set $rowbase (local.get $dst))
     (loop $ls
       (local.set $y (i32.const 0))
       (loop $ly
-        (local.set $x (i32.const 0))
-        (loop $lx
-          (local.set $o (local.get $row))
-          (local.set $c (i32.const 0))
-          (loop $lc
-            (local.set $base (i32.add (local.get $src) (i32.shl
+        (local.set $c (i32.const 0))
+        (loop $lc
+          (local.set $dy (i32.const 0))
+          (loop $ldy
+            (local.set $yy (i32.sub (i32.add (local.get $y) (local.get $dy)) (local.get $p)))
+            (local.set $col (i32.add (i32.add (local.get $rowbase) (i32.mul (local.get $c) (local.get $kk)))
+              (i32.mul (local.get $dy) (local.get $k))))
+            (local.set $line (i32.add (local.get $src) (i32.shl (i32.add
               (i32.mul (i32.add (i32.mul (local.get $s) (local.get $ci)) (local.get $c)) (local.get $hw))
-              (i32.const 2))))
-            (local.set $dy (i32.const 0))
-            (loop $ldy
-              (local.set $yy (i32.sub (i32.add (local.get $y) (local.get $dy)) (local.get $p)))
-              (local.set $dx (i32.const 0))
-              (loop $ldx
-                (local.set $xx (i32.sub (i32.add (local.get $x) (local.get $dx)) (local.get $p)))
-                (local.set $v (i32.const 0))
-                (if (i32.and (i32.lt_u (local.get $yy) (local.get $h)) (i32.lt_u (local.get $xx) (local.get $w)))
-                  (then
-                    (local.set $v (i32.load (i32.add (local.get $base)
-                      (i32.shl (i32.add (i32.mul (local.get $yy) (local.get $w)) (local.get $xx)) (i32.const 2)))))
-                    (local.set $bad (i32.or (local.get $bad)
-                      (i32.gt_u (i32.add (local.get $v) (i32.const 128)) (i32.const 255))))))
-                (i32.store8 (local.get $o) (local.get $v))
-                (local.set $o (i32.add (local.get $o) (local.get $cs)))
-                (local.set $dx (i32.add (local.get $dx) (i32.const 1)))
-                (br_if $ldx (i32.lt_u (local.get $dx) (local.get $k))))
-              (local.set $dy (i32.add (local.get $dy) (i32.const 1)))
-              (br_if $ldy (i32.lt_u (local.get $dy) (local.get $k))))
-            (local.set $c (i32.add (local.get $c) (i32.const 1)))
-            (br_if $lc (i32.lt_u (local.get $c) (local.get $ci))))
-          (local.set $row (i32.add (local.get $row) (local.get $rs)))
-          (local.set $x (i32.add (local.get $x) (i32.const 1)))
-          (br_if $lx (i32.lt_u (local.get $x) (local.get $w))))
+              (i32.mul (local.get $yy) (local.get $w))) (i32.const 2))))
+            (local.set $x (i32.const 0))
+            (loop $lx
+              (local.set $o (i32.add (local.get $col) (i32.mul (local.get $x) (local.get $kp))))
+              (if (i32.ge_u (local.get $yy) (local.get $h))
+                (then (memory.fill (local.get $o) (i32.const 0) (local.get $k)))
+                (else
+                  (if (i32.and (i32.ge_u (local.get $x) (local.get $p))
+                        (i32.lt_u (i32.add (local.get $x) (local.get $p)) (local.get $w)))
+                    (then ;; an inner column: the k values x - p .. x + p, no bounds to test
+                      (local.set $q (i32.add (local.get $line) (i32.shl (i32.sub (local.get $x) (local.get $p)) (i32.const 2))))
+                      (local.set $dx (i32.const 0))
+                      (loop $ldx
+                        (local.set $v (i32.load (local.get $q)))
+                        (local.set $acc (i32.or (local.get $acc) (i32.add (local.get $v) (i32.const 128))))
+                        (i32.store8 (i32.add (local.get $o) (local.get $dx)) (local.get $v))
+                        (local.set $q (i32.add (local.get $q) (i32.const 4)))
+                        (local.set $dx (i32.add (local.get $dx) (i32.const 1)))
+                        (br_if $ldx (i32.lt_u (local.get $dx) (local.get $k)))))
+                    (else
+                      (local.set $dx (i32.const 0))
+                      (loop $ldx2
+                        (local.set $xx (i32.sub (i32.add (local.get $x) (local.get $dx)) (local.get $p)))
+                        (local.set $v (i32.const 0))
+                        (if (i32.lt_u (local.get $xx) (local.get $w))
+                          (then (local.set $v (i32.load (i32.add (local.get $line) (i32.shl (local.get $xx) (i32.const 2)))))))
+                        (local.set $acc (i32.or (local.get $acc) (i32.add (local.get $v) (i32.const 128))))
+                        (i32.store8 (i32.add (local.get $o) (local.get $dx)) (local.get $v))
+                        (local.set $dx (i32.add (local.get $dx) (i32.const 1)))
+                        (br_if $ldx2 (i32.lt_u (local.get $dx) (local.get $k))))))))
+              (local.set $x (i32.add (local.get $x) (i32.const 1)))
+              (br_if $lx (i32.lt_u (local.get $x) (local.get $w))))
+            (local.set $dy (i32.add (local.get $dy) (i32.const 1)))
+            (br_if $ldy (i32.lt_u (local.get $dy) (local.get $k))))
+          (local.set $c (i32.add (local.get $c) (i32.const 1)))
+          (br_if $lc (i32.lt_u (local.get $c) (local.get $ci))))
+        (local.set $rowbase (i32.add (local.get $rowbase) (i32.mul (local.get $w) (local.get $kp))))
         (local.set $y (i32.add (local.get $y) (i32.const 1)))
         (br_if $ly (i32.lt_u (local.get $y) (local.get $h))))
       (local.set $s (i32.add (local.get $s) (i32.const 1)))
       (br_if $ls (i32.lt_u (local.get $s) (local.get $b))))
-    (local.get $bad))
+    (i32.ne (i32.and (local.get $acc) (i32.const -256)) (i32.const 0)))
 
   ;; narrow(src, dst, b, r, c, bs, is, js) -> bad: b blocks of src (r, c) int32, contiguous,
   ;; as int8 bytes at dst + s*bs + i*is + j*js (a block-wise pack or transpose: the errors
@@ -260,8 +277,7 @@
                     (loop $lx
                       (br_if $xdone (i32.ge_s (local.get $x) (local.get $x1)))
                       (local.set $v (i32.load (local.get $q)))
-                      (local.set $bad (i32.or (local.get $bad)
-                        (i32.gt_u (i32.add (local.get $v) (i32.const 128)) (i32.const 255))))
+                      (local.set $bad (i32.or (local.get $bad) (i32.add (local.get $v) (i32.const 128))))
                       (i32.store8 (i32.add (local.get $o) (local.get $x)) (local.get $v))
                       (local.set $q (i32.add (local.get $q) (i32.const 4)))
                       (local.set $x (i32.add (local.get $x) (i32.const 1)))
@@ -279,7 +295,7 @@
         (br_if $ldy (i32.lt_u (local.get $dy) (local.get $k))))
       (local.set $c (i32.add (local.get $c) (i32.const 1)))
       (br_if $lc (i32.lt_u (local.get $c) (local.get $ci))))
-    (local.get $bad))
+    (i32.ne (i32.and (local.get $bad) (i32.const -256)) (i32.const 0)))
 
   ;; col2im8t(src, dst, b, ci, h, w, k, ld): col2im from the columns' transpose, src (ci*k*k
   ;; rows of ld int32, column s*h*w + y*w + x) into dst (b, ci*h*w) int32: each (channel, dy,

@@ -215,7 +215,7 @@ export class WasmPlan {
       e.ex = ex;
       if (e.kind === "conv") { // the columns straight into the packed int8 rows
         const { ci, h, w, k: kk } = e.layer;
-        if (k.im2col8(e.inp, e.aP, b, ci, h, w, kk, up(nIn, 8), 1)) throw new UnitError("im2col: an input left int8");
+        if (k.im2col8(e.inp, e.aP, b, ci, h, w, kk, up(nIn, 8))) throw new UnitError("im2col: an input left int8");
       } else this._pack(e.inp, e.aP, rows, nIn, nIn, 1, up(rows, 2), up(nIn, 8));
       k.gemm(e.aP, e.wP, e.c, up(rows, 2), up(nOut, 4), up(nIn, 8));
       const sexp = ex + e.ew;
