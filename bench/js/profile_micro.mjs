@@ -53,7 +53,7 @@ for (const plan of [await base.residentPlan?.(spec, b)].filter(Boolean)) { // ti
   plan.k = Object.fromEntries(Object.entries(k).map(([name, f]) => [name, typeof f !== "function" ? f : (...args) => {
     const t0 = performance.now();
     const r = f(...args);
-    const key = name === "gemm" ? `plan gemm ${args.slice(3).join("x")}` : name === "im2col8" ? `plan im2col8 ${args[8] === 1 ? "rows" : "transposed"}` : `plan ${name}`;
+    const key = name === "gemm" ? `plan gemm ${args.slice(3).join("x")}` : `plan ${name}`;
     times.set(key, (times.get(key) || 0) + performance.now() - t0);
     return r;
   }]));

@@ -132,5 +132,5 @@ def test_the_fragment_is_part_of_the_pinned_module():
     got = run_wasm("""
 console.log(JSON.stringify(WebAssembly.Module.exports(new WebAssembly.Module(wasmBytes)).map((e) => e.name)));
 """)
-    assert {"gemm", "im2col", "bias_rows", "im2col8", "im2col8t", "narrow", "sum_blocks", "transpose", "mask"} <= set(got)
+    assert {"gemm", "im2col", "bias_rows", "pad8", "cols8", "cols8t", "col2im8t", "narrow", "sum_blocks", "transpose", "mask"} <= set(got)
     assert package_path("webui") / "wasm" == WASM

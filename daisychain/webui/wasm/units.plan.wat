@@ -95,76 +95,6 @@
         (local.set $i (i32.add (local.get $i) (i32.const 1)))
         (br $t))))
 
-  ;; im2col8(src, dst, b, ci, h, w, k, kp) -> bad: im2col's values (src (b, ci*h*w) int32
-  ;; holding int8) as int8 bytes, the column matrix (b*h*w, ci*k*k) in rows of kp bytes (the
-  ;; packed GEMM operand); positions never written (padding) keep what they hold: a plan's
-  ;; buffers are zero there. Built from each input line: for (sample, y, channel, dy) the
-  ;; line y + dy - p gives k bytes to each of the w rows; only the first and last p columns
-  ;; test their bounds. bad = 1 when a value lies outside [-128, 127] (an or of v + 128).
-  (func (export "im2col8") (param $src i32) (param $dst i32) (param $b i32) (param $ci i32)
-    (param $h i32) (param $w i32) (param $k i32) (param $kp i32) (result i32)
-    (local $s i32) (local $y i32) (local $x i32) (local $c i32) (local $dy i32) (local $dx i32)
-    (local $yy i32) (local $xx i32) (local $p i32) (local $o i32) (local $line i32) (local $v i32)
-    (local $acc i32) (local $hw i32) (local $rowbase i32) (local $col i32) (local $kk i32) (local $q i32)
-    (local.set $p (i32.shr_u (i32.sub (local.get $k) (i32.const 1)) (i32.const 1)))
-    (local.set $hw (i32.mul (local.get $h) (local.get $w)))
-    (local.set $kk (i32.mul (local.get $k) (local.get $k)))
-    (local.set $rowbase (local.get $dst))
-    (loop $ls
-      (local.set $y (i32.const 0))
-      (loop $ly
-        (local.set $c (i32.const 0))
-        (loop $lc
-          (local.set $dy (i32.const 0))
-          (loop $ldy
-            (local.set $yy (i32.sub (i32.add (local.get $y) (local.get $dy)) (local.get $p)))
-            (local.set $col (i32.add (i32.add (local.get $rowbase) (i32.mul (local.get $c) (local.get $kk)))
-              (i32.mul (local.get $dy) (local.get $k))))
-            (local.set $line (i32.add (local.get $src) (i32.shl (i32.add
-              (i32.mul (i32.add (i32.mul (local.get $s) (local.get $ci)) (local.get $c)) (local.get $hw))
-              (i32.mul (local.get $yy) (local.get $w))) (i32.const 2))))
-            (local.set $x (i32.const 0))
-            (loop $lx
-              (local.set $o (i32.add (local.get $col) (i32.mul (local.get $x) (local.get $kp))))
-              (if (i32.ge_u (local.get $yy) (local.get $h))
-                (then (memory.fill (local.get $o) (i32.const 0) (local.get $k)))
-                (else
-                  (if (i32.and (i32.ge_u (local.get $x) (local.get $p))
-                        (i32.lt_u (i32.add (local.get $x) (local.get $p)) (local.get $w)))
-                    (then ;; an inner column: the k values x - p .. x + p, no bounds to test
-                      (local.set $q (i32.add (local.get $line) (i32.shl (i32.sub (local.get $x) (local.get $p)) (i32.const 2))))
-                      (local.set $dx (i32.const 0))
-                      (loop $ldx
-                        (local.set $v (i32.load (local.get $q)))
-                        (local.set $acc (i32.or (local.get $acc) (i32.add (local.get $v) (i32.const 128))))
-                        (i32.store8 (i32.add (local.get $o) (local.get $dx)) (local.get $v))
-                        (local.set $q (i32.add (local.get $q) (i32.const 4)))
-                        (local.set $dx (i32.add (local.get $dx) (i32.const 1)))
-                        (br_if $ldx (i32.lt_u (local.get $dx) (local.get $k)))))
-                    (else
-                      (local.set $dx (i32.const 0))
-                      (loop $ldx2
-                        (local.set $xx (i32.sub (i32.add (local.get $x) (local.get $dx)) (local.get $p)))
-                        (local.set $v (i32.const 0))
-                        (if (i32.lt_u (local.get $xx) (local.get $w))
-                          (then (local.set $v (i32.load (i32.add (local.get $line) (i32.shl (local.get $xx) (i32.const 2)))))))
-                        (local.set $acc (i32.or (local.get $acc) (i32.add (local.get $v) (i32.const 128))))
-                        (i32.store8 (i32.add (local.get $o) (local.get $dx)) (local.get $v))
-                        (local.set $dx (i32.add (local.get $dx) (i32.const 1)))
-                        (br_if $ldx2 (i32.lt_u (local.get $dx) (local.get $k))))))))
-              (local.set $x (i32.add (local.get $x) (i32.const 1)))
-              (br_if $lx (i32.lt_u (local.get $x) (local.get $w))))
-            (local.set $dy (i32.add (local.get $dy) (i32.const 1)))
-            (br_if $ldy (i32.lt_u (local.get $dy) (local.get $k))))
-          (local.set $c (i32.add (local.get $c) (i32.const 1)))
-          (br_if $lc (i32.lt_u (local.get $c) (local.get $ci))))
-        (local.set $rowbase (i32.add (local.get $rowbase) (i32.mul (local.get $w) (local.get $kp))))
-        (local.set $y (i32.add (local.get $y) (i32.const 1)))
-        (br_if $ly (i32.lt_u (local.get $y) (local.get $h))))
-      (local.set $s (i32.add (local.get $s) (i32.const 1)))
-      (br_if $ls (i32.lt_u (local.get $s) (local.get $b))))
-    (i32.ne (i32.and (local.get $acc) (i32.const -256)) (i32.const 0)))
-
   ;; narrow(src, dst, b, r, c, bs, is, js) -> bad: b blocks of src (r, c) int32, contiguous,
   ;; as int8 bytes at dst + s*bs + i*is + j*js (a block-wise pack or transpose: the errors
   ;; of a channel-major map into either GEMM operand); bad = 1 for a value outside int8.
@@ -235,68 +165,6 @@
         (local.set $s (i32.add (local.get $s) (i32.const 1)))
         (br $sl))))
 
-  ;; im2col8t(src, dst, b, ci, h, w, k, ld) -> bad: the column matrix's transpose as int8
-  ;; bytes, im2col8's (row, col) at dst + col*ld + row, written row by row of the maps: each
-  ;; (channel, dy, dx) is the input maps shifted by (dy - p, dx - p), zero outside.
-  (func (export "im2col8t") (param $src i32) (param $dst i32) (param $b i32) (param $ci i32)
-    (param $h i32) (param $w i32) (param $k i32) (param $ld i32) (result i32)
-    (local $c i32) (local $dy i32) (local $dx i32) (local $s i32) (local $y i32) (local $x i32)
-    (local $yy i32) (local $x0 i32) (local $x1 i32) (local $p i32) (local $hw i32) (local $row i32)
-    (local $o i32) (local $q i32) (local $v i32) (local $bad i32)
-    (local.set $p (i32.shr_u (i32.sub (local.get $k) (i32.const 1)) (i32.const 1)))
-    (local.set $hw (i32.mul (local.get $h) (local.get $w)))
-    (local.set $row (local.get $dst))
-    (loop $lc
-      (local.set $dy (i32.const 0))
-      (loop $ldy
-        (local.set $dx (i32.const 0))
-        (loop $ldx
-          ;; the valid x: 0 <= x + dx - p < w
-          (local.set $x0 (select (i32.sub (local.get $p) (local.get $dx)) (i32.const 0)
-            (i32.gt_s (local.get $p) (local.get $dx))))
-          (local.set $x1 (select (i32.add (i32.sub (local.get $w) (local.get $dx)) (local.get $p)) (local.get $w)
-            (i32.gt_s (local.get $dx) (local.get $p))))
-          (if (i32.gt_s (local.get $x0) (local.get $x1)) (then (local.set $x0 (local.get $x1))))
-          (local.set $o (local.get $row))
-          (local.set $s (i32.const 0))
-          (loop $ls
-            (local.set $y (i32.const 0))
-            (loop $ly
-              (local.set $yy (i32.sub (i32.add (local.get $y) (local.get $dy)) (local.get $p)))
-              (if (i32.lt_u (local.get $yy) (local.get $h))
-                (then
-                  (memory.fill (local.get $o) (i32.const 0) (local.get $x0))
-                  (memory.fill (i32.add (local.get $o) (local.get $x1)) (i32.const 0)
-                    (i32.sub (local.get $w) (local.get $x1)))
-                  (local.set $q (i32.add (local.get $src) (i32.shl (i32.add
-                    (i32.mul (i32.add (i32.mul (local.get $s) (local.get $ci)) (local.get $c)) (local.get $hw))
-                    (i32.add (i32.mul (local.get $yy) (local.get $w))
-                      (i32.sub (i32.add (local.get $x0) (local.get $dx)) (local.get $p)))) (i32.const 2))))
-                  (local.set $x (local.get $x0))
-                  (block $xdone
-                    (loop $lx
-                      (br_if $xdone (i32.ge_s (local.get $x) (local.get $x1)))
-                      (local.set $v (i32.load (local.get $q)))
-                      (local.set $bad (i32.or (local.get $bad) (i32.add (local.get $v) (i32.const 128))))
-                      (i32.store8 (i32.add (local.get $o) (local.get $x)) (local.get $v))
-                      (local.set $q (i32.add (local.get $q) (i32.const 4)))
-                      (local.set $x (i32.add (local.get $x) (i32.const 1)))
-                      (br $lx))))
-                (else (memory.fill (local.get $o) (i32.const 0) (local.get $w))))
-              (local.set $o (i32.add (local.get $o) (local.get $w)))
-              (local.set $y (i32.add (local.get $y) (i32.const 1)))
-              (br_if $ly (i32.lt_u (local.get $y) (local.get $h))))
-            (local.set $s (i32.add (local.get $s) (i32.const 1)))
-            (br_if $ls (i32.lt_u (local.get $s) (local.get $b))))
-          (local.set $row (i32.add (local.get $row) (local.get $ld)))
-          (local.set $dx (i32.add (local.get $dx) (i32.const 1)))
-          (br_if $ldx (i32.lt_u (local.get $dx) (local.get $k))))
-        (local.set $dy (i32.add (local.get $dy) (i32.const 1)))
-        (br_if $ldy (i32.lt_u (local.get $dy) (local.get $k))))
-      (local.set $c (i32.add (local.get $c) (i32.const 1)))
-      (br_if $lc (i32.lt_u (local.get $c) (local.get $ci))))
-    (i32.ne (i32.and (local.get $bad) (i32.const -256)) (i32.const 0)))
-
   ;; col2im8t(src, dst, b, ci, h, w, k, ld): col2im from the columns' transpose, src (ci*k*k
   ;; rows of ld int32, column s*h*w + y*w + x) into dst (b, ci*h*w) int32: each (channel, dy,
   ;; dx) row added into the maps shifted back by (dy - p, dx - p), 4 lanes at a time. The sums
@@ -360,6 +228,124 @@
             (local.set $s (i32.add (local.get $s) (i32.const 1)))
             (br_if $ls (i32.lt_u (local.get $s) (local.get $b))))
           (local.set $row (i32.add (local.get $row) (i32.shl (local.get $ld) (i32.const 2))))
+          (local.set $dx (i32.add (local.get $dx) (i32.const 1)))
+          (br_if $ldx (i32.lt_u (local.get $dx) (local.get $k))))
+        (local.set $dy (i32.add (local.get $dy) (i32.const 1)))
+        (br_if $ldy (i32.lt_u (local.get $dy) (local.get $k))))
+      (local.set $c (i32.add (local.get $c) (i32.const 1)))
+      (br_if $lc (i32.lt_u (local.get $c) (local.get $ci)))))
+
+  ;; pad8(src, dst, bc, h, w, p) -> bad: bc maps (h, w) int32 holding int8 as int8 maps
+  ;; (h + 2p, w + 2p) with the map at (p, p); the border is never written (a plan's buffer:
+  ;; zero). bad = 1 for a value outside [-128, 127] (an or of v + 128).
+  (func (export "pad8") (param $src i32) (param $dst i32) (param $bc i32) (param $h i32) (param $w i32)
+    (param $p i32) (result i32)
+    (local $i i32) (local $y i32) (local $x i32) (local $o i32) (local $v i32) (local $acc i32) (local $pw i32)
+    (local.set $pw (i32.add (local.get $w) (i32.shl (local.get $p) (i32.const 1))))
+    (local.set $o (i32.add (local.get $dst) (i32.add (i32.mul (local.get $p) (local.get $pw)) (local.get $p))))
+    (loop $li
+      (local.set $y (i32.const 0))
+      (loop $ly
+        (local.set $x (i32.const 0))
+        (loop $lx
+          (local.set $v (i32.load (local.get $src)))
+          (local.set $acc (i32.or (local.get $acc) (i32.add (local.get $v) (i32.const 128))))
+          (i32.store8 (i32.add (local.get $o) (local.get $x)) (local.get $v))
+          (local.set $src (i32.add (local.get $src) (i32.const 4)))
+          (local.set $x (i32.add (local.get $x) (i32.const 1)))
+          (br_if $lx (i32.lt_u (local.get $x) (local.get $w))))
+        (local.set $o (i32.add (local.get $o) (local.get $pw)))
+        (local.set $y (i32.add (local.get $y) (i32.const 1)))
+        (br_if $ly (i32.lt_u (local.get $y) (local.get $h))))
+      (local.set $o (i32.add (local.get $o) (i32.mul (i32.shl (local.get $p) (i32.const 1)) (local.get $pw)))) ;; the next map
+      (local.set $i (i32.add (local.get $i) (i32.const 1)))
+      (br_if $li (i32.lt_u (local.get $i) (local.get $bc))))
+    (i32.ne (i32.and (local.get $acc) (i32.const -256)) (i32.const 0)))
+
+  ;; From maps padded by pad8 (b*ci maps (h + 2p, w + 2p) int8), no bounds to test:
+  ;; cols8(pad, dst, b, ci, h, w, k, kp): im2col's columns (b*h*w, ci*k*k) as int8 rows of
+  ;;   kp bytes (the packed GEMM operand), each kernel row of k bytes copied as one 4-byte
+  ;;   (k = 3) or 8-byte (k = 5) word;
+  ;; cols8t(pad, dst, b, ci, h, w, k, ld): their transpose (ci*k*k rows of ld bytes, column
+  ;;   s*h*w + y*w + x), each map row of w bytes copied 16 at a time.
+  ;; A copy writes up to 15 bytes past its end: into positions written after it (the next
+  ;; kernel row, column or map row), or into a GEMM operand's padding, whose products meet the
+  ;; other operand's zero padding; the plan leaves 16 bytes after each buffer it reads or
+  ;; writes this way.
+  (func (export "cols8") (param $pad i32) (param $dst i32) (param $b i32) (param $ci i32)
+    (param $h i32) (param $w i32) (param $k i32) (param $kp i32)
+    (local $s i32) (local $y i32) (local $x i32) (local $c i32) (local $dy i32) (local $o i32) (local $q i32)
+    (local $ph i32) (local $pw i32) (local $row i32) (local $t i32)
+    (local.set $ph (i32.sub (i32.add (local.get $h) (local.get $k)) (i32.const 1)))
+    (local.set $pw (i32.sub (i32.add (local.get $w) (local.get $k)) (i32.const 1)))
+    (local.set $row (local.get $dst))
+    (loop $ls
+      (local.set $y (i32.const 0))
+      (loop $ly
+        (local.set $x (i32.const 0))
+        (loop $lx
+          (local.set $o (local.get $row))
+          (local.set $c (i32.const 0))
+          (loop $lc
+            (local.set $q (i32.add (local.get $pad) (i32.add (local.get $x) (i32.mul (local.get $pw)
+              (i32.add (local.get $y) (i32.mul (local.get $ph) (i32.add (i32.mul (local.get $s) (local.get $ci)) (local.get $c))))))))
+            (local.set $dy (i32.const 0))
+            (loop $ldy
+              (if (i32.eq (local.get $k) (i32.const 3))
+                (then (i32.store (local.get $o) (i32.load (local.get $q))))
+                (else (if (i32.eq (local.get $k) (i32.const 5))
+                  (then (i64.store (local.get $o) (i64.load (local.get $q))))
+                  (else
+                    (local.set $t (i32.const 0))
+                    (loop $lt
+                      (i32.store8 (i32.add (local.get $o) (local.get $t)) (i32.load8_u (i32.add (local.get $q) (local.get $t))))
+                      (local.set $t (i32.add (local.get $t) (i32.const 1)))
+                      (br_if $lt (i32.lt_u (local.get $t) (local.get $k))))))))
+              (local.set $o (i32.add (local.get $o) (local.get $k)))
+              (local.set $q (i32.add (local.get $q) (local.get $pw)))
+              (local.set $dy (i32.add (local.get $dy) (i32.const 1)))
+              (br_if $ldy (i32.lt_u (local.get $dy) (local.get $k))))
+            (local.set $c (i32.add (local.get $c) (i32.const 1)))
+            (br_if $lc (i32.lt_u (local.get $c) (local.get $ci))))
+          (local.set $row (i32.add (local.get $row) (local.get $kp)))
+          (local.set $x (i32.add (local.get $x) (i32.const 1)))
+          (br_if $lx (i32.lt_u (local.get $x) (local.get $w))))
+        (local.set $y (i32.add (local.get $y) (i32.const 1)))
+        (br_if $ly (i32.lt_u (local.get $y) (local.get $h))))
+      (local.set $s (i32.add (local.get $s) (i32.const 1)))
+      (br_if $ls (i32.lt_u (local.get $s) (local.get $b)))))
+
+  (func (export "cols8t") (param $pad i32) (param $dst i32) (param $b i32) (param $ci i32)
+    (param $h i32) (param $w i32) (param $k i32) (param $ld i32)
+    (local $s i32) (local $y i32) (local $c i32) (local $dy i32) (local $dx i32) (local $o i32) (local $q i32)
+    (local $ph i32) (local $pw i32) (local $row i32) (local $t i32)
+    (local.set $ph (i32.sub (i32.add (local.get $h) (local.get $k)) (i32.const 1)))
+    (local.set $pw (i32.sub (i32.add (local.get $w) (local.get $k)) (i32.const 1)))
+    (local.set $row (local.get $dst))
+    (loop $lc
+      (local.set $dy (i32.const 0))
+      (loop $ldy
+        (local.set $dx (i32.const 0))
+        (loop $ldx
+          (local.set $o (local.get $row))
+          (local.set $s (i32.const 0))
+          (loop $ls
+            (local.set $q (i32.add (local.get $pad) (i32.add (local.get $dx) (i32.mul (local.get $pw)
+              (i32.add (local.get $dy) (i32.mul (local.get $ph) (i32.add (i32.mul (local.get $s) (local.get $ci)) (local.get $c))))))))
+            (local.set $y (i32.const 0))
+            (loop $ly
+              (local.set $t (i32.const 0))
+              (loop $lt
+                (v128.store (i32.add (local.get $o) (local.get $t)) (v128.load (i32.add (local.get $q) (local.get $t))))
+                (local.set $t (i32.add (local.get $t) (i32.const 16)))
+                (br_if $lt (i32.lt_u (local.get $t) (local.get $w))))
+              (local.set $o (i32.add (local.get $o) (local.get $w)))
+              (local.set $q (i32.add (local.get $q) (local.get $pw)))
+              (local.set $y (i32.add (local.get $y) (i32.const 1)))
+              (br_if $ly (i32.lt_u (local.get $y) (local.get $h))))
+            (local.set $s (i32.add (local.get $s) (i32.const 1)))
+            (br_if $ls (i32.lt_u (local.get $s) (local.get $b))))
+          (local.set $row (i32.add (local.get $row) (local.get $ld)))
           (local.set $dx (i32.add (local.get $dx) (i32.const 1)))
           (br_if $ldx (i32.lt_u (local.get $dx) (local.get $k))))
         (local.set $dy (i32.add (local.get $dy) (i32.const 1)))

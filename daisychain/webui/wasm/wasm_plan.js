@@ -124,8 +124,12 @@ export class WasmPlan {
       const e = {
         kind: conv ? "conv" : "linear", layer, li, pi, rows, nIn, nOut, last, fuse, inp: cur, inLen: curLen,
         w: A(nOut * nIn), wP: A(np * kp / 4), wT: A(up(nIn, 4) * up(nOut, 8) / 4), bias: A(nOut),
-        aP: A(rp * kp / 4), c: A(rp * np), acc: A(rows * nOut), reluOut: 0,
+        aP: A(rp * kp / 4 + 4), c: A(rp * np), acc: A(rows * nOut), reluOut: 0, // + 4: cols8's slack
       };
+      if (conv) { // the input maps as int8 with a zero border of p (pad8), + 16 bytes of slack
+        const { ci, h, w, k: kk } = layer;
+        e.pad = A(Math.ceil((b * ci * (h + kk - 1) * (w + kk - 1)) / 4) + 4);
+      }
       if (!last) {
         e.q = A(rows * nOut);
         e.out = conv ? A(rows * nOut) : e.q; // channel-major for a conv
@@ -134,7 +138,7 @@ export class WasmPlan {
       // backward
       const rk = up(rows, 8);
       e.gT = A(up(nOut, 2) * rk / 4);
-      e.aT = A(up(nIn, 4) * rk / 4);
+      e.aT = A(up(nIn, 4) * rk / 4 + 4); // + 4: cols8t's slack
       e.dW = A(up(nOut, 2) * up(nIn, 4));
       e.db = A(nOut);
       e.gP = A(up(rows, 4) * up(nOut, 8) / 4);
@@ -213,9 +217,10 @@ export class WasmPlan {
       }
       const { rows, nIn, nOut } = e;
       e.ex = ex;
-      if (e.kind === "conv") { // the columns straight into the packed int8 rows
+      if (e.kind === "conv") { // the maps padded as int8, then the columns straight into the packed rows
         const { ci, h, w, k: kk } = e.layer;
-        if (k.im2col8(e.inp, e.aP, b, ci, h, w, kk, up(nIn, 8))) throw new UnitError("im2col: an input left int8");
+        if (k.pad8(e.inp, e.pad, b * ci, h, w, (kk - 1) >> 1)) throw new UnitError("im2col: an input left int8");
+        k.cols8(e.pad, e.aP, b, ci, h, w, kk, up(nIn, 8));
       } else this._pack(e.inp, e.aP, rows, nIn, nIn, 1, up(rows, 2), up(nIn, 8));
       k.gemm(e.aP, e.wP, e.c, up(rows, 2), up(nOut, 4), up(nIn, 8));
       const sexp = ex + e.ew;
@@ -275,7 +280,7 @@ export class WasmPlan {
         let bad = k.narrow(G, e.gT, b, nOut, hw, hw, rk, 1); // Gᵀ (nOut, rows)
         if (e.kind === "conv") { // the columns' transpose (nIn, rows), int8, from the input map
           const { ci, h, w, k: kk } = e.layer;
-          bad |= k.im2col8t(e.inp, e.aT, b, ci, h, w, kk, rk);
+          k.cols8t(e.pad, e.aT, b, ci, h, w, kk, rk); // the forward's padded maps
         } else bad |= k.narrow(e.inp, e.aT, b, nIn, 1, 1, rk, 0);
         if (bad) throw new UnitError("gemm: an operand left int8");
         k.gemm(e.gT, e.aT, e.dW, up(nOut, 2), up(nIn, 4), rk);
