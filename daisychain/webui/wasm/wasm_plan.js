@@ -3,18 +3,28 @@
 // each relu folded into the layer below it).
 //
 // A plan is made once per (model, micro-batch size) with its own instance of the checked
-// module and its own memory, every buffer of the pass laid out once: the input, each layer's
-// im2col columns, packed int8 operands, accumulators, requantized outputs, errors and
+// module and its own memory, every buffer of the pass laid out once: the input, each conv's
+// padded int8 maps, packed int8 operands, accumulators, requantized outputs, errors and
 // gradient sums. Per micro-batch the host writes the input and, when the parameters changed,
 // the quantized weights (packed both ways: forward and input error); the bias in accumulator
 // units per layer (layers.js biasAcc, float64) once the shifts below it are known. Then each
-// layer is a few kernel calls on that memory (units.wat): im2col -> pack -> GEMM -> bias
-// (with the int32 range check) -> max |acc| -> requantize (+ReLU) -> channel-major move ->
-// maxpool, and back: maxpool_back -> ReLU mask -> weight GEMM -> input-error GEMM -> col2im ->
-// requantize. What leaves the module is the logits, each layer's int32 weight-gradient
-// sums, and the bias sums, which the host reads in place; the host computes the shifts
-// (detmath exponent), the output error (model.js outputError, topErrors) and the fixed-point
-// sum (layers.js accumulate), so the bits are engine/model.js's, line for line.
+// layer is a few kernel calls on that memory (units.wat, units.plan.wat):
+//   forward:  pad8 -> cols8 (the columns as packed int8 rows; a linear: pack) -> gemm ->
+//             bias_rows (with the int32 range check) -> absmax -> requantize (+ReLU) ->
+//             transpose (a conv: to channel-major) -> maxpool;
+//   backward: maxpool_back -> mask (the ReLU) -> narrow (the errors as Gᵀ) and cols8t (the
+//             columns' transpose) -> gemm (the weight gradient) -> sum_blocks (the bias
+//             gradient) -> narrow (G) -> gemm (a conv: Wqᵀ·Gᵀ, then col2im8t; a linear: G·Wq)
+//             -> absmax -> requantize.
+// What leaves the module is the logits, each layer's int32 weight-gradient and bias sums,
+// which the host reads in place; the host computes the shifts (detmath exponent), the
+// output error (model.js outputError, topErrors) and the fixed-point sum (layers.js
+// accumulate), so the bits are engine/model.js's, line for line. Every integer sum is exact:
+// a product sum fits int32 for K <= MAX_K (gemm.js), a col2im sum for co*k*k <= MAX_K.
+//
+// A plan is used only after the module's self-check (wasm_units.js), which ends with whole
+// micro-batches through fresh plans (planSelfCheck: their kernels' first, cold calls) against
+// the JS units.
 //
 // Not planned (the engine then calls the units one by one, same bits): tokens models (an
 // embedding, a transformer), a layer whose weight-gradient GEMM would need K above MAX_K

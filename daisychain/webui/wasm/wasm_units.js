@@ -11,12 +11,18 @@
 //   4. its first, cold calls give the JS units' bytes on every kernel (selfCheck: every GEMM
 //      layout, odd shapes, -128 * -128, every shift with and without ReLU, 3x3 and 5x5 convs,
 //      odd maps). V8 compiles a function first with its baseline compiler, so these are the
-//      calls a wrong baseline code generator would spoil (DETERMINISM.md rule 13).
+//      calls a wrong baseline code generator would spoil (DETERMINISM.md rule 13);
+//   5. whole micro-batches through fresh resident plans give the JS units' contribution
+//      (wasm_plan.js planSelfCheck: a small CNN and an MLP, the plan kernels' cold calls).
 // Otherwise it returns {units: null, reason} and the tab computes on the JS units, saying why.
 //
 // Operands are copied into the module's memory (int32), packed to int8 rows with K
 // contiguous and zero padding (pack, which also range-checks), multiplied 2x4 outputs at a
 // time, and copied out. A value out of range throws the JS units' own UnitError.
+//
+// The image and dense models do not call the units one by one: residentPlan (wasm_plan.js)
+// keeps a whole micro-batch in a module instance's memory, layer by layer, and the engine
+// (model.js gradInto, predict) runs it instead. Its kernels are checked at open too (5.).
 
 import { CpuUnits } from "../engine/cpu_units.js";
 import { checkInt8Array, checkIntArray, checkShift, INT32_MAX, INT32_MIN, UnitError } from "../units/units.js";
