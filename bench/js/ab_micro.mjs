@@ -8,7 +8,8 @@
 // scripts/build_wasm.mjs), MODE cpu | wasm (the resident plan where the tree has one) |
 // wasm-units (the WASM units one call at a time). Every variant's contribution must be the
 // same bytes (the script fails otherwise). Usage:
-//   node bench/js/ab_micro.mjs [--rounds R] [--n N] label=WEBUI:MODE ...
+// `--digits`: the digits MLP (64-128-10) instead of the CNN.
+//   node bench/js/ab_micro.mjs [--rounds R] [--n N] [--digits] label=WEBUI:MODE ...
 import { readFileSync } from "node:fs";
 import { createHash } from "node:crypto";
 import { fileURLToPath, pathToFileURL } from "node:url";
@@ -23,6 +24,7 @@ const args = process.argv.slice(2);
 const opt = (name, dflt) => { const i = args.indexOf(name); return i < 0 ? dflt : Number(args.splice(i, 2)[1]); };
 const rounds = opt("--rounds", 5);
 const n = opt("--n", 5);
+const digits = args.includes("--digits") && args.splice(args.indexOf("--digits"), 1).length > 0; // the digits MLP instead
 const b = 16;
 
 async function variant(spec) {
@@ -41,11 +43,11 @@ async function variant(spec) {
     units = r.units;
     if (mode === "wasm-units") units.resident = false;
   }
-  const model = S.imageCnn(1, 28, 28, S.DEFAULT_CNN, 10);
+  const model = digits ? S.mlp(64, 128, 10) : S.imageCnn(1, 28, 28, S.DEFAULT_CNN, 10);
   const theta = initParams(model, 1);
   let seed = 7;
   const rnd = (m) => { seed = (Math.imul(seed, 1103515245) + 12345) >>> 0; return (seed >>> 8) % m; };
-  const x = Uint8Array.from({ length: b * 784 }, () => rnd(256));
+  const x = digits ? Float64Array.from({ length: b * 64 }, () => rnd(17)) : Uint8Array.from({ length: b * 784 }, () => rnd(256));
   const y = Int32Array.from({ length: b }, () => rnd(10));
   const eng = new Engine(model, units);
   const run = async () => {
