@@ -4,7 +4,7 @@ engine's contribution, bit for bit, on shared data: the SHA-256 of the fixed-poi
 of the module's very first calls (a fresh instance that ran nothing, no self-check before: the
 code V8's baseline compiler made) and of a call after many (the optimised code), for the
 default CNN on a micro-batch of 16, a CNN with a conv on a conv, a 5x5 kernel, odd maps and a
-hidden linear layer, the same with the mse loss, and an MLP. A model the plan does not cover
+hidden linear layer, the same with the mse loss, a linear right on a conv's map, and an MLP. A model the plan does not cover
 runs the units one by one; a module whose plan kernels compute wrong is refused by its
 self-check at open, with the reason in words."""
 
@@ -74,6 +74,7 @@ def test_a_micro_batch_in_the_modules_memory_gives_the_python_engines_contributi
     cases = [_job(cnn((1, 28, 28), DEFAULT_CNN, 10), 16, 1, rng, warm=20),
              _job(small, 3, 2, rng),
              _job(mse_spec, 5, 3, rng, mse=True),
+             _job(cnn((1, 6, 5), ["conv2k5", 4], 3), 4, 5, rng),  # a linear right on a conv's map
              _job(mlp(64, 128, 10), 16, 4, rng)]
     got = run_wasm(COLD, data=[job for job, _ in cases],
                    imports={"S": "engine/spec.js", "{ Engine, initParams }": "engine/model.js"}, timeout=300)
