@@ -108,7 +108,7 @@ export class WasmPlan {
     const { spec, b } = this;
     const L = spec.layers;
     const A = (n) => this._alloc(n);
-    this.inLen = b * spec.inputDim * (spec.inputKind === "image" ? 1 : 1);
+    this.inLen = b * spec.inputDim; // an image: pixels >> 1; dense: quantized features
     let cur = A(this.inLen);
     let curLen = this.inLen;
     let pi = 0;
