@@ -147,7 +147,9 @@ def main() -> None:
              f"Shapes of the default CNN ({'x'.join(map(str, IMAGE))}, "
              f"{','.join(DEFAULT_CNN)}), micro-batch {B}. Baseline (1.00) is the JS units in the same run; "
              "a WebGPU call includes its upload and read-back, a WASM call its copies in and out of the "
-             "module's memory. Each figure: the best of 3 alternating rounds.", "",
+             "module's memory; the micro-batch row runs each path's resident plan where it has one (WASM: "
+             "the micro-batch kept in the module's memory; WebGPU: on the GPU). Each figure: the best of 3 "
+             "alternating rounds.", "",
              "| kernel (one call) | JS units ms (baseline) | WASM SIMD ms | WASM vs JS | WebGPU ms | WebGPU vs JS | same bytes |",
              "|---|---|---|---|---|---|---|"]
 

@@ -1,5 +1,7 @@
 // Assemble the tab's WebAssembly kernels: daisychain/webui/wasm/<name>.wat -> <name>.wasm with
-// npm wabt (package.json pins the version; scripts/setup.sh installs it). The output is a pure
+// npm wabt; a module's text is <name>.wat with every fragment <name>.<part>.wat (module
+// fields only) inserted before its closing parenthesis, in name order (a module whose text
+// would pass the 600-line limit is split by role) (package.json pins the version; scripts/setup.sh installs it). The output is a pure
 // function of the text and the wabt version, so two builds give the same bytes; each module's
 // SHA-256 is pinned in <name>.wasm.sha256 (committed), and the tab refuses a module that
 // hashes otherwise.
@@ -16,9 +18,17 @@ const require = createRequire(import.meta.url);
 const DIR = fileURLToPath(new URL("../daisychain/webui/wasm/", import.meta.url));
 const FEATURES = { simd: true }; // no relaxed SIMD: its dot product is not exact everywhere
 
+/** The text of module `name`: <name>.wat with its fragments <name>.*.wat inserted. */
+export function source(name) {
+  const text = readFileSync(`${DIR}${name}.wat`, "utf8").trimEnd();
+  if (!text.endsWith(")")) throw new Error(`${name}.wat does not end with the module's closing parenthesis`);
+  const parts = readdirSync(DIR).filter((f) => f.startsWith(`${name}.`) && f.endsWith(".wat") && f !== `${name}.wat`).sort();
+  return `${text.slice(0, -1)}${parts.map((f) => `\n${readFileSync(`${DIR}${f}`, "utf8")}`).join("")})\n`;
+}
+
 export async function assemble(name) {
   const wabt = await require("wabt")();
-  const mod = wabt.parseWat(`${name}.wat`, readFileSync(`${DIR}${name}.wat`, "utf8"), FEATURES);
+  const mod = wabt.parseWat(`${name}.wat`, source(name), FEATURES);
   try {
     mod.validate();
     return Buffer.from(mod.toBinary({ log: false, write_debug_names: false }).buffer);
@@ -33,7 +43,7 @@ if (args[0] === "--stdout") {
 } else {
   const pin = args.includes("--pin");
   let bad = 0;
-  for (const file of readdirSync(DIR).filter((f) => f.endsWith(".wat")).sort()) {
+  for (const file of readdirSync(DIR).filter((f) => f.endsWith(".wat") && f.split(".").length === 2).sort()) {
     const name = file.slice(0, -4);
     const bytes = await assemble(name);
     const sha = createHash("sha256").update(bytes).digest("hex");

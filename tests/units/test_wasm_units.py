@@ -72,7 +72,10 @@ console.log(JSON.stringify({ pass: g.pass, failures: g.failures, sets: g.sets, n
 def test_every_gemm_layout_equals_numpy():
     rng = np.random.default_rng(5)
     cases = []
-    for m, k, n in [(1, 1, 1), (3, 5, 7), (17, 9, 33), (64, 144, 32), (31, 300, 6), (2, 8, 4)]:
+    # K padded to 8, 16, 24 and 40: the kernel's one 8-value step alone, its 16-value steps
+    # alone, and the 8-value step before them
+    for m, k, n in [(1, 1, 1), (3, 5, 7), (17, 9, 33), (64, 144, 32), (31, 300, 6), (2, 8, 4),
+                    (4, 24, 8), (7, 37, 13)]:
         for ta in (False, True):
             for tb in (False, True):
                 a = rng.integers(-128, 128, (m, k))

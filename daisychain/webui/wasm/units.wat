@@ -73,27 +73,32 @@
 
   ;; gemm(a, b, c, mp, np, kp): C (mp, np) int32 = A (mp, kp) int8 · B (np, kp) int8 ᵀ,
   ;; C[i, j] = sum_k A[i, k] * B[j, k]. mp % 2 == 0, np % 4 == 0, kp % 8 == 0 (pack pads
-  ;; with zeros). 2 x 4 outputs per inner loop, 8 values of K per step. The caller keeps
+  ;; with zeros). 2 x 4 outputs per block, their eight vector sums kept in locals across K,
+  ;; 16 values of K per step (one 8-value step first when kp % 16 == 8); each block's sums
+  ;; reduced by shuffles once, at its end, into two vector stores. The caller keeps
   ;; kp <= gemm.js MAX_K (rounded up to 8 with zeros), so no sum leaves int32.
   (func (export "gemm") (param $a i32) (param $b i32) (param $c i32)
     (param $mp i32) (param $np i32) (param $kp i32)
-    (local $i i32) (local $j i32) (local $k i32)
+    (local $i i32) (local $j i32) (local $k i32) (local $k0 i32)
     (local $pa0 i32) (local $pa1 i32) (local $pb0 i32) (local $pb1 i32) (local $pb2 i32) (local $pb3 i32)
     (local $x0 v128) (local $x1 v128) (local $y0 v128) (local $y1 v128) (local $y2 v128) (local $y3 v128)
     (local $s00 v128) (local $s01 v128) (local $s02 v128) (local $s03 v128)
     (local $s10 v128) (local $s11 v128) (local $s12 v128) (local $s13 v128)
-    (local $pc i32) (local $np4 i32)
+    (local $pc i32) (local $np4 i32) (local $kp4 i32)
     (local.set $np4 (i32.shl (local.get $np) (i32.const 2)))
+    (local.set $kp4 (i32.shl (local.get $kp) (i32.const 2)))
+    (local.set $k0 (i32.and (local.get $kp) (i32.const 8)))
+    (local.set $pc (local.get $c))
     (block $idone
       (loop $il
         (br_if $idone (i32.ge_u (local.get $i) (local.get $mp)))
+        (local.set $pa0 (i32.add (local.get $a) (i32.mul (local.get $i) (local.get $kp))))
+        (local.set $pa1 (i32.add (local.get $pa0) (local.get $kp)))
+        (local.set $pb0 (local.get $b))
         (local.set $j (i32.const 0))
         (block $jdone
           (loop $jl
             (br_if $jdone (i32.ge_u (local.get $j) (local.get $np)))
-            (local.set $pa0 (i32.add (local.get $a) (i32.mul (local.get $i) (local.get $kp))))
-            (local.set $pa1 (i32.add (local.get $pa0) (local.get $kp)))
-            (local.set $pb0 (i32.add (local.get $b) (i32.mul (local.get $j) (local.get $kp))))
             (local.set $pb1 (i32.add (local.get $pb0) (local.get $kp)))
             (local.set $pb2 (i32.add (local.get $pb1) (local.get $kp)))
             (local.set $pb3 (i32.add (local.get $pb2) (local.get $kp)))
@@ -102,15 +107,14 @@
             (local.set $s10 (v128.const i32x4 0 0 0 0)) (local.set $s11 (v128.const i32x4 0 0 0 0))
             (local.set $s12 (v128.const i32x4 0 0 0 0)) (local.set $s13 (v128.const i32x4 0 0 0 0))
             (local.set $k (i32.const 0))
-            (block $kdone
-              (loop $kl
-                (br_if $kdone (i32.ge_u (local.get $k) (local.get $kp)))
-                (local.set $x0 (v128.load8x8_s (i32.add (local.get $pa0) (local.get $k))))
-                (local.set $x1 (v128.load8x8_s (i32.add (local.get $pa1) (local.get $k))))
-                (local.set $y0 (v128.load8x8_s (i32.add (local.get $pb0) (local.get $k))))
-                (local.set $y1 (v128.load8x8_s (i32.add (local.get $pb1) (local.get $k))))
-                (local.set $y2 (v128.load8x8_s (i32.add (local.get $pb2) (local.get $k))))
-                (local.set $y3 (v128.load8x8_s (i32.add (local.get $pb3) (local.get $k))))
+            (if (local.get $k0)
+              (then
+                (local.set $x0 (v128.load8x8_s offset=0 (i32.add (local.get $pa0) (local.get $k))))
+                (local.set $x1 (v128.load8x8_s offset=0 (i32.add (local.get $pa1) (local.get $k))))
+                (local.set $y0 (v128.load8x8_s offset=0 (i32.add (local.get $pb0) (local.get $k))))
+                (local.set $y1 (v128.load8x8_s offset=0 (i32.add (local.get $pb1) (local.get $k))))
+                (local.set $y2 (v128.load8x8_s offset=0 (i32.add (local.get $pb2) (local.get $k))))
+                (local.set $y3 (v128.load8x8_s offset=0 (i32.add (local.get $pb3) (local.get $k))))
                 (local.set $s00 (i32x4.add (local.get $s00) (i32x4.dot_i16x8_s (local.get $x0) (local.get $y0))))
                 (local.set $s01 (i32x4.add (local.get $s01) (i32x4.dot_i16x8_s (local.get $x0) (local.get $y1))))
                 (local.set $s02 (i32x4.add (local.get $s02) (i32x4.dot_i16x8_s (local.get $x0) (local.get $y2))))
@@ -119,21 +123,67 @@
                 (local.set $s11 (i32x4.add (local.get $s11) (i32x4.dot_i16x8_s (local.get $x1) (local.get $y1))))
                 (local.set $s12 (i32x4.add (local.get $s12) (i32x4.dot_i16x8_s (local.get $x1) (local.get $y2))))
                 (local.set $s13 (i32x4.add (local.get $s13) (i32x4.dot_i16x8_s (local.get $x1) (local.get $y3))))
-                (local.set $k (i32.add (local.get $k) (i32.const 8)))
+                (local.set $k (i32.const 8))))
+            (block $kdone
+              (loop $kl
+                (br_if $kdone (i32.ge_u (local.get $k) (local.get $kp)))
+                (local.set $x0 (v128.load8x8_s offset=0 (i32.add (local.get $pa0) (local.get $k))))
+                (local.set $x1 (v128.load8x8_s offset=0 (i32.add (local.get $pa1) (local.get $k))))
+                (local.set $y0 (v128.load8x8_s offset=0 (i32.add (local.get $pb0) (local.get $k))))
+                (local.set $y1 (v128.load8x8_s offset=0 (i32.add (local.get $pb1) (local.get $k))))
+                (local.set $y2 (v128.load8x8_s offset=0 (i32.add (local.get $pb2) (local.get $k))))
+                (local.set $y3 (v128.load8x8_s offset=0 (i32.add (local.get $pb3) (local.get $k))))
+                (local.set $s00 (i32x4.add (local.get $s00) (i32x4.dot_i16x8_s (local.get $x0) (local.get $y0))))
+                (local.set $s01 (i32x4.add (local.get $s01) (i32x4.dot_i16x8_s (local.get $x0) (local.get $y1))))
+                (local.set $s02 (i32x4.add (local.get $s02) (i32x4.dot_i16x8_s (local.get $x0) (local.get $y2))))
+                (local.set $s03 (i32x4.add (local.get $s03) (i32x4.dot_i16x8_s (local.get $x0) (local.get $y3))))
+                (local.set $s10 (i32x4.add (local.get $s10) (i32x4.dot_i16x8_s (local.get $x1) (local.get $y0))))
+                (local.set $s11 (i32x4.add (local.get $s11) (i32x4.dot_i16x8_s (local.get $x1) (local.get $y1))))
+                (local.set $s12 (i32x4.add (local.get $s12) (i32x4.dot_i16x8_s (local.get $x1) (local.get $y2))))
+                (local.set $s13 (i32x4.add (local.get $s13) (i32x4.dot_i16x8_s (local.get $x1) (local.get $y3))))
+                (local.set $x0 (v128.load8x8_s offset=8 (i32.add (local.get $pa0) (local.get $k))))
+                (local.set $x1 (v128.load8x8_s offset=8 (i32.add (local.get $pa1) (local.get $k))))
+                (local.set $y0 (v128.load8x8_s offset=8 (i32.add (local.get $pb0) (local.get $k))))
+                (local.set $y1 (v128.load8x8_s offset=8 (i32.add (local.get $pb1) (local.get $k))))
+                (local.set $y2 (v128.load8x8_s offset=8 (i32.add (local.get $pb2) (local.get $k))))
+                (local.set $y3 (v128.load8x8_s offset=8 (i32.add (local.get $pb3) (local.get $k))))
+                (local.set $s00 (i32x4.add (local.get $s00) (i32x4.dot_i16x8_s (local.get $x0) (local.get $y0))))
+                (local.set $s01 (i32x4.add (local.get $s01) (i32x4.dot_i16x8_s (local.get $x0) (local.get $y1))))
+                (local.set $s02 (i32x4.add (local.get $s02) (i32x4.dot_i16x8_s (local.get $x0) (local.get $y2))))
+                (local.set $s03 (i32x4.add (local.get $s03) (i32x4.dot_i16x8_s (local.get $x0) (local.get $y3))))
+                (local.set $s10 (i32x4.add (local.get $s10) (i32x4.dot_i16x8_s (local.get $x1) (local.get $y0))))
+                (local.set $s11 (i32x4.add (local.get $s11) (i32x4.dot_i16x8_s (local.get $x1) (local.get $y1))))
+                (local.set $s12 (i32x4.add (local.get $s12) (i32x4.dot_i16x8_s (local.get $x1) (local.get $y2))))
+                (local.set $s13 (i32x4.add (local.get $s13) (i32x4.dot_i16x8_s (local.get $x1) (local.get $y3))))
+                (local.set $k (i32.add (local.get $k) (i32.const 16)))
                 (br $kl)))
-            (local.set $pc (i32.add (local.get $c)
-              (i32.shl (i32.add (i32.mul (local.get $i) (local.get $np)) (local.get $j)) (i32.const 2))))
-            (i32.store offset=0 (local.get $pc) (call $hsum (local.get $s00)))
-            (i32.store offset=4 (local.get $pc) (call $hsum (local.get $s01)))
-            (i32.store offset=8 (local.get $pc) (call $hsum (local.get $s02)))
-            (i32.store offset=12 (local.get $pc) (call $hsum (local.get $s03)))
-            (local.set $pc (i32.add (local.get $pc) (local.get $np4)))
-            (i32.store offset=0 (local.get $pc) (call $hsum (local.get $s10)))
-            (i32.store offset=4 (local.get $pc) (call $hsum (local.get $s11)))
-            (i32.store offset=8 (local.get $pc) (call $hsum (local.get $s12)))
-            (i32.store offset=12 (local.get $pc) (call $hsum (local.get $s13)))
+            ;; the four sums of ($s00, $s01, $s02, $s03) in one vector: two rounds of pairwise adds
+            ;; (wrapping i32 adds are associative: any order gives the exact sum that fits int32)
+            (local.set $x0 (i32x4.add
+              (i8x16.shuffle 0 1 2 3 16 17 18 19 4 5 6 7 20 21 22 23 (local.get $s00) (local.get $s01))
+              (i8x16.shuffle 8 9 10 11 24 25 26 27 12 13 14 15 28 29 30 31 (local.get $s00) (local.get $s01))))
+            (local.set $y0 (i32x4.add
+              (i8x16.shuffle 0 1 2 3 16 17 18 19 4 5 6 7 20 21 22 23 (local.get $s02) (local.get $s03))
+              (i8x16.shuffle 8 9 10 11 24 25 26 27 12 13 14 15 28 29 30 31 (local.get $s02) (local.get $s03))))
+            (v128.store (local.get $pc) (i32x4.add
+              (i8x16.shuffle 0 1 2 3 4 5 6 7 16 17 18 19 20 21 22 23 (local.get $x0) (local.get $y0))
+              (i8x16.shuffle 8 9 10 11 12 13 14 15 24 25 26 27 28 29 30 31 (local.get $x0) (local.get $y0))))
+            ;; the four sums of ($s10, $s11, $s12, $s13) in one vector: two rounds of pairwise adds
+            ;; (wrapping i32 adds are associative: any order gives the exact sum that fits int32)
+            (local.set $x0 (i32x4.add
+              (i8x16.shuffle 0 1 2 3 16 17 18 19 4 5 6 7 20 21 22 23 (local.get $s10) (local.get $s11))
+              (i8x16.shuffle 8 9 10 11 24 25 26 27 12 13 14 15 28 29 30 31 (local.get $s10) (local.get $s11))))
+            (local.set $y0 (i32x4.add
+              (i8x16.shuffle 0 1 2 3 16 17 18 19 4 5 6 7 20 21 22 23 (local.get $s12) (local.get $s13))
+              (i8x16.shuffle 8 9 10 11 24 25 26 27 12 13 14 15 28 29 30 31 (local.get $s12) (local.get $s13))))
+            (v128.store (i32.add (local.get $pc) (local.get $np4)) (i32x4.add
+              (i8x16.shuffle 0 1 2 3 4 5 6 7 16 17 18 19 20 21 22 23 (local.get $x0) (local.get $y0))
+              (i8x16.shuffle 8 9 10 11 12 13 14 15 24 25 26 27 28 29 30 31 (local.get $x0) (local.get $y0))))
+            (local.set $pc (i32.add (local.get $pc) (i32.const 16)))
+            (local.set $pb0 (i32.add (local.get $pb0) (local.get $kp4)))
             (local.set $j (i32.add (local.get $j) (i32.const 4)))
             (br $jl)))
+        (local.set $pc (i32.add (local.get $pc) (local.get $np4))) ;; past the block's second row
         (local.set $i (i32.add (local.get $i) (i32.const 2)))
         (br $il))))
 

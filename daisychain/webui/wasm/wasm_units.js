@@ -11,18 +11,25 @@
 //   4. its first, cold calls give the JS units' bytes on every kernel (selfCheck: every GEMM
 //      layout, odd shapes, -128 * -128, every shift with and without ReLU, 3x3 and 5x5 convs,
 //      odd maps). V8 compiles a function first with its baseline compiler, so these are the
-//      calls a wrong baseline code generator would spoil (DETERMINISM.md rule 13).
+//      calls a wrong baseline code generator would spoil (DETERMINISM.md rule 13);
+//   5. whole micro-batches through fresh resident plans give the JS units' contribution
+//      (wasm_plan.js planSelfCheck: a small CNN and an MLP, the plan kernels' cold calls).
 // Otherwise it returns {units: null, reason} and the tab computes on the JS units, saying why.
 //
 // Operands are copied into the module's memory (int32), packed to int8 rows with K
 // contiguous and zero padding (pack, which also range-checks), multiplied 2x4 outputs at a
 // time, and copied out. A value out of range throws the JS units' own UnitError.
+//
+// The image and dense models do not call the units one by one: residentPlan (wasm_plan.js)
+// keeps a whole micro-batch in a module instance's memory, layer by layer, and the engine
+// (model.js gradInto, predict) runs it instead. Its kernels are checked at open too (5.).
 
 import { CpuUnits } from "../engine/cpu_units.js";
 import { checkInt8Array, checkIntArray, checkShift, INT32_MAX, INT32_MIN, UnitError } from "../units/units.js";
 import { gemmLayout, requireExactMul } from "../units/gemm.js";
 import { checkLength, convLayout, poolLayout } from "../units/conv.js";
 import { sha256Hex } from "../units/luts.js";
+import { planFor, planSelfCheck } from "./wasm_plan.js";
 
 /** A module with one function `(func (result v128) v128.const i32x4 0 0 0 0)`: valid only
  *  where the engine has fixed-width SIMD. */
@@ -62,9 +69,10 @@ export function exactTablesFailure(luts) {
 }
 
 export class WasmUnits extends CpuUnits {
-  constructor(luts, instance) {
+  constructor(luts, instance, module = null) {
     super(luts);
     this.name = "wasm";
+    this.module = module; // a resident plan (wasm_plan.js) instantiates it again, its own memory
     this.k = instance.exports;
     this.mem = instance.exports.memory;
     this.top = 0;
@@ -104,6 +112,14 @@ export class WasmUnits extends CpuUnits {
 
   _get(p, n) {
     return new Int32Array(this.mem.buffer, p, n).slice();
+  }
+
+  /** A whole micro-batch of b samples of `spec` in the module's memory (wasm_plan.js), or
+   *  null where none applies (the engine then calls the units one by one, same bits).
+   *  `this.resident = false` turns it off (bench, tests). */
+  async residentPlan(spec, b) {
+    if (this.resident === false || !this.module) return null;
+    return planFor(this, spec, b);
   }
 
   // -- the units interface -------------------------------------------------------------------
@@ -293,9 +309,9 @@ export async function openWasmUnits(luts, { base = "/webui/wasm/", bytes = null,
     }
     const tables = exactTablesFailure(luts);
     if (tables) return { units: null, reason: `the WebAssembly kernels compute the exact units, but ${tables}: not used` };
-    const { instance } = await WebAssembly.instantiate(bytes, {});
-    const units = new WasmUnits(luts, instance);
-    const bad = await selfCheck(units, new CpuUnits(luts));
+    const { module, instance } = await WebAssembly.instantiate(bytes, {});
+    const units = new WasmUnits(luts, instance, module);
+    const bad = await selfCheck(units, new CpuUnits(luts)) || await planSelfCheck(units, new CpuUnits(luts));
     if (bad) return { units: null, reason: `the WebAssembly SIMD module failed its self-check (${bad}): not used` };
     return { units, reason: null };
   } catch (err) {

@@ -1,0 +1,352 @@
+// A micro-batch kept in the WebAssembly module's memory: the CPU twin of the GPU's resident
+// pass (units/gpu_resident.js), for the image and dense stacks (conv2d, maxpool2d, linear,
+// each relu folded into the layer below it).
+//
+// A plan is made once per (model, micro-batch size) with its own instance of the checked
+// module and its own memory, every buffer of the pass laid out once: the input, each conv's
+// padded int8 maps, packed int8 operands, accumulators, requantized outputs, errors and
+// gradient sums. Per micro-batch the host writes the input and, when the parameters changed,
+// the quantized weights (packed both ways: forward and input error); the bias in accumulator
+// units per layer (layers.js biasAcc, float64) once the shifts below it are known. Then each
+// layer is a few kernel calls on that memory (units.wat, units.plan.wat):
+//   forward:  pad8 -> cols8 (the columns as packed int8 rows; a linear: pack) -> gemm ->
+//             bias_rows (with the int32 range check) -> absmax -> requantize (+ReLU) ->
+//             transpose (a conv: to channel-major) -> maxpool;
+//   backward: maxpool_back -> mask (the ReLU) -> narrow (the errors as Gᵀ) and cols8t (the
+//             columns' transpose) -> gemm (the weight gradient) -> sum_blocks (the bias
+//             gradient) -> narrow (G) -> gemm (a conv: Wqᵀ·Gᵀ, then col2im8t; a linear: G·Wq)
+//             -> absmax -> requantize.
+// What leaves the module is the logits, each layer's int32 weight-gradient and bias sums,
+// which the host reads in place; the host computes the shifts (detmath exponent), the
+// output error (model.js outputError, topErrors) and the fixed-point sum (layers.js
+// accumulate), so the bits are engine/model.js's, line for line. Every integer sum is exact:
+// a product sum fits int32 for K <= MAX_K (gemm.js), a col2im sum for co*k*k <= MAX_K.
+//
+// A plan is used only after the module's self-check (wasm_units.js), which ends with whole
+// micro-batches through fresh plans (planSelfCheck: their kernels' first, cold calls) against
+// the JS units.
+//
+// Not planned (the engine then calls the units one by one, same bits): tokens models (an
+// embedding, a transformer), a layer whose weight-gradient GEMM would need K above MAX_K
+// (more than 131,071 rows), a pass above MAX_MEMORY.
+
+import { MAX_K } from "../units/gemm.js";
+import { UnitError } from "../units/units.js";
+import { absmax, exponent, pow2, quantExponent, quantize } from "../engine/detmath.js";
+import { accumulate, biasAcc } from "../engine/layers.js";
+import { Engine, IMAGE_EXPONENT, initParams, outputError, ParamLayout, topErrors } from "../engine/model.js";
+import { kindOf } from "../engine/registry.js";
+import { imageCnn, mlp } from "../engine/spec.js";
+
+const MAX_MEMORY = 1024 * 1024 * 1024;
+const MAX_PLANS = 4;
+const up = (x, m) => Math.ceil(x / m) * m;
+
+/** Why `spec` at micro-batch b has no plan here, or null. */
+export function planUnsupported(spec, b) {
+  if (spec.inputKind !== "image" && spec.inputKind !== "dense") return `a ${spec.inputKind} model`;
+  const L = spec.layers;
+  for (let i = 0; i < L.length; i++) {
+    const k = kindOf(L[i]);
+    if (k?.folds) {
+      const op = kindOf(L[i - 1])?.op;
+      if (i === L.length - 1 || !(op === "linear" || op === "conv")) return "an unfused relu";
+    } else if (!(k && (k.op === "linear" || k.op === "conv" || k.op === "pool"))) return `a ${L[i].type} layer`;
+    if (k?.op === "conv" && b * L[i].h * L[i].w > MAX_K) return "a weight gradient over more than MAX_K rows";
+    if (k?.op === "conv" && L[i].co * L[i].k * L[i].k > MAX_K) return "an input error whose col2im sums could leave int32";
+    if (k?.op === "linear" && b > MAX_K) return "a weight gradient over more than MAX_K rows";
+  }
+  return null;
+}
+
+/** The plan for (spec, b) made with units' module, or null where none applies; kept per spec
+ *  object (a WeakMap: gone with the spec) and micro-batch size, the last MAX_PLANS sizes. */
+export function planFor(units, spec, b) {
+  const bySpec = units._plans || (units._plans = new WeakMap());
+  let plans = bySpec.get(spec);
+  if (!plans) bySpec.set(spec, plans = new Map());
+  if (plans.has(b)) return plans.get(b);
+  let plan = null;
+  if (!planUnsupported(spec, b)) {
+    try {
+      plan = new WasmPlan(units, spec, b);
+    } catch (err) {
+      if (!(err instanceof RangeError)) throw err; // the browser would not grow the memory: the units one by one
+    }
+  }
+  if (plans.size >= MAX_PLANS) plans.delete(plans.keys().next().value);
+  plans.set(b, plan);
+  return plan;
+}
+
+export class WasmPlan {
+  constructor(units, spec, b) {
+    this.spec = spec;
+    this.b = b;
+    this.layout = new ParamLayout(spec);
+    this.top = 16;
+    this.entries = [];
+    this.params = [];
+    this._layout();
+    if (this.top > MAX_MEMORY) throw new RangeError("the pass needs more than MAX_MEMORY");
+    const instance = new WebAssembly.Instance(units.module, {});
+    this.k = instance.exports;
+    this.mem = instance.exports.memory;
+    const need = this.top - this.mem.buffer.byteLength;
+    if (need > 0) this.mem.grow(Math.ceil(need / 65536));
+    this.theta = null;
+  }
+
+  _alloc(words) {
+    const p = this.top;
+    this.top = up(p + 4 * words, 16);
+    return p;
+  }
+
+  /** Every buffer of the pass, once. */
+  _layout() {
+    const { spec, b } = this;
+    const L = spec.layers;
+    const A = (n) => this._alloc(n);
+    this.inLen = b * spec.inputDim; // an image: pixels >> 1; dense: quantized features
+    let cur = A(this.inLen);
+    let curLen = this.inLen;
+    let pi = 0;
+    for (let li = 0; li < L.length; li++) {
+      const layer = L[li];
+      const op = kindOf(layer).op;
+      const last = li === L.length - 1;
+      if (op === "pool") {
+        const { c, h, w } = layer;
+        const n = b * c * (h >> 1) * (w >> 1);
+        const e = { kind: "pool", layer, inp: cur, inLen: curLen, out: A(n), dX: A(curLen), reluOut: 0 };
+        this.entries.push(e);
+        cur = e.out;
+        curLen = n;
+        continue;
+      }
+      const conv = op === "conv";
+      const rows = conv ? b * layer.h * layer.w : b;
+      const nIn = layer.nIn;
+      const nOut = conv ? layer.co : layer.nOut;
+      const [rp, np, kp] = [up(rows, 2), up(nOut, 4), up(nIn, 8)];
+      const fuse = !last && !!kindOf(L[li + 1]).folds;
+      const e = {
+        kind: conv ? "conv" : "linear", layer, li, pi, rows, nIn, nOut, last, fuse, inp: cur, inLen: curLen,
+        w: A(nOut * nIn), wP: A(np * kp / 4), wT: A(up(nIn, 4) * up(nOut, 8) / 4), bias: A(nOut),
+        aP: A(rp * kp / 4 + 4), c: A(rp * np), acc: A(rows * nOut), reluOut: 0, // + 4: cols8's slack
+      };
+      if (conv) { // the input maps as int8 with a zero border of p (pad8), + 16 bytes of slack
+        const { ci, h, w, k: kk } = layer;
+        e.pad = A(Math.ceil((b * ci * (h + kk - 1) * (w + kk - 1)) / 4) + 4);
+      }
+      if (!last) {
+        e.q = A(rows * nOut);
+        e.out = conv ? A(rows * nOut) : e.q; // channel-major for a conv
+        if (fuse) e.reluOut = e.out;
+      }
+      // backward
+      const rk = up(rows, 8);
+      e.gT = A(up(nOut, 2) * rk / 4);
+      e.aT = A(up(nIn, 4) * rk / 4 + 4); // + 4: cols8t's slack
+      e.dW = A(up(nOut, 2) * up(nIn, 4));
+      e.db = A(nOut);
+      e.gP = A(up(rows, 4) * up(nOut, 8) / 4);
+      if (conv) { // the input error's transpose (nIn, rows), then col2im8t: channel-major
+        e.dXr = A(up(nIn, 4) * up(rows, 4));
+        e.dXcm = A(curLen);
+      } else {
+        e.dXr = A(rp * up(nIn, 4));
+        e.dX = up(nIn, 4) === nIn ? e.dXr : A(rows * nIn);
+        e.dXcm = e.dX;
+      }
+      e.eq = A(curLen); // the requantized error below
+      this.entries.push(e);
+      this.params.push(e);
+      pi += 2;
+      if (last) break;
+      if (fuse) li += 1;
+      cur = e.out;
+      curLen = rows * nOut;
+    }
+    this.zero = A(Math.max(...this.params.map((p) => p.nIn)));
+    this.gTop = A(b * spec.classes);
+  }
+
+  _i32(p, n) {
+    return new Int32Array(this.mem.buffer, p, n);
+  }
+
+  _pack(src, dst, rows, cols, sr, sc, rowsP, colsP) {
+    if (this.k.pack(src, dst, rows, cols, sr, sc, rowsP, colsP)) throw new UnitError("gemm: an operand left int8");
+  }
+
+  /** Quantized weights, packed both ways, once per parameter change. */
+  _weights(theta) {
+    let same = this.theta !== null && this.theta.length === theta.length;
+    for (let i = 0; same && i < theta.length; i++) same = this.theta[i] === theta[i];
+    if (same) return;
+    this.theta = Float64Array.from(theta);
+    for (const p of this.params) {
+      const W = this.layout.view(theta, p.pi);
+      p.ew = quantExponent(absmax(W));
+      quantize(W, p.ew, this._i32(p.w, p.nOut * p.nIn));
+      this._pack(p.w, p.wP, p.nOut, p.nIn, p.nIn, 1, up(p.nOut, 4), up(p.nIn, 8));
+      this._pack(p.w, p.wT, p.nIn, p.nOut, 1, p.nIn, up(p.nIn, 4), up(p.nOut, 8));
+    }
+  }
+
+  _input(x) {
+    const a = this._i32(this.entries[0].inp, this.inLen);
+    if (x.length !== this.inLen) throw new RangeError(`a micro-batch of ${x.length} inputs, the plan takes ${this.inLen}`);
+    if (this.spec.inputKind === "image") {
+      for (let i = 0; i < x.length; i++) a[i] = x[i] >> 1;
+      return IMAGE_EXPONENT;
+    }
+    const ex = quantExponent(absmax(x));
+    quantize(x, ex, a);
+    return ex;
+  }
+
+  /** The shift of a requantize: max(exponent(max |v|) - 7, 0). */
+  _shift(p, n) {
+    return Math.max(exponent(this.k.absmax(p, n) >>> 0) - 7, 0);
+  }
+
+  /** The forward pass (engine/model.js forward, fused relus): {logits}. */
+  _forward(theta, x) {
+    const k = this.k;
+    const b = this.b;
+    this._weights(theta);
+    let ex = this._input(x);
+    for (const e of this.entries) {
+      if (e.kind === "pool") {
+        const { c, h, w } = e.layer;
+        k.maxpool(e.inp, e.out, b * c, h, w);
+        continue;
+      }
+      const { rows, nIn, nOut } = e;
+      e.ex = ex;
+      if (e.kind === "conv") { // the maps padded as int8, then the columns straight into the packed rows
+        const { ci, h, w, k: kk } = e.layer;
+        if (k.pad8(e.inp, e.pad, b * ci, h, w, (kk - 1) >> 1)) throw new UnitError("im2col: an input left int8");
+        k.cols8(e.pad, e.aP, b, ci, h, w, kk, up(nIn, 8));
+      } else this._pack(e.inp, e.aP, rows, nIn, nIn, 1, up(rows, 2), up(nIn, 8));
+      k.gemm(e.aP, e.wP, e.c, up(rows, 2), up(nOut, 4), up(nIn, 8));
+      const sexp = ex + e.ew;
+      this._i32(e.bias, nOut).set(biasAcc(this.layout.view(theta, e.pi + 1), sexp));
+      if (k.bias_rows(e.c, up(nOut, 4), rows, nOut, e.bias, e.acc)) throw new RangeError(`layer ${e.li}: accumulator left int32`);
+      if (e.last) {
+        const acc = this._i32(e.acc, rows * nOut);
+        const scale = pow2(sexp);
+        const logits = new Float64Array(acc.length);
+        for (let i = 0; i < logits.length; i++) logits[i] = acc[i] * scale;
+        return { logits };
+      }
+      const s = this._shift(e.acc, rows * nOut);
+      k.requantize(e.acc, e.q, rows * nOut, s, e.fuse ? 1 : 0);
+      if (e.kind === "conv") k.transpose(e.q, e.out, b, e.layer.h * e.layer.w, nOut);
+      ex = sexp + s;
+    }
+    throw new Error("spec validation guarantees a final linear layer");
+  }
+
+  async forward(theta, x) {
+    return this._forward(theta, x);
+  }
+
+  /** engine/model.js gradInto on this memory (no await inside: one pass at a time). */
+  async gradInto(total, theta, x, y, fracBits, limit) {
+    const { b, spec } = this;
+    const { logits } = this._forward(theta, x);
+    const o = outputError(spec, logits, y, b);
+    const { G, eg } = topErrors(o.dz, o.labels, b, spec.classes);
+    this._i32(this.gTop, G.length).set(G);
+    this._backward(total, this.gTop, eg, fracBits, limit);
+    return { loss: o.loss, correct: o.correct };
+  }
+
+  /** engine/model.js backwardFrom, layer by layer on this memory. */
+  _backward(total, G, eg, fracBits, limit) {
+    const k = this.k;
+    const b = this.b;
+    const offsets = this.layout.offsets;
+    const E = this.entries;
+    for (let j = E.length - 1; j >= 0; j--) {
+      const e = E[j];
+      const below = j > 0 ? E[j - 1] : null;
+      let dX;
+      let ed;
+      let int8 = false;
+      if (e.kind === "pool") {
+        if (!below) break;
+        const { c, h, w } = e.layer;
+        k.maxpool_back(G, e.inp, e.dX, b * c, h, w);
+        [dX, ed, int8] = [e.dX, eg, true];
+      } else {
+        const { rows, nIn, nOut } = e;
+        const hw = e.kind === "conv" ? e.layer.h * e.layer.w : 1; // G: (b, nOut, hw) channel-major
+        const rk = up(rows, 8);
+        let bad = k.narrow(G, e.gT, b, nOut, hw, hw, rk, 1); // Gᵀ (nOut, rows)
+        if (e.kind === "conv") { // the columns' transpose (nIn, rows), int8, from the input map
+          const { ci, h, w, k: kk } = e.layer;
+          k.cols8t(e.pad, e.aT, b, ci, h, w, kk, rk); // the forward's padded maps
+        } else bad |= k.narrow(e.inp, e.aT, b, nIn, 1, 1, rk, 0);
+        if (bad) throw new UnitError("gemm: an operand left int8");
+        k.gemm(e.gT, e.aT, e.dW, up(nOut, 2), up(nIn, 4), rk);
+        const dW = new Int32Array(nOut * nIn);
+        const all = this._i32(e.dW, up(nOut, 2) * up(nIn, 4));
+        for (let o = 0; o < nOut; o++) dW.set(all.subarray(o * up(nIn, 4), o * up(nIn, 4) + nIn), o * nIn);
+        accumulate(total, offsets[e.pi], dW, eg + e.ex, fracBits, limit);
+        k.sum_blocks(G, e.db, b, nOut, hw);
+        accumulate(total, offsets[e.pi + 1], this._i32(e.db, nOut), eg, fracBits, limit);
+        if (!below) break;
+        if (k.narrow(G, e.gP, b, nOut, hw, hw * up(nOut, 8), 1, up(nOut, 8))) throw new UnitError("gemm: an operand left int8"); // G (rows, nOut)
+        if (e.kind === "conv") {
+          const { ci, h, w, k: kk } = e.layer;
+          k.gemm(e.wT, e.gP, e.dXr, up(nIn, 4), up(rows, 4), up(nOut, 8)); // (Wqᵀ · Gᵀ): (nIn, rows)
+          k.col2im8t(e.dXr, e.dXcm, b, ci, h, w, kk, up(rows, 4));
+        } else {
+          k.gemm(e.gP, e.wT, e.dXr, up(rows, 2), up(nIn, 4), up(nOut, 8)); // G · Wq: (rows, nIn)
+          if (e.dX !== e.dXr) k.bias_rows(e.dXr, up(nIn, 4), rows, nIn, this.zero, e.dX); // compact the rows
+        }
+        [dX, ed] = [e.dXcm, eg + e.ew];
+      }
+      if (below.reluOut) k.mask(dX, below.reluOut, e.inLen);
+      if (int8) {
+        [G, eg] = [dX, ed];
+      } else {
+        const s = this._shift(dX, e.inLen);
+        k.requantize(dX, e.eq, e.inLen, s, 0);
+        [G, eg] = [e.eq, ed + s];
+      }
+    }
+  }
+}
+
+/** null when whole micro-batches through fresh plans (their kernels' first, cold calls) give
+ *  the JS units' contribution, else the first difference: a small CNN (a conv on a conv, 3x3
+ *  and 5x5, an odd map's pool, a hidden linear with its relu, 3 samples) and an MLP. */
+export async function planSelfCheck(wasm, cpu) {
+  const cases = [["a small CNN", imageCnn(1, 10, 8, ["conv3", "conv4k5", "pool", "conv5", "pool", 6], 3), 3],
+    ["an MLP", mlp(7, 9, 4), 5]];
+  for (const [name, spec, b] of cases) {
+    const theta = initParams(spec, 5);
+    let seed = 0x9e3779b9;
+    const rnd = (n) => { seed = (Math.imul(seed, 1103515245) + 12345) >>> 0; return (seed >>> 8) % n; };
+    const x = spec.inputKind === "image" ? Uint8Array.from({ length: b * spec.inputDim }, () => rnd(256))
+      : Float64Array.from({ length: b * spec.inputDim }, () => rnd(41) - 20);
+    const y = Int32Array.from({ length: b }, () => rnd(spec.classes));
+    const got = new Float64Array(theta.length);
+    const want = new Float64Array(theta.length);
+    try {
+      await new WasmPlan(wasm, spec, b).gradInto(got, theta, x, y, 40, 2 ** 49);
+    } catch (err) {
+      return `the micro-batch of ${name}: ${err.message}`;
+    }
+    await new Engine(spec, cpu).gradInto(want, theta, x, y, b, 40, 2 ** 49);
+    const i = got.findIndex((v, j) => v !== want[j]);
+    if (i >= 0) return `the micro-batch of ${name}: parameter ${i} gets ${got[i]}, the JS units give ${want[i]}`;
+  }
+  return null;
+}

@@ -1,0 +1,137 @@
+"""Unit tier (node): a whole micro-batch kept in the WebAssembly module's memory
+(webui/wasm/wasm_plan.js, the kernels of units.wat and units.plan.wat) gives the Python
+engine's contribution, bit for bit, on shared data: the SHA-256 of the fixed-point gradient
+of the module's very first calls (a fresh instance that ran nothing, no self-check before: the
+code V8's baseline compiler made) and of a call after many (the optimised code), for the
+default CNN on a micro-batch of 16, a CNN with a conv on a conv, a 5x5 kernel, odd maps and a
+hidden linear layer, the same with the mse loss, a linear right on a conv's map, and an MLP. A model the plan does not cover
+runs the units one by one; a module whose plan kernels compute wrong is refused by its
+self-check at open, with the reason in words."""
+
+from __future__ import annotations
+
+import hashlib
+
+import numpy as np
+import pytest
+
+from daisychain import package_path
+from daisychain.engine.model import Engine, init_params
+from daisychain.engine.spec import DEFAULT_CNN, ModelSpec, char_mlp, cnn, mlp
+from daisychain.units import load_luts
+from test_wasm_units import ROOT, WASM, run_wasm
+
+pytestmark = pytest.mark.usefixtures("node")  # fails, never skips, without node
+
+FRAC, LIMIT = 40, 2.0**49
+
+COLD = r"""
+const { createHash } = await import("node:crypto");
+const out = [];
+for (const job of DATA) {
+  // a fresh instance of the module: none of its functions has run in this process's code
+  // for this instance, and nothing warmed it (no self-check)
+  const { module, instance } = await WebAssembly.instantiate(wasmBytes, {});
+  const units = new W.WasmUnits(luts, instance, module);
+  const spec = S.ModelSpec.fromJson(job.model);
+  const theta = initParams(spec, job.seed);
+  const x = job.image ? Uint8Array.from(Buffer.from(job.x, "hex")) : Float64Array.from(job.x);
+  const y = job.mse ? Float64Array.from(job.y) : Int32Array.from(job.y);
+  const sha = async () => {
+    const total = new Float64Array(theta.length);
+    await new Engine(spec, units).gradInto(total, theta, x, y, job.b, job.frac, job.limit);
+    return createHash("sha256").update(new Uint8Array(total.buffer)).digest("hex");
+  };
+  const first = await sha();
+  for (let i = 0; i < job.warm; i++) await sha();
+  out.push({ first, warm: await sha(), plan: !!(await units.residentPlan(spec, job.b)) });
+}
+console.log(JSON.stringify(out));
+"""
+
+
+def _job(spec, b, seed, rng, mse=False, warm=30):
+    eng = Engine(spec, load_luts())
+    theta = init_params(spec, seed)
+    if spec.input_kind == "image":
+        x = rng.integers(0, 256, (1, b, spec.input_dim)).astype(np.uint8)
+        jx = x.tobytes().hex()
+    else:
+        x = rng.integers(-20, 21, (1, b, spec.input_dim)).astype(np.float64)
+        jx = x.ravel().tolist()
+    y = rng.normal(size=(1, b, spec.classes)) if mse else rng.integers(0, spec.classes, (1, b))
+    want = eng.grad(theta, x, y, FRAC, LIMIT).grad
+    assert np.count_nonzero(want) > 0.3 * want.size  # the check below could fail
+    return ({"model": spec.to_json(), "seed": seed, "b": b, "x": jx, "image": spec.input_kind == "image",
+             "mse": mse, "y": y.ravel().tolist(), "frac": FRAC, "limit": LIMIT, "warm": warm},
+            hashlib.sha256(want.astype("<f8").tobytes()).hexdigest())
+
+
+def test_a_micro_batch_in_the_modules_memory_gives_the_python_engines_contribution():
+    rng = np.random.default_rng(33)
+    small = cnn((1, 10, 8), ["conv3", "conv4k5", "pool", "conv5", "pool", 6], 3)
+    mse_spec = ModelSpec.from_json({**small.to_json(), "loss": "mse"})
+    cases = [_job(cnn((1, 28, 28), DEFAULT_CNN, 10), 16, 1, rng, warm=20),
+             _job(small, 3, 2, rng),
+             _job(mse_spec, 5, 3, rng, mse=True),
+             _job(cnn((1, 6, 5), ["conv2k5", 4], 3), 4, 5, rng),  # a linear right on a conv's map
+             _job(mlp(64, 128, 10), 16, 4, rng)]
+    got = run_wasm(COLD, data=[job for job, _ in cases],
+                   imports={"S": "engine/spec.js", "{ Engine, initParams }": "engine/model.js"}, timeout=300)
+    for (job, want), have in zip(cases, got):
+        assert have["plan"], job["model"]["layers"]
+        assert have["first"] == want, ("the first, cold calls", job["model"]["layers"])
+        assert have["warm"] == want, ("after warm-up", job["model"]["layers"])
+
+
+def test_a_model_the_plan_does_not_cover_runs_the_units_one_by_one():
+    got = run_wasm("""
+const spec = S.ModelSpec.fromJson(DATA);
+const theta = initParams(spec, 1);
+const x = Int32Array.from({ length: 4 * spec.inputDim }, (_, i) => (i * 7) % 5);
+const y = Int32Array.from({ length: 4 }, (_, i) => i % 5);
+const sums = [];
+for (const u of [wasm, new P.CpuUnits(luts)]) {
+  const total = new Float64Array(theta.length);
+  await new Engine(spec, u).gradInto(total, theta, x, y, 4, 40, 2 ** 49);
+  sums.push(Array.from(total));
+}
+console.log(JSON.stringify({ plan: await wasm.residentPlan(spec, 4), why: WP.planUnsupported(spec, 4),
+  same: sums[0].every((v, i) => v === sums[1][i]) }));
+""", data=char_mlp(5, 3, 4, 6).to_json(),
+        imports={"S": "engine/spec.js", "{ Engine, initParams }": "engine/model.js", "WP": "wasm/wasm_plan.js"})
+    assert got == {"plan": None, "why": "a tokens model", "same": True}
+
+
+def test_a_module_whose_plan_kernels_compute_wrong_is_refused_at_open():
+    """The bias sums (sum_blocks) off by one in a module that passes every unit's check: the
+    plan's self-check at open finds it, and the tab computes on the JS units, saying why."""
+    head = (WASM / "units.wat").read_text().rstrip()
+    plan = (WASM / "units.plan.wat").read_text()
+    bad_plan = plan.replace("(i32.store (local.get $o) (i32.add (i32.load (local.get $o)) (local.get $t)))",
+                            "(i32.store (local.get $o) (i32.add (i32.load (local.get $o)) (i32.add (local.get $t) (i32.const 1))))", 1)
+    assert bad_plan != plan
+    got = run_wasm("""
+const wabt = await wabtInit();
+const out = [];
+for (const text of [DATA.good, DATA.bad]) {
+  const mod = wabt.parseWat("units.wat", text, { simd: true });
+  const r = await W.openWasmUnits(luts, { bytes: Uint8Array.from(mod.toBinary({}).buffer) });
+  out.push([r.units === null, r.reason]);
+}
+console.log(JSON.stringify(out));
+""", data={"good": f"{head[:-1]}\n{plan})\n", "bad": f"{head[:-1]}\n{bad_plan})\n"},
+        imports={"{ default as wabtInit }": ROOT / "node_modules" / "wabt" / "index.js"})
+    assert got[0] == [False, None]
+    assert got[1][0]
+    assert got[1][1].startswith("the WebAssembly SIMD module failed its self-check (the micro-batch of a small CNN: parameter ")
+
+
+def test_the_fragment_is_part_of_the_pinned_module():
+    """units.wasm is units.wat with units.plan.wat inserted (scripts/build_wasm.mjs): its
+    exports include the plan's kernels."""
+    got = run_wasm("""
+console.log(JSON.stringify(WebAssembly.Module.exports(new WebAssembly.Module(wasmBytes)).map((e) => e.name)));
+""")
+    assert {"gemm", "im2col", "bias_rows", "pad8", "cols8", "cols8t", "col2im8t", "narrow", "sum_blocks", "transpose", "mask"} <= set(got)
+    assert package_path("webui") / "wasm" == WASM
