@@ -19,7 +19,7 @@ import numpy as np
 
 from daisychain.engine import norm as N
 from daisychain.engine.detmath import pow2, quant_exponent, quantize
-from daisychain.engine.layer_base import Layer, LayerKind, SpecError, _affine_am
+from daisychain.engine.layer_base import Layer, LayerKind, SpecError, _affine_am, _trace_affine
 
 MAX_HEADS = 64
 MIN_WIDTH, MAX_WIDTH = 8, 1024
@@ -45,6 +45,19 @@ def _rq8(eng, V, e, am=None):
         return ops.rq8(eng, V, e, am)
     s = np.maximum(N.bitlen(N.absmax(V)) - 7, 0)
     return eng._requantize(np.asarray(V, np.float64), s), np.asarray(e, np.int64) + s
+
+
+def _affine_q8(eng, li, a, ex, W, bias, st, name, relu=False):
+    """_affine_am, then _rq8 (then the ReLU where ``relu``): (int8 rows, e, Wq, ew). The
+    compiled route does the bias, the requantize and the ReLU in one pass."""
+    fast = getattr(eng, "attn_ops", None)
+    if fast is None:
+        acc, sexp, Wq, ew, _ = _affine_am(eng, li, a, ex, W, bias, st, name=name)
+        q8, e8 = _rq8(eng, acc, sexp)
+        return (eng._relu(q8) if relu else q8), e8, Wq, ew
+    q8, e8, Wq, ew, bacc, acc = fast.affine_rq8(eng, a, ex, W, bias, relu, st.tracing)
+    _trace_affine(st, name, ew, bacc, acc)
+    return q8, e8, Wq, ew
 
 
 def _align(eng, ops):
@@ -239,8 +252,7 @@ class Block(LayerKind):
         A1, en1, nc1 = rmsnorm(eng, X, ex, f"{name}.norm1", st)
         qkv = []
         for j, t in enumerate("qkv"):
-            acc, sexp, Wq, ew, am = _affine_am(eng, li, A1, en1, P[2 * j], P[2 * j + 1], st, name=f"{name}.{t}")
-            q8, e8 = _rq8(eng, acc, sexp, am)
+            q8, e8, Wq, ew = _affine_q8(eng, li, A1, en1, P[2 * j], P[2 * j + 1], st, f"{name}.{t}")
             st.tr((f"{name}.{t}.out_q", q8))
             qkv.append((q8, e8, Wq, ew))
         (Q, eq, _, _), (K, ek, _, _), (V, ev, _, _) = qkv
@@ -256,9 +268,7 @@ class Block(LayerKind):
         X1, ex1 = _align(eng, [(X, ex), (Ao, eao)])
         st.tr((f"{name}.resid1", X1))
         A2, en2, nc2 = rmsnorm(eng, X1, ex1, f"{name}.norm2", st)
-        F1, ef1, W1, ew1, am = _affine_am(eng, li, A2, en2, P[8], P[9], st, name=f"{name}.fc1")
-        H1, eh = _rq8(eng, F1, ef1, am)
-        H1 = eng._relu(H1) if getattr(eng, "attn_ops", None) is None else np.maximum(H1, 0, out=H1)
+        H1, eh, W1, ew1 = _affine_q8(eng, li, A2, en2, P[8], P[9], st, f"{name}.fc1", relu=True)
         st.tr((f"{name}.fc1.out_q", H1))
         F2, ef2, W2, ew2, _ = _affine_am(eng, li, H1, eh, P[10], P[11], st, name=f"{name}.fc2")
         st.a, st.ex = _align(eng, [(X1, ex1), (F2, ef2)])

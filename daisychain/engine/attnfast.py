@@ -308,7 +308,33 @@ def _nb_bias_add(acc, bacc, out, am):
         am[i] = np.float64(m)
 
 
-_NAMES = ("bitlen", "absmax", "rq8", "norm15", "align", "isqrt", "sdiv", "rms_fwd", "rms_back", "softmax",
+def _nb_bias_rq8(acc, bacc, lo, out, e, e_out):
+    """_nb_bias_add then _nb_rq8 in one: out = clamp((v + 2**s / 2) >> s, lo, 127) int8 with
+    v = acc + bacc (the affine's integer sums), s = max(0, bitlen(max|v|) - 7) per
+    micro-batch, e_out = e + s; lo = 0 is the ReLU after it (max(q, 0)), else -127."""
+    n, R, O = acc.shape
+    bi = np.empty(O, np.int64)
+    for i in range(n):
+        for o in range(O):
+            bi[o] = np.int64(bacc[i, o])
+        m = np.int64(0)
+        for r in range(R):
+            for o in range(O):
+                v = np.int64(acc[i, r, o]) + bi[o]
+                v = v if v >= 0 else -v
+                m = v if v > m else m
+        s = _nb_bitlen(np.float64(m)) - 7
+        if s < 0:
+            s = 0
+        half = (np.int64(1) << s) >> 1
+        for r in range(R):
+            for o in range(O):
+                x = (np.int64(acc[i, r, o]) + bi[o] + half) >> s
+                out[i, r, o] = min(max(x, lo), 127)
+        e_out[i] = e[i] + s
+
+
+_NAMES = ("bitlen", "absmax", "bias_rq8", "rq8", "norm15", "align", "isqrt", "sdiv", "rms_fwd", "rms_back", "softmax",
           "softmax_back", "accum", "bias_add")
 _KERN: list = []
 _LOCK = threading.Lock()
@@ -393,19 +419,36 @@ class AttnOps:
             return _mm2(a.reshape(-1, K), b).reshape(a.shape[:-1] + b.shape[1:])
         return _torch().matmul(_t32(a), _t32(b)).numpy()
 
+    def _gemm(self, eng, a, ex, W2, bias):
+        """The affine's GEMM (int32 sums, C order) and its bias in accumulator units; Wq as
+        int8 (|Wq| <= 127: it feeds the backward's GEMMs without a cast)."""
+        ew = int(quant_exponent(np.abs(W2).max()))
+        Wq = quantize(W2, ew).astype(np.int8)
+        acc32 = np.ascontiguousarray(self.mm(eng, a, Wq.T))
+        sexp = ex + ew
+        bacc = np.clip(np.floor(bias[None, :] * pow2(-sexp)[:, None] + 0.5), -2.0**30, 2.0**30)  # BIAS_LIMIT
+        return acc32, sexp, Wq, ew, bacc
+
     def affine(self, eng, a, ex, W2, bias):
         """layer_base._affine's values (acc = GEMM + bacc, float64) with this route's GEMM and
         the bias added in one compiled pass, which also takes max|acc| per micro-batch for
         the requantize after it: (acc, sexp, Wq, ew, bacc, am)."""
-        ew = int(quant_exponent(np.abs(W2).max()))
-        Wq = quantize(W2, ew)
-        acc32 = self.mm(eng, a, Wq.T)
-        sexp = ex + ew
-        bacc = np.clip(np.floor(bias[None, :] * pow2(-sexp)[:, None] + 0.5), -2.0**30, 2.0**30)  # BIAS_LIMIT
+        acc32, sexp, Wq, ew, bacc = self._gemm(eng, a, ex, W2, bias)
         acc = np.empty(acc32.shape, np.float64)
         am = np.empty(acc.shape[0], np.float64)
-        self.k.bias_add(np.ascontiguousarray(acc32), bacc, acc, am)
+        self.k.bias_add(acc32, bacc, acc, am)
         return acc, sexp, Wq, ew, bacc, am
+
+    def affine_rq8(self, eng, a, ex, W2, bias, relu, tracing):
+        """affine, then rq8 (and the ReLU after it where ``relu``) in one pass that writes the
+        int8 rows and never the float64 sums: (q8, e8, Wq, ew, bacc, acc); acc (the sums, for
+        the trace) only where ``tracing``, else None."""
+        acc32, sexp, Wq, ew, bacc = self._gemm(eng, a, ex, W2, bias)
+        q8 = np.empty(acc32.shape, np.int8)
+        e8 = np.empty(acc32.shape[0], np.int64)
+        self.k.bias_rq8(acc32, bacc, 0 if relu else -127, q8, np.asarray(sexp, np.int64), e8)
+        acc = acc32.astype(np.float64) + bacc[:, None, :] if tracing else None
+        return q8, e8, Wq, ew, bacc, acc
 
     def weight_grad(self, eng, out, pi, G, a_in, e, frac_bits, limit):
         """eng._weight_grad's literal route (the per-micro-batch GEMM, then _accumulate) where

@@ -187,7 +187,7 @@ class Engine:
         if spec.input_kind != "tokens":
             tr(("input_exponent", ex))
             tr(("input_q", a))
-        st = Flow(a, ex, tr)
+        st = Flow(a, ex, tr, tracing=trace is not None)
         cache = []
         last = len(spec.layers) - 1
         for li, layer in enumerate(spec.layers):
