@@ -175,7 +175,26 @@ def rmsnorm(eng, x, ex, name, st):
 
 def _rms_back(eng, g, eg, ex, cache):
     dx, e = (getattr(eng, "attn_ops", None) or N).rms_backward(g, eg, ex, cache)
-    return dx.astype(np.float64), e
+    return dx.astype(np.float64, copy=False), e
+
+
+def _rq8s(eng, V, e, mask=None):
+    """_rq8 of V * (mask > 0) (no mask: V), and the int8 out's sum over its rows per
+    micro-batch (a bias gradient's integers): (int8, e + s, sums)."""
+    fast = getattr(eng, "attn_ops", None)
+    if fast is not None:
+        return fast.rq8x(V, e, mask, sums=True)
+    G, eG = _rq8(eng, V if mask is None else V * (mask > 0), e)
+    return G, eG, G.sum(axis=1)
+
+
+def _rq8_rows(eng, M, n, b, T, H, dh, e, sums=False):
+    """_rq8 of _rows(M), and (where ``sums``) the out's sum over its rows as _rq8s."""
+    fast = getattr(eng, "attn_ops", None)
+    if fast is not None:
+        return fast.rq8_rows(M, n, b, T, H, dh, e, sums)
+    G, eG = _rq8(eng, _rows(M, n, b, T, H, dh), e)
+    return G, eG, (G.sum(axis=1) if sums else None)
 
 
 class Block(LayerKind):
@@ -262,7 +281,7 @@ class Block(LayerKind):
         st.tr((f"{name}.scores", Sc.reshape(n, b * H, T, T)))
         st.tr((f"{name}.probs", Pm))
         O = _mm(eng, Pm.reshape(n * b * H, T, T), Vh)  # (n*b*H, T, dh), exponent ev - 7
-        Oa, eo = _rq8(eng, _rows(O, n, b, T, H, dh), ev - 7)
+        Oa, eo, _ = _rq8_rows(eng, O, n, b, T, H, dh, ev - 7)
         st.tr((f"{name}.attn.out_q", Oa))
         Ao, eao, Wo, ewo, _ = _affine_am(eng, li, Oa, eo, P[6], P[7], st, name=f"{name}.o")
         X1, ex1 = _align(eng, [(X, ex), (Ao, eao)])
@@ -285,19 +304,18 @@ class Block(LayerKind):
         out, fb, lim = bw.out, bw.frac_bits, bw.limit
         E, eg = bw.G, bw.eg  # the wide stream error
         # MLP branch
-        G3, eg3 = _rq8(eng, E, eg)
+        G3, eg3, sb = _rq8s(eng, E, eg)
         _wgrad(eng, out, pi + 10, G3, c["H1"], eg3 + c["eh"], fb, lim)
-        eng._accumulate(out, pi + 11, G3.sum(axis=1), eg3, fb, lim)
-        dH = _mm(eng, G3, c["W2"]) * (c["H1"] > 0)
-        Gh, egh = _rq8(eng, dH, eg3 + c["ew2"])
+        eng._accumulate(out, pi + 11, sb, eg3, fb, lim)
+        Gh, egh, sb = _rq8s(eng, _mm(eng, G3, c["W2"]), eg3 + c["ew2"], c["H1"])  # the ReLU's mask
         _wgrad(eng, out, pi + 8, Gh, c["A2"], egh + c["en2"], fb, lim)
-        eng._accumulate(out, pi + 9, Gh.sum(axis=1), egh, fb, lim)
+        eng._accumulate(out, pi + 9, sb, egh, fb, lim)
         g2, eg2 = _rq8(eng, _mm(eng, Gh, c["W1"]), egh + c["ew1"])
         E, eg = _align(eng, [(E, eg), _rms_back(eng, g2, eg2, c["ex1"], c["nc2"])])
         # attention branch
-        Go, ego = _rq8(eng, E, eg)
+        Go, ego, sb = _rq8s(eng, E, eg)
         _wgrad(eng, out, pi + 6, Go, c["Oa"], ego + c["eo"], fb, lim)
-        eng._accumulate(out, pi + 7, Go.sum(axis=1), ego, fb, lim)
+        eng._accumulate(out, pi + 7, sb, ego, fb, lim)
         Ga, ega = _rq8(eng, _mm(eng, Go, c["Wo"]), ego + c["ewo"])
         Gah = _heads(Ga, n, b, T, H, dh)
         (_, eq, _, _), (_, ek, _, _), (_, ev, _, _) = c["qkv"]
@@ -311,10 +329,10 @@ class Block(LayerKind):
         dK = _mm(eng, GS.transpose(0, 2, 1), c["Qh"])  # exponent eS + eq - a
         errs = []
         for j, (dM, e) in enumerate(((dQ, eS + ek - a), (dK, eS + eq - a), (dV, ega - 7))):
-            Gs, egs = _rq8(eng, _rows(dM, n, b, T, H, dh), e)
+            Gs, egs, sb = _rq8_rows(eng, dM, n, b, T, H, dh, e, sums=True)
             _, _, Wq, ew = c["qkv"][j]
             _wgrad(eng, out, pi + 2 * j, Gs, c["A1"], egs + c["en1"], fb, lim)
-            eng._accumulate(out, pi + 2 * j + 1, Gs.sum(axis=1), egs, fb, lim)
+            eng._accumulate(out, pi + 2 * j + 1, sb, egs, fb, lim)
             errs.append(_rq8(eng, _mm(eng, Gs, Wq), egs + ew))
         g1, eg1 = _rq8(eng, *_align(eng, errs))
         E, eg = _align(eng, [(E, eg), _rms_back(eng, g1, eg1, c["ex"], c["nc1"])])

@@ -334,7 +334,75 @@ def _nb_bias_rq8(acc, bacc, lo, out, e, e_out):
         e_out[i] = e[i] + s
 
 
-_NAMES = ("bitlen", "absmax", "bias_rq8", "rq8", "norm15", "align", "isqrt", "sdiv", "rms_fwd", "rms_back", "softmax",
+def _nb_rq8x(V, mask, am, e, out, e_out, sums):
+    """_nb_rq8 on V (n, R, C) with two passes folded in: where mask.shape[0] > 0, V * (mask >
+    0) first (the ReLU's error mask); where sums.shape[0] > 0, sums (n, C) = the int8 out's
+    sum over R (the bias gradient's integers)."""
+    n, R, C = V.shape
+    use_mask, want = mask.shape[0] > 0, sums.shape[0] > 0
+    for i in range(n):
+        if am[i] < 0.0:
+            m = np.int64(0)
+            for r in range(R):
+                for c in range(C):
+                    a = np.int64(V[i, r, c])
+                    if use_mask and mask[i, r, c] <= 0:
+                        a = 0
+                    a = a if a >= 0 else -a
+                    m = a if a > m else m
+            am[i] = np.float64(m)
+        s = _nb_bitlen(am[i]) - 7
+        if s < 0:
+            s = 0
+        half = (np.int64(1) << s) >> 1
+        if want:
+            for c in range(C):
+                sums[i, c] = 0
+        for r in range(R):
+            for c in range(C):
+                v = np.int64(V[i, r, c])
+                if use_mask and mask[i, r, c] <= 0:
+                    v = 0
+                x = min(max((v + half) >> s, -127), 127)
+                out[i, r, c] = x
+                if want:
+                    sums[i, c] += x
+        e_out[i] = e[i] + s
+
+
+def _nb_rq8_rows(V, e, out, e_out, sums):
+    """_nb_rq8x of attention._rows(V): V (n, b, H, T, dh) in head order, out (n, b*T, H*dh)
+    in row order (row s*T + t, column h*dh + k), sums as _nb_rq8x's."""
+    n, b, H, T, dh = V.shape
+    want = sums.shape[0] > 0
+    for i in range(n):
+        m = np.int64(0)
+        for s_ in range(b):
+            for h in range(H):
+                for t in range(T):
+                    for k in range(dh):
+                        a = np.int64(V[i, s_, h, t, k])
+                        a = a if a >= 0 else -a
+                        m = a if a > m else m
+        s = _nb_bitlen(np.float64(m)) - 7
+        if s < 0:
+            s = 0
+        half = (np.int64(1) << s) >> 1
+        if want:
+            for c in range(H * dh):
+                sums[i, c] = 0
+        for s_ in range(b):
+            for h in range(H):
+                for t in range(T):
+                    for k in range(dh):
+                        x = min(max((np.int64(V[i, s_, h, t, k]) + half) >> s, -127), 127)
+                        out[i, s_ * T + t, h * dh + k] = x
+                        if want:
+                            sums[i, h * dh + k] += x
+        e_out[i] = e[i] + s
+
+
+_NAMES = ("bitlen", "absmax", "bias_rq8", "rq8x", "rq8_rows", "rq8", "norm15", "align", "isqrt", "sdiv", "rms_fwd", "rms_back", "softmax",
           "softmax_back", "accum", "bias_add")
 _KERN: list = []
 _LOCK = threading.Lock()
@@ -473,6 +541,28 @@ class AttnOps:
                    e_out)
         return out, e_out
 
+    def rq8x(self, V, e, mask=None, sums=False):
+        """rq8 of V * (mask > 0) (no mask: V) and, where ``sums``, the int8 out's sum over its
+        rows per micro-batch (int64, as numpy's): (int8, e + s, sums or None)."""
+        V = np.ascontiguousarray(V)
+        n = V.shape[0]
+        out = np.empty(V.shape, np.int8)
+        e_out = np.empty(n, np.int64)
+        S = np.empty((n, V.shape[-1]) if sums else (0, 1), np.int64)
+        M = np.ascontiguousarray(mask).reshape(V.shape) if mask is not None else np.empty((0, 1, 1), np.int8)
+        self.k.rq8x(V.reshape(n, -1, V.shape[-1]), M, np.full(n, -1.0), np.asarray(e, np.int64).reshape(-1),
+                    out.reshape(n, -1, V.shape[-1]), e_out, S)
+        return out, e_out, (S if sums else None)
+
+    def rq8_rows(self, M, n, b, T, H, dh, e, sums=False):
+        """rq8x(attention._rows(M), e) without the row-order copy: M (n*b*H, T, dh)."""
+        out = np.empty((n, b * T, H * dh), np.int8)
+        e_out = np.empty(n, np.int64)
+        S = np.empty((n, H * dh) if sums else (0, 1), np.int64)
+        self.k.rq8_rows(np.ascontiguousarray(M).reshape(n, b, H, T, dh), np.asarray(e, np.int64).reshape(-1),
+                        out, e_out, S)
+        return out, e_out, (S if sums else None)
+
     def align_add(self, ops):
         first = np.asarray(ops[0][0])
         shape, n = first.shape, first.shape[0]
@@ -497,7 +587,7 @@ class AttnOps:
 
     def rms_backward(self, g, eg, ex, cache):
         y, q, j = cache
-        g = _f64(g)
+        g = np.ascontiguousarray(g)  # int8 or float64 integers: read as int64
         dx = np.empty(g.shape, np.float64)
         J = self.k.rms_back(g, y, q, j, N.norm_constant(g.shape[-1]), dx)
         e = np.asarray(eg, np.int64) - 3 * F - np.asarray(ex, np.int64) + J
