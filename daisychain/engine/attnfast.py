@@ -122,9 +122,33 @@ class AttnOps:
         acc = acc32.astype(np.float64) + bacc[:, None, :] if tracing else None
         return q8, e8, Wq, ew, bacc, acc
 
+    def fold_grad(self, eng, out, pi, G, a_in, e, frac_bits, limit):
+        """eng._weight_grad's sum where every micro-batch's term is an exact integer (as its
+        fast path: k = e + S >= 0 for each, and no element can reach the clamp, |dW| <= b *
+        127 * 127): the fixed-point value of micro-batch i is then dW_i * 2**k_i itself, so
+        the micro-batches of one k are one exact int8 GEMM over all their rows (int32: n * b
+        * 127 * 127 < 2**31), shifted by k and summed in int64. True where it did the sum."""
+        n, b = G.shape[0], G.shape[1]
+        k = np.broadcast_to(np.asarray(e, np.int64).reshape(-1) + frac_bits, (n,))
+        if (int(k.min()) < 0 or float(b) * 16129.0 * float(pow2(int(k.max()))) > limit
+                or n * b * 16129 >= 2**31 or G.shape[2] < 2 or a_in.shape[2] < 2):
+            return False
+        if any(v.dtype != np.int8 and np.abs(v).max() > 127 for v in (G, a_in)):
+            return False  # int8 operands only (an output error is int8; checked, not assumed)
+        o = eng.layout.offsets[pi]
+        size = G.shape[2] * a_in.shape[2]
+        for kv in np.unique(k):
+            sel = slice(None) if (k == kv).all() else np.flatnonzero(k == kv)
+            dW = _mm2(_i8(G[sel]).reshape(-1, G.shape[2]).T, _i8(a_in[sel]).reshape(-1, a_in.shape[2]))
+            out[o:o + size] += dW.astype(np.int64).reshape(-1) << int(kv)
+        return True
+
     def weight_grad(self, eng, out, pi, G, a_in, e, frac_bits, limit):
-        """eng._weight_grad's literal route (the per-micro-batch GEMM, then _accumulate) where
-        a micro-batch's rows fit one exact float32 GEMM; else eng._weight_grad."""
+        """fold_grad, else eng._weight_grad's literal route (the per-micro-batch GEMM, then
+        _accumulate) where a micro-batch's rows fit one exact float32 GEMM; else
+        eng._weight_grad."""
+        if self.fold_grad(eng, out, pi, G, a_in, e, frac_bits, limit):
+            return None
         if G.shape[1] > MAX_K_FLOAT32:
             return eng._weight_grad(out, pi, G, a_in, e, frac_bits, limit)
         dW = np.stack([_mm2(G[i].T, a_in[i]) for i in range(G.shape[0])])
