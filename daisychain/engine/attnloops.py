@@ -161,6 +161,25 @@ def _nb_sdiv(a, m):
     return r if a > 0 else (-r if a < 0 else 0 * r)
 
 
+def _nb_fdiv(p, d, inv):
+    """floor(p / d) for integers 0 <= p < 2**52, d > 0, with inv = 1.0 / d (one division per
+    row, not per value): p * inv is p / d within a relative 2**-52, so less than 1 away and
+    its floor is floor(p / d) or one off either way, which r * d > p and (r + 1) * d <= p
+    correct (exact int64 products: r * d <= p + d)."""
+    r = np.int64(math.floor(np.float64(p) * inv))
+    if r * d > p:
+        r -= 1
+    elif (r + 1) * d <= p:
+        r += 1
+    return r
+
+
+def _nb_sdiv_r(a, m, inv):
+    """_nb_sdiv with inv = 1.0 / (2m) taken once per row: the same integer (_nb_fdiv)."""
+    r = _nb_fdiv(2 * abs(a) + m, 2 * m, inv)
+    return r if a > 0 else (-r if a < 0 else 0 * r)
+
+
 def _nb_rms_fwd(x, C, y, q, j):
     """rms_forward on x (n, R, D) float64 integers: y (n, R, D), q, j (n, R) int64."""
     n, R, D = x.shape
@@ -184,8 +203,9 @@ def _nb_rms_fwd(x, C, y, q, j):
                 ss += xs[c] * xs[c]
             qq = _nb_isqrt(ss)
             j[i, r], q[i, r] = jj, qq
+            inv = 1.0 / np.float64(2 * qq) if qq > 0 else 0.0
             for c in range(D):
-                y[i, r, c] = _nb_sdiv(xs[c] * C, qq) if qq > 0 else 0
+                y[i, r, c] = _nb_sdiv_r(xs[c] * C, qq, inv) if qq > 0 else 0
 
 
 def _nb_rms_back(g, y, q, j, C, dx):
@@ -211,13 +231,14 @@ def _nb_rms_back(g, y, q, j, C, dx):
             for c in range(D):
                 Pr += y[i, r, c] * np.int64(g[i, r, c])
             Dq = D * q[i, r]
+            inv = 1.0 / np.float64(2 * Dq)
             k = J - j[i, r]
             if k > 40:
                 k = 40
             half = (np.int64(1) << k) >> 1
             for c in range(D):
                 num = np.int64(g[i, r, c]) * Nn - y[i, r, c] * Pr
-                z = _nb_sdiv(num, Dq) * C
+                z = _nb_sdiv_r(num, Dq, inv) * C
                 dx[i, r, c] = float((z + half) >> k)
     return Js
 
@@ -242,8 +263,9 @@ def _nb_softmax(Sc, mult, exp_t, P):
                         z = -128.0
                     ev[u] = np.int64(exp_t[np.int64(z + 128.0)])
                     S += ev[u]
+                inv = 1.0 / np.float64(2 * S)
                 for u in range(t + 1):
-                    P[i, b, t, u] = float(min(127, (256 * ev[u] + S) // (2 * S)))
+                    P[i, b, t, u] = float(min(127, _nb_fdiv(256 * ev[u] + S, 2 * S, inv)))
                 for u in range(t + 1, T):
                     P[i, b, t, u] = 0.0
 
@@ -389,7 +411,7 @@ def _nb_rq8_rows(V, e, out, e_out, sums):
         e_out[i] = e[i] + s
 
 
-_NAMES = ("bitlen", "absmax", "bias_rq8", "rq8x", "rq8_rows", "rq8", "norm15", "align", "isqrt", "sdiv", "rms_fwd", "rms_back", "softmax",
+_NAMES = ("bitlen", "absmax", "fdiv", "sdiv_r", "bias_rq8", "rq8x", "rq8_rows", "rq8", "norm15", "align", "isqrt", "sdiv", "rms_fwd", "rms_back", "softmax",
           "softmax_back", "accum", "bias_add")
 _KERN: list = []
 _LOCK = threading.Lock()
