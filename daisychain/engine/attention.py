@@ -35,14 +35,14 @@ def _int(obj, key):
     return int(obj[key])
 
 
-def _rq8(eng, V, e, am=None):
+def _rq8(eng, V, e, am=None, f32=False):
     """requantize to int8 with s = max(0, bitlen(max|V|) - 7) per micro-batch: (int8, e + s).
     (For |V| >= 2**31 an int32 engine first floors by 2**t1, t1 = max(0, s - 23): the same
     result; numpy's float routing is exact for any |V| < 2**53.) ``am``: max|V| per
     micro-batch where the compiled route already took it."""
     ops = getattr(eng, "attn_ops", None)
-    if ops is not None:
-        return ops.rq8(eng, V, e, am)
+    if ops is not None:  # f32: float32 out for the per-head GEMMs (the same integers)
+        return ops.rq8(eng, V, e, am, np.float32 if f32 else np.int8)
     s = np.maximum(N.bitlen(N.absmax(V)) - 7, 0)
     return eng._requantize(np.asarray(V, np.float64), s), np.asarray(e, np.int64) + s
 
@@ -275,7 +275,7 @@ class Block(LayerKind):
             st.tr((f"{name}.{t}.out_q", q8))
             qkv.append((q8, e8, Wq, ew))
         (Q, eq, _, _), (K, ek, _, _), (V, ev, _, _) = qkv
-        Qh, Kh, Vh = (_heads(M, n, b, T, H, dh) for M in (Q, K, V))  # (n*b*H, T, dh)
+        Qh, Kh, Vh = (_heads_mm(eng, M, n, b, T, H, dh) for M in (Q, K, V))  # (n*b*H, T, dh)
         Sc = _mm(eng, Qh, Kh.transpose(0, 2, 1))  # (n*b*H, T, T), exponent eq + ek
         Pm = softmax_int(eng, Sc.reshape(n, b * H, T, T), eq + ek - a)
         st.tr((f"{name}.scores", Sc.reshape(n, b * H, T, T)))
@@ -317,13 +317,13 @@ class Block(LayerKind):
         _wgrad(eng, out, pi + 6, Go, c["Oa"], ego + c["eo"], fb, lim)
         eng._accumulate(out, pi + 7, sb, ego, fb, lim)
         Ga, ega = _rq8(eng, _mm(eng, Go, c["Wo"]), ego + c["ewo"])
-        Gah = _heads(Ga, n, b, T, H, dh)
+        Gah = _heads_mm(eng, Ga, n, b, T, H, dh)
         (_, eq, _, _), (_, ek, _, _), (_, ev, _, _) = c["qkv"]
         Pm = c["P"].reshape(n * b * H, T, T)
         dP = _mm(eng, Gah, c["Vh"].transpose(0, 2, 1))  # exponent ega + ev
         dV = _mm(eng, Pm.transpose(0, 2, 1), Gah)  # exponent ega - 7
         dA = softmax_back(Pm, dP, eng)  # exponent ega + ev - 14
-        GS, eS = _rq8(eng, dA.reshape(n, b * H * T, T), ega + ev - 14)
+        GS, eS = _rq8(eng, dA.reshape(n, b * H * T, T), ega + ev - 14, f32=True)
         GS = GS.reshape(n * b * H, T, T)
         dQ = _mm(eng, GS, c["Kh"])  # exponent eS + ek - a
         dK = _mm(eng, GS.transpose(0, 2, 1), c["Qh"])  # exponent eS + eq - a
@@ -354,6 +354,12 @@ class Block(LayerKind):
 def _heads(M, n, b, T, H, dh):
     """Rows (n, b*T, D) -> (n*b*H, T, dh): column h*dh + i of row s*T + t is (s, h, t, i)."""
     return M.reshape(n, b, T, H, dh).transpose(0, 1, 3, 2, 4).reshape(n * b * H, T, dh)
+
+
+def _heads_mm(eng, M, n, b, T, H, dh):
+    """_heads(M), as float32 on the compiled route (its per-head GEMMs' operand)."""
+    fast = getattr(eng, "attn_ops", None)
+    return _heads(M, n, b, T, H, dh) if fast is None else fast.heads(M, n, b, T, H, dh)
 
 
 def _rows(M, n, b, T, H, dh):

@@ -157,11 +157,12 @@ class AttnOps:
         self.k.accum(dW.reshape(dW.shape[0], -1), np.broadcast_to(p, (dW.shape[0],)).copy(), float(limit),
                      out[o:o + dW[0].size])
 
-    def rq8(self, eng, V, e, am=None):
-        """(int8, e + s): int8 feeds the exact int8 GEMMs without a cast. ``am``: max|V| per
-        micro-batch where the caller has it."""
+    def rq8(self, eng, V, e, am=None, dtype=np.int8):
+        """(int8, e + s): int8 feeds the exact int8 GEMMs without a cast (``dtype`` float32:
+        the per-head GEMMs' operand, the same integers). ``am``: max|V| per micro-batch
+        where the caller has it."""
         V = np.ascontiguousarray(V)
-        out = np.empty(V.shape, np.int8)
+        out = np.empty(V.shape, dtype)
         e_out = np.empty(V.shape[0], np.int64)
         V2 = V.reshape(V.shape[0], -1)
         am = np.full(V.shape[0], -1.0) if am is None else np.array(am, np.float64)  # -1: the loop takes it
@@ -181,6 +182,13 @@ class AttnOps:
         self.k.rq8x(V.reshape(n, -1, V.shape[-1]), M, np.full(n, -1.0), np.asarray(e, np.int64).reshape(-1),
                     out.reshape(n, -1, V.shape[-1]), e_out, S)
         return out, e_out, (S if sums else None)
+
+    def heads(self, M, n, b, T, H, dh):
+        """attention._heads(M) as float32 (the per-head GEMMs' operand: the same integers,
+        cast once in the copy that reorders them, not at each of the GEMMs that read them)."""
+        out = np.empty((n * b * H, T, dh), np.float32)
+        out.reshape(n, b, H, T, dh)[...] = M.reshape(n, b, T, H, dh).transpose(0, 1, 3, 2, 4)
+        return out
 
     def rq8_rows(self, M, n, b, T, H, dh, e, sums=False):
         """rq8x(attention._rows(M), e) without the row-order copy: M (n*b*H, T, dh)."""
