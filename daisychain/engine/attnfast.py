@@ -183,6 +183,11 @@ class AttnOps:
                     out.reshape(n, -1, V.shape[-1]), e_out, S)
         return out, e_out, (S if sums else None)
 
+    def scatter_add(self, dE, tokens, G):
+        """The embedding's scatter-add of G's rows (n, R, D) into dE (n, V, D) int64."""
+        self.k.scatter(np.ascontiguousarray(tokens, np.int64), np.ascontiguousarray(G).reshape(dE.shape[0], -1,
+                       dE.shape[2]), dE)
+
     def heads(self, M, n, b, T, H, dh):
         """attention._heads(M) as float32 (the per-head GEMMs' operand: the same integers,
         cast once in the copy that reorders them, not at each of the GEMMs that read them)."""

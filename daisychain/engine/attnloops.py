@@ -411,7 +411,17 @@ def _nb_rq8_rows(V, e, out, e_out, sums):
         e_out[i] = e[i] + s
 
 
-_NAMES = ("bitlen", "absmax", "fdiv", "sdiv_r", "bias_rq8", "rq8x", "rq8_rows", "rq8", "norm15", "align", "isqrt", "sdiv", "rms_fwd", "rms_back", "softmax",
+def _nb_scatter(tokens, G, dE):
+    """dE[i, tokens[i, r]] += int64(G[i, r]) (the embedding's np.add.at: integers, exact)."""
+    n, R, D = G.shape
+    for i in range(n):
+        for r in range(R):
+            v = tokens[i, r]
+            for c in range(D):
+                dE[i, v, c] += np.int64(G[i, r, c])
+
+
+_NAMES = ("bitlen", "absmax", "scatter", "fdiv", "sdiv_r", "bias_rq8", "rq8x", "rq8_rows", "rq8", "norm15", "align", "isqrt", "sdiv", "rms_fwd", "rms_back", "softmax",
           "softmax_back", "accum", "bias_add")
 _KERN: list = []
 _LOCK = threading.Lock()
