@@ -258,10 +258,9 @@ def _nb_softmax(Sc, mult, exp_t, P):
                         m = np.float64(Sc[i, b, t, u])
                 S = 0
                 for u in range(t + 1):
-                    z = math.floor((np.float64(Sc[i, b, t, u]) - m) * mu + 0.5)
-                    if z < -128.0:
-                        z = -128.0
-                    ev[u] = np.int64(exp_t[np.int64(z + 128.0)])
+                    z = np.floor((np.float64(Sc[i, b, t, u]) - m) * mu + 0.5)
+                    z = z if z > -128.0 else -128.0
+                    ev[u] = np.int64(exp_t[np.int64(z) + 128])
                     S += ev[u]
                 inv = 1.0 / np.float64(2 * S)
                 for u in range(t + 1):
