@@ -297,6 +297,20 @@ def _nb_accum(dW, p, limit, out):
         out[m] += acc
 
 
+def _nb_bias_max(acc, bacc, i, bi):
+    """bi = micro-batch i's bias as int64; returns max|acc[i] + bi| (int64)."""
+    R, O = acc.shape[1], acc.shape[2]
+    for o in range(O):
+        bi[o] = np.int64(bacc[i, o])
+    m = np.int64(0)
+    for r in range(R):
+        for o in range(O):
+            v = np.int64(acc[i, r, o]) + bi[o]
+            v = v if v >= 0 else -v
+            m = v if v > m else m
+    return m
+
+
 def _nb_bias_add(acc, bacc, out, am):
     """out = acc + bacc per micro-batch (acc (n, R, O) the GEMM's integer sums, bacc (n, O)
     integers below 2**30 in float64: the float64 sum of the numpy rule is exact, so it is
@@ -304,16 +318,10 @@ def _nb_bias_add(acc, bacc, out, am):
     n, R, O = acc.shape
     bi = np.empty(O, np.int64)
     for i in range(n):
-        for o in range(O):
-            bi[o] = np.int64(bacc[i, o])
-        m = np.int64(0)
+        am[i] = np.float64(_nb_bias_max(acc, bacc, i, bi))
         for r in range(R):
             for o in range(O):
-                v = np.int64(acc[i, r, o]) + bi[o]
-                out[i, r, o] = np.float64(v)
-                v = v if v >= 0 else -v
-                m = v if v > m else m
-        am[i] = np.float64(m)
+                out[i, r, o] = np.float64(np.int64(acc[i, r, o]) + bi[o])
 
 
 def _nb_bias_rq8(acc, bacc, lo, out, e, e_out):
@@ -323,15 +331,7 @@ def _nb_bias_rq8(acc, bacc, lo, out, e, e_out):
     n, R, O = acc.shape
     bi = np.empty(O, np.int64)
     for i in range(n):
-        for o in range(O):
-            bi[o] = np.int64(bacc[i, o])
-        m = np.int64(0)
-        for r in range(R):
-            for o in range(O):
-                v = np.int64(acc[i, r, o]) + bi[o]
-                v = v if v >= 0 else -v
-                m = v if v > m else m
-        s = _nb_bitlen(np.float64(m)) - 7
+        s = _nb_bitlen(np.float64(_nb_bias_max(acc, bacc, i, bi))) - 7
         if s < 0:
             s = 0
         half = (np.int64(1) << s) >> 1
@@ -420,8 +420,8 @@ def _nb_scatter(tokens, G, dE):
                 dE[i, v, c] += np.int64(G[i, r, c])
 
 
-_NAMES = ("bitlen", "absmax", "scatter", "fdiv", "sdiv_r", "bias_rq8", "rq8x", "rq8_rows", "rq8", "norm15", "align", "isqrt", "sdiv", "rms_fwd", "rms_back", "softmax",
-          "softmax_back", "accum", "bias_add")
+_NAMES = ("bitlen", "absmax", "bias_max", "scatter", "fdiv", "sdiv_r", "bias_rq8", "rq8x", "rq8_rows", "rq8",
+          "norm15", "align", "isqrt", "sdiv", "rms_fwd", "rms_back", "softmax", "softmax_back", "accum", "bias_add")
 _KERN: list = []
 _LOCK = threading.Lock()
 
