@@ -148,19 +148,6 @@ def _nb_isqrt(v):
     return q
 
 
-def _nb_sdiv(a, m):
-    """sign(a) * floor((2|a| + m) / (2m)), m > 0, for |a| < 2**48 and m < 2**32 (the norm's
-    bounds, docs/ENGINE.md): p = 2|a| + m and d = 2m are exact in float64, the IEEE quotient
-    floored is floor(p / d) or one more (rounding is monotone and floor(p / d) is a double),
-    and r * d > p says which: the integer division's value without a hardware division."""
-    p = 2 * abs(a) + m
-    d = 2 * m
-    r = np.int64(math.floor(np.float64(p) / np.float64(d)))
-    if r * d > p:
-        r -= 1
-    return r if a > 0 else (-r if a < 0 else 0 * r)
-
-
 def _nb_fdiv(p, d, inv):
     """floor(p / d) for integers 0 <= p < 2**52, d > 0, with inv = 1.0 / d (one division per
     row, not per value): p * inv is p / d within a relative 2**-52, so less than 1 away and
@@ -175,7 +162,9 @@ def _nb_fdiv(p, d, inv):
 
 
 def _nb_sdiv_r(a, m, inv):
-    """_nb_sdiv with inv = 1.0 / (2m) taken once per row: the same integer (_nb_fdiv)."""
+    """sign(a) * floor((2|a| + m) / (2m)) (norm.sdiv), m > 0, for |a| < 2**48 and m < 2**32
+    (the norm's bounds, docs/ENGINE.md), with inv = 1.0 / (2m) taken once per row
+    (_nb_fdiv: no hardware division per value)."""
     r = _nb_fdiv(2 * abs(a) + m, 2 * m, inv)
     return r if a > 0 else (-r if a < 0 else 0 * r)
 
@@ -421,7 +410,7 @@ def _nb_scatter(tokens, G, dE):
 
 
 _NAMES = ("bitlen", "absmax", "bias_max", "scatter", "fdiv", "sdiv_r", "bias_rq8", "rq8x", "rq8_rows", "rq8",
-          "norm15", "align", "isqrt", "sdiv", "rms_fwd", "rms_back", "softmax", "softmax_back", "accum", "bias_add")
+          "norm15", "align", "isqrt", "rms_fwd", "rms_back", "softmax", "softmax_back", "accum", "bias_add")
 _KERN: list = []
 _LOCK = threading.Lock()
 
