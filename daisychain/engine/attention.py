@@ -19,7 +19,7 @@ import numpy as np
 
 from daisychain.engine import norm as N
 from daisychain.engine.detmath import pow2, quant_exponent, quantize
-from daisychain.engine.layer_base import Layer, LayerKind, SpecError, _affine_am
+from daisychain.engine.layer_base import Layer, LayerKind, SpecError, _affine_am, _trace_affine
 
 MAX_HEADS = 64
 MIN_WIDTH, MAX_WIDTH = 8, 1024
@@ -35,16 +35,29 @@ def _int(obj, key):
     return int(obj[key])
 
 
-def _rq8(eng, V, e, am=None):
+def _rq8(eng, V, e, am=None, f32=False):
     """requantize to int8 with s = max(0, bitlen(max|V|) - 7) per micro-batch: (int8, e + s).
     (For |V| >= 2**31 an int32 engine first floors by 2**t1, t1 = max(0, s - 23): the same
     result; numpy's float routing is exact for any |V| < 2**53.) ``am``: max|V| per
     micro-batch where the compiled route already took it."""
     ops = getattr(eng, "attn_ops", None)
-    if ops is not None:
-        return ops.rq8(eng, V, e, am)
+    if ops is not None:  # f32: float32 out for the per-head GEMMs (the same integers)
+        return ops.rq8(eng, V, e, am, np.float32 if f32 else np.int8)
     s = np.maximum(N.bitlen(N.absmax(V)) - 7, 0)
     return eng._requantize(np.asarray(V, np.float64), s), np.asarray(e, np.int64) + s
+
+
+def _affine_q8(eng, li, a, ex, W, bias, st, name, relu=False):
+    """_affine_am, then _rq8 (then the ReLU where ``relu``): (int8 rows, e, Wq, ew). The
+    compiled route does the bias, the requantize and the ReLU in one pass."""
+    fast = getattr(eng, "attn_ops", None)
+    if fast is None:
+        acc, sexp, Wq, ew, _ = _affine_am(eng, li, a, ex, W, bias, st, name=name)
+        q8, e8 = _rq8(eng, acc, sexp)
+        return (eng._relu(q8) if relu else q8), e8, Wq, ew
+    q8, e8, Wq, ew, bacc, acc = fast.affine_rq8(eng, a, ex, W, bias, relu, st.tracing)
+    _trace_affine(st, name, ew, bacc, acc)
+    return q8, e8, Wq, ew
 
 
 def _align(eng, ops):
@@ -162,7 +175,26 @@ def rmsnorm(eng, x, ex, name, st):
 
 def _rms_back(eng, g, eg, ex, cache):
     dx, e = (getattr(eng, "attn_ops", None) or N).rms_backward(g, eg, ex, cache)
-    return dx.astype(np.float64), e
+    return dx.astype(np.float64, copy=False), e
+
+
+def _rq8s(eng, V, e, mask=None):
+    """_rq8 of V * (mask > 0) (no mask: V), and the int8 out's sum over its rows per
+    micro-batch (a bias gradient's integers): (int8, e + s, sums)."""
+    fast = getattr(eng, "attn_ops", None)
+    if fast is not None:
+        return fast.rq8x(V, e, mask, sums=True)
+    G, eG = _rq8(eng, V if mask is None else V * (mask > 0), e)
+    return G, eG, G.sum(axis=1)
+
+
+def _rq8_rows(eng, M, n, b, T, H, dh, e, sums=False):
+    """_rq8 of _rows(M), and (where ``sums``) the out's sum over its rows as _rq8s."""
+    fast = getattr(eng, "attn_ops", None)
+    if fast is not None:
+        return fast.rq8_rows(M, n, b, T, H, dh, e, sums)
+    G, eG = _rq8(eng, _rows(M, n, b, T, H, dh), e)
+    return G, eG, (G.sum(axis=1) if sums else None)
 
 
 class Block(LayerKind):
@@ -239,26 +271,23 @@ class Block(LayerKind):
         A1, en1, nc1 = rmsnorm(eng, X, ex, f"{name}.norm1", st)
         qkv = []
         for j, t in enumerate("qkv"):
-            acc, sexp, Wq, ew, am = _affine_am(eng, li, A1, en1, P[2 * j], P[2 * j + 1], st, name=f"{name}.{t}")
-            q8, e8 = _rq8(eng, acc, sexp, am)
+            q8, e8, Wq, ew = _affine_q8(eng, li, A1, en1, P[2 * j], P[2 * j + 1], st, f"{name}.{t}")
             st.tr((f"{name}.{t}.out_q", q8))
             qkv.append((q8, e8, Wq, ew))
         (Q, eq, _, _), (K, ek, _, _), (V, ev, _, _) = qkv
-        Qh, Kh, Vh = (_heads(M, n, b, T, H, dh) for M in (Q, K, V))  # (n*b*H, T, dh)
+        Qh, Kh, Vh = (_heads_mm(eng, M, n, b, T, H, dh) for M in (Q, K, V))  # (n*b*H, T, dh)
         Sc = _mm(eng, Qh, Kh.transpose(0, 2, 1))  # (n*b*H, T, T), exponent eq + ek
         Pm = softmax_int(eng, Sc.reshape(n, b * H, T, T), eq + ek - a)
         st.tr((f"{name}.scores", Sc.reshape(n, b * H, T, T)))
         st.tr((f"{name}.probs", Pm))
         O = _mm(eng, Pm.reshape(n * b * H, T, T), Vh)  # (n*b*H, T, dh), exponent ev - 7
-        Oa, eo = _rq8(eng, _rows(O, n, b, T, H, dh), ev - 7)
+        Oa, eo, _ = _rq8_rows(eng, O, n, b, T, H, dh, ev - 7)
         st.tr((f"{name}.attn.out_q", Oa))
         Ao, eao, Wo, ewo, _ = _affine_am(eng, li, Oa, eo, P[6], P[7], st, name=f"{name}.o")
         X1, ex1 = _align(eng, [(X, ex), (Ao, eao)])
         st.tr((f"{name}.resid1", X1))
         A2, en2, nc2 = rmsnorm(eng, X1, ex1, f"{name}.norm2", st)
-        F1, ef1, W1, ew1, am = _affine_am(eng, li, A2, en2, P[8], P[9], st, name=f"{name}.fc1")
-        H1, eh = _rq8(eng, F1, ef1, am)
-        H1 = eng._relu(H1) if getattr(eng, "attn_ops", None) is None else np.maximum(H1, 0, out=H1)
+        H1, eh, W1, ew1 = _affine_q8(eng, li, A2, en2, P[8], P[9], st, f"{name}.fc1", relu=True)
         st.tr((f"{name}.fc1.out_q", H1))
         F2, ef2, W2, ew2, _ = _affine_am(eng, li, H1, eh, P[10], P[11], st, name=f"{name}.fc2")
         st.a, st.ex = _align(eng, [(X1, ex1), (F2, ef2)])
@@ -275,36 +304,35 @@ class Block(LayerKind):
         out, fb, lim = bw.out, bw.frac_bits, bw.limit
         E, eg = bw.G, bw.eg  # the wide stream error
         # MLP branch
-        G3, eg3 = _rq8(eng, E, eg)
+        G3, eg3, sb = _rq8s(eng, E, eg)
         _wgrad(eng, out, pi + 10, G3, c["H1"], eg3 + c["eh"], fb, lim)
-        eng._accumulate(out, pi + 11, G3.sum(axis=1), eg3, fb, lim)
-        dH = _mm(eng, G3, c["W2"]) * (c["H1"] > 0)
-        Gh, egh = _rq8(eng, dH, eg3 + c["ew2"])
+        eng._accumulate(out, pi + 11, sb, eg3, fb, lim)
+        Gh, egh, sb = _rq8s(eng, _mm(eng, G3, c["W2"]), eg3 + c["ew2"], c["H1"])  # the ReLU's mask
         _wgrad(eng, out, pi + 8, Gh, c["A2"], egh + c["en2"], fb, lim)
-        eng._accumulate(out, pi + 9, Gh.sum(axis=1), egh, fb, lim)
+        eng._accumulate(out, pi + 9, sb, egh, fb, lim)
         g2, eg2 = _rq8(eng, _mm(eng, Gh, c["W1"]), egh + c["ew1"])
         E, eg = _align(eng, [(E, eg), _rms_back(eng, g2, eg2, c["ex1"], c["nc2"])])
         # attention branch
-        Go, ego = _rq8(eng, E, eg)
+        Go, ego, sb = _rq8s(eng, E, eg)
         _wgrad(eng, out, pi + 6, Go, c["Oa"], ego + c["eo"], fb, lim)
-        eng._accumulate(out, pi + 7, Go.sum(axis=1), ego, fb, lim)
+        eng._accumulate(out, pi + 7, sb, ego, fb, lim)
         Ga, ega = _rq8(eng, _mm(eng, Go, c["Wo"]), ego + c["ewo"])
-        Gah = _heads(Ga, n, b, T, H, dh)
+        Gah = _heads_mm(eng, Ga, n, b, T, H, dh)
         (_, eq, _, _), (_, ek, _, _), (_, ev, _, _) = c["qkv"]
         Pm = c["P"].reshape(n * b * H, T, T)
         dP = _mm(eng, Gah, c["Vh"].transpose(0, 2, 1))  # exponent ega + ev
         dV = _mm(eng, Pm.transpose(0, 2, 1), Gah)  # exponent ega - 7
         dA = softmax_back(Pm, dP, eng)  # exponent ega + ev - 14
-        GS, eS = _rq8(eng, dA.reshape(n, b * H * T, T), ega + ev - 14)
+        GS, eS = _rq8(eng, dA.reshape(n, b * H * T, T), ega + ev - 14, f32=True)
         GS = GS.reshape(n * b * H, T, T)
         dQ = _mm(eng, GS, c["Kh"])  # exponent eS + ek - a
         dK = _mm(eng, GS.transpose(0, 2, 1), c["Qh"])  # exponent eS + eq - a
         errs = []
         for j, (dM, e) in enumerate(((dQ, eS + ek - a), (dK, eS + eq - a), (dV, ega - 7))):
-            Gs, egs = _rq8(eng, _rows(dM, n, b, T, H, dh), e)
+            Gs, egs, sb = _rq8_rows(eng, dM, n, b, T, H, dh, e, sums=True)
             _, _, Wq, ew = c["qkv"][j]
             _wgrad(eng, out, pi + 2 * j, Gs, c["A1"], egs + c["en1"], fb, lim)
-            eng._accumulate(out, pi + 2 * j + 1, Gs.sum(axis=1), egs, fb, lim)
+            eng._accumulate(out, pi + 2 * j + 1, sb, egs, fb, lim)
             errs.append(_rq8(eng, _mm(eng, Gs, Wq), egs + ew))
         g1, eg1 = _rq8(eng, *_align(eng, errs))
         E, eg = _align(eng, [(E, eg), _rms_back(eng, g1, eg1, c["ex"], c["nc1"])])
@@ -326,6 +354,12 @@ class Block(LayerKind):
 def _heads(M, n, b, T, H, dh):
     """Rows (n, b*T, D) -> (n*b*H, T, dh): column h*dh + i of row s*T + t is (s, h, t, i)."""
     return M.reshape(n, b, T, H, dh).transpose(0, 1, 3, 2, 4).reshape(n * b * H, T, dh)
+
+
+def _heads_mm(eng, M, n, b, T, H, dh):
+    """_heads(M), as float32 on the compiled route (its per-head GEMMs' operand)."""
+    fast = getattr(eng, "attn_ops", None)
+    return _heads(M, n, b, T, H, dh) if fast is None else fast.heads(M, n, b, T, H, dh)
 
 
 def _rows(M, n, b, T, H, dh):

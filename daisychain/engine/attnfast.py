@@ -10,327 +10,25 @@ block's 2-D GEMMs (and the output layer's forward) as torch's exact int8 x int8 
 K <= 1024: every value an integer below 2**24), each weight gradient as the engine's
 literal route (one exact GEMM per micro-batch, then the fixed-point sum of ``_accumulate``
 as a loop), the affine's bias add as one loop, and the output error as engine/kernels.py's
-compiled loss. The requantize writes int8.
+compiled loss. The requantize writes int8, and takes the bias add (q, k, v, fc1, with
+fc1's ReLU), the ReLU's error mask, the head-to-row order or the bias gradient's sums in the
+same pass where one comes before or after it.
 
-Why the values are the same: every rule is either integer arithmetic (int64, every value
-below 2**53 as docs/ENGINE.md bounds it: exact in any order; a numpy rule's rounding shift
-floor(v * 2**-s + 1/2) on integers held in float64 is the integer (v + 2**(s-1)) >> s) or
-the IEEE float64 operations the numpy rule writes, in the order it writes them (numba
-without fastmath: no fused multiply-add, no reordering). ``math.frexp`` gives numpy's exponent, ``math.sqrt`` is
-correctly rounded as ``np.sqrt``. tests/engine/test_attnfast.py holds both routes to the
-same bytes on every intermediate and on the gradient.
+The loops are engine/attnloops.py's (why their values are the numpy rules'). tests/engine/
+test_attnfast.py holds both routes to the same bytes on every intermediate and on the
+gradient.
 """
 
 from __future__ import annotations
 
-import math
-import threading
-import types
-
 import numpy as np
 
-from daisychain.compiled import numba_jit
 from daisychain.engine import norm as N
+from daisychain.engine.attnloops import kernels
 from daisychain.engine.detmath import pow2, quant_exponent, quantize
 from daisychain.units.gemm import MAX_K_FLOAT32
 
-WIDE, F = N.WIDE_BITS, N.NORM_F
-
-
-# ---------------------------------------------------------------------- the loops
-def _nb_bitlen(m):
-    """numpy's frexp exponent of float64 m >= 0 (0 for 0)."""
-    if m == 0.0:
-        return 0
-    return math.frexp(m)[1]
-
-
-def _nb_absmax(V, i):
-    """max|V[i]| of integers (held in any dtype, |V| < 2**53) as int64: integer compares,
-    which the compiler vectorizes."""
-    m = np.int64(0)
-    for k in range(V.shape[1]):
-        a = np.int64(V[i, k])
-        a = a if a >= 0 else -a
-        m = a if a > m else m
-    return m
-
-
-def _nb_rq8(V, am, e, out, e_out):
-    """_rq8 on V (n, L) (integers, |V| < 2**53) given am = max|V| per micro-batch (taken here
-    where am[i] < 0): s = max(0, bitlen(am) - 7), out = clamp(floor(V * 2**-s + 1/2), -127,
-    127) (the requantize by arithmetic), computed as the integer (V + 2**s / 2) >> s (floor
-    division by 2**s: the same integer), e_out = e + s."""
-    n, L = V.shape
-    for i in range(n):
-        if am[i] < 0.0:
-            am[i] = np.float64(_nb_absmax(V, i))
-        s = _nb_bitlen(np.float64(am[i])) - 7
-        if s < 0:
-            s = 0
-        half = (np.int64(1) << s) >> 1
-        for k in range(L):
-            x = (np.int64(V[i, k]) + half) >> s
-            x = min(max(x, -127), 127)
-            out[i, k] = x
-        e_out[i] = e[i] + s
-
-
-def _nb_norm15(V, e, e_out):
-    """norm15 in place on V (n, L) float64 integers: t = max(0, bitlen(max|V|) - 15) per
-    micro-batch; where any t > 0 every micro-batch takes floor(V * 2**-t + 1/2) (as numpy's
-    one pass), here the integer (V + 2**t / 2) >> t (the same value)."""
-    n, L = V.shape
-    ts = np.empty(n, np.int64)
-    anyt = False
-    for i in range(n):
-        t = _nb_bitlen(np.float64(_nb_absmax(V, i))) - WIDE
-        if t < 0:
-            t = 0
-        ts[i] = t
-        e_out[i] = e[i] + t
-        if t > 0:
-            anyt = True
-    if anyt:
-        for i in range(n):
-            t = ts[i]
-            h = (np.int64(1) << t) >> 1
-            for k in range(L):
-                V[i, k] = np.float64((np.int64(V[i, k]) + h) >> t)
-
-
-def _nb_align(ops, es, S, e_out):
-    """align_add of the k operands ops (a tuple of (n, L) arrays of integers below 2**53, left
-    as they are) with exponents es (k, n): S (n, L), e_out (n,). The numpy rule's values,
-    in integers (a rounding shift floor(w * 2**-k + 1/2) is (w + 2**k / 2) >> k, a shift up
-    by d <= 16 is w << d: every value exact below 2**53 in both): each
-    operand's wide form w (norm15: t > 0 only where max|V| >= 2**15, so w is non-zero exactly
-    where V is) is taken as its term is, the terms summed in operand order, then norm15."""
-    k = len(ops)
-    n, L = S.shape
-    ts = np.zeros((k, n), np.int64)
-    ew = np.empty((k, n), np.int64)
-    nz = np.zeros((k, n), np.bool_)
-    anyt = np.zeros(k, np.bool_)
-    for o in range(k):
-        for i in range(n):
-            m = np.float64(_nb_absmax(ops[o], i))
-            t = _nb_bitlen(m) - WIDE
-            if t < 0:
-                t = 0
-            ts[o, i] = t
-            ew[o, i] = es[o, i] + t
-            nz[o, i] = m > 0.0
-            if t > 0:
-                anyt[o] = True
-    for i in range(n):
-        hi, lo, live = 0, 0, False
-        for o in range(k):
-            if nz[o, i]:
-                if not live:
-                    hi, lo, live = ew[o, i], ew[o, i], True
-                else:
-                    hi = max(hi, ew[o, i])
-                    lo = min(lo, ew[o, i])
-        e = max(lo, hi - 16) if live else ew[0, i]
-        for o in range(k):
-            V = ops[o]
-            tt = ts[o, i] if anyt[o] else 0  # norm15's shift (0: none)
-            ht = (np.int64(1) << tt) >> 1
-            d = ew[o, i] - e
-            up = min(d, 16) if d >= 0 else 0
-            dn = min(-d, 40) if d < 0 else 0
-            hd = (np.int64(1) << dn) >> 1
-            if o == 0:
-                for l in range(L):
-                    S[i, l] = np.float64((((np.int64(V[i, l]) + ht) >> tt << up) + hd) >> dn)
-            else:
-                for l in range(L):
-                    S[i, l] += np.float64((((np.int64(V[i, l]) + ht) >> tt << up) + hd) >> dn)
-        e_out[i] = e
-    e2 = e_out.copy()
-    _nb_norm15(S, e2, e_out)
-
-
-def _nb_isqrt(v):
-    q = np.int64(math.floor(math.sqrt(float(v))))
-    if q * q > v:
-        q -= 1
-    if (q + 1) * (q + 1) <= v:
-        q += 1
-    return q
-
-
-def _nb_sdiv(a, m):
-    """sign(a) * floor((2|a| + m) / (2m)), m > 0, for |a| < 2**48 and m < 2**32 (the norm's
-    bounds, docs/ENGINE.md): p = 2|a| + m and d = 2m are exact in float64, the IEEE quotient
-    floored is floor(p / d) or one more (rounding is monotone and floor(p / d) is a double),
-    and r * d > p says which: the integer division's value without a hardware division."""
-    p = 2 * abs(a) + m
-    d = 2 * m
-    r = np.int64(math.floor(np.float64(p) / np.float64(d)))
-    if r * d > p:
-        r -= 1
-    return r if a > 0 else (-r if a < 0 else 0 * r)
-
-
-def _nb_rms_fwd(x, C, y, q, j):
-    """rms_forward on x (n, R, D) float64 integers: y (n, R, D), q, j (n, R) int64."""
-    n, R, D = x.shape
-    xs = np.empty(D, np.int64)
-    for i in range(n):
-        for r in range(R):
-            m = 0
-            for c in range(D):
-                v = np.int64(x[i, r, c])
-                xs[c] = v
-                if abs(v) > m:
-                    m = abs(v)
-            jj = 0
-            if m > 0:
-                jj = WIDE - _nb_bitlen(float(m))
-                if jj < 0:
-                    jj = 0
-            ss = 0
-            for c in range(D):
-                xs[c] = xs[c] << jj
-                ss += xs[c] * xs[c]
-            qq = _nb_isqrt(ss)
-            j[i, r], q[i, r] = jj, qq
-            for c in range(D):
-                y[i, r, c] = _nb_sdiv(xs[c] * C, qq) if qq > 0 else 0
-
-
-def _nb_rms_back(g, y, q, j, C, dx):
-    """rms_backward's dx before its norm15, on int8 errors g (n, R, D) float64: dx float64;
-    returns J per micro-batch (n,) int64."""
-    n, R, D = g.shape
-    Nn = np.int64(D) << (2 * F)
-    Js = np.zeros(n, np.int64)
-    for i in range(n):
-        J, live_any = 0, False
-        for r in range(R):
-            if q[i, r] > 0:
-                if not live_any or j[i, r] > J:
-                    J = j[i, r]
-                live_any = True
-        Js[i] = J
-        for r in range(R):
-            if q[i, r] <= 0:
-                for c in range(D):
-                    dx[i, r, c] = 0.0
-                continue
-            Pr = 0
-            for c in range(D):
-                Pr += y[i, r, c] * np.int64(g[i, r, c])
-            Dq = D * q[i, r]
-            k = J - j[i, r]
-            if k > 40:
-                k = 40
-            half = (np.int64(1) << k) >> 1
-            for c in range(D):
-                num = np.int64(g[i, r, c]) * Nn - y[i, r, c] * Pr
-                z = _nb_sdiv(num, Dq) * C
-                dx[i, r, c] = float((z + half) >> k)
-    return Js
-
-
-def _nb_softmax(Sc, mult, exp_t, P):
-    """softmax_int on Sc (n, B, T, T) (integers, read as float64) with mult = 2**(E + 4) per
-    micro-batch; P float32 (integers 0..127)."""
-    n, B, T, _ = Sc.shape
-    ev = np.empty(T, np.int64)
-    for i in range(n):
-        mu = mult[i]
-        for b in range(B):
-            for t in range(T):
-                m = np.float64(Sc[i, b, t, 0])
-                for u in range(1, t + 1):
-                    if np.float64(Sc[i, b, t, u]) > m:
-                        m = np.float64(Sc[i, b, t, u])
-                S = 0
-                for u in range(t + 1):
-                    z = math.floor((np.float64(Sc[i, b, t, u]) - m) * mu + 0.5)
-                    if z < -128.0:
-                        z = -128.0
-                    ev[u] = np.int64(exp_t[np.int64(z + 128.0)])
-                    S += ev[u]
-                for u in range(t + 1):
-                    P[i, b, t, u] = float(min(127, (256 * ev[u] + S) // (2 * S)))
-                for u in range(t + 1, T):
-                    P[i, b, t, u] = 0.0
-
-
-def _nb_softmax_back(P, dP, out):
-    """softmax_back on (B, T, T): out = P * (128 dP - rho), rho = sum_u P dP."""
-    B, T, U = P.shape
-    for b in range(B):
-        for t in range(T):
-            rho = 0
-            for u in range(U):
-                rho += np.int64(P[b, t, u]) * np.int64(dP[b, t, u])
-            for u in range(U):
-                p = np.int64(P[b, t, u])
-                out[b, t, u] = float(p * (128 * np.int64(dP[b, t, u]) - rho))
-
-
-def _nb_accum(dW, p, limit, out):
-    """out += sum over micro-batches i of floor(clamp(dW_i * p_i, -limit, limit) + 1/2), the
-    engine's _accumulate (dW (n, M) integers, read as float64; p_i = 2**(e_i + S))."""
-    n, M = dW.shape
-    for m in range(M):
-        acc = 0
-        for i in range(n):
-            x = np.float64(dW[i, m]) * p[i]
-            x = min(x, limit)
-            x = max(x, -limit)
-            x += 0.5
-            acc += np.int64(math.floor(x))
-        out[m] += acc
-
-
-def _nb_bias_add(acc, bacc, out, am):
-    """out = acc + bacc per micro-batch (acc (n, R, O) the GEMM's integer sums, bacc (n, O)
-    integers below 2**30 in float64: the float64 sum of the numpy rule is exact, so it is
-    the int64 sum) and am = max|out| per micro-batch (the requantize's, of the same values)."""
-    n, R, O = acc.shape
-    bi = np.empty(O, np.int64)
-    for i in range(n):
-        for o in range(O):
-            bi[o] = np.int64(bacc[i, o])
-        m = np.int64(0)
-        for r in range(R):
-            for o in range(O):
-                v = np.int64(acc[i, r, o]) + bi[o]
-                out[i, r, o] = np.float64(v)
-                v = v if v >= 0 else -v
-                m = v if v > m else m
-        am[i] = np.float64(m)
-
-
-_NAMES = ("bitlen", "absmax", "rq8", "norm15", "align", "isqrt", "sdiv", "rms_fwd", "rms_back", "softmax",
-          "softmax_back", "accum", "bias_add")
-_KERN: list = []
-_LOCK = threading.Lock()
-
-
-def kernels():
-    """The compiled loops, or None without numba (the numpy rules run)."""
-    if _KERN:
-        return _KERN[0]
-    with _LOCK:
-        if not _KERN:
-            jit = numba_jit()
-            if jit is None:
-                _KERN.append(None)
-            else:
-                k = types.SimpleNamespace()
-                g = globals()
-                for name in _NAMES:  # every global replaced before any compiles: the loops
-                    g["_nb_" + name] = jit(g["_nb_" + name])  # call the compiled helpers
-                    setattr(k, name, g["_nb_" + name])
-                _KERN.append(k)
-    return _KERN[0]
+F = N.NORM_F
 
 
 # ---------------------------------------------------------------------- the routes
@@ -393,23 +91,64 @@ class AttnOps:
             return _mm2(a.reshape(-1, K), b).reshape(a.shape[:-1] + b.shape[1:])
         return _torch().matmul(_t32(a), _t32(b)).numpy()
 
+    def _gemm(self, eng, a, ex, W2, bias):
+        """The affine's GEMM (int32 sums, C order) and its bias in accumulator units; Wq as
+        int8 (|Wq| <= 127: it feeds the backward's GEMMs without a cast)."""
+        ew = int(quant_exponent(np.abs(W2).max()))
+        Wq = quantize(W2, ew).astype(np.int8)
+        acc32 = np.ascontiguousarray(self.mm(eng, a, Wq.T))
+        sexp = ex + ew
+        bacc = np.clip(np.floor(bias[None, :] * pow2(-sexp)[:, None] + 0.5), -2.0**30, 2.0**30)  # BIAS_LIMIT
+        return acc32, sexp, Wq, ew, bacc
+
     def affine(self, eng, a, ex, W2, bias):
         """layer_base._affine's values (acc = GEMM + bacc, float64) with this route's GEMM and
         the bias added in one compiled pass, which also takes max|acc| per micro-batch for
         the requantize after it: (acc, sexp, Wq, ew, bacc, am)."""
-        ew = int(quant_exponent(np.abs(W2).max()))
-        Wq = quantize(W2, ew)
-        acc32 = self.mm(eng, a, Wq.T)
-        sexp = ex + ew
-        bacc = np.clip(np.floor(bias[None, :] * pow2(-sexp)[:, None] + 0.5), -2.0**30, 2.0**30)  # BIAS_LIMIT
+        acc32, sexp, Wq, ew, bacc = self._gemm(eng, a, ex, W2, bias)
         acc = np.empty(acc32.shape, np.float64)
         am = np.empty(acc.shape[0], np.float64)
-        self.k.bias_add(np.ascontiguousarray(acc32), bacc, acc, am)
+        self.k.bias_add(acc32, bacc, acc, am)
         return acc, sexp, Wq, ew, bacc, am
 
+    def affine_rq8(self, eng, a, ex, W2, bias, relu, tracing):
+        """affine, then rq8 (and the ReLU after it where ``relu``) in one pass that writes the
+        int8 rows and never the float64 sums: (q8, e8, Wq, ew, bacc, acc); acc (the sums, for
+        the trace) only where ``tracing``, else None."""
+        acc32, sexp, Wq, ew, bacc = self._gemm(eng, a, ex, W2, bias)
+        q8 = np.empty(acc32.shape, np.int8)
+        e8 = np.empty(acc32.shape[0], np.int64)
+        self.k.bias_rq8(acc32, bacc, 0 if relu else -127, q8, np.asarray(sexp, np.int64), e8)
+        acc = acc32.astype(np.float64) + bacc[:, None, :] if tracing else None
+        return q8, e8, Wq, ew, bacc, acc
+
+    def fold_grad(self, eng, out, pi, G, a_in, e, frac_bits, limit):
+        """eng._weight_grad's sum where every micro-batch's term is an exact integer (as its
+        fast path: k = e + S >= 0 for each, and no element can reach the clamp, |dW| <= b *
+        127 * 127): the fixed-point value of micro-batch i is then dW_i * 2**k_i itself, so
+        the micro-batches of one k are one exact int8 GEMM over all their rows (int32: n * b
+        * 127 * 127 < 2**31), shifted by k and summed in int64. True where it did the sum."""
+        n, b = G.shape[0], G.shape[1]
+        k = np.broadcast_to(np.asarray(e, np.int64).reshape(-1) + frac_bits, (n,))
+        if (int(k.min()) < 0 or float(b) * 16129.0 * float(pow2(int(k.max()))) > limit
+                or n * b * 16129 >= 2**31 or G.shape[2] < 2 or a_in.shape[2] < 2):
+            return False
+        if any(v.dtype != np.int8 and np.abs(v).max() > 127 for v in (G, a_in)):
+            return False  # int8 operands only (an output error is int8; checked, not assumed)
+        o = eng.layout.offsets[pi]
+        size = G.shape[2] * a_in.shape[2]
+        for kv in np.unique(k):
+            sel = slice(None) if (k == kv).all() else np.flatnonzero(k == kv)
+            dW = _mm2(_i8(G[sel]).reshape(-1, G.shape[2]).T, _i8(a_in[sel]).reshape(-1, a_in.shape[2]))
+            out[o:o + size] += dW.astype(np.int64).reshape(-1) << int(kv)
+        return True
+
     def weight_grad(self, eng, out, pi, G, a_in, e, frac_bits, limit):
-        """eng._weight_grad's literal route (the per-micro-batch GEMM, then _accumulate) where
-        a micro-batch's rows fit one exact float32 GEMM; else eng._weight_grad."""
+        """fold_grad, else eng._weight_grad's literal route (the per-micro-batch GEMM, then
+        _accumulate) where a micro-batch's rows fit one exact float32 GEMM; else
+        eng._weight_grad."""
+        if self.fold_grad(eng, out, pi, G, a_in, e, frac_bits, limit):
+            return None
         if G.shape[1] > MAX_K_FLOAT32:
             return eng._weight_grad(out, pi, G, a_in, e, frac_bits, limit)
         dW = np.stack([_mm2(G[i].T, a_in[i]) for i in range(G.shape[0])])
@@ -418,17 +157,52 @@ class AttnOps:
         self.k.accum(dW.reshape(dW.shape[0], -1), np.broadcast_to(p, (dW.shape[0],)).copy(), float(limit),
                      out[o:o + dW[0].size])
 
-    def rq8(self, eng, V, e, am=None):
-        """(int8, e + s): int8 feeds the exact int8 GEMMs without a cast. ``am``: max|V| per
-        micro-batch where the caller has it."""
+    def rq8(self, eng, V, e, am=None, dtype=np.int8):
+        """(int8, e + s): int8 feeds the exact int8 GEMMs without a cast (``dtype`` float32:
+        the per-head GEMMs' operand, the same integers). ``am``: max|V| per micro-batch
+        where the caller has it."""
         V = np.ascontiguousarray(V)
-        out = np.empty(V.shape, np.int8)
+        out = np.empty(V.shape, dtype)
         e_out = np.empty(V.shape[0], np.int64)
         V2 = V.reshape(V.shape[0], -1)
         am = np.full(V.shape[0], -1.0) if am is None else np.array(am, np.float64)  # -1: the loop takes it
         self.k.rq8(V2, am, np.broadcast_to(np.asarray(e, np.int64), (V.shape[0],)), out.reshape(V.shape[0], -1),
                    e_out)
         return out, e_out
+
+    def rq8x(self, V, e, mask=None, sums=False):
+        """rq8 of V * (mask > 0) (no mask: V) and, where ``sums``, the int8 out's sum over its
+        rows per micro-batch (int64, as numpy's): (int8, e + s, sums or None)."""
+        V = np.ascontiguousarray(V)
+        n = V.shape[0]
+        out = np.empty(V.shape, np.int8)
+        e_out = np.empty(n, np.int64)
+        S = np.empty((n, V.shape[-1]) if sums else (0, 1), np.int64)
+        M = np.ascontiguousarray(mask).reshape(V.shape) if mask is not None else np.empty((0, 1, 1), np.int8)
+        self.k.rq8x(V.reshape(n, -1, V.shape[-1]), M, np.full(n, -1.0), np.asarray(e, np.int64).reshape(-1),
+                    out.reshape(n, -1, V.shape[-1]), e_out, S)
+        return out, e_out, (S if sums else None)
+
+    def scatter_add(self, dE, tokens, G):
+        """The embedding's scatter-add of G's rows (n, R, D) into dE (n, V, D) int64."""
+        self.k.scatter(np.ascontiguousarray(tokens, np.int64), np.ascontiguousarray(G).reshape(dE.shape[0], -1,
+                       dE.shape[2]), dE)
+
+    def heads(self, M, n, b, T, H, dh):
+        """attention._heads(M) as float32 (the per-head GEMMs' operand: the same integers,
+        cast once in the copy that reorders them, not at each of the GEMMs that read them)."""
+        out = np.empty((n * b * H, T, dh), np.float32)
+        out.reshape(n, b, H, T, dh)[...] = M.reshape(n, b, T, H, dh).transpose(0, 1, 3, 2, 4)
+        return out
+
+    def rq8_rows(self, M, n, b, T, H, dh, e, sums=False):
+        """rq8x(attention._rows(M), e) without the row-order copy: M (n*b*H, T, dh)."""
+        out = np.empty((n, b * T, H * dh), np.int8)
+        e_out = np.empty(n, np.int64)
+        S = np.empty((n, H * dh) if sums else (0, 1), np.int64)
+        self.k.rq8_rows(np.ascontiguousarray(M).reshape(n, b, H, T, dh), np.asarray(e, np.int64).reshape(-1),
+                        out, e_out, S)
+        return out, e_out, (S if sums else None)
 
     def align_add(self, ops):
         first = np.asarray(ops[0][0])
@@ -454,7 +228,7 @@ class AttnOps:
 
     def rms_backward(self, g, eg, ex, cache):
         y, q, j = cache
-        g = _f64(g)
+        g = np.ascontiguousarray(g)  # int8 or float64 integers: read as int64
         dx = np.empty(g.shape, np.float64)
         J = self.k.rms_back(g, y, q, j, N.norm_constant(g.shape[-1]), dx)
         e = np.asarray(eg, np.int64) - 3 * F - np.asarray(ex, np.int64) + J

@@ -155,6 +155,7 @@ class Flow:
     tr: object
     last: bool = False
     logits: np.ndarray | None = None
+    tracing: bool = False  #: ``tr`` keeps what it is given (a compiled route skips values otherwise unused)
 
 
 @dataclass
@@ -211,10 +212,14 @@ def _affine_am(eng, li, a, ex, W2, bias, st, name=None):
         sexp = ex + ew
         bacc = np.clip(np.floor(bias[None, :] * pow2(-sexp)[:, None] + 0.5), -BIAS_LIMIT, BIAS_LIMIT)
         acc, am = acc + bacc[:, None, :], None
+    _trace_affine(st, name, ew, bacc, acc)
+    return acc, sexp, Wq, ew, am
+
+
+def _trace_affine(st, name, ew, bacc, acc):
     st.tr((f"{name}.weight_exponent", ew))
     st.tr((f"{name}.bias_acc", bacc))
     st.tr((f"{name}.acc", acc))
-    return acc, sexp, Wq, ew, am
 
 
 def _requantize_out(eng, li: int, acc: np.ndarray, sexp: np.ndarray, st: Flow) -> np.ndarray:

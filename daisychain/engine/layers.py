@@ -167,11 +167,15 @@ class Embedding(LayerKind):
         """Scatter-add the (unrequantized) input error rows into the table, integers."""
         n = tokens.shape[0]
         V, D = l.n_in, l.n_out
-        dXi = bw.G.astype(np.int64).reshape(n, -1, D)
         dE = np.zeros((n, V, D), np.int64)
         flat = tokens.reshape(n, -1)
-        for i in range(n):
-            np.add.at(dE[i], flat[i], dXi[i])
+        fast = getattr(eng, "attn_ops", None)
+        if fast is not None:  # the same integers, one compiled loop (engine/attnfast.py)
+            fast.scatter_add(dE, flat, bw.G)
+        else:
+            dXi = bw.G.astype(np.int64).reshape(n, -1, D)
+            for i in range(n):
+                np.add.at(dE[i], flat[i], dXi[i])
         eng._accumulate(bw.out, pi, dE.astype(np.float64), bw.eg, bw.frac_bits, bw.limit)
 
     def torch_module(self, l):

@@ -187,7 +187,7 @@ class Engine:
         if spec.input_kind != "tokens":
             tr(("input_exponent", ex))
             tr(("input_q", a))
-        st = Flow(a, ex, tr)
+        st = Flow(a, ex, tr, tracing=trace is not None)
         cache = []
         last = len(spec.layers) - 1
         for li, layer in enumerate(spec.layers):
@@ -259,6 +259,8 @@ class Engine:
         exact integer G^T a * 2**(e + S) and needs no rounding, so the sum over micro-batches
         can be folded into one float64 GEMM over all (micro-batch, sample) rows: every term
         and partial sum is an integer below 2**51, exact in any order."""
+        if self.attn_ops is not None and self.attn_ops.fold_grad(self, out, pi, G, a_in, e, frac_bits, limit):
+            return  # the same integers as below, by exact int8 GEMMs (engine/attnfast.py)
         k = np.asarray(e) + frac_bits
         b = G.shape[1]
         if (self.gemm == "fast" and int(k.min()) >= 0

@@ -158,3 +158,41 @@ def test_weight_gradient_matches_the_engines_own(text, frac_bits, limit):
         eng._weight_grad(want, pi, G, A, e, frac_bits, limit)
         OPS.weight_grad(eng, got, pi, G, A, e, frac_bits, limit)
         assert want.any() and want.tobytes() == got.tobytes()
+
+
+def test_division_by_a_row_reciprocal_is_the_integer_division():
+    """_nb_fdiv / _nb_sdiv_r (one reciprocal per row, corrected by one either way) against
+    int64 floor division and norm.sdiv, at and beside the multiples of d, up to the bounds."""
+    k = OPS.k
+    rng = np.random.default_rng(3)
+    for d in [1, 2, 3, 7, 254, 2**16 + 1, 2**31 - 1, 2**33 - 2]:
+        inv = 1.0 / d
+        qs = np.concatenate([np.arange(4), rng.integers(0, (2**51) // d, 200)])
+        for p in {int(q * d + r) for q in qs for r in (-1, 0, 1, d - 1) if 0 <= q * d + r < 2**52}:
+            assert k.fdiv(p, d, inv) == p // d, (p, d)
+    a = rng.integers(-2**47, 2**47, 500)
+    m = rng.integers(1, 2**31, 500)
+    want = N.sdiv(a, m)
+    got = [k.sdiv_r(int(x), int(y), 1.0 / (2.0 * int(y))) for x, y in zip(a, m)]
+    assert np.array_equal(want, np.array(got))
+
+
+def test_folded_weight_gradient_is_the_per_micro_batch_sum(text):
+    """fold_grad (one int8 GEMM per exponent group, shifted in int64) against the literal
+    per-micro-batch GEMM and fixed-point sum, with exponents that differ across micro-batches,
+    and its refusal where a term could reach the clamp."""
+    tr = Trainer(model_for(text, ("block16h2", "block16h2")), Hyper(seed=1), text, load_luts())
+    eng = tr.engine
+    rng = np.random.default_rng(4)
+    G = rng.integers(-127, 128, (4, 40, 16)).astype(np.int8)
+    A = rng.integers(-127, 128, (4, 40, 16)).astype(np.int8)
+    pi = 2  # a 16 x 16 block weight
+    for e, limit in (([-30, -29, -30, -31], 2.0**49), ([-25, -25, -25, -25], 2.0**49), ([-30, -29, -30, -31], 2.0**20)):
+        want = np.zeros(eng.layout.size, np.int64)
+        dW = np.stack([G[i].astype(np.float64).T @ A[i] for i in range(4)])
+        eng._accumulate(want, pi, dW, np.array(e), 40, limit)
+        got = np.zeros(eng.layout.size, np.int64)
+        folded = OPS.fold_grad(eng, got, pi, G, A, np.array(e), 40, limit)
+        assert folded == (limit > 2.0**40)
+        if folded:
+            assert got.tobytes() == want.tobytes()
