@@ -121,3 +121,15 @@ def test_the_transformers_output_error_keeps_the_small_probabilities(compiled):
         eng.attn_ops = None
         G2, eg2, _, _ = eng.top_errors(z, x, y)
         assert np.array_equal(G, G2) and np.array_equal(eg, eg2)
+
+
+def test_only_a_sequence_models_identity_names_the_rounding():
+    """An engine that rounds the transformer's output error half up computes other bits: the
+    run id tells them apart; every other model's identity (and run id) is unchanged."""
+    from daisychain.engine.data import model_for, prepare_task
+    from daisychain.engine.spec import Hyper
+    from daisychain.engine.trainer import run_identity
+
+    text, luts = prepare_task("text"), load_luts()
+    assert run_identity(model_for(text, ("block16h2",)), Hyper(), text, luts)["output_rounding"] == "stochastic"
+    assert "output_rounding" not in run_identity(model_for(text, 32), Hyper(), text, luts)
