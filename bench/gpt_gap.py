@@ -16,7 +16,18 @@ passes as if it were not there):
   micro-batch of 16 windows (a quarter of the batch), power-of-two scale, then zero-sum per
   row (the target entry takes minus the others' sum, at least -127);
 * ``outerr-sr``: ``outerr`` with stochastic rounding (floor(v + u), u uniform in [0, 1),
-  torch's generator): whether an unbiased rounding of the output error closes the gap.
+  torch's generator): whether an unbiased rounding of the output error closes the gap;
+* ``linq``: the backward's errors as the engine's requantize makes them: the gradient of
+  every linear's output and of its input rounded to int8 per micro-batch (one power-of-two
+  scale, round half up), as the block's G3, Gh, Go, Gq/Gk/Gv and the errors through the
+  weights;
+* ``softq``: the gradient of the attention scores (the softmax's backward, the engine's GS)
+  rounded the same way, one scale per micro-batch over every head and row;
+* ``normq``: the gradient of every norm's output rounded the same way (the int8 error the
+  engine's norm backward reads);
+* ``-sr`` after ``linq``, ``softq`` or ``normq``: the same with stochastic rounding.
+
+Variants combine with ``+``: ``outerr-sr+linq+softq`` is the float twin with all three.
 
 Not a test and not the engine: torch float32 with monkeypatched functions; the number to
 read is ``test_loss`` against ``none``'s (docs/BENCHMARKS.md, "The transformer").
@@ -37,6 +48,28 @@ def _fq(t: torch.Tensor) -> torch.Tensor:
     s = _pow2_scale(t.detach().abs().max())
     q = torch.clamp(torch.floor(t / s + 0.5), -127, 127) * s
     return t + (q - t).detach()
+
+
+def _gq(stochastic: bool):
+    """Straight-through in the forward; the backward's incoming gradient rounded to int8 per
+    micro-batch (a quarter of dim 0), as the engine's requantize of an error."""
+    class GQ(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            return x.view_as(x)
+
+        @staticmethod
+        def backward(ctx, g):
+            out = torch.empty_like(g)
+            step = max(1, g.shape[0] // 4)
+            for c0 in range(0, g.shape[0], step):
+                gg = g[c0:c0 + step]
+                s = _pow2_scale(gg.abs().max())
+                u = torch.rand_like(gg) if stochastic else 0.5
+                out[c0:c0 + step] = torch.clamp(torch.floor(gg / s + u), -127, 127) * s
+            return out
+
+    return GQ.apply
 
 
 def _softmax7(sm):
@@ -73,18 +106,37 @@ def _out_error(stochastic: bool):
     return lambda z, y, *a, **k: ce(Q.apply(z, y), y, *a, **k)
 
 
-def main() -> None:
-    variant, argv = sys.argv[1], sys.argv[2:]
+def _apply(part: str) -> None:
     F = torch.nn.functional
-    if variant == "softmax7":
+    sr = part.endswith("-sr")
+    base = part[:-3] if sr else part
+    if part == "softmax7":
         torch.softmax = _softmax7(torch.softmax)
-    elif variant == "int8fwd":
+    elif part == "int8fwd":
         lin = F.linear
         F.linear = lambda x, w, b=None: lin(_fq(x), _fq(w), b)
-    elif variant in ("outerr", "outerr-sr"):
-        F.cross_entropy = _out_error(variant == "outerr-sr")
-    elif variant != "none":
-        raise SystemExit(f"unknown variant {variant!r}: none, softmax7, int8fwd, outerr, outerr-sr")
+    elif part in ("outerr", "outerr-sr"):
+        F.cross_entropy = _out_error(sr)
+    elif base == "linq":
+        q, lin = _gq(sr), F.linear
+        F.linear = lambda x, w, b=None: q(lin(q(x), w, b))
+    elif base == "softq":
+        q, sm = _gq(sr), torch.softmax
+        torch.softmax = lambda x, dim=-1, **kw: sm(q(x), dim, **kw)
+    elif base == "normq":
+        from daisychain.engine import attention
+
+        q, rms = _gq(sr), attention._torch().RMSNorm.forward
+        attention._torch().RMSNorm.forward = lambda self, x: q(rms(self, x))
+    elif part != "none":
+        raise SystemExit(f"unknown variant {part!r}: none, softmax7, int8fwd, outerr[-sr], linq[-sr], "
+                         "softq[-sr], normq[-sr], joined by +")
+
+
+def main() -> None:
+    variant, argv = sys.argv[1], sys.argv[2:]
+    for part in variant.split("+"):
+        _apply(part)
     from daisychain.cli import main as cli_main
 
     sys.exit(cli_main(argv))

@@ -244,12 +244,13 @@ class AttnOps:
         self.k.softmax(Sc, np.broadcast_to(mult, (Sc.shape[0],)).copy(), eng.exp_t, P)
         return P
 
-    def output_error(self, z, y):
+    def output_error(self, z, y, keys=None):
         """Engine._output_error then the error's quantization per micro-batch for a
         cross-entropy model, by engine/kernels.py's compiled loss (the dense and image paths'
         one: the same float64 operations in the same order): (G float64, eg, loss, correct),
         or None where a kernel's precondition fails (the numpy rules then run)."""
         from daisychain.engine import kernels as shared
+        from daisychain.engine.sround import quantize_errors
 
         base = shared.compiled()
         if base is None:
@@ -262,11 +263,13 @@ class AttnOps:
         correct = np.empty(n, np.int64)
         if not base.output_error(z2, yv, b, dz.reshape(n * b, C), py.reshape(-1), correct):
             return None
+        loss = -np.log(np.maximum(py, 1e-300)).mean(axis=1)  # display only, as _output_error
+        if keys is not None:  # a sequence model's stochastic rounding (engine/sround.py)
+            return (*quantize_errors(dz.reshape(n, b, C), keys), loss, correct)
         eg = np.empty(n, np.int64)
         G32 = np.empty((n, b * C), np.float32)
         if not base.quant_rows(dz, G32, eg):
             return None
-        loss = -np.log(np.maximum(py, 1e-300)).mean(axis=1)  # display only, as _output_error
         return G32.astype(np.float64).reshape(n, b, C), eg, loss, correct
 
     def softmax_back(self, P, dP):

@@ -86,7 +86,9 @@ def zero_sum_errors(G: np.ndarray, y: np.ndarray) -> np.ndarray:
     Exact and bounded: s is a sum of at most C integers <= 127 (float64, exact below 2**53);
     the entries are rounded from values >= 0 that sum to less than 128, so fewer than 256 of
     them round up to 1 or more, s < 256 and the trim loop runs at most 128 times
-    whatever the vocabulary (an uploaded text cannot make it longer)."""
+    whatever the vocabulary (an uploaded text cannot make it longer). A sequence model's
+    errors round stochastically (engine/sround.py): each entry is then below its value + 1,
+    so s < 128 + C - 1 and the loop runs fewer than C times."""
     C = G.shape[-1]
     G2 = G.reshape(-1, C)
     yv = np.asarray(y, np.int64).reshape(-1)

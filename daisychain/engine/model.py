@@ -21,6 +21,7 @@ from daisychain.engine.layer_base import BIAS_LIMIT, Back, Flow  # noqa: F401 (B
 from daisychain.engine.layers import kind_of
 from daisychain.engine.paths import choose
 from daisychain.engine.spec import ModelSpec
+from daisychain.engine.sround import quantize_errors, row_keys
 from daisychain.units import reference as ref
 from daisychain.units.gemm import MAX_K, MAX_K_FLOAT32, gemm_lut, require_exact_mul, tables_are_exact
 from daisychain.units.luts import LutSet
@@ -222,6 +223,29 @@ class Engine:
         p /= float(b)
         return p, loss, correct
 
+    def top_errors(self, z, x, y):
+        """The output layer's int8 errors from the logits z (n, rows, C) of inputs x, labels y
+        (n, b): (G, eg, loss, correct). Cross-entropy's are made zero-sum per row; a sequence
+        model's (every position predicts the next token) round stochastically (engine/sround.py)."""
+        keys = None
+        if self.spec.seq:
+            keys = row_keys(x, y) if self.spec.loss == "cross_entropy" else None
+            y = seq_targets(x, y)
+        got = (self.attn_ops.output_error(z, y, keys) if self.attn_ops is not None
+               and self.spec.loss == "cross_entropy" else None)
+        if got is not None:  # the same values, compiled (engine/attnfast.py)
+            G, eg, loss, correct = got
+        else:
+            dz, loss, correct = self._output_error(z, y)
+            if keys is not None:
+                G, eg = quantize_errors(dz, keys)
+            else:
+                eg = quant_exponent(_absmax(dz))
+                G = quantize(dz, _per_mb(eg, 3))  # (n, b, out) int8 errors
+        if self.spec.loss == "cross_entropy":
+            G = zero_sum_errors(G, y)  # zero-sum per sample, as the true softmax error
+        return G, eg, loss, correct
+
     # ----------------------------------------------------------------- backward
     def grad(self, theta: np.ndarray, x: np.ndarray, y: np.ndarray, frac_bits: int,
              limit: float) -> Result:
@@ -231,19 +255,7 @@ class Engine:
             if got is not None:
                 return Result(*got)
         z, cache = self._forward_reference(theta, x)
-        if self.spec.seq:  # every position predicts the next token
-            y = seq_targets(x, y)
-        got = (self.attn_ops.output_error(z, y) if self.attn_ops is not None
-               and self.spec.loss == "cross_entropy" else None)
-        if got is not None:  # the same values, compiled (engine/attnfast.py)
-            G, eg, loss, correct = got
-        else:
-            dz, loss, correct = self._output_error(z, y)
-            eg = quant_exponent(_absmax(dz))
-            G = quantize(dz, _per_mb(eg, 3))  # (n, b, out) int8 errors
-        if self.spec.loss == "cross_entropy":
-            G = zero_sum_errors(G, y)  # zero-sum per sample, as the true softmax error
-
+        G, eg, loss, correct = self.top_errors(z, x, y)
         out = np.zeros(self.layout.size, np.int64)
         bw = Back(G, eg, False, out, frac_bits, limit)
         for li in range(len(self.spec.layers) - 1, -1, -1):

@@ -32,6 +32,8 @@ def run_identity(spec: ModelSpec, hp: Hyper, ds: Dataset, luts: LutSet) -> dict:
            "seed": hp.seed}
     if spec.uses_exp:  # the exp unit is not in manifest_sha256: a model that reads it names it
         out["exp_lut"] = luts.exp_sha256
+    if spec.seq:  # its output error rounds stochastically (engine/sround.py): an engine that
+        out["output_rounding"] = "stochastic"  # rounded it half up has another run id
     return out
 
 
@@ -43,7 +45,7 @@ def identity_differences(mine: dict, theirs: dict) -> list[str]:
     """Human-readable list of what differs between two run identities."""
     names = {"model": "model spec", "hyper": "hyperparameters", "dataset": "dataset fingerprint",
              "luts": "LUT manifest", "engine": "engine version", "seed": "seed", "task": "task",
-             "exp_lut": "exp table"}
+             "exp_lut": "exp table", "output_rounding": "output error rounding"}
     out = []
     for k, label in names.items():
         if mine.get(k) != theirs.get(k):

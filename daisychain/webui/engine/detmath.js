@@ -52,7 +52,7 @@ export function quantize(values, e, out = new Int32Array(values.length)) {
  *  taken off the others one unit at a time, each time from the largest (lowest class on a
  *  tie). The quantized error then sums to zero over the classes (engine version 2). In
  *  place; returns G. The excess is at most 128 (see the Python docstring), so the trim
- *  loop is bounded whatever C. */
+ *  loop is bounded whatever C; below C with a sequence model's stochastic rounding. */
 export function zeroSumErrors(G, y, rows, C) {
   for (let i = 0; i < rows; i++) {
     const o = i * C;

@@ -12,6 +12,7 @@ import { absmax, dexp, exponent, pow2, quantExponent, quantize, quantize1, zeroS
 import { accumulate, BIAS_LIMIT } from "./layers.js";
 import { isSequence, kindOf } from "./registry.js";
 import { STREAM_PARAM, uniform } from "./prng.js";
+import { quantizeStochastic, rowKeys } from "./sround.js";
 
 /** Exponent of every image micro-batch: a = pixel >> 1 stands for a * 2^-7. */
 export const IMAGE_EXPONENT = -7;
@@ -154,18 +155,21 @@ export class Engine {
     const plan = this.units.residentPlan ? await this.units.residentPlan(this.spec, b) : null;
     if (plan) return plan.gradInto(total, theta, x, y, fracBits, limit); // gpu_resident.js
     const { logits: z, cache } = await this.forward(theta, x, b);
+    let keys = null;
     if (this.seq && this.spec.loss !== "mse") { // every position predicts the next token: b*T rows (model.py seq_targets)
+      keys = rowKeys(x, y, b, this.spec.inputDim); // its error rounds stochastically (sround.js)
       y = seqTargets(x, y, b, this.spec.inputDim);
       b = y.length;
     }
     const o = outputError(this.spec, z, y, b);
-    return this.backwardFrom(total, cache, o.dz, o.labels, b, fracBits, limit, o.loss, o.correct);
+    return this.backwardFrom(total, cache, o.dz, o.labels, b, fracBits, limit, o.loss, o.correct, keys);
   }
 
   /** The backward pass from the output error dz (b, out); `y`: cross-entropy's labels (the
-   *  quantized errors made zero-sum per sample), null for mse. Returns {loss, correct}. */
-  async backwardFrom(total, cache, dz, y, b, fracBits, limit, loss, correct = 0) {
-    let { G, eg } = topErrors(dz, y, b, this.spec.classes);
+   *  quantized errors made zero-sum per sample), null for mse; `keys`: a sequence model's
+   *  row keys (stochastic rounding, sround.js), else null. Returns {loss, correct}. */
+  async backwardFrom(total, cache, dz, y, b, fracBits, limit, loss, correct = 0, keys = null) {
+    let { G, eg } = topErrors(dz, y, b, this.spec.classes, keys);
     const ctx = { units: this.units, b, total, offsets: this.layout.offsets, fracBits, limit, needInput: true };
     for (let k = cache.length - 1; k >= 0; k--) {
       const entry = cache[k];
@@ -250,11 +254,12 @@ export function outputError(spec, z, y, b) {
   return { dz, labels: y, loss: lossSum / b, correct };
 }
 
-/** The top layer's int8 errors G (b, classes) and their exponent: dz quantized, zero-sum per
- *  sample when `labels` (cross-entropy). */
-export function topErrors(dz, labels, b, classes) {
+/** The top layer's int8 errors G (b, classes) and their exponent: dz quantized (rounded
+ *  stochastically with a sequence model's row `keys`, sround.js), zero-sum per sample when
+ *  `labels` (cross-entropy). */
+export function topErrors(dz, labels, b, classes, keys = null) {
   const eg = quantExponent(absmax(dz));
-  let G = quantize(dz, eg);
+  let G = keys ? quantizeStochastic(dz, eg, keys, b, classes) : quantize(dz, eg);
   if (labels !== null) G = zeroSumErrors(G, labels, b, classes);
   return { G, eg };
 }

@@ -14,7 +14,7 @@ import { augmentMicroBatch } from "./augment.js";
 import { pow2 } from "./detmath.js";
 import { Engine, initParams, ParamLayout } from "./model.js";
 import { permutation, STREAM_SHUFFLE } from "./prng.js";
-import { readsExp } from "./registry.js";
+import { isSequence, readsExp } from "./registry.js";
 import { checkSize, HYPER_FLOATS, hyperJson, imageShape, nMicro, SpecError } from "./spec.js";
 
 export const ENGINE_VERSION = "2";
@@ -288,6 +288,8 @@ export function runIdentity(spec, hp, ds, luts) {
     luts: luts.manifestSha256, engine: ENGINE_VERSION, seed: hp.seed };
   // the exp unit is not in manifest_sha256: a model that reads it names its table
   if (readsExp(spec.layers)) out.exp_lut = luts.expSha256;
+  // a sequence model's output error rounds stochastically (sround.js): a run id of its own
+  if (isSequence(spec.layers)) out.output_rounding = "stochastic";
   return out;
 }
 
