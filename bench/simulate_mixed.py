@@ -17,8 +17,10 @@ are held equal by ``--lang both``).
 ``--rooms tab-rollback`` builds, instead, rooms of the shape of
 tests/browser_mesh/test_mixed_room.py::test_a_tab_hosted_room_rolls_back_a_lying_daisy_peer:
 a JS host with two Python members, one honest and one ``flip`` liar, spot-checks at 0.05 (or
-0.25) and 3 strikes, 32 micro-batches a step, capacities of that test's order, and computes and
-delays drawn wide enough that deadlines are missed and backups assigned.
+0.25) and 3 strikes, 32 micro-batches a step, capacities of that test's order, computes and
+delays drawn wide enough that deadlines are missed and backups assigned, and the liar's process
+exiting when it is told it was removed (its channels close, the room loses it: the sim op's
+``removed_exit_ms``), as the daisy-peer does.
 """
 
 from __future__ import annotations
@@ -96,7 +98,8 @@ def generate_tab(seed: int) -> dict:
           [0, {"op": "link", "peers": ["p0", "p1", "p2"]}], [0, {"op": "start", "id": "p0"}]]
     sim = {"op": "sim", "rng": (seed * 2654435761 + 777) % 2**32 or 1,
            "delay_ms": r.choice([[1, 5], [1, 50], [5, 400], [1, 1500]]), "compute_default_ms": [5, 60],
-           "compute_ms": slow, "tick_ms": 100, "until_ms": 600_000, "at": at}
+           "compute_ms": slow, "tick_ms": 100, "until_ms": 600_000, "at": at,
+           "removed_exit_ms": r.choice([[1, 20], [5, 400], [50, 3000]])}  # the liar's process exits
     return {"name": f"tab{seed}", "seed": seed, "settings": TAB + ["--steps", str(steps)], "events": events + [sim],
             "sim": {"shape": "star", "peers": 3, "steps": steps, "verify_rate": rate, "strikes": 3,
                     "liars": {liar: "flip"}, "late": [], "slow": sorted(slow), "events": []}}

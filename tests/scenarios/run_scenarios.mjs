@@ -177,6 +177,7 @@ class Net {
     this.msgNo = new Map();
     this.snapshots = new Map();
     this.out = [];
+    this.host = null; // the room's host, as the last room op said
   }
 
   live() { return [...this.peers.keys()].filter((p) => !this.dead.has(p)).sort(); }
@@ -307,6 +308,7 @@ class Net {
         break;
       }
       case "room":
+        this.host = e.host;
         for (const pid of [...(e.only ?? e.members)].sort()) {
           if (!this.dead.has(pid)) await this.feed(pid, await this.peers.get(pid).setMembers(e.members, e.host));
         }
@@ -377,20 +379,30 @@ class Net {
     let k = 0;
     const tickMs = e.tick_ms ?? 100;
     let nextTick = tickMs;
+    const exitMs = e.removed_exit_ms ?? null;
+    const exits = []; // [due ms, peer]: a removed replica exits (as a daisy-peer does when told)
+    let seen = 0;
     const earliest = (list, ok, due) => {
       let best = null;
       list.forEach((x, i) => { if (ok(x) && (best === null || due(x) < best[0])) best = [due(x), i]; });
       return best;
     };
     for (;;) {
+      if (exitMs) {
+        for (const o of this.out.slice(seen)) {
+          if (o[0] === "removed" && !this.dead.has(o[1]) && exits.every((x) => x[1] !== o[1])) exits.push([s.now + s.draw(...exitMs), o[1]]);
+        }
+        seen = this.out.length;
+      }
       if (k === at.length && this.live().every((q) => { const p = this.peers.get(q); return !p.trainer || p.ended || p.refused; })) {
         this.out.push(["sim", "end", s.now]);
         break;
       }
       const tOp = k < at.length ? at[k][0] : null;
+      const tExit = exits.length ? Math.min(...exits.map((x) => x[0])) : null;
       const msg = earliest(this.wire, (w) => this.links.get(`${w[0]}>${w[1]}`) !== 0, (w) => w[3]);
       const cmp = earliest(this.computes, (c) => !this.held.has(c[0]), (c) => c[2]);
-      const t = Math.min(...[tOp, msg && msg[0], cmp && cmp[0], nextTick].filter((x) => x !== null));
+      const t = Math.min(...[tOp, tExit, msg && msg[0], cmp && cmp[0], nextTick].filter((x) => x !== null));
       if (t > e.until_ms) {
         this.out.push(["sim", "hang", s.now]);
         break;
@@ -400,6 +412,10 @@ class Net {
       if (t === tOp) {
         k += 1;
         await this.op(at[k - 1][1]);
+      } else if (t === tExit) {
+        const x = exits.reduce((a, b) => (b[0] < a[0] || (b[0] === a[0] && b[1] < a[1]) ? b : a));
+        exits.splice(exits.indexOf(x), 1);
+        await this.op({ op: "kill", id: x[1], host: this.host });
       } else if (msg !== null && t === msg[0]) await this.deliverOne(msg[1]);
       else if (cmp !== null && t === cmp[0]) await this.computeOne(null, cmp[1]);
       else {

@@ -124,6 +124,7 @@ class MixedNet(Net):
     def __init__(self, scenario: dict, js: set, node: Node):
         super().__init__(scenario)
         self.js, self.node = set(js), node
+        self.crossed = {"py>js": 0, "js>py": 0}  # messages delivered from one language to the other
         node.reset(tuple(scenario["settings"]))
 
     def feed(self, pid: str, outputs) -> None:
@@ -144,6 +145,8 @@ class MixedNet(Net):
     def deliver_one(self, i: int | None = None) -> None:
         i = self.deliverable() if i is None else i
         sender, to, frames, _ = self.wire[i]
+        if (sender in self.js) != (to in self.js):
+            self.crossed["js>py" if sender in self.js else "py>js"] += 1
         if to not in self.js:
             return super().deliver_one(i)
         del self.wire[i]
@@ -186,4 +189,4 @@ def run_mixed(scenario: dict, js: set, node: Node) -> dict:
             final[p] = peer.final()
         else:
             final[p] = {"step": peer.step, "sha": peer.member.sha() if peer.trainer else None}
-    return {"outputs": json.loads(json.dumps(net.out)), "final": final}
+    return {"outputs": json.loads(json.dumps(net.out)), "final": final, "crossed": net.crossed}
