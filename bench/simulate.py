@@ -152,7 +152,8 @@ def violations(sc: dict, res: dict) -> list[str]:
     bad: list[str] = []
     end = [o for o in out if o[0] == "sim"]
     if not end or end[-1][1] != "end":
-        bad.append(f"hang: no end within {UNTIL_MS} ms of virtual time")
+        until = next((e["until_ms"] for e in sc["events"] if e.get("op") == "sim"), UNTIL_MS)
+        bad.append(f"hang: no end within {until} ms of virtual time")
     told = {o[1] for o in out if o[0] == "removed"}
     killed = {e["id"] for e in sc["events"] if e.get("op") == "kill"} | {
         x[1]["id"] for e in sc["events"] if e.get("op") == "sim" for x in e.get("at", []) if x[1]["op"] == "kill"}
