@@ -18,7 +18,8 @@ are held equal by ``--lang both``).
 tests/browser_mesh/test_mixed_room.py::test_a_tab_hosted_room_rolls_back_a_lying_daisy_peer:
 a JS host with two Python members, one honest and one ``flip`` liar, spot-checks at 0.05 (or
 0.25) and 3 strikes, 32 micro-batches a step, capacities of that test's order, computes and
-delays drawn wide enough that deadlines are missed and backups assigned, and the liar's process
+delays drawn wide enough that deadlines are missed and backups assigned, in 4 rooms of 10 a
+member ready late (it joins by a STATE; the host then waits for nobody, as a tab), and the liar's process
 exiting when it is told it was removed (its channels close, the room loses it: the sim op's
 ``removed_exit_ms``), as the daisy-peer does.
 """
@@ -96,10 +97,21 @@ def generate_tab(seed: int) -> dict:
     slow = {p: [r.choice([1, 5, 20]), r.choice([60, 400, 1500, 4000])] for p in ("p0", "p1", "p2") if r.random() < 0.7}
     at = [[0, {"op": "room", "members": ["p0", "p1", "p2"], "host": "p0"}],
           [0, {"op": "link", "peers": ["p0", "p1", "p2"]}], [0, {"op": "start", "id": "p0"}]]
+    late = []
+    if r.random() < 0.4:  # (drawn last: the rooms without it are those of the first sweep)
+        # a member ready late, as a daisy-peer on a loaded machine: the tab (which waits for
+        # nobody: waitPeers 0) waits START_WAIT_S for its announce, then goes on; it joins by a STATE
+        late = [r.choice(["p1", "p2"])]
+        first = [p for p in ("p0", "p1", "p2") if p not in late]
+        events[0]["wait_peers"] = 0
+        t = r.randint(500, 20_000)
+        at = [[0, {"op": "room", "members": first, "host": "p0"}], [0, {"op": "link", "peers": first}],
+              [0, {"op": "start", "id": "p0"}], [t, {"op": "room", "members": ["p0", "p1", "p2"], "host": "p0"}],
+              [t, {"op": "link", "peers": ["p0", "p1", "p2"]}]]
     sim = {"op": "sim", "rng": (seed * 2654435761 + 777) % 2**32 or 1,
            "delay_ms": r.choice([[1, 5], [1, 50], [5, 400], [1, 1500]]), "compute_default_ms": [5, 60],
            "compute_ms": slow, "tick_ms": 100, "until_ms": 600_000, "at": at,
            "removed_exit_ms": r.choice([[1, 20], [5, 400], [50, 3000]])}  # the liar's process exits
     return {"name": f"tab{seed}", "seed": seed, "settings": TAB + ["--steps", str(steps)], "events": events + [sim],
             "sim": {"shape": "star", "peers": 3, "steps": steps, "verify_rate": rate, "strikes": 3,
-                    "liars": {liar: "flip"}, "late": [], "slow": sorted(slow), "events": []}}
+                    "liars": {liar: "flip"}, "late": late, "slow": sorted(slow), "events": []}}
