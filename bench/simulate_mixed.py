@@ -7,7 +7,10 @@ language and the decoder of the other):
 
 - ``js-host``: p0 (the first host, as a tab that hosts) in JS, every other replica in Python
   (daisy-peers);
-- ``py-host``: p0 in Python, every other replica in JS.
+- ``py-host``: p0 in Python, every other replica in JS;
+- ``alternate`` (ring rooms only): p0 and every even member in Python, every odd one in JS (a
+  ring of both languages, as tests/browser_mesh/test_ring_tab.py's: a daisy-peer host, a tab
+  and a daisy-peer member).
 
 Hand-overs move the coordinator to a member, so both languages coordinate in some runs. On top
 of simulate's invariants, a mixed run must write the outputs of the pure Python run of the same
@@ -37,12 +40,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests" / "scena
 
 from scenario_mixed import Node, run_mixed  # noqa: E402
 
-ARRANGEMENTS = ("js-host", "py-host")
+ARRANGEMENTS = ("js-host", "py-host", "alternate")
 _node: list = []
 
 
 def js_ids(sc: dict, arrangement: str) -> set:
     ids = {e["id"] for e in sc["events"] if e["op"] == "peer"}
+    if arrangement == "alternate":
+        return {p for p in ids if int(p[1:]) % 2 == 1}
     return {"p0"} if arrangement == "js-host" else ids - {"p0"}
 
 
@@ -64,12 +69,14 @@ def play(sc: dict, arrangement: str) -> dict:
 
 
 def mixed_violations(sc: dict, py: dict | None) -> tuple[list[str], dict]:
-    """simulate's invariants on each arrangement's run (a tab-rollback room: js-host only),
-    and its outputs against the pure Python run ``py``; the last run's result with them."""
+    """simulate's invariants on each arrangement's run (a tab-rollback room: js-host only;
+    alternate: ring rooms only), and its outputs against the pure Python run ``py``; the last
+    run's result with them."""
     from bench.simulate import first_difference, violations
     bad: list[str] = []
     res: dict = {}
-    for a in ARRANGEMENTS[:1] if sc["name"].startswith("tab") else ARRANGEMENTS:
+    ring = sc.get("sim", {}).get("shape") == "ring"
+    for a in ARRANGEMENTS[:1] if sc["name"].startswith("tab") else ARRANGEMENTS if ring else ARRANGEMENTS[:2]:
         res = play(sc, a)
         bad += [f"mixed {a}: {v}" for v in violations(sc, res)]
         if py is not None and "error" not in py and "error" not in res and (
