@@ -115,9 +115,11 @@ def generate_tab(seed: int) -> dict:
         at = [[0, {"op": "room", "members": first, "host": "p0"}], [0, {"op": "link", "peers": first}],
               [0, {"op": "start", "id": "p0"}], [t, {"op": "room", "members": ["p0", "p1", "p2"], "host": "p0"}],
               [t, {"op": "link", "peers": ["p0", "p1", "p2"]}]]
+    # (30 min of virtual time: a slow member given backups piles up computes of up to 4 s each;
+    # seed 2219 ended at 634 s, past an earlier bound of 600 s)
     sim = {"op": "sim", "rng": (seed * 2654435761 + 777) % 2**32 or 1,
            "delay_ms": r.choice([[1, 5], [1, 50], [5, 400], [1, 1500]]), "compute_default_ms": [5, 60],
-           "compute_ms": slow, "tick_ms": 100, "until_ms": 600_000, "at": at,
+           "compute_ms": slow, "tick_ms": 100, "until_ms": 1_800_000, "at": at,
            "removed_exit_ms": r.choice([[1, 20], [5, 400], [50, 3000]])}  # the liar's process exits
     return {"name": f"tab{seed}", "seed": seed, "settings": TAB + ["--steps", str(steps)], "events": events + [sim],
             "sim": {"shape": "star", "peers": 3, "steps": steps, "verify_rate": rate, "strikes": 3,
