@@ -17,9 +17,12 @@ The invariants, on every run (:func:`violations`): every honest replica left at 
 holds ``daisychain train``'s hash for the same settings (no lie stays); no replica commits a
 step twice or skips one; a caught liar is removed and told, no honest peer is ever struck;
 the run ends within the virtual-time bound; no role raises; with ``--lang both`` the two
-languages write the same outputs.
+languages write the same outputs; with ``--lang mixed`` each room is also played with its
+replicas in both languages at once (bench/simulate_mixed.py: a JS host with Python members,
+and the reverse), and must write the pure Python run's outputs.
 
     python -m bench.simulate --seeds 0:200 --lang both        # one JSON line
+    python -m bench.simulate --seeds 0:200 --lang mixed       # mixed rooms (bench/simulate_mixed.py)
     python -m bench.simulate --seeds 17:1 --trace             # a seed's scenario, shrunk when it fails
     python -m bench.simulate --seeds 17:1 --pin NAME          # ... pinned as tests/scenarios/NAME.json
 """
@@ -149,7 +152,8 @@ def violations(sc: dict, res: dict) -> list[str]:
     bad: list[str] = []
     end = [o for o in out if o[0] == "sim"]
     if not end or end[-1][1] != "end":
-        bad.append(f"hang: no end within {UNTIL_MS} ms of virtual time")
+        until = next((e["until_ms"] for e in sc["events"] if e.get("op") == "sim"), UNTIL_MS)
+        bad.append(f"hang: no end within {until} ms of virtual time")
     told = {o[1] for o in out if o[0] == "removed"}
     killed = {e["id"] for e in sc["events"] if e.get("op") == "kill"} | {
         x[1]["id"] for e in sc["events"] if e.get("op") == "sim" for x in e.get("at", []) if x[1]["op"] == "kill"}
@@ -269,10 +273,10 @@ def run_js(scs: list[dict]) -> dict:
 
 
 def check(sc: dict, lang: str) -> tuple[list[str], dict]:
-    """Run one scenario in ``lang`` (py, js or both) and list its violations."""
+    """Run one scenario in ``lang`` (py, js, both or mixed) and list its violations."""
     bad: list[str] = []
     py = js = None
-    if lang in ("py", "both"):
+    if lang in ("py", "both", "mixed"):
         py = run_py(sc)
         bad += [f"py: {v}" for v in violations(sc, py)]
     if lang in ("js", "both"):
@@ -281,6 +285,9 @@ def check(sc: dict, lang: str) -> tuple[list[str], dict]:
     if py is not None and js is not None and "error" not in js and "error" not in py:
         if py["outputs"] != js["outputs"] or py["final"] != js["final"]:
             bad.append("python and js wrote different outputs: " + first_difference(py["outputs"], js["outputs"]))
+    if lang == "mixed":
+        from bench.simulate_mixed import mixed_violations
+        bad += mixed_violations(sc, py)[0]
     return bad, (py or js)
 
 
@@ -323,19 +330,25 @@ def shrink(sc: dict, lang: str, bad: list[str]) -> dict:
     return best
 
 
-def run_seeds(start: int, count: int, lang: str, batch: int = 50) -> dict:
+def run_seeds(start: int, count: int, lang: str, batch: int = 50, rooms: str = "random") -> dict:
     runs, found, uncaught, gaps = 0, [], 0, 0
     faults: dict[str, int] = {}
+    make = generate
+    if rooms == "tab-rollback":
+        from bench.simulate_mixed import generate_tab as make
     for lo in range(start, start + count, batch):
         seeds = list(range(lo, min(start + count, lo + batch)))
-        scs = [generate(s) for s in seeds]
+        scs = [make(s) for s in seeds]
         js = run_js(scs) if lang in ("js", "both") else {}
         for sc in scs:
             bad: list[str] = []
             py = None
-            if lang in ("py", "both"):
+            if lang in ("py", "both", "mixed"):
                 py = run_py(sc)
                 bad += [f"py: {v}" for v in violations(sc, py)]
+            if lang == "mixed":
+                from bench.simulate_mixed import mixed_violations
+                bad += mixed_violations(sc, py)[0]
             if js:
                 j = js[sc["name"]]
                 bad += [f"js: {v}" for v in violations(sc, j)]
@@ -363,14 +376,19 @@ def run_seeds(start: int, count: int, lang: str, batch: int = 50) -> dict:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.simulate", description=__doc__.split("\n\n")[0])
     ap.add_argument("--seeds", default="0:100", help="START:COUNT")
-    ap.add_argument("--lang", choices=("py", "js", "both"), default="py")
+    ap.add_argument("--lang", choices=("py", "js", "both", "mixed"), default="py")
+    ap.add_argument("--rooms", choices=("random", "tab-rollback"), default="random",
+                    help="tab-rollback: rooms of the browser rollback test's shape (bench/simulate_mixed.py)")
     ap.add_argument("--trace", action="store_true", help="print each seed's scenario (shrunk when it fails)")
     ap.add_argument("--pin", metavar="NAME", help="write the (shrunk) failing scenario to tests/scenarios/NAME.json")
     a = ap.parse_args(argv)
     start, count = (int(x) for x in a.seeds.split(":"))
+    make = generate
+    if a.rooms == "tab-rollback":
+        from bench.simulate_mixed import generate_tab as make
     if a.trace or a.pin:
         for seed in range(start, start + count):
-            sc = generate(seed)
+            sc = make(seed)
             bad, _ = check(sc, a.lang)
             if bad:
                 sc = shrink(sc, a.lang, bad)
@@ -382,7 +400,7 @@ def main(argv=None) -> int:
                           "expect": {"reference": True, "outside": sorted(sc["sim"]["liars"])}}
                 (SCEN / f"{a.pin}.json").write_text(json.dumps(pinned, indent=1) + "\n")
         return 0
-    res = run_seeds(start, count, a.lang)
+    res = run_seeds(start, count, a.lang, rooms=a.rooms)
     print(json.dumps(res))
     return 0 if res["violations"] == 0 else 1
 

@@ -98,3 +98,33 @@ def test_the_checker_counts_the_designs_bounds_apart():
             ["alarm", "p1", "removed", "p2", "p2", 1, None, 3, "liar removed"], ["removed", "p2", "p1", "3 strikes"]]
     assert violations(sc, {"outputs": lie + late + end, "final": final}) == []
     assert any("not train's" in v for v in violations(sc, {"outputs": lie + late[1:] + end, "final": final}))
+
+
+#: the mixed CI set: seeds of random rooms, each in both arrangements (a JS host with Python
+#: members, and the reverse), and rooms of the tab-rollback test's shape (bench/simulate_mixed.py)
+MIXED_SEEDS = (0, 50)
+TAB_SEEDS = (0, 6)
+
+
+@pytest.mark.usefixtures("node")
+def test_mixed_rooms_hold_every_invariant_and_write_the_pure_runs_outputs():
+    res = run_seeds(*MIXED_SEEDS, "mixed")
+    assert res["runs"] == MIXED_SEEDS[1]
+    assert res["violations"] == 0, json.dumps(res["failing"], indent=1)[:6000]
+    tab = run_seeds(*TAB_SEEDS, "mixed", rooms="tab-rollback")
+    assert tab["runs"] == TAB_SEEDS[1] and tab["faults"]["lie-flip"] == TAB_SEEDS[1]
+    assert tab["violations"] == 0, json.dumps(tab["failing"], indent=1)[:6000]
+
+
+@pytest.mark.usefixtures("node")
+def test_a_mixed_room_sends_each_message_across_the_two_languages():
+    """The JS replicas of a mixed run are played by node: the messages cross both ways, and
+    each arrangement writes the pure Python run's outputs."""
+    from bench.simulate_mixed import generate_tab, js_ids, play
+    sc = generate_tab(0)
+    py = run_py(sc)
+    for a in ("js-host", "py-host"):
+        got = play(sc, a)
+        assert got["crossed"]["py>js"] > 10 and got["crossed"]["js>py"] > 10, (a, got["crossed"])
+        assert got["outputs"] == py["outputs"] and got["final"] == py["final"]
+    assert js_ids(sc, "js-host") == {"p0"} and js_ids(sc, "py-host") == {"p1", "p2"}

@@ -3,10 +3,15 @@
 // model, writing the same normalised output list. Input on stdin:
 //   {webui, luts, dcds, identity, steps, scenarios: [{name, settings, events}]}
 // Output on stdout: [{name, outputs, final} | {name, error}].
+// With --serve it hosts the JS replicas of a mixed room instead (scenario_mixed.py): the first
+// stdin line is {webui, luts}, then one JSON request a line, one JSON answer a line (serve()).
 import { readFileSync } from "node:fs";
 import { createHash } from "node:crypto";
+import { createInterface } from "node:readline";
 
-const input = JSON.parse(readFileSync(0, "utf8"));
+const serving = process.argv[2] === "--serve";
+const lines = serving ? createInterface({ input: process.stdin })[Symbol.asyncIterator]() : null;
+const input = JSON.parse(serving ? (await lines.next()).value : readFileSync(0, "utf8"));
 const W = await import(`${input.webui}/wire/frames.js`);
 const { RunPeer } = await import(`${input.webui}/run/index.js`);
 const T = await import(`${input.webui}/engine/trainer.js`);
@@ -172,6 +177,7 @@ class Net {
     this.msgNo = new Map();
     this.snapshots = new Map();
     this.out = [];
+    this.host = null; // the room's host, as the last room op said
   }
 
   live() { return [...this.peers.keys()].filter((p) => !this.dead.has(p)).sort(); }
@@ -302,6 +308,7 @@ class Net {
         break;
       }
       case "room":
+        this.host = e.host;
         for (const pid of [...(e.only ?? e.members)].sort()) {
           if (!this.dead.has(pid)) await this.feed(pid, await this.peers.get(pid).setMembers(e.members, e.host));
         }
@@ -372,20 +379,30 @@ class Net {
     let k = 0;
     const tickMs = e.tick_ms ?? 100;
     let nextTick = tickMs;
+    const exitMs = e.removed_exit_ms ?? null;
+    const exits = []; // [due ms, peer]: a removed replica exits (as a daisy-peer does when told)
+    let seen = 0;
     const earliest = (list, ok, due) => {
       let best = null;
       list.forEach((x, i) => { if (ok(x) && (best === null || due(x) < best[0])) best = [due(x), i]; });
       return best;
     };
     for (;;) {
+      if (exitMs) {
+        for (const o of this.out.slice(seen)) {
+          if (o[0] === "removed" && !this.dead.has(o[1]) && exits.every((x) => x[1] !== o[1])) exits.push([s.now + s.draw(...exitMs), o[1]]);
+        }
+        seen = this.out.length;
+      }
       if (k === at.length && this.live().every((q) => { const p = this.peers.get(q); return !p.trainer || p.ended || p.refused; })) {
         this.out.push(["sim", "end", s.now]);
         break;
       }
       const tOp = k < at.length ? at[k][0] : null;
+      const tExit = exits.length ? Math.min(...exits.map((x) => x[0])) : null;
       const msg = earliest(this.wire, (w) => this.links.get(`${w[0]}>${w[1]}`) !== 0, (w) => w[3]);
       const cmp = earliest(this.computes, (c) => !this.held.has(c[0]), (c) => c[2]);
-      const t = Math.min(...[tOp, msg && msg[0], cmp && cmp[0], nextTick].filter((x) => x !== null));
+      const t = Math.min(...[tOp, tExit, msg && msg[0], cmp && cmp[0], nextTick].filter((x) => x !== null));
       if (t > e.until_ms) {
         this.out.push(["sim", "hang", s.now]);
         break;
@@ -395,6 +412,10 @@ class Net {
       if (t === tOp) {
         k += 1;
         await this.op(at[k - 1][1]);
+      } else if (t === tExit) {
+        const x = exits.reduce((a, b) => (b[0] < a[0] || (b[0] === a[0] && b[1] < a[1]) ? b : a));
+        exits.splice(exits.indexOf(x), 1);
+        await this.op({ op: "kill", id: x[1], host: this.host });
       } else if (msg !== null && t === msg[0]) await this.deliverOne(msg[1]);
       else if (cmp !== null && t === cmp[0]) await this.computeOne(null, cmp[1]);
       else {
@@ -468,20 +489,85 @@ class Net {
   }
 }
 
-const results = [];
-const ds = await loadDs(input.dcds);
-for (const sc of input.scenarios) {
-  const net = new Net(sc, ds);
-  try {
-    for (const e of sc.events) await net.op(e);
-    const final = {};
-    for (const p of net.live()) {
-      const peer = net.peers.get(p);
-      final[p] = { step: peer.step, sha: peer.trainer ? await T.paramsSha256(peer.trainer.theta) : null };
+/** The JS replicas of a mixed room (scenario_mixed.py): their sends are handed back as frame
+ * bytes, not put on a wire; the Python side schedules every message and compute. */
+class Served extends Net {
+  push(from, to, frames) { this.sent.set(this.out.length - 1, frames); } // (record() wrote its send just before)
+}
+
+/** One request a line: {m: "reset", dcds, identity, steps} (a new room), {m: "op", e} (a
+ * replica's peer / start / snapshot / restore op), {m: "call", id, f, a} (a RunPeer method),
+ * {m: "recv", id, from, frames} (frames in base64), {m: "compute", id, h} (a compute handed
+ * out before), {m: "final", id}; "now" brings the replica's clock up first. The answer:
+ * {out: [{o: output, f?: frames of a send, h?: a compute's handle}], st: the replica's state}. */
+async function serve() {
+  const dss = new Map();
+  const held = new Map();
+  let net = null;
+  let handle = 0;
+  for await (const line of lines) {
+    const q = JSON.parse(line);
+    try {
+      if (q.m === "reset") {
+        if (!dss.has(q.dcds)) dss.set(q.dcds, await loadDs(q.dcds));
+        Object.assign(input, { identity: q.identity, steps: q.steps });
+        net = new Served({}, dss.get(q.dcds));
+        held.clear();
+        console.log("{}");
+        continue;
+      }
+      net.out = [];
+      net.sent = new Map();
+      const p = net.peers.get(q.id ?? q.e?.id);
+      if (p && q.now !== undefined) p.now = Math.max(p.now, q.now);
+      if (q.m === "op") await net.op(q.e);
+      else if (q.m === "call") await net.feed(q.id, await p[q.f](...q.a));
+      else if (q.m === "recv") {
+        net.wire.push([q.from, q.id, q.frames.map((f) => new Uint8Array(Buffer.from(f, "base64"))), 0]);
+        await net.deliverOne(net.wire.length - 1);
+      } else if (q.m === "compute") {
+        net.computes.push(held.get(q.h));
+        held.delete(q.h);
+        await net.computeOne(null, net.computes.length - 1);
+      } else if (q.m === "final") {
+        console.log(JSON.stringify({ step: p.step, sha: p.trainer ? await T.paramsSha256(p.trainer.theta) : null }));
+        continue;
+      }
+      const computes = net.computes.splice(0);
+      const out = net.out.map((o, i) => {
+        if (net.sent.has(i)) return { o, f: net.sent.get(i).map((f) => Buffer.from(f).toString("base64")) };
+        if (o[0] !== "compute") return { o };
+        held.set(++handle, computes.shift());
+        return { o, h: handle };
+      });
+      const r = net.peers.get(q.id ?? q.e.id);
+      const st = r ? { ended: !!r.ended, refused: !!r.refused, trainer: !!r.trainer, step: r.step } : null;
+      console.log(JSON.stringify({ out, st }));
+    } catch (err) {
+      console.log(JSON.stringify({ error: `${err.stack}` }));
     }
-    results.push({ name: sc.name, outputs: net.out, final });
-  } catch (err) {
-    results.push({ name: sc.name, error: `${err.stack}`, outputs: net.out });
   }
 }
-console.log(JSON.stringify(results));
+
+/** The scenarios of the input, each by a fresh Net. */
+async function runAll() {
+  const results = [];
+  const ds = await loadDs(input.dcds);
+  for (const sc of input.scenarios) {
+    const net = new Net(sc, ds);
+    try {
+      for (const e of sc.events) await net.op(e);
+      const final = {};
+      for (const p of net.live()) {
+        const peer = net.peers.get(p);
+        final[p] = { step: peer.step, sha: peer.trainer ? await T.paramsSha256(peer.trainer.theta) : null };
+      }
+      results.push({ name: sc.name, outputs: net.out, final });
+    } catch (err) {
+      results.push({ name: sc.name, error: `${err.stack}`, outputs: net.out });
+    }
+  }
+  console.log(JSON.stringify(results));
+}
+
+await (serving ? serve() : runAll());

@@ -163,6 +163,7 @@ class Net:
         self.msg_no: dict[str, int] = {}
         self.snapshots: dict = {}
         self.out: list = []
+        self.host = None                # the room's host, as the last room op said
 
     # -- outputs ---------------------------------------------------------------------------
 
@@ -302,6 +303,7 @@ class Net:
             if e.get("fault"):
                 self.faults[pid] = e["fault"]
         elif kind == "room":
+            self.host = e["host"]
             for pid in sorted(e.get("only", e["members"])):
                 if pid not in self.dead:
                     self.feed(pid, self.peers[pid].room_changed(e["members"], e["host"]))
@@ -371,16 +373,23 @@ class Net:
         at, k = e.get("at", []), 0
         tick_ms, until = int(e.get("tick_ms", 100)), int(e["until_ms"])
         next_tick = tick_ms
+        exit_ms, exits, seen = e.get("removed_exit_ms"), [], 0  # [due ms, peer]: a removed replica exits
         while True:
+            if exit_ms:  # (as a daisy-peer does when it is told it was removed)
+                for o in self.out[seen:]:
+                    if o[0] == "removed" and o[1] not in self.dead and all(x[1] != o[1] for x in exits):
+                        exits.append([s.now + s.draw(*exit_ms), o[1]])
+                seen = len(self.out)
             if k == len(at) and all(p.ended or p.refused for q, p in self.peers.items()
                                     if q not in self.dead and p.trainer is not None):
                 self.out.append(["sim", "end", s.now])
                 break
             t_op = at[k][0] if k < len(at) else None
+            t_exit = min((x[0] for x in exits), default=None)
             msg = min(((w[3], i) for i, w in enumerate(self.wire) if self.links.get((w[0], w[1])) != 0),
                       default=None)
             cmp = min(((c[2], i) for i, c in enumerate(self.computes) if c[0] not in self.held), default=None)
-            t = min(x for x in (t_op, msg and msg[0], cmp and cmp[0], next_tick) if x is not None)
+            t = min(x for x in (t_op, t_exit, msg and msg[0], cmp and cmp[0], next_tick) if x is not None)
             if t > until:
                 self.out.append(["sim", "hang", s.now])
                 break
@@ -390,6 +399,10 @@ class Net:
             if t == t_op:
                 k += 1
                 self.op(at[k - 1][1])
+            elif t == t_exit:
+                x = min(exits)
+                exits.remove(x)
+                self.op({"op": "kill", "id": x[1], "host": self.host})
             elif msg is not None and t == msg[0]:
                 self.deliver_one(msg[1])
             elif cmp is not None and t == cmp[0]:

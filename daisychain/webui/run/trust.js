@@ -114,7 +114,10 @@ export class Trust {
     for (const t of c.tasks.values()) {
       if (t.result && t.result.peer === peer) {
         const check = t.micro.length === 1 ? c.checks.get(t.micro[0]) : undefined;
-        if (!check || !check.decided) t.result = null;
+        if (!check || !check.decided) { // computed again by the others (trust.py _remove: seed 87)
+          t.result = null;
+          t.assignees = [peer];
+        }
       }
     }
     for (const check of c.checks.values()) if (!check.decided) check.votes.delete(peer);
