@@ -224,6 +224,20 @@ def test_identity_differences_name_what_differs(digits):
     assert any("LUT manifest" in d for d in diffs) and any("engine version" in d for d in diffs)
 
 
+@pytest.mark.usefixtures("node")
+def test_identity_differences_say_the_same_in_js():
+    """webui/run/member.js names every identity field that trainer.py names, in the same words
+    (the exp table and the output error's rounding were missing there)."""
+    from jsrun import run_js
+
+    mine = {k: "a" for k in ("model", "hyper", "dataset", "luts", "engine", "seed", "task", "exp_lut",
+                              "output_rounding")}
+    theirs = dict({k: "b" for k in mine}, model={"layers": []})
+    got = run_js("const [a, b] = DATA; console.log(JSON.stringify(M.identityDifferences(a, b)));",
+                 imports={"M": "run/member.js"}, data=[mine, theirs])
+    assert got == identity_differences(mine, theirs) and len(got) == len(mine)
+
+
 def test_capacity_assignment_is_proportional():
     parts = capacity_split(list(range(12)), [1, 2, 3])
     assert [len(p) for p in parts] == [2, 4, 6]

@@ -14,7 +14,8 @@ import { RingMember } from "./ring_roles.js";
 import { Window, windowSteps } from "./rollback.js";
 
 const IDENTITY_NAMES = { model: "model spec", hyper: "hyperparameters", dataset: "dataset fingerprint",
-  luts: "LUT manifest", engine: "engine version", seed: "seed", task: "task" };
+  luts: "LUT manifest", engine: "engine version", seed: "seed", task: "task", exp_lut: "exp table",
+  output_rounding: "output error rounding" }; // engine/trainer.py identity_differences' names
 
 function deepEqual(a, b) {
   if (a === b) return true;
