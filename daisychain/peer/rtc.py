@@ -15,7 +15,6 @@ aiortc raises past 16 MiB buffered, browsers close the channel.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from typing import Awaitable, Callable
 
@@ -38,6 +37,9 @@ MAX_QUEUED = 128 * 1024 * 1024
 #: its connection failed or its channel closed (doubling per failed try, up to RELINK_MAX_S)
 RELINK_S = 0.5
 RELINK_MAX_S = 8.0
+#: how long closing one connection may take: aiortc's ``RTCPeerConnection.close()`` can wait
+#: for ever (aiortc issue 283), and a peer whose run ended must still exit
+CLOSE_S = 5.0
 
 
 def _why(exc: BaseException) -> str:
@@ -203,8 +205,12 @@ class Link:
         self.closed = True
         if self.writer:
             self.writer.cancel()
-        with contextlib.suppress(Exception):
-            await self.pc.close()
+        try:
+            await asyncio.wait_for(self.pc.close(), CLOSE_S)
+        except asyncio.TimeoutError:
+            log.warning("closing the connection to %s took over %g s: left open", self.peer, CLOSE_S)
+        except Exception:  # noqa: BLE001 - a connection that fails to close is closed enough
+            pass
 
 
 class Mesh:
@@ -331,6 +337,5 @@ class Mesh:
         self.closing = True
         for t in list(self.relinks.values()):
             t.cancel()
-        while self.links:
-            _, link = self.links.popitem()
-            await link.close()
+        links, self.links = list(self.links.values()), {}
+        await asyncio.gather(*(link.close() for link in links))

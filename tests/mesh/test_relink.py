@@ -88,3 +88,28 @@ def test_a_member_that_left_the_room_is_not_linked_again():
             await a.mesh.close()
             await b.mesh.close()
     asyncio.run(go())
+
+
+def test_a_connection_that_never_closes_does_not_keep_the_peer_from_exiting(monkeypatch):
+    """Regression (issue 34: a daisy-peer whose run had ended did not exit, at load ~27):
+    aiortc's ``RTCPeerConnection.close()`` can wait for ever, and the peer closes its mesh
+    before it prints its summary and exits. Each link's close is now bounded by ``CLOSE_S``
+    and the links close together; the hung one is said in the log."""
+    rtc.use_loopback_only()
+    monkeypatch.setattr(rtc, "CLOSE_S", 0.5, raising=False)
+
+    async def go():
+        a, b = await linked_pair()
+        never = asyncio.get_running_loop().create_future()
+        real = a.mesh.links["b"].pc
+
+        async def hangs():
+            await never
+        monkeypatch.setattr(a.mesh.links["b"].pc, "close", hangs)
+        try:
+            await asyncio.wait_for(a.mesh.close(), 10)
+            assert not a.mesh.links
+        finally:
+            await type(real).close(real)  # the real close, for the test's own cleanup
+            await b.mesh.close()
+    asyncio.run(go())
