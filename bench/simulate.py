@@ -176,7 +176,7 @@ def violations(sc: dict, res: dict) -> list[str]:
     unchecked = {p for o in out if o[0] == "send" and o[3] == "total" and isinstance(o[6], dict)
                  for p in o[6].get("unchecked", ())}
     if not bad and end and end[-1][1] == "end" and (liars <= removed or (rate >= 1 and not (liars - removed) & unchecked)) \
-            and not window_gap(out, liars):
+            and not window_gap(out, liars) and not colluded(out, liars):
         want = reference(tuple(sc["settings"]))
         for p, f in sorted(final.items()):
             if p in liars or p in told or f["sha"] is None:
@@ -217,6 +217,31 @@ def window_gap(out: list, liars: set) -> bool:
             joined[o[1]] = int(o[3].split()[3])
     return any(o[0] == "alarm" and o[2] == "removed" and o[3] in liars and o[3] in first
                and joined.get(o[1], 0) > first[o[3]] for o in out)
+
+
+def colluded(out: list, liars: set) -> bool:
+    """Whether two liars confirmed each other: both sent a coordinator the same bytes for the
+    same micro-batches of one step and term, no alarm of that coordinator names either at that
+    step and micro-batch (nobody refereed it: a spot-check's two answers that agree decide it),
+    and that coordinator committed the step with one of them as a contributor. A spot-check
+    cannot tell two equal lies from the truth, so that lie stays, and a removal rolls back only
+    unchecked contributions (docs/RELIABILITY.md, "Not covered", colluding liars; seed 11624).
+    Counted apart, as uncaught liars are."""
+    sent: dict[tuple, set] = {}
+    for o in out:
+        if o[0] == "send" and o[3] == "contrib" and o[1] in liars and isinstance(o[6], dict):
+            key = (o[2], o[6].get("term"), o[5], tuple(o[6].get("micro") or ()), o[7])
+            sent.setdefault(key, set()).add(o[1])
+    for (coord, _, step, micro, _), who in sent.items():
+        if len(who) < 2:
+            continue
+        if any(o[0] == "alarm" and o[1] == coord and o[3] in who and o[5] == step and o[6] in micro
+               for o in out):
+            continue  # refereed: the coordinator's own answer decided, each was struck
+        if any(o[0] == "committed" and o[1] == coord and o[2] == step and {p for p, _ in o[4]} & who
+               for o in out):
+            return True
+    return False
 
 
 def skipped_or_twice(out: list) -> list[str]:
@@ -331,7 +356,7 @@ def shrink(sc: dict, lang: str, bad: list[str]) -> dict:
 
 
 def run_seeds(start: int, count: int, lang: str, batch: int = 50, rooms: str = "random") -> dict:
-    runs, found, uncaught, gaps = 0, [], 0, 0
+    runs, found, uncaught, gaps, collusions = 0, [], 0, 0, 0
     faults: dict[str, int] = {}
     make = generate
     if rooms == "tab-rollback":
@@ -363,6 +388,8 @@ def run_seeds(start: int, count: int, lang: str, batch: int = 50, rooms: str = "
                 uncaught += 1  # a liar the spot-checks never caught (a rate < 1): its lies may stay
             elif window_gap(res.get("outputs", []), set(info["liars"])):
                 gaps += 1  # caught by a coordinator whose window began after its first lies
+            elif colluded(res.get("outputs", []), set(info["liars"])):
+                collusions += 1  # two liars confirmed each other's equal lie (the design's bound)
             for what in [info["shape"]] + [f"lie-{f}" for f in info["liars"].values()] + info["events"] + (
                     ["late-join"] * len(info["late"])) + (["straggler"] * len(info["slow"])):
                 faults[what] = faults.get(what, 0) + 1
@@ -370,7 +397,7 @@ def run_seeds(start: int, count: int, lang: str, batch: int = 50, rooms: str = "
                 found.append({"seed": sc["seed"], "violations": bad})
     return {"runs": runs, "violations": len(found), "first_failing_seed": found[0]["seed"] if found else None,
             "failing": found[:20], "faults": dict(sorted(faults.items())), "uncaught_liar_runs": uncaught,
-            "window_gap_runs": gaps}
+            "window_gap_runs": gaps, "colluded_runs": collusions}
 
 
 def main(argv=None) -> int:

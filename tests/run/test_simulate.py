@@ -98,6 +98,21 @@ def test_the_checker_counts_the_designs_bounds_apart():
             ["alarm", "p1", "removed", "p2", "p2", 1, None, 3, "liar removed"], ["removed", "p2", "p1", "3 strikes"]]
     assert violations(sc, {"outputs": lie + late + end, "final": final}) == []
     assert any("not train's" in v for v in violations(sc, {"outputs": lie + late[1:] + end, "final": final}))
+    # two liars that lie alike confirmed each other: a check's two answers agreed, nobody refereed,
+    # the step was committed with the lie; both removed later, nothing to roll back (seed 11624)
+    two = dict(sc, events=peers + [{"op": "peer", "id": "p3", "fault": "flip", "verify_rate": 0.5}])
+    alike = [["send", "p2", "p0", "contrib", "r", 0, {"term": 1, "task": 2, "micro": [1]}, "ab"],
+             ["send", "p3", "p0", "contrib", "r", 0, {"term": 1, "task": 3, "micro": [1]}, "ab"],
+             ["committed", "p0", 0, 1.0, [["p0", 3], ["p2", 1]], 3, other]]
+    both = caught + [["alarm", "p0", "removed", "p3", "p3", 1, None, 3, "liar removed"], ["removed", "p3", "p0", "3 strikes"]]
+    assert violations(two, {"outputs": alike + both + end, "final": final}) == []
+    # ... but not when their answers differ, when the coordinator refereed that micro-batch,
+    # or when the step was committed without them
+    differ = [alike[0], alike[1][:7] + ["cd"], alike[2]]
+    refereed = alike[:2] + [["alarm", "p0", "mismatch", "p3", "p3", 0, 1, 1, "spot-check mismatch"], alike[2]]
+    without = alike[:2] + [["committed", "p0", 0, 1.0, [["p0", 4]], 4, other]]
+    for out in (differ, refereed, without):
+        assert any("not train's" in v for v in violations(two, {"outputs": out + both + end, "final": final}))
 
 
 #: the mixed CI set: seeds of random rooms, each in both arrangements (a JS host with Python

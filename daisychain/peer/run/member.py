@@ -338,6 +338,12 @@ class Member:
         restore, self.restoring = self.restoring, None
         if params_sha256(msg.theta[:self.trainer.layout.size]) != msg.params_sha256:
             return [Log(f"state from {sender} does not match its hash: ignored", loud=True)]
+        if restore is None and (msg.step, msg.params_sha256) == (self.step, self.sha()):
+            # this replica's own state (a ready of ours overtaken by the step it named: the
+            # coordinator answered it with the state we reached since): the work of this step
+            # under way (a ring, a task) goes on (seed 11794: the ring was dropped, its commit lost)
+            return [Log(f"state from {sender} is this replica's own (step {msg.step}, "
+                        f"params {msg.params_sha256[:12]}): kept")]
         if restore is not None and restore != (msg.step, msg.params_sha256):
             return [Log(f"restore from {sender}: the state (step {msg.step}, params "
                         f"{msg.params_sha256[:12]}) is not the announced checkpoint (step "

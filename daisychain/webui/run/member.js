@@ -375,6 +375,12 @@ export class Member {
     if ((await paramsSha256(msg.theta.subarray(0, this.trainer.layout.size))) !== msg.params_sha256) {
       return [log(`state from ${sender} does not match its hash: ignored`, true)];
     }
+    if (!restore && msg.step === this.step && msg.params_sha256 === this.sha) {
+      // this replica's own state (a ready of ours overtaken by the step it named: the
+      // coordinator answered it with the state we reached since): the work of this step
+      // under way (a ring, a task) goes on (seed 11794: the ring was dropped, its commit lost)
+      return [log(`state from ${sender} is this replica's own (step ${msg.step}, params ${msg.params_sha256.slice(0, 12)}): kept`)];
+    }
     if (restore && (restore.step !== msg.step || restore.sha !== msg.params_sha256)) {
       return [log(`restore from ${sender}: the state (step ${msg.step}, params ${msg.params_sha256.slice(0, 12)}) is not the announced checkpoint (step ${restore.step}, params ${restore.sha.slice(0, 12)}): ignored`, true)];
     }
