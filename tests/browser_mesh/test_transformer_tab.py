@@ -52,6 +52,12 @@ def test_a_tab_and_a_daisy_peer_split_a_transformer_run(browser_cpu, tabs, serve
     host = tabs(browser_cpu, "gpt-host2").open("create=1")
     host.wait(f"{ROOM_OF} && {ROOM_OF}.room === 'private' && {ROOM_OF}.isHost")
     code = host.state(f"{ROOM_OF}.code")
+    # train's run first: it compiles the transformer's loops into numba's disk cache, so the
+    # peer's first tasks do not wait seconds for a compile (on a clean clone, under load, the
+    # tab's backups then answered all of them first and the peer computed none)
+    rs = settings("--task", "text", "--steps", "3", "--seed", "4", "--batch", "32", "--micro-batch", "4",
+                  "--layers", LAYERS)
+    want = train(rs, quiet=True)["params_sha256"]
     # a tab measures ~50 micro-batches/s of 4 samples on this model: the peer claims as much
     peer = DaisyPeer(server_url, code, "py-gpt", capacity=50)
     try:
@@ -64,9 +70,6 @@ def test_a_tab_and_a_daisy_peer_split_a_transformer_run(browser_cpu, tabs, serve
         result = peer.result()
     finally:
         peer.kill()
-    rs = settings("--task", "text", "--steps", "3", "--seed", "4", "--batch", "32", "--micro-batch", "4",
-                  "--layers", LAYERS)
-    want = train(rs, quiet=True)["params_sha256"]
     run = host.state("window.__daisy.run")
     assert run["agreed"] is True and run["sha"] == want
     assert result["params_sha256"] == want and result["agreed"]
