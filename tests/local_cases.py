@@ -24,3 +24,16 @@ def settings(steps: int, *argv: str):
 
 def sha(steps: int, *argv: str, **kw) -> str:
     return train(settings(steps, *argv), quiet=True, **kw)["params_sha256"]
+
+
+#: the start of a node driver on a run's dataset (run_js; argv: the LUT folder and the dataset
+#: file; DATA: a job with the dataset's fingerprint; D: engine/data.js): luts, job, ds
+JS_RUN_SETUP = r"""
+const [lutDir, dataPath] = process.argv.slice(2);
+const rd = (n) => { const b = readFileSync(`${lutDir}/${n}.bin`); return new Int32Array(b.buffer, b.byteOffset, b.length / 4).slice(); };
+const luts = { mul: rd("mul"), relu: rd("relu"), requantize: rd("requantize"),
+  manifestSha256: JSON.parse(readFileSync(`${lutDir}/manifest.json`)).manifest_sha256 };
+const job = DATA;
+const ds = D.parseDataset(readFileSync(dataPath));
+ds.fingerprint = job.fingerprint;
+"""

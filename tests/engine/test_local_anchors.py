@@ -17,7 +17,7 @@ from daisychain.engine.local import LocalTrainer
 from daisychain.peer.intcodec import encode_ints
 from daisychain.peer.run.state import checked_state, state_message, tensor_bounds
 from daisychain.units import load_luts
-from local_cases import LOCAL, TINY, settings, sha
+from local_cases import JS_RUN_SETUP, LOCAL, TINY, settings, sha
 
 def trainer(rs) -> LocalTrainer:
     return LocalTrainer(rs.spec, rs.hp, rs.ds, load_luts())
@@ -144,14 +144,7 @@ def test_capacity_is_measured_on_a_state_past_its_anchor():
     assert measure_capacity(tr, 0.01) > 0 and tr.replayed == 0
 
 
-JS_DRIVER = r"""
-const [lutDir, dataPath] = process.argv.slice(2);
-const rd = (n) => { const b = readFileSync(`${lutDir}/${n}.bin`); return new Int32Array(b.buffer, b.byteOffset, b.length / 4).slice(); };
-const luts = { mul: rd("mul"), relu: rd("relu"), requantize: rd("requantize"),
-  manifestSha256: JSON.parse(readFileSync(`${lutDir}/manifest.json`)).manifest_sha256 };
-const job = DATA;
-const ds = D.parseDataset(readFileSync(dataPath));
-ds.fingerprint = job.fingerprint;
+JS_DRIVER = JS_RUN_SETUP + r"""
 const spec = S.ModelSpec.fromJson(job.model);
 const hyper = S.makeHyper(job.hyper);
 const make = async (k) => { const t = await L.makeTrainer({ spec, hyper, dataset: ds, luts, units: new P.CpuUnits(luts) }); t.momentsEvery = k; return t; };

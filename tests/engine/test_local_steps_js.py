@@ -12,16 +12,9 @@ from daisychain import package_path
 from daisychain.engine.local import LocalTrainer
 from daisychain.units import load_luts
 from jsrun import run_js
-from local_cases import LOCAL, LOCAL_SHA, TINY, settings
+from local_cases import JS_RUN_SETUP, LOCAL, LOCAL_SHA, TINY, settings
 
-DRIVER = r"""
-const [lutDir, dataPath] = process.argv.slice(2);
-const rd = (n) => { const b = readFileSync(`${lutDir}/${n}.bin`); return new Int32Array(b.buffer, b.byteOffset, b.length / 4).slice(); };
-const luts = { mul: rd("mul"), relu: rd("relu"), requantize: rd("requantize"),
-  manifestSha256: JSON.parse(readFileSync(`${lutDir}/manifest.json`)).manifest_sha256 };
-const job = DATA;
-const ds = D.parseDataset(readFileSync(dataPath));
-ds.fingerprint = job.fingerprint;
+DRIVER = JS_RUN_SETUP + r"""
 const spec = S.ModelSpec.fromJson(job.model);
 const hyper = S.makeHyper(job.hyper);
 const tr = await L.makeTrainer({ spec, hyper, dataset: ds, luts, units: new P.CpuUnits(luts) });
@@ -105,14 +98,7 @@ def test_a_received_runs_local_settings_get_the_same_words_and_json_in_both_lang
     assert run_js(HYPER_DRIVER, imports={"{ makeHyper, hyperJson }": "engine/spec.js"}, data=LOCAL_CASES) == want
 
 
-REFUSALS = r"""
-const [lutDir, dataPath] = process.argv.slice(2);
-const rd = (n) => { const b = readFileSync(`${lutDir}/${n}.bin`); return new Int32Array(b.buffer, b.byteOffset, b.length / 4).slice(); };
-const luts = { mul: rd("mul"), relu: rd("relu"), requantize: rd("requantize"),
-  manifestSha256: JSON.parse(readFileSync(`${lutDir}/manifest.json`)).manifest_sha256 };
-const job = DATA;
-const ds = D.parseDataset(readFileSync(dataPath));
-ds.fingerprint = job.fingerprint;
+REFUSALS = JS_RUN_SETUP + r"""
 const tr = await L.makeTrainer({ spec: S.ModelSpec.fromJson(job.model), hyper: S.makeHyper(job.hyper),
   dataset: ds, luts, units: new P.CpuUnits(luts) });
 console.log(JSON.stringify(job.cases.map(([ints, micro, step]) => tr.contributionError(ints, micro, step))));

@@ -18,16 +18,9 @@ from daisychain import package_path
 from daisychain.engine.local import LocalTrainer
 from daisychain.units import load_luts
 from jsrun import run_js
-from local_cases import LOCAL, settings
+from local_cases import JS_RUN_SETUP, LOCAL, settings
 
-DRIVER = r"""
-const [lutDir, dataPath] = process.argv.slice(2);
-const rd = (n) => { const b = readFileSync(`${lutDir}/${n}.bin`); return new Int32Array(b.buffer, b.byteOffset, b.length / 4).slice(); };
-const luts = { mul: rd("mul"), relu: rd("relu"), requantize: rd("requantize"),
-  manifestSha256: JSON.parse(readFileSync(`${lutDir}/manifest.json`)).manifest_sha256 };
-const job = DATA;
-const ds = D.parseDataset(readFileSync(dataPath));
-ds.fingerprint = job.fingerprint;
+DRIVER = JS_RUN_SETUP + r"""
 const make = () => L.makeTrainer({ spec: S.ModelSpec.fromJson(job.model), hyper: S.makeHyper(job.hyper), dataset: ds,
   luts, units: new P.CpuUnits(luts) });
 const sha = (v) => createHash("sha256").update(new Uint8Array(BigInt64Array.from(v, (x) => BigInt(x)).buffer)).digest("hex");
