@@ -66,6 +66,17 @@ def _default_sigint() -> None:
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
+def stop_hung(proc: subprocess.Popen) -> tuple[str, str]:
+    """A daisy-peer that did not exit in time: every thread's stack to its stderr (SIGUSR1,
+    faulthandler), then killed; (stdout, stderr) of what it wrote and the pipes still held."""
+    if hasattr(signal, "SIGUSR1"):
+        proc.send_signal(signal.SIGUSR1)
+        time.sleep(1.0)
+    proc.kill()
+    out, err = proc.communicate()
+    return out or "", err or ""
+
+
 class PeerProcess:
     def __init__(self, server: str, *args: str, name: str, err_dir: Path,
                  command: list[str] | None = None):
@@ -94,11 +105,7 @@ class PeerProcess:
         try:
             out, _ = self.proc.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:
-            if hasattr(signal, "SIGUSR1"):  # daisy-peer dumps every thread's stack (faulthandler)
-                self.proc.send_signal(signal.SIGUSR1)
-                time.sleep(1.0)
-            self.proc.kill()
-            out, _ = self.proc.communicate()
+            stop_hung(self.proc)
             raise AssertionError(f"{self.name} did not finish:\n{self.stderr()[-6000:]}")
         return self.proc.returncode, out
 

@@ -7,14 +7,13 @@ from __future__ import annotations
 
 import json
 import re
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 from mesh_helpers import log, needs_netns
+from peer_process import stop_hung
 
 pytestmark = [pytest.mark.browser, pytest.mark.mesh, needs_netns]
 
@@ -46,10 +45,7 @@ class DaisyPeer:
         try:
             out, err = self.proc.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:  # a hung peer: every thread's stack, then its log
-            self.proc.send_signal(signal.SIGUSR1)
-            time.sleep(1.0)
-            self.proc.kill()
-            _, err = self.proc.communicate()
+            _, err = stop_hung(self.proc)
             raise AssertionError(f"{self.name} did not exit within {timeout:g} s:\n{err[-8000:]}") from None
         self.err = err
         for line in err.splitlines():

@@ -15,15 +15,13 @@ from __future__ import annotations
 import json
 import os
 import re
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 from mesh_helpers import log, needs_netns
-from peer_process import PeerProcess
+from peer_process import PeerProcess, stop_hung
 
 pytestmark = [pytest.mark.browser, pytest.mark.mesh, needs_netns]
 
@@ -62,10 +60,7 @@ class DaisyPeer(PeerProcess):
         try:
             out, _ = self.proc.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:  # a hung peer: every thread's stack, then its log
-            self.proc.send_signal(signal.SIGUSR1)
-            time.sleep(1.0)
-            self.proc.kill()
-            self.proc.communicate()
+            stop_hung(self.proc)
             raise AssertionError(f"{self.name} did not exit within {timeout:g} s:\n{self.stderr()[-8000:]}") from None
         finally:
             for line in self.stderr().splitlines():
