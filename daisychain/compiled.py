@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import os
+import threading
 
 _numba = None  # the module once imported; False when it cannot be
 
@@ -27,3 +28,19 @@ def numba_jit():
         return None
     return _numba.njit(cache=True, fastmath=False, nogil=True, boundscheck=False,
                        error_model="numpy")
+
+
+def built_once(build):
+    """A function that calls ``build`` the first time (one thread builds, the others wait) and
+    returns its result ever after: a module's compiled loops, made on first use (``build``
+    returns None without numba, and that is kept too)."""
+    box: list = []
+    lock = threading.Lock()
+
+    def get():
+        if not box:
+            with lock:
+                if not box:
+                    box.append(build())
+        return box[0]
+    return get

@@ -13,12 +13,11 @@ exponent, ``math.sqrt`` is correctly rounded as ``np.sqrt``.
 from __future__ import annotations
 
 import math
-import threading
 import types
 
 import numpy as np
 
-from daisychain.compiled import numba_jit
+from daisychain.compiled import built_once, numba_jit
 from daisychain.engine import norm as N
 
 WIDE, F = N.WIDE_BITS, N.NORM_F
@@ -411,24 +410,19 @@ def _nb_scatter(tokens, G, dE):
 
 _NAMES = ("bitlen", "absmax", "bias_max", "scatter", "fdiv", "sdiv_r", "bias_rq8", "rq8x", "rq8_rows", "rq8",
           "norm15", "align", "isqrt", "rms_fwd", "rms_back", "softmax", "softmax_back", "accum", "bias_add")
-_KERN: list = []
-_LOCK = threading.Lock()
 
 
-def kernels():
+def _build():
     """The compiled loops, or None without numba (the numpy rules run)."""
-    if _KERN:
-        return _KERN[0]
-    with _LOCK:
-        if not _KERN:
-            jit = numba_jit()
-            if jit is None:
-                _KERN.append(None)
-            else:
-                k = types.SimpleNamespace()
-                g = globals()
-                for name in _NAMES:  # every global replaced before any compiles: the loops
-                    g["_nb_" + name] = jit(g["_nb_" + name])  # call the compiled helpers
-                    setattr(k, name, g["_nb_" + name])
-                _KERN.append(k)
-    return _KERN[0]
+    jit = numba_jit()
+    if jit is None:
+        return None
+    k = types.SimpleNamespace()
+    g = globals()
+    for name in _NAMES:  # every global replaced before any compiles: the loops
+        g["_nb_" + name] = jit(g["_nb_" + name])  # call the compiled helpers
+        setattr(k, name, g["_nb_" + name])
+    return k
+
+
+kernels = built_once(_build)

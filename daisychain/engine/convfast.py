@@ -27,11 +27,10 @@ kernel's preconditions fail, the engine takes the reference path (same bits).
 from __future__ import annotations
 
 import math
-import threading
 
 import numpy as np
 
-from daisychain.compiled import numba_jit
+from daisychain.compiled import built_once, numba_jit
 from daisychain.engine import detmath
 from daisychain.engine import kernels as shared
 from daisychain.engine.layers import kind_of
@@ -212,28 +211,20 @@ class _K:
     pass
 
 
-_KERN: list = []
-_LOCK = threading.Lock()
-
-
-def kernels():
+def _build():
     """The compiled loops (with engine/kernels.py's), or None without numba."""
-    if _KERN:
-        return _KERN[0]
-    with _LOCK:
-        if _KERN:
-            return _KERN[0]
-        base = shared.compiled()
-        jit = numba_jit()
-        if base is None or jit is None:
-            _KERN.append(None)
-        else:
-            k = _K()
-            k.base = base  # kernels.py's kernels (its helpers _nb_bias_acc, _nb_bitlen are compiled now)
-            for name in ("im2col", "col2im", "rq_fwd", "rq_back", "pool", "pool_back", "fixed_add"):
-                setattr(k, name, jit(globals()["_nb_" + name]))
-            _KERN.append(k)
-    return _KERN[0]
+    base = shared.compiled()
+    jit = numba_jit()
+    if base is None or jit is None:
+        return None
+    k = _K()
+    k.base = base  # kernels.py's kernels (its helpers _nb_bias_acc, _nb_bitlen are compiled now)
+    for name in ("im2col", "col2im", "rq_fwd", "rq_back", "pool", "pool_back", "fixed_add"):
+        setattr(k, name, jit(globals()["_nb_" + name]))
+    return k
+
+
+kernels = built_once(_build)
 
 
 class ConvFastPath:
