@@ -19,6 +19,11 @@ image --steps S --batch B``: every tab (and the daisy-peer) must end on train's 
 Steps/s = the host tab's ``run:step`` events after the first ``--skip`` steps; the ratio is
 against the 1-tab room of the same batch and round.
 
+``--pin``: every device gets a core of its own (``taskset``: tab i on core i, the daisy-peer
+on the core after the tabs'), as devices have, and only the rooms with a core for each device
+run; the report goes to its own section ("tab_rooms_pinned"). The server and the delay line
+are not pinned.
+
 Needs root (namespaces, tun). It re-executes itself in a private network namespace.
 """
 
@@ -43,7 +48,8 @@ URL = f"http://{SERVER_IP}:{PORT}"
 ARGS = [*BASE_ARGS, f"--unsafely-treat-insecure-origin-as-secure={URL}"]  # the page needs a secure context
 ROOMS = {"1 tab": (1, 0), "2 tabs": (2, 0), "3 tabs": (3, 0), "2 tabs + 1 daisy-peer": (2, 1)}
 ROOM_OF = "window.__daisy.room"
-WRAPPER = '#!/bin/sh\nexec nsenter --net=/proc/"$DAISY_NS_PID"/ns/net -- %s "$@"\n' % CHROMIUM
+WRAPPER = ('#!/bin/sh\nif [ -n "$DAISY_CPU" ]; then set -- taskset -c "$DAISY_CPU" %s "$@"; '
+           'else set -- %s "$@"; fi\nexec nsenter --net=/proc/"$DAISY_NS_PID"/ns/net -- "$@"\n' % (CHROMIUM, CHROMIUM))
 RECORD = """() => { window.__steps = [];
   window.__daisy.mesh.bus.on("run:step", (d) => window.__steps.push([performance.now(), d.step])); }"""
 
@@ -64,7 +70,7 @@ def reference(steps: int, batch: int) -> dict:
 
 
 def run_room(browsers, peer_ns: int, n_tabs: int, n_peers: int, batch: int, steps: int, skip: int,
-             tmp: Path, tag: str, room_s: float) -> dict:
+             tmp: Path, tag: str, room_s: float, peer_cpu: int | None = None) -> dict:
     """One room: tab 0 hosts, the other tabs and the daisy-peer join; the run to its end (a
     row with "error" when it is not done in ``room_s`` seconds)."""
     ctxs, peer = [], None
@@ -85,7 +91,8 @@ def run_room(browsers, peer_ns: int, n_tabs: int, n_peers: int, batch: int, step
         if n_peers:
             names.append("py")
             err = open(tmp / f"{tag}-peer.err", "w")
-            peer = subprocess.Popen(["nsenter", f"--net=/proc/{peer_ns}/ns/net", "--", str(BIN / "daisy-peer"),
+            pin = [] if peer_cpu is None else ["taskset", "-c", str(peer_cpu)]
+            peer = subprocess.Popen([*pin, "nsenter", f"--net=/proc/{peer_ns}/ns/net", "--", str(BIN / "daisy-peer"),
                                      "--server", URL, "--room", code, "--name", "py", "--json", "--quiet"],
                                     stdout=subprocess.PIPE, stderr=err, text=True, cwd=ROOT)
         for name in names:
@@ -170,20 +177,26 @@ def measure(a) -> dict:
         rows = []
         with sync_playwright() as p:
             feats = disable_features(p, ARGS)
+            cores = os.cpu_count() or 1
+            n_browsers = min(3, max(ROOMS[r][0] for r in a.rooms))
             browsers = [p.chromium.launch(executable_path=str(wrapper), args=ARGS + [feats],
-                                          env={**os.environ, "DAISY_NS_PID": str(s.pid)}) for s in sleepers[:3]]
+                                          env={**os.environ, "DAISY_NS_PID": str(s.pid),
+                                               **({"DAISY_CPU": str(i % cores)} if a.pin else {})})
+                        for i, s in enumerate(sleepers[:n_browsers])]
             for rnd in range(1, a.rounds + 1):
                 for b in a.batches:
                     for room in a.rooms:
                         n_tabs, n_peers = ROOMS[room]
                         r = run_room(browsers, sleepers[3].pid, n_tabs, n_peers, b, a.steps_for(b), a.skip,
-                                     tmp, f"{rnd}-{b}-{n_tabs}-{n_peers}", a.room_s)
+                                     tmp, f"{rnd}-{b}-{n_tabs}-{n_peers}", a.room_s,
+                                     peer_cpu=n_tabs % cores if a.pin else None)
                         r.update(room=room, round=rnd, reference=refs[b])
                         print(json.dumps(r), file=sys.stderr)
                         rows.append(r)
             for br in browsers:
                 br.close()
-        return {"rows": rows, "echo": echo, "delay_ms": a.delay_ms, "line": ready, "cpus": os.cpu_count()}
+        return {"rows": rows, "echo": echo, "delay_ms": a.delay_ms, "line": ready, "cpus": os.cpu_count(),
+                "pinned": bool(a.pin)}
     finally:
         for pr in reversed(procs):
             pr.kill()
@@ -219,10 +232,14 @@ def report(res: dict) -> str:
         f"{e['tab-server']['median_ms']:.2f} ms [{e['tab-server']['p10_ms']:.2f}, "
         f"{e['tab-server']['p90_ms']:.2f}] ({res['line'].removeprefix('READY ')}).",
         "",
-        f"This machine has {res['cpus']} cores, shared with other engineers' builds and tests while "
-        "this ran (the load column): each tab computes on its own worker pool, so 2 and 3 tabs "
-        "share 2 cores with each other and with that work. The ratios say what a room gains here, "
-        "not what it gains on devices of their own.",
+        (f"This machine has {res['cpus']} cores. Pinned (`--pin`): every device on a core of its "
+         "own (`taskset`; tab i on core i, the daisy-peer on the next), as devices of their own "
+         "have; the server and the delay line share them. The load column says what else ran."
+         if res.get("pinned") else
+         f"This machine has {res['cpus']} cores, shared with other work while "
+         "this ran (the load column): each tab computes on its own worker pool, so 2 and 3 tabs "
+         "share the cores with each other and with that work. The ratios say what a room gains here, "
+         "not what it gains on devices of their own (`--pin` gives each device a core)."),
         "",
         "Run: the default CNN (image task, the recipe's defaults), `mesh.start({task: 'image', steps, "
         "batch})` in the host tab, the run `daisychain train --task image --steps S --batch B` "
@@ -245,12 +262,19 @@ def main() -> None:
     ap.add_argument("--out", default=None, help="also write the raw results (JSON) here")
     ap.add_argument("--report", default=None, help="only rewrite the report from an --out file")
     ap.add_argument("--no-write", action="store_true")
+    ap.add_argument("--pin", action="store_true", help="every device on a core of its own (only the rooms "
+                    "with a core for each device)")
     a = ap.parse_args()
     a.batches = [int(b) for b in a.batches.split(",")]
     a.rooms = [r.strip() for r in a.rooms.split(",")]
     bad = [r for r in a.rooms if r not in ROOMS]
     if bad:
         ap.error(f"no room {bad[0]!r}; rooms: {', '.join(ROOMS)}")
+    if a.pin:
+        cores = os.cpu_count() or 1
+        a.rooms = [r for r in a.rooms if sum(ROOMS[r]) <= cores]
+        if not a.rooms:
+            ap.error(f"--pin: no room has a core for each device on {cores} cores")
     a.steps_for = lambda b: max(8, a.steps * 64 // b)
     if a.report:
         res = json.loads(Path(a.report).read_text())
@@ -266,8 +290,11 @@ def main() -> None:
     print(text)
     if not a.no_write:
         from bench._report import write_section
-        write_section("tab_rooms", "## Rooms of tabs: 1, 2 and 3 Chromium tabs, 1 ms each way "
-                      "(bench/tab_rooms.py)\n\n" + text,
+        pinned = res.get("pinned")
+        write_section("tab_rooms_pinned" if pinned else "tab_rooms",
+                      ("## Rooms of tabs, a core each: 1 and 2 Chromium tabs, 1 ms each way (bench/tab_rooms.py --pin)"
+                       if pinned else "## Rooms of tabs: 1, 2 and 3 Chromium tabs, 1 ms each way (bench/tab_rooms.py)")
+                      + "\n\n" + text,
                       res.get("command") or "sudo .venv/bin/python -m bench.tab_rooms " + " ".join(sys.argv[1:]))
 
 

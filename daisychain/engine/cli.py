@@ -182,6 +182,7 @@ def train_with_trainer(rs, workers: int = 1, how: str = "round-robin", gemm: str
             "params_sha256": tr.params_sha256(), "run_id": tr.run_id,
             "dataset_fingerprint": rs.ds.fingerprint, "manifest_sha256": tr.luts.manifest_sha256,
             "workers": workers, "assign": how, "gemm": gemm, "threads": threads,
+            "threads_used": getattr(getattr(getattr(tr, "base", tr), "threads", None), "most_used", 1),
             "micro_batches_per_s": ran * rs.hp.n_micro * (rs.hp.replicas * rs.hp.sync_every)
             / elapsed if elapsed > 0 else 0.0,
             "replicas": rs.hp.replicas, "sync_every": rs.hp.sync_every,

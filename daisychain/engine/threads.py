@@ -9,12 +9,19 @@ intra-op pool is set to one thread then, so that N threads use N cores, not N x 
 sum of exact int64 fixed-point values, so the sum of the threads' sums is the same bits as
 one thread's, in any order; loss and correct keep the micro-batch order. Every N gives the
 same parameters hash (tests/engine/test_threads.py).
+
+A split costs a hand-off to the pool and back (~0.1-0.3 ms here) and contention for the GIL
+between kernels, so a step whose micro-batches are cheap (digits: ~0.1 ms each) ran at
+0.55x on 2 threads against 1 (docs/BENCHMARKS.md, "threads"). The pool is used only when
+each thread's share of a call would take at least :data:`MIN_SHARE_S` on one thread, by the
+rate this process measured on its own one-thread calls (the bits never depend on it).
 """
 
 from __future__ import annotations
 
 import os
 import sys
+import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Callable
 
@@ -22,6 +29,10 @@ import numpy as np
 
 #: The most threads accepted (a typo guard: more threads than cores is allowed, see note_threads).
 MAX_THREADS = 256
+
+#: The least one-thread time (seconds) of each thread's share of a call for the call to be
+#: split: below it the hand-off costs more than the second core gives (bench/threads.py).
+MIN_SHARE_S = 0.002
 
 
 def cores() -> int:
@@ -55,37 +66,76 @@ def note_threads(n: int) -> str | None:
     return None
 
 
+def threads_for(n: int, threads: int, per_micro_s: float | None, min_share_s: float = MIN_SHARE_S) -> int:
+    """How many threads a call of n micro-batches takes: one until a call has measured the
+    rate (``per_micro_s``: one thread's seconds a micro-batch, the least seen), then as many
+    as keep each share at least ``min_share_s`` (0: all), at most ``threads`` and n. The tab's
+    default pool splits by the same rule (webui/shell/worker/trainer_proxy.js workersFor)."""
+    k = min(threads, n)
+    if k <= 1:
+        return 1
+    if min_share_s <= 0:
+        return k
+    if per_micro_s is None:
+        return 1
+    return max(1, min(k, int(n * per_micro_s // min_share_s)))
+
+
 class ThreadedGrad:
     """``grad(x, y, theta, frac_bits, limit)`` of n micro-batches on up to ``threads`` threads.
 
-    ``make_engine()`` builds one more Engine (the first is the trainer's own)."""
+    ``make_engine()`` builds one more Engine (the first is the trainer's own). ``min_share_s``:
+    a call is split only when each thread's share would take at least this long on one
+    thread (0: always split); ``per_micro_s`` is the one-thread seconds a micro-batch took,
+    the least seen (None until a call ran; a split call counts
+    its wall time times its threads, an upper bound); ``most_used`` the most threads that
+    computed one call."""
 
-    def __init__(self, first, make_engine: Callable, threads: int):
+    def __init__(self, first, make_engine: Callable, threads: int, min_share_s: float = MIN_SHARE_S):
         self.threads = int(threads)
+        self.min_share_s = float(min_share_s)
+        self.per_micro_s: float | None = None
+        self.most_used = 0
         self._engines = [first]
         self._make = make_engine
         self._pool = ThreadPoolExecutor(self.threads, thread_name_prefix="daisy-compute") if self.threads > 1 else None
+
+    def split(self, n: int) -> int:
+        """How many threads a call of n micro-batches takes (:func:`threads_for`)."""
+        return threads_for(n, self.threads, self.per_micro_s, self.min_share_s)
 
     def grad(self, x: np.ndarray, y: np.ndarray, theta: np.ndarray, frac_bits: int, limit: float):
         from daisychain.engine.model import Result
 
         n = len(y)
-        k = min(self.threads, n)
+        k = self.split(n)
+        self.most_used = max(self.most_used, k)
         if k <= 1:
-            return self._engines[0].grad(theta, x, y, frac_bits, limit)
+            t0 = time.perf_counter()
+            got = self._engines[0].grad(theta, x, y, frac_bits, limit)
+            if n:
+                self._seen((time.perf_counter() - t0) / n)
+            return got
         while len(self._engines) < k:
             self._engines.append(self._make())
         torch = sys.modules.get("torch")  # the image path's torch._int_mm: one intra-op thread
         if torch is not None and torch.get_num_threads() != 1:  # each, or N threads oversubscribe
             torch.set_num_threads(1)
         cuts = [(w * n) // k for w in range(k + 1)]
+        t0 = time.perf_counter()
         futures = [self._pool.submit(self._engines[w].grad, theta, x[cuts[w]:cuts[w + 1]],
                                      y[cuts[w]:cuts[w + 1]], frac_bits, limit) for w in range(k)]
         parts = [f.result() for f in futures]
+        # k threads' wall time bounds one thread's time from above: a first, slow one-thread
+        # call (compiles, caches) that made the split look worth it is corrected this way
+        self._seen((time.perf_counter() - t0) * k / n)
         grad = parts[0].grad.copy()
         for p in parts[1:]:
             grad += p.grad
         return Result(grad, np.concatenate([p.loss for p in parts]), np.concatenate([p.correct for p in parts]))
+
+    def _seen(self, per_micro: float) -> None:
+        self.per_micro_s = per_micro if self.per_micro_s is None else min(self.per_micro_s, per_micro)
 
     def close(self) -> None:
         if self._pool is not None:

@@ -37,6 +37,7 @@ def test_every_thread_count_gives_the_same_hash(argv):
         assert r.returncode == 0, r.stderr[-2000:]
         outs.append(json.loads(r.stdout.strip().splitlines()[-1]))
     assert [o["threads"] for o in outs] == [1, 2, 3]
+    assert [o["threads_used"] for o in outs][0] == 1 and all(1 <= o["threads_used"] <= o["threads"] for o in outs)
     assert len({o["params_sha256"] for o in outs}) == 1, [o["params_sha256"] for o in outs]
 
 
@@ -72,11 +73,61 @@ def test_threaded_grad_equals_one_engine_per_micro_batch():
     hp = Hyper(batch=48, micro_batch=8, seed=5)
     one = Trainer(cnn((1, 8, 8), ["conv4", "pool", 16], 10), hp, ds, load_luts(), threads=1)
     three = Trainer(one.spec, hp, ds, load_luts(), threads=3)
+    three.threads.min_share_s = 0  # split however cheap the micro-batches (the rule: below)
     ids = list(range(hp.n_micro))
     a, b = one.contribute(ids, 2), three.contribute(ids, 2)
     assert np.array_equal(a.grad, b.grad) and np.array_equal(a.loss, b.loss) and np.array_equal(a.correct, b.correct)
     assert isinstance(three.threads, ThreadedGrad) and len({id(e) for e in three.threads._engines}) == 3
     assert threads_arg(" 4 ") == 4
+
+
+def test_cheap_micro_batches_stay_on_one_thread_and_dear_ones_are_split():
+    """A split costs more than a second core gives when a thread's share is cheap (digits ran
+    at 0.55x on 2 threads): the pool takes a call only when each share would take at least
+    min_share_s on one thread, by the rate measured on this process's own calls."""
+    ds = prepare_task("digits")
+    hp = Hyper(batch=64, micro_batch=16, seed=1)
+    from daisychain.engine.spec import mlp
+
+    tr = Trainer(mlp(64, [32], 10), hp, ds, load_luts(), threads=2)
+    g = tr.threads
+    assert g.split(4) == 1 and g.per_micro_s is None  # nothing measured yet: one thread
+    ids = list(range(hp.n_micro))
+    first = tr.contribute(ids, 0)
+    assert g.per_micro_s is not None and g.per_micro_s > 0
+    g.per_micro_s = 1e-4  # ~ a digits micro-batch here: shares of 0.2 ms
+    assert g.split(4) == 1
+    g.per_micro_s = g.min_share_s  # each micro-batch worth a share: as many threads as allowed
+    assert g.split(4) == 2 and g.split(1) == 1
+    g.per_micro_s = 0.75 * g.min_share_s  # 4 x 0.75 = 3 shares' worth, capped at 2 threads
+    assert g.split(4) == 2 and g.split(2) == 1
+    again = tr.contribute(ids, 0)  # split on 2 threads now: the same bits
+    assert g.most_used == 2 and np.array_equal(first.grad, again.grad)
+    assert g.per_micro_s <= 0.75 * g.min_share_s  # the split call's wall time only lowers it
+
+
+def test_the_tabs_pool_splits_by_the_same_rule():
+    """engine/threads.py threads_for and the tab's workersFor (trainer_proxy.js, its default
+    pool; `?workers=N` asks for all N) give the same counts on one table of cases."""
+    from pathlib import Path
+
+    from daisychain.engine.threads import MIN_SHARE_S, threads_for
+
+    cases = [(n, size, ms) for n in (1, 2, 3, 4, 7, 16) for size in (1, 2, 3, 8)
+             for ms in (None, 0.07, 0.3, 0.9, 1.3, 2.6, 7.7, 40.0)]
+    want = [threads_for(n, size, None if ms is None else ms / 1000, MIN_SHARE_S) for n, size, ms in cases]
+    proxy = Path(__file__).resolve().parents[2] / "daisychain/webui/shell/worker/trainer_proxy.js"
+    js = (f"const {{ workersFor, MIN_SHARE_MS }} = await import({json.dumps(proxy.as_uri())});\n"
+          f"const cases = {json.dumps(cases)};\n"
+          "console.log(JSON.stringify({ ms: MIN_SHARE_MS, got: cases.map(([n, s, ms]) => workersFor(n, s, false, ms)),"
+          " asked: cases.map(([n, s, ms]) => workersFor(n, s, true, ms)) }));")
+    r = subprocess.run(["node", "--input-type=module", "-e", js], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert out["ms"] == MIN_SHARE_S * 1000
+    assert out["got"] == want
+    assert out["asked"] == [min(n, size) for n, size, _ in cases]
+    assert 1 in want and 2 in want and 8 in want  # the table reaches every branch
 
 
 @pytest.mark.parametrize("n", [1, 2, 3])

@@ -21,6 +21,26 @@ import { Trainer } from "../../engine/trainer.js";
 /** The most compute workers a tab starts (each holds a copy of the training set). */
 export const MAX_WORKERS = 8;
 
+/** The least one-worker time (ms) of each worker's share of a call for the default pool to
+ *  split it: a digits micro-batch (~0.1 ms) costs less than its round trip to a second worker
+ *  (2 workers ran digits at 0.67x of one, docs/BENCHMARKS.md "browser_pool"). engine/threads.py
+ *  MIN_SHARE_S is the same rule for `--threads`. */
+export const MIN_SHARE_MS = 2;
+
+/**
+ * How many of the pool's workers compute a call of n micro-batches on the CPU path: all of
+ * them (at most n) when the address asked for the pool (`?workers=N`); else one until a call
+ * has measured the rate (perMicroMs: one worker's ms a micro-batch, the least seen), then as
+ * many as keep each share at least MIN_SHARE_MS. The bits never depend on it.
+ */
+export function workersFor(n, size, asked, perMicroMs, minShareMs = MIN_SHARE_MS) {
+  const k = Math.min(size, n);
+  if (k <= 1) return 1;
+  if (asked) return k;
+  if (perMicroMs === null) return 1;
+  return Math.max(1, Math.min(k, Math.floor((n * perMicroMs) / minShareMs)));
+}
+
 /**
  * How many compute workers this tab runs: `?workers=N` in the page's address (1..MAX_WORKERS),
  * else navigator.hardwareConcurrency less one for the page, at least 1, at most MAX_WORKERS.
@@ -33,7 +53,7 @@ export function poolSetting(search = globalThis.location ? globalThis.location.s
   if (asked !== null) {
     const n = Number(asked);
     if (Number.isInteger(n) && n >= 1 && n <= MAX_WORKERS) {
-      return { size: n, cores: c, why: `workers=${n} in the address${c !== null && n > c ? ` (more than the ${c} cores: allowed)` : ""}` };
+      return { size: n, asked: true, cores: c, why: `workers=${n} in the address${c !== null && n > c ? ` (more than the ${c} cores: allowed)` : ""}` };
     }
     const size = c === null ? 1 : Math.min(MAX_WORKERS, Math.max(1, c - 1));
     return { size, cores: c, why: `workers=${asked} refused: it must be an integer from 1 to ${MAX_WORKERS}; using ${size}` };
@@ -161,18 +181,28 @@ export class WorkerTrainer extends Trainer {
   async contributeAt(theta, step, micro) {
     const ids = Array.from(micro);
     const gpu = this.engine.units.name === "gpu";
-    const n = gpu || !this.poolUnits ? 1 : Math.min(this.pool.size, ids.length);
+    const n = gpu || !this.poolUnits ? 1
+      : workersFor(ids.length, this.pool.size, !!this.pool.setting.asked, this.perMicroMs ?? null);
+    const t0 = performance.now();
+    const seen = (r, workers) => {
+      // the least ms a micro-batch took one worker (a split call's wall time times its workers
+      // bounds that from above)
+      const ms = ids.length ? ((performance.now() - t0) * workers) / ids.length : null;
+      if (ms !== null && !gpu) this.perMicroMs = this.perMicroMs == null ? ms : Math.min(this.perMicroMs, ms);
+      return r;
+    };
     if (n <= 1) {
       const own = theta.buffer.byteLength === theta.byteLength ? theta : theta.slice();
       // The snapshot is handed over, not copied, where no one uses it again: on the CPU path
       // (mesh.js retries a failed compute with the same snapshot only after a GPU failure).
-      return this.pool.post("contribute", { key: this.key, theta: own, step, micro: ids }, gpu ? [] : [own.buffer]);
+      return seen(await this.pool.post("contribute", { key: this.key, theta: own, step, micro: ids }, gpu ? [] : [own.buffer]), 1);
     }
     const parts = await Promise.all(Array.from({ length: n }, (_, w) => {
       const own = theta.slice();
       const mine = ids.slice(Math.floor((w * ids.length) / n), Math.floor(((w + 1) * ids.length) / n));
       return this.pool.workers[w].post("contribute", { key: this.key, theta: own, step, micro: mine }, [own.buffer]);
     }));
+    seen(null, n);
     const grad = parts[0].grad;
     for (let w = 1; w < n; w++) {
       const g = parts[w].grad;
