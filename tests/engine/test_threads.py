@@ -109,21 +109,16 @@ def test_cheap_micro_batches_stay_on_one_thread_and_dear_ones_are_split():
 def test_the_tabs_pool_splits_by_the_same_rule():
     """engine/threads.py threads_for and the tab's workersFor (trainer_proxy.js, its default
     pool; `?workers=N` asks for all N) give the same counts on one table of cases."""
-    from pathlib import Path
-
     from daisychain.engine.threads import MIN_SHARE_S, threads_for
+    from jsrun import run_js
 
     cases = [(n, size, ms) for n in (1, 2, 3, 4, 7, 16) for size in (1, 2, 3, 8)
              for ms in (None, 0.07, 0.3, 0.9, 1.3, 2.6, 7.7, 40.0)]
     want = [threads_for(n, size, None if ms is None else ms / 1000, MIN_SHARE_S) for n, size, ms in cases]
-    proxy = Path(__file__).resolve().parents[2] / "daisychain/webui/shell/worker/trainer_proxy.js"
-    js = (f"const {{ workersFor, MIN_SHARE_MS }} = await import({json.dumps(proxy.as_uri())});\n"
-          f"const cases = {json.dumps(cases)};\n"
-          "console.log(JSON.stringify({ ms: MIN_SHARE_MS, got: cases.map(([n, s, ms]) => workersFor(n, s, false, ms)),"
-          " asked: cases.map(([n, s, ms]) => workersFor(n, s, true, ms)) }));")
-    r = subprocess.run(["node", "--input-type=module", "-e", js], capture_output=True, text=True, timeout=60)
-    assert r.returncode == 0, r.stderr
-    out = json.loads(r.stdout)
+    out = run_js("console.log(JSON.stringify({ ms: P.MIN_SHARE_MS, "
+                 "got: DATA.map(([n, s, ms]) => P.workersFor(n, s, false, ms)), "
+                 "asked: DATA.map(([n, s, ms]) => P.workersFor(n, s, true, ms)) }));",
+                 imports={"P": "shell/worker/trainer_proxy.js"}, data=cases)
     assert out["ms"] == MIN_SHARE_S * 1000
     assert out["got"] == want
     assert out["asked"] == [min(n, size) for n, size, _ in cases]

@@ -26,20 +26,31 @@ export function encodeIntsRaw(v) {
   return out;
 }
 
+const TWO32 = 2 ** 32;
+
+function ctz32(x) {
+  // trailing zero bits of a nonzero 32-bit word
+  return 31 - Math.clz32(x & -x);
+}
+
 function ctzCommon(v, a, b) {
-  // trailing zero bits shared by every value of v[a:b] (0 when all are zero), capped at 62
-  let shift = 62;
-  let any = false;
+  // trailing zero bits shared by every value of v[a:b] (0 when all are zero), capped at 62:
+  // those of the OR of the values' magnitudes, taken as two words (exact below 2**53)
+  let lo = 0;
+  let hi = 0;
   for (let i = a; i < b; i++) {
-    let x = Math.abs(v[i]);
-    if (x === 0) continue;
-    any = true;
-    let s = 0;
-    while (s < shift && x % 2 === 0) { x /= 2; s++; }
-    shift = s;
-    if (shift === 0) break;
+    const x = Math.abs(v[i]);
+    if (x < TWO32) lo |= x;
+    else {
+      const h = Math.floor(x / TWO32);
+      lo |= x - h * TWO32;
+      hi |= h;
+    }
+    if (lo & 1) return 0;
   }
-  return any ? shift : 0;
+  if (lo) return ctz32(lo);
+  if (hi) return Math.min(62, 32 + ctz32(hi));
+  return 0;
 }
 
 function segmentsEncode(v, bounds, varint) {
@@ -57,25 +68,37 @@ function segmentsEncode(v, bounds, varint) {
       width = 0;
     } else if (varint) {
       width = 255;
-      const out = [];
+      const out = new Uint8Array((b - a) * VALUE_BYTES); // a zig-zag value below 2**54: at most 8 bytes
+      let o = 0;
       for (let i = a; i < b; i++) {
         const x = v[i] / scale;
         let z = x >= 0 ? 2 * x : -2 * x - 1; // zig-zag, exact below 2**53
-        while (z >= 128) { out.push((z % 128) | 0x80); z = Math.floor(z / 128); }
-        out.push(z);
+        if (z < TWO32) { // 32-bit words: shifts
+          z >>>= 0;
+          while (z >= 128) { out[o++] = (z & 127) | 0x80; z >>>= 7; }
+        } else {
+          while (z >= 128) { out[o++] = (z % 128) | 0x80; z = Math.floor(z / 128); }
+        }
+        out[o++] = z;
       }
-      body = Uint8Array.from(out);
+      body = out.subarray(0, o);
     } else {
       const m = Math.max(hi, -(lo + 1));
       width = m < 2 ** 7 ? 1 : m < 2 ** 15 ? 2 : m < 2 ** 31 ? 4 : 8;
-      body = new Uint8Array((b - a) * width);
-      const dv = new DataView(body.buffer);
-      for (let i = a; i < b; i++) {
-        const x = v[i] / scale, o = (i - a) * width;
-        if (width === 1) dv.setInt8(o, x);
-        else if (width === 2) dv.setInt16(o, x, true);
-        else if (width === 4) dv.setInt32(o, x, true);
-        else dv.setBigInt64(o, BigInt(x), true);
+      const n = b - a;
+      if (width === 1) {
+        const t = new Int8Array(n);
+        for (let i = 0; i < n; i++) t[i] = v[a + i] / scale;
+        body = new Uint8Array(t.buffer);
+      } else if (width === 2 || width === 4) {
+        body = new Uint8Array(n * width);
+        const dv = new DataView(body.buffer);
+        if (width === 2) for (let i = 0; i < n; i++) dv.setInt16(2 * i, v[a + i] / scale, true);
+        else for (let i = 0; i < n; i++) dv.setInt32(4 * i, v[a + i] / scale, true);
+      } else {
+        body = new Uint8Array(n * 8);
+        const dv = new DataView(body.buffer);
+        for (let i = 0; i < n; i++) dv.setBigInt64(8 * i, BigInt(v[a + i] / scale), true);
       }
     }
     const h = new Uint8Array(6);

@@ -9,6 +9,7 @@
 import * as F from "../ui_format.js";
 import { confusionOf, predictRows } from "../../shell/worker/predictions.js";
 import { $, ctx, dispatch, state } from "./store.js";
+import { galleryView } from "./eval_budget.js";
 import { bus } from "../../shell/bus.js";
 
 const { className } = F;
@@ -130,10 +131,10 @@ async function predictNow(at) {
 /** The grid's predictions at `step` (if due and none is being computed). */
 function galleryStep(step, force = false) {
   const at = ensure();
-  if (!at || at.busy || (!force && step < at.next)) return null;
+  if (!at || at.busy || (!force && (step < at.next || !galleryView.due()))) return null;
   at.busy = true;
   at.next = step + galleryEvery(state.run.steps);
-  return predictNow(at).then((pred) => {
+  return (force ? predictNow(at) : galleryView.charge(() => predictNow(at))).then((pred) => {
     if (g !== at) return;
     at.pred = pred;
     at.step = step;

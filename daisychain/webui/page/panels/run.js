@@ -6,6 +6,7 @@
 import * as F from "../ui_format.js";
 import { $, ctx, dispatch, state, words } from "./store.js";
 import { showError } from "./say.js";
+import { accuracyView } from "./eval_budget.js";
 
 export class RunPanel {
   constructor(bus) {
@@ -55,15 +56,16 @@ export class RunPanel {
   }
 
   /** Test accuracy of the replica now, on a fixed subset, in the compute worker; the
-   *  parameters are only read (a copy goes to the worker), so the run's hash is unchanged. */
+   *  parameters are only read (a copy goes to the worker), so the run's hash is unchanged.
+   *  At most every accuracyEvery steps, and within the live views' budget (eval_budget.js). */
   liveAccuracy(step) {
     const la = state.liveAccuracy;
     const tr = ctx.mesh?.peer?.trainer;
-    if (!la || la.busy || !tr || typeof tr.probs !== "function" || step < la.next) return;
+    if (!la || la.busy || !tr || typeof tr.probs !== "function" || step < la.next || !accuracyView.due()) return;
     if (Number.isFinite(state.run.steps) && step >= state.run.steps) return; // the end measures the whole set
     dispatch("live-accuracy", { la, busy: true, next: step + accuracyEvery(state.run.steps) });
     const n = Math.min(LIVE_ACC_SAMPLES, tr.ds.y_test.data.length);
-    tr.accuracy("test", n).then((acc) => {
+    accuracyView.charge(() => tr.accuracy("test", n)).then((acc) => {
       if (state.liveAccuracy !== la) return; // another run began meanwhile
       dispatch("live-accuracy", { la, value: acc, step, n });
       this.bus.emit("page:accuracy", { step, value: acc });

@@ -1,0 +1,28 @@
+"""The page's live views of a run (the accuracy curve, the gallery) each have a budget of the
+compute worker's time (webui/page/panels/eval_budget.js): after a view took d ms, it may
+start again only d * (1 / share - 1) ms later; the two shares add up to SHARE.
+Taken every few steps whatever they cost, they took ~30% of a solo tab's step."""
+
+from __future__ import annotations
+
+from jsrun import run_js
+
+
+def test_a_view_that_took_d_waits_nine_d_before_the_next():
+    got = run_js("""
+      let t = 1000;
+      const b = new B.ViewBudget(0.1, () => t);
+      const out = [b.due()];
+      await b.charge(async () => { t += 50; return 7; });   // a view of 50 ms, ending at 1050
+      out.push(b.due());                                       // not before 1050 + 450
+      t = 1499; out.push(b.due());
+      t = 1500; out.push(b.due());
+      await b.charge(async () => { t += 10; });               // a cheap one: 90 ms after it
+      t = 1599; out.push(b.due());
+      t = 1600; out.push(b.due());
+      let threw = false;                                       // a view that fails is charged too
+      try { await b.charge(async () => { t += 100; throw new Error("x"); }); } catch { threw = true; }
+      out.push(threw, b.notBefore, B.SHARE, B.accuracyView.share + B.galleryView.share);
+      console.log(JSON.stringify(out));
+    """, imports={"B": "page/panels/eval_budget.js"})
+    assert got == [True, False, False, True, False, True, True, 1700 + 900, 0.1, 0.1]
