@@ -73,3 +73,29 @@ def test_js_and_python_frames_agree():
         o += n
     c = F.from_message(msg, v.size)
     assert (c.step, c.task, c.micro, c.correct) == (3, 2, (0, 1), 9) and (c.ints == v).all()
+
+
+def test_js_encodes_every_shift_and_width_as_python_does():
+    """The JS encoder's common trailing zeros (an OR of the magnitudes, as two 32-bit words) and
+    its varint writer (shifts below 2**32, divisions above): on segments whose values share 0
+    to 50 zero bits, at magnitudes up to 2**53, with zeros, the bytes are Python's."""
+    rng = np.random.default_rng(11)
+    vectors = []
+    for k in range(60):
+        shift = int(rng.integers(0, 51))
+        top = int(rng.integers(1, 53 - shift + 1))
+        v = rng.integers(-(2 ** (top - 1)), 2 ** (top - 1), int(rng.integers(1, 200)), dtype=np.int64) << shift
+        if k % 7 == 0:
+            v[rng.random(v.size) < 0.6] = 0
+        if k % 11 == 0:
+            v[:] = 0
+        vectors.append(v)
+    v = np.concatenate(vectors)
+    bounds = [0, *np.cumsum([x.size for x in vectors]).tolist()]
+    out = run_js("""
+      const v = Float64Array.from(DATA.vector.map(Number));
+      console.log(JSON.stringify([W.Codec.NARROW, W.Codec.VARINT].map((c) =>
+        [c, Buffer.from(W.encodeInts(v, DATA.bounds, [c]).body).toString("base64")])));
+    """, imports={"W": "wire/frames.js"}, data={"vector": [str(x) for x in v], "bounds": bounds})
+    for codec, b64 in out:
+        assert base64.b64decode(b64) == F.encode_ints(v, bounds, (codec,))[1], codec
