@@ -50,6 +50,12 @@ ROOMS = {"1 tab": (1, 0), "2 tabs": (2, 0), "3 tabs": (3, 0), "2 tabs + 1 daisy-
 ROOM_OF = "window.__daisy.room"
 WRAPPER = ('#!/bin/sh\nif [ -n "$DAISY_CPU" ]; then set -- taskset -c "$DAISY_CPU" %s "$@"; '
            'else set -- %s "$@"; fi\nexec nsenter --net=/proc/"$DAISY_NS_PID"/ns/net -- "$@"\n' % (CHROMIUM, CHROMIUM))
+#: --profile: every page's compute-worker calls, timed from the page (op, start, end)
+WRAP = """async () => { window.__ops = [];
+  const { computePool } = await import('/webui/shell/worker/trainer_proxy.js');
+  for (const w of computePool().workers) { const post = w.post.bind(w);
+    w.post = async (op, body, tr) => { const t0 = performance.now(); const r = await post(op, body, tr);
+      window.__ops.push([op, t0, performance.now()]); return r; }; } }"""
 RECORD = """() => { window.__steps = [];
   window.__daisy.mesh.bus.on("run:step", (d) => window.__steps.push([performance.now(), d.step])); }"""
 
@@ -69,10 +75,23 @@ def reference(steps: int, batch: int) -> dict:
     return json.loads(out.strip().splitlines()[-1])
 
 
+def _top(profile: dict, k: int = 12) -> list:
+    """The k functions with the most self time in a CDP CPU profile: [name, ms, share]."""
+    nodes = {n["id"]: n["callFrame"] for n in profile["nodes"]}
+    self_us: dict[str, float] = {}
+    for sid, d in zip(profile["samples"], profile["timeDeltas"]):
+        cf = nodes[sid]
+        name = f'{cf["functionName"] or "(anonymous)"} {cf["url"].rsplit("/", 1)[-1]}:{cf["lineNumber"] + 1}'.strip()
+        self_us[name] = self_us.get(name, 0.0) + d
+    total = sum(self_us.values()) or 1.0
+    return [[n, us / 1e3, us / total] for n, us in sorted(self_us.items(), key=lambda x: -x[1])[:k]]
+
+
 def run_room(browsers, peer_ns: int, n_tabs: int, n_peers: int, batch: int, steps: int, skip: int,
-             tmp: Path, tag: str, room_s: float, peer_cpu: int | None = None) -> dict:
+             tmp: Path, tag: str, room_s: float, peer_cpu: int | None = None, profile: bool = False) -> dict:
     """One room: tab 0 hosts, the other tabs and the daisy-peer join; the run to its end (a
-    row with "error" when it is not done in ``room_s`` seconds)."""
+    row with "error" when it is not done in ``room_s`` seconds). ``profile``: each page's main
+    thread is CPU-profiled over the timed steps and its compute-worker calls timed."""
     ctxs, peer = [], None
     try:
         pages = []
@@ -107,9 +126,24 @@ def run_room(browsers, peer_ns: int, n_tabs: int, n_peers: int, batch: int, step
                                "cpuPath: d.cpuPath, workers: d.workers.size, capacity: d.capacity }; }")
                    for pg in pages]
         host.evaluate(RECORD)
+        cdps = []
+        if profile:
+            for pg in pages:
+                pg.evaluate(WRAP)
+                c = pg.context.new_cdp_session(pg)
+                c.send("Profiler.enable")
+                c.send("Profiler.setSamplingInterval", {"interval": 250})
+                cdps.append(c)
         load0 = load()
         host.evaluate(f"() => {{ window.__daisy.mesh.start({{ task: 'image', steps: {steps}, batch: {batch} }}); }}")
+        profiles = []
         try:
+            if cdps:
+                host.wait_for_function(f"window.__steps.length >= {skip + 1}", timeout=room_s * 1000, polling=20)
+                for c in cdps:
+                    c.send("Profiler.start")
+                host.wait_for_function(f"window.__steps.length >= {steps}", timeout=room_s * 1000, polling=20)
+                profiles = [c.send("Profiler.stop")["profile"] for c in cdps]
             for pg in pages:
                 pg.wait_for_function("window.__daisy.run.state === 'done'", timeout=room_s * 1000, polling=500)
         except Exception as err:  # noqa: BLE001 - a room that stalls is a row that says so
@@ -128,7 +162,19 @@ def run_room(browsers, peer_ns: int, n_tabs: int, n_peers: int, batch: int, step
             py = json.loads(out.strip().splitlines()[-1])
         times = [t for t, s in marks if s > skip]
         sps = (len(times) - 1) / ((times[-1] - times[0]) / 1e3) if len(times) > 1 else float("nan")
-        return {"tabs": n_tabs, "peers": n_peers, "batch": batch, "steps": steps, "steps_s": sps,
+        prof = None
+        if profiles and len(times) > 1:
+            t0, t1, n = times[0], times[-1], len(times) - 1
+            prof = []
+            for pg, pr in zip(pages, profiles):
+                calls: dict[str, list] = {}
+                for op, a0, a1 in pg.evaluate("() => window.__ops"):
+                    if t0 <= a0 <= t1:
+                        c = calls.setdefault(op, [0, 0.0])
+                        c[0] += 1
+                        c[1] += a1 - a0
+                prof.append({"top": _top(pr), "calls": {op: [c, ms / n] for op, (c, ms) in calls.items()}})
+        return {"profile": prof,"tabs": n_tabs, "peers": n_peers, "batch": batch, "steps": steps, "steps_s": sps,
                 "timed_steps": len(times) - 1, "shas": [r["sha"] for r in runs] + ([py["params_sha256"]] if py else []),
                 "agreed": all(r.get("agreed") for r in runs) and (py is None or py.get("agreed")),
                 "done": runs[0].get("done"), "devices": devices, "load": [load0, load()]}
@@ -189,7 +235,7 @@ def measure(a) -> dict:
                         n_tabs, n_peers = ROOMS[room]
                         r = run_room(browsers, sleepers[3].pid, n_tabs, n_peers, b, a.steps_for(b), a.skip,
                                      tmp, f"{rnd}-{b}-{n_tabs}-{n_peers}", a.room_s,
-                                     peer_cpu=n_tabs % cores if a.pin else None)
+                                     peer_cpu=n_tabs % cores if a.pin else None, profile=a.profile)
                         r.update(room=room, round=rnd, reference=refs[b])
                         print(json.dumps(r), file=sys.stderr)
                         rows.append(r)
@@ -221,6 +267,23 @@ def report(res: dict) -> str:
         same = all(s == r["reference"] for s in r["shas"]) and r["agreed"]
         lines.append(f"| {r['round']} | {r['batch']} | {r['room']} | {r['steps_s']:.2f} | {ratio} | {done} | "
                      f"{devs} | {r['load'][0]:.1f} / {r['load'][1]:.1f} | {'yes' if same else 'NO'} |")
+    prof_lines = []
+    for r in res["rows"]:
+        for i, pp in enumerate(r.get("profile") or []):
+            if not prof_lines:
+                prof_lines = ["", "Where a step goes (`--profile`): each page's main thread, CPU-profiled over the timed "
+                              "steps (Chromium's sampling profiler, self time per step: `(idle)` is the thread "
+                              "waiting, `(program)` native work outside JS: style, layout, paint, messaging), and "
+                              "its compute-worker calls timed from the page (a call's time includes its wait in the "
+                              "worker's queue).", "",
+                              "| round | batch | room | tab | main thread, ms per step: the most self time | "
+                              "worker calls per step: count, ms |", "|---|---|---|---|---|---|"]
+            n = max(1, r.get("timed_steps") or 1)
+            top = "; ".join(f"{name} {ms / n:.1f}" for name, ms, _ in pp["top"][:8])
+            calls = "; ".join(f"{op} {c / n:.2f}, {ms:.1f}" for op, (c, ms) in pp["calls"].items())
+            prof_lines.append(f"| {r['round']} | {r['batch']} | {r['room']} | {'host' if i == 0 else f'guest {i}'} | "
+                              f"{top} | {calls} |")
+    lines += prof_lines
     e = res["echo"]
     return "\n".join([
         f"Every device: its own process (a headless Chromium, or `daisy-peer`) in its own network "
@@ -262,6 +325,8 @@ def main() -> None:
     ap.add_argument("--out", default=None, help="also write the raw results (JSON) here")
     ap.add_argument("--report", default=None, help="only rewrite the report from an --out file")
     ap.add_argument("--no-write", action="store_true")
+    ap.add_argument("--profile", action="store_true", help="CPU-profile every page's main thread over the timed "
+                    "steps and time its compute-worker calls (the report says where a step goes)")
     ap.add_argument("--pin", action="store_true", help="every device on a core of its own (only the rooms "
                     "with a core for each device)")
     a = ap.parse_args()
