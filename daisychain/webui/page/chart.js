@@ -97,10 +97,12 @@ export class Chart {
    * @param {HTMLCanvasElement} canvas
    * @param {{series?: {key: string, label: string, axis?: "left"|"right", format?: string}[],
    *          logY?: boolean, maxPoints?: number, xLabel?: string, empty?: string,
-   *          onHover?: (p: object|null) => void}} o
+   *          onHover?: (p: object|null) => void, minDrawMs?: number}} o  minDrawMs: new points
+   *          are drawn at most this often (a run's steps can come 15 times a second, and each
+   *          draw costs the page's thread its style, layout and paint)
    */
   constructor(canvas, { series = [{ key: "loss", label: "loss", axis: "left" }], logY = false, maxPoints = 5000,
-    xLabel = "step", empty = "the loss appears here once training starts", onHover = null } = {}) {
+    xLabel = "step", empty = "the loss appears here once training starts", onHover = null, minDrawMs = 0 } = {}) {
     this.canvas = canvas;
     this.series = series.map((s, i) => ({ axis: "left", format: null, ...s, index: i, points: [] }));
     this.byKey = new Map(this.series.map((s) => [s.key, s]));
@@ -109,8 +111,10 @@ export class Chart {
     this.xLabel = xLabel;
     this.empty = empty;
     this.onHover = onHover;
+    this.minDrawMs = minDrawMs;
     this.hovered = null; // the point under the pointer, or null
     this._queued = false;
+    this._drawnAt = -Infinity; // when a scheduled draw last ran
     this._layout = null;
     this._onMove = (e) => {
       const r = canvas.getBoundingClientRect();
@@ -167,8 +171,10 @@ export class Chart {
   _schedule() {
     if (this._queued) return;
     this._queued = true;
-    const go = () => { this._queued = false; this.draw(); };
-    if (typeof requestAnimationFrame === "function") requestAnimationFrame(go); else setTimeout(go, 16);
+    const go = () => { this._queued = false; this._drawnAt = performance.now(); this.draw(); };
+    const frame = () => (typeof requestAnimationFrame === "function" ? requestAnimationFrame(go) : setTimeout(go, 16));
+    const wait = this._drawnAt + this.minDrawMs - performance.now();
+    if (wait > 0) setTimeout(frame, wait); else frame();
   }
 
   _colours() {

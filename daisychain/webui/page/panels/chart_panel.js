@@ -5,11 +5,16 @@
 import { Chart } from "../chart.js";
 import { $, ctx, dispatch } from "./store.js";
 
+/** New points are drawn at most this often: a one-core tab's steps came ~15 a second, and
+ *  drawing at each one took its page's thread ~20 ms of style, layout and paint a step. */
+const DRAW_EVERY_MS = 250;
+
 export class ChartPanel {
   constructor(bus) {
     this.chart = new Chart($("loss-plot"), {
       series: [{ key: "loss", label: "loss", axis: "left" }, { key: "accuracy", label: "test accuracy", axis: "right" }],
       logY: $("log-scale").checked,
+      minDrawMs: DRAW_EVERY_MS,
     });
     ctx.chart = this.chart;
     bus.on("page:new-run", () => this.chart.clear());

@@ -16,7 +16,7 @@ export class RunPanel {
       renderCounters();
     });
     bus.on("room:peers", () => this.renderSoon());
-    bus.on("counters", () => renderCounters());
+    bus.on("counters", () => this.countersSoon());
     for (const ev of ["run:preparing", "run:state", "run:restored", "page:run-changed"]) bus.on(ev, () => this.render());
     bus.on("run:step", (s) => {
       this.liveAccuracy(s.step);
@@ -53,6 +53,14 @@ export class RunPanel {
     const go = () => { this.queued = false; this.at = performance.now(); this.render(); };
     const wait = Math.max(0, (this.at || 0) + RENDER_EVERY_MS - performance.now());
     setTimeout(() => (document.hidden ? go() : requestAnimationFrame(go)), wait);
+  }
+
+  /** renderCounters at most every RENDER_EVERY_MS: the counters change at every step. */
+  countersSoon() {
+    if (this.countersQueued) return;
+    this.countersQueued = true;
+    const wait = Math.max(0, (this.countersAt || 0) + RENDER_EVERY_MS - performance.now());
+    setTimeout(() => { this.countersQueued = false; this.countersAt = performance.now(); renderCounters(); }, wait);
   }
 
   /** Test accuracy of the replica now, on a fixed subset, in the compute worker; the
