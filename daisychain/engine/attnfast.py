@@ -244,33 +244,36 @@ class AttnOps:
         self.k.softmax(Sc, np.broadcast_to(mult, (Sc.shape[0],)).copy(), eng.exp_t, P)
         return P
 
-    def output_error(self, z, y, keys=None):
-        """Engine._output_error then the error's quantization per micro-batch for a
-        cross-entropy model, by engine/kernels.py's compiled loss (the dense and image paths'
-        one: the same float64 operations in the same order): (G float64, eg, loss, correct),
-        or None where a kernel's precondition fails (the numpy rules then run)."""
+    def output_error(self, z, x, y):
+        """Engine.top_errors of a sequence model's cross-entropy (the targets seq_targets(x,
+        y), the errors rounded stochastically with engine/sround.py's row keys, then made
+        zero-sum per row) by engine/kernels.py's compiled loss (the dense and image paths'
+        one: the same float64 operations in the same order) and one compiled pass for the
+        keys, the rounding and the zero-sum: (G int8, eg, loss, correct), or None where a
+        kernel's precondition fails (the numpy rules then run)."""
         from daisychain.engine import kernels as shared
-        from daisychain.engine.sround import quantize_errors
 
         base = shared.compiled()
         if base is None:
             return None
         n, b, C = z.shape
+        x = np.ascontiguousarray(x, np.int64)
+        y = np.ascontiguousarray(y, np.int64)
+        yt = np.empty((n, b), np.int64)
+        yt.reshape(n, -1, x.shape[2])[...] = np.concatenate([x[..., 1:], y[..., None]], axis=-1)  # seq_targets
         z2 = np.ascontiguousarray(z, np.float64).reshape(n * b, C)
-        yv = np.ascontiguousarray(np.asarray(y).reshape(-1), dtype=np.int64)
-        dz = np.empty((n, b * C))
+        dz = np.empty((n, b, C))
         py = np.empty((n, b))
         correct = np.empty(n, np.int64)
-        if not base.output_error(z2, yv, b, dz.reshape(n * b, C), py.reshape(-1), correct):
+        if not base.output_error(z2, yt.reshape(-1), b, dz.reshape(n * b, C), py.reshape(-1), correct):
             return None
         loss = -np.log(np.maximum(py, 1e-300)).mean(axis=1)  # display only, as _output_error
-        if keys is not None:  # a sequence model's stochastic rounding (engine/sround.py)
-            return (*quantize_errors(dz.reshape(n, b, C), keys), loss, correct)
+        keys = np.empty((n, b), np.uint32)
+        self.k.row_keys(x, y, keys)
+        G = np.empty((n, b, C), np.int8)
         eg = np.empty(n, np.int64)
-        G32 = np.empty((n, b * C), np.float32)
-        if not base.quant_rows(dz, G32, eg):
-            return None
-        return G32.astype(np.float64).reshape(n, b, C), eg, loss, correct
+        self.k.seq_errors(dz, keys, yt, G, eg)
+        return G, eg, loss, correct
 
     def softmax_back(self, P, dP):
         P, dP = np.ascontiguousarray(P), np.ascontiguousarray(dP)

@@ -408,8 +408,77 @@ def _nb_scatter(tokens, G, dE):
                 dE[i, v, c] += np.int64(G[i, r, c])
 
 
+def _nb_mix32(x):
+    """prng.mix32 of x (uint64 below 2**32): the products wrap mod 2**64, then mod 2**32."""
+    m = np.uint64(0xFFFFFFFF)
+    x ^= x >> np.uint64(16)
+    x = (x * np.uint64(0x7FEB352D)) & m
+    x ^= x >> np.uint64(15)
+    x = (x * np.uint64(0x846CA68B)) & m
+    x ^= x >> np.uint64(16)
+    return x
+
+
+def _nb_row_keys(x, y, keys):
+    """sround.row_keys: x (n, b, T) token ids, y (n, b) labels -> keys (n, b*T) uint32."""
+    n, b, T = x.shape
+    m = np.uint64(0xFFFFFFFF)
+    for i in range(n):
+        for s_ in range(b):
+            h = np.uint64(0)
+            for t in range(T + 1):
+                v = np.uint64(np.uint32(x[i, s_, t] if t < T else y[i, s_]))
+                h = _nb_mix32(((h + np.uint64(0x9E3779B9)) & m) ^ v)
+            for t in range(T):
+                keys[i, s_ * T + t] = _nb_mix32(h ^ ((np.uint64(t) * np.uint64(0x85EBCA6B)) & m))
+
+
+def _nb_seq_errors(dz, keys, y, G, eg):
+    """sround.quantize_errors then detmath.zero_sum_errors in one pass per row: dz (n, R, C)
+    float64 (the output error), keys (n, R) the row keys, y (n, R) the targets; G (n, R, C)
+    int8, eg (n,). eg = quant_exponent(max|dz|); q = clamp(floor(dz * 2**-eg + u), -127,
+    127) with u = mix32((key + c * 0x9E3779B9) mod 2**32) * 2**-32 (the same IEEE multiply,
+    add and floor); then per row s = the sum of the entries other than y's: G[y] = max(-s,
+    -127), and where s > 127 the excess is taken off the others one unit at a time from
+    the largest (the lowest class on a tie), as zero_sum_errors."""
+    n, R, C = dz.shape
+    m32 = np.uint64(0xFFFFFFFF)
+    for i in range(n):
+        m = 0.0
+        for r in range(R):
+            for c in range(C):
+                a = abs(dz[i, r, c])
+                if a > m:
+                    m = a
+        e = _nb_bitlen(m) - 7 if m > 0.0 else 0
+        eg[i] = e
+        scale = math.ldexp(1.0, -e)
+        for r in range(R):
+            kr = np.uint64(keys[i, r])
+            yr = y[i, r]
+            s = 0
+            for c in range(C):
+                u = _nb_mix32((kr + np.uint64(c) * np.uint64(0x9E3779B9)) & m32)
+                v = dz[i, r, c] * scale
+                v = v + np.float64(u) * 2.3283064365386963e-10
+                v = np.floor(v)
+                v = min(max(v, -127.0), 127.0)
+                q = np.int64(v)
+                G[i, r, c] = q
+                if c != yr:
+                    s += q
+            G[i, r, yr] = max(-s, -127)
+            for _ in range(s - 127):  # the trim (none where s <= 127)
+                best = -1
+                for c in range(C):
+                    if c != yr and (best < 0 or G[i, r, c] > G[i, r, best]):
+                        best = c
+                G[i, r, best] -= 1
+
+
 _NAMES = ("bitlen", "absmax", "bias_max", "scatter", "fdiv", "sdiv_r", "bias_rq8", "rq8x", "rq8_rows", "rq8",
-          "norm15", "align", "isqrt", "rms_fwd", "rms_back", "softmax", "softmax_back", "accum", "bias_add")
+          "norm15", "align", "isqrt", "rms_fwd", "rms_back", "softmax", "softmax_back", "accum", "bias_add",
+          "mix32", "row_keys", "seq_errors")
 
 
 def _build():
