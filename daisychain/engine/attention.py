@@ -60,6 +60,19 @@ def _affine_q8(eng, li, a, ex, W, bias, st, name, relu=False):
     return q8, e8, Wq, ew
 
 
+def _affine_align(eng, li, X, ex, a, ea, W, bias, st, name):
+    """_affine_am of a, then its align-add onto the stream X: (the sum, its exponent, Wq, ew).
+    The compiled route adds the bias inside the align-add (no float64 sums written)."""
+    fast = getattr(eng, "attn_ops", None)
+    if fast is None:
+        acc, sexp, Wq, ew, _ = _affine_am(eng, li, a, ea, W, bias, st, name=name)
+        S, eS = N.align_add([(X, ex), (acc, sexp)])
+        return S, eS, Wq, ew
+    S, eS, Wq, ew, bacc, acc = fast.affine_align(eng, X, ex, a, ea, W, bias, st.tracing)
+    _trace_affine(st, name, ew, bacc, acc)
+    return S, eS, Wq, ew
+
+
 def _align(eng, ops):
     """N.align_add, or the same values from the compiled route (engine/attnfast.py)."""
     fast = getattr(eng, "attn_ops", None)
@@ -283,14 +296,12 @@ class Block(LayerKind):
         O = _mm(eng, Pm.reshape(n * b * H, T, T), Vh)  # (n*b*H, T, dh), exponent ev - 7
         Oa, eo, _ = _rq8_rows(eng, O, n, b, T, H, dh, ev - 7)
         st.tr((f"{name}.attn.out_q", Oa))
-        Ao, eao, Wo, ewo, _ = _affine_am(eng, li, Oa, eo, P[6], P[7], st, name=f"{name}.o")
-        X1, ex1 = _align(eng, [(X, ex), (Ao, eao)])
+        X1, ex1, Wo, ewo = _affine_align(eng, li, X, ex, Oa, eo, P[6], P[7], st, f"{name}.o")
         st.tr((f"{name}.resid1", X1))
         A2, en2, nc2 = rmsnorm(eng, X1, ex1, f"{name}.norm2", st)
         H1, eh, W1, ew1 = _affine_q8(eng, li, A2, en2, P[8], P[9], st, f"{name}.fc1", relu=True)
         st.tr((f"{name}.fc1.out_q", H1))
-        F2, ef2, W2, ew2, _ = _affine_am(eng, li, H1, eh, P[10], P[11], st, name=f"{name}.fc2")
-        st.a, st.ex = _align(eng, [(X1, ex1), (F2, ef2)])
+        st.a, st.ex, W2, ew2 = _affine_align(eng, li, X1, ex1, H1, eh, P[10], P[11], st, f"{name}.fc2")
         st.tr((f"{name}.out", st.a))
         st.tr((f"{name}.out_exponent", st.ex))
         return dict(ex=ex, A1=A1, en1=en1, nc1=nc1, qkv=qkv, Qh=Qh, Kh=Kh, Vh=Vh, P=Pm, Oa=Oa, eo=eo,

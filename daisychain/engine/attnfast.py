@@ -32,10 +32,6 @@ F = N.NORM_F
 
 
 # ---------------------------------------------------------------------- the routes
-def _f64(a):
-    return np.ascontiguousarray(a, np.float64)
-
-
 _TORCH: list = []
 
 
@@ -204,7 +200,31 @@ class AttnOps:
                         out, e_out, S)
         return out, e_out, (S if sums else None)
 
+    def affine_align(self, eng, X, ex, a, ea, W2, bias, tracing):
+        """The affine of a (its GEMM's int32 sums and the bias in accumulator units), then
+        its align-add onto the stream X, the bias added inside the align-add (no float64
+        sums written): (S, eS, Wq, ew, bacc, acc), S int32; acc (for the trace) only where
+        ``tracing``, else None."""
+        acc32, sexp, Wq, ew, bacc = self._gemm(eng, a, ea, W2, bias)
+        S, eS = self._align2(X, ex, acc32, sexp, bacc)
+        acc = acc32.astype(np.float64) + bacc[:, None, :] if tracing else None
+        return S, eS, Wq, ew, bacc, acc
+
+    def _align2(self, X, e0, A, e1, bacc=None):
+        """align_add([(X, e0), (A (+ bacc per column), e1)]) by _nb_align2: int32 out."""
+        X, A = np.asarray(X), np.asarray(A)
+        n, C = X.shape[0], X.shape[-1]
+        X3, A3 = X.reshape(n, -1, C), A.reshape(n, -1, C)
+        out = np.empty(X3.shape, np.int32)
+        e_out = np.empty(n, np.int64)
+        b = np.empty((n, 0)) if bacc is None else np.ascontiguousarray(bacc, np.float64)
+        self.k.align2(X3, A3, b, np.broadcast_to(np.asarray(e0, np.int64), (n,)).copy(),
+                      np.broadcast_to(np.asarray(e1, np.int64), (n,)).copy(), out, e_out)
+        return out.reshape(X.shape), e_out
+
     def align_add(self, ops):
+        if len(ops) == 2 and np.shape(ops[0][0]) == np.shape(ops[1][0]) and np.ndim(ops[0][0]) >= 2:
+            return self._align2(ops[0][0], ops[0][1], ops[1][0], ops[1][1])
         first = np.asarray(ops[0][0])
         shape, n = first.shape, first.shape[0]
         dts = {np.asarray(V).dtype for V, _ in ops}
@@ -218,7 +238,7 @@ class AttnOps:
         return S.reshape(shape), e_out
 
     def rms_forward(self, x):
-        x = _f64(x)
+        x = np.ascontiguousarray(x)  # the wide stream: int32 (an align-add's) or float64 integers
         n, R, D = x.shape
         y = np.empty((n, R, D), np.int64)
         q = np.empty((n, R), np.int64)

@@ -138,6 +138,75 @@ def _nb_align(ops, es, S, e_out):
     _nb_norm15(S, e2, e_out)
 
 
+def _nb_wide_t(m):
+    """norm15's shift for max|V| = m (int64): max(0, bitlen(m) - 15)."""
+    t = _nb_bitlen(np.float64(m)) - WIDE
+    return t if t > 0 else 0
+
+
+def _nb_term(v, t, up, dn):
+    """An operand's term of the align-add: rshift(v, t) (norm15), then * 2**up or rshift by
+    dn, as integers ((v + 2**t / 2) >> t, etc.: the numpy rule's exact float64 values)."""
+    ht = (np.int64(1) << t) >> 1
+    hd = (np.int64(1) << dn) >> 1
+    return (((v + ht) >> t << up) + hd) >> dn
+
+
+def _nb_align2(X, A, bacc, e0, e1, out, e_out):
+    """align_add of two operands, X (n, R, C) and A (n, R, C) plus bacc (n, C) per column
+    (the affine's bias in accumulator units, integers in float64; a bacc of no columns: no
+    bias), exponents e0, e1 (n,): the wide sum into out (n, R, C) (int32: |v| <= 2**15),
+    e_out. The values of _nb_align on (X, A + bacc), in three passes that read X and A and
+    write only out: the operands' max|.|, the sum's max|.| (norm15's shift t of the sum),
+    then the sum shifted by t. No float64 sum is written, nor A + bacc."""
+    n, R, C = X.shape
+    use_b = bacc.shape[1] > 0
+    bi = np.zeros(C, np.int64)
+    for i in range(n):
+        if use_b:
+            for c in range(C):
+                bi[c] = np.int64(bacc[i, c])
+        m0 = np.int64(0)
+        m1 = np.int64(0)
+        for r in range(R):
+            for c in range(C):
+                a = np.int64(X[i, r, c])
+                a = a if a >= 0 else -a
+                m0 = a if a > m0 else m0
+                b = np.int64(A[i, r, c]) + bi[c]
+                b = b if b >= 0 else -b
+                m1 = b if b > m1 else m1
+        t0, t1 = _nb_wide_t(m0), _nb_wide_t(m1)
+        w0, w1 = e0[i] + t0, e1[i] + t1
+        if m0 > 0 and m1 > 0:
+            hi, lo = max(w0, w1), min(w0, w1)
+            e = max(lo, hi - 16)
+        elif m1 > 0:
+            e = w1
+        else:
+            e = w0
+        d0, d1 = w0 - e, w1 - e
+        up0 = min(d0, 16) if d0 >= 0 else 0
+        dn0 = min(-d0, 40) if d0 < 0 else 0
+        up1 = min(d1, 16) if d1 >= 0 else 0
+        dn1 = min(-d1, 40) if d1 < 0 else 0
+        m = np.int64(0)
+        for r in range(R):
+            for c in range(C):
+                v = (_nb_term(np.int64(X[i, r, c]), t0, up0, dn0)
+                     + _nb_term(np.int64(A[i, r, c]) + bi[c], t1, up1, dn1))
+                v = v if v >= 0 else -v
+                m = v if v > m else m
+        t = _nb_wide_t(m)
+        h = (np.int64(1) << t) >> 1
+        for r in range(R):
+            for c in range(C):
+                v = (_nb_term(np.int64(X[i, r, c]), t0, up0, dn0)
+                     + _nb_term(np.int64(A[i, r, c]) + bi[c], t1, up1, dn1))
+                out[i, r, c] = (v + h) >> t
+        e_out[i] = e + t
+
+
 def _nb_isqrt(v):
     q = np.int64(math.floor(math.sqrt(float(v))))
     if q * q > v:
@@ -478,7 +547,7 @@ def _nb_seq_errors(dz, keys, y, G, eg):
 
 _NAMES = ("bitlen", "absmax", "bias_max", "scatter", "fdiv", "sdiv_r", "bias_rq8", "rq8x", "rq8_rows", "rq8",
           "norm15", "align", "isqrt", "rms_fwd", "rms_back", "softmax", "softmax_back", "accum", "bias_add",
-          "mix32", "row_keys", "seq_errors")
+          "mix32", "row_keys", "seq_errors", "wide_t", "term", "align2")
 
 
 def _build():
