@@ -54,6 +54,15 @@ def _mm2(a, b):
     return t._int_mm(t.from_numpy(_i8(a)), t.from_numpy(_i8(b))).numpy()
 
 
+def _per_mb(e, n):
+    """An exponent (a scalar or one per micro-batch) as a contiguous int64 (n,) array (what
+    np.broadcast_to(...).copy() gave, without its cost on ~60 calls a step)."""
+    e = np.asarray(e, np.int64)
+    if e.shape == (n,):
+        return e if e.flags.c_contiguous else e.copy()
+    return np.full(n, e.reshape(-1)[0] if e.size == 1 else e, np.int64)
+
+
 def _i8(a):
     a = np.asarray(a)
     return _writable(a if a.dtype == np.int8 else a.astype(np.int8))
@@ -125,7 +134,7 @@ class AttnOps:
         the micro-batches of one k are one exact int8 GEMM over all their rows (int32: n * b
         * 127 * 127 < 2**31), shifted by k and summed in int64. True where it did the sum."""
         n, b = G.shape[0], G.shape[1]
-        k = np.broadcast_to(np.asarray(e, np.int64).reshape(-1) + frac_bits, (n,))
+        k = _per_mb(np.asarray(e, np.int64).reshape(-1) + frac_bits, n)
         if (int(k.min()) < 0 or float(b) * 16129.0 * float(pow2(int(k.max()))) > limit
                 or n * b * 16129 >= 2**31 or G.shape[2] < 2 or a_in.shape[2] < 2):
             return False
@@ -162,7 +171,7 @@ class AttnOps:
         e_out = np.empty(V.shape[0], np.int64)
         V2 = V.reshape(V.shape[0], -1)
         am = np.full(V.shape[0], -1.0) if am is None else np.array(am, np.float64)  # -1: the loop takes it
-        self.k.rq8(V2, am, np.broadcast_to(np.asarray(e, np.int64), (V.shape[0],)), out.reshape(V.shape[0], -1),
+        self.k.rq8(V2, am, _per_mb(e, V.shape[0]), out.reshape(V.shape[0], -1),
                    e_out)
         return out, e_out
 
@@ -218,8 +227,7 @@ class AttnOps:
         out = np.empty(X3.shape, np.int32)
         e_out = np.empty(n, np.int64)
         b = np.empty((n, 0)) if bacc is None else np.ascontiguousarray(bacc, np.float64)
-        self.k.align2(X3, A3, b, np.broadcast_to(np.asarray(e0, np.int64), (n,)).copy(),
-                      np.broadcast_to(np.asarray(e1, np.int64), (n,)).copy(), out, e_out)
+        self.k.align2(X3, A3, b, _per_mb(e0, n), _per_mb(e1, n), out, e_out)
         return out.reshape(X.shape), e_out
 
     def align_add(self, ops):
@@ -231,19 +239,21 @@ class AttnOps:
         dt = dts.pop() if len(dts) == 1 else np.float64
         # one array type for the tuple: C order, writable (a broadcast view is read-only)
         Vs = tuple(np.require(np.asarray(V, dt).reshape(n, -1), dt, ["C", "W"]) for V, _ in ops)
-        es = np.stack([np.broadcast_to(np.asarray(e, np.int64), (n,)) for _, e in ops])
+        es = np.stack([_per_mb(e, n) for _, e in ops])
         S = np.empty(Vs[0].shape, np.float64)
         e_out = np.empty(n, np.int64)
         self.k.align(Vs, es, S, e_out)
         return S.reshape(shape), e_out
 
-    def rms_forward(self, x):
+    def rms_forward(self, x, am=None):
+        """norm.rms_forward (y int32: |y| <= C + 1); ``am`` (n,) float64, where given, gets
+        max|y| per micro-batch (the requantize after it then skips its own pass)."""
         x = np.ascontiguousarray(x)  # the wide stream: int32 (an align-add's) or float64 integers
         n, R, D = x.shape
-        y = np.empty((n, R, D), np.int64)
+        y = np.empty((n, R, D), np.int32)
         q = np.empty((n, R), np.int64)
         j = np.empty((n, R), np.int64)
-        self.k.rms_fwd(x, N.norm_constant(D), y, q, j)
+        self.k.rms_fwd(x, N.norm_constant(D), y, q, j, np.empty(n) if am is None else am)
         return y, (y, q, j)
 
     def rms_backward(self, g, eg, ex, cache):
@@ -254,7 +264,7 @@ class AttnOps:
         e = np.asarray(eg, np.int64) - 3 * F - np.asarray(ex, np.int64) + J
         e_out = np.empty(g.shape[0], np.int64)
         flat = dx.reshape(g.shape[0], -1)
-        self.k.norm15(flat, np.broadcast_to(e, (g.shape[0],)).copy(), e_out)
+        self.k.norm15(flat, _per_mb(e, g.shape[0]), e_out)
         return dx, e_out
 
     def softmax_int(self, eng, Sc, E):

@@ -237,11 +237,13 @@ def _nb_sdiv_r(a, m, inv):
     return r if a > 0 else (-r if a < 0 else 0 * r)
 
 
-def _nb_rms_fwd(x, C, y, q, j):
-    """rms_forward on x (n, R, D) float64 integers: y (n, R, D), q, j (n, R) int64."""
+def _nb_rms_fwd(x, C, y, q, j, am):
+    """rms_forward on x (n, R, D) integers (int32 or float64): y (n, R, D) (int32: |y| <=
+    C + 1), q, j (n, R) int64, and am (n,) = max|y| per micro-batch (the requantize's)."""
     n, R, D = x.shape
     xs = np.empty(D, np.int64)
     for i in range(n):
+        my = np.int64(0)
         for r in range(R):
             m = 0
             for c in range(D):
@@ -262,7 +264,11 @@ def _nb_rms_fwd(x, C, y, q, j):
             j[i, r], q[i, r] = jj, qq
             inv = 1.0 / np.float64(2 * qq) if qq > 0 else 0.0
             for c in range(D):
-                y[i, r, c] = _nb_sdiv_r(xs[c] * C, qq, inv) if qq > 0 else 0
+                v = _nb_sdiv_r(xs[c] * C, qq, inv) if qq > 0 else 0
+                y[i, r, c] = v
+                v = v if v >= 0 else -v
+                my = v if v > my else my
+        am[i] = np.float64(my)
 
 
 def _nb_rms_back(g, y, q, j, C, dx):
