@@ -284,13 +284,8 @@ class Block(LayerKind):
         n, R = X.shape[0], X.shape[1]
         b = R // T
         A1, en1, nc1 = rmsnorm(eng, X, ex, f"{name}.norm1", st)
-        qkv = []
-        for j, t in enumerate("qkv"):
-            q8, e8, Wq, ew = _affine_q8(eng, li, A1, en1, P[2 * j], P[2 * j + 1], st, f"{name}.{t}")
-            st.tr((f"{name}.{t}.out_q", q8))
-            qkv.append((q8, e8, Wq, ew))
-        (Q, eq, _, _), (K, ek, _, _), (V, ev, _, _) = qkv
-        Qh, Kh, Vh = (_heads_mm(eng, M, n, b, T, H, dh) for M in (Q, K, V))  # (n*b*H, T, dh)
+        qkv, (Qh, Kh, Vh) = _qkv(eng, li, A1, en1, P, st, name, (n, b, T, H, dh))  # (n*b*H, T, dh)
+        (_, eq, _, _), (_, ek, _, _), (_, ev, _, _) = qkv
         Sc = _mm(eng, Qh, Kh.transpose(0, 2, 1))  # (n*b*H, T, T), exponent eq + ek
         Pm = softmax_int(eng, Sc.reshape(n, b * H, T, T), eq + ek - a)
         st.tr((f"{name}.scores", Sc.reshape(n, b * H, T, T)))
@@ -362,6 +357,29 @@ class Block(LayerKind):
 
     def torch_module(self, l):
         return _torch().Block(l.n_in, l.kernel, l.width)
+
+
+def _qkv(eng, li, A1, en1, P, st, name, dims):
+    """The q, k and v affines, requantized: ([(rows q8, e8, Wq, ew)] per tensor, their
+    head-order operands). The compiled route makes them as one GEMM and writes the
+    head-order float32 operands in the requantize's pass (its rows q8 are None)."""
+    fast = getattr(eng, "attn_ops", None)
+    got = None if fast is None else fast.qkv_heads(eng, A1, en1, P, dims, st.tracing)
+    if got is None:
+        qkv = []
+        for j, t in enumerate("qkv"):
+            q8, e8, Wq, ew = _affine_q8(eng, li, A1, en1, P[2 * j], P[2 * j + 1], st, f"{name}.{t}")
+            st.tr((f"{name}.{t}.out_q", q8))
+            qkv.append((q8, e8, Wq, ew))
+        return qkv, [_heads_mm(eng, q8, *dims) for q8, _, _, _ in qkv]
+    qkv, heads = [], []
+    for t, (Mh, e8, Wq, ew, bacc, acc) in zip("qkv", got):
+        _trace_affine(st, f"{name}.{t}", ew, bacc, acc)
+        if st.tracing:
+            st.tr((f"{name}.{t}.out_q", _rows(Mh, *dims).astype(np.int8)))
+        qkv.append((None, e8, Wq, ew))
+        heads.append(Mh)
+    return qkv, heads
 
 
 def _heads(M, n, b, T, H, dh):

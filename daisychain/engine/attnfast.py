@@ -96,15 +96,47 @@ class AttnOps:
             return _mm2(a.reshape(-1, K), b).reshape(a.shape[:-1] + b.shape[1:])
         return _torch().matmul(_t32(a), _t32(b)).numpy()
 
-    def _gemm(self, eng, a, ex, W2, bias):
-        """The affine's GEMM (int32 sums, C order) and its bias in accumulator units; Wq as
-        int8 (|Wq| <= 127: it feeds the backward's GEMMs without a cast)."""
+    @staticmethod
+    def _wq(W2):
+        """The weight's exponent and int8 values (|Wq| <= 127: it feeds the GEMMs without a cast)."""
         ew = int(quant_exponent(np.abs(W2).max()))
-        Wq = quantize(W2, ew).astype(np.int8)
+        return quantize(W2, ew).astype(np.int8), ew
+
+    @staticmethod
+    def _bacc(bias, sexp):
+        """The bias in accumulator units per micro-batch, clamped to BIAS_LIMIT."""
+        return np.clip(np.floor(bias[None, :] * pow2(-sexp)[:, None] + 0.5), -2.0**30, 2.0**30)
+
+    def _gemm(self, eng, a, ex, W2, bias):
+        """The affine's GEMM (int32 sums, C order) and its bias in accumulator units."""
+        Wq, ew = self._wq(W2)
         acc32 = np.ascontiguousarray(self.mm(eng, a, Wq.T))
         sexp = ex + ew
-        bacc = np.clip(np.floor(bias[None, :] * pow2(-sexp)[:, None] + 0.5), -2.0**30, 2.0**30)  # BIAS_LIMIT
-        return acc32, sexp, Wq, ew, bacc
+        return acc32, sexp, Wq, ew, self._bacc(bias, sexp)
+
+    def qkv_heads(self, eng, a, ex, P, dims, tracing):
+        """The q, k and v affines (P: their weights and biases in turn) as one GEMM of the
+        three int8 weights stacked (the same int32 sums per column), then per tensor the
+        bias add and requantize in one pass that writes the head-order float32 operand of
+        the per-head GEMMs (no int8 rows, no reorder pass): per tensor (heads, e8, Wq, ew,
+        bacc, acc), acc (for the trace) only where ``tracing``."""
+        n, b, T, H, dh = dims
+        if a.shape[-1] > MAX_K_FLOAT32:
+            return None  # the per-tensor route (eng._mm's float64 GEMM)
+        ws = [self._wq(P[2 * j]) for j in range(3)]
+        D = ws[0][0].shape[0]
+        acc32 = _mm2(a.reshape(-1, a.shape[-1]), np.concatenate([Wq for Wq, _ in ws]).T).reshape(n, -1, 3 * D)
+        acc32 = acc32.astype(np.int32, copy=False)  # a one-row operand's float32 GEMM: the same integers
+        out = []
+        for j, (Wq, ew) in enumerate(ws):
+            sexp = np.asarray(ex, np.int64) + ew
+            bacc = self._bacc(P[2 * j + 1], sexp)
+            Mh = np.empty((n * b * H, T, dh), np.float32)
+            e8 = np.empty(n, np.int64)
+            self.k.bias_rq8_heads(acc32, j * D, bacc, Mh.reshape(n, b, H, T, dh), _per_mb(sexp, n), e8)
+            acc = acc32[:, :, j * D:(j + 1) * D].astype(np.float64) + bacc[:, None, :] if tracing else None
+            out.append((Mh, e8, Wq, ew, bacc, acc))
+        return out
 
     def affine(self, eng, a, ex, W2, bias):
         """layer_base._affine's values (acc = GEMM + bacc, float64) with this route's GEMM and

@@ -405,6 +405,44 @@ def _nb_bias_rq8(acc, bacc, lo, out, e, e_out):
         e_out[i] = e[i] + s
 
 
+def _nb_bias_rq8_heads(acc, c0, bacc, out, e, e_out):
+    """_nb_bias_rq8 (no ReLU) of the columns c0 .. c0 + D of acc (n, R, W) int32 (the q, k, v
+    GEMM's sums, W = 3D), written in head order as float32 (the per-head GEMMs' operand):
+    R = b*T, D = H*dh; out (n, b, H, T, dh), row s*T + t, column h*dh + k -> [s, h, t, k]
+    (attention._heads). max|acc + bias| in int32 (the affine's bound: |acc| + 2**30 <
+    2**31, layer_base.MAX_FEATURES), the rounding shift in int64."""
+    n, R = acc.shape[0], acc.shape[1]
+    _, b, H, T, dh = out.shape
+    D = H * dh
+    b32 = np.empty(D, np.int32)
+    bi = np.empty(D, np.int64)
+    for i in range(n):
+        for o in range(D):
+            bi[o] = np.int64(bacc[i, o])
+            b32[o] = np.int32(bi[o])
+        m = np.int32(0)
+        for r in range(R):
+            row = acc[i, r, c0:c0 + D]
+            for o in range(D):
+                v = row[o] + b32[o]
+                v = v if v >= 0 else -v
+                m = v if v > m else m
+        s = _nb_bitlen(np.float64(m)) - 7
+        if s < 0:
+            s = 0
+        half = (np.int64(1) << s) >> 1
+        for s_ in range(b):
+            for h in range(H):
+                bb = bi[h * dh:h * dh + dh]
+                for t in range(T):
+                    row = acc[i, s_ * T + t, c0 + h * dh:c0 + h * dh + dh]
+                    o8 = out[i, s_, h, t]
+                    for k in range(dh):
+                        x = (np.int64(row[k]) + bb[k] + half) >> s
+                        o8[k] = np.float32(min(max(x, -127), 127))
+        e_out[i] = e[i] + s
+
+
 def _nb_rq8x(V, mask, am, e, out, e_out, sums):
     """_nb_rq8 on V (n, R, C) with two passes folded in: where mask.shape[0] > 0, V * (mask >
     0) first (the ReLU's error mask); where sums.shape[0] > 0, sums (n, C) = the int8 out's
@@ -553,7 +591,8 @@ def _nb_seq_errors(dz, keys, y, G, eg):
 
 _NAMES = ("bitlen", "absmax", "bias_max", "scatter", "fdiv", "sdiv_r", "bias_rq8", "rq8x", "rq8_rows", "rq8",
           "norm15", "align", "isqrt", "rms_fwd", "rms_back", "softmax", "softmax_back", "accum", "bias_add",
-          "mix32", "row_keys", "seq_errors", "wide_t", "term", "align2")
+          "mix32", "row_keys", "seq_errors", "wide_t", "term", "align2",
+          "bias_rq8_heads")
 
 
 def _build():
