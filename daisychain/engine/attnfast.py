@@ -83,6 +83,7 @@ class AttnOps:
 
     def __init__(self, k):
         self.k = k
+        self._exp = None  # (the engine's exp table, its int64 copy)
 
     def mm(self, eng, a, b):
         """eng._mm's float32 GEMM (int8 operands, K <= MAX_K_FLOAT32: every partial sum an
@@ -301,9 +302,11 @@ class AttnOps:
 
     def softmax_int(self, eng, Sc, E):
         Sc = np.ascontiguousarray(Sc)
-        mult = np.ldexp(1.0, np.asarray(E, np.int64) + 4).reshape(-1).astype(np.float64)
+        mult = np.ldexp(1.0, _per_mb(np.asarray(E, np.int64).reshape(-1), Sc.shape[0]) + 4)
         P = np.empty(Sc.shape, np.float32)
-        self.k.softmax(Sc, np.broadcast_to(mult, (Sc.shape[0],)).copy(), eng.exp_t, P)
+        if self._exp is None or self._exp[0] is not eng.exp_t:  # the table as int64, made once
+            self._exp = (eng.exp_t, np.asarray(eng.exp_t).astype(np.int64))
+        self.k.softmax(Sc, mult, self._exp[1], P)
         return P
 
     def output_error(self, z, x, y):

@@ -306,30 +306,42 @@ def _nb_rms_back(g, y, q, j, C, dx):
     return Js
 
 
-def _nb_softmax(Sc, mult, exp_t, P):
+def _nb_softmax(Sc, mult, exp_i, P):
     """softmax_int on Sc (n, B, T, T) (integers, read as float64) with mult = 2**(E + 4) per
-    micro-batch; P float32 (integers 0..127)."""
+    micro-batch and the exp table as int64; P float32 (integers 0..127). The row max and
+    the sum S of the table's values in int64 (exact; integer reductions vectorize, float
+    ones do not without fastmath); P = floor((256 e + S) / (2 S)) as one float64 division
+    floored: both operands are integers below 2**45 (S <= context * 2**31 < 2**40) and the
+    quotient is below 2**8, so a quotient that is not an integer lies at least 1 / (2 S) >
+    2**-41 from the next one while the division's rounding error is below 2**-44: the floor
+    is the integer division's (numpy's idiv)."""
     n, B, T, _ = Sc.shape
     ev = np.empty(T, np.int64)
     for i in range(n):
         mu = mult[i]
         for b in range(B):
             for t in range(T):
-                m = np.float64(Sc[i, b, t, 0])
+                row = Sc[i, b, t]
+                mi = np.int64(row[0])
                 for u in range(1, t + 1):
-                    if np.float64(Sc[i, b, t, u]) > m:
-                        m = np.float64(Sc[i, b, t, u])
-                S = 0
+                    v = np.int64(row[u])
+                    mi = v if v > mi else mi
+                m = np.float64(mi)
+                S = np.int64(0)
                 for u in range(t + 1):
-                    z = np.floor((np.float64(Sc[i, b, t, u]) - m) * mu + 0.5)
+                    z = np.floor((np.float64(row[u]) - m) * mu + 0.5)
                     z = z if z > -128.0 else -128.0
-                    ev[u] = np.int64(exp_t[np.int64(z) + 128])
-                    S += ev[u]
-                inv = 1.0 / np.float64(2 * S)
+                    e = exp_i[np.int64(z) + 128]
+                    ev[u] = e
+                    S += e
+                d = np.float64(2 * S)
+                fs = np.float64(S)
+                out = P[i, b, t]
                 for u in range(t + 1):
-                    P[i, b, t, u] = float(min(127, _nb_fdiv(256 * ev[u] + S, 2 * S, inv)))
+                    q = np.floor((256.0 * np.float64(ev[u]) + fs) / d)
+                    out[u] = np.float32(q if q < 127.0 else 127.0)
                 for u in range(t + 1, T):
-                    P[i, b, t, u] = 0.0
+                    out[u] = 0.0
 
 
 def _nb_softmax_back(P, dP, out):
