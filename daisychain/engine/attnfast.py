@@ -26,6 +26,7 @@ import numpy as np
 from daisychain.engine import norm as N
 from daisychain.engine.attnloops import kernels
 from daisychain.engine.detmath import pow2, quant_exponent, quantize
+from daisychain.engine.layer_base import _trace_affine
 from daisychain.units.gemm import MAX_K_FLOAT32
 
 F = N.NORM_F
@@ -95,6 +96,8 @@ class AttnOps:
             return eng._mm(a, b)
         if b.ndim == 2:
             return _mm2(a.reshape(-1, K), b).reshape(a.shape[:-1] + b.shape[1:])
+        if a.ndim == b.ndim == 3:  # bmm: no copy of a transposed operand (matmul makes one)
+            return _torch().bmm(_t32(a), _t32(b)).numpy()
         return _torch().matmul(_t32(a), _t32(b)).numpy()
 
     @staticmethod
@@ -114,6 +117,19 @@ class AttnOps:
         acc32 = np.ascontiguousarray(self.mm(eng, a, Wq.T))
         sexp = ex + ew
         return acc32, sexp, Wq, ew, self._bacc(bias, sexp)
+
+    def logits(self, eng, li, st, W2, bias):
+        """The output layer's forward (layers.Linear on the last layer): its GEMM, then the
+        bias add and the scaling to float64 logits in one pass (the numpy rule writes the
+        float64 sums, then multiplies them); the trace entries as _affine's. Sets
+        st.logits; returns (Wq, ew)."""
+        acc32, sexp, Wq, ew, bacc = self._gemm(eng, st.a, st.ex, W2, bias)
+        z = np.empty(acc32.shape, np.float64)
+        self.k.logits(acc32, bacc, pow2(_per_mb(sexp, acc32.shape[0])), z)
+        _trace_affine(st, f"layers.{li}", ew, bacc, acc32.astype(np.float64) + bacc[:, None, :] if st.tracing else None)
+        st.logits = z
+        st.tr(("logits", z))
+        return Wq, ew
 
     def qkv_heads(self, eng, a, ex, P, dims, tracing):
         """The q, k and v affines (P: their weights and biases in turn) as one GEMM of the

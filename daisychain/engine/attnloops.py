@@ -417,6 +417,21 @@ def _nb_bias_rq8(acc, bacc, lo, out, e, e_out):
         e_out[i] = e[i] + s
 
 
+def _nb_logits(acc, bacc, p, z):
+    """The output layer's logits: z = (acc + bacc) * p per micro-batch (acc (n, R, C) the
+    GEMM's int32 sums, bacc (n, C) integers in float64, p = 2**sexp): the numpy rule's
+    float64 sum (exact: an integer below 2**31) and its one IEEE multiply."""
+    n, R, C = acc.shape
+    bi = np.empty(C, np.int64)
+    for i in range(n):
+        for c in range(C):
+            bi[c] = np.int64(bacc[i, c])
+        pi = p[i]
+        for r in range(R):
+            for c in range(C):
+                z[i, r, c] = np.float64(np.int64(acc[i, r, c]) + bi[c]) * pi
+
+
 def _nb_bias_rq8_heads(acc, c0, bacc, out, e, e_out):
     """_nb_bias_rq8 (no ReLU) of the columns c0 .. c0 + D of acc (n, R, W) int32 (the q, k, v
     GEMM's sums, W = 3D), written in head order as float32 (the per-head GEMMs' operand):
@@ -604,7 +619,7 @@ def _nb_seq_errors(dz, keys, y, G, eg):
 _NAMES = ("bitlen", "absmax", "bias_max", "scatter", "fdiv", "sdiv_r", "bias_rq8", "rq8x", "rq8_rows", "rq8",
           "norm15", "align", "isqrt", "rms_fwd", "rms_back", "softmax", "softmax_back", "accum", "bias_add",
           "mix32", "row_keys", "seq_errors", "wide_t", "term", "align2",
-          "bias_rq8_heads")
+          "bias_rq8_heads", "logits")
 
 
 def _build():
