@@ -263,11 +263,26 @@ def _nb_rms_fwd(x, C, y, q, j, am):
             qq = _nb_isqrt(ss)
             j[i, r], q[i, r] = jj, qq
             inv = 1.0 / np.float64(2 * qq) if qq > 0 else 0.0
-            for c in range(D):
-                v = _nb_sdiv_r(xs[c] * C, qq, inv) if qq > 0 else 0
-                y[i, r, c] = v
-                v = v if v >= 0 else -v
-                my = v if v > my else my
+            yr = y[i, r]
+            if qq > 0 and m <= 32768 and C <= 32768:
+                # sdiv(a, q) = sign(a) * floor((2|a| + q) / (2q)) as one float64 division
+                # floored: 2|a| + q < 2**32, 2q <= 2**22 and the quotient below 2**16, so
+                # its rounding error (< 2**-37) is smaller than the 1 / (2q) a quotient
+                # that is not an integer lies from the next one: the integer division's
+                fq, d = np.float64(qq), np.float64(2 * qq)
+                for c in range(D):
+                    a = xs[c] * C
+                    v = np.int64(np.floor((np.float64(2 * (a if a >= 0 else -a)) + fq) / d))
+                    v = v if a >= 0 else -v
+                    yr[c] = v
+                    v = v if v >= 0 else -v
+                    my = v if v > my else my
+            else:
+                for c in range(D):
+                    v = _nb_sdiv_r(xs[c] * C, qq, inv) if qq > 0 else 0
+                    yr[c] = v
+                    v = v if v >= 0 else -v
+                    my = v if v > my else my
         am[i] = np.float64(my)
 
 
