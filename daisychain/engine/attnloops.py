@@ -553,6 +553,15 @@ def _nb_rq8_rows(V, e, out, e_out, sums):
         e_out[i] = e[i] + s
 
 
+def _nb_shift_add(dW, k, out):
+    """out += dW * 2**k as int64 (dW (M, N) the weight gradient GEMM's int32 sums, k >= 0: the
+    fixed-point values of exact terms, fold_grad's)."""
+    M, N = dW.shape
+    for m in range(M):
+        for c in range(N):
+            out[m * N + c] += np.int64(dW[m, c]) << k
+
+
 def _nb_scatter(tokens, G, dE):
     """dE[i, tokens[i, r]] += int64(G[i, r]) (the embedding's np.add.at: integers, exact)."""
     n, R, D = G.shape
@@ -634,7 +643,7 @@ def _nb_seq_errors(dz, keys, y, G, eg):
 _NAMES = ("bitlen", "absmax", "bias_max", "scatter", "fdiv", "sdiv_r", "bias_rq8", "rq8x", "rq8_rows", "rq8",
           "norm15", "align", "isqrt", "rms_fwd", "rms_back", "softmax", "softmax_back", "accum", "bias_add",
           "mix32", "row_keys", "seq_errors", "wide_t", "term", "align2",
-          "bias_rq8_heads", "logits")
+          "bias_rq8_heads", "logits", "shift_add")
 
 
 def _build():
