@@ -241,11 +241,11 @@ def _nb_output_error(z, y, b, dz, py, correct):
                 am = c
         if am == yr:
             correct[r // b] += 1
+        for c in range(C):  # the exps apart from their sum: this loop vectorizes
+            dz[r, c] = _nb_dexp(z[r, c] - m)
         total = 0.0
-        for c in range(C):
-            e = _nb_dexp(z[r, c] - m)
-            dz[r, c] = e
-            total = total + e
+        for c in range(C):  # the sum in class order, as before
+            total = total + dz[r, c]
         for c in range(C):
             dz[r, c] = dz[r, c] / total
         p = dz[r, yr]
