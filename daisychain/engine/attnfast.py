@@ -100,11 +100,27 @@ class AttnOps:
             return _torch().bmm(_t32(a), _t32(b)).numpy()
         return _torch().matmul(_t32(a), _t32(b)).numpy()
 
-    @staticmethod
-    def _wq(W2):
-        """The weight's exponent and int8 values (|Wq| <= 127: it feeds the GEMMs without a cast)."""
-        ew = int(quant_exponent(np.abs(W2).max()))
-        return quantize(W2, ew).astype(np.int8), ew
+    def _wq(self, W2):
+        """The weight's int8 values (|Wq| <= 127: they feed the GEMMs without a cast) and
+        exponent, quant_exponent and quantize in one compiled pass."""
+        W2 = np.ascontiguousarray(W2, np.float64)
+        Wq = np.empty(W2.shape, np.int8)
+        ew = int(self.k.quant_w(W2.reshape(-1), Wq.reshape(-1)))
+        if ew == -(1 << 40):  # inf or NaN: the numpy rules' values
+            ew = int(quant_exponent(np.abs(W2).max()))
+            return quantize(W2, ew).astype(np.int8), ew
+        return Wq, ew
+
+    def accumulate(self, eng, out, pi, ints, e, frac_bits, limit):
+        """Engine._accumulate (the fixed-point sum over micro-batches of clamp-then-round(ints
+        * 2**(e + S))) as one compiled loop (_nb_accum, the weight gradient's literal
+        route's): the same float64 operations per element, the sum in int64."""
+        ints = np.asarray(ints)
+        n = ints.shape[0]
+        p = np.ldexp(1.0, _per_mb(np.asarray(e, np.int64).reshape(-1), n) + frac_bits)
+        o = eng.layout.offsets[pi]
+        flat = np.ascontiguousarray(ints).reshape(n, -1)
+        self.k.accum(flat, p, float(limit), out[o:o + flat.shape[1]])
 
     @staticmethod
     def _bacc(bias, sexp):

@@ -562,6 +562,25 @@ def _nb_shift_add(dW, k, out):
             out[m * N + c] += np.int64(dW[m, c]) << k
 
 
+def _nb_quant_w(W, out):
+    """detmath.quantize of a weight tensor W (flat, float64) with its own exponent
+    quant_exponent(max|W|): ew = bitlen(m) - 7 (0 for m == 0), out = clamp(floor(W *
+    2**-ew + 1/2), -127, 127) int8 (the same IEEE multiply, add and floor); returns ew, or
+    -2**40 where W holds inf or NaN."""
+    m = 0.0
+    for k in range(W.shape[0]):
+        a = abs(W[k])
+        if not (a < np.inf):
+            return -(1 << 40)  # inf or NaN: the caller takes the numpy rules
+        m = a if a > m else m
+    ew = _nb_bitlen(m) - 7 if m > 0.0 else 0
+    p = math.ldexp(1.0, -ew)
+    for k in range(W.shape[0]):
+        v = np.floor(W[k] * p + 0.5)
+        out[k] = min(max(v, -127.0), 127.0)
+    return ew
+
+
 def _nb_scatter(tokens, G, dE):
     """dE[i, tokens[i, r]] += int64(G[i, r]) (the embedding's np.add.at: integers, exact)."""
     n, R, D = G.shape
@@ -643,7 +662,7 @@ def _nb_seq_errors(dz, keys, y, G, eg):
 _NAMES = ("bitlen", "absmax", "bias_max", "scatter", "fdiv", "sdiv_r", "bias_rq8", "rq8x", "rq8_rows", "rq8",
           "norm15", "align", "isqrt", "rms_fwd", "rms_back", "softmax", "softmax_back", "accum", "bias_add",
           "mix32", "row_keys", "seq_errors", "wide_t", "term", "align2",
-          "bias_rq8_heads", "logits", "shift_add")
+          "bias_rq8_heads", "logits", "shift_add", "quant_w")
 
 
 def _build():

@@ -290,6 +290,8 @@ class Engine:
 
     def _accumulate(self, out, pi, ints, e, frac_bits, limit):
         """out[tensor] += sum over micro-batches of clamp-then-round(ints * 2**(e + S))."""
+        if self.attn_ops is not None:  # the same sums, one compiled loop (engine/attnfast.py)
+            return self.attn_ops.accumulate(self, out, pi, ints, e, frac_bits, limit)
         x = ints * _per_mb(pow2(np.asarray(e) + frac_bits), ints.ndim)
         np.minimum(x, limit, out=x)
         np.maximum(x, -limit, out=x)

@@ -225,3 +225,29 @@ def test_compiled_output_error_is_the_numpy_routes(text):
         assert (want[0].sum(axis=-1) == 0).all()
         trimmed += int((want[0] == -127).sum())
     assert trimmed > b * T  # the trim ran (rows whose others summed over 127)
+
+
+def test_compiled_accumulate_and_weight_quantize_are_the_numpy_rules(text):
+    """Engine._accumulate on the compiled route (one loop) against the numpy rule, the clamp at
+    the limit included, and the weights' int8 values and exponents (one loop) against
+    quant_exponent and quantize."""
+    from daisychain.engine.detmath import quant_exponent, quantize
+
+    fast = Trainer(model_for(text, ("block16h2",)), Hyper(seed=1), text, load_luts()).engine
+    ref = Trainer(model_for(text, ("block16h2",)), Hyper(seed=1), text, load_luts()).engine
+    ref.attn_ops = None
+    rng = np.random.default_rng(11)
+    pi = fast.first_param[2] + 9  # the fc1 bias
+    size = fast.layout.shapes[pi][0]
+    for limit in (2.0**62, 3000.0):
+        for ints in (rng.integers(-2**20, 2**20, (3, size)), rng.integers(-127, 128, (3, size)).astype(np.float64)):
+            want = np.zeros(fast.layout.size, np.int64)
+            got = np.zeros(fast.layout.size, np.int64)
+            e = np.array([-30, -12, -41])
+            ref._accumulate(want, pi, ints, e, 20, limit)
+            fast._accumulate(got, pi, ints, e, 20, limit)
+            assert want.any() and want.tobytes() == got.tobytes()
+    for W in (rng.normal(0, 0.1, (16, 24)), np.zeros((4, 4)), rng.normal(0, 1e-30, (5,)) , np.array([0.5, -0.25, 127.4])):
+        Wq, ew = OPS._wq(W)
+        assert ew == int(quant_exponent(np.abs(W).max()))
+        _same(Wq.astype(np.float64), quantize(W, ew))
