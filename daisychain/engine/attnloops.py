@@ -305,19 +305,26 @@ def _nb_rms_back(g, y, q, j, C, dx):
                 for c in range(D):
                     dx[i, r, c] = 0.0
                 continue
-            Pr = 0
+            yr, gr, dr = y[i, r], g[i, r], dx[i, r]
+            Pr = np.int64(0)
             for c in range(D):
-                Pr += y[i, r, c] * np.int64(g[i, r, c])
+                Pr += np.int64(yr[c]) * np.int64(gr[c])
             Dq = D * q[i, r]
-            inv = 1.0 / np.float64(2 * Dq)
+            fq, fd = np.float64(Dq), np.float64(2 * Dq)
             k = J - j[i, r]
             if k > 40:
                 k = 40
             half = (np.int64(1) << k) >> 1
             for c in range(D):
-                num = np.int64(g[i, r, c]) * Nn - y[i, r, c] * Pr
-                z = _nb_sdiv_r(num, Dq, inv) * C
-                dx[i, r, c] = float((z + half) >> k)
+                # sdiv(num, Dq) = sign(num) * floor((2|num| + Dq) / (2 Dq)) as one float64
+                # division floored: exact for any integer numerator below 2**53 (here
+                # < 2**50): a quotient p/d that is not an integer lies at least 1/d below
+                # the next one, and the division's rounding error is below p * 2**-53 / d
+                num = np.int64(gr[c]) * Nn - np.int64(yr[c]) * Pr
+                a = num if num >= 0 else -num
+                w = np.int64(np.floor((np.float64(2 * a) + fq) / fd))
+                w = w if num >= 0 else -w
+                dr[c] = np.float64((w * C + half) >> k)
     return Js
 
 
