@@ -251,3 +251,15 @@ def test_compiled_accumulate_and_weight_quantize_are_the_numpy_rules(text):
         Wq, ew = OPS._wq(W)
         assert ew == int(quant_exponent(np.abs(W).max()))
         _same(Wq.astype(np.float64), quantize(W, ew))
+
+
+def test_one_float64_division_floored_is_the_integer_division():
+    """The softmax's and the norm's rounded divisions floor one float64 division (no reciprocal,
+    no correction): exact for integers 0 <= p < 2**53, d >= 1 (a quotient that is not an
+    integer lies at least 1/d below the next one; the rounding error is below p * 2**-53 /
+    d). At and beside the multiples of d, up to the bound."""
+    rng = np.random.default_rng(5)
+    for d in [1, 2, 3, 7, 254, 2**16 + 1, 2**21 - 1, 2**31 - 1, 2**40 + 3, 2**52 - 1]:
+        qs = np.concatenate([np.arange(4), rng.integers(0, (2**53 - 1) // d, 300)])
+        p = np.array(sorted({int(q * d + r) for q in qs for r in (-1, 0, 1, d - 1) if 0 <= q * d + r < 2**53}))
+        assert np.array_equal(np.floor(p.astype(np.float64) / float(d)).astype(np.int64), p // d), d
