@@ -263,7 +263,7 @@ class AttnOps:
         """attention._heads(M) as float32 (the per-head GEMMs' operand: the same integers,
         cast once in the copy that reorders them, not at each of the GEMMs that read them)."""
         out = np.empty((n * b * H, T, dh), np.float32)
-        out.reshape(n, b, H, T, dh)[...] = M.reshape(n, b, T, H, dh).transpose(0, 1, 3, 2, 4)
+        self.k.heads(np.ascontiguousarray(M).reshape(n, b, T, H, dh), out.reshape(n, b, H, T, dh))
         return out
 
     def rq8_rows(self, M, n, b, T, H, dh, e, sums=False):

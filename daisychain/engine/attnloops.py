@@ -588,6 +588,20 @@ def _nb_quant_w(W, out):
     return ew
 
 
+def _nb_heads(M, out):
+    """attention._heads as float32: M (n, b, T, H, dh) integers (rows s*T + t, column h*dh +
+    k) -> out (n, b, H, T, dh)."""
+    n, b, T, H, dh = M.shape
+    for i in range(n):
+        for s_ in range(b):
+            for h in range(H):
+                for t in range(T):
+                    src = M[i, s_, t, h]
+                    dst = out[i, s_, h, t]
+                    for k in range(dh):
+                        dst[k] = np.float32(src[k])
+
+
 def _nb_scatter(tokens, G, dE):
     """dE[i, tokens[i, r]] += int64(G[i, r]) (the embedding's np.add.at: integers, exact)."""
     n, R, D = G.shape
@@ -669,7 +683,7 @@ def _nb_seq_errors(dz, keys, y, G, eg):
 _NAMES = ("bitlen", "absmax", "bias_max", "scatter", "fdiv", "sdiv_r", "bias_rq8", "rq8x", "rq8_rows", "rq8",
           "norm15", "align", "isqrt", "rms_fwd", "rms_back", "softmax", "softmax_back", "accum", "bias_add",
           "mix32", "row_keys", "seq_errors", "wide_t", "term", "align2",
-          "bias_rq8_heads", "logits", "shift_add", "quant_w")
+          "bias_rq8_heads", "logits", "shift_add", "quant_w", "heads")
 
 
 def _build():
