@@ -5,18 +5,22 @@ of a dozen numpy calls on small arrays.
 The block (engine/attention.py) takes its per-row rules from ``eng.attn_ops``: this module's
 :class:`AttnOps` when engine/model.py chose it (the "fast" GEMM route, tables equal to their
 definitions, numba present); ``None`` takes the numpy rules. The route also runs the
-block's 2-D GEMMs (and the output layer's forward) as torch's exact int8 x int8 -> int32
-``_int_mm``, its per-head GEMMs as one torch float32 batched matmul each (int8 operands,
-K <= 1024: every value an integer below 2**24), each weight gradient as the engine's
-literal route (one exact GEMM per micro-batch, then the fixed-point sum of ``_accumulate``
-as a loop), the affine's bias add as one loop, and the output error as engine/kernels.py's
-compiled loss. The requantize writes int8, and takes the bias add (q, k, v, fc1, with
-fc1's ReLU), the ReLU's error mask, the head-to-row order or the bias gradient's sums in the
-same pass where one comes before or after it.
+block's 2-D GEMMs (q, k and v as one, and the output layer's) as torch's exact int8 x int8
+-> int32 ``_int_mm``, its per-head GEMMs as one torch float32 batched matmul each (int8
+operands, K <= 1024: every value an integer below 2**24), each weight gradient as one exact
+GEMM per exponent group shifted into the fixed-point sum (or the engine's literal route),
+the weights' quantize, ``Engine._accumulate`` and the output layer's logits as one loop
+each, and the output error as engine/kernels.py's compiled loss, then one pass for its
+stochastic rounding and zero-sum. The residual stream is int32 (|v| <= 2**15); its
+two-operand align-adds are one loop that adds the o and fc2 biases itself and writes no
+float64 sum. The requantize writes int8, and takes the bias add (q, k, v in head order as
+the per-head GEMMs' float32 operand; fc1 with its ReLU), the ReLU's error mask, the
+head-to-row order or the bias gradient's sums in the same pass where one comes before or
+after it.
 
-The loops are engine/attnloops.py's (why their values are the numpy rules'). tests/engine/
-test_attnfast.py holds both routes to the same bytes on every intermediate and on the
-gradient.
+The loops are engine/attnloops.py's and engine/attnfused.py's (why their values are the
+numpy rules'). tests/engine/test_attnfast.py holds both routes to the same bytes on every
+intermediate and on the gradient.
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ from __future__ import annotations
 import numpy as np
 
 from daisychain.engine import norm as N
-from daisychain.engine.attnloops import kernels
+from daisychain.engine.attnfused import kernels
 from daisychain.engine.detmath import pow2, quant_exponent, quantize
 from daisychain.engine.layer_base import _trace_affine
 from daisychain.units.gemm import MAX_K_FLOAT32
