@@ -89,6 +89,13 @@ class AttnOps:
     def __init__(self, k):
         self.k = k
         self._exp = None  # (the engine's exp table, its int64 copy)
+        self._norm = {}  # width -> norm.norm_constant(width)
+
+    def _norm_c(self, D):
+        """norm.norm_constant(D), taken once per width (an integer square root in numpy)."""
+        if D not in self._norm:
+            self._norm[D] = N.norm_constant(D)
+        return self._norm[D]
 
     def mm(self, eng, a, b):
         """eng._mm's float32 GEMM (int8 operands, K <= MAX_K_FLOAT32: every partial sum an
@@ -323,14 +330,14 @@ class AttnOps:
         y = np.empty((n, R, D), np.int32)
         q = np.empty((n, R), np.int64)
         j = np.empty((n, R), np.int64)
-        self.k.rms_fwd(x, N.norm_constant(D), y, q, j, np.empty(n) if am is None else am)
+        self.k.rms_fwd(x, self._norm_c(D), y, q, j, np.empty(n) if am is None else am)
         return y, (y, q, j)
 
     def rms_backward(self, g, eg, ex, cache):
         y, q, j = cache
         g = np.ascontiguousarray(g)  # int8 or float64 integers: read as int64
         dx = np.empty(g.shape, np.float64)
-        J = self.k.rms_back(g, y, q, j, N.norm_constant(g.shape[-1]), dx)
+        J = self.k.rms_back(g, y, q, j, self._norm_c(g.shape[-1]), dx)
         e = np.asarray(eg, np.int64) - 3 * F - np.asarray(ex, np.int64) + J
         e_out = np.empty(g.shape[0], np.int64)
         flat = dx.reshape(g.shape[0], -1)
