@@ -124,7 +124,7 @@ class PosEmbed(LayerKind):
         n, b = st.a.shape[0], st.a.shape[1]
         T, D = l.n_in, l.n_out
         ep = int(quant_exponent(np.abs(Pos).max()))
-        Pq = quantize(Pos, ep)
+        Pq = quantize(Pos, ep).astype(np.int8)  # |Pq| <= 127: the tiled copy in int8
         tiled = np.broadcast_to(Pq, (n, b, T, D)).reshape(n, b * T, D)
         st.a, st.ex = _align(eng, [(st.a.reshape(n, b * T, D), st.ex), (tiled, np.full(n, ep, np.int64))])
         st.tr((f"layers.{li}.weight_exponent", ep))
@@ -134,7 +134,7 @@ class PosEmbed(LayerKind):
 
     def backward(self, eng, l, li, pi, b, bw):
         n = bw.G.shape[0]
-        dP = np.asarray(bw.G, np.float64).reshape(n, b, l.n_in, l.n_out).sum(axis=1)  # exact integers
+        dP = np.asarray(bw.G).reshape(n, b, l.n_in, l.n_out).sum(axis=1)  # exact integers (int64 for ints)
         eng._accumulate(bw.out, pi, dP, bw.eg, bw.frac_bits, bw.limit)
 
     def torch_module(self, l):

@@ -161,6 +161,8 @@ class Embedding(LayerKind):
         x = st.a  # token ids (n, b, context)
         ee = int(quant_exponent(np.abs(E).max()))
         Eq = quantize(E, ee)
+        if getattr(eng, "attn_ops", None) is not None:  # a sequence model's rows: int8 (the same values)
+            Eq = Eq.astype(np.int8)
         st.a = Eq[x].reshape(x.shape[0], x.shape[1], -1)  # (n, b, C*D)
         st.ex = np.full(x.shape[0], ee, np.int64)
         st.tr((f"layers.{li}.weight_exponent", ee))
