@@ -133,10 +133,15 @@ class AttnOps:
         flat = np.ascontiguousarray(ints).reshape(n, -1)
         self.k.accum(flat, p, float(limit), out[o:o + flat.shape[1]])
 
-    @staticmethod
-    def _bacc(bias, sexp):
-        """The bias in accumulator units per micro-batch, clamped to BIAS_LIMIT."""
-        return np.clip(np.floor(bias[None, :] * pow2(-sexp)[:, None] + 0.5), -2.0**30, 2.0**30)
+    def _bacc(self, bias, sexp):
+        """The bias in accumulator units per micro-batch, clamped to BIAS_LIMIT (one loop)."""
+        sexp = np.asarray(sexp, np.int64).reshape(-1)
+        bias = np.ascontiguousarray(bias, np.float64)
+        if not np.isfinite(bias).all() or np.abs(sexp).max() > 1000:  # the numpy rule's values
+            return np.clip(np.floor(bias[None, :] * pow2(-sexp)[:, None] + 0.5), -2.0**30, 2.0**30)
+        bacc = np.empty((sexp.shape[0], bias.shape[0]))
+        self.k.bias_acc(bias, sexp, bacc)
+        return bacc
 
     def _gemm(self, eng, a, ex, W2, bias):
         """The affine's GEMM (int32 sums, C order) and its bias in accumulator units."""

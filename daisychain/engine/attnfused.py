@@ -254,8 +254,18 @@ def _nb_seq_errors(dz, keys, y, G, eg):
                 G[i, r, best] -= 1
 
 
+def _nb_bias_acc(bias, sexp, bacc):
+    """bacc[i] = clamp(floor(bias * 2**-sexp[i] + 1/2), -2**30, 2**30) (the affine's bias in
+    accumulator units, layer_base's rule: one IEEE multiply, add and floor)."""
+    for i in range(sexp.shape[0]):
+        p = math.ldexp(1.0, -sexp[i])
+        for o in range(bias.shape[0]):
+            v = np.floor(bias[o] * p + 0.5)
+            bacc[i, o] = min(max(v, -1073741824.0), 1073741824.0)
+
+
 _NAMES = ("wide_t", "term", "align2", "logits", "bias_rq8_heads", "shift_add", "quant_w", "heads", "mix32",
-          "row_keys", "seq_errors")
+          "row_keys", "seq_errors", "bias_acc")
 
 
 def _build():

@@ -263,3 +263,7 @@ def test_one_float64_division_floored_is_the_integer_division():
         qs = np.concatenate([np.arange(4), rng.integers(0, (2**53 - 1) // d, 300)])
         p = np.array(sorted({int(q * d + r) for q in qs for r in (-1, 0, 1, d - 1) if 0 <= q * d + r < 2**53}))
         assert np.array_equal(np.floor(p.astype(np.float64) / float(d)).astype(np.int64), p // d), d
+    bias = np.concatenate([rng.normal(0, 1, 30), [0.0, -0.5, 2.0**-20, 3e5, -3e5]])
+    for sexp in (np.array([-20, -3, 4]), np.array([-40, 0, -14])):  # -40: the clamp at 2**30
+        want = np.clip(np.floor(bias[None, :] * np.ldexp(1.0, -sexp)[:, None] + 0.5), -2.0**30, 2.0**30)
+        _same(OPS._bacc(bias, sexp), want)
