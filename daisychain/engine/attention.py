@@ -60,6 +60,19 @@ def _affine_q8(eng, li, a, ex, W, bias, st, name, relu=False):
     return q8, e8, Wq, ew
 
 
+def _affine_align(eng, li, X, ex, a, ea, W, bias, st, name):
+    """_affine_am of a, then its align-add onto the stream X: (the sum, its exponent, Wq, ew).
+    The compiled route adds the bias inside the align-add (no float64 sums written)."""
+    fast = getattr(eng, "attn_ops", None)
+    if fast is None:
+        acc, sexp, Wq, ew, _ = _affine_am(eng, li, a, ea, W, bias, st, name=name)
+        S, eS = N.align_add([(X, ex), (acc, sexp)])
+        return S, eS, Wq, ew
+    S, eS, Wq, ew, bacc, acc = fast.affine_align(eng, X, ex, a, ea, W, bias, st.tracing)
+    _trace_affine(st, name, ew, bacc, acc)
+    return S, eS, Wq, ew
+
+
 def _align(eng, ops):
     """N.align_add, or the same values from the compiled route (engine/attnfast.py)."""
     fast = getattr(eng, "attn_ops", None)
@@ -111,7 +124,7 @@ class PosEmbed(LayerKind):
         n, b = st.a.shape[0], st.a.shape[1]
         T, D = l.n_in, l.n_out
         ep = int(quant_exponent(np.abs(Pos).max()))
-        Pq = quantize(Pos, ep)
+        Pq = quantize(Pos, ep).astype(np.int8)  # |Pq| <= 127: the tiled copy in int8
         tiled = np.broadcast_to(Pq, (n, b, T, D)).reshape(n, b * T, D)
         st.a, st.ex = _align(eng, [(st.a.reshape(n, b * T, D), st.ex), (tiled, np.full(n, ep, np.int64))])
         st.tr((f"layers.{li}.weight_exponent", ep))
@@ -121,7 +134,7 @@ class PosEmbed(LayerKind):
 
     def backward(self, eng, l, li, pi, b, bw):
         n = bw.G.shape[0]
-        dP = np.asarray(bw.G, np.float64).reshape(n, b, l.n_in, l.n_out).sum(axis=1)  # exact integers
+        dP = np.asarray(bw.G).reshape(n, b, l.n_in, l.n_out).sum(axis=1)  # exact integers (int64 for ints)
         eng._accumulate(bw.out, pi, dP, bw.eg, bw.frac_bits, bw.limit)
 
     def torch_module(self, l):
@@ -166,8 +179,10 @@ class RMSNorm(LayerKind):
 
 def rmsnorm(eng, x, ex, name, st):
     """rms_forward, then requantize (the unit) per micro-batch: (int8 rows, en, cache)."""
-    y, cache = (getattr(eng, "attn_ops", None) or N).rms_forward(x)
-    y8, s = _rq8(eng, y, np.zeros(x.shape[0], np.int64))
+    fast = getattr(eng, "attn_ops", None)
+    am = None if fast is None else np.empty(x.shape[0])  # the compiled pass takes max|y| too
+    y, cache = N.rms_forward(x) if fast is None else fast.rms_forward(x, am)
+    y8, s = _rq8(eng, y, np.zeros(x.shape[0], np.int64), am)
     st.tr((f"{name}.y", y))
     st.tr((f"{name}.out_q", y8))
     return y8, s - N.NORM_F, cache
@@ -269,13 +284,8 @@ class Block(LayerKind):
         n, R = X.shape[0], X.shape[1]
         b = R // T
         A1, en1, nc1 = rmsnorm(eng, X, ex, f"{name}.norm1", st)
-        qkv = []
-        for j, t in enumerate("qkv"):
-            q8, e8, Wq, ew = _affine_q8(eng, li, A1, en1, P[2 * j], P[2 * j + 1], st, f"{name}.{t}")
-            st.tr((f"{name}.{t}.out_q", q8))
-            qkv.append((q8, e8, Wq, ew))
-        (Q, eq, _, _), (K, ek, _, _), (V, ev, _, _) = qkv
-        Qh, Kh, Vh = (_heads_mm(eng, M, n, b, T, H, dh) for M in (Q, K, V))  # (n*b*H, T, dh)
+        qkv, (Qh, Kh, Vh) = _qkv(eng, li, A1, en1, P, st, name, (n, b, T, H, dh))  # (n*b*H, T, dh)
+        (_, eq, _, _), (_, ek, _, _), (_, ev, _, _) = qkv
         Sc = _mm(eng, Qh, Kh.transpose(0, 2, 1))  # (n*b*H, T, T), exponent eq + ek
         Pm = softmax_int(eng, Sc.reshape(n, b * H, T, T), eq + ek - a)
         st.tr((f"{name}.scores", Sc.reshape(n, b * H, T, T)))
@@ -283,14 +293,12 @@ class Block(LayerKind):
         O = _mm(eng, Pm.reshape(n * b * H, T, T), Vh)  # (n*b*H, T, dh), exponent ev - 7
         Oa, eo, _ = _rq8_rows(eng, O, n, b, T, H, dh, ev - 7)
         st.tr((f"{name}.attn.out_q", Oa))
-        Ao, eao, Wo, ewo, _ = _affine_am(eng, li, Oa, eo, P[6], P[7], st, name=f"{name}.o")
-        X1, ex1 = _align(eng, [(X, ex), (Ao, eao)])
+        X1, ex1, Wo, ewo = _affine_align(eng, li, X, ex, Oa, eo, P[6], P[7], st, f"{name}.o")
         st.tr((f"{name}.resid1", X1))
         A2, en2, nc2 = rmsnorm(eng, X1, ex1, f"{name}.norm2", st)
         H1, eh, W1, ew1 = _affine_q8(eng, li, A2, en2, P[8], P[9], st, f"{name}.fc1", relu=True)
         st.tr((f"{name}.fc1.out_q", H1))
-        F2, ef2, W2, ew2, _ = _affine_am(eng, li, H1, eh, P[10], P[11], st, name=f"{name}.fc2")
-        st.a, st.ex = _align(eng, [(X1, ex1), (F2, ef2)])
+        st.a, st.ex, W2, ew2 = _affine_align(eng, li, X1, ex1, H1, eh, P[10], P[11], st, f"{name}.fc2")
         st.tr((f"{name}.out", st.a))
         st.tr((f"{name}.out_exponent", st.ex))
         return dict(ex=ex, A1=A1, en1=en1, nc1=nc1, qkv=qkv, Qh=Qh, Kh=Kh, Vh=Vh, P=Pm, Oa=Oa, eo=eo,
@@ -349,6 +357,29 @@ class Block(LayerKind):
 
     def torch_module(self, l):
         return _torch().Block(l.n_in, l.kernel, l.width)
+
+
+def _qkv(eng, li, A1, en1, P, st, name, dims):
+    """The q, k and v affines, requantized: ([(rows q8, e8, Wq, ew)] per tensor, their
+    head-order operands). The compiled route makes them as one GEMM and writes the
+    head-order float32 operands in the requantize's pass (its rows q8 are None)."""
+    fast = getattr(eng, "attn_ops", None)
+    got = None if fast is None else fast.qkv_heads(eng, A1, en1, P, dims, st.tracing)
+    if got is None:
+        qkv = []
+        for j, t in enumerate("qkv"):
+            q8, e8, Wq, ew = _affine_q8(eng, li, A1, en1, P[2 * j], P[2 * j + 1], st, f"{name}.{t}")
+            st.tr((f"{name}.{t}.out_q", q8))
+            qkv.append((q8, e8, Wq, ew))
+        return qkv, [_heads_mm(eng, q8, *dims) for q8, _, _, _ in qkv]
+    qkv, heads = [], []
+    for t, (Mh, e8, Wq, ew, bacc, acc) in zip("qkv", got):
+        _trace_affine(st, f"{name}.{t}", ew, bacc, acc)
+        if st.tracing:
+            st.tr((f"{name}.{t}.out_q", _rows(Mh, *dims).astype(np.int8)))
+        qkv.append((None, e8, Wq, ew))
+        heads.append(Mh)
+    return qkv, heads
 
 
 def _heads(M, n, b, T, H, dh):

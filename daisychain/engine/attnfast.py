@@ -5,18 +5,22 @@ of a dozen numpy calls on small arrays.
 The block (engine/attention.py) takes its per-row rules from ``eng.attn_ops``: this module's
 :class:`AttnOps` when engine/model.py chose it (the "fast" GEMM route, tables equal to their
 definitions, numba present); ``None`` takes the numpy rules. The route also runs the
-block's 2-D GEMMs (and the output layer's forward) as torch's exact int8 x int8 -> int32
-``_int_mm``, its per-head GEMMs as one torch float32 batched matmul each (int8 operands,
-K <= 1024: every value an integer below 2**24), each weight gradient as the engine's
-literal route (one exact GEMM per micro-batch, then the fixed-point sum of ``_accumulate``
-as a loop), the affine's bias add as one loop, and the output error as engine/kernels.py's
-compiled loss. The requantize writes int8, and takes the bias add (q, k, v, fc1, with
-fc1's ReLU), the ReLU's error mask, the head-to-row order or the bias gradient's sums in the
-same pass where one comes before or after it.
+block's 2-D GEMMs (q, k and v as one, and the output layer's) as torch's exact int8 x int8
+-> int32 ``_int_mm``, its per-head GEMMs as one torch float32 batched matmul each (int8
+operands, K <= 1024: every value an integer below 2**24), each weight gradient as one exact
+GEMM per exponent group shifted into the fixed-point sum (or the engine's literal route),
+the weights' quantize, ``Engine._accumulate`` and the output layer's logits as one loop
+each, and the output error as engine/kernels.py's compiled loss, then one pass for its
+stochastic rounding and zero-sum. The residual stream is int32 (|v| <= 2**15); its
+two-operand align-adds are one loop that adds the o and fc2 biases itself and writes no
+float64 sum. The requantize writes int8, and takes the bias add (q, k, v in head order as
+the per-head GEMMs' float32 operand; fc1 with its ReLU), the ReLU's error mask, the
+head-to-row order or the bias gradient's sums in the same pass where one comes before or
+after it.
 
-The loops are engine/attnloops.py's (why their values are the numpy rules'). tests/engine/
-test_attnfast.py holds both routes to the same bytes on every intermediate and on the
-gradient.
+The loops are engine/attnloops.py's and engine/attnfused.py's (why their values are the
+numpy rules'). tests/engine/test_attnfast.py holds both routes to the same bytes on every
+intermediate and on the gradient.
 """
 
 from __future__ import annotations
@@ -24,18 +28,15 @@ from __future__ import annotations
 import numpy as np
 
 from daisychain.engine import norm as N
-from daisychain.engine.attnloops import kernels
+from daisychain.engine.attnfused import kernels
 from daisychain.engine.detmath import pow2, quant_exponent, quantize
+from daisychain.engine.layer_base import _trace_affine
 from daisychain.units.gemm import MAX_K_FLOAT32
 
 F = N.NORM_F
 
 
 # ---------------------------------------------------------------------- the routes
-def _f64(a):
-    return np.ascontiguousarray(a, np.float64)
-
-
 _TORCH: list = []
 
 
@@ -58,6 +59,15 @@ def _mm2(a, b):
     return t._int_mm(t.from_numpy(_i8(a)), t.from_numpy(_i8(b))).numpy()
 
 
+def _per_mb(e, n):
+    """An exponent (a scalar or one per micro-batch) as a contiguous int64 (n,) array (what
+    np.broadcast_to(...).copy() gave, without its cost on ~60 calls a step)."""
+    e = np.asarray(e, np.int64)
+    if e.shape == (n,):
+        return e if e.flags.c_contiguous else e.copy()
+    return np.full(n, e.reshape(-1)[0] if e.size == 1 else e, np.int64)
+
+
 def _i8(a):
     a = np.asarray(a)
     return _writable(a if a.dtype == np.int8 else a.astype(np.int8))
@@ -78,6 +88,14 @@ class AttnOps:
 
     def __init__(self, k):
         self.k = k
+        self._exp = None  # (the engine's exp table, its int64 copy)
+        self._norm = {}  # width -> norm.norm_constant(width)
+
+    def _norm_c(self, D):
+        """norm.norm_constant(D), taken once per width (an integer square root in numpy)."""
+        if D not in self._norm:
+            self._norm[D] = N.norm_constant(D)
+        return self._norm[D]
 
     def mm(self, eng, a, b):
         """eng._mm's float32 GEMM (int8 operands, K <= MAX_K_FLOAT32: every partial sum an
@@ -89,17 +107,85 @@ class AttnOps:
             return eng._mm(a, b)
         if b.ndim == 2:
             return _mm2(a.reshape(-1, K), b).reshape(a.shape[:-1] + b.shape[1:])
+        if a.ndim == b.ndim == 3:  # bmm: no copy of a transposed operand (matmul makes one)
+            return _torch().bmm(_t32(a), _t32(b)).numpy()
         return _torch().matmul(_t32(a), _t32(b)).numpy()
 
+    def _wq(self, W2):
+        """The weight's int8 values (|Wq| <= 127: they feed the GEMMs without a cast) and
+        exponent, quant_exponent and quantize in one compiled pass."""
+        W2 = np.ascontiguousarray(W2, np.float64)
+        Wq = np.empty(W2.shape, np.int8)
+        ew = int(self.k.quant_w(W2.reshape(-1), Wq.reshape(-1)))
+        if ew == -(1 << 40):  # inf or NaN: the numpy rules' values
+            ew = int(quant_exponent(np.abs(W2).max()))
+            return quantize(W2, ew).astype(np.int8), ew
+        return Wq, ew
+
+    def accumulate(self, eng, out, pi, ints, e, frac_bits, limit):
+        """Engine._accumulate (the fixed-point sum over micro-batches of clamp-then-round(ints
+        * 2**(e + S))) as one compiled loop (_nb_accum, the weight gradient's literal
+        route's): the same float64 operations per element, the sum in int64."""
+        ints = np.asarray(ints)
+        n = ints.shape[0]
+        p = np.ldexp(1.0, _per_mb(np.asarray(e, np.int64).reshape(-1), n) + frac_bits)
+        o = eng.layout.offsets[pi]
+        flat = np.ascontiguousarray(ints).reshape(n, -1)
+        self.k.accum(flat, p, float(limit), out[o:o + flat.shape[1]])
+
+    def _bacc(self, bias, sexp):
+        """The bias in accumulator units per micro-batch, clamped to BIAS_LIMIT (one loop)."""
+        sexp = np.asarray(sexp, np.int64).reshape(-1)
+        bias = np.ascontiguousarray(bias, np.float64)
+        if not np.isfinite(bias).all() or np.abs(sexp).max() > 1000:  # the numpy rule's values
+            return np.clip(np.floor(bias[None, :] * pow2(-sexp)[:, None] + 0.5), -2.0**30, 2.0**30)
+        bacc = np.empty((sexp.shape[0], bias.shape[0]))
+        self.k.bias_acc(bias, sexp, bacc)
+        return bacc
+
     def _gemm(self, eng, a, ex, W2, bias):
-        """The affine's GEMM (int32 sums, C order) and its bias in accumulator units; Wq as
-        int8 (|Wq| <= 127: it feeds the backward's GEMMs without a cast)."""
-        ew = int(quant_exponent(np.abs(W2).max()))
-        Wq = quantize(W2, ew).astype(np.int8)
+        """The affine's GEMM (int32 sums, C order) and its bias in accumulator units."""
+        Wq, ew = self._wq(W2)
         acc32 = np.ascontiguousarray(self.mm(eng, a, Wq.T))
         sexp = ex + ew
-        bacc = np.clip(np.floor(bias[None, :] * pow2(-sexp)[:, None] + 0.5), -2.0**30, 2.0**30)  # BIAS_LIMIT
-        return acc32, sexp, Wq, ew, bacc
+        return acc32, sexp, Wq, ew, self._bacc(bias, sexp)
+
+    def logits(self, eng, li, st, W2, bias):
+        """The output layer's forward (layers.Linear on the last layer): its GEMM, then the
+        bias add and the scaling to float64 logits in one pass (the numpy rule writes the
+        float64 sums, then multiplies them); the trace entries as _affine's. Sets
+        st.logits; returns (Wq, ew)."""
+        acc32, sexp, Wq, ew, bacc = self._gemm(eng, st.a, st.ex, W2, bias)
+        z = np.empty(acc32.shape, np.float64)
+        self.k.logits(acc32, bacc, pow2(_per_mb(sexp, acc32.shape[0])), z)
+        _trace_affine(st, f"layers.{li}", ew, bacc, acc32.astype(np.float64) + bacc[:, None, :] if st.tracing else None)
+        st.logits = z
+        st.tr(("logits", z))
+        return Wq, ew
+
+    def qkv_heads(self, eng, a, ex, P, dims, tracing):
+        """The q, k and v affines (P: their weights and biases in turn) as one GEMM of the
+        three int8 weights stacked (the same int32 sums per column), then per tensor the
+        bias add and requantize in one pass that writes the head-order float32 operand of
+        the per-head GEMMs (no int8 rows, no reorder pass): per tensor (heads, e8, Wq, ew,
+        bacc, acc), acc (for the trace) only where ``tracing``."""
+        n, b, T, H, dh = dims
+        if a.shape[-1] > MAX_K_FLOAT32:
+            return None  # the per-tensor route (eng._mm's float64 GEMM)
+        ws = [self._wq(P[2 * j]) for j in range(3)]
+        D = ws[0][0].shape[0]
+        acc32 = _mm2(a.reshape(-1, a.shape[-1]), np.concatenate([Wq for Wq, _ in ws]).T).reshape(n, -1, 3 * D)
+        acc32 = acc32.astype(np.int32, copy=False)  # a one-row operand's float32 GEMM: the same integers
+        out = []
+        for j, (Wq, ew) in enumerate(ws):
+            sexp = np.asarray(ex, np.int64) + ew
+            bacc = self._bacc(P[2 * j + 1], sexp)
+            Mh = np.empty((n * b * H, T, dh), np.float32)
+            e8 = np.empty(n, np.int64)
+            self.k.bias_rq8_heads(acc32, j * D, bacc, Mh.reshape(n, b, H, T, dh), _per_mb(sexp, n), e8)
+            acc = acc32[:, :, j * D:(j + 1) * D].astype(np.float64) + bacc[:, None, :] if tracing else None
+            out.append((Mh, e8, Wq, ew, bacc, acc))
+        return out
 
     def affine(self, eng, a, ex, W2, bias):
         """layer_base._affine's values (acc = GEMM + bacc, float64) with this route's GEMM and
@@ -129,18 +215,19 @@ class AttnOps:
         the micro-batches of one k are one exact int8 GEMM over all their rows (int32: n * b
         * 127 * 127 < 2**31), shifted by k and summed in int64. True where it did the sum."""
         n, b = G.shape[0], G.shape[1]
-        k = np.broadcast_to(np.asarray(e, np.int64).reshape(-1) + frac_bits, (n,))
-        if (int(k.min()) < 0 or float(b) * 16129.0 * float(pow2(int(k.max()))) > limit
+        k = [int(v) + frac_bits for v in np.asarray(e, np.int64).reshape(-1).tolist()]  # Python ints: ~13 calls a step
+        k = k * n if len(k) == 1 else k
+        if (min(k) < 0 or max(k) > 1000 or float(b) * 16129.0 * 2.0 ** max(k) > limit
                 or n * b * 16129 >= 2**31 or G.shape[2] < 2 or a_in.shape[2] < 2):
             return False
         if any(v.dtype != np.int8 and np.abs(v).max() > 127 for v in (G, a_in)):
             return False  # int8 operands only (an output error is int8; checked, not assumed)
         o = eng.layout.offsets[pi]
         size = G.shape[2] * a_in.shape[2]
-        for kv in np.unique(k):
-            sel = slice(None) if (k == kv).all() else np.flatnonzero(k == kv)
+        for kv in sorted(set(k)):
+            sel = slice(None) if min(k) == max(k) else [i for i, v in enumerate(k) if v == kv]
             dW = _mm2(_i8(G[sel]).reshape(-1, G.shape[2]).T, _i8(a_in[sel]).reshape(-1, a_in.shape[2]))
-            out[o:o + size] += dW.astype(np.int64).reshape(-1) << int(kv)
+            self.k.shift_add(np.ascontiguousarray(dW).reshape(G.shape[2], -1), kv, out[o:o + size])
         return True
 
     def weight_grad(self, eng, out, pi, G, a_in, e, frac_bits, limit):
@@ -166,7 +253,7 @@ class AttnOps:
         e_out = np.empty(V.shape[0], np.int64)
         V2 = V.reshape(V.shape[0], -1)
         am = np.full(V.shape[0], -1.0) if am is None else np.array(am, np.float64)  # -1: the loop takes it
-        self.k.rq8(V2, am, np.broadcast_to(np.asarray(e, np.int64), (V.shape[0],)), out.reshape(V.shape[0], -1),
+        self.k.rq8(V2, am, _per_mb(e, V.shape[0]), out.reshape(V.shape[0], -1),
                    e_out)
         return out, e_out
 
@@ -192,7 +279,7 @@ class AttnOps:
         """attention._heads(M) as float32 (the per-head GEMMs' operand: the same integers,
         cast once in the copy that reorders them, not at each of the GEMMs that read them)."""
         out = np.empty((n * b * H, T, dh), np.float32)
-        out.reshape(n, b, H, T, dh)[...] = M.reshape(n, b, T, H, dh).transpose(0, 1, 3, 2, 4)
+        self.k.heads(np.ascontiguousarray(M).reshape(n, b, T, H, dh), out.reshape(n, b, H, T, dh))
         return out
 
     def rq8_rows(self, M, n, b, T, H, dh, e, sums=False):
@@ -204,73 +291,103 @@ class AttnOps:
                         out, e_out, S)
         return out, e_out, (S if sums else None)
 
+    def affine_align(self, eng, X, ex, a, ea, W2, bias, tracing):
+        """The affine of a (its GEMM's int32 sums and the bias in accumulator units), then
+        its align-add onto the stream X, the bias added inside the align-add (no float64
+        sums written): (S, eS, Wq, ew, bacc, acc), S int32; acc (for the trace) only where
+        ``tracing``, else None."""
+        acc32, sexp, Wq, ew, bacc = self._gemm(eng, a, ea, W2, bias)
+        S, eS = self._align2(X, ex, acc32, sexp, bacc)
+        acc = acc32.astype(np.float64) + bacc[:, None, :] if tracing else None
+        return S, eS, Wq, ew, bacc, acc
+
+    def _align2(self, X, e0, A, e1, bacc=None):
+        """align_add([(X, e0), (A (+ bacc per column), e1)]) by _nb_align2: int32 out."""
+        X, A = np.asarray(X), np.asarray(A)
+        n, C = X.shape[0], X.shape[-1]
+        X3, A3 = X.reshape(n, -1, C), A.reshape(n, -1, C)
+        out = np.empty(X3.shape, np.int32)
+        e_out = np.empty(n, np.int64)
+        b = np.empty((n, 0)) if bacc is None else np.ascontiguousarray(bacc, np.float64)
+        self.k.align2(X3, A3, b, _per_mb(e0, n), _per_mb(e1, n), out, e_out)
+        return out.reshape(X.shape), e_out
+
     def align_add(self, ops):
+        if len(ops) == 2 and np.shape(ops[0][0]) == np.shape(ops[1][0]) and np.ndim(ops[0][0]) >= 2:
+            return self._align2(ops[0][0], ops[0][1], ops[1][0], ops[1][1])
         first = np.asarray(ops[0][0])
         shape, n = first.shape, first.shape[0]
         dts = {np.asarray(V).dtype for V, _ in ops}
         dt = dts.pop() if len(dts) == 1 else np.float64
         # one array type for the tuple: C order, writable (a broadcast view is read-only)
         Vs = tuple(np.require(np.asarray(V, dt).reshape(n, -1), dt, ["C", "W"]) for V, _ in ops)
-        es = np.stack([np.broadcast_to(np.asarray(e, np.int64), (n,)) for _, e in ops])
+        es = np.stack([_per_mb(e, n) for _, e in ops])
         S = np.empty(Vs[0].shape, np.float64)
         e_out = np.empty(n, np.int64)
         self.k.align(Vs, es, S, e_out)
         return S.reshape(shape), e_out
 
-    def rms_forward(self, x):
-        x = _f64(x)
+    def rms_forward(self, x, am=None):
+        """norm.rms_forward (y int32: |y| <= C + 1); ``am`` (n,) float64, where given, gets
+        max|y| per micro-batch (the requantize after it then skips its own pass)."""
+        x = np.ascontiguousarray(x)  # the wide stream: int32 (an align-add's) or float64 integers
         n, R, D = x.shape
-        y = np.empty((n, R, D), np.int64)
+        y = np.empty((n, R, D), np.int32)
         q = np.empty((n, R), np.int64)
         j = np.empty((n, R), np.int64)
-        self.k.rms_fwd(x, N.norm_constant(D), y, q, j)
+        self.k.rms_fwd(x, self._norm_c(D), y, q, j, np.empty(n) if am is None else am)
         return y, (y, q, j)
 
     def rms_backward(self, g, eg, ex, cache):
         y, q, j = cache
         g = np.ascontiguousarray(g)  # int8 or float64 integers: read as int64
         dx = np.empty(g.shape, np.float64)
-        J = self.k.rms_back(g, y, q, j, N.norm_constant(g.shape[-1]), dx)
+        J = self.k.rms_back(g, y, q, j, self._norm_c(g.shape[-1]), dx)
         e = np.asarray(eg, np.int64) - 3 * F - np.asarray(ex, np.int64) + J
         e_out = np.empty(g.shape[0], np.int64)
         flat = dx.reshape(g.shape[0], -1)
-        self.k.norm15(flat, np.broadcast_to(e, (g.shape[0],)).copy(), e_out)
+        self.k.norm15(flat, _per_mb(e, g.shape[0]), e_out)
         return dx, e_out
 
     def softmax_int(self, eng, Sc, E):
         Sc = np.ascontiguousarray(Sc)
-        mult = np.ldexp(1.0, np.asarray(E, np.int64) + 4).reshape(-1).astype(np.float64)
+        mult = np.ldexp(1.0, _per_mb(np.asarray(E, np.int64).reshape(-1), Sc.shape[0]) + 4)
         P = np.empty(Sc.shape, np.float32)
-        self.k.softmax(Sc, np.broadcast_to(mult, (Sc.shape[0],)).copy(), eng.exp_t, P)
+        if self._exp is None or self._exp[0] is not eng.exp_t:  # the table as int64, made once
+            self._exp = (eng.exp_t, np.asarray(eng.exp_t).astype(np.int64))
+        self.k.softmax(Sc, mult, self._exp[1], P)
         return P
 
-    def output_error(self, z, y, keys=None):
-        """Engine._output_error then the error's quantization per micro-batch for a
-        cross-entropy model, by engine/kernels.py's compiled loss (the dense and image paths'
-        one: the same float64 operations in the same order): (G float64, eg, loss, correct),
-        or None where a kernel's precondition fails (the numpy rules then run)."""
+    def output_error(self, z, x, y):
+        """Engine.top_errors of a sequence model's cross-entropy (the targets seq_targets(x,
+        y), the errors rounded stochastically with engine/sround.py's row keys, then made
+        zero-sum per row) by engine/kernels.py's compiled loss (the dense and image paths'
+        one: the same float64 operations in the same order) and one compiled pass for the
+        keys, the rounding and the zero-sum: (G int8, eg, loss, correct), or None where a
+        kernel's precondition fails (the numpy rules then run)."""
         from daisychain.engine import kernels as shared
-        from daisychain.engine.sround import quantize_errors
 
         base = shared.compiled()
         if base is None:
             return None
         n, b, C = z.shape
+        x = np.ascontiguousarray(x, np.int64)
+        y = np.ascontiguousarray(y, np.int64)
+        yt = np.empty((n, b), np.int64)
+        yt.reshape(n, -1, x.shape[2])[...] = np.concatenate([x[..., 1:], y[..., None]], axis=-1)  # seq_targets
         z2 = np.ascontiguousarray(z, np.float64).reshape(n * b, C)
-        yv = np.ascontiguousarray(np.asarray(y).reshape(-1), dtype=np.int64)
-        dz = np.empty((n, b * C))
+        dz = np.empty((n, b, C))
         py = np.empty((n, b))
         correct = np.empty(n, np.int64)
-        if not base.output_error(z2, yv, b, dz.reshape(n * b, C), py.reshape(-1), correct):
+        if not base.output_error(z2, yt.reshape(-1), b, dz.reshape(n * b, C), py.reshape(-1), correct):
             return None
         loss = -np.log(np.maximum(py, 1e-300)).mean(axis=1)  # display only, as _output_error
-        if keys is not None:  # a sequence model's stochastic rounding (engine/sround.py)
-            return (*quantize_errors(dz.reshape(n, b, C), keys), loss, correct)
+        keys = np.empty((n, b), np.uint32)
+        self.k.row_keys(x, y, keys)
+        G = np.empty((n, b, C), np.int8)
         eg = np.empty(n, np.int64)
-        G32 = np.empty((n, b * C), np.float32)
-        if not base.quant_rows(dz, G32, eg):
-            return None
-        return G32.astype(np.float64).reshape(n, b, C), eg, loss, correct
+        self.k.seq_errors(dz, keys, yt, G, eg)
+        return G, eg, loss, correct
 
     def softmax_back(self, P, dP):
         P, dP = np.ascontiguousarray(P), np.ascontiguousarray(dP)

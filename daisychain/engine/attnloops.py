@@ -168,11 +168,13 @@ def _nb_sdiv_r(a, m, inv):
     return r if a > 0 else (-r if a < 0 else 0 * r)
 
 
-def _nb_rms_fwd(x, C, y, q, j):
-    """rms_forward on x (n, R, D) float64 integers: y (n, R, D), q, j (n, R) int64."""
+def _nb_rms_fwd(x, C, y, q, j, am):
+    """rms_forward on x (n, R, D) integers (int32 or float64): y (n, R, D) (int32: |y| <=
+    C + 1), q, j (n, R) int64, and am (n,) = max|y| per micro-batch (the requantize's)."""
     n, R, D = x.shape
     xs = np.empty(D, np.int64)
     for i in range(n):
+        my = np.int64(0)
         for r in range(R):
             m = 0
             for c in range(D):
@@ -192,8 +194,27 @@ def _nb_rms_fwd(x, C, y, q, j):
             qq = _nb_isqrt(ss)
             j[i, r], q[i, r] = jj, qq
             inv = 1.0 / np.float64(2 * qq) if qq > 0 else 0.0
-            for c in range(D):
-                y[i, r, c] = _nb_sdiv_r(xs[c] * C, qq, inv) if qq > 0 else 0
+            yr = y[i, r]
+            if qq > 0 and m <= 32768 and C <= 32768:
+                # sdiv(a, q) = sign(a) * floor((2|a| + q) / (2q)) as one float64 division
+                # floored: 2|a| + q < 2**32, 2q <= 2**22 and the quotient below 2**16, so
+                # its rounding error (< 2**-37) is smaller than the 1 / (2q) a quotient
+                # that is not an integer lies from the next one: the integer division's
+                fq, d = np.float64(qq), np.float64(2 * qq)
+                for c in range(D):
+                    a = xs[c] * C
+                    v = np.int64(np.floor((np.float64(2 * (a if a >= 0 else -a)) + fq) / d))
+                    v = v if a >= 0 else -v
+                    yr[c] = v
+                    v = v if v >= 0 else -v
+                    my = v if v > my else my
+            else:
+                for c in range(D):
+                    v = _nb_sdiv_r(xs[c] * C, qq, inv) if qq > 0 else 0
+                    yr[c] = v
+                    v = v if v >= 0 else -v
+                    my = v if v > my else my
+        am[i] = np.float64(my)
 
 
 def _nb_rms_back(g, y, q, j, C, dx):
@@ -215,46 +236,65 @@ def _nb_rms_back(g, y, q, j, C, dx):
                 for c in range(D):
                     dx[i, r, c] = 0.0
                 continue
-            Pr = 0
+            yr, gr, dr = y[i, r], g[i, r], dx[i, r]
+            Pr = np.int64(0)
             for c in range(D):
-                Pr += y[i, r, c] * np.int64(g[i, r, c])
+                Pr += np.int64(yr[c]) * np.int64(gr[c])
             Dq = D * q[i, r]
-            inv = 1.0 / np.float64(2 * Dq)
+            fq, fd = np.float64(Dq), np.float64(2 * Dq)
             k = J - j[i, r]
             if k > 40:
                 k = 40
             half = (np.int64(1) << k) >> 1
             for c in range(D):
-                num = np.int64(g[i, r, c]) * Nn - y[i, r, c] * Pr
-                z = _nb_sdiv_r(num, Dq, inv) * C
-                dx[i, r, c] = float((z + half) >> k)
+                # sdiv(num, Dq) = sign(num) * floor((2|num| + Dq) / (2 Dq)) as one float64
+                # division floored: exact for any integer numerator below 2**53 (here
+                # < 2**50): a quotient p/d that is not an integer lies at least 1/d below
+                # the next one, and the division's rounding error is below p * 2**-53 / d
+                num = np.int64(gr[c]) * Nn - np.int64(yr[c]) * Pr
+                a = num if num >= 0 else -num
+                w = np.int64(np.floor((np.float64(2 * a) + fq) / fd))
+                w = w if num >= 0 else -w
+                dr[c] = np.float64((w * C + half) >> k)
     return Js
 
 
-def _nb_softmax(Sc, mult, exp_t, P):
+def _nb_softmax(Sc, mult, exp_i, P):
     """softmax_int on Sc (n, B, T, T) (integers, read as float64) with mult = 2**(E + 4) per
-    micro-batch; P float32 (integers 0..127)."""
+    micro-batch and the exp table as int64; P float32 (integers 0..127). The row max and
+    the sum S of the table's values in int64 (exact; integer reductions vectorize, float
+    ones do not without fastmath); P = floor((256 e + S) / (2 S)) as one float64 division
+    floored: both operands are integers below 2**45 (S <= context * 2**31 < 2**40) and the
+    quotient is below 2**8, so a quotient that is not an integer lies at least 1 / (2 S) >
+    2**-41 from the next one while the division's rounding error is below 2**-44: the floor
+    is the integer division's (numpy's idiv)."""
     n, B, T, _ = Sc.shape
     ev = np.empty(T, np.int64)
     for i in range(n):
         mu = mult[i]
         for b in range(B):
             for t in range(T):
-                m = np.float64(Sc[i, b, t, 0])
+                row = Sc[i, b, t]
+                mi = np.int64(row[0])
                 for u in range(1, t + 1):
-                    if np.float64(Sc[i, b, t, u]) > m:
-                        m = np.float64(Sc[i, b, t, u])
-                S = 0
+                    v = np.int64(row[u])
+                    mi = v if v > mi else mi
+                m = np.float64(mi)
+                S = np.int64(0)
                 for u in range(t + 1):
-                    z = np.floor((np.float64(Sc[i, b, t, u]) - m) * mu + 0.5)
+                    z = np.floor((np.float64(row[u]) - m) * mu + 0.5)
                     z = z if z > -128.0 else -128.0
-                    ev[u] = np.int64(exp_t[np.int64(z) + 128])
-                    S += ev[u]
-                inv = 1.0 / np.float64(2 * S)
+                    e = exp_i[np.int64(z) + 128]
+                    ev[u] = e
+                    S += e
+                d = np.float64(2 * S)
+                fs = np.float64(S)
+                out = P[i, b, t]
                 for u in range(t + 1):
-                    P[i, b, t, u] = float(min(127, _nb_fdiv(256 * ev[u] + S, 2 * S, inv)))
+                    q = np.floor((256.0 * np.float64(ev[u]) + fs) / d)
+                    out[u] = np.float32(q if q < 127.0 else 127.0)
                 for u in range(t + 1, T):
-                    P[i, b, t, u] = 0.0
+                    out[u] = 0.0
 
 
 def _nb_softmax_back(P, dP, out):

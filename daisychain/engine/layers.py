@@ -62,6 +62,9 @@ class Linear(LayerKind):
 
     def forward(self, eng, l, li, P, st):
         W, bias = P
+        fast = getattr(eng, "attn_ops", None)
+        if st.last and fast is not None:  # a sequence model's logits: the same values in one pass
+            return (st.a, st.ex) + fast.logits(eng, li, st, W, bias)
         acc, sexp, Wq, ew = _affine(eng, li, st.a, st.ex, W, bias, st)
         cache = (st.a, st.ex, Wq, ew)
         if st.last:
@@ -79,7 +82,8 @@ class Linear(LayerKind):
         eng._accumulate(bw.out, pi + 1, G.sum(axis=1), bw.eg, bw.frac_bits, bw.limit)
         if li == 0:
             return
-        bw.G, bw.eg, bw.acc = eng._mm(G, Wq), bw.eg + ew, True  # (n, b, in), exponent eg + ew
+        fast = getattr(eng, "attn_ops", None)  # a sequence model's route: int32 from an exact int8 GEMM
+        bw.G, bw.eg, bw.acc = (eng._mm(G, Wq) if fast is None else fast.mm(eng, G, Wq)), bw.eg + ew, True
 
     def describe(self, l, i, layers):
         last = max(j for j, x in enumerate(layers) if LAYERS[x.type].head)
@@ -157,6 +161,8 @@ class Embedding(LayerKind):
         x = st.a  # token ids (n, b, context)
         ee = int(quant_exponent(np.abs(E).max()))
         Eq = quantize(E, ee)
+        if getattr(eng, "attn_ops", None) is not None:  # a sequence model's rows: int8 (the same values)
+            Eq = Eq.astype(np.int8)
         st.a = Eq[x].reshape(x.shape[0], x.shape[1], -1)  # (n, b, C*D)
         st.ex = np.full(x.shape[0], ee, np.int64)
         st.tr((f"layers.{li}.weight_exponent", ee))

@@ -229,19 +229,18 @@ class Engine:
         model's (every position predicts the next token) round stochastically (engine/sround.py)."""
         keys = None
         if self.spec.seq:
+            if self.attn_ops is not None and self.spec.loss == "cross_entropy":
+                got = self.attn_ops.output_error(z, x, y)
+                if got is not None:  # the same values, compiled (engine/attnfast.py), zero-sum
+                    return got
             keys = row_keys(x, y) if self.spec.loss == "cross_entropy" else None
             y = seq_targets(x, y)
-        got = (self.attn_ops.output_error(z, y, keys) if self.attn_ops is not None
-               and self.spec.loss == "cross_entropy" else None)
-        if got is not None:  # the same values, compiled (engine/attnfast.py)
-            G, eg, loss, correct = got
+        dz, loss, correct = self._output_error(z, y)
+        if keys is not None:
+            G, eg = quantize_errors(dz, keys)
         else:
-            dz, loss, correct = self._output_error(z, y)
-            if keys is not None:
-                G, eg = quantize_errors(dz, keys)
-            else:
-                eg = quant_exponent(_absmax(dz))
-                G = quantize(dz, _per_mb(eg, 3))  # (n, b, out) int8 errors
+            eg = quant_exponent(_absmax(dz))
+            G = quantize(dz, _per_mb(eg, 3))  # (n, b, out) int8 errors
         if self.spec.loss == "cross_entropy":
             G = zero_sum_errors(G, y)  # zero-sum per sample, as the true softmax error
         return G, eg, loss, correct
@@ -291,6 +290,8 @@ class Engine:
 
     def _accumulate(self, out, pi, ints, e, frac_bits, limit):
         """out[tensor] += sum over micro-batches of clamp-then-round(ints * 2**(e + S))."""
+        if self.attn_ops is not None:  # the same sums, one compiled loop (engine/attnfast.py)
+            return self.attn_ops.accumulate(self, out, pi, ints, e, frac_bits, limit)
         x = ints * _per_mb(pow2(np.asarray(e) + frac_bits), ints.ndim)
         np.minimum(x, limit, out=x)
         np.maximum(x, -limit, out=x)

@@ -196,3 +196,74 @@ def test_folded_weight_gradient_is_the_per_micro_batch_sum(text):
         assert folded == (limit > 2.0**40)
         if folded:
             assert got.tobytes() == want.tobytes()
+
+
+def test_compiled_output_error_is_the_numpy_routes(text):
+    """The sequence output error (row keys, stochastic rounding, zero-sum in one compiled pass)
+    against the numpy rules (sround.quantize_errors, zero_sum_errors): uniform logits (every
+    row trimmed: 95 classes of ~1.3 units each), one sharp row per sample, random logits,
+    and ties between the largest entries of a trimmed row."""
+    spec = model_for(text, ("block16h2",))
+    fast, ref = (Trainer(spec, Hyper(seed=2), text, load_luts()).engine for _ in range(2))
+    ref.attn_ops = None
+    tr = Trainer(spec, Hyper(seed=2), text, load_luts())
+    x, y = tr.inputs(0, range(3))
+    n, b, T = x.shape
+    C = spec.classes
+    rng = np.random.default_rng(9)
+    zs = [np.zeros((n, b * T, C)), rng.normal(0, 4, (n, b * T, C)), rng.normal(0, 0.3, (n, b * T, C))]
+    zs[0][1, ::3, 5] = 9.0
+    zs[2][:, :, :4] = 1.5  # tied largest entries
+    trimmed = 0
+    for z in zs:
+        got, want = fast.top_errors(z, x, y), ref.top_errors(z, x, y)
+        assert got[0].dtype == np.int8
+        _same(got[0].astype(np.float64), want[0])
+        _same(got[1], want[1])
+        _same(got[2], want[2])
+        _same(got[3], want[3])
+        assert (want[0].sum(axis=-1) == 0).all()
+        trimmed += int((want[0] == -127).sum())
+    assert trimmed > b * T  # the trim ran (rows whose others summed over 127)
+
+
+def test_compiled_accumulate_and_weight_quantize_are_the_numpy_rules(text):
+    """Engine._accumulate on the compiled route (one loop) against the numpy rule, the clamp at
+    the limit included, and the weights' int8 values and exponents (one loop) against
+    quant_exponent and quantize."""
+    from daisychain.engine.detmath import quant_exponent, quantize
+
+    fast = Trainer(model_for(text, ("block16h2",)), Hyper(seed=1), text, load_luts()).engine
+    ref = Trainer(model_for(text, ("block16h2",)), Hyper(seed=1), text, load_luts()).engine
+    ref.attn_ops = None
+    rng = np.random.default_rng(11)
+    pi = fast.first_param[2] + 9  # the fc1 bias
+    size = fast.layout.shapes[pi][0]
+    for limit in (2.0**62, 3000.0):
+        for ints in (rng.integers(-2**20, 2**20, (3, size)), rng.integers(-127, 128, (3, size)).astype(np.float64)):
+            want = np.zeros(fast.layout.size, np.int64)
+            got = np.zeros(fast.layout.size, np.int64)
+            e = np.array([-30, -12, -41])
+            ref._accumulate(want, pi, ints, e, 20, limit)
+            fast._accumulate(got, pi, ints, e, 20, limit)
+            assert want.any() and want.tobytes() == got.tobytes()
+    for W in (rng.normal(0, 0.1, (16, 24)), np.zeros((4, 4)), rng.normal(0, 1e-30, (5,)) , np.array([0.5, -0.25, 127.4])):
+        Wq, ew = OPS._wq(W)
+        assert ew == int(quant_exponent(np.abs(W).max()))
+        _same(Wq.astype(np.float64), quantize(W, ew))
+
+
+def test_one_float64_division_floored_is_the_integer_division():
+    """The softmax's and the norm's rounded divisions floor one float64 division (no reciprocal,
+    no correction): exact for integers 0 <= p < 2**53, d >= 1 (a quotient that is not an
+    integer lies at least 1/d below the next one; the rounding error is below p * 2**-53 /
+    d). At and beside the multiples of d, up to the bound."""
+    rng = np.random.default_rng(5)
+    for d in [1, 2, 3, 7, 254, 2**16 + 1, 2**21 - 1, 2**31 - 1, 2**40 + 3, 2**52 - 1]:
+        qs = np.concatenate([np.arange(4), rng.integers(0, (2**53 - 1) // d, 300)])
+        p = np.array(sorted({int(q * d + r) for q in qs for r in (-1, 0, 1, d - 1) if 0 <= q * d + r < 2**53}))
+        assert np.array_equal(np.floor(p.astype(np.float64) / float(d)).astype(np.int64), p // d), d
+    bias = np.concatenate([rng.normal(0, 1, 30), [0.0, -0.5, 2.0**-20, 3e5, -3e5]])
+    for sexp in (np.array([-20, -3, 4]), np.array([-40, 0, -14])):  # -40: the clamp at 2**30
+        want = np.clip(np.floor(bias[None, :] * np.ldexp(1.0, -sexp)[:, None] + 0.5), -2.0**30, 2.0**30)
+        _same(OPS._bacc(bias, sexp), want)
