@@ -107,7 +107,7 @@ def test_a_module_whose_plan_kernels_compute_wrong_is_refused_at_open():
     """The bias sums (sum_blocks) off by one in a module that passes every unit's check: the
     plan's self-check at open finds it, and the tab computes on the JS units, saying why."""
     head = (WASM / "units.wat").read_text().rstrip()
-    plan = (WASM / "units.plan.wat").read_text()
+    plan = "\n".join(f.read_text() for f in sorted(WASM.glob("units.*.wat")))  # every fragment, in name order
     bad_plan = plan.replace("(i32.store (local.get $o) (i32.add (i32.load (local.get $o)) (local.get $t)))",
                             "(i32.store (local.get $o) (i32.add (i32.load (local.get $o)) (i32.add (local.get $t) (i32.const 1))))", 1)
     assert bad_plan != plan
@@ -128,10 +128,66 @@ console.log(JSON.stringify(out));
 
 
 def test_the_fragment_is_part_of_the_pinned_module():
-    """units.wasm is units.wat with units.plan.wat inserted (scripts/build_wasm.mjs): its
+    """units.wasm is units.wat with units.op.wat and units.plan.wat inserted (scripts/build_wasm.mjs): its
     exports include the plan's kernels."""
     got = run_wasm("""
 console.log(JSON.stringify(WebAssembly.Module.exports(new WebAssembly.Module(wasmBytes)).map((e) => e.name)));
 """)
-    assert {"gemm", "im2col", "bias_rows", "pad8", "cols8", "cols8t", "col2im8t", "narrow", "sum_blocks", "transpose", "mask"} <= set(got)
+    assert {"gemm", "im2col", "bias_rows", "pad8", "cols8", "cols8t", "col2im8t", "narrow", "sum_blocks", "transpose", "mask", "gemm_op", "narrow_il"} <= set(got)
     assert package_path("webui") / "wasm" == WASM
+
+
+OUTER = r"""
+const { instance } = await WebAssembly.instantiate(wasmBytes, {});
+const { memory, gemm_op: gemmOp, narrow_il: narrowIl } = instance.exports;
+memory.grow(64);
+const out = [];
+for (const c of DATA.cases) {
+  const { m, n, k, hw, lda } = c; // B's columns j = s*hw + p of b = n / hw channel-major maps (k, hw)
+  const kh = Math.ceil(k / 2);
+  const mem = () => new Uint8Array(memory.buffer);
+  mem().fill(0);
+  const [pa, psrc, pb, pc] = [0, 16384, 65536, 131072];
+  new Int8Array(memory.buffer, pa, m * lda).set(Int8Array.from(c.a)); // A (m, lda) int8
+  new Int32Array(memory.buffer, psrc, n * k).set(Int32Array.from(c.src)); // (n / hw, k, hw) int32
+  const bad = narrowIl(psrc, pb, n / hw, k, hw, kh);
+  gemmOp(pa, lda, pb, pc, m, up8(n), kh);
+  out.push({ bad, c: Array.from(new Int32Array(memory.buffer, pc, m * up8(n))) });
+}
+function up8(x) { return Math.ceil(x / 8) * 8; }
+const src = new Int32Array(memory.buffer, 16384, 2);
+src.set([5, DATA.outside]);
+out.push({ bad: narrowIl(16384, 65536, 1, 2, 1, 1) });
+console.log(JSON.stringify(out));
+"""
+
+
+@pytest.mark.parametrize("hw", [1, 6])
+def test_the_outer_product_gemm_equals_numpy_at_every_k(hw):
+    """gemm_op on B laid out by narrow_il (units.op.wat) is A·Bᵀ exactly, for every short K
+    (odd ones: the pair's second value is padding), -128·-128 sums at the edge, B from a
+    channel-major map (hw > 1) or a weight matrix (hw = 1); a value outside int8 is refused."""
+    rng = np.random.default_rng(hw)
+    cases, want = [], []
+    for m, n, k in [(4, 8, 1), (8, 16, 9), (4, 24, 16), (12, 48, 31), (8, 8, 64), (4, 72, 33)]:
+        n = max(hw, n // hw * hw)  # whole maps; with hw = 6 some n are not multiples of 8
+        lda = -(-k // 8) * 8
+        a = rng.integers(-128, 128, (m, k))
+        bm = rng.integers(-128, 128, (n, k))  # B (n, k): column j = s*hw + p, K = channel o
+        a[0, :] = -128
+        bm[0, :] = -128
+        ap = np.zeros((m, lda), np.int64)
+        ap[:, :k] = a
+        if k % 2:
+            ap[:, k] = rng.integers(-128, 128, m)  # what a padded row holds past K: B's zeros meet it
+        src = bm.reshape(n // hw, hw, k).transpose(0, 2, 1)  # channel-major (s, o, p)
+        cases.append({"m": m, "n": n, "k": k, "hw": hw, "lda": lda,
+                      "a": ap.ravel().tolist(), "src": src.ravel().tolist()})
+        c = np.zeros((m, -(-n // 8) * 8), np.int64)
+        c[:, :n] = a @ bm.T
+        want.append(c.ravel().tolist())
+    got = run_wasm(OUTER, data={"cases": cases, "outside": 128})
+    for case, w, g in zip(cases, want, got):
+        assert g["bad"] == 0, case["k"]
+        assert g["c"] == w, (case["m"], case["n"], case["k"])
+    assert got[-1] == {"bad": 1}

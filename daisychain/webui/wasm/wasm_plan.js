@@ -40,6 +40,9 @@ import { imageCnn, mlp } from "../engine/spec.js";
 
 const MAX_MEMORY = 1024 * 1024 * 1024;
 const MAX_PLANS = 4;
+/** The longest K the outer-product GEMM (units.op.wat gemm_op) takes: below it, the
+ *  inner-product kernel's per-block sums cost more than it saves (bench/js/ab_gemm.mjs). */
+const OP_MAX_K = 64;
 const up = (x, m) => Math.ceil(x / m) * m;
 
 /** Why `spec` at micro-batch b has no plan here, or null. */
@@ -129,12 +132,16 @@ export class WasmPlan {
       const rows = conv ? b * layer.h * layer.w : b;
       const nIn = layer.nIn;
       const nOut = conv ? layer.co : layer.nOut;
-      const [rp, np, kp] = [up(rows, 2), up(nOut, 4), up(nIn, 8)];
+      // a conv with a short K runs the outer-product GEMM (gemm_op): forward when its
+      // K = ci*k*k is short, the input error (K = its output channels) when that is
+      const opFwd = conv && nIn <= OP_MAX_K;
+      const opBack = conv && nOut <= OP_MAX_K;
+      const [rp, np, kp] = opFwd ? [up(rows, 4), up(nOut, 8), up(nIn, 8)] : [up(rows, 2), up(nOut, 4), up(nIn, 8)];
       const fuse = !last && !!kindOf(L[li + 1]).folds;
       const e = {
-        kind: conv ? "conv" : "linear", layer, li, pi, rows, nIn, nOut, last, fuse, inp: cur, inLen: curLen,
-        w: A(nOut * nIn), wP: A(np * kp / 4), wT: A(up(nIn, 4) * up(nOut, 8) / 4), bias: A(nOut),
-        aP: A(rp * kp / 4 + 4), c: A(rp * np), acc: A(rows * nOut), reluOut: 0, // + 4: cols8's slack
+        kind: conv ? "conv" : "linear", layer, li, pi, rows, nIn, nOut, last, fuse, inp: cur, inLen: curLen, opFwd, opBack,
+        w: A(nOut * nIn), wP: A(opFwd ? np * Math.ceil(nIn / 2) : np * kp / 4), wT: A(up(nIn, 4) * up(nOut, 8) / 4), bias: A(nOut),
+        aP: A(rp * kp / 4 + 4), c: A(rp * np), ld: np, acc: A(rows * nOut), reluOut: 0, // + 4: cols8's slack
       };
       if (conv) { // the input maps as int8 with a zero border of p (pad8), + 16 bytes of slack
         const { ci, h, w, k: kk } = layer;
@@ -151,9 +158,10 @@ export class WasmPlan {
       e.aT = A(up(nIn, 4) * rk / 4 + 4); // + 4: cols8t's slack
       e.dW = A(up(nOut, 2) * up(nIn, 4));
       e.db = A(nOut);
-      e.gP = A(up(rows, 4) * up(nOut, 8) / 4);
+      e.ldX = opBack ? up(rows, 8) : up(rows, 4); // the input error's transpose: its row length
+      e.gP = opBack ? A(e.ldX * Math.ceil(nOut / 2)) : A(up(rows, 4) * up(nOut, 8) / 4); // G: interleaved int16, or int8 rows
       if (conv) { // the input error's transpose (nIn, rows), then col2im8t: channel-major
-        e.dXr = A(up(nIn, 4) * up(rows, 4));
+        e.dXr = A(up(nIn, 4) * e.ldX);
         e.dXcm = A(curLen);
       } else {
         e.dXr = A(rp * up(nIn, 4));
@@ -191,7 +199,8 @@ export class WasmPlan {
       const W = this.layout.view(theta, p.pi);
       p.ew = quantExponent(absmax(W));
       quantize(W, p.ew, this._i32(p.w, p.nOut * p.nIn));
-      this._pack(p.w, p.wP, p.nOut, p.nIn, p.nIn, 1, up(p.nOut, 4), up(p.nIn, 8));
+      if (p.opFwd) this.k.narrow_il(p.w, p.wP, p.nOut, p.nIn, 1, Math.ceil(p.nIn / 2)); // |q| <= 127
+      else this._pack(p.w, p.wP, p.nOut, p.nIn, p.nIn, 1, up(p.nOut, 4), up(p.nIn, 8));
       this._pack(p.w, p.wT, p.nIn, p.nOut, 1, p.nIn, up(p.nIn, 4), up(p.nOut, 8));
     }
   }
@@ -232,10 +241,11 @@ export class WasmPlan {
         if (k.pad8(e.inp, e.pad, b * ci, h, w, (kk - 1) >> 1)) throw new UnitError("im2col: an input left int8");
         k.cols8(e.pad, e.aP, b, ci, h, w, kk, up(nIn, 8));
       } else this._pack(e.inp, e.aP, rows, nIn, nIn, 1, up(rows, 2), up(nIn, 8));
-      k.gemm(e.aP, e.wP, e.c, up(rows, 2), up(nOut, 4), up(nIn, 8));
+      if (e.opFwd) k.gemm_op(e.aP, up(nIn, 8), e.wP, e.c, up(rows, 4), e.ld, Math.ceil(nIn / 2));
+      else k.gemm(e.aP, e.wP, e.c, up(rows, 2), e.ld, up(nIn, 8));
       const sexp = ex + e.ew;
       this._i32(e.bias, nOut).set(biasAcc(this.layout.view(theta, e.pi + 1), sexp));
-      if (k.bias_rows(e.c, up(nOut, 4), rows, nOut, e.bias, e.acc)) throw new RangeError(`layer ${e.li}: accumulator left int32`);
+      if (k.bias_rows(e.c, e.ld, rows, nOut, e.bias, e.acc)) throw new RangeError(`layer ${e.li}: accumulator left int32`);
       if (e.last) {
         const acc = this._i32(e.acc, rows * nOut);
         const scale = pow2(sexp);
@@ -301,11 +311,13 @@ export class WasmPlan {
         k.sum_blocks(G, e.db, b, nOut, hw);
         accumulate(total, offsets[e.pi + 1], this._i32(e.db, nOut), eg, fracBits, limit);
         if (!below) break;
-        if (k.narrow(G, e.gP, b, nOut, hw, hw * up(nOut, 8), 1, up(nOut, 8))) throw new UnitError("gemm: an operand left int8"); // G (rows, nOut)
+        if (e.opBack ? k.narrow_il(G, e.gP, b, nOut, hw, Math.ceil(nOut / 2)) // G interleaved
+          : k.narrow(G, e.gP, b, nOut, hw, hw * up(nOut, 8), 1, up(nOut, 8))) throw new UnitError("gemm: an operand left int8"); // G (rows, nOut)
         if (e.kind === "conv") {
           const { ci, h, w, k: kk } = e.layer;
-          k.gemm(e.wT, e.gP, e.dXr, up(nIn, 4), up(rows, 4), up(nOut, 8)); // (Wqᵀ · Gᵀ): (nIn, rows)
-          k.col2im8t(e.dXr, e.dXcm, b, ci, h, w, kk, up(rows, 4));
+          if (e.opBack) k.gemm_op(e.wT, up(nOut, 8), e.gP, e.dXr, up(nIn, 4), e.ldX, Math.ceil(nOut / 2)); // (Wqᵀ · Gᵀ): (nIn, rows)
+          else k.gemm(e.wT, e.gP, e.dXr, up(nIn, 4), e.ldX, up(nOut, 8));
+          k.col2im8t(e.dXr, e.dXcm, b, ci, h, w, kk, e.ldX);
         } else {
           k.gemm(e.gP, e.wT, e.dXr, up(rows, 2), up(nIn, 4), up(nOut, 8)); // G · Wq: (rows, nIn)
           if (e.dX !== e.dXr) k.bias_rows(e.dXr, up(nIn, 4), rows, nIn, this.zero, e.dX); // compact the rows
