@@ -304,10 +304,8 @@ export class WasmPlan {
         } else bad |= k.narrow(e.inp, e.aT, b, nIn, 1, 1, rk, 0);
         if (bad) throw new UnitError("gemm: an operand left int8");
         k.gemm(e.gT, e.aT, e.dW, up(nOut, 2), up(nIn, 4), rk);
-        const dW = new Int32Array(nOut * nIn);
-        const all = this._i32(e.dW, up(nOut, 2) * up(nIn, 4));
-        for (let o = 0; o < nOut; o++) dW.set(all.subarray(o * up(nIn, 4), o * up(nIn, 4) + nIn), o * nIn);
-        accumulate(total, offsets[e.pi], dW, eg + e.ex, fracBits, limit);
+        // dW (nOut, nIn) read in place from the GEMM's rows of up(nIn, 4)
+        accumulate(total, offsets[e.pi], this._i32(e.dW, (nOut - 1) * up(nIn, 4) + nIn), eg + e.ex, fracBits, limit, nIn, up(nIn, 4));
         k.sum_blocks(G, e.db, b, nOut, hw);
         accumulate(total, offsets[e.pi + 1], this._i32(e.db, nOut), eg, fracBits, limit);
         if (!below) break;
