@@ -191,3 +191,49 @@ def test_the_outer_product_gemm_equals_numpy_at_every_k(hw):
         assert g["bad"] == 0, case["k"]
         assert g["c"] == w, (case["m"], case["n"], case["k"])
     assert got[-1] == {"bad": 1}
+
+
+NARROW = r"""
+const { instance } = await WebAssembly.instantiate(wasmBytes, {});
+const { memory, narrow } = instance.exports;
+memory.grow(16);
+const out = [];
+for (const c of DATA) {
+  new Uint8Array(memory.buffer).fill(0x55);
+  new Int32Array(memory.buffer, 0, c.src.length).set(Int32Array.from(c.src));
+  const bad = narrow(0, 262144, c.b, c.r, c.c, c.bs, c.is, c.js);
+  out.push({ bad, bytes: Array.from(new Int8Array(memory.buffer, 262144, c.span)) });
+}
+console.log(JSON.stringify(out));
+"""
+
+
+def test_narrow_sixteen_bytes_a_step_writes_exactly_its_bytes():
+    """narrow (units.plan.wat) writes contiguous rows 16 bytes a step and the rest one at a
+    time: for rows of 1-49 values, contiguous (js = 1) or strided, every byte it should write
+    holds its value and no other byte changes (a plan's zero padding meets the other GEMM
+    operand's garbage); a value outside int8 in a 16-byte step or in the tail is refused."""
+    rng = np.random.default_rng(5)
+    cases, want = [], []
+    for b, r, c, js in [(2, 3, 1, 1), (1, 2, 15, 1), (3, 2, 16, 1), (2, 2, 17, 1), (1, 3, 33, 1), (2, 1, 49, 1),
+                        (2, 3, 5, 7), (1, 2, 20, 3)]:
+        src = rng.integers(-128, 128, (b, r, c))
+        is_ = c * js + 9 if js == 1 else 1
+        bs = r * is_ + 5 if js == 1 else r * c * js + 3
+        span = b * bs + 32
+        mem = np.full(span, 0x55, np.int64)
+        for s in range(b):
+            for i in range(r):
+                for j in range(c):
+                    mem[s * bs + i * is_ + j * js] = src[s, i, j]
+        cases.append({"src": src.ravel().tolist(), "b": b, "r": r, "c": c, "bs": bs, "is": is_, "js": js,
+                      "span": span})
+        want.append(((mem + 128) % 256 - 128).tolist())
+    for pos, v in [(3, 128), (16, -129)]:  # in a 16-byte step; in the tail
+        src = np.zeros((1, 1, 17), np.int64)
+        src[0, 0, pos] = v
+        cases.append({"src": src.ravel().tolist(), "b": 1, "r": 1, "c": 17, "bs": 32, "is": 32, "js": 1, "span": 1})
+    got = run_wasm(NARROW, data=cases)
+    for case, w, g in zip(cases, want, got):
+        assert g == {"bad": 0, "bytes": w}, (case["b"], case["r"], case["c"], case["js"])
+    assert [g["bad"] for g in got[-2:]] == [1, 1]

@@ -98,9 +98,15 @@
   ;; narrow(src, dst, b, r, c, bs, is, js) -> bad: b blocks of src (r, c) int32, contiguous,
   ;; as int8 bytes at dst + s*bs + i*is + j*js (a block-wise pack or transpose: the errors
   ;; of a channel-major map into either GEMM operand); bad = 1 for a value outside int8.
+  ;; Contiguous bytes (js == 1) go 16 a step (narrowed with saturation, the range judged on
+  ;; the values: v + 128 or-ed), never past a row's c bytes; the rest one at a time.
   (func (export "narrow") (param $src i32) (param $dst i32) (param $b i32) (param $r i32) (param $c i32)
     (param $bs i32) (param $is i32) (param $js i32) (result i32)
     (local $s i32) (local $i i32) (local $j i32) (local $o i32) (local $v i32) (local $bad i32)
+    (local $c16 i32) (local $x0 v128) (local $x1 v128) (local $x2 v128) (local $x3 v128) (local $acc v128) (local $k v128)
+    (local.set $k (i32x4.splat (i32.const 128)))
+    (local.set $c16 (select (i32.sub (local.get $c) (i32.const 15)) (i32.const 0)
+      (i32.and (i32.eq (local.get $js) (i32.const 1)) (i32.ge_u (local.get $c) (i32.const 16)))))
     (block $sdone
       (loop $sl
         (br_if $sdone (i32.ge_u (local.get $s) (local.get $b)))
@@ -111,6 +117,22 @@
             (local.set $o (i32.add (i32.add (local.get $dst) (i32.mul (local.get $s) (local.get $bs)))
               (i32.mul (local.get $i) (local.get $is))))
             (local.set $j (i32.const 0))
+            (block $vdone
+              (loop $vl
+                (br_if $vdone (i32.ge_u (local.get $j) (local.get $c16)))
+                (local.set $x0 (v128.load offset=0 (local.get $src)))
+                (local.set $x1 (v128.load offset=16 (local.get $src)))
+                (local.set $x2 (v128.load offset=32 (local.get $src)))
+                (local.set $x3 (v128.load offset=48 (local.get $src)))
+                (local.set $acc (v128.or (local.get $acc) (v128.or
+                  (v128.or (i32x4.add (local.get $x0) (local.get $k)) (i32x4.add (local.get $x1) (local.get $k)))
+                  (v128.or (i32x4.add (local.get $x2) (local.get $k)) (i32x4.add (local.get $x3) (local.get $k))))))
+                (v128.store (local.get $o) (i8x16.narrow_i16x8_s (i16x8.narrow_i32x4_s (local.get $x0) (local.get $x1))
+                  (i16x8.narrow_i32x4_s (local.get $x2) (local.get $x3))))
+                (local.set $src (i32.add (local.get $src) (i32.const 64)))
+                (local.set $o (i32.add (local.get $o) (i32.const 16)))
+                (local.set $j (i32.add (local.get $j) (i32.const 16)))
+                (br $vl)))
             (block $jdone
               (loop $jl
                 (br_if $jdone (i32.ge_u (local.get $j) (local.get $c)))
@@ -126,7 +148,7 @@
             (br $il)))
         (local.set $s (i32.add (local.get $s) (i32.const 1)))
         (br $sl)))
-    (local.get $bad))
+    (i32.or (local.get $bad) (v128.any_true (v128.and (local.get $acc) (i32x4.splat (i32.const -256))))))
 
   ;; sum_blocks(src, dst, b, r, c): dst[i] = sum over s < b, j < c of src[(s*r + i)*c + j],
   ;; int32 (a bias gradient: the caller keeps b*c*128 below 2^31).
