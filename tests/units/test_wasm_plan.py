@@ -237,3 +237,30 @@ def test_narrow_sixteen_bytes_a_step_writes_exactly_its_bytes():
     for case, w, g in zip(cases, want, got):
         assert g == {"bad": 0, "bytes": w}, (case["b"], case["r"], case["c"], case["js"])
     assert [g["bad"] for g in got[-2:]] == [1, 1]
+
+
+def test_transpose_by_four_by_four_tiles_equals_numpy():
+    """transpose (units.plan.wat) moves 4 x 4 tiles and the rest one value at a time: for
+    blocks of 1-9 rows and columns, b of them, every value lands at its transposed place and
+    the bytes after the last block do not change."""
+    rng = np.random.default_rng(6)
+    cases, want = [], []
+    for b, r, c in [(1, 1, 1), (2, 4, 4), (1, 5, 3), (3, 4, 9), (2, 9, 8), (1, 7, 6), (2, 49, 16), (1, 8, 12)]:
+        src = rng.integers(-2**31, 2**31, (b, r, c))
+        cases.append({"b": b, "r": r, "c": c, "src": src.ravel().tolist()})
+        want.append(src.transpose(0, 2, 1).ravel().tolist() + [0x55555555] * 4)
+    got = run_wasm(r"""
+const { instance } = await WebAssembly.instantiate(wasmBytes, {});
+const { memory, transpose } = instance.exports;
+memory.grow(4);
+const out = [];
+for (const c of DATA) {
+  new Uint8Array(memory.buffer).fill(0x55);
+  new Int32Array(memory.buffer, 0, c.src.length).set(Int32Array.from(c.src));
+  transpose(0, 65536, c.b, c.r, c.c);
+  out.push(Array.from(new Int32Array(memory.buffer, 65536, c.src.length + 4)));
+}
+console.log(JSON.stringify(out));
+""", data=cases)
+    for case, w, g in zip(cases, want, got):
+        assert g == w, (case["b"], case["r"], case["c"])

@@ -44,21 +44,61 @@
         (br $il)))
     (i32.or (local.get $bad) (i32.ne (i32x4.bitmask (local.get $ov)) (i32.const 0))))
 
-  ;; transpose(src, dst, b, r, c): b blocks, each src (r, c) int32 -> dst (c, r).
+  ;; transpose(src, dst, b, r, c): b blocks, each src (r, c) int32 -> dst (c, r). 4 x 4 tiles
+  ;; (four row loads, shuffles, four column stores) where r and c allow, the rest one value
+  ;; at a time.
   (func (export "transpose") (param $src i32) (param $dst i32) (param $b i32) (param $r i32) (param $c i32)
-    (local $s i32) (local $i i32) (local $j i32) (local $p i32) (local $o i32) (local $r4 i32) (local $blk i32)
+    (local $s i32) (local $i i32) (local $j i32) (local $p i32) (local $o i32) (local $r4 i32) (local $c4 i32)
+    (local $blk i32) (local $r44 i32) (local $c44 i32)
+    (local $x0 v128) (local $x1 v128) (local $x2 v128) (local $x3 v128) (local $y0 v128) (local $y1 v128) (local $y2 v128) (local $y3 v128)
     (local.set $r4 (i32.shl (local.get $r) (i32.const 2)))
+    (local.set $c4 (i32.shl (local.get $c) (i32.const 2)))
+    (local.set $r44 (i32.and (local.get $r) (i32.const -4)))
+    (local.set $c44 (i32.and (local.get $c) (i32.const -4)))
     (local.set $blk (i32.shl (i32.mul (local.get $r) (local.get $c)) (i32.const 2)))
     (block $sdone
       (loop $sl
         (br_if $sdone (i32.ge_u (local.get $s) (local.get $b)))
-        (local.set $p (local.get $src))
+        ;; the 4 x 4 tiles: rows i..i+3, columns j..j+3 of src
+        (local.set $i (i32.const 0))
+        (block $tidone
+          (loop $til
+            (br_if $tidone (i32.ge_u (local.get $i) (local.get $r44)))
+            (local.set $p (i32.add (local.get $src) (i32.mul (local.get $i) (local.get $c4))))
+            (local.set $o (i32.add (local.get $dst) (i32.shl (local.get $i) (i32.const 2))))
+            (local.set $j (i32.const 0))
+            (block $tjdone
+              (loop $tjl
+                (br_if $tjdone (i32.ge_u (local.get $j) (local.get $c44)))
+                (local.set $x0 (v128.load (local.get $p)))
+                (local.set $x1 (v128.load (i32.add (local.get $p) (local.get $c4))))
+                (local.set $x2 (v128.load (i32.add (local.get $p) (i32.shl (local.get $c4) (i32.const 1)))))
+                (local.set $x3 (v128.load (i32.add (local.get $p) (i32.mul (local.get $c4) (i32.const 3)))))
+                (local.set $y0 (i8x16.shuffle 0 1 2 3 16 17 18 19 4 5 6 7 20 21 22 23 (local.get $x0) (local.get $x1)))
+                (local.set $y1 (i8x16.shuffle 8 9 10 11 24 25 26 27 12 13 14 15 28 29 30 31 (local.get $x0) (local.get $x1)))
+                (local.set $y2 (i8x16.shuffle 0 1 2 3 16 17 18 19 4 5 6 7 20 21 22 23 (local.get $x2) (local.get $x3)))
+                (local.set $y3 (i8x16.shuffle 8 9 10 11 24 25 26 27 12 13 14 15 28 29 30 31 (local.get $x2) (local.get $x3)))
+                (v128.store (local.get $o) (i8x16.shuffle 0 1 2 3 4 5 6 7 16 17 18 19 20 21 22 23 (local.get $y0) (local.get $y2)))
+                (v128.store (i32.add (local.get $o) (local.get $r4))
+                  (i8x16.shuffle 8 9 10 11 12 13 14 15 24 25 26 27 28 29 30 31 (local.get $y0) (local.get $y2)))
+                (v128.store (i32.add (local.get $o) (i32.shl (local.get $r4) (i32.const 1)))
+                  (i8x16.shuffle 0 1 2 3 4 5 6 7 16 17 18 19 20 21 22 23 (local.get $y1) (local.get $y3)))
+                (v128.store (i32.add (local.get $o) (i32.mul (local.get $r4) (i32.const 3)))
+                  (i8x16.shuffle 8 9 10 11 12 13 14 15 24 25 26 27 28 29 30 31 (local.get $y1) (local.get $y3)))
+                (local.set $p (i32.add (local.get $p) (i32.const 16)))
+                (local.set $o (i32.add (local.get $o) (i32.shl (local.get $r4) (i32.const 2))))
+                (local.set $j (i32.add (local.get $j) (i32.const 4)))
+                (br $tjl)))
+            (local.set $i (i32.add (local.get $i) (i32.const 4)))
+            (br $til)))
+        ;; what the tiles left: every row's columns from c44 on, and the rows from r44 on
         (local.set $i (i32.const 0))
         (block $idone
           (loop $il
             (br_if $idone (i32.ge_u (local.get $i) (local.get $r)))
-            (local.set $o (i32.add (local.get $dst) (i32.shl (local.get $i) (i32.const 2))))
-            (local.set $j (i32.const 0))
+            (local.set $j (select (local.get $c44) (i32.const 0) (i32.lt_u (local.get $i) (local.get $r44))))
+            (local.set $p (i32.add (local.get $src) (i32.shl (i32.add (i32.mul (local.get $i) (local.get $c)) (local.get $j)) (i32.const 2))))
+            (local.set $o (i32.add (local.get $dst) (i32.shl (i32.add (i32.mul (local.get $j) (local.get $r)) (local.get $i)) (i32.const 2))))
             (block $jdone
               (loop $jl
                 (br_if $jdone (i32.ge_u (local.get $j) (local.get $c)))
