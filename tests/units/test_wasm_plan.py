@@ -264,3 +264,36 @@ console.log(JSON.stringify(out));
 """, data=cases)
     for case, w, g in zip(cases, want, got):
         assert g == w, (case["b"], case["r"], case["c"])
+
+
+def test_the_fixed_point_sum_in_the_module_equals_layers_js_accumulate():
+    """accum (units.sum.wat) adds clamp-then-round(int32 * 2^(e + S)) into a float64 total
+    with layers.js accumulate's operations: rows of 1-9 values read with a row stride, halves
+    rounded up (-2.5 -> -2, 2.5 -> 3), values clamped at the limit, int32's ends; the same
+    float64 bits as accumulate on every value."""
+    got = run_wasm(r"""
+const { accumulate } = await import(new URL("engine/layers.js", WEBUI));
+const { pow2 } = await import(new URL("engine/detmath.js", WEBUI));
+const { instance } = await WebAssembly.instantiate(wasmBytes, {});
+const { memory, accum } = instance.exports;
+memory.grow(4);
+let seed = 3;
+const rnd = (n) => { seed = (Math.imul(seed, 1103515245) + 12345) >>> 0; return (seed >>> 8) % n; };
+const out = [];
+for (const [rows, cols, ld, e, limit] of [[1, 1, 1, -1, 2 ** 49], [3, 5, 8, -1, 2 ** 49], [2, 9, 12, -3, 2 ** 49],
+    [4, 4, 4, -40, 2 ** 49], [2, 7, 7, 0, 1000], [5, 3, 4, 2, 2 ** 20], [1, 16, 16, -41, 3]]) {
+  const ints = Int32Array.from({ length: rows * ld }, () => rnd(11) - 5);
+  ints[0] = -2147483648; ints[ints.length - 1] = 2147483647; // int32's ends
+  if (ld > 2) { ints[1] = -5; ints[2] = 5; } // halves at e = -1
+  const start = Float64Array.from({ length: rows * cols + 3 }, () => rnd(1000) - 500);
+  const want = start.slice();
+  accumulate(want, 1, ints, e, 40, limit, cols, ld);
+  new Int32Array(memory.buffer, 0, ints.length).set(ints);
+  const got = new Float64Array(memory.buffer, 65536, start.length);
+  got.set(start);
+  accum(0, ld, rows, cols, 65536 + 8, pow2(e + 40), limit);
+  out.push(got.every((v, i) => Object.is(v, want[i])) && want.some((v, i) => v !== start[i]));
+}
+console.log(JSON.stringify(out));
+""")
+    assert got == [True] * 7

@@ -16,10 +16,12 @@
 //             columns' transpose) -> gemm (the weight gradient) -> sum_blocks (the bias
 //             gradient) -> narrow (G) -> gemm (a conv: Wqᵀ·Gᵀ, then col2im8t; a linear: G·Wq)
 //             -> absmax -> requantize.
-// What leaves the module is the logits, each layer's int32 weight-gradient and bias sums,
-// which the host reads in place; the host computes the shifts (detmath exponent), the
-// output error (model.js outputError, topErrors) and the fixed-point sum (layers.js
-// accumulate), so the bits are engine/model.js's, line for line. Every integer sum is exact:
+// What leaves the module is the logits and the contribution: the caller's fixed-point total
+// is copied into the module's memory, each layer's int32 weight-gradient and bias sums are
+// added into it there (units.sum.wat accum: layers.js accumulate's float64 operations, one
+// for one), and it is copied back. The host computes the shifts (detmath exponent) and the
+// output error (model.js outputError, topErrors), so the bits are engine/model.js's, line
+// for line. Every integer sum is exact:
 // a product sum fits int32 for K <= MAX_K (gemm.js), a col2im sum for co*k*k <= MAX_K.
 //
 // A plan is used only after the module's self-check (wasm_units.js), which ends with whole
@@ -33,7 +35,7 @@
 import { MAX_K } from "../units/gemm.js";
 import { UnitError } from "../units/units.js";
 import { absmax, exponent, pow2, quantExponent, quantize } from "../engine/detmath.js";
-import { accumulate, biasAcc } from "../engine/layers.js";
+import { biasAcc } from "../engine/layers.js";
 import { Engine, IMAGE_EXPONENT, initParams, outputError, ParamLayout, topErrors } from "../engine/model.js";
 import { kindOf } from "../engine/registry.js";
 import { imageCnn, mlp } from "../engine/spec.js";
@@ -179,6 +181,7 @@ export class WasmPlan {
     }
     this.zero = A(Math.max(...this.params.map((p) => p.nIn)));
     this.gTop = A(b * spec.classes);
+    this.total = A(2 * this.layout.size); // the fixed-point total, float64
   }
 
   _i32(p, n) {
@@ -272,11 +275,16 @@ export class WasmPlan {
     const o = outputError(spec, logits, y, b);
     const { G, eg } = topErrors(o.dz, o.labels, b, spec.classes);
     this._i32(this.gTop, G.length).set(G);
-    this._backward(total, this.gTop, eg, fracBits, limit);
+    if (total.length !== this.layout.size) throw new RangeError(`a total of ${total.length} values, the model has ${this.layout.size}`);
+    const t = new Float64Array(this.mem.buffer, this.total, total.length);
+    t.set(total);
+    this._backward(this.total, this.gTop, eg, fracBits, limit);
+    total.set(t);
     return { loss: o.loss, correct: o.correct };
   }
 
-  /** engine/model.js backwardFrom, layer by layer on this memory. */
+  /** engine/model.js backwardFrom, layer by layer on this memory; `total`: the address of
+   *  the float64 total in it. */
   _backward(total, G, eg, fracBits, limit) {
     const k = this.k;
     const b = this.b;
@@ -305,9 +313,9 @@ export class WasmPlan {
         if (bad) throw new UnitError("gemm: an operand left int8");
         k.gemm(e.gT, e.aT, e.dW, up(nOut, 2), up(nIn, 4), rk);
         // dW (nOut, nIn) read in place from the GEMM's rows of up(nIn, 4)
-        accumulate(total, offsets[e.pi], this._i32(e.dW, (nOut - 1) * up(nIn, 4) + nIn), eg + e.ex, fracBits, limit, nIn, up(nIn, 4));
+        k.accum(e.dW, up(nIn, 4), nOut, nIn, total + 8 * offsets[e.pi], pow2(eg + e.ex + fracBits), limit);
         k.sum_blocks(G, e.db, b, nOut, hw);
-        accumulate(total, offsets[e.pi + 1], this._i32(e.db, nOut), eg, fracBits, limit);
+        k.accum(e.db, nOut, 1, nOut, total + 8 * offsets[e.pi + 1], pow2(eg + fracBits), limit);
         if (!below) break;
         if (e.opBack ? k.narrow_il(G, e.gP, b, nOut, hw, Math.ceil(nOut / 2)) // G interleaved
           : k.narrow(G, e.gP, b, nOut, hw, hw * up(nOut, 8), 1, up(nOut, 8))) throw new UnitError("gemm: an operand left int8"); // G (rows, nOut)

@@ -1,0 +1,53 @@
+;; The fixed-point sum of a micro-batch's gradient in the module (wasm_plan.js): a fragment of
+;; units.wat's module (scripts/build_wasm.mjs inserts every units.*.wat in name order). The
+;; float64 operations are layers.js accumulate's, one IEEE operation for one, in its order
+;; (a float64 multiply, add and floor are exactly rounded in WebAssembly as in JS), so the
+;; sum is the same bits.
+
+  ;; accum(src, ld, rows, cols, dst, scale, limit): for every r < rows, j < cols,
+  ;;   v = src[r*ld + j] * scale (int32 -> float64, exact); v = clamp(v, -limit, limit);
+  ;;   dst[r*cols + j] += floor(v + 1/2)
+  ;; src int32, dst float64 (8-byte elements). Two values a step (f64x2), four per load.
+  (func (export "accum") (param $src i32) (param $ld i32) (param $rows i32) (param $cols i32) (param $dst i32)
+    (param $scale f64) (param $limit f64)
+    (local $r i32) (local $j i32) (local $p i32) (local $o i32) (local $c4 i32) (local $x v128)
+    (local $s v128) (local $hi v128) (local $lo v128) (local $half v128) (local $v f64)
+    (local.set $s (f64x2.splat (local.get $scale)))
+    (local.set $hi (f64x2.splat (local.get $limit)))
+    (local.set $lo (f64x2.splat (f64.neg (local.get $limit))))
+    (local.set $half (f64x2.splat (f64.const 0.5)))
+    (local.set $c4 (i32.and (local.get $cols) (i32.const -4)))
+    (local.set $o (local.get $dst))
+    (block $rdone
+      (loop $rl
+        (br_if $rdone (i32.ge_u (local.get $r) (local.get $rows)))
+        (local.set $p (i32.add (local.get $src) (i32.shl (i32.mul (local.get $r) (local.get $ld)) (i32.const 2))))
+        (local.set $j (i32.const 0))
+        (block $vdone
+          (loop $vl
+            (br_if $vdone (i32.ge_u (local.get $j) (local.get $c4)))
+            (local.set $x (v128.load (local.get $p)))
+            (v128.store offset=0 (local.get $o) (f64x2.add (v128.load offset=0 (local.get $o))
+              (f64x2.floor (f64x2.add (f64x2.max (local.get $lo) (f64x2.min (local.get $hi)
+                (f64x2.mul (f64x2.convert_low_i32x4_s (local.get $x)) (local.get $s)))) (local.get $half)))))
+            (v128.store offset=16 (local.get $o) (f64x2.add (v128.load offset=16 (local.get $o))
+              (f64x2.floor (f64x2.add (f64x2.max (local.get $lo) (f64x2.min (local.get $hi)
+                (f64x2.mul (f64x2.convert_low_i32x4_s
+                  (i8x16.shuffle 8 9 10 11 12 13 14 15 8 9 10 11 12 13 14 15 (local.get $x) (local.get $x)))
+                  (local.get $s)))) (local.get $half)))))
+            (local.set $p (i32.add (local.get $p) (i32.const 16)))
+            (local.set $o (i32.add (local.get $o) (i32.const 32)))
+            (local.set $j (i32.add (local.get $j) (i32.const 4)))
+            (br $vl)))
+        (block $tdone
+          (loop $tl
+            (br_if $tdone (i32.ge_u (local.get $j) (local.get $cols)))
+            (local.set $v (f64.mul (f64.convert_i32_s (i32.load (local.get $p))) (local.get $scale)))
+            (local.set $v (f64.max (f64.neg (local.get $limit)) (f64.min (local.get $limit) (local.get $v))))
+            (f64.store (local.get $o) (f64.add (f64.load (local.get $o)) (f64.floor (f64.add (local.get $v) (f64.const 0.5)))))
+            (local.set $p (i32.add (local.get $p) (i32.const 4)))
+            (local.set $o (i32.add (local.get $o) (i32.const 8)))
+            (local.set $j (i32.add (local.get $j) (i32.const 1)))
+            (br $tl)))
+        (local.set $r (i32.add (local.get $r) (i32.const 1)))
+        (br $rl))))
