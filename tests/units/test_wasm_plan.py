@@ -297,3 +297,34 @@ for (const [rows, cols, ld, e, limit] of [[1, 1, 1, -1, 2 ** 49], [3, 5, 8, -1, 
 console.log(JSON.stringify(out));
 """)
     assert got == [True] * 7
+
+
+def test_the_weights_quantize_in_the_module_equals_detmath_js():
+    """absmax64 and quant (units.f64.wat) give detmath.js absmax and quantize's bits: n of
+    1-11 values (a tail after the 4-value steps), halves of the scale rounded up, values
+    clamped to ±127, -0, a NaN (absmax NaN, its quantized value 0)."""
+    got = run_wasm(r"""
+const D = await import(new URL("engine/detmath.js", WEBUI));
+const { instance } = await WebAssembly.instantiate(wasmBytes, {});
+const { memory, absmax64, quant } = instance.exports;
+memory.grow(2);
+let seed = 9;
+const rnd = (n) => { seed = (Math.imul(seed, 1103515245) + 12345) >>> 0; return (seed >>> 8) % n; };
+const out = [];
+for (const n of [1, 2, 3, 4, 5, 8, 11]) {
+  for (const special of [null, -0, 2.5, -2.5, 1e9, NaN]) {
+    const x = Float64Array.from({ length: n }, () => (rnd(2001) - 1000) / 64);
+    if (special !== null) x[rnd(n)] = special;
+    new Float64Array(memory.buffer, 8, n).set(x); // 8: float64s at an address not 16-aligned
+    const m = absmax64(8, n);
+    const want = D.absmax(x);
+    const e = D.quantExponent(want);
+    quant(8, 4096, n, D.pow2(-e));
+    const q = new Int32Array(memory.buffer, 4096, n);
+    const wq = D.quantize(x, e);
+    out.push(Object.is(m, want) && q.every((v, i) => v === wq[i]));
+  }
+}
+console.log(JSON.stringify(out));
+""")
+    assert got == [True] * 42

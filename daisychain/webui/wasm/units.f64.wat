@@ -1,8 +1,55 @@
-;; The fixed-point sum of a micro-batch's gradient in the module (wasm_plan.js): a fragment of
-;; units.wat's module (scripts/build_wasm.mjs inserts every units.*.wat in name order). The
-;; float64 operations are layers.js accumulate's, one IEEE operation for one, in its order
-;; (a float64 multiply, add and floor are exactly rounded in WebAssembly as in JS), so the
-;; sum is the same bits.
+;; The float64 kernels of a micro-batch in the module (wasm_plan.js): the weights' quantize and
+;; the fixed-point sum of the gradient. A fragment of units.wat's module (scripts/build_wasm.mjs
+;; inserts every units.*.wat in name order). Their float64 operations are detmath.js's and
+;; layers.js's, one IEEE operation for one, in their order (a float64 multiply, add, floor,
+;; min and max are exactly defined in WebAssembly as in JS), so the results are the same bits.
+
+  ;; absmax64(src, n) -> max |src[i]| over n float64 values (detmath.js absmax: NaN when one
+  ;; is NaN, f64.max propagates it; 0 for n = 0).
+  (func (export "absmax64") (param $src i32) (param $n i32) (result f64)
+    (local $i i32) (local $n2 i32) (local $m v128) (local $r f64)
+    (local.set $n2 (i32.and (local.get $n) (i32.const -2)))
+    (block $done
+      (loop $l
+        (br_if $done (i32.ge_u (local.get $i) (local.get $n2)))
+        (local.set $m (f64x2.max (local.get $m) (f64x2.abs (v128.load (i32.add (local.get $src) (i32.shl (local.get $i) (i32.const 3)))))))
+        (local.set $i (i32.add (local.get $i) (i32.const 2)))
+        (br $l)))
+    (local.set $r (f64.max (f64x2.extract_lane 0 (local.get $m)) (f64x2.extract_lane 1 (local.get $m))))
+    (if (i32.lt_u (local.get $i) (local.get $n))
+      (then (local.set $r (f64.max (local.get $r) (f64.abs (f64.load (i32.add (local.get $src) (i32.shl (local.get $i) (i32.const 3)))))))))
+    (local.get $r))
+
+  ;; quant(src, dst, n, scale): dst[i] = clamp(floor(src[i] * scale + 1/2), -127, 127) as int32
+  ;; (detmath.js quantize; a NaN gives 0, as JS's store of NaN into an Int32Array does, and the
+;; caller's exponent refuses an infinite absmax64).
+  (func (export "quant") (param $src i32) (param $dst i32) (param $n i32) (param $scale f64)
+    (local $i i32) (local $n4 i32) (local $s v128) (local $half v128) (local $hi v128) (local $lo v128) (local $p i32)
+    (local.set $s (f64x2.splat (local.get $scale)))
+    (local.set $half (f64x2.splat (f64.const 0.5)))
+    (local.set $hi (f64x2.splat (f64.const 127)))
+    (local.set $lo (f64x2.splat (f64.const -127)))
+    (local.set $n4 (i32.and (local.get $n) (i32.const -4)))
+    (block $done
+      (loop $l
+        (br_if $done (i32.ge_u (local.get $i) (local.get $n4)))
+        (local.set $p (i32.add (local.get $src) (i32.shl (local.get $i) (i32.const 3))))
+        (v128.store (i32.add (local.get $dst) (i32.shl (local.get $i) (i32.const 2))) (i8x16.shuffle 0 1 2 3 4 5 6 7 16 17 18 19 20 21 22 23
+          (i32x4.trunc_sat_f64x2_s_zero (f64x2.max (local.get $lo) (f64x2.min (local.get $hi)
+            (f64x2.floor (f64x2.add (f64x2.mul (v128.load offset=0 (local.get $p)) (local.get $s)) (local.get $half))))))
+          (i32x4.trunc_sat_f64x2_s_zero (f64x2.max (local.get $lo) (f64x2.min (local.get $hi)
+            (f64x2.floor (f64x2.add (f64x2.mul (v128.load offset=16 (local.get $p)) (local.get $s)) (local.get $half))))))))
+        (local.set $i (i32.add (local.get $i) (i32.const 4)))
+        (br $l)))
+    (block $tdone
+      (loop $t
+        (br_if $tdone (i32.ge_u (local.get $i) (local.get $n)))
+        (i32.store (i32.add (local.get $dst) (i32.shl (local.get $i) (i32.const 2)))
+          (i32.trunc_sat_f64_s (f64.max (f64.const -127) (f64.min (f64.const 127)
+            (f64.floor (f64.add (f64.mul (f64.load (i32.add (local.get $src) (i32.shl (local.get $i) (i32.const 3))))
+              (local.get $scale)) (f64.const 0.5)))))))
+        (local.set $i (i32.add (local.get $i) (i32.const 1)))
+        (br $t))))
 
   ;; accum(src, ld, rows, cols, dst, scale, limit): for every r < rows, j < cols,
   ;;   v = src[r*ld + j] * scale (int32 -> float64, exact); v = clamp(v, -limit, limit);

@@ -99,7 +99,7 @@ export class WasmPlan {
     this.mem = instance.exports.memory;
     const need = this.top - this.mem.buffer.byteLength;
     if (need > 0) this.mem.grow(Math.ceil(need / 65536));
-    this.theta = null;
+    this.quantized = false;
   }
 
   _alloc(words) {
@@ -182,6 +182,7 @@ export class WasmPlan {
     this.zero = A(Math.max(...this.params.map((p) => p.nIn)));
     this.gTop = A(b * spec.classes);
     this.total = A(2 * this.layout.size); // the fixed-point total, float64
+    this.theta = A(2 * this.layout.size); // the parameters last quantized, float64
   }
 
   _i32(p, n) {
@@ -194,18 +195,22 @@ export class WasmPlan {
 
   /** Quantized weights, packed both ways, once per parameter change. */
   _weights(theta) {
-    let same = this.theta !== null && this.theta.length === theta.length;
-    for (let i = 0; same && i < theta.length; i++) same = this.theta[i] === theta[i];
+    const T = new Float64Array(this.mem.buffer, this.theta, this.layout.size); // the last parameters quantized
+    if (theta.length !== T.length) throw new RangeError(`${theta.length} parameters, the model has ${T.length}`);
+    let same = this.quantized;
+    for (let i = 0; same && i < theta.length; i++) same = T[i] === theta[i];
     if (same) return;
-    this.theta = Float64Array.from(theta);
-    for (const p of this.params) {
-      const W = this.layout.view(theta, p.pi);
-      p.ew = quantExponent(absmax(W));
-      quantize(W, p.ew, this._i32(p.w, p.nOut * p.nIn));
+    this.quantized = false;
+    T.set(theta);
+    for (const p of this.params) { // detmath.js absmax, quantExponent and quantize, in the module
+      const W = this.theta + 8 * this.layout.offsets[p.pi];
+      p.ew = quantExponent(this.k.absmax64(W, p.nOut * p.nIn));
+      this.k.quant(W, p.w, p.nOut * p.nIn, pow2(-p.ew));
       if (p.opFwd) this.k.narrow_il(p.w, p.wP, p.nOut, p.nIn, 1, Math.ceil(p.nIn / 2)); // |q| <= 127
       else this._pack(p.w, p.wP, p.nOut, p.nIn, p.nIn, 1, up(p.nOut, 4), up(p.nIn, 8));
       this._pack(p.w, p.wT, p.nIn, p.nOut, 1, p.nIn, up(p.nIn, 4), up(p.nOut, 8));
     }
+    this.quantized = true;
   }
 
   _input(x) {
