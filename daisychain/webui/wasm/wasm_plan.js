@@ -6,23 +6,27 @@
 // module and its own memory, every buffer of the pass laid out once: the input, each conv's
 // padded int8 maps, packed int8 operands, accumulators, requantized outputs, errors and
 // gradient sums. Per micro-batch the host writes the input and, when the parameters changed,
-// the quantized weights (packed both ways: forward and input error); the bias in accumulator
+// the parameters, which the module quantizes (units.f64.wat absmax64, quant: detmath.js's
+// float64 operations) and packs both ways (forward and input error); the bias in accumulator
 // units per layer (layers.js biasAcc, float64) once the shifts below it are known. Then each
-// layer is a few kernel calls on that memory (units.wat, units.plan.wat):
+// layer is a few kernel calls on that memory (units.wat, units.op.wat, units.plan.wat):
 //   forward:  pad8 -> cols8 (the columns as packed int8 rows; a linear: pack) -> gemm ->
 //             bias_rows (with the int32 range check) -> absmax -> requantize (+ReLU) ->
 //             transpose (a conv: to channel-major) -> maxpool;
 //   backward: maxpool_back -> mask (the ReLU) -> narrow (the errors as Gᵀ) and cols8t (the
-//             columns' transpose) -> gemm (the weight gradient) -> sum_blocks (the bias
-//             gradient) -> narrow (G) -> gemm (a conv: Wqᵀ·Gᵀ, then col2im8t; a linear: G·Wq)
-//             -> absmax -> requantize.
+//             columns' transpose) -> gemm (the weight gradient) -> accum (the fixed-point
+//             sum) -> sum_blocks (the bias gradient) -> accum -> narrow (G) -> gemm (a conv:
+//             Wqᵀ·Gᵀ, then col2im8t; a linear: G·Wq) -> absmax -> requantize.
+// A conv whose K is short (<= OP_MAX_K: the forward's ci*k*k, the input error's co) runs
+// the outer-product GEMM instead (units.op.wat gemm_op, its B interleaved by narrow_il: the
+// weights for the forward, G for the input error), which ends a block without horizontal sums.
 // What leaves the module is the logits and the contribution: the caller's fixed-point total
 // is copied into the module's memory, each layer's int32 weight-gradient and bias sums are
-// added into it there (units.sum.wat accum: layers.js accumulate's float64 operations, one
+// added into it there (units.f64.wat accum: layers.js accumulate's float64 operations, one
 // for one), and it is copied back. The host computes the shifts (detmath exponent) and the
 // output error (model.js outputError, topErrors), so the bits are engine/model.js's, line
-// for line. Every integer sum is exact:
-// a product sum fits int32 for K <= MAX_K (gemm.js), a col2im sum for co*k*k <= MAX_K.
+// for line. Every integer sum is exact: a product sum fits int32 for K <= MAX_K (gemm.js), a
+// col2im sum for co*k*k <= MAX_K.
 //
 // A plan is used only after the module's self-check (wasm_units.js), which ends with whole
 // micro-batches through fresh plans (planSelfCheck: their kernels' first, cold calls) against
