@@ -328,3 +328,41 @@ for (const n of [1, 2, 3, 4, 5, 8, 11]) {
 console.log(JSON.stringify(out));
 """)
     assert got == [True] * 42
+
+
+def test_a_plan_requantizes_whenever_one_parameter_changed():
+    """The plan quantizes the weights again only when the parameters' bits changed (units.f64.wat
+    same, against the module's copy of those last quantized): one plan given the parameters,
+    then the same with only the first, only a middle or only the last value changed, then the
+    first again, gives each time the JS units' contribution for those parameters; and same
+    finds a difference in any byte of 40."""
+    got = run_wasm(r"""
+const spec = S.mlp(7, 9, 4);
+const base = initParams(spec, 3);
+const b = 5;
+const x = Float64Array.from({ length: b * 7 }, (_, i) => (i * 13) % 9 - 4);
+const y = Int32Array.from({ length: b }, (_, i) => i % 4);
+const plan = await wasm.residentPlan(spec, b);
+const cpu = new P.CpuUnits(luts);
+const out = [];
+for (const at of [null, 0, 40, base.length - 1, null]) {
+  const theta = base.slice();
+  if (at !== null) theta[at] = theta[at] * 3 + 0.25; // a change its layer's quantization sees
+  const got = new Float64Array(theta.length);
+  const want = new Float64Array(theta.length);
+  await plan.gradInto(got, theta, x, y, 40, 2 ** 49);
+  await new Engine(spec, cpu).gradInto(want, theta, x, y, b, 40, 2 ** 49);
+  out.push(got.every((v, i) => v === want[i]));
+}
+const k = plan.k;
+new Uint8Array(plan.mem.buffer, 0, 80).fill(7);
+const diffs = [];
+for (let i = 0; i < 40; i++) {
+  const m = new Uint8Array(plan.mem.buffer, 40, 40);
+  m[i] = 8;
+  diffs.push(k.same(0, 40, 40));
+  m[i] = 7;
+}
+console.log(JSON.stringify({ out, diffs, equal: k.same(0, 40, 40) }));
+""", imports={"S": "engine/spec.js", "{ Engine, initParams }": "engine/model.js"})
+    assert got == {"out": [True] * 5, "diffs": [0] * 40, "equal": 1}

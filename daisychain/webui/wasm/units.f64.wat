@@ -4,6 +4,22 @@
 ;; layers.js's, one IEEE operation for one, in their order (a float64 multiply, add, floor,
 ;; min and max are exactly defined in WebAssembly as in JS), so the results are the same bits.
 
+  ;; same(a, b, n) -> 1 when the n bytes at a and at b are equal (n % 8 == 0), else 0: the
+  ;; parameters against those last quantized (equal bits quantize alike).
+  (func (export "same") (param $a i32) (param $b i32) (param $n i32) (result i32)
+    (local $i i32) (local $n16 i32) (local $d v128) (local $t i64)
+    (local.set $n16 (i32.and (local.get $n) (i32.const -16)))
+    (block $done
+      (loop $l
+        (br_if $done (i32.ge_u (local.get $i) (local.get $n16)))
+        (local.set $d (v128.or (local.get $d) (v128.xor (v128.load (i32.add (local.get $a) (local.get $i)))
+          (v128.load (i32.add (local.get $b) (local.get $i))))))
+        (local.set $i (i32.add (local.get $i) (i32.const 16)))
+        (br $l)))
+    (if (i32.lt_u (local.get $i) (local.get $n))
+      (then (local.set $t (i64.xor (i64.load (i32.add (local.get $a) (local.get $i))) (i64.load (i32.add (local.get $b) (local.get $i)))))))
+    (i32.and (i32.eqz (v128.any_true (local.get $d))) (i64.eqz (local.get $t))))
+
   ;; absmax64(src, n) -> max |src[i]| over n float64 values (detmath.js absmax: NaN when one
   ;; is NaN, f64.max propagates it; 0 for n = 0).
   (func (export "absmax64") (param $src i32) (param $n i32) (result f64)

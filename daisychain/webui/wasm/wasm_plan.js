@@ -186,7 +186,8 @@ export class WasmPlan {
     this.zero = A(Math.max(...this.params.map((p) => p.nIn)));
     this.gTop = A(b * spec.classes);
     this.total = A(2 * this.layout.size); // the fixed-point total, float64
-    this.theta = A(2 * this.layout.size); // the parameters last quantized, float64
+    this.thetas = [A(2 * this.layout.size), A(2 * this.layout.size)]; // float64: those last quantized (cur), the next
+    this.cur = 0;
   }
 
   _i32(p, n) {
@@ -199,15 +200,15 @@ export class WasmPlan {
 
   /** Quantized weights, packed both ways, once per parameter change. */
   _weights(theta) {
-    const T = new Float64Array(this.mem.buffer, this.theta, this.layout.size); // the last parameters quantized
-    if (theta.length !== T.length) throw new RangeError(`${theta.length} parameters, the model has ${T.length}`);
-    let same = this.quantized;
-    for (let i = 0; same && i < theta.length; i++) same = T[i] === theta[i];
-    if (same) return;
+    const n = this.layout.size;
+    if (theta.length !== n) throw new RangeError(`${theta.length} parameters, the model has ${n}`);
+    const next = this.thetas[1 - this.cur]; // the parameters copied in beside those last quantized
+    new Float64Array(this.mem.buffer, next, n).set(theta);
+    if (this.quantized && this.k.same(this.thetas[this.cur], next, 8 * n)) return; // the same bits
     this.quantized = false;
-    T.set(theta);
+    this.cur = 1 - this.cur;
     for (const p of this.params) { // detmath.js absmax, quantExponent and quantize, in the module
-      const W = this.theta + 8 * this.layout.offsets[p.pi];
+      const W = next + 8 * this.layout.offsets[p.pi];
       p.ew = quantExponent(this.k.absmax64(W, p.nOut * p.nIn));
       this.k.quant(W, p.w, p.nOut * p.nIn, pow2(-p.ew));
       if (p.opFwd) this.k.narrow_il(p.w, p.wP, p.nOut, p.nIn, 1, Math.ceil(p.nIn / 2)); // |q| <= 127
