@@ -191,11 +191,39 @@
     (i32.or (local.get $bad) (v128.any_true (v128.and (local.get $acc) (i32x4.splat (i32.const -256))))))
 
   ;; sum_blocks(src, dst, b, r, c): dst[i] = sum over s < b, j < c of src[(s*r + i)*c + j],
-  ;; int32 (a bias gradient: the caller keeps b*c*128 below 2^31).
+  ;; int32 (a bias gradient: the caller keeps b*c*128 below 2^31). With c = 1 (a linear's
+  ;; rows) the rows are added 4 values a step.
   (func (export "sum_blocks") (param $src i32) (param $dst i32) (param $b i32) (param $r i32) (param $c i32)
     (local $s i32) (local $i i32) (local $j i32) (local $c4 i32) (local $t i32) (local $v v128) (local $o i32)
+    (local $r4 i32)
     (local.set $c4 (i32.and (local.get $c) (i32.const -4)))
     (memory.fill (local.get $dst) (i32.const 0) (i32.shl (local.get $r) (i32.const 2)))
+    (if (i32.eq (local.get $c) (i32.const 1))
+      (then
+        (local.set $r4 (i32.and (local.get $r) (i32.const -4)))
+        (block $rsdone
+          (loop $rsl
+            (br_if $rsdone (i32.ge_u (local.get $s) (local.get $b)))
+            (local.set $i (i32.const 0))
+            (block $rvdone
+              (loop $rvl
+                (br_if $rvdone (i32.ge_u (local.get $i) (local.get $r4)))
+                (local.set $o (i32.add (local.get $dst) (i32.shl (local.get $i) (i32.const 2))))
+                (v128.store (local.get $o) (i32x4.add (v128.load (local.get $o)) (v128.load (local.get $src))))
+                (local.set $src (i32.add (local.get $src) (i32.const 16)))
+                (local.set $i (i32.add (local.get $i) (i32.const 4)))
+                (br $rvl)))
+            (block $rtdone
+              (loop $rtl
+                (br_if $rtdone (i32.ge_u (local.get $i) (local.get $r)))
+                (local.set $o (i32.add (local.get $dst) (i32.shl (local.get $i) (i32.const 2))))
+                (i32.store (local.get $o) (i32.add (i32.load (local.get $o)) (i32.load (local.get $src))))
+                (local.set $src (i32.add (local.get $src) (i32.const 4)))
+                (local.set $i (i32.add (local.get $i) (i32.const 1)))
+                (br $rtl)))
+            (local.set $s (i32.add (local.get $s) (i32.const 1)))
+            (br $rsl)))
+        (return)))
     (block $sdone
       (loop $sl
         (br_if $sdone (i32.ge_u (local.get $s) (local.get $b)))

@@ -328,7 +328,8 @@ export class WasmPlan {
         k.accum(e.db, nOut, 1, nOut, total + 8 * offsets[e.pi + 1], pow2(eg + fracBits), limit);
         if (!below) break;
         if (e.opBack ? k.narrow_il(G, e.gP, b, nOut, hw, Math.ceil(nOut / 2)) // G interleaved
-          : k.narrow(G, e.gP, b, nOut, hw, hw * up(nOut, 8), 1, up(nOut, 8))) throw new UnitError("gemm: an operand left int8"); // G (rows, nOut)
+          : hw === 1 ? k.narrow(G, e.gP, 1, b, nOut, 0, up(nOut, 8), 1) // a linear's G: its rows, 16 bytes a step
+            : k.narrow(G, e.gP, b, nOut, hw, hw * up(nOut, 8), 1, up(nOut, 8))) throw new UnitError("gemm: an operand left int8"); // G (rows, nOut)
         if (e.kind === "conv") {
           const { ci, h, w, k: kk } = e.layer;
           if (e.opBack) k.gemm_op(e.wT, up(nOut, 8), e.gP, e.dXr, up(nIn, 4), e.ldX, Math.ceil(nOut / 2)); // (Wqᵀ · Gᵀ): (nIn, rows)
