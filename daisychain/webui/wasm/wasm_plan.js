@@ -138,14 +138,16 @@ export class WasmPlan {
       const rows = conv ? b * layer.h * layer.w : b;
       const nIn = layer.nIn;
       const nOut = conv ? layer.co : layer.nOut;
-      // a conv with a short K runs the outer-product GEMM (gemm_op): forward when its
-      // K = ci*k*k is short, the input error (K = its output channels) when that is
+      // a GEMM with a short K runs the outer-product kernel (gemm_op): a conv's forward
+      // (K = ci*k*k), a conv's or a linear's input error (K = its outputs), a linear's
+      // weight gradient (K = the micro-batch)
       const opFwd = conv && nIn <= OP_MAX_K;
-      const opBack = conv && nOut <= OP_MAX_K;
+      const opBack = nOut <= OP_MAX_K;
+      const opW = !conv && rows <= OP_MAX_K;
       const [rp, np, kp] = opFwd ? [up(rows, 4), up(nOut, 8), up(nIn, 8)] : [up(rows, 2), up(nOut, 4), up(nIn, 8)];
       const fuse = !last && !!kindOf(L[li + 1]).folds;
       const e = {
-        kind: conv ? "conv" : "linear", layer, li, pi, rows, nIn, nOut, last, fuse, inp: cur, inLen: curLen, opFwd, opBack,
+        kind: conv ? "conv" : "linear", layer, li, pi, rows, nIn, nOut, last, fuse, inp: cur, inLen: curLen, opFwd, opBack, opW,
         w: A(nOut * nIn), wP: A(opFwd ? np * Math.ceil(nIn / 2) : np * kp / 4), wT: A(up(nIn, 4) * up(nOut, 8) / 4), bias: A(nOut),
         aP: A(rp * kp / 4 + 4), c: A(rp * np), ld: np, acc: A(rows * nOut), reluOut: 0, // + 4: cols8's slack
       };
@@ -160,18 +162,22 @@ export class WasmPlan {
       }
       // backward
       const rk = up(rows, 8);
-      e.gT = A(up(nOut, 2) * rk / 4);
-      e.aT = A(up(nIn, 4) * rk / 4 + 4); // + 4: cols8t's slack
-      e.dW = A(up(nOut, 2) * up(nIn, 4));
+      e.gT = A(up(nOut, 4) * rk / 4);
+      e.aT = opW ? A(up(nIn, 8) * Math.ceil(rows / 2)) : A(up(nIn, 4) * rk / 4 + 4); // interleaved, or + 4: cols8t's slack
+      e.ldW = opW ? up(nIn, 8) : up(nIn, 4); // the weight gradient's row length
+      e.dW = A(up(nOut, 4) * e.ldW);
       e.db = A(nOut);
-      e.ldX = opBack ? up(rows, 8) : up(rows, 4); // the input error's transpose: its row length
-      e.gP = opBack ? A(e.ldX * Math.ceil(nOut / 2)) : A(up(rows, 4) * up(nOut, 8) / 4); // G: interleaved int16, or int8 rows
       if (conv) { // the input error's transpose (nIn, rows), then col2im8t: channel-major
+        e.ldX = opBack ? up(rows, 8) : up(rows, 4); // its row length
+        e.gP = opBack ? A(e.ldX * Math.ceil(nOut / 2)) : A(up(rows, 4) * up(nOut, 8) / 4); // G: interleaved int16, or int8 rows
         e.dXr = A(up(nIn, 4) * e.ldX);
         e.dXcm = A(curLen);
-      } else {
-        e.dXr = A(rp * up(nIn, 4));
-        e.dX = up(nIn, 4) === nIn ? e.dXr : A(rows * nIn);
+      } else { // G as int8 rows; the input error (rows, nIn) in rows of ldX
+        e.ldX = opBack ? up(nIn, 8) : up(nIn, 4);
+        e.gP = A(up(rows, 4) * up(nOut, 8) / 4);
+        if (opBack) e.wI = A(up(nIn, 8) * Math.ceil(nOut / 2)); // Wq interleaved over (nIn, K = nOut)
+        e.dXr = A(up(rows, 4) * e.ldX);
+        e.dX = e.ldX === nIn ? e.dXr : A(rows * nIn);
         e.dXcm = e.dX;
       }
       e.eq = A(curLen); // the requantized error below
@@ -213,7 +219,8 @@ export class WasmPlan {
       this.k.quant(W, p.w, p.nOut * p.nIn, pow2(-p.ew));
       if (p.opFwd) this.k.narrow_il(p.w, p.wP, p.nOut, p.nIn, 1, Math.ceil(p.nIn / 2)); // |q| <= 127
       else this._pack(p.w, p.wP, p.nOut, p.nIn, p.nIn, 1, up(p.nOut, 4), up(p.nIn, 8));
-      this._pack(p.w, p.wT, p.nIn, p.nOut, 1, p.nIn, up(p.nIn, 4), up(p.nOut, 8));
+      if (p.wI) this.k.narrow_il(p.w, p.wI, 1, p.nOut, p.nIn, Math.ceil(p.nOut / 2)); // a linear's, for gemm_op
+      else this._pack(p.w, p.wT, p.nIn, p.nOut, 1, p.nIn, up(p.nIn, 4), up(p.nOut, 8));
     }
     this.quantized = true;
   }
@@ -319,15 +326,17 @@ export class WasmPlan {
         if (e.kind === "conv") { // the columns' transpose (nIn, rows), int8, from the input map
           const { ci, h, w, k: kk } = e.layer;
           k.cols8t(e.pad, e.aT, b, ci, h, w, kk, rk); // the forward's padded maps
-        } else bad |= k.narrow(e.inp, e.aT, b, nIn, 1, 1, rk, 0);
+        } else if (e.opW) bad |= k.narrow_il(e.inp, e.aT, 1, rows, nIn, Math.ceil(rows / 2)); // the input (K = rows, nIn) interleaved
+        else bad |= k.narrow(e.inp, e.aT, b, nIn, 1, 1, rk, 0);
         if (bad) throw new UnitError("gemm: an operand left int8");
-        k.gemm(e.gT, e.aT, e.dW, up(nOut, 2), up(nIn, 4), rk);
-        // dW (nOut, nIn) read in place from the GEMM's rows of up(nIn, 4)
-        k.accum(e.dW, up(nIn, 4), nOut, nIn, total + 8 * offsets[e.pi], pow2(eg + e.ex + fracBits), limit);
+        if (e.opW) k.gemm_op(e.gT, rk, e.aT, e.dW, up(nOut, 4), e.ldW, Math.ceil(rows / 2));
+        else k.gemm(e.gT, e.aT, e.dW, up(nOut, 2), e.ldW, rk);
+        // dW (nOut, nIn) read in place from the GEMM's rows of ldW
+        k.accum(e.dW, e.ldW, nOut, nIn, total + 8 * offsets[e.pi], pow2(eg + e.ex + fracBits), limit);
         k.sum_blocks(G, e.db, b, nOut, hw);
         k.accum(e.db, nOut, 1, nOut, total + 8 * offsets[e.pi + 1], pow2(eg + fracBits), limit);
         if (!below) break;
-        if (e.opBack ? k.narrow_il(G, e.gP, b, nOut, hw, Math.ceil(nOut / 2)) // G interleaved
+        if (e.opBack && e.kind === "conv" ? k.narrow_il(G, e.gP, b, nOut, hw, Math.ceil(nOut / 2)) // G interleaved
           : hw === 1 ? k.narrow(G, e.gP, 1, b, nOut, 0, up(nOut, 8), 1) // a linear's G: its rows, 16 bytes a step
             : k.narrow(G, e.gP, b, nOut, hw, hw * up(nOut, 8), 1, up(nOut, 8))) throw new UnitError("gemm: an operand left int8"); // G (rows, nOut)
         if (e.kind === "conv") {
@@ -336,8 +345,9 @@ export class WasmPlan {
           else k.gemm(e.wT, e.gP, e.dXr, up(nIn, 4), e.ldX, up(nOut, 8));
           k.col2im8t(e.dXr, e.dXcm, b, ci, h, w, kk, e.ldX);
         } else {
-          k.gemm(e.gP, e.wT, e.dXr, up(rows, 2), up(nIn, 4), up(nOut, 8)); // G · Wq: (rows, nIn)
-          if (e.dX !== e.dXr) k.bias_rows(e.dXr, up(nIn, 4), rows, nIn, this.zero, e.dX); // compact the rows
+          if (e.opBack) k.gemm_op(e.gP, up(nOut, 8), e.wI, e.dXr, up(rows, 4), e.ldX, Math.ceil(nOut / 2)); // G · Wq: (rows, nIn)
+          else k.gemm(e.gP, e.wT, e.dXr, up(rows, 2), e.ldX, up(nOut, 8));
+          if (e.dX !== e.dXr) k.bias_rows(e.dXr, e.ldX, rows, nIn, this.zero, e.dX); // compact the rows
         }
         [dX, ed] = [e.dXcm, eg + e.ew];
       }
