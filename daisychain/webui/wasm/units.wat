@@ -359,48 +359,78 @@
     (local.get $bad))
 
   ;; maxpool(src, dst, bc, h, w) -> bad: 2x2 max pool of bc maps h x w (int8 values in
-  ;; int32) into bc maps (h>>1) x (w>>1); bad = 1 for a value outside [-128, 127].
+  ;; int32) into bc maps (h>>1) x (w>>1); bad = 1 for a value outside [-128, 127]. 4
+  ;; windows a step (i32x4.max_s of their four positions), the ow % 4 left one at a time.
   ;; maxpool_back(g, a, dst, bc, h, w) -> bad: dst (bc, h*w) zero but for g of each window
   ;; at the window's first maximum in the order (0,0), (0,1), (1,0), (1,1).
   ;; Branch-free: each maximum is a `select`, each range check an or-ed unsigned compare.
   (func (export "maxpool") (param $src i32) (param $dst i32) (param $bc i32) (param $h i32) (param $w i32) (result i32)
-    (local $sc i32) (local $Y i32) (local $X i32) (local $oh i32) (local $ow i32) (local $i i32)
+    (local $sc i32) (local $Y i32) (local $X i32) (local $oh i32) (local $ow i32) (local $ow4 i32) (local $i i32)
     (local $m i32) (local $v0 i32) (local $v1 i32) (local $v2 i32) (local $v3 i32) (local $o i32)
     (local $bad i32) (local $w4 i32)
+    (local $y0 v128) (local $y1 v128) (local $x0 v128) (local $x1 v128) (local $x2 v128) (local $x3 v128) (local $acc v128) (local $c128 v128)
+    (local.set $c128 (i32x4.splat (i32.const 128)))
     (local.set $oh (i32.shr_u (local.get $h) (i32.const 1)))
     (local.set $ow (i32.shr_u (local.get $w) (i32.const 1)))
+    (local.set $ow4 (i32.and (local.get $ow) (i32.const -4)))
     (local.set $w4 (i32.shl (local.get $w) (i32.const 2)))
     (local.set $o (local.get $dst))
-    (loop $lsc
-      (local.set $Y (i32.const 0))
-      (loop $lY
-        (local.set $i (i32.add (local.get $src) (i32.shl
-          (i32.add (i32.mul (local.get $sc) (i32.mul (local.get $h) (local.get $w)))
-            (i32.mul (i32.shl (local.get $Y) (i32.const 1)) (local.get $w))) (i32.const 2))))
-        (local.set $X (i32.const 0))
-        (loop $lX
-          (local.set $v0 (i32.load (local.get $i)))
-          (local.set $v1 (i32.load offset=4 (local.get $i)))
-          (local.set $v2 (i32.load (i32.add (local.get $i) (local.get $w4))))
-          (local.set $v3 (i32.load offset=4 (i32.add (local.get $i) (local.get $w4))))
-          (local.set $bad (i32.or (local.get $bad) (i32.or
-            (i32.or (i32.gt_u (i32.add (local.get $v0) (i32.const 128)) (i32.const 255))
-                    (i32.gt_u (i32.add (local.get $v1) (i32.const 128)) (i32.const 255)))
-            (i32.or (i32.gt_u (i32.add (local.get $v2) (i32.const 128)) (i32.const 255))
-                    (i32.gt_u (i32.add (local.get $v3) (i32.const 128)) (i32.const 255))))))
-          (local.set $m (select (local.get $v1) (local.get $v0) (i32.gt_s (local.get $v1) (local.get $v0))))
-          (local.set $m (select (local.get $v2) (local.get $m) (i32.gt_s (local.get $v2) (local.get $m))))
-          (local.set $m (select (local.get $v3) (local.get $m) (i32.gt_s (local.get $v3) (local.get $m))))
-          (i32.store (local.get $o) (local.get $m))
-          (local.set $o (i32.add (local.get $o) (i32.const 4)))
-          (local.set $i (i32.add (local.get $i) (i32.const 8)))
-          (local.set $X (i32.add (local.get $X) (i32.const 1)))
-          (br_if $lX (i32.lt_u (local.get $X) (local.get $ow))))
-        (local.set $Y (i32.add (local.get $Y) (i32.const 1)))
-        (br_if $lY (i32.lt_u (local.get $Y) (local.get $oh))))
-      (local.set $sc (i32.add (local.get $sc) (i32.const 1)))
-      (br_if $lsc (i32.lt_u (local.get $sc) (local.get $bc))))
-    (local.get $bad))
+    (block $scdone
+      (loop $lsc
+        (br_if $scdone (i32.ge_u (local.get $sc) (local.get $bc)))
+        (local.set $Y (i32.const 0))
+        (block $Ydone
+          (loop $lY
+            (br_if $Ydone (i32.ge_u (local.get $Y) (local.get $oh)))
+            (local.set $i (i32.add (local.get $src) (i32.shl
+              (i32.add (i32.mul (local.get $sc) (i32.mul (local.get $h) (local.get $w)))
+                (i32.mul (i32.shl (local.get $Y) (i32.const 1)) (local.get $w))) (i32.const 2))))
+            (local.set $X (i32.const 0))
+            (block $vdone
+              (loop $lv ;; 4 windows a step: their four positions split by shuffles
+                (br_if $vdone (i32.ge_u (local.get $X) (local.get $ow4)))
+                (local.set $y0 (v128.load offset=0 (local.get $i)))
+                (local.set $y1 (v128.load offset=16 (local.get $i)))
+                (local.set $x0 (i8x16.shuffle 0 1 2 3 8 9 10 11 16 17 18 19 24 25 26 27 (local.get $y0) (local.get $y1)))
+                (local.set $x1 (i8x16.shuffle 4 5 6 7 12 13 14 15 20 21 22 23 28 29 30 31 (local.get $y0) (local.get $y1)))
+                (local.set $y0 (v128.load offset=0 (i32.add (local.get $i) (local.get $w4))))
+                (local.set $y1 (v128.load offset=16 (i32.add (local.get $i) (local.get $w4))))
+                (local.set $x2 (i8x16.shuffle 0 1 2 3 8 9 10 11 16 17 18 19 24 25 26 27 (local.get $y0) (local.get $y1)))
+                (local.set $x3 (i8x16.shuffle 4 5 6 7 12 13 14 15 20 21 22 23 28 29 30 31 (local.get $y0) (local.get $y1)))
+                (local.set $acc (v128.or (local.get $acc) (v128.or
+                  (v128.or (i32x4.add (local.get $x0) (local.get $c128)) (i32x4.add (local.get $x1) (local.get $c128)))
+                  (v128.or (i32x4.add (local.get $x2) (local.get $c128)) (i32x4.add (local.get $x3) (local.get $c128))))))
+                (v128.store (local.get $o) (i32x4.max_s (i32x4.max_s (local.get $x0) (local.get $x1))
+                  (i32x4.max_s (local.get $x2) (local.get $x3))))
+                (local.set $o (i32.add (local.get $o) (i32.const 16)))
+                (local.set $i (i32.add (local.get $i) (i32.const 32)))
+                (local.set $X (i32.add (local.get $X) (i32.const 4)))
+                (br $lv)))
+            (block $Xdone
+              (loop $lX
+                (br_if $Xdone (i32.ge_u (local.get $X) (local.get $ow)))
+                (local.set $v0 (i32.load (local.get $i)))
+                (local.set $v1 (i32.load offset=4 (local.get $i)))
+                (local.set $v2 (i32.load (i32.add (local.get $i) (local.get $w4))))
+                (local.set $v3 (i32.load offset=4 (i32.add (local.get $i) (local.get $w4))))
+                (local.set $bad (i32.or (local.get $bad) (i32.or
+                  (i32.or (i32.gt_u (i32.add (local.get $v0) (i32.const 128)) (i32.const 255))
+                          (i32.gt_u (i32.add (local.get $v1) (i32.const 128)) (i32.const 255)))
+                  (i32.or (i32.gt_u (i32.add (local.get $v2) (i32.const 128)) (i32.const 255))
+                          (i32.gt_u (i32.add (local.get $v3) (i32.const 128)) (i32.const 255))))))
+                (local.set $m (select (local.get $v1) (local.get $v0) (i32.gt_s (local.get $v1) (local.get $v0))))
+                (local.set $m (select (local.get $v2) (local.get $m) (i32.gt_s (local.get $v2) (local.get $m))))
+                (local.set $m (select (local.get $v3) (local.get $m) (i32.gt_s (local.get $v3) (local.get $m))))
+                (i32.store (local.get $o) (local.get $m))
+                (local.set $o (i32.add (local.get $o) (i32.const 4)))
+                (local.set $i (i32.add (local.get $i) (i32.const 8)))
+                (local.set $X (i32.add (local.get $X) (i32.const 1)))
+                (br $lX)))
+            (local.set $Y (i32.add (local.get $Y) (i32.const 1)))
+            (br $lY)))
+        (local.set $sc (i32.add (local.get $sc) (i32.const 1)))
+        (br $lsc)))
+    (i32.or (local.get $bad) (v128.any_true (v128.and (local.get $acc) (i32x4.splat (i32.const -256))))))
 
   ;; maxpool_back: 4 windows a step (two rows of 8 values, split into the windows' four
   ;; positions by shuffles), every position of a window written, g or 0, so only a map with
