@@ -365,9 +365,13 @@
   (func (export "cols8") (param $pad i32) (param $dst i32) (param $b i32) (param $ci i32)
     (param $h i32) (param $w i32) (param $k i32) (param $kp i32)
     (local $s i32) (local $y i32) (local $x i32) (local $c i32) (local $dy i32) (local $o i32) (local $q i32)
-    (local $ph i32) (local $pw i32) (local $row i32) (local $t i32)
+    (local $ph i32) (local $pw i32) (local $row i32) (local $t i32) (local $p i32) (local $pw2 i32) (local $kk i32)
+    (local $map i32) (local $t5 i32)
     (local.set $ph (i32.sub (i32.add (local.get $h) (local.get $k)) (i32.const 1)))
     (local.set $pw (i32.sub (i32.add (local.get $w) (local.get $k)) (i32.const 1)))
+    (local.set $pw2 (i32.shl (local.get $pw) (i32.const 1)))
+    (local.set $kk (i32.mul (local.get $k) (local.get $k)))
+    (local.set $map (i32.mul (local.get $ph) (local.get $pw)))
     (local.set $row (local.get $dst))
     (loop $ls
       (local.set $y (i32.const 0))
@@ -375,26 +379,34 @@
         (local.set $x (i32.const 0))
         (loop $lx
           (local.set $o (local.get $row))
+          (local.set $q (i32.add (local.get $pad) (i32.add (local.get $x) (i32.mul (local.get $pw)
+            (i32.add (local.get $y) (i32.mul (local.get $ph) (i32.mul (local.get $s) (local.get $ci))))))))
           (local.set $c (i32.const 0))
-          (loop $lc
-            (local.set $q (i32.add (local.get $pad) (i32.add (local.get $x) (i32.mul (local.get $pw)
-              (i32.add (local.get $y) (i32.mul (local.get $ph) (i32.add (i32.mul (local.get $s) (local.get $ci)) (local.get $c))))))))
-            (local.set $dy (i32.const 0))
-            (loop $ldy
-              (if (i32.eq (local.get $k) (i32.const 3))
-                (then (i32.store (local.get $o) (i32.load (local.get $q))))
-                (else (if (i32.eq (local.get $k) (i32.const 5))
-                  (then (i64.store (local.get $o) (i64.load (local.get $q))))
-                  (else
-                    (local.set $t (i32.const 0))
-                    (loop $lt
-                      (i32.store8 (i32.add (local.get $o) (local.get $t)) (i32.load8_u (i32.add (local.get $q) (local.get $t))))
-                      (local.set $t (i32.add (local.get $t) (i32.const 1)))
-                      (br_if $lt (i32.lt_u (local.get $t) (local.get $k))))))))
-              (local.set $o (i32.add (local.get $o) (local.get $k)))
-              (local.set $q (i32.add (local.get $q) (local.get $pw)))
-              (local.set $dy (i32.add (local.get $dy) (i32.const 1)))
-              (br_if $ldy (i32.lt_u (local.get $dy) (local.get $k))))
+          (loop $lc ;; q: channel c's padded map at (y, x); o: the row's k*k bytes of channel c
+            (if (i32.eq (local.get $k) (i32.const 3))
+              (then
+                (i32.store offset=0 (local.get $o) (i32.load (local.get $q)))
+                (i32.store offset=3 (local.get $o) (i32.load (i32.add (local.get $q) (local.get $pw))))
+                (i32.store offset=6 (local.get $o) (i32.load (i32.add (local.get $q) (local.get $pw2)))))
+              (else
+                (local.set $p (local.get $q))
+                (local.set $t5 (local.get $o))
+                (local.set $dy (i32.const 0))
+                (loop $ldy
+                  (if (i32.eq (local.get $k) (i32.const 5))
+                    (then (i64.store (local.get $t5) (i64.load (local.get $p))))
+                    (else
+                      (local.set $t (i32.const 0))
+                      (loop $lt
+                        (i32.store8 (i32.add (local.get $t5) (local.get $t)) (i32.load8_u (i32.add (local.get $p) (local.get $t))))
+                        (local.set $t (i32.add (local.get $t) (i32.const 1)))
+                        (br_if $lt (i32.lt_u (local.get $t) (local.get $k))))))
+                  (local.set $t5 (i32.add (local.get $t5) (local.get $k)))
+                  (local.set $p (i32.add (local.get $p) (local.get $pw)))
+                  (local.set $dy (i32.add (local.get $dy) (i32.const 1)))
+                  (br_if $ldy (i32.lt_u (local.get $dy) (local.get $k))))))
+            (local.set $o (i32.add (local.get $o) (local.get $kk)))
+            (local.set $q (i32.add (local.get $q) (local.get $map)))
             (local.set $c (i32.add (local.get $c) (i32.const 1)))
             (br_if $lc (i32.lt_u (local.get $c) (local.get $ci))))
           (local.set $row (i32.add (local.get $row) (local.get $kp)))
