@@ -17,9 +17,10 @@
 //             columns' transpose) -> gemm (the weight gradient) -> accum (the fixed-point
 //             sum) -> sum_blocks (the bias gradient) -> accum -> narrow (G) -> gemm (a conv:
 //             Wqᵀ·Gᵀ, then col2im8t; a linear: G·Wq) -> absmax -> requantize.
-// A conv whose K is short (<= OP_MAX_K: the forward's ci*k*k, the input error's co) runs
-// the outer-product GEMM instead (units.op.wat gemm_op, its B interleaved by narrow_il: the
-// weights for the forward, G for the input error), which ends a block without horizontal sums.
+// A GEMM whose K is short (<= OP_MAX_K: the forward's inputs, a conv's ci*k*k; the input
+// error's outputs; a linear's weight gradient's micro-batch) runs the outer-product kernel
+// instead (units.op.wat gemm_op, its B interleaved by narrow_il: the weights, a conv's G, a
+// linear's input), which ends a block without horizontal sums.
 // What leaves the module is the logits and the contribution: the caller's fixed-point total
 // is copied into the module's memory, each layer's int32 weight-gradient and bias sums are
 // added into it there (units.f64.wat accum: layers.js accumulate's float64 operations, one
@@ -138,10 +139,10 @@ export class WasmPlan {
       const rows = conv ? b * layer.h * layer.w : b;
       const nIn = layer.nIn;
       const nOut = conv ? layer.co : layer.nOut;
-      // a GEMM with a short K runs the outer-product kernel (gemm_op): a conv's forward
-      // (K = ci*k*k), a conv's or a linear's input error (K = its outputs), a linear's
-      // weight gradient (K = the micro-batch)
-      const opFwd = conv && nIn <= OP_MAX_K;
+      // a GEMM with a short K runs the outer-product kernel (gemm_op): the forward (K = its
+      // inputs: a conv's ci*k*k), the input error (K = its outputs), a linear's weight
+      // gradient (K = the micro-batch)
+      const opFwd = nIn <= OP_MAX_K;
       const opBack = nOut <= OP_MAX_K;
       const opW = !conv && rows <= OP_MAX_K;
       const [rp, np, kp] = opFwd ? [up(rows, 4), up(nOut, 8), up(nIn, 8)] : [up(rows, 2), up(nOut, 4), up(nIn, 8)];
@@ -260,7 +261,7 @@ export class WasmPlan {
         const { ci, h, w, k: kk } = e.layer;
         if (k.pad8(e.inp, e.pad, b * ci, h, w, (kk - 1) >> 1)) throw new UnitError("im2col: an input left int8");
         k.cols8(e.pad, e.aP, b, ci, h, w, kk, up(nIn, 8));
-      } else this._pack(e.inp, e.aP, rows, nIn, nIn, 1, up(rows, 2), up(nIn, 8));
+      } else this._pack(e.inp, e.aP, rows, nIn, nIn, 1, e.opFwd ? up(rows, 4) : up(rows, 2), up(nIn, 8));
       if (e.opFwd) k.gemm_op(e.aP, up(nIn, 8), e.wP, e.c, up(rows, 4), e.ld, Math.ceil(nIn / 2));
       else k.gemm(e.aP, e.wP, e.c, up(rows, 2), e.ld, up(nIn, 8));
       const sexp = ex + e.ew;
