@@ -208,9 +208,9 @@ export class WasmPlan {
   /** Quantized weights, packed both ways, once per parameter change. */
   _weights(theta) {
     const n = this.layout.size;
-    if (theta.length !== n) throw new RangeError(`${theta.length} parameters, the model has ${n}`);
+    if (theta.length < n) throw new RangeError(`${theta.length} parameters, the model has ${n}`);
     const next = this.thetas[1 - this.cur]; // the parameters copied in beside those last quantized
-    new Float64Array(this.mem.buffer, next, n).set(theta);
+    new Float64Array(this.mem.buffer, next, n).set(theta.length === n ? theta : theta.subarray(0, n));
     if (this.quantized && this.k.same(this.thetas[this.cur], next, 8 * n)) return; // the same bits
     this.quantized = false;
     this.cur = 1 - this.cur;
@@ -293,9 +293,10 @@ export class WasmPlan {
     const o = outputError(spec, logits, y, b);
     const { G, eg } = topErrors(o.dz, o.labels, b, spec.classes);
     this._i32(this.gTop, G.length).set(G);
-    if (total.length !== this.layout.size) throw new RangeError(`a total of ${total.length} values, the model has ${this.layout.size}`);
-    const t = new Float64Array(this.mem.buffer, this.total, total.length);
-    t.set(total);
+    const n = this.layout.size; // the total's first n values are the model's (as layers.js accumulate writes them)
+    if (total.length < n) throw new RangeError(`a total of ${total.length} values, the model has ${n}`);
+    const t = new Float64Array(this.mem.buffer, this.total, n);
+    t.set(total.length === n ? total : total.subarray(0, n));
     this._backward(this.total, this.gTop, eg, fracBits, limit);
     total.set(t);
     return { loss: o.loss, correct: o.correct };
