@@ -49,7 +49,7 @@ const MAX_MEMORY = 1024 * 1024 * 1024;
 const MAX_PLANS = 4;
 /** The longest K the outer-product GEMM (units.op.wat gemm_op) takes: below it, the
  *  inner-product kernel's per-block sums cost more than it saves (bench/js/ab_gemm.mjs). */
-const OP_MAX_K = 64;
+const OP_MAX_K = 1e9;
 const up = (x, m) => Math.ceil(x / m) * m;
 
 /** Why `spec` at micro-batch b has no plan here, or null. */
