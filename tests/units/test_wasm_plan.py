@@ -133,7 +133,8 @@ def test_the_fragment_is_part_of_the_pinned_module():
     got = run_wasm("""
 console.log(JSON.stringify(WebAssembly.Module.exports(new WebAssembly.Module(wasmBytes)).map((e) => e.name)));
 """)
-    assert {"gemm", "im2col", "bias_rows", "pad8", "cols8", "cols8t", "col2im8t", "narrow", "sum_blocks", "transpose", "mask", "gemm_op", "narrow_il"} <= set(got)
+    assert {"gemm", "im2col", "bias_rows", "pad8", "cols8", "col2im8t", "narrow", "sum_blocks", "transpose", "mask", "gemm_op",
+            "narrow_il", "il8", "accum", "quant", "absmax64", "same"} <= set(got)
     assert package_path("webui") / "wasm" == WASM
 
 
@@ -366,3 +367,43 @@ for (let i = 0; i < 40; i++) {
 console.log(JSON.stringify({ out, diffs, equal: k.same(0, 40, 40) }));
 """, imports={"S": "engine/spec.js", "{ Engine, initParams }": "engine/model.js"})
     assert got == {"out": [True] * 5, "diffs": [0] * 40, "equal": 1}
+
+
+def test_il8_lays_out_int8_rows_for_the_outer_product_gemm():
+    """il8 (units.op.wat) interleaves int8 rows (K rows of ld bytes, n columns: a conv's
+    columns for its weight gradient) for gemm_op: A·B equals numpy's product for odd and even
+    K, n below, at and above 16, -128·-128 at the edge; the bytes past n it reads are garbage
+    that only reaches C's columns past n."""
+    rng = np.random.default_rng(8)
+    cases, want = [], []
+    for m, k, n in [(4, 1, 3), (4, 2, 16), (8, 7, 9), (4, 16, 17), (12, 31, 40), (4, 6, 144)]:
+        ld = -(-n // 8) * 8
+        a = rng.integers(-128, 128, (m, k))
+        src = rng.integers(-128, 128, (k, ld))  # rows past n hold garbage, as cols8's do
+        a[0, :] = -128
+        src[:, 0] = -128
+        kp = -(-k // 8) * 8
+        ap = np.zeros((m, kp), np.int64)
+        ap[:, :k] = a
+        cases.append({"m": m, "k": k, "n": n, "ld": ld, "kp": kp, "a": ap.ravel().tolist(), "src": src.ravel().tolist()})
+        want.append((a @ src[:, :n]).tolist())
+    got = run_wasm(r"""
+const { instance } = await WebAssembly.instantiate(wasmBytes, {});
+const { memory, gemm_op: gemmOp, il8 } = instance.exports;
+memory.grow(16);
+const out = [];
+for (const c of DATA) {
+  new Uint8Array(memory.buffer).fill(0x5a); // garbage everywhere but the operands
+  new Int8Array(memory.buffer, 0, c.a.length).set(Int8Array.from(c.a));
+  new Int8Array(memory.buffer, 65536, c.src.length).set(Int8Array.from(c.src));
+  const kh = Math.ceil(c.k / 2);
+  il8(65536, c.ld, 131072, c.k, c.n, kh);
+  const np = Math.ceil(c.n / 8) * 8;
+  gemmOp(0, c.kp, 131072, 262144, c.m, np, kh);
+  const C = new Int32Array(memory.buffer, 262144, c.m * np);
+  out.push(Array.from({ length: c.m }, (_, i) => Array.from(C.subarray(i * np, i * np + c.n))));
+}
+console.log(JSON.stringify(out));
+""", data=cases)
+    for case, w, g in zip(cases, want, got):
+        assert g == w, (case["m"], case["k"], case["n"])

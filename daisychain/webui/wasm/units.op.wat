@@ -154,3 +154,40 @@
         (local.set $s (i32.add (local.get $s) (i32.const 1)))
         (br $sl)))
     (i32.ne (i32.and (local.get $acc) (i32.const -256)) (i32.const 0)))
+
+  ;; il8(src, ld, dst, k, n, kh): gemm_op's interleaved B from int8 rows, B[j, r] = src[r*ld + j]
+  ;; for r < k rows and j < n columns (a conv's columns as cols8 packs them, for its weight
+  ;; gradient: K = the rows); an odd k's last pair has a zero second value. 16 columns a step
+  ;; (two rows' bytes zipped, widened to int16, four 4-column blocks stored), so it reads up
+  ;; to 15 bytes past a row's n and writes the blocks of up to 15 columns past n: columns of C
+  ;; the caller does not read (its buffer has room for up(n, 16) columns).
+  (func (export "il8") (param $src i32) (param $ld i32) (param $dst i32) (param $k i32) (param $n i32) (param $kh i32)
+    (local $p i32) (local $j i32) (local $r0 i32) (local $r1 i32) (local $o i32) (local $bs i32) (local $b4 i32)
+    (local $x v128) (local $y v128) (local $lo v128) (local $hi v128)
+    (local.set $bs (i32.shl (local.get $kh) (i32.const 4)))
+    (local.set $b4 (i32.shl (local.get $kh) (i32.const 6)))
+    (block $pdone
+      (loop $pl
+        (br_if $pdone (i32.ge_u (local.get $p) (local.get $kh)))
+        (local.set $r0 (i32.add (local.get $src) (i32.mul (i32.shl (local.get $p) (i32.const 1)) (local.get $ld))))
+        (local.set $r1 (i32.add (local.get $r0) (local.get $ld)))
+        (local.set $o (i32.add (local.get $dst) (i32.shl (local.get $p) (i32.const 4))))
+        (local.set $j (i32.const 0))
+        (block $jdone
+          (loop $jl
+            (br_if $jdone (i32.ge_u (local.get $j) (local.get $n)))
+            (local.set $x (v128.load (i32.add (local.get $r0) (local.get $j))))
+            (local.set $y (v128.const i32x4 0 0 0 0))
+            (if (i32.lt_u (i32.add (i32.shl (local.get $p) (i32.const 1)) (i32.const 1)) (local.get $k))
+              (then (local.set $y (v128.load (i32.add (local.get $r1) (local.get $j))))))
+            (local.set $lo (i8x16.shuffle 0 16 1 17 2 18 3 19 4 20 5 21 6 22 7 23 (local.get $x) (local.get $y)))
+            (local.set $hi (i8x16.shuffle 8 24 9 25 10 26 11 27 12 28 13 29 14 30 15 31 (local.get $x) (local.get $y)))
+            (v128.store (local.get $o) (i16x8.extend_low_i8x16_s (local.get $lo)))
+            (v128.store (i32.add (local.get $o) (local.get $bs)) (i16x8.extend_high_i8x16_s (local.get $lo)))
+            (v128.store (i32.add (local.get $o) (i32.shl (local.get $bs) (i32.const 1))) (i16x8.extend_low_i8x16_s (local.get $hi)))
+            (v128.store (i32.add (local.get $o) (i32.mul (local.get $bs) (i32.const 3))) (i16x8.extend_high_i8x16_s (local.get $hi)))
+            (local.set $o (i32.add (local.get $o) (local.get $b4)))
+            (local.set $j (i32.add (local.get $j) (i32.const 16)))
+            (br $jl)))
+        (local.set $p (i32.add (local.get $p) (i32.const 1)))
+        (br $pl))))

@@ -352,16 +352,12 @@
       (br_if $li (i32.lt_u (local.get $i) (local.get $bc))))
     (i32.ne (i32.and (local.get $acc) (i32.const -256)) (i32.const 0)))
 
-  ;; From maps padded by pad8 (b*ci maps (h + 2p, w + 2p) int8), no bounds to test:
-  ;; cols8(pad, dst, b, ci, h, w, k, kp): im2col's columns (b*h*w, ci*k*k) as int8 rows of
-  ;;   kp bytes (the packed GEMM operand), each kernel row of k bytes copied as one 4-byte
-  ;;   (k = 3) or 8-byte (k = 5) word;
-  ;; cols8t(pad, dst, b, ci, h, w, k, ld): their transpose (ci*k*k rows of ld bytes, column
-  ;;   s*h*w + y*w + x), each map row of w bytes copied 16 at a time.
-  ;; A copy writes up to 15 bytes past its end: into positions written after it (the next
-  ;; kernel row, column or map row), or into a GEMM operand's padding, whose products meet the
-  ;; other operand's zero padding; the plan leaves 16 bytes after each buffer it reads or
-  ;; writes this way.
+  ;; cols8(pad, dst, b, ci, h, w, k, kp): from maps padded by pad8 (b*ci maps (h + 2p,
+  ;; w + 2p) int8), no bounds to test: im2col's columns (b*h*w, ci*k*k) as int8 rows of kp
+  ;; bytes (the packed GEMM operand), each kernel row of k bytes copied as one 4-byte (k = 3)
+  ;; or 8-byte (k = 5) word. A copy writes up to 3 bytes past its end: into positions written
+  ;; after it (the next kernel row or column), or into a row's padding past K, whose products
+  ;; meet the other operand's zero padding; the plan leaves 16 bytes after the buffer.
   (func (export "cols8") (param $pad i32) (param $dst i32) (param $b i32) (param $ci i32)
     (param $h i32) (param $w i32) (param $k i32) (param $kp i32)
     (local $s i32) (local $y i32) (local $x i32) (local $c i32) (local $dy i32) (local $o i32) (local $q i32)
@@ -416,41 +412,3 @@
         (br_if $ly (i32.lt_u (local.get $y) (local.get $h))))
       (local.set $s (i32.add (local.get $s) (i32.const 1)))
       (br_if $ls (i32.lt_u (local.get $s) (local.get $b)))))
-
-  (func (export "cols8t") (param $pad i32) (param $dst i32) (param $b i32) (param $ci i32)
-    (param $h i32) (param $w i32) (param $k i32) (param $ld i32)
-    (local $s i32) (local $y i32) (local $c i32) (local $dy i32) (local $dx i32) (local $o i32) (local $q i32)
-    (local $ph i32) (local $pw i32) (local $row i32) (local $t i32)
-    (local.set $ph (i32.sub (i32.add (local.get $h) (local.get $k)) (i32.const 1)))
-    (local.set $pw (i32.sub (i32.add (local.get $w) (local.get $k)) (i32.const 1)))
-    (local.set $row (local.get $dst))
-    (loop $lc
-      (local.set $dy (i32.const 0))
-      (loop $ldy
-        (local.set $dx (i32.const 0))
-        (loop $ldx
-          (local.set $o (local.get $row))
-          (local.set $s (i32.const 0))
-          (loop $ls
-            (local.set $q (i32.add (local.get $pad) (i32.add (local.get $dx) (i32.mul (local.get $pw)
-              (i32.add (local.get $dy) (i32.mul (local.get $ph) (i32.add (i32.mul (local.get $s) (local.get $ci)) (local.get $c))))))))
-            (local.set $y (i32.const 0))
-            (loop $ly
-              (local.set $t (i32.const 0))
-              (loop $lt
-                (v128.store (i32.add (local.get $o) (local.get $t)) (v128.load (i32.add (local.get $q) (local.get $t))))
-                (local.set $t (i32.add (local.get $t) (i32.const 16)))
-                (br_if $lt (i32.lt_u (local.get $t) (local.get $w))))
-              (local.set $o (i32.add (local.get $o) (local.get $w)))
-              (local.set $q (i32.add (local.get $q) (local.get $pw)))
-              (local.set $y (i32.add (local.get $y) (i32.const 1)))
-              (br_if $ly (i32.lt_u (local.get $y) (local.get $h))))
-            (local.set $s (i32.add (local.get $s) (i32.const 1)))
-            (br_if $ls (i32.lt_u (local.get $s) (local.get $b))))
-          (local.set $row (i32.add (local.get $row) (local.get $ld)))
-          (local.set $dx (i32.add (local.get $dx) (i32.const 1)))
-          (br_if $ldx (i32.lt_u (local.get $dx) (local.get $k))))
-        (local.set $dy (i32.add (local.get $dy) (i32.const 1)))
-        (br_if $ldy (i32.lt_u (local.get $dy) (local.get $k))))
-      (local.set $c (i32.add (local.get $c) (i32.const 1)))
-      (br_if $lc (i32.lt_u (local.get $c) (local.get $ci)))))

@@ -9,18 +9,18 @@
 // the parameters, which the module quantizes (units.f64.wat absmax64, quant: detmath.js's
 // float64 operations) and packs both ways (forward and input error); the bias in accumulator
 // units per layer (layers.js biasAcc, float64) once the shifts below it are known. Then each
-// layer is a few kernel calls on that memory (units.wat, units.op.wat, units.plan.wat):
-//   forward:  pad8 -> cols8 (the columns as packed int8 rows; a linear: pack) -> gemm ->
-//             bias_rows (with the int32 range check) -> absmax -> requantize (+ReLU) ->
-//             transpose (a conv: to channel-major) -> maxpool;
-//   backward: maxpool_back -> mask (the ReLU) -> narrow (the errors as Gᵀ) and cols8t (the
-//             columns' transpose) -> gemm (the weight gradient) -> accum (the fixed-point
-//             sum) -> sum_blocks (the bias gradient) -> accum -> narrow (G) -> gemm (a conv:
-//             Wqᵀ·Gᵀ, then col2im8t; a linear: G·Wq) -> absmax -> requantize.
-// A GEMM whose K is short (<= OP_MAX_K: the forward's inputs, a conv's ci*k*k; the input
-// error's outputs; a linear's weight gradient's micro-batch) runs the outer-product kernel
-// instead (units.op.wat gemm_op, its B interleaved by narrow_il: the weights, a conv's G, a
-// linear's input), which ends a block without horizontal sums.
+// layer is a few kernel calls on that memory (units.wat, units.op.wat, units.plan.wat), every
+// GEMM on the outer-product kernel (units.op.wat gemm_op: A int8 rows, B interleaved by K
+// pairs as int16, each lane its own output):
+//   forward:  pad8 -> cols8 (the columns as packed int8 rows; a linear: pack) -> gemm_op
+//             (B: the weights, interleaved by narrow_il) -> bias_rows (with the int32 range
+//             check) -> absmax -> requantize (+ReLU) -> transpose (a conv: to channel-major)
+//             -> maxpool;
+//   backward: maxpool_back -> mask (the ReLU) -> narrow (the errors as Gᵀ) and il8 (the
+//             forward's columns interleaved; a linear: narrow_il of its input) -> gemm_op (the
+//             weight gradient) -> accum (the fixed-point sum) -> sum_blocks (the bias
+//             gradient) -> accum -> narrow_il (a conv's G) or narrow (a linear's G rows) ->
+//             gemm_op (a conv: Wqᵀ·Gᵀ, then col2im8t; a linear: G·Wq) -> absmax -> requantize.
 // What leaves the module is the logits and the contribution: the caller's fixed-point total
 // is copied into the module's memory, each layer's int32 weight-gradient and bias sums are
 // added into it there (units.f64.wat accum: layers.js accumulate's float64 operations, one
@@ -47,9 +47,6 @@ import { imageCnn, mlp } from "../engine/spec.js";
 
 const MAX_MEMORY = 1024 * 1024 * 1024;
 const MAX_PLANS = 4;
-/** The longest K the outer-product GEMM (units.op.wat gemm_op) takes: below it, the
- *  inner-product kernel's per-block sums cost more than it saves (bench/js/ab_gemm.mjs). */
-const OP_MAX_K = 1e9;
 const up = (x, m) => Math.ceil(x / m) * m;
 
 /** Why `spec` at micro-batch b has no plan here, or null. */
@@ -139,18 +136,14 @@ export class WasmPlan {
       const rows = conv ? b * layer.h * layer.w : b;
       const nIn = layer.nIn;
       const nOut = conv ? layer.co : layer.nOut;
-      // a GEMM with a short K runs the outer-product kernel (gemm_op): the forward (K = its
-      // inputs: a conv's ci*k*k), the input error (K = its outputs), a linear's weight
-      // gradient (K = the micro-batch)
-      const opFwd = nIn <= OP_MAX_K;
-      const opBack = nOut <= OP_MAX_K;
-      const opW = !conv && rows <= OP_MAX_K;
-      const [rp, np, kp] = opFwd ? [up(rows, 4), up(nOut, 8), up(nIn, 8)] : [up(rows, 2), up(nOut, 4), up(nIn, 8)];
+      // every GEMM on the outer-product kernel (gemm_op): A int8 rows, B interleaved by K
+      // pairs as int16 (narrow_il, il8), C (mp % 4 == 0, np % 8 == 0)
+      const [rp, np, kp] = [up(rows, 4), up(nOut, 8), up(nIn, 8)];
       const fuse = !last && !!kindOf(L[li + 1]).folds;
       const e = {
-        kind: conv ? "conv" : "linear", layer, li, pi, rows, nIn, nOut, last, fuse, inp: cur, inLen: curLen, opFwd, opBack, opW,
-        w: A(nOut * nIn), wP: A(opFwd ? np * Math.ceil(nIn / 2) : np * kp / 4), wT: A(up(nIn, 4) * up(nOut, 8) / 4), bias: A(nOut),
-        aP: A(rp * kp / 4 + 4), c: A(rp * np), ld: np, acc: A(rows * nOut), reluOut: 0, // + 4: cols8's slack
+        kind: conv ? "conv" : "linear", layer, li, pi, rows, nIn, nOut, last, fuse, inp: cur, inLen: curLen,
+        w: A(nOut * nIn), wP: A(np * Math.ceil(nIn / 2)), bias: A(nOut), // Wq interleaved over (nOut, K = nIn)
+        aP: A(rp * kp / 4 + 4), c: A(rp * np), ld: np, acc: A(rows * nOut), reluOut: 0, // + 4: cols8's and il8's slack
       };
       if (conv) { // the input maps as int8 with a zero border of p (pad8), + 16 bytes of slack
         const { ci, h, w, k: kk } = layer;
@@ -163,20 +156,20 @@ export class WasmPlan {
       }
       // backward
       const rk = up(rows, 8);
-      e.gT = A(up(nOut, 4) * rk / 4);
-      e.aT = opW ? A(up(nIn, 8) * Math.ceil(rows / 2)) : A(up(nIn, 4) * rk / 4 + 4); // interleaved, or + 4: cols8t's slack
-      e.ldW = opW ? up(nIn, 8) : up(nIn, 4); // the weight gradient's row length
-      e.dW = A(up(nOut, 4) * e.ldW);
+      e.gT = A(up(nOut, 4) * rk / 4); // Gᵀ (nOut, rows) int8
+      e.aT = A(up(nIn, 16) * Math.ceil(rows / 2)); // the input (K = rows, nIn) interleaved (il8: up to 16 columns)
+      e.dW = A(up(nOut, 4) * up(nIn, 8));
       e.db = A(nOut);
-      if (conv) { // the input error's transpose (nIn, rows), then col2im8t: channel-major
-        e.ldX = opBack ? up(rows, 8) : up(rows, 4); // its row length
-        e.gP = opBack ? A(e.ldX * Math.ceil(nOut / 2)) : A(up(rows, 4) * up(nOut, 8) / 4); // G: interleaved int16, or int8 rows
+      if (conv) { // Wqᵀ as int8 rows, G interleaved; the input error's transpose (nIn, rows), then col2im8t
+        e.wT = A(up(nIn, 4) * up(nOut, 8) / 4);
+        e.ldX = up(rows, 8); // its row length
+        e.gP = A(e.ldX * Math.ceil(nOut / 2));
         e.dXr = A(up(nIn, 4) * e.ldX);
         e.dXcm = A(curLen);
-      } else { // G as int8 rows; the input error (rows, nIn) in rows of ldX
-        e.ldX = opBack ? up(nIn, 8) : up(nIn, 4);
+      } else { // G as int8 rows, Wq interleaved over (nIn, K = nOut); the input error (rows, nIn) in rows of ldX
+        e.wI = A(up(nIn, 8) * Math.ceil(nOut / 2));
+        e.ldX = up(nIn, 8);
         e.gP = A(up(rows, 4) * up(nOut, 8) / 4);
-        if (opBack) e.wI = A(up(nIn, 8) * Math.ceil(nOut / 2)); // Wq interleaved over (nIn, K = nOut)
         e.dXr = A(up(rows, 4) * e.ldX);
         e.dX = e.ldX === nIn ? e.dXr : A(rows * nIn);
         e.dXcm = e.dX;
@@ -218,10 +211,9 @@ export class WasmPlan {
       const W = next + 8 * this.layout.offsets[p.pi];
       p.ew = quantExponent(this.k.absmax64(W, p.nOut * p.nIn));
       this.k.quant(W, p.w, p.nOut * p.nIn, pow2(-p.ew));
-      if (p.opFwd) this.k.narrow_il(p.w, p.wP, p.nOut, p.nIn, 1, Math.ceil(p.nIn / 2)); // |q| <= 127
-      else this._pack(p.w, p.wP, p.nOut, p.nIn, p.nIn, 1, up(p.nOut, 4), up(p.nIn, 8));
-      if (p.wI) this.k.narrow_il(p.w, p.wI, 1, p.nOut, p.nIn, Math.ceil(p.nOut / 2)); // a linear's, for gemm_op
-      else this._pack(p.w, p.wT, p.nIn, p.nOut, 1, p.nIn, up(p.nIn, 4), up(p.nOut, 8));
+      this.k.narrow_il(p.w, p.wP, p.nOut, p.nIn, 1, Math.ceil(p.nIn / 2)); // the forward's B (|q| <= 127)
+      if (p.wI) this.k.narrow_il(p.w, p.wI, 1, p.nOut, p.nIn, Math.ceil(p.nOut / 2)); // a linear's input error's B
+      else this._pack(p.w, p.wT, p.nIn, p.nOut, 1, p.nIn, up(p.nIn, 4), up(p.nOut, 8)); // a conv's: its A, Wqᵀ
     }
     this.quantized = true;
   }
@@ -261,9 +253,8 @@ export class WasmPlan {
         const { ci, h, w, k: kk } = e.layer;
         if (k.pad8(e.inp, e.pad, b * ci, h, w, (kk - 1) >> 1)) throw new UnitError("im2col: an input left int8");
         k.cols8(e.pad, e.aP, b, ci, h, w, kk, up(nIn, 8));
-      } else this._pack(e.inp, e.aP, rows, nIn, nIn, 1, e.opFwd ? up(rows, 4) : up(rows, 2), up(nIn, 8));
-      if (e.opFwd) k.gemm_op(e.aP, up(nIn, 8), e.wP, e.c, up(rows, 4), e.ld, Math.ceil(nIn / 2));
-      else k.gemm(e.aP, e.wP, e.c, up(rows, 2), e.ld, up(nIn, 8));
+      } else this._pack(e.inp, e.aP, rows, nIn, nIn, 1, up(rows, 4), up(nIn, 8));
+      k.gemm_op(e.aP, up(nIn, 8), e.wP, e.c, up(rows, 4), e.ld, Math.ceil(nIn / 2));
       const sexp = ex + e.ew;
       this._i32(e.bias, nOut).set(biasAcc(this.layout.view(theta, e.pi + 1), sexp));
       if (k.bias_rows(e.c, e.ld, rows, nOut, e.bias, e.acc)) throw new RangeError(`layer ${e.li}: accumulator left int32`);
@@ -325,30 +316,25 @@ export class WasmPlan {
         const hw = e.kind === "conv" ? e.layer.h * e.layer.w : 1; // G: (b, nOut, hw) channel-major
         const rk = up(rows, 8);
         let bad = k.narrow(G, e.gT, b, nOut, hw, hw, rk, 1); // Gᵀ (nOut, rows)
-        if (e.kind === "conv") { // the columns' transpose (nIn, rows), int8, from the input map
-          const { ci, h, w, k: kk } = e.layer;
-          k.cols8t(e.pad, e.aT, b, ci, h, w, kk, rk); // the forward's padded maps
-        } else if (e.opW) bad |= k.narrow_il(e.inp, e.aT, 1, rows, nIn, Math.ceil(rows / 2)); // the input (K = rows, nIn) interleaved
-        else bad |= k.narrow(e.inp, e.aT, b, nIn, 1, 1, rk, 0);
+        const kh = Math.ceil(rows / 2); // the weight gradient's K pairs: the rows
+        if (e.kind === "conv") k.il8(e.aP, up(nIn, 8), e.aT, rows, nIn, kh); // the forward's columns, interleaved
+        else bad |= k.narrow_il(e.inp, e.aT, 1, rows, nIn, kh); // the input (K = rows, nIn), interleaved
         if (bad) throw new UnitError("gemm: an operand left int8");
-        if (e.opW) k.gemm_op(e.gT, rk, e.aT, e.dW, up(nOut, 4), e.ldW, Math.ceil(rows / 2));
-        else k.gemm(e.gT, e.aT, e.dW, up(nOut, 2), e.ldW, rk);
-        // dW (nOut, nIn) read in place from the GEMM's rows of ldW
-        k.accum(e.dW, e.ldW, nOut, nIn, total + 8 * offsets[e.pi], pow2(eg + e.ex + fracBits), limit);
+        k.gemm_op(e.gT, rk, e.aT, e.dW, up(nOut, 4), up(nIn, 8), kh);
+        // dW (nOut, nIn) read in place from the GEMM's rows of up(nIn, 8)
+        k.accum(e.dW, up(nIn, 8), nOut, nIn, total + 8 * offsets[e.pi], pow2(eg + e.ex + fracBits), limit);
         k.sum_blocks(G, e.db, b, nOut, hw);
         k.accum(e.db, nOut, 1, nOut, total + 8 * offsets[e.pi + 1], pow2(eg + fracBits), limit);
         if (!below) break;
-        if (e.opBack && e.kind === "conv" ? k.narrow_il(G, e.gP, b, nOut, hw, Math.ceil(nOut / 2)) // G interleaved
+        if (e.kind === "conv" ? k.narrow_il(G, e.gP, b, nOut, hw, Math.ceil(nOut / 2)) // G interleaved
           : hw === 1 ? k.narrow(G, e.gP, 1, b, nOut, 0, up(nOut, 8), 1) // a linear's G: its rows, 16 bytes a step
             : k.narrow(G, e.gP, b, nOut, hw, hw * up(nOut, 8), 1, up(nOut, 8))) throw new UnitError("gemm: an operand left int8"); // G (rows, nOut)
         if (e.kind === "conv") {
           const { ci, h, w, k: kk } = e.layer;
-          if (e.opBack) k.gemm_op(e.wT, up(nOut, 8), e.gP, e.dXr, up(nIn, 4), e.ldX, Math.ceil(nOut / 2)); // (Wqᵀ · Gᵀ): (nIn, rows)
-          else k.gemm(e.wT, e.gP, e.dXr, up(nIn, 4), e.ldX, up(nOut, 8));
+          k.gemm_op(e.wT, up(nOut, 8), e.gP, e.dXr, up(nIn, 4), e.ldX, Math.ceil(nOut / 2)); // (Wqᵀ · Gᵀ): (nIn, rows)
           k.col2im8t(e.dXr, e.dXcm, b, ci, h, w, kk, e.ldX);
         } else {
-          if (e.opBack) k.gemm_op(e.gP, up(nOut, 8), e.wI, e.dXr, up(rows, 4), e.ldX, Math.ceil(nOut / 2)); // G · Wq: (rows, nIn)
-          else k.gemm(e.gP, e.wT, e.dXr, up(rows, 2), e.ldX, up(nOut, 8));
+          k.gemm_op(e.gP, up(nOut, 8), e.wI, e.dXr, up(rows, 4), e.ldX, Math.ceil(nOut / 2)); // G · Wq: (rows, nIn)
           if (e.dX !== e.dXr) k.bias_rows(e.dXr, e.ldX, rows, nIn, this.zero, e.dX); // compact the rows
         }
         [dX, ed] = [e.dXcm, eg + e.ew];
