@@ -156,18 +156,20 @@ for (const c of DATA.cases) {
   out.push({ bad, c: Array.from(new Int32Array(memory.buffer, pc, m * up8(n))) });
 }
 function up8(x) { return Math.ceil(x / 8) * 8; }
-const src = new Int32Array(memory.buffer, 16384, 2);
-src.set([5, DATA.outside]);
-out.push({ bad: narrowIl(16384, 65536, 1, 2, 1, 1) });
+const src = new Int32Array(memory.buffer, 16384, 8);
+src.set([5, DATA.outside, 0, 0, 0, 0, 0, 0]);
+out.push({ bad: narrowIl(16384, 65536, 1, 2, 1, 1) }); // one value at a time
+out.push({ bad: narrowIl(16384, 65536, 1, 2, 4, 1) }); // 4 positions a step
 console.log(JSON.stringify(out));
 """
 
 
-@pytest.mark.parametrize("hw", [1, 6])
+@pytest.mark.parametrize("hw", [1, 4, 6, 8])
 def test_the_outer_product_gemm_equals_numpy_at_every_k(hw):
     """gemm_op on B laid out by narrow_il (units.op.wat) is A·Bᵀ exactly, for every short K
     (odd ones: the pair's second value is padding), -128·-128 sums at the edge, B from a
-    channel-major map (hw > 1) or a weight matrix (hw = 1); a value outside int8 is refused."""
+    channel-major map (hw > 1; 4 and 8: narrow_il's 4 positions a step) or a weight matrix
+    (hw = 1); a value outside int8 is refused on both of narrow_il's paths."""
     rng = np.random.default_rng(hw)
     cases, want = [], []
     for m, n, k in [(4, 8, 1), (8, 16, 9), (4, 24, 16), (12, 48, 31), (8, 8, 64), (4, 72, 33)]:
@@ -191,7 +193,7 @@ def test_the_outer_product_gemm_equals_numpy_at_every_k(hw):
     for case, w, g in zip(cases, want, got):
         assert g["bad"] == 0, case["k"]
         assert g["c"] == w, (case["m"], case["n"], case["k"])
-    assert got[-1] == {"bad": 1}
+    assert got[-2:] == [{"bad": 1}, {"bad": 1}]
 
 
 NARROW = r"""

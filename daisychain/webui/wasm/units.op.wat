@@ -119,12 +119,53 @@
   ;; channel-major map: sample s, channel o, position p; or, with hw = 1, a weight matrix
   ;; (rows b, k)), as gemm_op's interleaved B over the columns j = s*hw + p and K = o:
   ;; int16 at dst + (j >> 2)*kh*16 + (o >> 1)*16 + (j & 3)*4 + (o & 1)*2. Nothing else is
-  ;; written (a plan's buffer keeps its zero padding). bad = 1 for a value outside int8.
+  ;; written but an odd k's zero partners (a plan's buffer keeps its zero padding). bad = 1
+  ;; for a value outside int8. When hw % 4 == 0 a pair of channels goes 4 positions a step
+  ;; (both rows narrowed to int16 and zipped into one 16-byte block entry); else one value
+  ;; at a time.
   (func (export "narrow_il") (param $src i32) (param $dst i32) (param $b i32) (param $k i32)
     (param $hw i32) (param $kh i32) (result i32)
     (local $s i32) (local $o i32) (local $p i32) (local $j i32) (local $j0 i32) (local $bo i32)
-    (local $v i32) (local $acc i32) (local $bs i32)
+    (local $v i32) (local $acc i32) (local $bs i32) (local $q i32) (local $hw4 i32)
+    (local $x v128) (local $y v128) (local $vacc v128) (local $c128 v128)
     (local.set $bs (i32.shl (local.get $kh) (i32.const 4)))
+    (local.set $hw4 (i32.shl (local.get $hw) (i32.const 2)))
+    (local.set $c128 (i32x4.splat (i32.const 128)))
+    (if (i32.eqz (i32.and (local.get $hw) (i32.const 3)))
+      (then
+        (block $vsdone
+          (loop $vsl
+            (br_if $vsdone (i32.ge_u (local.get $s) (local.get $b)))
+            (local.set $o (i32.const 0))
+            (block $vodone
+              (loop $vol
+                (br_if $vodone (i32.ge_u (local.get $o) (local.get $k)))
+                ;; channels o and o + 1 (a zero row past k) at positions p..p+3
+                (local.set $q (i32.add (local.get $src)
+                  (i32.mul (i32.add (i32.mul (local.get $s) (local.get $k)) (local.get $o)) (local.get $hw4))))
+                (local.set $bo (i32.add (i32.add (local.get $dst) (i32.shl (i32.shr_u (local.get $o) (i32.const 1)) (i32.const 4)))
+                  (i32.mul (i32.shr_u (i32.mul (local.get $s) (local.get $hw)) (i32.const 2)) (local.get $bs))))
+                (local.set $p (i32.const 0))
+                (block $vpdone
+                  (loop $vpl
+                    (br_if $vpdone (i32.ge_u (local.get $p) (local.get $hw)))
+                    (local.set $x (v128.load (local.get $q)))
+                    (local.set $y (v128.const i32x4 0 0 0 0))
+                    (if (i32.lt_u (i32.add (local.get $o) (i32.const 1)) (local.get $k))
+                      (then (local.set $y (v128.load (i32.add (local.get $q) (local.get $hw4))))))
+                    (local.set $vacc (v128.or (local.get $vacc) (v128.or (i32x4.add (local.get $x) (local.get $c128))
+                      (i32x4.add (local.get $y) (local.get $c128)))))
+                    (v128.store (local.get $bo) (i8x16.shuffle 0 1 8 9 2 3 10 11 4 5 12 13 6 7 14 15
+                      (i16x8.narrow_i32x4_s (local.get $x) (local.get $y)) (i16x8.narrow_i32x4_s (local.get $x) (local.get $y))))
+                    (local.set $q (i32.add (local.get $q) (i32.const 16)))
+                    (local.set $bo (i32.add (local.get $bo) (local.get $bs)))
+                    (local.set $p (i32.add (local.get $p) (i32.const 4)))
+                    (br $vpl)))
+                (local.set $o (i32.add (local.get $o) (i32.const 2)))
+                (br $vol)))
+            (local.set $s (i32.add (local.get $s) (i32.const 1)))
+            (br $vsl)))
+        (return (v128.any_true (v128.and (local.get $vacc) (i32x4.splat (i32.const -256)))))))
     (block $sdone
       (loop $sl
         (br_if $sdone (i32.ge_u (local.get $s) (local.get $b)))
