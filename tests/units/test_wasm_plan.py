@@ -290,7 +290,7 @@ for (const [rows, cols, ld, e, limit] of [[1, 1, 1, -1, 2 ** 49], [3, 5, 8, -1, 
   if (ld > 2) { ints[1] = -5; ints[2] = 5; } // halves at e = -1
   const start = Float64Array.from({ length: rows * cols + 3 }, () => rnd(1000) - 500);
   const want = start.slice();
-  accumulate(want, 1, ints, e, 40, limit, cols, ld);
+  for (let r = 0; r < rows; r++) accumulate(want, 1 + r * cols, ints.subarray(r * ld, r * ld + cols), e, 40, limit);
   new Int32Array(memory.buffer, 0, ints.length).set(ints);
   const got = new Float64Array(memory.buffer, 65536, start.length);
   got.set(start);

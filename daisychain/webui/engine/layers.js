@@ -102,17 +102,13 @@ async function denseForward(ctx, a, ex, W, bias, rows, nIn, nOut) {
   return { acc, Wq, ew, sexp, q, s };
 }
 
-/** Add clamp-then-round(ints * 2^(e + S)) into total[off..] (the fixed-point sum). With
- *  `cols` and `ld`: ints holds rows of `cols` values `ld` apart (a padded matrix, read in
- *  place), added into total's consecutive rows of `cols`. */
-export function accumulate(total, off, ints, e, fracBits, limit, cols = ints.length, ld = cols) {
+/** Add clamp-then-round(ints * 2^(e + S)) into total[off..] (the fixed-point sum). */
+export function accumulate(total, off, ints, e, fracBits, limit) {
   const scale = pow2(e + fracBits);
-  for (let r = 0, o = off; r < ints.length; r += ld, o += cols) {
-    for (let j = 0; j < cols; j++) {
-      let v = ints[r + j] * scale;
-      v = v < -limit ? -limit : v > limit ? limit : v;
-      total[o + j] += Math.floor(v + 0.5);
-    }
+  for (let j = 0; j < ints.length; j++) {
+    let v = ints[j] * scale;
+    v = v < -limit ? -limit : v > limit ? limit : v;
+    total[off + j] += Math.floor(v + 0.5);
   }
 }
 
