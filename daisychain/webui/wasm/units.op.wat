@@ -1,11 +1,12 @@
-;; The outer-product GEMM for a short K (wasm_plan.js: a conv's input error, K = its output
-;; channels; a conv forward whose K = ci*k*k is short): a fragment of units.wat's module
+;; The outer-product GEMM, the one the unit GEMM (wasm_units.js) and every GEMM of a resident
+;; plan (wasm_plan.js) run, and the kernels that lay out its B: a fragment of units.wat's module
 ;; (scripts/build_wasm.mjs inserts every units.*.wat in name order), the same rules: exact
 ;; integer instructions only, byte addresses, counts in elements.
 ;;
 ;; Each lane of an accumulator is its own output, so a block ends with plain stores, no
-;; horizontal sums (units.wat gemm reduces each 2x4 block's eight vectors by shuffles, as
-;; costly as the products themselves when K is 16-64). B is laid out interleaved by K pairs
+;; horizontal sums (units.wat gemm, the inner-product kernel the benches compare it with,
+;; reduces each 2x4 block's eight vectors by shuffles, as costly as the products themselves
+;; when K is 16-64; alone, gemm_op passes it on every shape, bench/js/ab_gemm.mjs). B is laid out interleaved by K pairs
 ;; as int16: for every 4 columns j0..j3, for every pair of K (k, k+1), the eight int16
 ;;   B[j0,k] B[j0,k+1] B[j1,k] B[j1,k+1] B[j2,k] B[j2,k+1] B[j3,k] B[j3,k+1]
 ;; (16 bytes; narrow_il writes it), and A's pair (A[i,k], A[i,k+1]) broadcast to every lane:
@@ -15,7 +16,8 @@
   ;; gemm_op(a, lda, b, c, mp, np, kh): C (mp, np) int32 = A · Bᵀ over K = 2*kh, with
   ;; A (mp rows of lda bytes) int8, its K values first in each row; B interleaved (above),
   ;; the 4-column blocks kh*16 bytes apart. mp % 4 == 0, np % 8 == 0. 4 x 8 outputs per
-  ;; block: eight accumulators, each K pair two 16-byte loads of B, four broadcasts of A.
+  ;; block: eight accumulators, each K pair two 16-byte loads of B, four broadcasts of A, two
+  ;; pairs a step (then the odd one).
   ;; The caller keeps 2*kh <= gemm.js MAX_K (padded with zeros), so no sum leaves int32.
   (func (export "gemm_op") (param $a i32) (param $lda i32) (param $b i32) (param $c i32)
     (param $mp i32) (param $np i32) (param $kh i32)
