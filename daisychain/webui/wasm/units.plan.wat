@@ -257,14 +257,20 @@
 
   ;; col2im8t(src, dst, b, ci, h, w, k, ld): col2im from the columns' transpose, src (ci*k*k
   ;; rows of ld int32, column s*h*w + y*w + x) into dst (b, ci*h*w) int32: each (channel, dy,
-  ;; dx) row added into the maps shifted back by (dy - p, dx - p), 4 lanes at a time. The sums
-  ;; wrap as int32 adds; a plan calls it only where spec validation keeps every sum in int32
-  ;; (co*k*k <= MAX_K: |sum| <= 131071 * 127 * 127 < 2^31), so they are the exact sums.
+  ;; dx) row added into the maps shifted back by (dy - p, dx - p). Within a map the shift is
+  ;; one constant offset, so the rows Y whose y = Y - dy + p lies in the map are added as one
+  ;; run, 4 lanes at a time; the columns X whose x = X - dx + p falls outside it took a
+  ;; neighbour's value (the row beside, or the next map's first: at most p values outside a
+  ;; map's run, inside the src buffer), which is subtracted back. The sums wrap as int32 adds
+  ;; (an add and its subtraction cancel exactly); a plan calls it only where spec validation
+  ;; keeps every sum in int32 (co*k*k <= MAX_K: |sum| <= 131071 * 127 * 127 < 2^31), so they
+  ;; are the exact sums.
   (func (export "col2im8t") (param $src i32) (param $dst i32) (param $b i32) (param $ci i32)
     (param $h i32) (param $w i32) (param $k i32) (param $ld i32)
     (local $c i32) (local $dy i32) (local $dx i32) (local $s i32) (local $Y i32) (local $X i32)
-    (local $y i32) (local $X0 i32) (local $X1 i32) (local $X4 i32) (local $p i32) (local $hw i32)
-    (local $row i32) (local $o i32) (local $q i32)
+    (local $Y0 i32) (local $Y1 i32) (local $X0 i32) (local $X1 i32) (local $p i32) (local $hw i32)
+    (local $row i32) (local $o i32) (local $q i32) (local $n i32) (local $n4 i32) (local $d i32)
+    (local $i i32) (local $ro i32) (local $rq i32)
     (local.set $p (i32.shr_u (i32.sub (local.get $k) (i32.const 1)) (i32.const 1)))
     (local.set $hw (i32.mul (local.get $h) (local.get $w)))
     (memory.fill (local.get $dst) (i32.const 0)
@@ -273,6 +279,14 @@
     (loop $lc
       (local.set $dy (i32.const 0))
       (loop $ldy
+        ;; the rows Y whose y = Y - dy + p lies in [0, h)
+        (local.set $Y0 (select (i32.sub (local.get $dy) (local.get $p)) (i32.const 0)
+          (i32.gt_s (local.get $dy) (local.get $p))))
+        (local.set $Y1 (select (i32.sub (i32.add (local.get $h) (local.get $dy)) (local.get $p)) (local.get $h)
+          (i32.lt_s (local.get $dy) (local.get $p))))
+        (local.set $n (i32.mul (i32.sub (local.get $Y1) (local.get $Y0)) (local.get $w)))
+        (if (i32.lt_s (local.get $n) (i32.const 0)) (then (local.set $n (i32.const 0))))
+        (local.set $n4 (i32.and (local.get $n) (i32.const -4)))
         (local.set $dx (i32.const 0))
         (loop $ldx
           ;; the X whose x = X - dx + p lies in [0, w)
@@ -280,41 +294,68 @@
             (i32.gt_s (local.get $dx) (local.get $p))))
           (local.set $X1 (select (i32.sub (i32.add (local.get $w) (local.get $dx)) (local.get $p)) (local.get $w)
             (i32.lt_s (local.get $dx) (local.get $p))))
-          (if (i32.gt_s (local.get $X0) (local.get $X1)) (then (local.set $X0 (local.get $X1))))
-          (local.set $X4 (i32.add (local.get $X0) (i32.and (i32.sub (local.get $X1) (local.get $X0)) (i32.const -4))))
+          (if (i32.gt_s (local.get $X0) (local.get $w)) (then (local.set $X0 (local.get $w)))) ;; a map narrower than p
+          (if (i32.lt_s (local.get $X1) (local.get $X0)) (then (local.set $X1 (local.get $X0))))
+          ;; src index = dst index (within the map) + d
+          (local.set $d (i32.add (i32.mul (i32.sub (local.get $p) (local.get $dy)) (local.get $w))
+            (i32.sub (local.get $p) (local.get $dx))))
           (local.set $s (i32.const 0))
           (loop $ls
-            (local.set $Y (i32.const 0))
-            (loop $lY
-              (local.set $y (i32.add (i32.sub (local.get $Y) (local.get $dy)) (local.get $p)))
-              (if (i32.lt_u (local.get $y) (local.get $h))
-                (then
-                  (local.set $o (i32.add (local.get $dst) (i32.shl (i32.add
-                    (i32.mul (i32.add (i32.mul (local.get $s) (local.get $ci)) (local.get $c)) (local.get $hw))
-                    (i32.mul (local.get $Y) (local.get $w))) (i32.const 2))))
-                  (local.set $q (i32.add (local.get $row) (i32.shl (i32.add
-                    (i32.mul (local.get $s) (local.get $hw))
-                    (i32.sub (i32.add (i32.mul (local.get $y) (local.get $w)) (local.get $p)) (local.get $dx)))
-                    (i32.const 2))))
-                  (local.set $X (local.get $X0))
-                  (block $vdone
-                    (loop $lv
-                      (br_if $vdone (i32.ge_s (local.get $X) (local.get $X4)))
-                      (v128.store (i32.add (local.get $o) (i32.shl (local.get $X) (i32.const 2)))
-                        (i32x4.add (v128.load (i32.add (local.get $o) (i32.shl (local.get $X) (i32.const 2))))
-                          (v128.load (i32.add (local.get $q) (i32.shl (local.get $X) (i32.const 2))))))
-                      (local.set $X (i32.add (local.get $X) (i32.const 4)))
-                      (br $lv)))
-                  (block $tdone
-                    (loop $lt
-                      (br_if $tdone (i32.ge_s (local.get $X) (local.get $X1)))
-                      (i32.store (i32.add (local.get $o) (i32.shl (local.get $X) (i32.const 2)))
-                        (i32.add (i32.load (i32.add (local.get $o) (i32.shl (local.get $X) (i32.const 2))))
-                          (i32.load (i32.add (local.get $q) (i32.shl (local.get $X) (i32.const 2))))))
-                      (local.set $X (i32.add (local.get $X) (i32.const 1)))
-                      (br $lt)))))
-              (local.set $Y (i32.add (local.get $Y) (i32.const 1)))
-              (br_if $lY (i32.lt_u (local.get $Y) (local.get $h))))
+            (local.set $o (i32.add (local.get $dst) (i32.shl (i32.add
+              (i32.mul (i32.add (i32.mul (local.get $s) (local.get $ci)) (local.get $c)) (local.get $hw))
+              (i32.mul (local.get $Y0) (local.get $w))) (i32.const 2))))
+            (local.set $q (i32.add (local.get $row) (i32.shl (i32.add
+              (i32.add (i32.mul (local.get $s) (local.get $hw)) (i32.mul (local.get $Y0) (local.get $w)))
+              (local.get $d)) (i32.const 2))))
+            ;; the run: every row Y0..Y1-1, whole
+            (local.set $i (i32.const 0))
+            (block $vdone
+              (loop $lv
+                (br_if $vdone (i32.ge_s (local.get $i) (local.get $n4)))
+                (v128.store (i32.add (local.get $o) (i32.shl (local.get $i) (i32.const 2)))
+                  (i32x4.add (v128.load (i32.add (local.get $o) (i32.shl (local.get $i) (i32.const 2))))
+                    (v128.load (i32.add (local.get $q) (i32.shl (local.get $i) (i32.const 2))))))
+                (local.set $i (i32.add (local.get $i) (i32.const 4)))
+                (br $lv)))
+            (block $tdone
+              (loop $lt
+                (br_if $tdone (i32.ge_s (local.get $i) (local.get $n)))
+                (i32.store (i32.add (local.get $o) (i32.shl (local.get $i) (i32.const 2)))
+                  (i32.add (i32.load (i32.add (local.get $o) (i32.shl (local.get $i) (i32.const 2))))
+                    (i32.load (i32.add (local.get $q) (i32.shl (local.get $i) (i32.const 2))))))
+                (local.set $i (i32.add (local.get $i) (i32.const 1)))
+                (br $lt)))
+            ;; the columns outside [X0, X1) of each row took a neighbour's value: subtract it back
+            (if (i32.or (i32.gt_s (local.get $X0) (i32.const 0)) (i32.lt_s (local.get $X1) (local.get $w)))
+              (then
+                (local.set $Y (local.get $Y0))
+                (local.set $ro (local.get $o))
+                (local.set $rq (local.get $q))
+                (block $fdone
+                  (loop $lf
+                    (br_if $fdone (i32.ge_s (local.get $Y) (local.get $Y1)))
+                    (local.set $X (i32.const 0)) ;; X < X0, then X >= X1
+                    (block $x0done
+                      (loop $lx0
+                        (br_if $x0done (i32.ge_s (local.get $X) (local.get $X0)))
+                        (i32.store (i32.add (local.get $ro) (i32.shl (local.get $X) (i32.const 2)))
+                          (i32.sub (i32.load (i32.add (local.get $ro) (i32.shl (local.get $X) (i32.const 2))))
+                            (i32.load (i32.add (local.get $rq) (i32.shl (local.get $X) (i32.const 2))))))
+                        (local.set $X (i32.add (local.get $X) (i32.const 1)))
+                        (br $lx0)))
+                    (local.set $X (local.get $X1))
+                    (block $x1done
+                      (loop $lx1
+                        (br_if $x1done (i32.ge_s (local.get $X) (local.get $w)))
+                        (i32.store (i32.add (local.get $ro) (i32.shl (local.get $X) (i32.const 2)))
+                          (i32.sub (i32.load (i32.add (local.get $ro) (i32.shl (local.get $X) (i32.const 2))))
+                            (i32.load (i32.add (local.get $rq) (i32.shl (local.get $X) (i32.const 2))))))
+                        (local.set $X (i32.add (local.get $X) (i32.const 1)))
+                        (br $lx1)))
+                    (local.set $ro (i32.add (local.get $ro) (i32.shl (local.get $w) (i32.const 2))))
+                    (local.set $rq (i32.add (local.get $rq) (i32.shl (local.get $w) (i32.const 2))))
+                    (local.set $Y (i32.add (local.get $Y) (i32.const 1)))
+                    (br $lf)))))
             (local.set $s (i32.add (local.get $s) (i32.const 1)))
             (br_if $ls (i32.lt_u (local.get $s) (local.get $b))))
           (local.set $row (i32.add (local.get $row) (i32.shl (local.get $ld) (i32.const 2))))
