@@ -6,8 +6,10 @@
 // memory holding the same random int8 operands; each round runs every shape on every variant
 // in turn; the report is each shape's best G int-ops/s (2·mp·np·kp / time) per variant and the
 // median of the rounds' speed-ups against the first variant. Every variant's output must be
-// the same bytes, on its first (cold) call and after (the script fails otherwise). Usage:
-//   node bench/js/ab_gemm.mjs [--rounds R] [--ms T] label=PATH.wasm ...
+// the same bytes, on its first (cold) call and after (the script fails otherwise). A variant
+// `label=PATH.wasm:op` runs the module's outer-product kernel (`gemm_op`, units.op.wat) on
+// the same operands, B laid out interleaved by its `narrow_il` once, before the timing. Usage:
+//   node bench/js/ab_gemm.mjs [--rounds R] [--ms T] label=PATH.wasm[:op] ...
 import { readFileSync } from "node:fs";
 import { createHash } from "node:crypto";
 
@@ -28,12 +30,29 @@ A8[0] = -128; // -128 · -128 sums at the edge
 A8[1] = -128;
 
 async function variant(spec) {
-  const [label, path] = spec.split("=");
+  const [label, file] = spec.split("=");
+  const [path, mode] = file.split(":");
   const { instance } = await WebAssembly.instantiate(readFileSync(path), {});
-  const { memory, gemm } = instance.exports;
-  memory.grow(Math.ceil((maxBytes + 65536) / 65536));
+  const { memory, gemm, gemm_op: gemmOp, narrow_il: narrowIl } = instance.exports;
+  const il = maxBytes + 16; // gemm_op's B per shape: its int32 copy, then interleaved
+  memory.grow(Math.ceil((maxBytes + 12 * maxB + 65536) / 65536));
   new Int8Array(memory.buffer).set(A8, 0); // A at 0, B at maxA, C at maxA + maxB (every shape)
-  const call = ([m, n, k]) => gemm(0, maxA, maxA + maxB, m, n, k);
+  const interleaved = new Map();
+  for (const [, n, k] of mode === "op" ? SHAPES : []) { // B (n, k) int8 rows -> interleaved int16
+    const key = `${n}x${k}`;
+    if (interleaved.has(key)) continue;
+    new Int32Array(memory.buffer, il, n * k).set(new Int8Array(memory.buffer, maxA, n * k));
+    const dst = il + 4 * n * k;
+    new Uint8Array(memory.buffer, dst, 2 * n * k).fill(0);
+    narrowIl(il, dst, n, k, 1, k / 2);
+    interleaved.set(key, new Uint8Array(memory.buffer, dst, 2 * n * k).slice());
+  }
+  let cur = null;
+  const call = mode === "op" ? ([m, n, k]) => {
+    const key = `${n}x${k}`;
+    if (cur !== key) { new Uint8Array(memory.buffer, il, 2 * n * k).set(interleaved.get(key)); cur = key; }
+    gemmOp(0, k, il, maxA + maxB, m, n, k / 2);
+  } : ([m, n, k]) => gemm(0, maxA, maxA + maxB, m, n, k);
   const out = ([m, n]) => new Uint8Array(memory.buffer, maxA + maxB, 4 * m * n);
   const sha = SHAPES.map((s) => { call(s); return createHash("sha256").update(out(s)).digest("hex"); }); // cold
   for (const s of SHAPES) for (let i = 0; i < 3; i++) call(s);

@@ -75,9 +75,10 @@ const median = (xs) => { const s = [...xs].sort((p, q) => p - q); return s[s.len
 for (const v of vs) {
   const ratio = median(v.ms.map((m, r) => vs[0].ms[r] / m));
   const best = Math.min(...vs[0].ms) / Math.min(...v.ms);
-  console.log(`${v.label.padEnd(12)} best ${Math.min(...v.ms).toFixed(1).padStart(6)} ms, median ${median(v.ms).toFixed(1).padStart(6)} ms; ` +
+  const f = (m) => m.toFixed(m < 10 ? 3 : 1).padStart(6); // a digits micro-batch is a fraction of a ms
+  console.log(`${v.label.padEnd(12)} best ${f(Math.min(...v.ms))} ms, median ${f(median(v.ms))} ms; ` +
     `vs ${vs[0].label}: ${ratio.toFixed(2)}x (median of rounds), ${best.toFixed(2)}x (best)  sha256 ${v.sha.slice(0, 16)}`);
-  console.log(`${"".padEnd(12)} rounds ${v.ms.map((m) => m.toFixed(1)).join(" ")}`);
+  console.log(`${"".padEnd(12)} rounds ${v.ms.map((m) => m.toFixed(m < 10 ? 3 : 1)).join(" ")}`);
 }
 if (new Set(vs.map((v) => v.sha)).size !== 1) {
   console.error("the variants' contributions differ");

@@ -53,7 +53,8 @@ for (const plan of [await base.residentPlan?.(spec, b)].filter(Boolean)) { // ti
   plan.k = Object.fromEntries(Object.entries(k).map(([name, f]) => [name, typeof f !== "function" ? f : (...args) => {
     const t0 = performance.now();
     const r = f(...args);
-    const key = name === "gemm" ? `plan gemm ${args.slice(3).join("x")}` : `plan ${name}`;
+    const key = name === "gemm" ? `plan gemm ${args.slice(3).join("x")}`
+      : name === "gemm_op" ? `plan gemm_op ${args[4]}x${args[5]}x${2 * args[6]}` : `plan ${name}`;
     times.set(key, (times.get(key) || 0) + performance.now() - t0);
     return r;
   }]));

@@ -79,3 +79,5 @@ def test_selftest_trains_on_wasm_to_the_cli_hash(cpu_page, server_url):
         assert result["error"] is None, result["error"]
         assert t["cpu_units"] == path and t["fallback"] is None
         assert t["params_sha256"] == want["params_sha256"], path
+        # the rate after the warm-up steps (bench.browser's): all but the last of 3 steps left out
+        assert t["warm_steps"] == 2 and t["micro_batches_per_s_after_warm"] > 0 and t["micro_batches_per_s"] > 0

@@ -147,7 +147,8 @@ def test_a_module_that_is_not_exact_is_never_used():
     """A module whose requantize rounds half down (one instruction changed), a module whose
     bytes are not the pinned ones, and tables that are not the exact ones: each refused,
     with the reason in words; the exact module passes."""
-    wat = (WASM / "units.wat").read_text()
+    head = (WASM / "units.wat").read_text().rstrip()
+    wat = f"{head[:-1]}\n" + "\n".join(f.read_text() for f in sorted(WASM.glob("units.*.wat"))) + ")\n"  # as the build
     bad_wat = wat.replace("(i32x4.shr_s (local.get $v) (local.get $s1)) (local.get $one))",
                           "(i32x4.shr_s (local.get $v) (local.get $s)) (local.get $one))", 1)
     assert bad_wat != wat
@@ -183,3 +184,42 @@ console.log(JSON.stringify({ small: Array.from(small), same: big.every((v, i) =>
   couldNotHold: mem.buffer.byteLength < 4 * (a.length + b.length) }));
 """)
     assert got == {"small": [-12], "same": True, "n": 60000, "couldNotHold": True}
+
+
+def test_maxpool_and_its_back_four_windows_at_a_time_equal_the_js_units():
+    """maxpool and maxpool_back take 4 windows a step (units.wat), the rest one at a time: on maps whose
+    windows per row are 1, 3, 4, 5, 8 and 9, odd maps (a dropped row and column), and values
+    in [-2, 2] (ties everywhere: the first maximum wins), they give the JS units' bytes; a g or
+    an a outside int8 inside a 4-window step is refused with the JS units' words."""
+    got = run_wasm("""
+let seed = 7;
+const rnd = (n) => { seed = (Math.imul(seed, 1103515245) + 12345) >>> 0; return (seed >>> 8) % n; };
+const cpu = new P.CpuUnits(luts);
+const out = { same: [], errors: [] };
+for (const [b, c, h, w] of [[1, 1, 2, 2], [2, 3, 6, 6], [1, 2, 8, 8], [3, 2, 7, 10], [2, 1, 16, 17], [1, 4, 5, 18], [2, 2, 4, 9]]) {
+  const geom = { c, h, w };
+  const oh = h >> 1, ow = w >> 1;
+  const a = Int32Array.from({ length: b * c * h * w }, () => rnd(5) - 2);
+  a[0] = 127; a[1] = -128;
+  const g = Int32Array.from({ length: b * c * oh * ow }, () => rnd(256) - 128);
+  const x = await wasm.maxpoolBack(g, a, b, geom);
+  const y = await cpu.maxpoolBack(g, a, b, geom);
+  out.same.push(x.length === y.length && x.every((v, i) => v === y[i]) && x.some((v) => v !== 0));
+  const p = await wasm.maxpool(a, b, geom);
+  const q = await cpu.maxpool(a, b, geom);
+  out.same.push(p.length === q.length && p.every((v, i) => v === q[i]));
+}
+for (const [which, i, v] of [["g", 2, 128], ["a", 5, -129], ["p", 9, 200]]) {
+  const a = new Int32Array(16); const g = new Int32Array(4);
+  (which === "g" ? g : a)[i] = v;
+  try {
+    if (which === "p") await wasm.maxpool(a, 1, { c: 1, h: 2, w: 8 }); else await wasm.maxpoolBack(g, a, 1, { c: 1, h: 2, w: 8 });
+    out.errors.push(null);
+  } catch (e) { out.errors.push(`${e.name}: ${e.message}`); }
+}
+console.log(JSON.stringify(out));
+""")
+    assert got["same"] == [True] * 14
+    assert got["errors"] == ["UnitError: maxpoolBack: g[2] must be an integer in [-128, 127], got 128",
+                             "UnitError: maxpoolBack: a[5] must be an integer in [-128, 127], got -129",
+                             "UnitError: maxpool: a[9] must be an integer in [-128, 127], got 200"]

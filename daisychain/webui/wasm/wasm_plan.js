@@ -6,21 +6,28 @@
 // module and its own memory, every buffer of the pass laid out once: the input, each conv's
 // padded int8 maps, packed int8 operands, accumulators, requantized outputs, errors and
 // gradient sums. Per micro-batch the host writes the input and, when the parameters changed,
-// the quantized weights (packed both ways: forward and input error); the bias in accumulator
+// the parameters, which the module quantizes (units.f64.wat absmax64, quant: detmath.js's
+// float64 operations) and packs both ways (forward and input error); the bias in accumulator
 // units per layer (layers.js biasAcc, float64) once the shifts below it are known. Then each
-// layer is a few kernel calls on that memory (units.wat, units.plan.wat):
-//   forward:  pad8 -> cols8 (the columns as packed int8 rows; a linear: pack) -> gemm ->
-//             bias_rows (with the int32 range check) -> absmax -> requantize (+ReLU) ->
-//             transpose (a conv: to channel-major) -> maxpool;
-//   backward: maxpool_back -> mask (the ReLU) -> narrow (the errors as Gᵀ) and cols8t (the
-//             columns' transpose) -> gemm (the weight gradient) -> sum_blocks (the bias
-//             gradient) -> narrow (G) -> gemm (a conv: Wqᵀ·Gᵀ, then col2im8t; a linear: G·Wq)
-//             -> absmax -> requantize.
-// What leaves the module is the logits, each layer's int32 weight-gradient and bias sums,
-// which the host reads in place; the host computes the shifts (detmath exponent), the
-// output error (model.js outputError, topErrors) and the fixed-point sum (layers.js
-// accumulate), so the bits are engine/model.js's, line for line. Every integer sum is exact:
-// a product sum fits int32 for K <= MAX_K (gemm.js), a col2im sum for co*k*k <= MAX_K.
+// layer is a few kernel calls on that memory (units.wat, units.op.wat, units.plan.wat), every
+// GEMM on the outer-product kernel (units.op.wat gemm_op: A int8 rows, B interleaved by K
+// pairs as int16, each lane its own output):
+//   forward:  pad8 -> cols8 (the columns as packed int8 rows; a linear: pack) -> gemm_op
+//             (B: the weights, interleaved by narrow_il) -> bias_rows (with the int32 range
+//             check) -> absmax -> requantize (+ReLU) -> transpose (a conv: to channel-major)
+//             -> maxpool;
+//   backward: maxpool_back -> mask (the ReLU) -> narrow (the errors as Gᵀ) and il8 (the
+//             forward's columns interleaved; a linear: narrow_il of its input) -> gemm_op (the
+//             weight gradient) -> accum (the fixed-point sum) -> sum_blocks (the bias
+//             gradient) -> accum -> narrow_il (a conv's G) or narrow (a linear's G rows) ->
+//             gemm_op (a conv: Wqᵀ·Gᵀ, then col2im8t; a linear: G·Wq) -> absmax -> requantize.
+// What leaves the module is the logits and the contribution: the caller's fixed-point total
+// is copied into the module's memory, each layer's int32 weight-gradient and bias sums are
+// added into it there (units.f64.wat accum: layers.js accumulate's float64 operations, one
+// for one), and it is copied back. The host computes the shifts (detmath exponent) and the
+// output error (model.js outputError, topErrors), so the bits are engine/model.js's, line
+// for line. Every integer sum is exact: a product sum fits int32 for K <= MAX_K (gemm.js), a
+// col2im sum for co*k*k <= MAX_K.
 //
 // A plan is used only after the module's self-check (wasm_units.js), which ends with whole
 // micro-batches through fresh plans (planSelfCheck: their kernels' first, cold calls) against
@@ -33,7 +40,7 @@
 import { MAX_K } from "../units/gemm.js";
 import { UnitError } from "../units/units.js";
 import { absmax, exponent, pow2, quantExponent, quantize } from "../engine/detmath.js";
-import { accumulate, biasAcc } from "../engine/layers.js";
+import { biasAcc } from "../engine/layers.js";
 import { Engine, IMAGE_EXPONENT, initParams, outputError, ParamLayout, topErrors } from "../engine/model.js";
 import { kindOf } from "../engine/registry.js";
 import { imageCnn, mlp } from "../engine/spec.js";
@@ -94,7 +101,7 @@ export class WasmPlan {
     this.mem = instance.exports.memory;
     const need = this.top - this.mem.buffer.byteLength;
     if (need > 0) this.mem.grow(Math.ceil(need / 65536));
-    this.theta = null;
+    this.quantized = false;
   }
 
   _alloc(words) {
@@ -129,12 +136,14 @@ export class WasmPlan {
       const rows = conv ? b * layer.h * layer.w : b;
       const nIn = layer.nIn;
       const nOut = conv ? layer.co : layer.nOut;
-      const [rp, np, kp] = [up(rows, 2), up(nOut, 4), up(nIn, 8)];
+      // every GEMM on the outer-product kernel (gemm_op): A int8 rows, B interleaved by K
+      // pairs as int16 (narrow_il, il8), C (mp % 4 == 0, np % 8 == 0)
+      const [rp, np, kp] = [up(rows, 4), up(nOut, 8), up(nIn, 8)];
       const fuse = !last && !!kindOf(L[li + 1]).folds;
       const e = {
         kind: conv ? "conv" : "linear", layer, li, pi, rows, nIn, nOut, last, fuse, inp: cur, inLen: curLen,
-        w: A(nOut * nIn), wP: A(np * kp / 4), wT: A(up(nIn, 4) * up(nOut, 8) / 4), bias: A(nOut),
-        aP: A(rp * kp / 4 + 4), c: A(rp * np), acc: A(rows * nOut), reluOut: 0, // + 4: cols8's slack
+        w: A(nOut * nIn), wP: A(np * Math.ceil(nIn / 2)), bias: A(nOut), // Wq interleaved over (nOut, K = nIn)
+        aP: A(rp * kp / 4 + 4), c: A(rp * np), ld: np, acc: A(rows * nOut), reluOut: 0, // + 4: cols8's and il8's slack
       };
       if (conv) { // the input maps as int8 with a zero border of p (pad8), + 16 bytes of slack
         const { ci, h, w, k: kk } = layer;
@@ -147,17 +156,22 @@ export class WasmPlan {
       }
       // backward
       const rk = up(rows, 8);
-      e.gT = A(up(nOut, 2) * rk / 4);
-      e.aT = A(up(nIn, 4) * rk / 4 + 4); // + 4: cols8t's slack
-      e.dW = A(up(nOut, 2) * up(nIn, 4));
+      e.gT = A(up(nOut, 4) * rk / 4); // Gᵀ (nOut, rows) int8
+      e.aT = A(up(nIn, 16) * Math.ceil(rows / 2)); // the input (K = rows, nIn) interleaved (il8: up to 16 columns)
+      e.dW = A(up(nOut, 4) * up(nIn, 8));
       e.db = A(nOut);
-      e.gP = A(up(rows, 4) * up(nOut, 8) / 4);
-      if (conv) { // the input error's transpose (nIn, rows), then col2im8t: channel-major
-        e.dXr = A(up(nIn, 4) * up(rows, 4));
+      if (conv) { // Wqᵀ as int8 rows, G interleaved; the input error's transpose (nIn, rows), then col2im8t
+        e.wT = A(up(nIn, 4) * up(nOut, 8) / 4);
+        e.ldX = up(rows, 8); // its row length
+        e.gP = A(e.ldX * Math.ceil(nOut / 2));
+        e.dXr = A(up(nIn, 4) * e.ldX);
         e.dXcm = A(curLen);
-      } else {
-        e.dXr = A(rp * up(nIn, 4));
-        e.dX = up(nIn, 4) === nIn ? e.dXr : A(rows * nIn);
+      } else { // G as int8 rows, Wq interleaved over (nIn, K = nOut); the input error (rows, nIn) in rows of ldX
+        e.wI = A(up(nIn, 8) * Math.ceil(nOut / 2));
+        e.ldX = up(nIn, 8);
+        e.gP = A(up(rows, 4) * up(nOut, 8) / 4);
+        e.dXr = A(up(rows, 4) * e.ldX);
+        e.dX = e.ldX === nIn ? e.dXr : A(rows * nIn);
         e.dXcm = e.dX;
       }
       e.eq = A(curLen); // the requantized error below
@@ -171,6 +185,9 @@ export class WasmPlan {
     }
     this.zero = A(Math.max(...this.params.map((p) => p.nIn)));
     this.gTop = A(b * spec.classes);
+    this.total = A(2 * this.layout.size); // the fixed-point total, float64
+    this.thetas = [A(2 * this.layout.size), A(2 * this.layout.size)]; // float64: those last quantized (cur), the next
+    this.cur = 0;
   }
 
   _i32(p, n) {
@@ -183,17 +200,22 @@ export class WasmPlan {
 
   /** Quantized weights, packed both ways, once per parameter change. */
   _weights(theta) {
-    let same = this.theta !== null && this.theta.length === theta.length;
-    for (let i = 0; same && i < theta.length; i++) same = this.theta[i] === theta[i];
-    if (same) return;
-    this.theta = Float64Array.from(theta);
-    for (const p of this.params) {
-      const W = this.layout.view(theta, p.pi);
-      p.ew = quantExponent(absmax(W));
-      quantize(W, p.ew, this._i32(p.w, p.nOut * p.nIn));
-      this._pack(p.w, p.wP, p.nOut, p.nIn, p.nIn, 1, up(p.nOut, 4), up(p.nIn, 8));
-      this._pack(p.w, p.wT, p.nIn, p.nOut, 1, p.nIn, up(p.nIn, 4), up(p.nOut, 8));
+    const n = this.layout.size;
+    if (theta.length < n) throw new RangeError(`${theta.length} parameters, the model has ${n}`);
+    const next = this.thetas[1 - this.cur]; // the parameters copied in beside those last quantized
+    new Float64Array(this.mem.buffer, next, n).set(theta.length === n ? theta : theta.subarray(0, n));
+    if (this.quantized && this.k.same(this.thetas[this.cur], next, 8 * n)) return; // the same bits
+    this.quantized = false;
+    this.cur = 1 - this.cur;
+    for (const p of this.params) { // detmath.js absmax, quantExponent and quantize, in the module
+      const W = next + 8 * this.layout.offsets[p.pi];
+      p.ew = quantExponent(this.k.absmax64(W, p.nOut * p.nIn));
+      this.k.quant(W, p.w, p.nOut * p.nIn, pow2(-p.ew));
+      this.k.narrow_il(p.w, p.wP, p.nOut, p.nIn, 1, Math.ceil(p.nIn / 2)); // the forward's B (|q| <= 127)
+      if (p.wI) this.k.narrow_il(p.w, p.wI, 1, p.nOut, p.nIn, Math.ceil(p.nOut / 2)); // a linear's input error's B
+      else this._pack(p.w, p.wT, p.nIn, p.nOut, 1, p.nIn, up(p.nIn, 4), up(p.nOut, 8)); // a conv's: its A, Wqᵀ
     }
+    this.quantized = true;
   }
 
   _input(x) {
@@ -231,11 +253,11 @@ export class WasmPlan {
         const { ci, h, w, k: kk } = e.layer;
         if (k.pad8(e.inp, e.pad, b * ci, h, w, (kk - 1) >> 1)) throw new UnitError("im2col: an input left int8");
         k.cols8(e.pad, e.aP, b, ci, h, w, kk, up(nIn, 8));
-      } else this._pack(e.inp, e.aP, rows, nIn, nIn, 1, up(rows, 2), up(nIn, 8));
-      k.gemm(e.aP, e.wP, e.c, up(rows, 2), up(nOut, 4), up(nIn, 8));
+      } else this._pack(e.inp, e.aP, rows, nIn, nIn, 1, up(rows, 4), up(nIn, 8));
+      k.gemm_op(e.aP, up(nIn, 8), e.wP, e.c, up(rows, 4), e.ld, Math.ceil(nIn / 2));
       const sexp = ex + e.ew;
       this._i32(e.bias, nOut).set(biasAcc(this.layout.view(theta, e.pi + 1), sexp));
-      if (k.bias_rows(e.c, up(nOut, 4), rows, nOut, e.bias, e.acc)) throw new RangeError(`layer ${e.li}: accumulator left int32`);
+      if (k.bias_rows(e.c, e.ld, rows, nOut, e.bias, e.acc)) throw new RangeError(`layer ${e.li}: accumulator left int32`);
       if (e.last) {
         const acc = this._i32(e.acc, rows * nOut);
         const scale = pow2(sexp);
@@ -262,11 +284,17 @@ export class WasmPlan {
     const o = outputError(spec, logits, y, b);
     const { G, eg } = topErrors(o.dz, o.labels, b, spec.classes);
     this._i32(this.gTop, G.length).set(G);
-    this._backward(total, this.gTop, eg, fracBits, limit);
+    const n = this.layout.size; // the total's first n values are the model's (as layers.js accumulate writes them)
+    if (total.length < n) throw new RangeError(`a total of ${total.length} values, the model has ${n}`);
+    const t = new Float64Array(this.mem.buffer, this.total, n);
+    t.set(total.length === n ? total : total.subarray(0, n));
+    this._backward(this.total, this.gTop, eg, fracBits, limit);
+    total.set(t);
     return { loss: o.loss, correct: o.correct };
   }
 
-  /** engine/model.js backwardFrom, layer by layer on this memory. */
+  /** engine/model.js backwardFrom, layer by layer on this memory; `total`: the address of
+   *  the float64 total in it. */
   _backward(total, G, eg, fracBits, limit) {
     const k = this.k;
     const b = this.b;
@@ -288,27 +316,26 @@ export class WasmPlan {
         const hw = e.kind === "conv" ? e.layer.h * e.layer.w : 1; // G: (b, nOut, hw) channel-major
         const rk = up(rows, 8);
         let bad = k.narrow(G, e.gT, b, nOut, hw, hw, rk, 1); // Gᵀ (nOut, rows)
-        if (e.kind === "conv") { // the columns' transpose (nIn, rows), int8, from the input map
-          const { ci, h, w, k: kk } = e.layer;
-          k.cols8t(e.pad, e.aT, b, ci, h, w, kk, rk); // the forward's padded maps
-        } else bad |= k.narrow(e.inp, e.aT, b, nIn, 1, 1, rk, 0);
+        const kh = Math.ceil(rows / 2); // the weight gradient's K pairs: the rows
+        if (e.kind === "conv") k.il8(e.aP, up(nIn, 8), e.aT, rows, nIn, kh); // the forward's columns, interleaved
+        else bad |= k.narrow_il(e.inp, e.aT, 1, rows, nIn, kh); // the input (K = rows, nIn), interleaved
         if (bad) throw new UnitError("gemm: an operand left int8");
-        k.gemm(e.gT, e.aT, e.dW, up(nOut, 2), up(nIn, 4), rk);
-        const dW = new Int32Array(nOut * nIn);
-        const all = this._i32(e.dW, up(nOut, 2) * up(nIn, 4));
-        for (let o = 0; o < nOut; o++) dW.set(all.subarray(o * up(nIn, 4), o * up(nIn, 4) + nIn), o * nIn);
-        accumulate(total, offsets[e.pi], dW, eg + e.ex, fracBits, limit);
+        k.gemm_op(e.gT, rk, e.aT, e.dW, up(nOut, 4), up(nIn, 8), kh);
+        // dW (nOut, nIn) read in place from the GEMM's rows of up(nIn, 8)
+        k.accum(e.dW, up(nIn, 8), nOut, nIn, total + 8 * offsets[e.pi], pow2(eg + e.ex + fracBits), limit);
         k.sum_blocks(G, e.db, b, nOut, hw);
-        accumulate(total, offsets[e.pi + 1], this._i32(e.db, nOut), eg, fracBits, limit);
+        k.accum(e.db, nOut, 1, nOut, total + 8 * offsets[e.pi + 1], pow2(eg + fracBits), limit);
         if (!below) break;
-        if (k.narrow(G, e.gP, b, nOut, hw, hw * up(nOut, 8), 1, up(nOut, 8))) throw new UnitError("gemm: an operand left int8"); // G (rows, nOut)
+        if (e.kind === "conv" ? k.narrow_il(G, e.gP, b, nOut, hw, Math.ceil(nOut / 2)) // G interleaved
+          : hw === 1 ? k.narrow(G, e.gP, 1, b, nOut, 0, up(nOut, 8), 1) // a linear's G: its rows, 16 bytes a step
+            : k.narrow(G, e.gP, b, nOut, hw, hw * up(nOut, 8), 1, up(nOut, 8))) throw new UnitError("gemm: an operand left int8"); // G (rows, nOut)
         if (e.kind === "conv") {
           const { ci, h, w, k: kk } = e.layer;
-          k.gemm(e.wT, e.gP, e.dXr, up(nIn, 4), up(rows, 4), up(nOut, 8)); // (Wqᵀ · Gᵀ): (nIn, rows)
-          k.col2im8t(e.dXr, e.dXcm, b, ci, h, w, kk, up(rows, 4));
+          k.gemm_op(e.wT, up(nOut, 8), e.gP, e.dXr, up(nIn, 4), e.ldX, Math.ceil(nOut / 2)); // (Wqᵀ · Gᵀ): (nIn, rows)
+          k.col2im8t(e.dXr, e.dXcm, b, ci, h, w, kk, e.ldX);
         } else {
-          k.gemm(e.gP, e.wT, e.dXr, up(rows, 2), up(nIn, 4), up(nOut, 8)); // G · Wq: (rows, nIn)
-          if (e.dX !== e.dXr) k.bias_rows(e.dXr, up(nIn, 4), rows, nIn, this.zero, e.dX); // compact the rows
+          k.gemm_op(e.gP, up(nOut, 8), e.wI, e.dXr, up(rows, 4), e.ldX, Math.ceil(nOut / 2)); // G · Wq: (rows, nIn)
+          if (e.dX !== e.dXr) k.bias_rows(e.dXr, e.ldX, rows, nIn, this.zero, e.dX); // compact the rows
         }
         [dX, ed] = [e.dXcm, eg + e.ew];
       }

@@ -16,9 +16,10 @@
 //      (wasm_plan.js planSelfCheck: a small CNN and an MLP, the plan kernels' cold calls).
 // Otherwise it returns {units: null, reason} and the tab computes on the JS units, saying why.
 //
-// Operands are copied into the module's memory (int32), packed to int8 rows with K
-// contiguous and zero padding (pack, which also range-checks), multiplied 2x4 outputs at a
-// time, and copied out. A value out of range throws the JS units' own UnitError.
+// Operands are copied into the module's memory (int32); A is packed to int8 rows with K
+// contiguous and zero padding (pack, which also range-checks), B interleaved by K pairs as
+// int16 (narrow_il); the outer-product kernel (units.op.wat gemm_op) multiplies 4x8 outputs
+// at a time, and C is copied out. A value out of range throws the JS units' own UnitError.
 //
 // The image and dense models do not call the units one by one: residentPlan (wasm_plan.js)
 // keeps a whole micro-batch in a module instance's memory, layer by layer, and the engine
@@ -129,19 +130,23 @@ export class WasmUnits extends CpuUnits {
     const { m, k, n } = L;
     if (a.length !== m * k) throw new UnitError(`gemm: A has ${a.length} elements, shape needs ${m * k}`);
     if (b.length !== k * n) throw new UnitError(`gemm: B has ${b.length} elements, shape needs ${k * n}`);
-    const mp = up(m, 2);
-    const np = up(n, 4);
+    // the outer-product kernel (units.op.wat gemm_op): A packed as int8 rows, B interleaved
+    // by K pairs as int16 (narrow_il reads B (k, n) as one (K, hw = n) map, Bᵀ as n rows)
+    const mp = up(m, 4);
+    const np = up(n, 8);
     const kp = up(k, 8);
-    if (!this._fits(4 * (m * k + k * n + mp * np) + mp * kp + np * kp)) return super.gemm(a, b, desc);
+    const kh = Math.ceil(k / 2);
+    if (!this._fits(4 * (m * k + k * n + mp * np + np * kh) + mp * kp)) return super.gemm(a, b, desc);
     this._reset();
     const pa = this._put(a);
     const pb = this._put(b);
     const qa = this._alloc(mp * kp);
-    const qb = this._alloc(np * kp);
+    const qb = this._alloc(np * kh * 4);
     const pc = this._alloc(mp * np * 4);
     if (this.k.pack(pa, qa, m, k, L.aSm, L.aSk, mp, kp)) checkInt8Array("gemm", "A", a);
-    if (this.k.pack(pb, qb, n, k, L.bSn, L.bSk, np, kp)) checkInt8Array("gemm", "B", b);
-    this.k.gemm(qa, qb, pc, mp, np, kp);
+    new Uint8Array(this.mem.buffer, qb, np * kh * 4).fill(0); // the padding narrow_il does not write
+    if (desc.transB ? this.k.narrow_il(pb, qb, n, k, 1, kh) : this.k.narrow_il(pb, qb, 1, k, n, kh)) checkInt8Array("gemm", "B", b);
+    this.k.gemm_op(qa, kp, qb, pc, mp, np, kh);
     if (np === n) return this._get(pc, m * n);
     const c = new Int32Array(m * n);
     const all = new Int32Array(this.mem.buffer, pc, mp * np);
