@@ -187,10 +187,11 @@ def _rms_back(eng, g, eg, ex, cache):
 
 def _srq(eng, sk, V, e, mask=None, sums=False, f32=False):
     """engine/sround.py requantize_errors with sk = (sample keys, site): the compiled loop
-    (int8 out, float32 where ``f32``) on the compiled route, the numpy rule (float64) else."""
+    (int8 out, float32 where ``f32``) on the compiled route, else through eng._requantize
+    (the unit, float64 out)."""
     fast = getattr(eng, "attn_ops", None) is not None
     dt = (np.float32 if f32 else np.int8) if fast else np.float64
-    return sround.requantize_errors(V, e, sk[0], sk[1], mask, sums, fast, dt)
+    return sround.requantize_errors(V, e, sk[0], sk[1], mask, sums, fast, dt, None if fast else eng._requantize)
 
 
 def _rq8s(eng, V, e, mask=None, sk=None):

@@ -99,11 +99,13 @@ def error_offsets(keys: np.ndarray, L: int, s: np.ndarray) -> np.ndarray:
 
 
 def requantize_errors(V, e, skeys, site: int, mask=None, sums: bool = False, compiled: bool = False,
-                      dtype=np.float64):
+                      dtype=np.float64, unit=None):
     """A sequence model's backward requantize of an error, rounded stochastically:
     sh = max(0, bitlen(max|V|) - 7) per micro-batch (as the round-half-up rule's), q =
     clamp(floor((V + r) / 2**sh), -127, 127), r from :func:`error_offsets` with the keys
     mix32(h(s) ^ site) of the micro-batch's samples ``skeys`` (n, b) (:func:`sample_keys`).
+    That is the requantize unit (round half up) of V + r - 2**sh / 2 (0 for sh = 0) with
+    shift sh: ``unit`` (eng._requantize: the reference route reads the table) computes it so.
     V (n, ..., C): integers below 2**53 (any dtype), each micro-batch's elements b equal
     consecutive runs, one per sample, in order; element i of a sample is its index in that
     run. ``mask``: V * (mask > 0) first (the ReLU's error mask). Returns (q of ``dtype`` in V's
@@ -129,7 +131,11 @@ def requantize_errors(V, e, skeys, site: int, mask=None, sums: bool = False, com
     if mask is not None:
         Vi = np.where(np.asarray(mask).reshape(n, b, -1) > 0, Vi, 0)
     sh = np.maximum(exponent(np.abs(Vi).reshape(n, -1).max(axis=1).astype(np.float64)) - 7, 0)
-    q = np.clip((Vi + error_offsets(keys, Vi.shape[2], sh)) >> sh.reshape(-1, 1, 1), -127, 127)
+    Vr = Vi + error_offsets(keys, Vi.shape[2], sh)
+    if unit is not None:
+        q = unit((Vr - ((1 << sh) >> 1).reshape(-1, 1, 1)).astype(np.float64), sh).astype(np.int64)
+    else:
+        q = np.clip(Vr >> sh.reshape(-1, 1, 1), -127, 127)
     S = q.reshape(n, -1, C).sum(axis=1) if sums else None
     return q.astype(dtype).reshape(V.shape), e + sh, S
 

@@ -9,8 +9,9 @@ import hashlib
 
 import numpy as np
 import pytest
-from jsrun import run_js
+from jsrun import LOAD_LUTS, run_js
 
+from daisychain import package_path
 from daisychain.engine import sround
 from daisychain.engine.detmath import quant_exponent, zero_sum_errors
 from daisychain.engine.model import Engine
@@ -136,10 +137,11 @@ def test_only_a_sequence_models_identity_names_the_rounding():
 
 
 # ---------------------------------------------------------------------- the backward's errors
-JS_ERR = r"""
+JS_ERR = "const lutDir = process.argv[2];\n" + LOAD_LUTS + r"""
+const units = new U.CpuUnits(luts);
 const out = [];
 for (const c of DATA) {
-  const r = R.requantizeErrors(Float64Array.from(c.v), c.e, Uint32Array.from(c.skeys), R.siteKey(c.li, c.j));
+  const r = await R.requantizeErrors(units, Float64Array.from(c.v), c.e, Uint32Array.from(c.skeys), R.siteKey(c.li, c.j));
   out.push({ q: Array.from(r.q), e: r.e, site: R.siteKey(c.li, c.j),
              h: Array.from(R.sampleKeys(Int32Array.from(c.x), Int32Array.from(c.y), c.b, c.T)) });
 }
@@ -160,6 +162,9 @@ def _err_cases(rng):
     return out
 
 
+UNITS = [Engine(gpt(45, 16, ("block16h2",)), load_luts(), gemm=g)._requantize for g in ("fast", "lut")]
+
+
 def test_error_requantize_is_the_same_bytes_in_numpy_compiled_and_js():
     """requantize_errors (numpy rule and compiled loop) and requantizeErrors give the same int8
     errors, shift and site keys; the sample keys are the output error's. (JS gets the masked
@@ -177,6 +182,9 @@ def test_error_requantize_is_the_same_bytes_in_numpy_compiled_and_js():
         qc, ec, Sc = sround.requantize_errors(V.astype(np.float32) if abs(V).max() < 2**24 else V, np.array([-3 + i]),
                                               sk, site, mask, sums=True, compiled=True, dtype=np.int8)
         assert np.array_equal(q, qc) and np.array_equal(e, ec) and np.array_equal(S, Sc)
+        for unit in UNITS:  # the requantize unit of V + r - 2**sh / 2: the reference route's
+            qu, eu, Su = sround.requantize_errors(V, np.array([-3 + i]), sk, site, mask, sums=True, unit=unit)
+            assert np.array_equal(q, qu) and np.array_equal(e, eu) and np.array_equal(S, Su)
         assert np.array_equal(S[0], q[0].sum(axis=0)) and np.abs(q).max() <= 127
         Vj = V if mask is None else np.where(mask > 0, V, 0)
         want.append((q, int(e[0]), site, sk))
@@ -184,7 +192,8 @@ def test_error_requantize_is_the_same_bytes_in_numpy_compiled_and_js():
                       "x": x.ravel().tolist(), "y": y.ravel().tolist(), "b": b, "T": T})
     shifts = [int(w[1]) - (-3 + i) for i, w in enumerate(want)]
     assert 0 in shifts and any(0 < v <= 32 for v in shifts) and max(shifts) > 32  # the three regimes
-    got = run_js(JS_ERR, {"R": "engine/sround.js"}, data=cases)
+    got = run_js(JS_ERR, {"R": "engine/sround.js", "U": "engine/cpu_units.js"}, data=cases,
+                 args=[str(package_path("luts"))])
     for (q, e, site, sk), have in zip(want, got):
         assert _sha(have["q"]) == _sha(q.ravel()) and have["e"] == e
         assert have["site"] == site and have["h"] == sk[0].tolist()

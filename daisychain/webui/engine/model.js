@@ -191,7 +191,7 @@ export class Engine {
         G = dX;
         eg = r.e;
       } else if (skeys && below.layer.type === "rmsnorm") { // the final norm's error: stochastic
-        ({ q: G, e: eg } = requantizeErrors(dX, r.e, skeys, siteKey(below.li, 0)));
+        ({ q: G, e: eg } = await requantizeErrors(this.units, dX, r.e, skeys, siteKey(below.li, 0)));
       } else {
         const s = Math.max(exponent(absmax(dX)) - 7, 0);
         G = await this.units.requantize(dX, s);

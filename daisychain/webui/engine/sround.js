@@ -45,23 +45,26 @@ export function siteKey(li, j) {
  *  sh = max(0, bitlen(max|V|) - 7), q = clamp(floor((V + r) / 2^sh), -127, 127), r = the top
  *  sh bits of u = mix32(mix32(h(s) ^ site) + i * 0x9E3779B9) (u * 2^(sh - 32), floored), i
  *  the element's index in its sample's run of V (b equal runs, one per sample of `skeys`).
- *  Every value an integer below 2^53: exact in Numbers. -> {q: Int32Array, e: e + sh}. */
-export function requantizeErrors(V, e, skeys, site) {
+ *  The offsets on the host, then the path's requantize unit (round half up) of V + r - 2^sh / 2
+ *  (every value an integer below 2^53: exact in Numbers), first floored by 2^t1, t1 = max(0,
+ *  sh - 23), as transformer.js rq8 (the same result). -> {q: Int32Array, e: e + sh}. */
+export async function requantizeErrors(units, V, e, skeys, site) {
   const b = skeys.length;
   const L = V.length / b;
   const sh = Math.max(bitlen(absmax(V)) - 7, 0);
+  const t1 = Math.max(0, sh - 23);
   const up = pow2(sh - 32);
-  const scale = pow2(-sh);
-  const q = new Int32Array(V.length);
+  const half = sh > 0 ? pow2(sh - 1) : 0;
+  const scale = pow2(-t1);
+  const x = new Int32Array(V.length);
   for (let s = 0; s < b; s++) {
     const k = mix32((skeys[s] ^ site) >>> 0);
     for (let l = 0, i = s * L; l < L; l++, i++) {
       const r = Math.floor(mix32((k + Math.imul(l, GOLDEN)) >>> 0) * up);
-      const x = Math.floor((V[i] + r) * scale);
-      q[i] = x < -127 ? -127 : x > 127 ? 127 : x;
+      x[i] = Math.floor((V[i] + r - half) * scale);
     }
   }
-  return { q, e: e + sh };
+  return { q: await units.requantize(x, sh - t1), e: e + sh };
 }
 
 /** q = clamp(floor(dz * 2^-e + u), -127, 127), u = mix32(r + c * 0x9E3779B9) * 2^-32: dz

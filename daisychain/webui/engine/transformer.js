@@ -326,7 +326,7 @@ export class Block {
     const pi = c.pi;
     const inner = { ...ctx, needInput: true };
     // site j's requantize of an error: stochastic in a sequence model (sround.js), else rq8
-    const rqe = (j, V, e) => (ctx.skeys ? requantizeErrors(V, e, ctx.skeys, siteKey(c.li, j)) : rq8(units, V, e));
+    const rqe = (j, V, e) => (ctx.skeys ? requantizeErrors(units, V, e, ctx.skeys, siteKey(c.li, j)) : rq8(units, V, e));
     // MLP branch
     const g3 = await rqe(0, E, eg);
     const r2 = await denseBackward(inner, g3.q, g3.e, c.H1, c.eh, c.W2, c.ew2, R, M, D, pi + 10);
