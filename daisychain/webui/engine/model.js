@@ -12,7 +12,7 @@ import { absmax, dexp, exponent, pow2, quantExponent, quantize, quantize1, zeroS
 import { accumulate, BIAS_LIMIT } from "./layers.js";
 import { isSequence, kindOf } from "./registry.js";
 import { STREAM_PARAM, uniform } from "./prng.js";
-import { quantizeStochastic, requantizeErrors, rowKeys, sampleKeys, siteKey } from "./sround.js";
+import { quantizeStochastic, rowKeys, sampleKeys } from "./sround.js";
 
 /** Exponent of every image micro-batch: a = pixel >> 1 stands for a * 2^-7. */
 export const IMAGE_EXPONENT = -7;
@@ -190,8 +190,8 @@ export class Engine {
       if (r.int8 || r.wide) { // int8 errors, or a transformer's wide stream error
         G = dX;
         eg = r.e;
-      } else if (skeys && below.layer.type === "rmsnorm") { // the final norm's error: stochastic
-        ({ q: G, e: eg } = await requantizeErrors(this.units, dX, r.e, skeys, siteKey(below.li, 0)));
+      } else if (skeys && below.layer.stochasticError) { // the final norm's error (transformer.js)
+        ({ q: G, e: eg } = await below.layer.stochasticError(ctx, below, dX, r.e));
       } else {
         const s = Math.max(exponent(absmax(dX)) - 7, 0);
         G = await this.units.requantize(dX, s);

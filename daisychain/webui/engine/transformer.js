@@ -166,8 +166,14 @@ export class RmsNorm {
     return { st: { a: r.q, ex: r.e }, entry: { layer: this, pi: ctx.pi, li: ctx.li, cache: r.cache, ex: st.ex, R, reluOut: null } };
   }
 
-  /** From int8 errors G (the output layer's, requantized: a sequence model's stochastically
-   *  at site (li, 0), model.js backwardFrom): the wide stream error. */
+  /** The output layer's input error dX (exponent e) as this norm's int8 errors, rounded
+   *  stochastically at site (li, 0) (attention.py RMSNorm.backward): model.js backwardFrom
+   *  asks for it in a sequence model (ctx.skeys). -> {q, e}. */
+  stochasticError(ctx, entry, dX, e) {
+    return requantizeErrors(ctx.units, dX, e, ctx.skeys, siteKey(entry.li, 0));
+  }
+
+  /** From int8 errors G (the output layer's, requantized: stochasticError): the wide stream error. */
   async backward(ctx, e, G, eg) {
     const { V, e: ed } = rmsBackward(G, eg, e.ex, e.cache, e.R, this.nIn);
     return { dX: V, e: ed, wide: true };
