@@ -18,6 +18,7 @@ import re
 import numpy as np
 
 from daisychain.engine import norm as N
+from daisychain.engine import sround
 from daisychain.engine.detmath import pow2, quant_exponent, quantize
 from daisychain.engine.layer_base import Layer, LayerKind, SpecError, _affine_am, _trace_affine
 
@@ -35,11 +36,14 @@ def _int(obj, key):
     return int(obj[key])
 
 
-def _rq8(eng, V, e, am=None, f32=False):
+def _rq8(eng, V, e, am=None, f32=False, sk=None):
     """requantize to int8 with s = max(0, bitlen(max|V|) - 7) per micro-batch: (int8, e + s).
     (For |V| >= 2**31 an int32 engine first floors by 2**t1, t1 = max(0, s - 23): the same
     result; numpy's float routing is exact for any |V| < 2**53.) ``am``: max|V| per
-    micro-batch where the compiled route already took it."""
+    micro-batch where the compiled route already took it. ``sk``: (sample keys, site) of a
+    backward's error: rounded stochastically (:func:`_srq`)."""
+    if sk is not None:
+        return _srq(eng, sk, V, e, f32=f32)[:2]
     ops = getattr(eng, "attn_ops", None)
     if ops is not None:  # f32: float32 out for the per-head GEMMs (the same integers)
         return ops.rq8(eng, V, e, am, np.float32 if f32 else np.int8)
@@ -166,6 +170,9 @@ class RMSNorm(LayerKind):
 
     def backward(self, eng, l, li, pi, cache, bw):
         (nc, ex) = cache
+        if bw.keys is not None and bw.acc:  # a sequence model's error rounds stochastically
+            bw.G, bw.eg = _rq8(eng, bw.G, bw.eg, sk=(bw.keys, sround.site_key(li, 0)))
+            bw.acc = False
         g = bw.int8(eng)
         bw.G, bw.eg = _rms_back(eng, g, bw.eg, ex, nc)
         bw.acc = True  # wide: the block above reads it as the stream error
@@ -193,9 +200,20 @@ def _rms_back(eng, g, eg, ex, cache):
     return dx.astype(np.float64, copy=False), e
 
 
-def _rq8s(eng, V, e, mask=None):
+def _srq(eng, sk, V, e, mask=None, sums=False, f32=False):
+    """engine/sround.py requantize_errors with sk = (sample keys, site): the compiled loop
+    (int8 out, float32 where ``f32``) on the compiled route, else through eng._requantize
+    (the unit, float64 out)."""
+    fast = getattr(eng, "attn_ops", None) is not None
+    dt = (np.float32 if f32 else np.int8) if fast else np.float64
+    return sround.requantize_errors(V, e, sk[0], sk[1], mask, sums, fast, dt, None if fast else eng._requantize)
+
+
+def _rq8s(eng, V, e, mask=None, sk=None):
     """_rq8 of V * (mask > 0) (no mask: V), and the int8 out's sum over its rows per
-    micro-batch (a bias gradient's integers): (int8, e + s, sums)."""
+    micro-batch (a bias gradient's integers): (int8, e + s, sums). ``sk``: as _rq8's."""
+    if sk is not None:
+        return _srq(eng, sk, V, e, mask, sums=True)
     fast = getattr(eng, "attn_ops", None)
     if fast is not None:
         return fast.rq8x(V, e, mask, sums=True)
@@ -203,8 +221,11 @@ def _rq8s(eng, V, e, mask=None):
     return G, eG, G.sum(axis=1)
 
 
-def _rq8_rows(eng, M, n, b, T, H, dh, e, sums=False):
-    """_rq8 of _rows(M), and (where ``sums``) the out's sum over its rows as _rq8s."""
+def _rq8_rows(eng, M, n, b, T, H, dh, e, sums=False, sk=None):
+    """_rq8 of _rows(M), and (where ``sums``) the out's sum over its rows as _rq8s. ``sk``: as
+    _rq8's."""
+    if sk is not None:
+        return _srq(eng, sk, _rows(M, n, b, T, H, dh), e, sums=sums)
     fast = getattr(eng, "attn_ops", None)
     if fast is not None:
         return fast.rq8_rows(M, n, b, T, H, dh, e, sums)
@@ -311,38 +332,40 @@ class Block(LayerKind):
         a = c["a"]
         out, fb, lim = bw.out, bw.frac_bits, bw.limit
         E, eg = bw.G, bw.eg  # the wide stream error
+        sk = ((lambda j: None) if bw.keys is None  # site j's keys: the errors round stochastically
+              else (lambda j: (bw.keys, sround.site_key(li, j))))
         # MLP branch
-        G3, eg3, sb = _rq8s(eng, E, eg)
+        G3, eg3, sb = _rq8s(eng, E, eg, sk=sk(0))
         _wgrad(eng, out, pi + 10, G3, c["H1"], eg3 + c["eh"], fb, lim)
         eng._accumulate(out, pi + 11, sb, eg3, fb, lim)
-        Gh, egh, sb = _rq8s(eng, _mm(eng, G3, c["W2"]), eg3 + c["ew2"], c["H1"])  # the ReLU's mask
+        Gh, egh, sb = _rq8s(eng, _mm(eng, G3, c["W2"]), eg3 + c["ew2"], c["H1"], sk(1))  # the ReLU's mask
         _wgrad(eng, out, pi + 8, Gh, c["A2"], egh + c["en2"], fb, lim)
         eng._accumulate(out, pi + 9, sb, egh, fb, lim)
-        g2, eg2 = _rq8(eng, _mm(eng, Gh, c["W1"]), egh + c["ew1"])
+        g2, eg2 = _rq8(eng, _mm(eng, Gh, c["W1"]), egh + c["ew1"], sk=sk(2))
         E, eg = _align(eng, [(E, eg), _rms_back(eng, g2, eg2, c["ex1"], c["nc2"])])
         # attention branch
-        Go, ego, sb = _rq8s(eng, E, eg)
+        Go, ego, sb = _rq8s(eng, E, eg, sk=sk(3))
         _wgrad(eng, out, pi + 6, Go, c["Oa"], ego + c["eo"], fb, lim)
         eng._accumulate(out, pi + 7, sb, ego, fb, lim)
-        Ga, ega = _rq8(eng, _mm(eng, Go, c["Wo"]), ego + c["ewo"])
+        Ga, ega = _rq8(eng, _mm(eng, Go, c["Wo"]), ego + c["ewo"], sk=sk(4))
         Gah = _heads_mm(eng, Ga, n, b, T, H, dh)
         (_, eq, _, _), (_, ek, _, _), (_, ev, _, _) = c["qkv"]
         Pm = c["P"].reshape(n * b * H, T, T)
         dP = _mm(eng, Gah, c["Vh"].transpose(0, 2, 1))  # exponent ega + ev
         dV = _mm(eng, Pm.transpose(0, 2, 1), Gah)  # exponent ega - 7
         dA = softmax_back(Pm, dP, eng)  # exponent ega + ev - 14
-        GS, eS = _rq8(eng, dA.reshape(n, b * H * T, T), ega + ev - 14, f32=True)
+        GS, eS = _rq8(eng, dA.reshape(n, b * H * T, T), ega + ev - 14, f32=True, sk=sk(5))
         GS = GS.reshape(n * b * H, T, T)
         dQ = _mm(eng, GS, c["Kh"])  # exponent eS + ek - a
         dK = _mm(eng, GS.transpose(0, 2, 1), c["Qh"])  # exponent eS + eq - a
         errs = []
         for j, (dM, e) in enumerate(((dQ, eS + ek - a), (dK, eS + eq - a), (dV, ega - 7))):
-            Gs, egs, sb = _rq8_rows(eng, dM, n, b, T, H, dh, e, sums=True)
+            Gs, egs, sb = _rq8_rows(eng, dM, n, b, T, H, dh, e, sums=True, sk=sk(6 + j))
             _, _, Wq, ew = c["qkv"][j]
             _wgrad(eng, out, pi + 2 * j, Gs, c["A1"], egs + c["en1"], fb, lim)
             eng._accumulate(out, pi + 2 * j + 1, sb, egs, fb, lim)
-            errs.append(_rq8(eng, _mm(eng, Gs, Wq), egs + ew))
-        g1, eg1 = _rq8(eng, *_align(eng, errs))
+            errs.append(_rq8(eng, _mm(eng, Gs, Wq), egs + ew, sk=sk(9 + j)))
+        g1, eg1 = _rq8(eng, *_align(eng, errs), sk=sk(12))
         E, eg = _align(eng, [(E, eg), _rms_back(eng, g1, eg1, c["ex"], c["nc1"])])
         bw.G, bw.eg, bw.acc = E, eg, True
 

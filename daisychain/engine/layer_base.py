@@ -162,7 +162,8 @@ class Flow:
 class Back:
     """The backward pass's running state: errors ``G`` (n, b, width) with exponent ``eg``;
     ``acc`` when G is still an accumulator (not yet requantized: a ReLU may mask it first);
-    the fixed-point gradient ``out`` and its settings."""
+    the fixed-point gradient ``out`` and its settings; ``keys``: a sequence model's sample
+    keys (n, b) (engine/sround.py: its errors round stochastically), else None."""
 
     G: np.ndarray
     eg: np.ndarray
@@ -170,6 +171,7 @@ class Back:
     out: np.ndarray
     frac_bits: int
     limit: float
+    keys: np.ndarray | None = None
 
     def int8(self, eng) -> np.ndarray:
         """G as int8 errors: an accumulator is requantized with s = max(0, bitlen(max|G|) - 7)

@@ -21,7 +21,7 @@ from daisychain.engine.layer_base import BIAS_LIMIT, Back, Flow  # noqa: F401 (B
 from daisychain.engine.layers import kind_of
 from daisychain.engine.paths import choose
 from daisychain.engine.spec import ModelSpec
-from daisychain.engine.sround import quantize_errors, row_keys
+from daisychain.engine.sround import quantize_errors, row_keys, sample_keys
 from daisychain.units import reference as ref
 from daisychain.units.gemm import MAX_K, MAX_K_FLOAT32, gemm_lut, require_exact_mul, tables_are_exact
 from daisychain.units.luts import LutSet
@@ -256,7 +256,8 @@ class Engine:
         z, cache = self._forward_reference(theta, x)
         G, eg, loss, correct = self.top_errors(z, x, y)
         out = np.zeros(self.layout.size, np.int64)
-        bw = Back(G, eg, False, out, frac_bits, limit)
+        keys = sample_keys(x, y) if self.spec.seq and self.spec.loss == "cross_entropy" else None
+        bw = Back(G, eg, False, out, frac_bits, limit, keys)  # keys: the errors round stochastically
         for li in range(len(self.spec.layers) - 1, -1, -1):
             layer = self.spec.layers[li]
             kind_of(layer).backward(self, layer, li, self.first_param[li], cache[li], bw)

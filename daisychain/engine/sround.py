@@ -1,5 +1,6 @@
-"""Stochastic rounding of a sequence model's output error (docs/ENGINE.md, "Loss (sequence
-models)"; issue 37).
+"""Stochastic rounding of a sequence model's errors (docs/ENGINE.md, "Loss (sequence models)"
+and "The transformer"; issue 37): the output error's, and every requantize of an error in
+the backward pass (:func:`requantize_errors`, below).
 
 A transformer's output error ``dz`` (rows b*T, classes C) has one int8 scale per micro-batch:
 most small probabilities lie below half a unit, and ``floor(v + 1/2)`` rounds them to 0 on
@@ -24,11 +25,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from daisychain.engine.detmath import pow2, quant_exponent
+from daisychain.compiled import built_once, numba_jit
+from daisychain.engine.detmath import exponent, pow2, quant_exponent
 from daisychain.engine.prng import M32, mix32
 
 GOLDEN = 0x9E3779B9
 ROW = 0x85EBCA6B
+SITE = 0x27D4EB2F
+SITES = 16  #: requantize sites per layer in the site key (a block has 13)
 TWO_M32 = 2.3283064365386963e-10  # 2**-32, exact
 
 
@@ -77,3 +81,133 @@ def quantize_errors(dz: np.ndarray, keys: np.ndarray) -> tuple[np.ndarray, np.nd
     G = :func:`quantize_stochastic` (before the zero-sum step)."""
     eg = quant_exponent(np.abs(dz).reshape(dz.shape[0], -1).max(axis=1))
     return quantize_stochastic(dz, eg, keys), eg
+
+
+# ---------------------------------------------------------------------- the backward's errors
+def site_key(li: int, j: int) -> int:
+    """sigma(li, j) = mix32((li * 16 + j) ^ 0x27D4EB2F): requantize site j of layer li."""
+    return int(mix32(np.array([((li * SITES + j) ^ SITE) & M32], np.uint32))[0])
+
+
+def error_offsets(keys: np.ndarray, L: int, s: np.ndarray) -> np.ndarray:
+    """r(s, i) in [0, 2**sh): keys (n, b) = mix32(h ^ sigma) per sample, sh (n,) the shift per
+    micro-batch -> int64 (n, b, L): u = mix32(key + i * 0x9E3779B9), r = (u << max(0, sh -
+    32)) >> max(0, 32 - sh) (the top sh bits of u; sh = 0: r = 0)."""
+    u = mix32(np.asarray(keys, np.uint32)[..., None] + _mul32(np.arange(L), GOLDEN)[None, None, :])
+    sh = np.asarray(s, np.int64).reshape(-1, 1, 1)
+    return (u.astype(np.int64) << np.maximum(sh - 32, 0)) >> np.maximum(32 - sh, 0)
+
+
+def requantize_errors(V, e, skeys, site: int, mask=None, sums: bool = False, compiled: bool = False,
+                      dtype=np.float64, unit=None):
+    """A sequence model's backward requantize of an error, rounded stochastically:
+    sh = max(0, bitlen(max|V|) - 7) per micro-batch (as the round-half-up rule's), q =
+    clamp(floor((V + r) / 2**sh), -127, 127), r from :func:`error_offsets` with the keys
+    mix32(h(s) ^ site) of the micro-batch's samples ``skeys`` (n, b) (:func:`sample_keys`).
+    That is the requantize unit (round half up) of V + r - 2**sh / 2 (0 for sh = 0) with
+    shift sh: ``unit`` (eng._requantize: the reference route reads the table) computes it so.
+    V (n, ..., C): integers below 2**53 (any dtype), each micro-batch's elements b equal
+    consecutive runs, one per sample, in order; element i of a sample is its index in that
+    run. ``mask``: V * (mask > 0) first (the ReLU's error mask). Returns (q of ``dtype`` in V's
+    shape, e + sh, the int8 out's sum over everything but its last axis per micro-batch
+    (n, C) int64 where ``sums``, else None). ``compiled``: the numba loop (the same integers)."""
+    V = np.asarray(V)
+    n, b = np.shape(skeys)
+    C = V.shape[-1]
+    keys = mix32(np.asarray(skeys, np.uint32) ^ np.uint32(site))
+    e = np.broadcast_to(np.asarray(e, np.int64), (n,))
+    k = kernels() if compiled else None
+    if k is not None:
+        Vc = np.ascontiguousarray(V)
+        M = (np.ascontiguousarray(mask).reshape(n, b, -1, C) if mask is not None
+             else np.empty((0, 1, 1, 1), np.int8))
+        out = np.empty(V.shape, dtype)
+        e_out = np.empty(n, np.int64)
+        S = np.empty((n, C) if sums else (0, 1), np.int64)
+        k.sround_rq8(Vc.reshape(n, b, -1, C), M, keys.astype(np.int64), e.copy(), out.reshape(n, b, -1, C),
+                     e_out, S)
+        return out, e_out, (S if sums else None)
+    Vi = V.astype(np.int64).reshape(n, b, -1)
+    if mask is not None:
+        Vi = np.where(np.asarray(mask).reshape(n, b, -1) > 0, Vi, 0)
+    sh = np.maximum(exponent(np.abs(Vi).reshape(n, -1).max(axis=1).astype(np.float64)) - 7, 0)
+    Vr = Vi + error_offsets(keys, Vi.shape[2], sh)
+    if unit is not None:
+        q = unit((Vr - ((1 << sh) >> 1).reshape(-1, 1, 1)).astype(np.float64), sh).astype(np.int64)
+    else:
+        q = np.clip(Vr >> sh.reshape(-1, 1, 1), -127, 127)
+    S = q.reshape(n, -1, C).sum(axis=1) if sums else None
+    return q.astype(dtype).reshape(V.shape), e + sh, S
+
+
+_U = np.uint64
+
+
+def _nb_mix32(x):
+    """prng.mix32 of x (uint64 below 2**32) in uint64 arithmetic, masked to 32 bits."""
+    x ^= x >> _U(16)
+    x = (x * _U(0x7FEB352D)) & _U(M32)
+    x ^= x >> _U(15)
+    x = (x * _U(0x846CA68B)) & _U(M32)
+    x ^= x >> _U(16)
+    return x
+
+
+def _nb_sround_rq8(V, mask, keys, e, out, e_out, sums):
+    """requantize_errors on V (n, b, P, C) (integers, |V| < 2**53) with keys (n, b) the
+    per-sample keys mix32(h ^ sigma), mask (n, b, P, C) or (0, ...), sums (n, C) or (0, 1):
+    the integer rule, element i = p * C + c of sample s."""
+    n, b, P, C = V.shape
+    use_mask, want = mask.shape[0] > 0, sums.shape[0] > 0
+    for i in range(n):
+        m = np.int64(0)
+        for s_ in range(b):
+            for p in range(P):
+                for c in range(C):
+                    a = np.int64(V[i, s_, p, c])
+                    if use_mask and mask[i, s_, p, c] <= 0:
+                        a = 0
+                    a = a if a >= 0 else -a
+                    m = a if a > m else m
+        sh = 0
+        while (m >> sh) > 0:  # bitlen(m)
+            sh += 1
+        sh = max(sh - 7, 0)
+        up, dn = max(sh - 32, 0), max(32 - sh, 0)
+        if want:
+            for c in range(C):
+                sums[i, c] = 0
+        for s_ in range(b):
+            k = _U(keys[i, s_])
+            idx = _U(0)
+            for p in range(P):
+                for c in range(C):
+                    u = _nb_mix32((k + idx * _U(0x9E3779B9)) & _U(M32))
+                    idx += _U(1)
+                    v = np.int64(V[i, s_, p, c])
+                    if use_mask and mask[i, s_, p, c] <= 0:
+                        v = 0
+                    x = (v + ((np.int64(u) << up) >> dn)) >> sh
+                    x = min(max(x, -127), 127)
+                    out[i, s_, p, c] = x
+                    if want:
+                        sums[i, c] += x
+        e_out[i] = e[i] + sh
+
+
+def _build():
+    """The compiled loop, or None without numba (the numpy rule runs)."""
+    jit = numba_jit()
+    if jit is None:
+        return None
+    import types
+
+    g = globals()
+    k = types.SimpleNamespace()
+    for name in ("mix32", "sround_rq8"):
+        g["_nb_" + name] = jit(g["_nb_" + name])
+        setattr(k, name, g["_nb_" + name])
+    return k
+
+
+kernels = built_once(_build)

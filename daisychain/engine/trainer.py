@@ -34,6 +34,7 @@ def run_identity(spec: ModelSpec, hp: Hyper, ds: Dataset, luts: LutSet) -> dict:
         out["exp_lut"] = luts.exp_sha256
     if spec.seq:  # its output error rounds stochastically (engine/sround.py): an engine that
         out["output_rounding"] = "stochastic"  # rounded it half up has another run id
+        out["error_rounding"] = "stochastic"  # and so do its backward's errors (sround.requantize_errors)
     return out
 
 
@@ -45,7 +46,8 @@ def identity_differences(mine: dict, theirs: dict) -> list[str]:
     """Human-readable list of what differs between two run identities."""
     names = {"model": "model spec", "hyper": "hyperparameters", "dataset": "dataset fingerprint",
              "luts": "LUT manifest", "engine": "engine version", "seed": "seed", "task": "task",
-             "exp_lut": "exp table", "output_rounding": "output error rounding"}
+             "exp_lut": "exp table", "output_rounding": "output error rounding",
+             "error_rounding": "backward error rounding"}
     out = []
     for k, label in names.items():
         if mine.get(k) != theirs.get(k):

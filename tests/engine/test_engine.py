@@ -231,7 +231,7 @@ def test_identity_differences_say_the_same_in_js():
     from jsrun import run_js
 
     mine = {k: "a" for k in ("model", "hyper", "dataset", "luts", "engine", "seed", "task", "exp_lut",
-                              "output_rounding")}
+                              "output_rounding", "error_rounding")}
     theirs = dict({k: "b" for k in mine}, model={"layers": []})
     got = run_js("const [a, b] = DATA; console.log(JSON.stringify(M.identityDifferences(a, b)));",
                  imports={"M": "run/member.js"}, data=[mine, theirs])

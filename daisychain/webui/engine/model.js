@@ -12,7 +12,7 @@ import { absmax, dexp, exponent, pow2, quantExponent, quantize, quantize1, zeroS
 import { accumulate, BIAS_LIMIT } from "./layers.js";
 import { isSequence, kindOf } from "./registry.js";
 import { STREAM_PARAM, uniform } from "./prng.js";
-import { quantizeStochastic, rowKeys } from "./sround.js";
+import { quantizeStochastic, rowKeys, sampleKeys } from "./sround.js";
 
 /** Exponent of every image micro-batch: a = pixel >> 1 stands for a * 2^-7. */
 export const IMAGE_EXPONENT = -7;
@@ -156,21 +156,23 @@ export class Engine {
     if (plan) return plan.gradInto(total, theta, x, y, fracBits, limit); // gpu_resident.js
     const { logits: z, cache } = await this.forward(theta, x, b);
     let keys = null;
+    let skeys = null;
     if (this.seq && this.spec.loss !== "mse") { // every position predicts the next token: b*T rows (model.py seq_targets)
-      keys = rowKeys(x, y, b, this.spec.inputDim); // its error rounds stochastically (sround.js)
+      skeys = sampleKeys(x, y, b, this.spec.inputDim); // its errors round stochastically (sround.js)
+      keys = rowKeys(x, y, b, this.spec.inputDim, skeys);
       y = seqTargets(x, y, b, this.spec.inputDim);
       b = y.length;
     }
     const o = outputError(this.spec, z, y, b);
-    return this.backwardFrom(total, cache, o.dz, o.labels, b, fracBits, limit, o.loss, o.correct, keys);
+    return this.backwardFrom(total, cache, o.dz, o.labels, b, fracBits, limit, o.loss, o.correct, keys, skeys);
   }
 
   /** The backward pass from the output error dz (b, out); `y`: cross-entropy's labels (the
-   *  quantized errors made zero-sum per sample), null for mse; `keys`: a sequence model's
-   *  row keys (stochastic rounding, sround.js), else null. Returns {loss, correct}. */
-  async backwardFrom(total, cache, dz, y, b, fracBits, limit, loss, correct = 0, keys = null) {
+   *  quantized errors made zero-sum per sample), null for mse; `keys`, `skeys`: a sequence
+   *  model's row and sample keys (stochastic rounding, sround.js), else null. Returns {loss, correct}. */
+  async backwardFrom(total, cache, dz, y, b, fracBits, limit, loss, correct = 0, keys = null, skeys = null) {
     let { G, eg } = topErrors(dz, y, b, this.spec.classes, keys);
-    const ctx = { units: this.units, b, total, offsets: this.layout.offsets, fracBits, limit, needInput: true };
+    const ctx = { units: this.units, b, total, offsets: this.layout.offsets, fracBits, limit, needInput: true, skeys };
     for (let k = cache.length - 1; k >= 0; k--) {
       const entry = cache[k];
       const below = k > 0 ? cache[k - 1] : null;
@@ -188,6 +190,8 @@ export class Engine {
       if (r.int8 || r.wide) { // int8 errors, or a transformer's wide stream error
         G = dX;
         eg = r.e;
+      } else if (skeys && below.layer.stochasticError) { // the final norm's error (transformer.js)
+        ({ q: G, e: eg } = await below.layer.stochasticError(ctx, below, dX, r.e));
       } else {
         const s = Math.max(exponent(absmax(dX)) - 7, 0);
         G = await this.units.requantize(dX, s);

@@ -289,7 +289,8 @@ export function runIdentity(spec, hp, ds, luts) {
   // the exp unit is not in manifest_sha256: a model that reads it names its table
   if (readsExp(spec.layers)) out.exp_lut = luts.expSha256;
   // a sequence model's output error rounds stochastically (sround.js): a run id of its own
-  if (isSequence(spec.layers)) out.output_rounding = "stochastic";
+  // and so do its backward's requantizes of errors (sround.js requantizeErrors)
+  if (isSequence(spec.layers)) Object.assign(out, { output_rounding: "stochastic", error_rounding: "stochastic" });
   return out;
 }
 

@@ -16,6 +16,7 @@ import { absmax, pow2, quantExponent, quantize } from "./detmath.js";
 import { accumulate, affine, denseBackward, int, SpecError } from "./layers.js";
 import { alignAdd, bitlen, NORM_F, rmsBackward, rmsForward } from "./norm.js";
 import { attnShift, fromHeads, softmaxBack, toHeads } from "./attention.js";
+import { requantizeErrors, siteKey } from "./sround.js";
 
 export const MAX_HEADS = 64;
 export const MIN_WIDTH = 8;
@@ -162,10 +163,17 @@ export class RmsNorm {
     const D = this.nIn;
     const R = st.a.length / D;
     const r = await rmsnorm(ctx, st.a, R, D, `layers.${ctx.li}`);
-    return { st: { a: r.q, ex: r.e }, entry: { layer: this, pi: ctx.pi, cache: r.cache, ex: st.ex, R, reluOut: null } };
+    return { st: { a: r.q, ex: r.e }, entry: { layer: this, pi: ctx.pi, li: ctx.li, cache: r.cache, ex: st.ex, R, reluOut: null } };
   }
 
-  /** From int8 errors G (the output layer's, requantized): the wide stream error. */
+  /** The output layer's input error dX (exponent e) as this norm's int8 errors, rounded
+   *  stochastically at site (li, 0) (attention.py RMSNorm.backward): model.js backwardFrom
+   *  asks for it in a sequence model (ctx.skeys). -> {q, e}. */
+  stochasticError(ctx, entry, dX, e) {
+    return requantizeErrors(ctx.units, dX, e, ctx.skeys, siteKey(entry.li, 0));
+  }
+
+  /** From int8 errors G (the output layer's, requantized: stochasticError): the wide stream error. */
   async backward(ctx, e, G, eg) {
     const { V, e: ed } = rmsBackward(G, eg, e.ex, e.cache, e.R, this.nIn);
     return { dX: V, e: ed, wide: true };
@@ -307,7 +315,7 @@ export class Block {
     const x2 = alignAdd([[x1.V, x1.e], [f2.acc, f2.sexp]]);
     tr(`${name}.out`, x2.V);
     tr(`${name}.out_exponent`, [x2.e]);
-    const entry = { layer: this, pi: ctx.pi, ex, A1: n1.q, en1: n1.e, nc1: n1.cache, qkv, Qh, Kh, Vh, P: Pm,
+    const entry = { layer: this, pi: ctx.pi, li, ex, A1: n1.q, en1: n1.e, nc1: n1.cache, qkv, Qh, Kh, Vh, P: Pm,
       Oa: oa.q, eo: oa.e, Wo: fo.Wq, ewo: fo.ew, ex1: x1.e, A2: n2.q, en2: n2.e, nc2: n2.cache,
       W1: f1.Wq, ew1: f1.ew, H1, eh, W2: f2.Wq, ew2: f2.ew, a, dims: { b, T, H, dh, R }, reluOut: null };
     return { st: { a: x2.V, ex: x2.e }, entry };
@@ -323,38 +331,40 @@ export class Block {
     const nb = b * H;
     const pi = c.pi;
     const inner = { ...ctx, needInput: true };
+    // site j's requantize of an error: stochastic in a sequence model (sround.js), else rq8
+    const rqe = (j, V, e) => (ctx.skeys ? requantizeErrors(units, V, e, ctx.skeys, siteKey(c.li, j)) : rq8(units, V, e));
     // MLP branch
-    const g3 = await rq8(units, E, eg);
+    const g3 = await rqe(0, E, eg);
     const r2 = await denseBackward(inner, g3.q, g3.e, c.H1, c.eh, c.W2, c.ew2, R, M, D, pi + 10);
     const dH = r2.dX;
     for (let j = 0; j < dH.length; j++) if (!(c.H1[j] > 0)) dH[j] = 0;
-    const gh = await rq8(units, dH, r2.e);
+    const gh = await rqe(1, dH, r2.e);
     const r1 = await denseBackward(inner, gh.q, gh.e, c.A2, c.en2, c.W1, c.ew1, R, D, M, pi + 8);
-    const g2 = await rq8(units, r1.dX, r1.e);
+    const g2 = await rqe(2, r1.dX, r1.e);
     const d2 = rmsBackward(g2.q, g2.e, c.ex1, c.nc2, R, D);
     let s = alignAdd([[E, eg], [d2.V, d2.e]]);
     // attention branch
-    const go = await rq8(units, s.V, s.e);
+    const go = await rqe(3, s.V, s.e);
     const ro = await denseBackward(inner, go.q, go.e, c.Oa, c.eo, c.Wo, c.ewo, R, D, D, pi + 6);
-    const ga = await rq8(units, ro.dX, ro.e);
+    const ga = await rqe(4, ro.dX, ro.e);
     const Gah = toHeads(ga.q, b, T, H, dh);
     const [eq, ek, ev] = c.qkv.map((m) => m.e);
     const dP = await units.gemmBatch(Gah, c.Vh, { batch: nb, m: T, k: dh, n: T, transB: true }); // ega + ev
     const dV = await units.gemmBatch(c.P, Gah, { batch: nb, m: T, k: T, n: dh, transA: true }); // ega - 7
     const dA = softmaxBack(c.P, dP, nb * T, T); // exponent ega + ev - 14
-    const gs = await rq8(units, dA, ga.e + ev - 14);
+    const gs = await rqe(5, dA, ga.e + ev - 14);
     const dQ = await units.gemmBatch(gs.q, c.Kh, { batch: nb, m: T, k: T, n: dh }); // eS + ek - a
     const dK = await units.gemmBatch(gs.q, c.Qh, { batch: nb, m: T, k: T, n: dh, transA: true }); // eS + eq - a
     const errs = [];
     for (const [j, [dM, e]] of [[dQ, gs.e + ek - c.a], [dK, gs.e + eq - c.a], [dV, ga.e - 7]].entries()) {
-      const g = await rq8(units, fromHeads(dM, b, T, H, dh), e);
+      const g = await rqe(6 + j, fromHeads(dM, b, T, H, dh), e);
       const m = c.qkv[j];
       const r = await denseBackward(inner, g.q, g.e, c.A1, c.en1, m.Wq, m.ew, R, D, D, pi + 2 * j);
-      const q = await rq8(units, r.dX, r.e);
+      const q = await rqe(9 + j, r.dX, r.e);
       errs.push([q.q, q.e]);
     }
     const sum = alignAdd(errs);
-    const g1 = await rq8(units, sum.V, sum.e);
+    const g1 = await rqe(12, sum.V, sum.e);
     const d1 = rmsBackward(g1.q, g1.e, c.ex, c.nc1, R, D);
     s = alignAdd([[s.V, s.e], [d1.V, d1.e]]);
     return { dX: s.V, e: s.e, wide: true };

@@ -15,7 +15,7 @@ import { Window, windowSteps } from "./rollback.js";
 
 const IDENTITY_NAMES = { model: "model spec", hyper: "hyperparameters", dataset: "dataset fingerprint",
   luts: "LUT manifest", engine: "engine version", seed: "seed", task: "task", exp_lut: "exp table",
-  output_rounding: "output error rounding" }; // engine/trainer.py identity_differences' names
+  output_rounding: "output error rounding", error_rounding: "backward error rounding" }; // engine/trainer.py identity_differences' names
 
 function deepEqual(a, b) {
   if (a === b) return true;
