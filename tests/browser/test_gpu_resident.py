@@ -90,13 +90,13 @@ def test_resident_weight_gradient_split_over_max_k_rows(gpu_page, server_url):
 
 
 def test_resident_kernel_with_other_bits_is_never_used(gpu_page, server_url, cli_runs):
-    """A res_gemm_direct.wgsl that drops the first product of every sum: the resident path's
+    """A res_gemm_direct.wgsl that drops the first product of every sum (of every split of K): the resident path's
     self-check against the JS units refuses it, says why, and the tab trains on the GPU units
     one call at a time, on train's hash."""
     def drop_first(route):
         body = route.fetch().body().decode()
-        assert "for (var kk = 0u;" in body
-        route.fulfill(body=body.replace("for (var kk = 0u;", "for (var kk = 1u;"), content_type="text/plain")
+        assert "for (var kk = kb;" in body
+        route.fulfill(body=body.replace("for (var kk = kb;", "for (var kk = kb + 1u;"), content_type="text/plain")
     gpu_page.route("**/shaders/res_gemm_direct.wgsl", drop_first)
     t = _train(gpu_page, server_url, "digits", "&gpu-gemm=direct")
     assert t["params_sha256"] == cli_runs["digits"]["params_sha256"]
@@ -140,3 +140,81 @@ def test_resident_passes_started_together_on_one_plan_give_each_its_own_bits(bro
         page.close()
     assert got["info"]["calls"] >= 6 and got["info"]["reason"] is None, got
     assert got["same"]
+
+
+SPLIT = """
+async () => {
+  const { Engine, initParams } = await import('/webui/engine/model.js');
+  const S = await import('/webui/engine/spec.js');
+  const { sha256Hex } = await import('/webui/units/luts.js');
+  const { gpu, cpu } = window.__units.paths;
+  const cases = [
+    ['default CNN', S.imageCnn(1, 28, 28, [...S.DEFAULT_CNN], 10), 16],
+    ['odd CNN', S.imageCnn(3, 11, 9, ['conv5', 'pool', 'conv7k5', 12], 4), 5],
+    ['CNN without pools', S.imageCnn(2, 6, 5, ['conv3', 'conv4'], 3), 7],
+    ['wide MLP', S.mlp(131, 7, 3), 3],
+    ['deep MLP', S.mlp(200, 129, 5, 2), 2],
+  ];
+  const sum = async (units, spec, theta, x, y, b) => {
+    const total = new Float64Array(theta.length);
+    const r = await new Engine(spec, units).gradInto(total, theta, x, y, b, 40, 2 ** 49);
+    return `${await sha256Hex(new Uint8Array(total.buffer))} ${r.correct}`;
+  };
+  const out = [];
+  for (const gemm of ['direct', 'tiled']) {
+    for (const split of [true, false]) {
+      gpu.residentGemm = gemm;
+      gpu.residentSplit = split;
+      for (const [name, spec, b] of cases) {
+        const theta = initParams(spec, 5);
+        const row = { name, gemm, split, same: [] };
+        for (const seed of [1, 2]) { // the plan's first (cold) pass, then a warm one
+          const n = b * spec.inputDim;
+          const x = spec.inputKind === 'image' ? Uint8Array.from({ length: n }, (_, i) => (i * 131 + seed * 17) & 255)
+            : Float64Array.from({ length: n }, (_, i) => ((i * 37 + seed) % 23) - 11);
+          const y = Int32Array.from({ length: b }, (_, i) => (i + seed) % spec.classes);
+          const want = await sum(cpu, spec, theta, x, y, b);
+          const got = await sum(gpu, spec, theta, x, y, b);
+          row.same.push(got === want);
+        }
+        const plan = await gpu.residentPlan(spec, b);
+        const ops = [...plan.fwd, ...plan.bwd];
+        // the split GEMMs and bias gradients: [k or rows, terms a part, parts]
+        row.splits = ops.filter((op) => op.grid[2] > 1).map((op) => op.kernel === 'gemm' ? [op.words[1], op.words[3], op.grid[2]]
+          : [op.words[0], op.words[3], op.grid[2]]);
+        row.reduces = ops.filter((op) => op.kernel === 'reduce').length;
+        out.push(row);
+      }
+    }
+  }
+  gpu.residentGemm = undefined;
+  gpu.residentSplit = undefined;
+  return { rows: out, info: gpu.residentInfo };
+}
+"""
+
+
+def test_split_sums_give_the_js_units_bits(browser_webgpu, server_url):
+    """The GEMMs and bias gradients with few workgroups split over K (rows) into partials that
+    res_reduce.wgsl adds (gpu_plan.js splitOf): on the default CNN, an odd CNN, a CNN without
+    pools and two MLPs, with each GEMM kernel, split and not, the contribution of a plan's first
+    (cold) pass and of a warm one is the JS units' to the bit; the splits include parts that
+    do not divide K (a last, shorter part), so a part boundary off by one changes the hash."""
+    page, info = open_harness(browser_webgpu, server_url, "split")
+    try:
+        assert "gpu" in info["paths"], info
+        got = page.evaluate(SPLIT)
+    finally:
+        page.close()
+    assert got["info"]["reason"] is None, got["info"]
+    rows = got["rows"]
+    bad = [(r["name"], r["gemm"], r["split"], r["same"]) for r in rows if r["same"] != [True, True]]
+    assert not bad, bad
+    split = [r for r in rows if r["split"]]
+    assert all(not r["splits"] and not r["reduces"] for r in rows if not r["split"])
+    assert all(r["splits"] and r["reduces"] == len(r["splits"]) for r in split), split
+    parts = [s for r in split for s in r["splits"]]
+    assert any(k % kc for k, kc, _ in parts), parts  # a remainder part
+    assert any(k % kc == 0 for k, kc, _ in parts), parts
+    cnn = next(r for r in split if r["name"] == "default CNN")
+    assert max(p for _, _, p in cnn["splits"]) >= 32, cnn  # conv1's weight gradient: one workgroup before

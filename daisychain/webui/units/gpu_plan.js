@@ -13,6 +13,20 @@ import { LAYER_TYPES, kindOf } from "../engine/registry.js";
 
 /** The largest requantize shift: max |acc| < 2^32 has at most 32 bits, s = bits - 7. */
 const MAX_SHIFT = 25;
+/** A sum with fewer workgroups than this is split (over K for a GEMM, over rows for a bias
+ *  gradient) until it has about this many, so that it spreads over every thread of a CPU-emulated
+ *  adapter and every core of a GPU; each part sums at least MIN_PART terms. */
+export const SPLIT_GROUPS = 64;
+export const MIN_PART = 64;
+
+/** How a sum of k terms over `groups` workgroups is split: {parts, kc} (kc terms a part, the
+ *  last part the rest; parts 1: not split). */
+export function splitOf(groups, k) {
+  if (groups >= SPLIT_GROUPS || k < 2 * MIN_PART) return { parts: 1, kc: k };
+  const want = Math.min(Math.ceil(SPLIT_GROUPS / groups), Math.floor(k / MIN_PART));
+  const kc = Math.ceil(k / want);
+  return { parts: Math.ceil(k / kc), kc };
+}
 
 
 /** A plan that would pass this GPU's limits: the units are called one by one instead. */
@@ -91,13 +105,36 @@ export class ResidentPlan {
     return this.gpu._grid1d(n);
   }
 
+  /** C[cOff + row * n + col] = op(A) op(B); split over K (splitOf) into partials that
+   *  res_reduce.wgsl adds when the GEMM has few workgroups. */
   _gemm(list, A, B, C, { m, k, n, transA = false, transB = false, aOff = 0, bOff = 0, cOff = 0 }) {
     const max = this.gpu.limits.maxComputeWorkgroupsPerDimension;
     const grid = [Math.ceil(n / 32), Math.ceil(m / 32)];
     if (grid[0] > max || grid[1] > max) throw new PlanLimit("gemm grid");
     const [aSm, aSk] = transA ? [1, m] : [k, 1];
     const [bSk, bSn] = transB ? [1, k] : [n, 1];
-    this._op(list, "gemm", [m, k, n, 0, aOff, aSm, aSk, 0, bOff, bSk, bSn, 0, cOff, n, 1, 0], [A, B, C], grid);
+    const { parts, kc } = this.gpu.residentSplit === false ? { parts: 1, kc: k } : splitOf(grid[0] * grid[1], k);
+    if (parts === 1) {
+      this._op(list, "gemm", [m, k, n, k, aOff, aSm, aSk, 0, bOff, bSk, bSn, 0, cOff, n, 1, 0], [A, B, C], grid);
+      return;
+    }
+    const part = this._buf(parts * m * n, "GEMM partials");
+    this._op(list, "gemm", [m, k, n, kc, aOff, aSm, aSk, 0, bOff, bSk, bSn, 0, 0, n, 1, m * n], [A, B, part], [...grid, parts]);
+    this._op(list, "reduce", [m * n, parts, m * n, cOff], [part, C], this._grid(m * n));
+  }
+
+  /** out[off + o] = the column sums of the rows x nOut errors G (the bias gradient), split over
+   *  rows as _gemm splits K. */
+  _colsum(list, G, out, rows, nOut, off) {
+    const groups = Math.ceil(nOut / 64);
+    const { parts, kc } = this.gpu.residentSplit === false ? { parts: 1, kc: rows } : splitOf(groups, rows);
+    if (parts === 1) {
+      this._op(list, "colsum", [rows, nOut, off, rows], [G, out], [groups, 1]);
+      return;
+    }
+    const part = this._buf(parts * nOut, "bias gradient partials");
+    this._op(list, "colsum", [rows, nOut, 0, kc], [G, part], [groups, 1, parts]);
+    this._op(list, "reduce", [nOut, parts, nOut, off], [part, out], this._grid(nOut));
   }
 
   /** max |x| into state slot, after the ReLU mask when `mask` (a buffer) is given. */
@@ -253,7 +290,7 @@ export class ResidentPlan {
             aOff: part.r0 * p.nOut, bOff: part.r0 * p.nIn, cOff: part.off,
           }));
         }
-        ops.push((list) => this._op(list, "colsum", [p.rows, p.nOut, p.bOff, 0], [Gr, this.grad], [Math.ceil(p.nOut / 64), 1]));
+        ops.push((list) => this._colsum(list, Gr, this.grad, p.rows, p.nOut, p.bOff));
         if (below) {
           const dXr = this._buf(p.rows * p.nIn, `layer ${p.li} input errors`);
           ops.push((list) => this._gemm(list, Gr, p.wq, dXr, { m: p.rows, k: p.nOut, n: p.nIn }));
@@ -369,7 +406,7 @@ export class ResidentPlan {
       for (const op of list) {
         pass.setPipeline(op.pipeline);
         pass.setBindGroup(0, op.group);
-        pass.dispatchWorkgroups(op.grid[0], op.grid[1], 1);
+        pass.dispatchWorkgroups(op.grid[0], op.grid[1], op.grid[2] || 1);
       }
       pass.end();
       let at = 0;

@@ -36,7 +36,7 @@ import { u32, uniform } from "../engine/prng.js";
 import { charMlp, imageCnn, mlp } from "../engine/spec.js";
 import { exactTablesFailure } from "../wasm/wasm_units.js";
 
-const RES_KERNELS = ["res_absmax", "res_shift", "res_requantize", "res_bias", "res_permute", "res_colsum"];
+const RES_KERNELS = ["res_absmax", "res_shift", "res_requantize", "res_bias", "res_permute", "res_colsum", "res_reduce"];
 const MAX_PLANS = 6;
 
 /** Whether this adapter's WGSL has the packed 4x8 integer dot product. */
@@ -85,7 +85,7 @@ export class ResidentPlans {
     const make = (size) => d.createBuffer({ size: size * 4, usage: GPUBufferUsage.STORAGE });
     const bufs = [make(m * k), make(n * k), make(m * n)];
     const uni = d.createBuffer({ size: 64, usage: GPUBufferUsage.UNIFORM, mappedAtCreation: true });
-    new Uint32Array(uni.getMappedRange()).set([m, k, n, 0, 0, k, 1, 0, 0, 1, k, 0, 0, n, 1, 0]);
+    new Uint32Array(uni.getMappedRange()).set([m, k, n, k, 0, k, 1, 0, 0, 1, k, 0, 0, n, 1, 0]);
     uni.unmap();
     const best = {};
     const time = async (name) => {
@@ -160,7 +160,7 @@ export class ResidentPlans {
     const want = this.gpu.residentGemm;
     if (!(want in this.gemms) && !this.measured) this.measured = await this._fasterGemm(this.gemms);
     this.gemm = want in this.gemms ? want : this.measured;
-    const key = `${JSON.stringify(spec.toJson())}|${b}|${this.gemm}`;
+    const key = `${JSON.stringify(spec.toJson())}|${b}|${this.gemm}|${this.gpu.residentSplit !== false}`;
     if (this.plans.has(key)) return this.plans.get(key);
     let plan = null;
     if (!unsupported(spec)) {
