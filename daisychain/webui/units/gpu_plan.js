@@ -142,9 +142,9 @@ export class ResidentPlan {
     this._op(list, "absmax", [n, slot, mask ? 1 : 0, 0], [x, mask || this.dummy, state], this._grid(Math.ceil(n / 32)));
   }
 
-  _requant(list, state, acc, out, n, slot, tin, relu) {
-    this._op(list, "shift", [slot, tin, 0, 0], [state], [1, 1]);
-    this._op(list, "requantize", [n, slot, relu ? 1 : 0, 0], [acc, out, state], this._grid(n));
+  /** relu?(requantize(x)) into out, the shift from max |x| in state[slot] (res_requantize.wgsl). */
+  _requant(list, state, x, out, n, slot, tin, relu) {
+    this._op(list, "requantize", [n, slot, relu ? 1 : 0, tin], [x, out, state], this._grid(n));
   }
 
   _build() {
@@ -167,7 +167,7 @@ export class ResidentPlan {
       const last = li === L.length - 1;
       const fuse = !last && !!kindOf(L[li + 1]).folds;
       const op = kindOf(layer).op;
-      if (op === "pool") {
+      if (op === "pool") { // a pool that does not follow a conv (those are fused into its requantize)
         const { c, h, w } = layer;
         const n = b * c * (h >> 1) * (w >> 1);
         const src = cur;
@@ -198,9 +198,12 @@ export class ResidentPlan {
       }
       const n = rows * nOut;
       const acc = this._buf(n, `layer ${li} accumulator`);
+      const slot = 3 + 3 * points;
       ops.push((list, state) => {
         this._gemm(list, p.a, p.wq, acc, { m: rows, k: nIn, n: nOut, transB: true });
-        this._op(list, "bias", [n, nOut, p.tin, p.tableRows], [p.btab, acc, state], this._grid(n));
+        // the bias, and max |acc| for the requantize (the logits need none)
+        this._op(list, "bias_absmax", [rows, nOut, p.tin, p.tableRows, last ? 0 : slot, last ? 0 : 1, 0, 0],
+          [p.btab, acc, state], this._grid(rows));
       });
       const entry = { kind: conv ? "conv" : "linear", layer, p, reluOut: null };
       entries.push(entry);
@@ -210,23 +213,31 @@ export class ResidentPlan {
         this.logits = acc;
         break;
       }
-      const q = this._buf(n, `layer ${li} requantized`);
-      const slot = 3 + 3 * points;
-      ops.push((list, state) => {
-        this._absmax(list, state, acc, n, slot, null);
-        this._requant(list, state, acc, q, n, slot, p.tin, fuse);
-      });
       points += 1;
-      cur = q;
-      if (conv) {
-        const out = this._buf(n, `layer ${li} channel-major`);
-        ops.push((list) => this._op(list, "permute", [n, layer.h * layer.w, nOut, 0], [q, out], this._grid(n)));
-        cur = out;
+      if (conv) { // requantize, ReLU, channel-major and the pool above, in one pass
+        const at = li + (fuse ? 2 : 1);
+        const pool = at < L.length && kindOf(L[at]).op === "pool" ? L[at] : null;
+        const { h, w } = layer;
+        const map = this._buf(n, `layer ${li} channel-major`);
+        const pooled = pool ? this._buf(b * nOut * (h >> 1) * (w >> 1), `layer ${at} pool`) : this.dummy;
+        const wins = b * ((h + 1) >> 1) * ((w + 1) >> 1) * nOut;
+        ops.push((list, state) => this._op(list, "requantize_map", [wins, nOut, h, w, slot, p.tin, fuse ? 1 : 0, pool ? 1 : 0],
+          [acc, map, pooled, state], this._grid(wins)));
+        cur = map;
+        if (fuse) entry.reluOut = map;
+        if (pool) {
+          entries.push({ kind: "pool", layer: pool, a: map, n, reluOut: null });
+          cur = pooled;
+          li = at;
+          continue;
+        }
+      } else {
+        const q = this._buf(n, `layer ${li} requantized`);
+        ops.push((list, state) => this._requant(list, state, acc, q, n, slot, p.tin, fuse));
+        cur = q;
+        if (fuse) entry.reluOut = q;
       }
-      if (fuse) {
-        entry.reluOut = cur;
-        li += 1;
-      }
+      if (fuse) li += 1;
     }
     this.points = points;
     this.fstate = this._buf(3 * points + 3, "forward state");
@@ -261,24 +272,34 @@ export class ResidentPlan {
     const steps = []; // [entry, int8, point] top to bottom
     const ops = [];
     let G = this.gTop;
+    let rowsLayout = true; // G as a conv's rows (b*h*w, c), not channel-major (b, c*h*w): the
+    // output errors are the top layer's accumulator's layout, below only a pool's backward writes rows
     let bpoints = 0;
     for (let k = entries.length - 1; k >= 0; k--) {
       const e = entries[k];
       const below = k > 0 ? entries[k - 1] : null;
       let dX = null;
+      let dXRows = false;
       let int8 = false;
+      let mask = below ? below.reluOut : null;
       if (e.kind === "pool") {
         if (!below) break;
-        const { h, w } = e.layer;
+        // the errors to each window's first maximum, the ReLU mask below (its output is this
+        // pool's input) and the conv's rows below, in one pass
+        const { c, h, w } = e.layer;
         const d = this._buf(e.n, "pool errors");
         const g = G;
-        ops.push((list) => this._op(list, "maxpool_back", [e.n, h, w, 0], [g, e.a, d], this._grid(e.n)));
+        const masked = !!mask && mask === e.a;
+        dXRows = below.kind === "conv";
+        const wins = b * ((h + 1) >> 1) * ((w + 1) >> 1) * c;
+        ops.push((list) => this._op(list, "pool_back", [wins, c, h, w, masked ? 1 : 0, dXRows ? 1 : 0, 0, 0], [g, e.a, d], this._grid(wins)));
+        if (masked) mask = null;
         dX = d;
         int8 = true;
       } else {
         const p = e.p;
         let Gr = G;
-        if (p.conv) {
+        if (p.conv && !rowsLayout) {
           Gr = this._buf(p.rows * p.nOut, `layer ${p.li} errors by rows`);
           const g = G;
           const n = p.rows * p.nOut;
@@ -294,7 +315,7 @@ export class ResidentPlan {
         if (below) {
           const dXr = this._buf(p.rows * p.nIn, `layer ${p.li} input errors`);
           ops.push((list) => this._gemm(list, Gr, p.wq, dXr, { m: p.rows, k: p.nOut, n: p.nIn }));
-          dX = dXr;
+          dX = dXr; // a linear layer's input errors in its input's layout: a map's channel-major
           if (p.conv) {
             const { ci, k: kk, h, w } = p.layer;
             const n = b * ci * h * w;
@@ -314,23 +335,24 @@ export class ResidentPlan {
       }
       const n = below.kind === "pool" ? below.layer.c * (below.layer.h >> 1) * (below.layer.w >> 1) * b
         : below.p.rows * below.p.nOut;
-      const mask = below.reluOut;
       const x = dX;
+      const m = mask;
       if (int8) {
-        if (mask) ops.push((list, state) => this._absmax(list, state, x, n, 0, mask)); // the mask only
+        if (m) ops.push((list, state) => this._absmax(list, state, x, n, 0, m)); // the mask only
         steps.push({ e, int8, point: -1 });
         G = dX;
       } else {
         const slot = 3 + 3 * bpoints;
         const q = this._buf(n, `errors below layer ${e.p.li}`);
         ops.push((list, state) => {
-          this._absmax(list, state, x, n, slot, mask);
+          this._absmax(list, state, x, n, slot, m);
           this._requant(list, state, x, q, n, slot, 2, false);
         });
         steps.push({ e, int8, point: bpoints });
         bpoints += 1;
         G = q;
       }
+      rowsLayout = dXRows;
     }
     this.bpoints = bpoints;
     this.bstate = this._buf(3 * bpoints + 3, "backward state");

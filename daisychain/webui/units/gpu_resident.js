@@ -36,7 +36,8 @@ import { u32, uniform } from "../engine/prng.js";
 import { charMlp, imageCnn, mlp } from "../engine/spec.js";
 import { exactTablesFailure } from "../wasm/wasm_units.js";
 
-const RES_KERNELS = ["res_absmax", "res_shift", "res_requantize", "res_bias", "res_permute", "res_colsum", "res_reduce"];
+const RES_KERNELS = ["res_absmax", "res_requantize", "res_bias_absmax", "res_requantize_map", "res_pool_back",
+  "res_permute", "res_colsum", "res_reduce"];
 const MAX_PLANS = 6;
 
 /** Whether this adapter's WGSL has the packed 4x8 integer dot product. */
@@ -74,7 +75,7 @@ export class ResidentPlans {
     this.measured = gpu.residentGemm in gemms ? null : await this._fasterGemm(gemms);
     this.pipelines = {};
     for (const name of RES_KERNELS) this.pipelines[name.slice(4)] = await gpu._compile(name, await text(name), `${gpu.shaderBase}${name}.wgsl`);
-    for (const name of ["im2col", "col2im", "maxpool", "maxpool_back"]) this.pipelines[name] = gpu._pipelines.get(name);
+    for (const name of ["im2col", "col2im", "maxpool"]) this.pipelines[name] = gpu._pipelines.get(name);
   }
 
   /** Which GEMM kernel is faster on this adapter: both timed on a conv-sized GEMM (1024 x 144
