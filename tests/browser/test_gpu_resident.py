@@ -152,6 +152,7 @@ async () => {
     ['default CNN', S.imageCnn(1, 28, 28, [...S.DEFAULT_CNN], 10), 16],
     ['odd CNN', S.imageCnn(3, 11, 9, ['conv5', 'pool', 'conv7k5', 12], 4), 5],
     ['CNN without pools', S.imageCnn(2, 6, 5, ['conv3', 'conv4'], 3), 7],
+    ['CNN with two pools', S.imageCnn(1, 10, 11, ['conv3', 'pool', 'pool', 'conv2'], 3), 4],
     ['wide MLP', S.mlp(131, 7, 3), 3],
     ['deep MLP', S.mlp(200, 129, 5, 2), 2],
   ];
@@ -196,8 +197,10 @@ async () => {
 
 def test_split_sums_give_the_js_units_bits(browser_webgpu, server_url):
     """The GEMMs and bias gradients with few workgroups split over K (rows) into partials that
-    res_reduce.wgsl adds (gpu_plan.js splitOf): on the default CNN, an odd CNN, a CNN without
-    pools and two MLPs, with each GEMM kernel, split and not, the contribution of a plan's first
+    res_reduce.wgsl adds (gpu_plan.js splitOf), and the fused passes (res_requantize_map.wgsl,
+    res_pool_back.wgsl, res_col2im.wgsl with and without the ReLU mask, res_im2col.wgsl): on
+    the default CNN, an odd CNN, a CNN without pools, one with a pool on a pool and two MLPs,
+    with each GEMM kernel, split and not, the contribution of a plan's first
     (cold) pass and of a warm one is the JS units' to the bit; the splits include parts that
     do not divide K (a last, shorter part), so a part boundary off by one changes the hash."""
     page, info = open_harness(browser_webgpu, server_url, "split")

@@ -193,7 +193,8 @@ export class ResidentPlan {
         const n = rows * nIn;
         const src = cur;
         const cols = this._buf(n, `layer ${li} columns`);
-        ops.push((list) => this._op(list, "im2col", [n, ci, k, (k - 1) >> 1, h, w, 0, 0], [src, cols], this._grid(n)));
+        const inv = rows * ci; // res_im2col.wgsl: one invocation per row and channel
+        ops.push((list) => this._op(list, "im2col", [inv, ci, k, (k - 1) >> 1, h, w, rows, 0], [src, cols], this._grid(inv)));
         p.a = cols;
       }
       const n = rows * nOut;
@@ -281,6 +282,7 @@ export class ResidentPlan {
       let dX = null;
       let dXRows = false;
       let int8 = false;
+      let col2im = null; // a conv's col2im, made with the requantize below it
       let mask = below ? below.reluOut : null;
       if (e.kind === "pool") {
         if (!below) break;
@@ -316,12 +318,13 @@ export class ResidentPlan {
           const dXr = this._buf(p.rows * p.nIn, `layer ${p.li} input errors`);
           ops.push((list) => this._gemm(list, Gr, p.wq, dXr, { m: p.rows, k: p.nOut, n: p.nIn }));
           dX = dXr; // a linear layer's input errors in its input's layout: a map's channel-major
-          if (p.conv) {
+          if (p.conv) { // col2im, with the mask and max |x| of the requantize below (res_col2im.wgsl)
             const { ci, k: kk, h, w } = p.layer;
-            const n = b * ci * h * w;
-            dX = this._buf(n, `layer ${p.li} input errors, channel-major`);
+            dX = this._buf(b * ci * h * w, `layer ${p.li} input errors, channel-major`);
             const d = dX;
-            ops.push((list) => this._op(list, "col2im", [n, ci, kk, (kk - 1) >> 1, h, w, 0, 0], [dXr, d], this._grid(n)));
+            const inv = b * ci * h * ((w + 3) >> 2);
+            col2im = (list, state, slot, m) => this._op(list, "col2im", [inv, ci, kk, (kk - 1) >> 1, h, w, m ? 1 : 0, slot],
+              [dXr, d, m || this.dummy, state], this._grid(inv));
           }
         }
       }
@@ -344,8 +347,10 @@ export class ResidentPlan {
       } else {
         const slot = 3 + 3 * bpoints;
         const q = this._buf(n, `errors below layer ${e.p.li}`);
+        const moved = col2im;
         ops.push((list, state) => {
-          this._absmax(list, state, x, n, slot, m);
+          if (moved) moved(list, state, slot, m);
+          else this._absmax(list, state, x, n, slot, m);
           this._requant(list, state, x, q, n, slot, 2, false);
         });
         steps.push({ e, int8, point: bpoints });

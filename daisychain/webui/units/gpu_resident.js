@@ -37,7 +37,7 @@ import { charMlp, imageCnn, mlp } from "../engine/spec.js";
 import { exactTablesFailure } from "../wasm/wasm_units.js";
 
 const RES_KERNELS = ["res_absmax", "res_requantize", "res_bias_absmax", "res_requantize_map", "res_pool_back",
-  "res_permute", "res_colsum", "res_reduce"];
+  "res_permute", "res_colsum", "res_reduce", "res_im2col", "res_col2im"];
 const MAX_PLANS = 6;
 
 /** Whether this adapter's WGSL has the packed 4x8 integer dot product. */
@@ -75,7 +75,7 @@ export class ResidentPlans {
     this.measured = gpu.residentGemm in gemms ? null : await this._fasterGemm(gemms);
     this.pipelines = {};
     for (const name of RES_KERNELS) this.pipelines[name.slice(4)] = await gpu._compile(name, await text(name), `${gpu.shaderBase}${name}.wgsl`);
-    for (const name of ["im2col", "col2im", "maxpool"]) this.pipelines[name] = gpu._pipelines.get(name);
+    this.pipelines.maxpool = gpu._pipelines.get("maxpool");
   }
 
   /** Which GEMM kernel is faster on this adapter: both timed on a conv-sized GEMM (1024 x 144
