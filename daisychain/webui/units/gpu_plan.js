@@ -53,10 +53,12 @@ export function unsupported(spec) {
 }
 
 export class ResidentPlan {
-  constructor(plans, spec, b, gemm) {
+  /** kernel: the GEMM kernel, a key of plans.gemms ("tiled" | "direct" | "packed"). */
+  constructor(plans, spec, b, kernel) {
     this.gpu = plans.gpu;
     this.device = plans.gpu.device;
-    this.pipelines = { ...plans.pipelines, gemm };
+    this.kernel = kernel;
+    this.pipelines = { ...plans.pipelines, gemm: plans.gemms[kernel] };
     this.spec = spec;
     this.b = b;
     this.layout = new ParamLayout(spec);
@@ -113,6 +115,10 @@ export class ResidentPlan {
     if (grid[0] > max || grid[1] > max) throw new PlanLimit("gemm grid");
     const [aSm, aSk] = transA ? [1, m] : [k, 1];
     const [bSk, bSn] = transB ? [1, k] : [n, 1];
+    if (this.kernel === "packed") {
+      this._gemmPacked(list, A, B, C, { m, k, n, aOff, aSm, aSk, bOff, bSk, bSn, cOff, grid });
+      return;
+    }
     const { parts, kc } = this.gpu.residentSplit === false ? { parts: 1, kc: k } : splitOf(grid[0] * grid[1], k);
     if (parts === 1) {
       this._op(list, "gemm", [m, k, n, k, aOff, aSm, aSk, 0, bOff, bSk, bSn, 0, cOff, n, 1, 0], [A, B, C], grid);
@@ -120,6 +126,24 @@ export class ResidentPlan {
     }
     const part = this._buf(parts * m * n, "GEMM partials");
     this._op(list, "gemm", [m, k, n, kc, aOff, aSm, aSk, 0, bOff, bSk, bSn, 0, 0, n, 1, m * n], [A, B, part], [...grid, parts]);
+    this._op(list, "reduce", [m * n, parts, m * n, cOff], [part, C], this._grid(m * n));
+  }
+
+  /** _gemm with res_gemm_packed.wgsl: A's rows and B's columns packed four int8 of K a word
+   *  (res_pack.wgsl), then the GEMM on the words, split over them as _gemm splits K. */
+  _gemmPacked(list, A, B, C, { m, k, n, aOff, aSm, aSk, bOff, bSk, bSn, cOff, grid }) {
+    const kw = Math.ceil(k / 4);
+    const pa = this._buf(m * kw, "packed A");
+    const pb = this._buf(n * kw, "packed B");
+    this._op(list, "pack", [m, k, kw, aOff, aSm, aSk, 0, 0], [A, pa], this._grid(m * kw));
+    this._op(list, "pack", [n, k, kw, bOff, bSn, bSk, 0, 0], [B, pb], this._grid(n * kw));
+    const { parts, kc } = this.gpu.residentSplit === false ? { parts: 1, kc: kw } : splitOf(grid[0] * grid[1], kw);
+    if (parts === 1) {
+      this._op(list, "gemm", [m, kw, n, kw, cOff, n, 1, 0], [pa, pb, C], grid);
+      return;
+    }
+    const part = this._buf(parts * m * n, "GEMM partials");
+    this._op(list, "gemm", [m, kw, n, kc, 0, n, 1, m * n], [pa, pb, part], [...grid, parts]);
     this._op(list, "reduce", [m * n, parts, m * n, cOff], [part, C], this._grid(m * n));
   }
 
