@@ -13,13 +13,16 @@
 // so the bits are engine/model.js's.
 //
 // What needs the data on the GPU is computed there, in integers: a requantize's shift
-// s = max(exponent(max |acc|) - 7, 0) (res_absmax.wgsl, res_shift.wgsl), the ReLU mask of the
-// backward pass, and the bias in accumulator units, which depends on the shifts below the
-// layer: the host writes the bias of every exponent the accumulator can have (a table, one
-// row per sum of shifts below, layers.js biasAcc in float64) and the GPU picks its row
-// (res_bias.wgsl). The GEMM is res_gemm.wgsl: tiled with workgroup memory, four int8 per u32,
-// dot4I8Packed where the adapter has packed_4x8_integer_dot_product, else the same sum by
-// shifts. Native products and the arithmetic requantize are used only after the loaded
+// s = max(exponent(max |acc|) - 7, 0) (the max by res_bias_absmax.wgsl, res_absmax.wgsl or
+// res_col2im.wgsl, the shift in the requantize that reads it), the ReLU mask of the backward
+// pass, and the bias in accumulator units, which depends on the shifts below the layer: the
+// host writes the bias of every exponent the accumulator can have (a table, one row per sum
+// of shifts below, layers.js biasAcc in float64) and the GPU picks its row
+// (res_bias_absmax.wgsl). The GEMM is the fastest here of res_gemm.wgsl (tiled with workgroup
+// memory, four int8 per u32, dot4I8Packed where the adapter has
+// packed_4x8_integer_dot_product, else the same sum by shifts), res_gemm_direct.wgsl
+// (registers only) and res_gemm_packed.wgsl (registers only, on operands packed four int8 a
+// word); one with few workgroups is split over K (gpu_plan.js splitOf). Native products and the arithmetic requantize are used only after the loaded
 // tables checked equal to that arithmetic (wasm_units.js exactTablesFailure), as on the CPU.
 //
 // An embedding (the text task's first layer) is the host's: its quantized rows are gathered
@@ -52,7 +55,7 @@ export class ResidentPlans {
     this.plans = new Map();
     this.reason = exactTablesFailure(gpu.luts); // why not used; null: usable (so far)
     this.dot = null; // "dot4I8Packed" | "shifts", once compiled
-    this.gemm = null; // "tiled" | "direct": the GEMM kernel in use (the faster one here)
+    this.gemm = null; // "tiled" | "direct" | "packed": the GEMM kernel in use (the fastest here)
     this._ready = null;
   }
 
