@@ -72,16 +72,19 @@ def test_gpu_units_one_call_at_a_time_still_train_the_cli_run(gpu_page, server_u
     assert t["gpu_resident"] is None  # never asked for a plan
 
 
-def test_resident_weight_gradient_split_over_max_k_rows(gpu_page, server_url):
+@pytest.mark.parametrize("kernel", ["measured", "packed"])
+def test_resident_weight_gradient_split_over_max_k_rows(gpu_page, server_url, kernel):
     """A conv on 28x28 pictures with micro-batches of 256: 200,704 rows, more than MAX_K
-    (131,071), so the weight-gradient GEMM runs in two parts summed on the host in float64."""
+    (131,071), so the weight-gradient GEMM runs in two parts summed on the host in float64
+    (the packed kernel then packs the columns from their int32 matrix, not from the map)."""
     flags = ["--task", "image", "--layers", "conv4,pool", "--batch", "256", "--micro-batch", "256",
              "--steps", "1", "--seed", str(SEED)]
     proc = subprocess.run([str(CLI), "train", *flags, "--json"], capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr
     cli = json.loads(proc.stdout)
     r = run_selftest(gpu_page, f"{server_url}/selftest?task=image&layers=conv4,pool&batch=256&micro-batch=256"
-                     f"&steps=1&seed={SEED}&path=gpu", timeout_ms=400_000)
+                     f"&steps=1&seed={SEED}&path=gpu{'&gpu-gemm=packed' if kernel == 'packed' else ''}",
+                     timeout_ms=400_000)
     assert r["error"] is None, r["error"]
     t = r["training"]
     assert t["path_used"] == "gpu" and t["fallback"] is None, t

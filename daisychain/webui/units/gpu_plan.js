@@ -21,6 +21,17 @@ export const MIN_PART = 64;
 
 /** How a sum of k terms over `groups` workgroups is split: {parts, kc} (kc terms a part, the
  *  last part the rest; parts 1: not split). */
+/** Rows of int8 values packed four of K a u32 (res_pack.wgsl's layout): out[r * kw + j] has
+ *  x[r * sr + kk * sk], kk = 4j + t, in byte t; zero past k. */
+export function packRows(x, rows, k, sr, sk) {
+  const kw = Math.ceil(k / 4);
+  const out = new Uint32Array(rows * kw);
+  for (let r = 0; r < rows; r++) {
+    for (let kk = 0; kk < k; kk++) out[r * kw + (kk >> 2)] |= (x[r * sr + kk * sk] & 255) << (8 * (kk & 3));
+  }
+  return out;
+}
+
 export function splitOf(groups, k) {
   if (groups >= SPLIT_GROUPS || k < 2 * MIN_PART) return { parts: 1, kc: k };
   const want = Math.min(Math.ceil(SPLIT_GROUPS / groups), Math.floor(k / MIN_PART));
@@ -108,15 +119,16 @@ export class ResidentPlan {
   }
 
   /** C[cOff + row * n + col] = op(A) op(B); split over K (splitOf) into partials that
-   *  res_reduce.wgsl adds when the GEMM has few workgroups. */
-  _gemm(list, A, B, C, { m, k, n, transA = false, transB = false, aOff = 0, bOff = 0, cOff = 0 }) {
+   *  res_reduce.wgsl adds when the GEMM has few workgroups. With the packed kernel, pa / pb:
+   *  A / B already packed (else they are packed here). */
+  _gemm(list, A, B, C, { m, k, n, transA = false, transB = false, aOff = 0, bOff = 0, cOff = 0, pa = null, pb = null }) {
     const max = this.gpu.limits.maxComputeWorkgroupsPerDimension;
     const grid = [Math.ceil(n / 32), Math.ceil(m / 32)];
     if (grid[0] > max || grid[1] > max) throw new PlanLimit("gemm grid");
     const [aSm, aSk] = transA ? [1, m] : [k, 1];
     const [bSk, bSn] = transB ? [1, k] : [n, 1];
     if (this.kernel === "packed") {
-      this._gemmPacked(list, A, B, C, { m, k, n, aOff, aSm, aSk, bOff, bSk, bSn, cOff, grid });
+      this._gemmPacked(list, A, B, C, { m, k, n, aOff, aSm, aSk, bOff, bSk, bSn, cOff, grid, pa, pb });
       return;
     }
     const { parts, kc } = this.gpu.residentSplit === false ? { parts: 1, kc: k } : splitOf(grid[0] * grid[1], k);
@@ -131,12 +143,16 @@ export class ResidentPlan {
 
   /** _gemm with res_gemm_packed.wgsl: A's rows and B's columns packed four int8 of K a word
    *  (res_pack.wgsl), then the GEMM on the words, split over them as _gemm splits K. */
-  _gemmPacked(list, A, B, C, { m, k, n, aOff, aSm, aSk, bOff, bSk, bSn, cOff, grid }) {
+  _gemmPacked(list, A, B, C, { m, k, n, aOff, aSm, aSk, bOff, bSk, bSn, cOff, grid, pa, pb }) {
     const kw = Math.ceil(k / 4);
-    const pa = this._buf(m * kw, "packed A");
-    const pb = this._buf(n * kw, "packed B");
-    this._op(list, "pack", [m, k, kw, aOff, aSm, aSk, 0, 0], [A, pa], this._grid(m * kw));
-    this._op(list, "pack", [n, k, kw, bOff, bSn, bSk, 0, 0], [B, pb], this._grid(n * kw));
+    if (!pa) {
+      pa = this._buf(m * kw, "packed A");
+      this._op(list, "pack", [m, k, kw, aOff, aSm, aSk, 0, 0], [A, pa], this._grid(m * kw));
+    }
+    if (!pb) {
+      pb = this._buf(n * kw, "packed B");
+      this._op(list, "pack", [n, k, kw, bOff, bSn, bSk, 0, 0], [B, pb], this._grid(n * kw));
+    }
     const { parts, kc } = this.gpu.residentSplit === false ? { parts: 1, kc: kw } : splitOf(grid[0] * grid[1], kw);
     if (parts === 1) {
       this._op(list, "gemm", [m, kw, n, kw, cOff, n, 1, 0], [pa, pb, C], grid);
@@ -212,7 +228,18 @@ export class ResidentPlan {
       p.wq = this._buf(nOut * nIn, `layer ${li} weights`);
       p.btab = this._buf(p.tableRows * nOut, `layer ${li} bias table`);
       p.a = cur;
-      if (conv) {
+      if (this.kernel === "packed") { // the weights packed on the host for the forward and input-error GEMMs
+        p.wqP = this._buf(nOut * Math.ceil(nIn / 4), `layer ${li} weights, packed`);
+        p.wqTP = this._buf(nIn * Math.ceil(nOut / 4), `layer ${li} weights transposed, packed`);
+      }
+      p.colsP = null; // the packed kernel's columns, made from the map (res_im2col_pack.wgsl)
+      if (conv && this.kernel === "packed" && rows <= MAX_K) {
+        const { ci, k, h, w } = layer;
+        const src = cur;
+        const colsP = this._buf(rows * Math.ceil(nIn / 4), `layer ${li} columns, packed`);
+        ops.push((list) => this._op(list, "im2col_pack", [rows, ci, k, (k - 1) >> 1, h, w, rows, 0], [src, colsP], this._grid(rows)));
+        p.colsP = colsP;
+      } else if (conv) {
         const { ci, k, h, w } = layer;
         const n = rows * nIn;
         const src = cur;
@@ -225,7 +252,7 @@ export class ResidentPlan {
       const acc = this._buf(n, `layer ${li} accumulator`);
       const slot = 3 + 3 * points;
       ops.push((list, state) => {
-        this._gemm(list, p.a, p.wq, acc, { m: rows, k: nIn, n: nOut, transB: true });
+        this._gemm(list, p.a, p.wq, acc, { m: rows, k: nIn, n: nOut, transB: true, pa: p.colsP, pb: p.wqP });
         // the bias, and max |acc| for the requantize (the logits need none)
         this._op(list, "bias_absmax", [rows, nOut, p.tin, p.tableRows, last ? 0 : slot, last ? 0 : 1, 0, 0],
           [p.btab, acc, state], this._grid(rows));
@@ -331,16 +358,23 @@ export class ResidentPlan {
           const n = p.rows * p.nOut;
           ops.push((list) => this._op(list, "permute", [n, p.layer.h * p.layer.w, p.nOut, 1], [g, Gr], this._grid(n)));
         }
+        let colsT = null; // the packed kernel's columns transposed, made from the map
+        if (p.colsP) {
+          const { ci, k: kk, h, w } = p.layer;
+          const inv = Math.ceil(p.rows / 4) * ci;
+          colsT = this._buf(p.nIn * Math.ceil(p.rows / 4), `layer ${p.li} columns transposed, packed`);
+          ops.push((list) => this._op(list, "im2col_pack", [inv, ci, kk, (kk - 1) >> 1, h, w, p.rows, 1], [p.a, colsT], this._grid(inv)));
+        }
         for (const part of p.parts) {
           ops.push((list) => this._gemm(list, Gr, p.a, this.grad, {
             m: p.nOut, k: part.r1 - part.r0, n: p.nIn, transA: true,
-            aOff: part.r0 * p.nOut, bOff: part.r0 * p.nIn, cOff: part.off,
+            aOff: part.r0 * p.nOut, bOff: part.r0 * p.nIn, cOff: part.off, pb: colsT,
           }));
         }
         ops.push((list) => this._colsum(list, Gr, this.grad, p.rows, p.nOut, p.bOff));
         if (below) {
           const dXr = this._buf(p.rows * p.nIn, `layer ${p.li} input errors`);
-          ops.push((list) => this._gemm(list, Gr, p.wq, dXr, { m: p.rows, k: p.nOut, n: p.nIn }));
+          ops.push((list) => this._gemm(list, Gr, p.wq, dXr, { m: p.rows, k: p.nOut, n: p.nIn, pb: p.wqTP }));
           dX = dXr; // a linear layer's input errors in its input's layout: a map's channel-major
           if (p.conv) { // col2im, with the mask and max |x| of the requantize below (res_col2im.wgsl)
             const { ci, k: kk, h, w } = p.layer;
@@ -354,7 +388,7 @@ export class ResidentPlan {
       }
       if (!below && this.embed) { // the embedding's raw input error, read back
         this.embedDX = this._buf(e.p.rows * e.p.nIn, "embedding errors");
-        ops.push((list) => this._gemm(list, G, e.p.wq, this.embedDX, { m: e.p.rows, k: e.p.nOut, n: e.p.nIn }));
+        ops.push((list) => this._gemm(list, G, e.p.wq, this.embedDX, { m: e.p.rows, k: e.p.nOut, n: e.p.nIn, pb: e.p.wqTP }));
       }
       if (!below) {
         steps.push({ e, int8, point: -1 });
@@ -405,7 +439,12 @@ export class ResidentPlan {
       for (const p of this.params) {
         const W = this.layout.view(theta, p.pi);
         p.ew = quantExponent(absmax(W));
-        q.writeBuffer(p.wq, 0, quantize(W, p.ew));
+        const wq = quantize(W, p.ew);
+        q.writeBuffer(p.wq, 0, wq);
+        if (p.wqP) {
+          q.writeBuffer(p.wqP, 0, packRows(wq, p.nOut, p.nIn, p.nIn, 1));
+          q.writeBuffer(p.wqTP, 0, packRows(wq, p.nIn, p.nOut, 1, p.nIn));
+        }
       }
       this.ex0 = null;
     }

@@ -40,7 +40,7 @@ import { charMlp, imageCnn, mlp } from "../engine/spec.js";
 import { exactTablesFailure } from "../wasm/wasm_units.js";
 
 const RES_KERNELS = ["res_absmax", "res_requantize", "res_bias_absmax", "res_requantize_map", "res_pool_back",
-  "res_permute", "res_colsum", "res_reduce", "res_im2col", "res_col2im", "res_pack"];
+  "res_permute", "res_colsum", "res_reduce", "res_im2col", "res_col2im", "res_pack", "res_im2col_pack"];
 const MAX_PLANS = 6;
 
 /** Whether this adapter's WGSL has the packed 4x8 integer dot product. */
