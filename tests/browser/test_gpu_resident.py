@@ -89,6 +89,8 @@ def test_resident_weight_gradient_split_over_max_k_rows(gpu_page, server_url, ke
     t = r["training"]
     assert t["path_used"] == "gpu" and t["fallback"] is None, t
     assert t["gpu_resident"]["calls"] >= 1
+    if kernel == "packed":
+        assert t["gpu_resident"]["gemm"] == "packed", t["gpu_resident"]
     assert t["params_sha256"] == cli["params_sha256"]
     assert t["accuracy"] == cli["accuracy"]
 
