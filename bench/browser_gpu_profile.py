@@ -5,7 +5,7 @@ buffers; then the whole forward and backward passes as the tab submits them, to 
 per-dispatch cost adds. WebGPU here is whatever adapter Chromium finds (SwiftShader on a
 machine without a GPU).
 
-Run: ``python -m bench.browser_gpu_profile [--gemm direct|tiled] [--model cnn|digits]``
+Run: ``python -m bench.browser_gpu_profile [--gemm direct|tiled|packed|packed8] [--model cnn|digits]``
 (prints a table; it writes nothing: the numbers guide the kernels, bench.browser_gpu holds the
 comparison).
 """
@@ -87,7 +87,7 @@ def main() -> None:
     from playwright.sync_api import sync_playwright
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--gemm", choices=["direct", "tiled"], default="direct")
+    ap.add_argument("--gemm", choices=["direct", "tiled", "packed", "packed8"], default="packed")
     ap.add_argument("--model", choices=["cnn", "digits"], default="cnn")
     args = ap.parse_args()
     url = _serve()

@@ -69,6 +69,7 @@ export class ResidentPlan {
     this.gpu = plans.gpu;
     this.device = plans.gpu.device;
     this.kernel = kernel;
+    this.packed = kernel.startsWith("packed"); // res_gemm_packed.wgsl (4 x 4) or res_gemm_packed8.wgsl (8 x 4)
     this.pipelines = { ...plans.pipelines, gemm: plans.gemms[kernel] };
     this.spec = spec;
     this.b = b;
@@ -123,11 +124,11 @@ export class ResidentPlan {
    *  A / B already packed (else they are packed here). */
   _gemm(list, A, B, C, { m, k, n, transA = false, transB = false, aOff = 0, bOff = 0, cOff = 0, pa = null, pb = null }) {
     const max = this.gpu.limits.maxComputeWorkgroupsPerDimension;
-    const grid = [Math.ceil(n / 32), Math.ceil(m / 32)];
+    const grid = [Math.ceil(n / 32), Math.ceil(m / (this.kernel === "packed8" ? 64 : 32))];
     if (grid[0] > max || grid[1] > max) throw new PlanLimit("gemm grid");
     const [aSm, aSk] = transA ? [1, m] : [k, 1];
     const [bSk, bSn] = transB ? [1, k] : [n, 1];
-    if (this.kernel === "packed") {
+    if (this.packed) {
       this._gemmPacked(list, A, B, C, { m, k, n, aOff, aSm, aSk, bOff, bSk, bSn, cOff, grid, pa, pb });
       return;
     }
@@ -228,12 +229,12 @@ export class ResidentPlan {
       p.wq = this._buf(nOut * nIn, `layer ${li} weights`);
       p.btab = this._buf(p.tableRows * nOut, `layer ${li} bias table`);
       p.a = cur;
-      if (this.kernel === "packed") { // the weights packed on the host for the forward and input-error GEMMs
+      if (this.packed) { // the weights packed on the host for the forward and input-error GEMMs
         p.wqP = this._buf(nOut * Math.ceil(nIn / 4), `layer ${li} weights, packed`);
         p.wqTP = this._buf(nIn * Math.ceil(nOut / 4), `layer ${li} weights transposed, packed`);
       }
       p.colsP = null; // the packed kernel's columns, made from the map (res_im2col_pack.wgsl)
-      if (conv && this.kernel === "packed" && rows <= MAX_K) {
+      if (conv && this.packed && rows <= MAX_K) {
         const { ci, k, h, w } = layer;
         const src = cur;
         const colsP = this._buf(rows * Math.ceil(nIn / 4), `layer ${li} columns, packed`);

@@ -74,6 +74,7 @@ export class ResidentPlans {
       tiled: await gpu._compile("res_gemm", `${prelude}\n${body}`, `${gpu.shaderBase}res_gemm.wgsl (${this.dot})`),
       direct: await gpu._compile("res_gemm_direct", await text("res_gemm_direct"), `${gpu.shaderBase}res_gemm_direct.wgsl`),
       packed: await gpu._compile("res_gemm_packed", await text("res_gemm_packed"), `${gpu.shaderBase}res_gemm_packed.wgsl`),
+      packed8: await gpu._compile("res_gemm_packed8", await text("res_gemm_packed8"), `${gpu.shaderBase}res_gemm_packed8.wgsl`),
     };
     this.gemms = gemms;
     this.pipelines = {};
