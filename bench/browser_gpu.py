@@ -42,7 +42,7 @@ async ([b, minMs, rounds]) => {
   };
   const paths = { js: [opened.cpu, null], wasm: [opened.wasm, null] };
   if (gpu) Object.assign(paths, { 'gpu-calls': [gpu, false], 'gpu-resident-direct': [gpu, 'direct'],
-    'gpu-resident-tiled': [gpu, 'tiled'], 'gpu-resident-packed': [gpu, 'packed'], 'gpu-resident-packed8': [gpu, 'packed8'],
+    'gpu-resident-tiled': [gpu, 'tiled'], 'gpu-resident-packed': [gpu, 'packed'],
     'gpu-resident-packed-unsplit': [gpu, 'packed', false] });
   const out = { adapter: gpu ? gpu.adapterInfo : null, reason: opened.gpuReason, rows: {} };
   for (const [model, [spec, makeX]] of Object.entries(models)) {
@@ -89,7 +89,6 @@ async ([b, minMs, rounds]) => {
 NAMES = {"js": "JS units (baseline)", "wasm": "WASM SIMD", "gpu-calls": "WebGPU, one call at a time",
          "gpu-resident-direct": "WebGPU resident, direct GEMM", "gpu-resident-tiled": "WebGPU resident, tiled GEMM",
          "gpu-resident-packed": "WebGPU resident, packed GEMM",
-         "gpu-resident-packed8": "WebGPU resident, packed GEMM 8x4",
          "gpu-resident-packed-unsplit": "WebGPU resident, packed GEMM, no split sums"}
 
 

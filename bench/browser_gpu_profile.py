@@ -5,7 +5,7 @@ buffers; then the whole forward and backward passes as the tab submits them, to 
 per-dispatch cost adds. WebGPU here is whatever adapter Chromium finds (SwiftShader on a
 machine without a GPU).
 
-Run: ``python -m bench.browser_gpu_profile [--gemm direct|tiled|packed|packed8] [--model cnn|digits]``
+Run: ``python -m bench.browser_gpu_profile [--gemm direct|tiled|packed] [--model cnn|digits] [--no-split]``
 (prints a table; it writes nothing: the numbers guide the kernels, bench.browser_gpu holds the
 comparison).
 """
@@ -21,7 +21,7 @@ B = 16
 ROUNDS = 5
 
 RUN = """
-async ([b, gemm, model, rounds]) => {
+async ([b, gemm, model, rounds, split]) => {
   const { loadLuts } = await import('/webui/units/luts.js');
   const { openPaths } = await import('/webui/engine/paths.js');
   const S = await import('/webui/engine/spec.js');
@@ -31,6 +31,7 @@ async ([b, gemm, model, rounds]) => {
   if (!gpu) return { error: gpuReason };
   gpu.resident = true;
   gpu.residentGemm = gemm;
+  gpu.residentSplit = split;
   const spec = model === 'cnn' ? S.imageCnn(1, 28, 28, [...S.DEFAULT_CNN], 10) : S.mlp(64, 128, 10);
   const theta = initParams(spec, 1);
   const n = b * spec.inputDim;
@@ -87,8 +88,9 @@ def main() -> None:
     from playwright.sync_api import sync_playwright
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--gemm", choices=["direct", "tiled", "packed", "packed8"], default="packed")
+    ap.add_argument("--gemm", choices=["direct", "tiled", "packed"], default="packed")
     ap.add_argument("--model", choices=["cnn", "digits"], default="cnn")
+    ap.add_argument("--no-split", action="store_true", help="no split sums (gpu_plan.js splitOf)")
     args = ap.parse_args()
     url = _serve()
     load0 = os.getloadavg()[0]
@@ -97,7 +99,7 @@ def main() -> None:
         page = browser.new_page()
         page.route(f"{url}/__blank", lambda r: r.fulfill(body="<!doctype html>", content_type="text/html"))
         page.goto(f"{url}/__blank")
-        res = page.evaluate(RUN, [B, args.gemm, args.model, ROUNDS])
+        res = page.evaluate(RUN, [B, args.gemm, args.model, ROUNDS, False if args.no_split else None])
         browser.close()
     if "error" in res:
         raise SystemExit(f"no WebGPU: {res['error']}")

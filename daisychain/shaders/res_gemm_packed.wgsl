@@ -1,11 +1,14 @@
 // The resident path's unit GEMM on packed operands (webui/units/gpu_plan.js packs them with
-// res_pack.wgsl): C[c_off + row*c_sm + col*c_sn] = sum_k opA[row,k] * opB[k,col], A as
-// ap[row * kw + j], B as bp[col * kw + j], four int8 values of K a u32 (k = 4j + t in byte t,
-// zero past K). A load brings four values of K, which matters where every load is a gather
-// (a CPU-emulated adapter such as SwiftShader) and halves the memory read on a GPU. Each
-// invocation computes a 4 x 4 block of C in registers, sign-extending each byte by shifts
-// (the value dot4I8Packed gives) with exact i32 products (|a*b| <= 2^14, K <= 131071): the
-// bytes of res_gemm_direct.wgsl.
+// res_pack.wgsl or res_im2col_pack.wgsl, the weights on the host): C[c_off + row*c_sm +
+// col*c_sn] = sum_k opA[row,k] * opB[k,col], A as ap[row * kw + j], B as bp[col * kw + j],
+// four int8 values of K a u32 (k = 4j + t in byte t, zero past K). A load brings four values
+// of K, which matters where every load is a per-lane gather (a CPU-emulated adapter such as
+// SwiftShader) and quarters the memory read on a GPU; every product of four is `dot4(a, b)`,
+// defined by the module put in front of this one: res_dot4_packed.wgsl (the WGSL built-in
+// dot4I8Packed, where the adapter has packed_4x8_integer_dot_product: sign-extended bytes,
+// wrapping adds) or res_dot4_plain.wgsl (the same sum by shifts). Exact i32 sums (|a*b| <=
+// 2^14, K <= 131071): the bytes of res_gemm_direct.wgsl. Each invocation computes a 4 x 4
+// block of C in registers.
 // Split over K as res_gemm_direct.wgsl: workgroup z sums the words [z * kcw, min(kw, (z + 1) *
 // kcw)) into its partial C at c_off + z * c_split (kcw 0: all of K).
 // Dispatch: (ceil(n / 32), ceil(m / 32), ceil(kw / kcw)) workgroups of 8 x 8.
@@ -19,13 +22,6 @@ struct Params {
 @group(0) @binding(1) var<storage, read> ap: array<u32>;
 @group(0) @binding(2) var<storage, read> bp: array<u32>;
 @group(0) @binding(3) var<storage, read_write> C: array<i32>;
-
-const SHIFTS = vec4<u32>(24u, 16u, 8u, 0u);
-
-/** The four int8 of a word, sign-extended: byte t in component t. */
-fn bytes4(w: u32) -> vec4<i32> {
-  return bitcast<vec4<i32>>(vec4<u32>(w) << SHIFTS) >> vec4<u32>(24u);
-}
 
 @compute @workgroup_size(8, 8, 1)
 fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
@@ -49,20 +45,18 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
   var c2 = vec4<i32>(0);
   var c3 = vec4<i32>(0);
   for (var j = jb; j < je; j++) {
-    // bt[t]: byte t (k = 4j + t) of the four columns' words
-    let bw = vec4<u32>(bp[cb.x + j], bp[cb.y + j], bp[cb.z + j], bp[cb.w + j]);
-    let b0 = bitcast<vec4<i32>>(bw << vec4<u32>(24u)) >> vec4<u32>(24u);
-    let b1 = bitcast<vec4<i32>>(bw << vec4<u32>(16u)) >> vec4<u32>(24u);
-    let b2 = bitcast<vec4<i32>>(bw << vec4<u32>(8u)) >> vec4<u32>(24u);
-    let b3 = bitcast<vec4<i32>>(bw) >> vec4<u32>(24u);
-    let a0 = bytes4(ap[ra.x + j]);
-    let a1 = bytes4(ap[ra.y + j]);
-    let a2 = bytes4(ap[ra.z + j]);
-    let a3 = bytes4(ap[ra.w + j]);
-    c0 += a0.x * b0 + a0.y * b1 + a0.z * b2 + a0.w * b3;
-    c1 += a1.x * b0 + a1.y * b1 + a1.z * b2 + a1.w * b3;
-    c2 += a2.x * b0 + a2.y * b1 + a2.z * b2 + a2.w * b3;
-    c3 += a3.x * b0 + a3.y * b1 + a3.z * b2 + a3.w * b3;
+    let b0 = bp[cb.x + j];
+    let b1 = bp[cb.y + j];
+    let b2 = bp[cb.z + j];
+    let b3 = bp[cb.w + j];
+    let a0 = ap[ra.x + j];
+    let a1 = ap[ra.y + j];
+    let a2 = ap[ra.z + j];
+    let a3 = ap[ra.w + j];
+    c0 += vec4<i32>(dot4(a0, b0), dot4(a0, b1), dot4(a0, b2), dot4(a0, b3));
+    c1 += vec4<i32>(dot4(a1, b0), dot4(a1, b1), dot4(a1, b2), dot4(a1, b3));
+    c2 += vec4<i32>(dot4(a2, b0), dot4(a2, b1), dot4(a2, b2), dot4(a2, b3));
+    c3 += vec4<i32>(dot4(a3, b0), dot4(a3, b1), dot4(a3, b2), dot4(a3, b3));
   }
   let acc = array<vec4<i32>, 4>(c0, c1, c2, c3);
   let c_off = params.c_off + gid.z * params.c_split;

@@ -47,22 +47,23 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     let kw = (params.ci * k * k + 3u) / 4u;
     var at = i * kw;
     var word = 0u;
-    var t = 0u;
+    var place = 1u; // 256^t for byte t: a product, not a shift by a per-lane amount (which
+    // SwiftShader emulates lane by lane)
     for (var c = 0u; c < params.ci; c++) {
       for (var dy = 0u; dy < k; dy++) {
         for (var dx = 0u; dx < k; dx++) {
-          word |= value(s, c, y0 + i32(dy), x0 + i32(dx)) << (8u * t);
-          t++;
-          if (t == 4u) {
+          word += value(s, c, y0 + i32(dy), x0 + i32(dx)) * place;
+          place *= 256u;
+          if (place == 0u) {
             out[at] = word;
             at++;
             word = 0u;
-            t = 0u;
+            place = 1u;
           }
         }
       }
     }
-    if (t != 0u) {
+    if (place != 1u) {
       out[at] = word;
     }
     return;
@@ -87,10 +88,12 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
   for (var dy = 0u; dy < k; dy++) {
     for (var dx = 0u; dx < k; dx++) {
       var word = 0u;
+      var place = 1u;
       for (var t = 0u; t < 4u; t++) {
         if (live[t]) {
-          word |= value(ss[t], c, ys[t] + i32(dy), xs[t] + i32(dx)) << (8u * t);
+          word += value(ss[t], c, ys[t] + i32(dy), xs[t] + i32(dx)) * place;
         }
+        place *= 256u;
       }
       out[j * rw + q] = word;
       j++;

@@ -25,11 +25,13 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
   let k0 = (i % params.kw) * 4u;
   let base = params.off + r * params.sr;
   var word = 0u;
+  var place = 1u; // 256^t: a product, not a per-lane shift (SwiftShader emulates those lane by lane)
   for (var t = 0u; t < 4u; t++) {
     let kk = k0 + t;
     if (kk < params.k) {
-      word |= (u32(x[base + kk * params.sk]) & 0xffu) << (8u * t);
+      word += (u32(x[base + kk * params.sk]) & 0xffu) * place;
     }
+    place *= 256u;
   }
   out[i] = word;
 }

@@ -69,7 +69,7 @@ export class ResidentPlan {
     this.gpu = plans.gpu;
     this.device = plans.gpu.device;
     this.kernel = kernel;
-    this.packed = kernel.startsWith("packed"); // res_gemm_packed.wgsl (4 x 4) or res_gemm_packed8.wgsl (8 x 4)
+    this.packed = kernel === "packed"; // res_gemm_packed.wgsl on operands packed four int8 a word
     this.pipelines = { ...plans.pipelines, gemm: plans.gemms[kernel] };
     this.spec = spec;
     this.b = b;
@@ -124,7 +124,7 @@ export class ResidentPlan {
    *  A / B already packed (else they are packed here). */
   _gemm(list, A, B, C, { m, k, n, transA = false, transB = false, aOff = 0, bOff = 0, cOff = 0, pa = null, pb = null }) {
     const max = this.gpu.limits.maxComputeWorkgroupsPerDimension;
-    const grid = [Math.ceil(n / 32), Math.ceil(m / (this.kernel === "packed8" ? 64 : 32))];
+    const grid = [Math.ceil(n / 32), Math.ceil(m / 32)];
     if (grid[0] > max || grid[1] > max) throw new PlanLimit("gemm grid");
     const [aSm, aSk] = transA ? [1, m] : [k, 1];
     const [bSk, bSn] = transB ? [1, k] : [n, 1];

@@ -22,7 +22,7 @@
 // memory, four int8 per u32, dot4I8Packed where the adapter has
 // packed_4x8_integer_dot_product, else the same sum by shifts), res_gemm_direct.wgsl
 // (registers only) and res_gemm_packed.wgsl (registers only, on operands packed four int8 a
-// word); one with few workgroups is split over K (gpu_plan.js splitOf). Native products and the arithmetic requantize are used only after the loaded
+// word, dot4 as the tiled one); one with few workgroups is split over K (gpu_plan.js splitOf). Native products and the arithmetic requantize are used only after the loaded
 // tables checked equal to that arithmetic (wasm_units.js exactTablesFailure), as on the CPU.
 //
 // An embedding (the text task's first layer) is the host's: its quantized rows are gathered
@@ -73,8 +73,7 @@ export class ResidentPlans {
     const gemms = {
       tiled: await gpu._compile("res_gemm", `${prelude}\n${body}`, `${gpu.shaderBase}res_gemm.wgsl (${this.dot})`),
       direct: await gpu._compile("res_gemm_direct", await text("res_gemm_direct"), `${gpu.shaderBase}res_gemm_direct.wgsl`),
-      packed: await gpu._compile("res_gemm_packed", await text("res_gemm_packed"), `${gpu.shaderBase}res_gemm_packed.wgsl`),
-      packed8: await gpu._compile("res_gemm_packed8", await text("res_gemm_packed8"), `${gpu.shaderBase}res_gemm_packed8.wgsl`),
+      packed: await gpu._compile("res_gemm_packed", `${prelude}\n${await text("res_gemm_packed")}`, `${gpu.shaderBase}res_gemm_packed.wgsl (${this.dot})`),
     };
     this.gemms = gemms;
     this.pipelines = {};
