@@ -5,7 +5,8 @@ buffers; then the whole forward and backward passes as the tab submits them, to 
 per-dispatch cost adds. WebGPU here is whatever adapter Chromium finds (SwiftShader on a
 machine without a GPU).
 
-Run: ``python -m bench.browser_gpu_profile [--gemm direct|tiled|packed] [--model cnn|digits] [--no-split]``
+Run: ``python -m bench.browser_gpu_profile [--gemm direct|tiled|packed] [--model cnn|digits] [--no-split]
+[--no-im2col-pack]``
 (prints a table; it writes nothing: the numbers guide the kernels, bench.browser_gpu holds the
 comparison).
 """
@@ -21,7 +22,7 @@ B = 16
 ROUNDS = 5
 
 RUN = """
-async ([b, gemm, model, rounds, split]) => {
+async ([b, gemm, model, rounds, split, im2colPack]) => {
   const { loadLuts } = await import('/webui/units/luts.js');
   const { openPaths } = await import('/webui/engine/paths.js');
   const S = await import('/webui/engine/spec.js');
@@ -32,6 +33,7 @@ async ([b, gemm, model, rounds, split]) => {
   gpu.resident = true;
   gpu.residentGemm = gemm;
   gpu.residentSplit = split;
+  gpu.residentIm2colPack = im2colPack;
   const spec = model === 'cnn' ? S.imageCnn(1, 28, 28, [...S.DEFAULT_CNN], 10) : S.mlp(64, 128, 10);
   const theta = initParams(spec, 1);
   const n = b * spec.inputDim;
@@ -91,6 +93,8 @@ def main() -> None:
     ap.add_argument("--gemm", choices=["direct", "tiled", "packed"], default="packed")
     ap.add_argument("--model", choices=["cnn", "digits"], default="cnn")
     ap.add_argument("--no-split", action="store_true", help="no split sums (gpu_plan.js splitOf)")
+    ap.add_argument("--no-im2col-pack", action="store_true",
+                    help="packed kernel: im2col to int32 columns, then packed (not res_im2col_pack.wgsl)")
     args = ap.parse_args()
     url = _serve()
     load0 = os.getloadavg()[0]
@@ -99,7 +103,8 @@ def main() -> None:
         page = browser.new_page()
         page.route(f"{url}/__blank", lambda r: r.fulfill(body="<!doctype html>", content_type="text/html"))
         page.goto(f"{url}/__blank")
-        res = page.evaluate(RUN, [B, args.gemm, args.model, ROUNDS, False if args.no_split else None])
+        res = page.evaluate(RUN, [B, args.gemm, args.model, ROUNDS, False if args.no_split else None,
+                                  False if args.no_im2col_pack else None])
         browser.close()
     if "error" in res:
         raise SystemExit(f"no WebGPU: {res['error']}")

@@ -234,7 +234,7 @@ export class ResidentPlan {
         p.wqTP = this._buf(nIn * Math.ceil(nOut / 4), `layer ${li} weights transposed, packed`);
       }
       p.colsP = null; // the packed kernel's columns, made from the map (res_im2col_pack.wgsl)
-      if (conv && this.packed && rows <= MAX_K) {
+      if (conv && this.packed && rows <= MAX_K && this.gpu.residentIm2colPack !== false) {
         const { ci, k, h, w } = layer;
         const src = cur;
         const colsP = this._buf(rows * Math.ceil(nIn / 4), `layer ${li} columns, packed`);
