@@ -169,7 +169,7 @@ async () => {
   };
   const out = [];
   for (const gemm of ['direct', 'tiled', 'packed']) {
-    for (const split of [true, false]) {
+    for (const split of [64, false]) {
       gpu.residentGemm = gemm;
       gpu.residentSplit = split;
       for (const [name, spec, b] of cases) {

@@ -15,7 +15,8 @@ import { LAYER_TYPES, kindOf } from "../engine/registry.js";
 const MAX_SHIFT = 25;
 /** A sum with fewer workgroups than this is split (over K for a GEMM, over rows for a bias
  *  gradient) until it has about this many, so that it spreads over every thread of a CPU-emulated
- *  adapter and every core of a GPU; each part sums at least MIN_PART terms. */
+ *  adapter and more cores of a GPU; each part sums at least MIN_PART terms. gpu.residentSplit:
+ *  false (never split) or another target (bench, tests). */
 export const SPLIT_GROUPS = 64;
 export const MIN_PART = 64;
 
@@ -32,9 +33,9 @@ export function packRows(x, rows, k, sr, sk) {
   return out;
 }
 
-export function splitOf(groups, k) {
-  if (groups >= SPLIT_GROUPS || k < 2 * MIN_PART) return { parts: 1, kc: k };
-  const want = Math.min(Math.ceil(SPLIT_GROUPS / groups), Math.floor(k / MIN_PART));
+export function splitOf(groups, k, target = SPLIT_GROUPS) {
+  if (target === false || groups >= target || k < 2 * MIN_PART) return { parts: 1, kc: k };
+  const want = Math.min(Math.ceil(target / groups), Math.floor(k / MIN_PART));
   const kc = Math.ceil(k / want);
   return { parts: Math.ceil(k / kc), kc };
 }
@@ -132,7 +133,7 @@ export class ResidentPlan {
       this._gemmPacked(list, A, B, C, { m, k, n, aOff, aSm, aSk, bOff, bSk, bSn, cOff, grid, pa, pb });
       return;
     }
-    const { parts, kc } = this.gpu.residentSplit === false ? { parts: 1, kc: k } : splitOf(grid[0] * grid[1], k);
+    const { parts, kc } = splitOf(grid[0] * grid[1], k, this.gpu.residentSplit ?? SPLIT_GROUPS);
     if (parts === 1) {
       this._op(list, "gemm", [m, k, n, k, aOff, aSm, aSk, 0, bOff, bSk, bSn, 0, cOff, n, 1, 0], [A, B, C], grid);
       return;
@@ -154,7 +155,7 @@ export class ResidentPlan {
       pb = this._buf(n * kw, "packed B");
       this._op(list, "pack", [n, k, kw, bOff, bSn, bSk, 0, 0], [B, pb], this._grid(n * kw));
     }
-    const { parts, kc } = this.gpu.residentSplit === false ? { parts: 1, kc: kw } : splitOf(grid[0] * grid[1], kw);
+    const { parts, kc } = splitOf(grid[0] * grid[1], kw, this.gpu.residentSplit ?? SPLIT_GROUPS);
     if (parts === 1) {
       this._op(list, "gemm", [m, kw, n, kw, cOff, n, 1, 0], [pa, pb, C], grid);
       return;
@@ -168,7 +169,7 @@ export class ResidentPlan {
    *  rows as _gemm splits K. */
   _colsum(list, G, out, rows, nOut, off) {
     const groups = Math.ceil(nOut / 64);
-    const { parts, kc } = this.gpu.residentSplit === false ? { parts: 1, kc: rows } : splitOf(groups, rows);
+    const { parts, kc } = splitOf(groups, rows, this.gpu.residentSplit ?? SPLIT_GROUPS);
     if (parts === 1) {
       this._op(list, "colsum", [rows, nOut, off, rows], [G, out], [groups, 1]);
       return;

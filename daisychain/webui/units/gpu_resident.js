@@ -167,7 +167,7 @@ export class ResidentPlans {
     const want = this.gpu.residentGemm;
     if (!(want in this.gemms) && !this.measured) this.measured = await this._fasterGemm();
     this.gemm = want in this.gemms ? want : this.measured;
-    const key = `${JSON.stringify(spec.toJson())}|${b}|${this.gemm}|${this.gpu.residentSplit !== false}|${this.gpu.residentIm2colPack !== false}`;
+    const key = `${JSON.stringify(spec.toJson())}|${b}|${this.gemm}|${this.gpu.residentSplit ?? ""}|${this.gpu.residentIm2colPack !== false}`;
     if (this.plans.has(key)) return this.plans.get(key);
     let plan = null;
     if (!unsupported(spec)) {
