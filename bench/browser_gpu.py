@@ -5,7 +5,7 @@ pool, micro-batch 16) and of digits (64-128-10) in headless Chromium, on the JS 
 uploads its inputs and reads its output back: the path before this issue) and the resident
 WebGPU path (webui/units/gpu_resident.js) with each of its GEMM kernels (res_gemm.wgsl tiled with
 workgroup memory and dot4I8Packed, res_gemm_direct.wgsl, res_gemm_packed.wgsl on packed
-operands), and the packed one without split sums (gpu_plan.js splitOf), in alternating rounds
+operands), and the packed one without split sums (gpu_split.js splitOf), in alternating rounds
 in one page; every path's contribution must be the same bits.
 
 Run: ``python -m bench.browser_gpu`` (writes the "browser_gpu" section of docs/BENCHMARKS.md).

@@ -92,7 +92,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--gemm", choices=["direct", "tiled", "packed"], default="packed")
     ap.add_argument("--model", choices=["cnn", "digits"], default="cnn")
-    ap.add_argument("--no-split", action="store_true", help="no split sums (gpu_plan.js splitOf)")
+    ap.add_argument("--no-split", action="store_true", help="no split sums (gpu_split.js splitOf)")
     ap.add_argument("--no-im2col-pack", action="store_true",
                     help="packed kernel: im2col to int32 columns, then packed (not res_im2col_pack.wgsl)")
     args = ap.parse_args()

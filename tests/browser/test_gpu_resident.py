@@ -203,7 +203,7 @@ async () => {
 
 def test_split_sums_give_the_js_units_bits(browser_webgpu, server_url):
     """The GEMMs and bias gradients with few workgroups split over K (rows) into partials that
-    res_reduce.wgsl adds (gpu_plan.js splitOf), and the fused passes (res_requantize_map.wgsl,
+    res_reduce.wgsl adds (gpu_split.js splitOf), and the fused passes (res_requantize_map.wgsl,
     res_pool_back.wgsl, res_col2im.wgsl with and without the ReLU mask, res_im2col.wgsl): on
     the default CNN, an odd CNN, a CNN without pools, one with a pool on a pool and two MLPs,
     with each GEMM kernel, split and not, the contribution of a plan's first

@@ -5,6 +5,7 @@
 // fixed-point sum of what the backward pass reads back) and the two submits.
 
 import { MAX_K } from "./gemm.js";
+import { colsumOps, gemmOps, packRows } from "./gpu_split.js";
 import { POISON } from "./units.js";
 import { absmax, pow2, quantExponent, quantize } from "../engine/detmath.js";
 import { accumulate, biasAcc } from "../engine/layers.js";
@@ -13,34 +14,6 @@ import { LAYER_TYPES, kindOf } from "../engine/registry.js";
 
 /** The largest requantize shift: max |acc| < 2^32 has at most 32 bits, s = bits - 7. */
 const MAX_SHIFT = 25;
-/** A sum with fewer workgroups than this is split (over K for a GEMM, over rows for a bias
- *  gradient) until it has about this many, so that it spreads over every thread of a CPU-emulated
- *  adapter and more cores of a GPU; each part sums at least MIN_PART terms. gpu.residentSplit:
- *  false (never split) or another target (bench, tests). */
-export const SPLIT_GROUPS = 64;
-export const MIN_PART = 64;
-
-/** How a sum of k terms over `groups` workgroups is split: {parts, kc} (kc terms a part, the
- *  last part the rest; parts 1: not split). */
-/** Rows of int8 values packed four of K a u32 (res_pack.wgsl's layout): out[r * kw + j] has
- *  x[r * sr + kk * sk], kk = 4j + t, in byte t; zero past k. */
-export function packRows(x, rows, k, sr, sk) {
-  const kw = Math.ceil(k / 4);
-  const out = new Uint32Array(rows * kw);
-  for (let r = 0; r < rows; r++) {
-    for (let kk = 0; kk < k; kk++) out[r * kw + (kk >> 2)] |= (x[r * sr + kk * sk] & 255) << (8 * (kk & 3));
-  }
-  return out;
-}
-
-export function splitOf(groups, k, target = SPLIT_GROUPS) {
-  if (target === false || groups >= target || k < 2 * MIN_PART) return { parts: 1, kc: k };
-  const want = Math.min(Math.ceil(target / groups), Math.floor(k / MIN_PART));
-  const kc = Math.ceil(k / want);
-  return { parts: Math.ceil(k / kc), kc };
-}
-
-
 /** A plan that would pass this GPU's limits: the units are called one by one instead. */
 export class PlanLimit extends Error {}
 
@@ -120,63 +93,15 @@ export class ResidentPlan {
     return this.gpu._grid1d(n);
   }
 
-  /** C[cOff + row * n + col] = op(A) op(B); split over K (splitOf) into partials that
-   *  res_reduce.wgsl adds when the GEMM has few workgroups. With the packed kernel, pa / pb:
-   *  A / B already packed (else they are packed here). */
+  /** C[cOff + row * n + col] = op(A) op(B) (gpu_split.js gemmOps: split over K when the GEMM
+   *  has few workgroups; with the packed kernel, pa / pb: A / B already packed). */
   _gemm(list, A, B, C, { m, k, n, transA = false, transB = false, aOff = 0, bOff = 0, cOff = 0, pa = null, pb = null }) {
     const max = this.gpu.limits.maxComputeWorkgroupsPerDimension;
     const grid = [Math.ceil(n / 32), Math.ceil(m / 32)];
     if (grid[0] > max || grid[1] > max) throw new PlanLimit("gemm grid");
     const [aSm, aSk] = transA ? [1, m] : [k, 1];
     const [bSk, bSn] = transB ? [1, k] : [n, 1];
-    if (this.packed) {
-      this._gemmPacked(list, A, B, C, { m, k, n, aOff, aSm, aSk, bOff, bSk, bSn, cOff, grid, pa, pb });
-      return;
-    }
-    const { parts, kc } = splitOf(grid[0] * grid[1], k, this.gpu.residentSplit ?? SPLIT_GROUPS);
-    if (parts === 1) {
-      this._op(list, "gemm", [m, k, n, k, aOff, aSm, aSk, 0, bOff, bSk, bSn, 0, cOff, n, 1, 0], [A, B, C], grid);
-      return;
-    }
-    const part = this._buf(parts * m * n, "GEMM partials");
-    this._op(list, "gemm", [m, k, n, kc, aOff, aSm, aSk, 0, bOff, bSk, bSn, 0, 0, n, 1, m * n], [A, B, part], [...grid, parts]);
-    this._op(list, "reduce", [m * n, parts, m * n, cOff], [part, C], this._grid(m * n));
-  }
-
-  /** _gemm with res_gemm_packed.wgsl: A's rows and B's columns packed four int8 of K a word
-   *  (res_pack.wgsl), then the GEMM on the words, split over them as _gemm splits K. */
-  _gemmPacked(list, A, B, C, { m, k, n, aOff, aSm, aSk, bOff, bSk, bSn, cOff, grid, pa, pb }) {
-    const kw = Math.ceil(k / 4);
-    if (!pa) {
-      pa = this._buf(m * kw, "packed A");
-      this._op(list, "pack", [m, k, kw, aOff, aSm, aSk, 0, 0], [A, pa], this._grid(m * kw));
-    }
-    if (!pb) {
-      pb = this._buf(n * kw, "packed B");
-      this._op(list, "pack", [n, k, kw, bOff, bSn, bSk, 0, 0], [B, pb], this._grid(n * kw));
-    }
-    const { parts, kc } = splitOf(grid[0] * grid[1], kw, this.gpu.residentSplit ?? SPLIT_GROUPS);
-    if (parts === 1) {
-      this._op(list, "gemm", [m, kw, n, kw, cOff, n, 1, 0], [pa, pb, C], grid);
-      return;
-    }
-    const part = this._buf(parts * m * n, "GEMM partials");
-    this._op(list, "gemm", [m, kw, n, kc, 0, n, 1, m * n], [pa, pb, part], [...grid, parts]);
-    this._op(list, "reduce", [m * n, parts, m * n, cOff], [part, C], this._grid(m * n));
-  }
-
-  /** out[off + o] = the column sums of the rows x nOut errors G (the bias gradient), split over
-   *  rows as _gemm splits K. */
-  _colsum(list, G, out, rows, nOut, off) {
-    const groups = Math.ceil(nOut / 64);
-    const { parts, kc } = splitOf(groups, rows, this.gpu.residentSplit ?? SPLIT_GROUPS);
-    if (parts === 1) {
-      this._op(list, "colsum", [rows, nOut, off, rows], [G, out], [groups, 1]);
-      return;
-    }
-    const part = this._buf(parts * nOut, "bias gradient partials");
-    this._op(list, "colsum", [rows, nOut, 0, kc], [G, part], [groups, 1, parts]);
-    this._op(list, "reduce", [nOut, parts, nOut, off], [part, out], this._grid(nOut));
+    gemmOps(this, list, A, B, C, { m, k, n, aOff, aSm, aSk, bOff, bSk, bSn, cOff, grid, pa, pb });
   }
 
   /** max |x| into state slot, after the ReLU mask when `mask` (a buffer) is given. */
@@ -373,7 +298,7 @@ export class ResidentPlan {
             aOff: part.r0 * p.nOut, bOff: part.r0 * p.nIn, cOff: part.off, pb: colsT,
           }));
         }
-        ops.push((list) => this._colsum(list, Gr, this.grad, p.rows, p.nOut, p.bOff));
+        ops.push((list) => colsumOps(this, list, Gr, this.grad, p.rows, p.nOut, p.bOff));
         if (below) {
           const dXr = this._buf(p.rows * p.nIn, `layer ${p.li} input errors`);
           ops.push((list) => this._gemm(list, Gr, p.wq, dXr, { m: p.rows, k: p.nOut, n: p.nIn, pb: p.wqTP }));

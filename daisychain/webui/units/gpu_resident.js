@@ -22,8 +22,9 @@
 // memory, four int8 per u32, dot4I8Packed where the adapter has
 // packed_4x8_integer_dot_product, else the same sum by shifts), res_gemm_direct.wgsl
 // (registers only) and res_gemm_packed.wgsl (registers only, on operands packed four int8 a
-// word, dot4 as the tiled one); one with few workgroups is split over K (gpu_plan.js splitOf). Native products and the arithmetic requantize are used only after the loaded
-// tables checked equal to that arithmetic (wasm_units.js exactTablesFailure), as on the CPU.
+// word, dot4 as the tiled one); one with few workgroups is split over K (gpu_split.js).
+// Native products and the arithmetic requantize are used only after the loaded tables checked
+// equal to that arithmetic (wasm_units.js exactTablesFailure), as on the CPU.
 //
 // An embedding (the text task's first layer) is the host's: its quantized rows are gathered
 // into the input, and its gradient is scattered on the host from the layer above's raw input
