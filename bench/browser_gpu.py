@@ -4,8 +4,9 @@ pool, micro-batch 16) and of digits (64-128-10) in headless Chromium, on the JS 
 (baseline), the WebAssembly SIMD kernels, the WebGPU units one call at a time (each call
 uploads its inputs and reads its output back: the path before this issue) and the resident
 WebGPU path (webui/units/gpu_resident.js) with each of its GEMM kernels (res_gemm.wgsl tiled with
-workgroup memory and dot4I8Packed, res_gemm_direct.wgsl), in alternating rounds in one page;
-every path's contribution must be the same bits.
+workgroup memory and dot4I8Packed, res_gemm_direct.wgsl, res_gemm_packed.wgsl on packed
+operands), and the packed one without split sums (gpu_split.js splitOf), in alternating rounds
+in one page; every path's contribution must be the same bits.
 
 Run: ``python -m bench.browser_gpu`` (writes the "browser_gpu" section of docs/BENCHMARKS.md).
 WebGPU here is whatever adapter Chromium finds: on a machine without a GPU, SwiftShader (a
@@ -41,16 +42,18 @@ async ([b, minMs, rounds]) => {
   };
   const paths = { js: [opened.cpu, null], wasm: [opened.wasm, null] };
   if (gpu) Object.assign(paths, { 'gpu-calls': [gpu, false], 'gpu-resident-direct': [gpu, 'direct'],
-    'gpu-resident-tiled': [gpu, 'tiled'] });
+    'gpu-resident-tiled': [gpu, 'tiled'], 'gpu-resident-packed': [gpu, 'packed'],
+    'gpu-resident-packed-unsplit': [gpu, 'packed', false] });
   const out = { adapter: gpu ? gpu.adapterInfo : null, reason: opened.gpuReason, rows: {} };
   for (const [model, [spec, makeX]] of Object.entries(models)) {
     const theta = initParams(spec, 1);
     const x = makeX();
     const y = Int32Array.from({ length: b }, () => rnd(0, 10));
-    const run = async ([units, mode]) => {
+    const run = async ([units, mode, split]) => {
       if (units === gpu) {
         gpu.resident = mode !== false;
         gpu.residentGemm = mode || undefined;
+        gpu.residentSplit = split;
       }
       const total = new Float64Array(theta.length);
       await new Engine(spec, units).gradInto(total, theta, x, y, b, 40, 2 ** 49);
@@ -74,7 +77,8 @@ async ([b, minMs, rounds]) => {
   }
   if (gpu) {
     gpu.resident = true;
-    gpu.residentGemm = undefined; // as a tab runs it: the kernel measured faster here
+    gpu.residentGemm = undefined; // as a tab runs it: the kernel measured fastest here
+    gpu.residentSplit = undefined;
     await gpu.residentPlan(models.cnn[0], b);
     out.resident = gpu.residentInfo;
   }
@@ -83,7 +87,9 @@ async ([b, minMs, rounds]) => {
 """
 
 NAMES = {"js": "JS units (baseline)", "wasm": "WASM SIMD", "gpu-calls": "WebGPU, one call at a time",
-         "gpu-resident-direct": "WebGPU resident, direct GEMM", "gpu-resident-tiled": "WebGPU resident, tiled GEMM"}
+         "gpu-resident-direct": "WebGPU resident, direct GEMM", "gpu-resident-tiled": "WebGPU resident, tiled GEMM",
+         "gpu-resident-packed": "WebGPU resident, packed GEMM",
+         "gpu-resident-packed-unsplit": "WebGPU resident, packed GEMM, no split sums"}
 
 
 def main() -> None:
@@ -105,10 +111,11 @@ def main() -> None:
     gpu_name = f"{adapter.get('vendor', '?')} {adapter.get('architecture', '')}".strip() if res["adapter"] else \
         f"none ({res['reason']})"
     cols = [k for k in NAMES if k in res["rows"]["cnn"]["ms"]]
+    gemm_ms = {k: round(v, 1) for k, v in ((res.get("resident") or {}).get("gemm_ms") or {}).items()}
     lines = [
         f"WebGPU adapter: {gpu_name}; the resident path's dot product: {(res.get('resident') or {}).get('dot')}, "
-        f"the GEMM kernel a tab measured faster here: {(res.get('resident') or {}).get('measured')} "
-        f"(one GEMM of 1024 x 144 x 32, ms: {(res.get('resident') or {}).get('gemm_ms')}). "
+        f"the GEMM kernel a tab measured fastest here: {(res.get('resident') or {}).get('measured')} "
+        f"(one conv layer's forward pass, a GEMM of 1024 x 144 x 32, ms: {gemm_ms}). "
         f"1-minute load average {load0:.1f} at the start, {os.getloadavg()[0]:.1f} at the end, on "
         f"{os.cpu_count()} cores: the machine is shared with other work and loaded, so absolute times are "
         "inflated and swing; the ratios are taken within one run. ms per micro-batch of 16 "

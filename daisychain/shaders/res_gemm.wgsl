@@ -10,13 +10,16 @@
 // front of this one: res_dot4_packed.wgsl (the WGSL built-in dot4I8Packed, where the adapter
 // has packed_4x8_integer_dot_product) or res_dot4_plain.wgsl (the same sum, sign-extended by
 // shifts, where it has not).
-// Dispatch: (ceil(n / 32), ceil(m / 32)) workgroups.
+// Split over K: workgroup z sums k in [z * kc, min(k, (z + 1) * kc)) and writes its partial C
+// at c_off + z * c_split (kc 0: all of K); res_reduce.wgsl adds the partials (wrapping i32
+// adds: any order, the same bits).
+// Dispatch: (ceil(n / 32), ceil(m / 32), ceil(k / kc)) workgroups.
 
 struct Params {
-  m: u32, k: u32, n: u32, _pad0: u32,
+  m: u32, k: u32, n: u32, kc: u32,
   a_off: u32, a_sm: u32, a_sk: u32, _pad1: u32,
   b_off: u32, b_sk: u32, b_sn: u32, _pad2: u32,
-  c_off: u32, c_sm: u32, c_sn: u32, _pad3: u32,
+  c_off: u32, c_sm: u32, c_sn: u32, c_split: u32,
 }
 
 @group(0) @binding(0) var<uniform> params: Params;
@@ -28,22 +31,22 @@ const KW: u32 = 4u; // u32 words of four k values per tile row: 16 values of K p
 var<workgroup> As: array<u32, 128>; // [row * KW + word], 32 rows of A
 var<workgroup> Bs: array<u32, 128>; // [col * KW + word], 32 columns of B
 
-fn pack_a(row: u32, k0: u32) -> u32 {
+fn pack_a(row: u32, k0: u32, k1: u32) -> u32 {
   var word = 0u;
   for (var t = 0u; t < 4u; t++) {
     let kk = k0 + t;
-    if (row < params.m && kk < params.k) {
+    if (row < params.m && kk < k1) {
       word |= (u32(A[params.a_off + row * params.a_sm + kk * params.a_sk]) & 0xffu) << (8u * t);
     }
   }
   return word;
 }
 
-fn pack_b(col: u32, k0: u32) -> u32 {
+fn pack_b(col: u32, k0: u32, k1: u32) -> u32 {
   var word = 0u;
   for (var t = 0u; t < 4u; t++) {
     let kk = k0 + t;
-    if (col < params.n && kk < params.k) {
+    if (col < params.n && kk < k1) {
       word |= (u32(B[params.b_off + kk * params.b_sk + col * params.b_sn]) & 0xffu) << (8u * t);
     }
   }
@@ -59,13 +62,16 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid
   for (var i = 0u; i < 16u; i++) {
     acc[i] = 0;
   }
-  for (var k0 = 0u; k0 < params.k; k0 += 16u) {
+  let kc = select(params.kc, params.k, params.kc == 0u);
+  let kb = wid.z * kc;
+  let ke = min(params.k, kb + kc);
+  for (var k0 = kb; k0 < ke; k0 += 16u) {
     for (var t = 0u; t < 2u; t++) {
       let idx = li + t * 64u;
       let r = idx / KW;
       let kw = k0 + (idx % KW) * 4u;
-      As[idx] = pack_a(row0 + r, kw);
-      Bs[idx] = pack_b(col0 + r, kw);
+      As[idx] = pack_a(row0 + r, kw, ke);
+      Bs[idx] = pack_b(col0 + r, kw, ke);
     }
     workgroupBarrier();
     for (var w = 0u; w < KW; w++) {
@@ -83,12 +89,13 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid
     }
     workgroupBarrier();
   }
+  let c_off = params.c_off + wid.z * params.c_split;
   for (var i = 0u; i < 4u; i++) {
     let row = row0 + lid.y * 4u + i;
     for (var j = 0u; j < 4u; j++) {
       let col = col0 + lid.x * 4u + j;
       if (row < params.m && col < params.n) {
-        C[params.c_off + row * params.c_sm + col * params.c_sn] = acc[i * 4u + j];
+        C[c_off + row * params.c_sm + col * params.c_sn] = acc[i * 4u + j];
       }
     }
   }

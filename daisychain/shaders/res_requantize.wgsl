@@ -1,27 +1,41 @@
-// Requantize (+ optional ReLU) with the shift s the resident path computed on the GPU
-// (state[slot + 1], res_shift.wgsl): out[i] = clamp(floor(acc[i] / 2^s + 1/2), -127, 127),
-// in i32 as (acc >> s) + bit s-1 of acc (no overflow), then max(., 0) when apply_relu. The
-// bytes of the requantize and ReLU tables (webui/gpu_resident.js uses it only after the
-// loaded tables checked equal to this arithmetic: wasm_units.js exactTablesFailure).
+// Requantize (+ optional ReLU) on the resident path (webui/units/gpu_plan.js), with the shift
+// computed here from the max |x| that res_absmax.wgsl or res_bias_absmax.wgsl left in
+// state[slot]: s = max(exponent(max) - 7, 0), exponent = the bit length (detmath.js exponent
+// of an integer, 0 for 0); out[i] = clamp(floor(acc[i] / 2^s + 1/2), -127, 127), in i32 as
+// (acc >> s) + bit s-1 of acc (no overflow), then max(., 0) when apply_relu. The bytes of the
+// requantize and ReLU tables (gpu_resident.js uses it only after the loaded tables checked
+// equal to this arithmetic: wasm_units.js exactTablesFailure). Invocation 0 writes
+// state[slot + 1] = s and state[slot + 2] = state[tin] + s (the shifts summed so far: the
+// bias table's row of the layers above; the host reads the shifts back); no invocation of
+// this dispatch reads those words.
 // Dispatch: 64 invocations per workgroup, element i = (wid.y * num_workgroups.x + wid.x) * 64 + lid.x.
 
 struct Params {
-  n: u32, slot: u32, apply_relu: u32, _pad0: u32,
+  n: u32, slot: u32, apply_relu: u32, tin: u32,
 }
 
 @group(0) @binding(0) var<uniform> params: Params;
 @group(0) @binding(1) var<storage, read> acc: array<i32>;
 @group(0) @binding(2) var<storage, read_write> out: array<i32>;
-@group(0) @binding(3) var<storage, read> state: array<u32>;
+@group(0) @binding(3) var<storage, read_write> state: array<u32>;
+
+fn shift_of(m: u32) -> u32 {
+  let e = 32u - countLeadingZeros(m);
+  return select(0u, e - 7u, e > 7u);
+}
 
 @compute @workgroup_size(64, 1, 1)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
         @builtin(local_invocation_id) lid: vec3<u32>) {
   let i = (wid.y * nwg.x + wid.x) * 64u + lid.x;
+  let s = shift_of(state[params.slot]);
+  if (i == 0u) {
+    state[params.slot + 1u] = s;
+    state[params.slot + 2u] = state[params.tin] + s;
+  }
   if (i >= params.n) {
     return;
   }
-  let s = state[params.slot + 1u];
   let v = acc[i];
   var q = v;
   if (s > 0u) {

@@ -3,7 +3,8 @@ GPU (webui/units/gpu_resident.js) train exactly the run `daisychain train` train
 (SwiftShader here): digits, the default CNN of the image task and the text task's character
 MLP (its embedding gathered and scattered by the host), with each GEMM kernel
 (res_gemm.wgsl tiled with workgroup memory, with dot4I8Packed and with its fallback by shifts;
-res_gemm_direct.wgsl) and with the one the tab measured faster; the GPU units one call at a
+res_gemm_direct.wgsl; res_gemm_packed.wgsl on operands packed four int8 a word) and with the
+one the tab measured fastest; the GPU units one call at a
 time (resident=0) still give the same hash."""
 
 from __future__ import annotations
@@ -44,10 +45,10 @@ def _train(page, server_url, task, extra=""):
 
 
 @pytest.mark.parametrize("task", ["digits", "image", "text"])
-@pytest.mark.parametrize("kernel", ["tiled", "tiled-shifts", "direct", "measured"])
+@pytest.mark.parametrize("kernel", ["tiled", "tiled-shifts", "direct", "packed", "measured"])
 def test_resident_gpu_pass_trains_the_cli_run(gpu_page, server_url, cli_runs, task, kernel):
     extra = {"tiled": "&gpu-gemm=tiled", "tiled-shifts": "&gpu-gemm=tiled&gpu-dot=shifts",
-             "direct": "&gpu-gemm=direct", "measured": ""}[kernel]
+             "direct": "&gpu-gemm=direct", "packed": "&gpu-gemm=packed", "measured": ""}[kernel]
     t = _train(gpu_page, server_url, task, extra)
     cli = cli_runs[task]
     assert t["run_id"] == cli["run_id"]
@@ -60,7 +61,7 @@ def test_resident_gpu_pass_trains_the_cli_run(gpu_page, server_url, cli_runs, ta
     if kernel != "measured":
         assert res["gemm"] == kernel.split("-")[0], res
     else:
-        assert res["gemm"] in ("tiled", "direct") and set(res["gemm_ms"]) == {"tiled", "direct"}, res
+        assert res["gemm"] in res["gemm_ms"] and set(res["gemm_ms"]) == {"tiled", "direct", "packed"}, res
     # SwiftShader has packed_4x8_integer_dot_product: the tiled kernel uses dot4I8Packed unless told not to
     assert res["dot"] == ("shifts" if kernel == "tiled-shifts" else "dot4I8Packed"), res
 
@@ -71,32 +72,37 @@ def test_gpu_units_one_call_at_a_time_still_train_the_cli_run(gpu_page, server_u
     assert t["gpu_resident"] is None  # never asked for a plan
 
 
-def test_resident_weight_gradient_split_over_max_k_rows(gpu_page, server_url):
+@pytest.mark.parametrize("kernel", ["measured", "packed"])
+def test_resident_weight_gradient_split_over_max_k_rows(gpu_page, server_url, kernel):
     """A conv on 28x28 pictures with micro-batches of 256: 200,704 rows, more than MAX_K
-    (131,071), so the weight-gradient GEMM runs in two parts summed on the host in float64."""
+    (131,071), so the weight-gradient GEMM runs in two parts summed on the host in float64
+    (the packed kernel then packs the columns from their int32 matrix, not from the map)."""
     flags = ["--task", "image", "--layers", "conv4,pool", "--batch", "256", "--micro-batch", "256",
              "--steps", "1", "--seed", str(SEED)]
     proc = subprocess.run([str(CLI), "train", *flags, "--json"], capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr
     cli = json.loads(proc.stdout)
     r = run_selftest(gpu_page, f"{server_url}/selftest?task=image&layers=conv4,pool&batch=256&micro-batch=256"
-                     f"&steps=1&seed={SEED}&path=gpu", timeout_ms=400_000)
+                     f"&steps=1&seed={SEED}&path=gpu{'&gpu-gemm=packed' if kernel == 'packed' else ''}",
+                     timeout_ms=400_000)
     assert r["error"] is None, r["error"]
     t = r["training"]
     assert t["path_used"] == "gpu" and t["fallback"] is None, t
     assert t["gpu_resident"]["calls"] >= 1
+    if kernel == "packed":
+        assert t["gpu_resident"]["gemm"] == "packed", t["gpu_resident"]
     assert t["params_sha256"] == cli["params_sha256"]
     assert t["accuracy"] == cli["accuracy"]
 
 
 def test_resident_kernel_with_other_bits_is_never_used(gpu_page, server_url, cli_runs):
-    """A res_gemm_direct.wgsl that drops the first product of every sum: the resident path's
+    """A res_gemm_direct.wgsl that drops the first product of every sum (of every split of K): the resident path's
     self-check against the JS units refuses it, says why, and the tab trains on the GPU units
     one call at a time, on train's hash."""
     def drop_first(route):
         body = route.fetch().body().decode()
-        assert "for (var kk = 0u;" in body
-        route.fulfill(body=body.replace("for (var kk = 0u;", "for (var kk = 1u;"), content_type="text/plain")
+        assert "for (var kk = kb;" in body
+        route.fulfill(body=body.replace("for (var kk = kb;", "for (var kk = kb + 1u;"), content_type="text/plain")
     gpu_page.route("**/shaders/res_gemm_direct.wgsl", drop_first)
     t = _train(gpu_page, server_url, "digits", "&gpu-gemm=direct")
     assert t["params_sha256"] == cli_runs["digits"]["params_sha256"]
@@ -140,3 +146,86 @@ def test_resident_passes_started_together_on_one_plan_give_each_its_own_bits(bro
         page.close()
     assert got["info"]["calls"] >= 6 and got["info"]["reason"] is None, got
     assert got["same"]
+
+
+SPLIT = """
+async () => {
+  const { Engine, initParams } = await import('/webui/engine/model.js');
+  const S = await import('/webui/engine/spec.js');
+  const { sha256Hex } = await import('/webui/units/luts.js');
+  const { gpu, cpu } = window.__units.paths;
+  const cases = [
+    ['default CNN', S.imageCnn(1, 28, 28, [...S.DEFAULT_CNN], 10), 16],
+    ['odd CNN', S.imageCnn(3, 11, 9, ['conv5', 'pool', 'conv7k5', 12], 4), 5],
+    ['CNN without pools', S.imageCnn(2, 6, 5, ['conv3', 'conv4'], 3), 7],
+    ['CNN with two pools', S.imageCnn(1, 10, 11, ['conv3', 'pool', 'pool', 'conv2'], 3), 4],
+    ['wide MLP', S.mlp(131, 7, 3), 3],
+    ['deep MLP', S.mlp(200, 129, 5, 2), 2],
+  ];
+  const sum = async (units, spec, theta, x, y, b) => {
+    const total = new Float64Array(theta.length);
+    const r = await new Engine(spec, units).gradInto(total, theta, x, y, b, 40, 2 ** 49);
+    return `${await sha256Hex(new Uint8Array(total.buffer))} ${r.correct}`;
+  };
+  const out = [];
+  for (const gemm of ['direct', 'tiled', 'packed']) {
+    for (const split of [64, false]) {
+      gpu.residentGemm = gemm;
+      gpu.residentSplit = split;
+      for (const [name, spec, b] of cases) {
+        const theta = initParams(spec, 5);
+        const row = { name, gemm, split, same: [] };
+        for (const seed of [1, 2]) { // the plan's first (cold) pass, then a warm one
+          const n = b * spec.inputDim;
+          const x = spec.inputKind === 'image' ? Uint8Array.from({ length: n }, (_, i) => (i * 131 + seed * 17) & 255)
+            : Float64Array.from({ length: n }, (_, i) => ((i * 37 + seed) % 23) - 11);
+          const y = Int32Array.from({ length: b }, (_, i) => (i + seed) % spec.classes);
+          const want = await sum(cpu, spec, theta, x, y, b);
+          const got = await sum(gpu, spec, theta, x, y, b);
+          row.same.push(got === want);
+        }
+        const plan = await gpu.residentPlan(spec, b);
+        const ops = [...plan.fwd, ...plan.bwd];
+        // the split GEMMs and bias gradients: [k or rows, terms a part, parts]
+        row.splits = ops.filter((op) => op.grid[2] > 1).map((op) => op.kernel === 'gemm' ? [op.words[1], op.words[3], op.grid[2]]
+          : [op.words[0], op.words[3], op.grid[2]]);
+        row.reduces = ops.filter((op) => op.kernel === 'reduce').length;
+        out.push(row);
+      }
+    }
+  }
+  gpu.residentGemm = undefined;
+  gpu.residentSplit = undefined;
+  return { rows: out, info: gpu.residentInfo };
+}
+"""
+
+
+def test_split_sums_give_the_js_units_bits(browser_webgpu, server_url):
+    """The GEMMs and bias gradients with few workgroups split over K (rows) into partials that
+    res_reduce.wgsl adds (gpu_split.js splitOf), and the fused passes (res_requantize_map.wgsl,
+    res_pool_back.wgsl, res_col2im.wgsl with and without the ReLU mask, res_im2col.wgsl): on
+    the default CNN, an odd CNN, a CNN without pools, one with a pool on a pool and two MLPs,
+    with each GEMM kernel, split and not, the contribution of a plan's first
+    (cold) pass and of a warm one is the JS units' to the bit; the splits include parts that
+    do not divide K (a last, shorter part), so a part boundary off by one changes the hash."""
+    page, info = open_harness(browser_webgpu, server_url, "split")
+    try:
+        assert "gpu" in info["paths"], info
+        got = page.evaluate(SPLIT)
+    finally:
+        page.close()
+    assert got["info"]["reason"] is None, got["info"]
+    rows = got["rows"]
+    bad = [(r["name"], r["gemm"], r["split"], r["same"]) for r in rows if r["same"] != [True, True]]
+    assert not bad, bad
+    split = [r for r in rows if r["split"]]
+    assert all(not r["splits"] and not r["reduces"] for r in rows if not r["split"])
+    assert all(r["reduces"] == len(r["splits"]) for r in split), split
+    # the packed kernel splits words of four values of K, so the small models' sums stay whole there
+    assert all(r["splits"] for r in split if r["gemm"] != "packed" or "CNN" in r["name"]), split
+    parts = [s for r in split for s in r["splits"]]
+    assert any(k % kc for k, kc, _ in parts), parts  # a remainder part
+    assert any(k % kc == 0 for k, kc, _ in parts), parts
+    for cnn in (r for r in split if r["name"] == "default CNN"):
+        assert max(p for _, _, p in cnn["splits"]) >= 32, cnn  # conv1's weight gradient: one workgroup before

@@ -5,6 +5,7 @@
 // fixed-point sum of what the backward pass reads back) and the two submits.
 
 import { MAX_K } from "./gemm.js";
+import { colsumOps, gemmOps, packRows } from "./gpu_split.js";
 import { POISON } from "./units.js";
 import { absmax, pow2, quantExponent, quantize } from "../engine/detmath.js";
 import { accumulate, biasAcc } from "../engine/layers.js";
@@ -13,8 +14,6 @@ import { LAYER_TYPES, kindOf } from "../engine/registry.js";
 
 /** The largest requantize shift: max |acc| < 2^32 has at most 32 bits, s = bits - 7. */
 const MAX_SHIFT = 25;
-
-
 /** A plan that would pass this GPU's limits: the units are called one by one instead. */
 export class PlanLimit extends Error {}
 
@@ -39,10 +38,13 @@ export function unsupported(spec) {
 }
 
 export class ResidentPlan {
-  constructor(plans, spec, b, gemm) {
+  /** kernel: the GEMM kernel, a key of plans.gemms ("tiled" | "direct" | "packed"). */
+  constructor(plans, spec, b, kernel) {
     this.gpu = plans.gpu;
     this.device = plans.gpu.device;
-    this.pipelines = { ...plans.pipelines, gemm };
+    this.kernel = kernel;
+    this.packed = kernel === "packed"; // res_gemm_packed.wgsl on operands packed four int8 a word
+    this.pipelines = { ...plans.pipelines, gemm: plans.gemms[kernel] };
     this.spec = spec;
     this.b = b;
     this.layout = new ParamLayout(spec);
@@ -91,13 +93,15 @@ export class ResidentPlan {
     return this.gpu._grid1d(n);
   }
 
-  _gemm(list, A, B, C, { m, k, n, transA = false, transB = false, aOff = 0, bOff = 0, cOff = 0 }) {
+  /** C[cOff + row * n + col] = op(A) op(B) (gpu_split.js gemmOps: split over K when the GEMM
+   *  has few workgroups; with the packed kernel, pa / pb: A / B already packed). */
+  _gemm(list, A, B, C, { m, k, n, transA = false, transB = false, aOff = 0, bOff = 0, cOff = 0, pa = null, pb = null }) {
     const max = this.gpu.limits.maxComputeWorkgroupsPerDimension;
     const grid = [Math.ceil(n / 32), Math.ceil(m / 32)];
     if (grid[0] > max || grid[1] > max) throw new PlanLimit("gemm grid");
     const [aSm, aSk] = transA ? [1, m] : [k, 1];
     const [bSk, bSn] = transB ? [1, k] : [n, 1];
-    this._op(list, "gemm", [m, k, n, 0, aOff, aSm, aSk, 0, bOff, bSk, bSn, 0, cOff, n, 1, 0], [A, B, C], grid);
+    gemmOps(this, list, A, B, C, { m, k, n, aOff, aSm, aSk, bOff, bSk, bSn, cOff, grid, pa, pb });
   }
 
   /** max |x| into state slot, after the ReLU mask when `mask` (a buffer) is given. */
@@ -105,9 +109,9 @@ export class ResidentPlan {
     this._op(list, "absmax", [n, slot, mask ? 1 : 0, 0], [x, mask || this.dummy, state], this._grid(Math.ceil(n / 32)));
   }
 
-  _requant(list, state, acc, out, n, slot, tin, relu) {
-    this._op(list, "shift", [slot, tin, 0, 0], [state], [1, 1]);
-    this._op(list, "requantize", [n, slot, relu ? 1 : 0, 0], [acc, out, state], this._grid(n));
+  /** relu?(requantize(x)) into out, the shift from max |x| in state[slot] (res_requantize.wgsl). */
+  _requant(list, state, x, out, n, slot, tin, relu) {
+    this._op(list, "requantize", [n, slot, relu ? 1 : 0, tin], [x, out, state], this._grid(n));
   }
 
   _build() {
@@ -130,7 +134,7 @@ export class ResidentPlan {
       const last = li === L.length - 1;
       const fuse = !last && !!kindOf(L[li + 1]).folds;
       const op = kindOf(layer).op;
-      if (op === "pool") {
+      if (op === "pool") { // a pool that does not follow a conv (those are fused into its requantize)
         const { c, h, w } = layer;
         const n = b * c * (h >> 1) * (w >> 1);
         const src = cur;
@@ -151,19 +155,34 @@ export class ResidentPlan {
       p.wq = this._buf(nOut * nIn, `layer ${li} weights`);
       p.btab = this._buf(p.tableRows * nOut, `layer ${li} bias table`);
       p.a = cur;
-      if (conv) {
+      if (this.packed) { // the weights packed on the host for the forward and input-error GEMMs
+        p.wqP = this._buf(nOut * Math.ceil(nIn / 4), `layer ${li} weights, packed`);
+        p.wqTP = this._buf(nIn * Math.ceil(nOut / 4), `layer ${li} weights transposed, packed`);
+      }
+      p.colsP = null; // the packed kernel's columns, made from the map (res_im2col_pack.wgsl)
+      if (conv && this.packed && rows <= MAX_K && this.gpu.residentIm2colPack !== false) {
+        const { ci, k, h, w } = layer;
+        const src = cur;
+        const colsP = this._buf(rows * Math.ceil(nIn / 4), `layer ${li} columns, packed`);
+        ops.push((list) => this._op(list, "im2col_pack", [rows, ci, k, (k - 1) >> 1, h, w, rows, 0], [src, colsP], this._grid(rows)));
+        p.colsP = colsP;
+      } else if (conv) {
         const { ci, k, h, w } = layer;
         const n = rows * nIn;
         const src = cur;
         const cols = this._buf(n, `layer ${li} columns`);
-        ops.push((list) => this._op(list, "im2col", [n, ci, k, (k - 1) >> 1, h, w, 0, 0], [src, cols], this._grid(n)));
+        const inv = rows * ci; // res_im2col.wgsl: one invocation per row and channel
+        ops.push((list) => this._op(list, "im2col", [inv, ci, k, (k - 1) >> 1, h, w, rows, 0], [src, cols], this._grid(inv)));
         p.a = cols;
       }
       const n = rows * nOut;
       const acc = this._buf(n, `layer ${li} accumulator`);
+      const slot = 3 + 3 * points;
       ops.push((list, state) => {
-        this._gemm(list, p.a, p.wq, acc, { m: rows, k: nIn, n: nOut, transB: true });
-        this._op(list, "bias", [n, nOut, p.tin, p.tableRows], [p.btab, acc, state], this._grid(n));
+        this._gemm(list, p.a, p.wq, acc, { m: rows, k: nIn, n: nOut, transB: true, pa: p.colsP, pb: p.wqP });
+        // the bias, and max |acc| for the requantize (the logits need none)
+        this._op(list, "bias_absmax", [rows, nOut, p.tin, p.tableRows, last ? 0 : slot, last ? 0 : 1, 0, 0],
+          [p.btab, acc, state], this._grid(rows));
       });
       const entry = { kind: conv ? "conv" : "linear", layer, p, reluOut: null };
       entries.push(entry);
@@ -173,23 +192,31 @@ export class ResidentPlan {
         this.logits = acc;
         break;
       }
-      const q = this._buf(n, `layer ${li} requantized`);
-      const slot = 3 + 3 * points;
-      ops.push((list, state) => {
-        this._absmax(list, state, acc, n, slot, null);
-        this._requant(list, state, acc, q, n, slot, p.tin, fuse);
-      });
       points += 1;
-      cur = q;
-      if (conv) {
-        const out = this._buf(n, `layer ${li} channel-major`);
-        ops.push((list) => this._op(list, "permute", [n, layer.h * layer.w, nOut, 0], [q, out], this._grid(n)));
-        cur = out;
+      if (conv) { // requantize, ReLU, channel-major and the pool above, in one pass
+        const at = li + (fuse ? 2 : 1);
+        const pool = at < L.length && kindOf(L[at]).op === "pool" ? L[at] : null;
+        const { h, w } = layer;
+        const map = this._buf(n, `layer ${li} channel-major`);
+        const pooled = pool ? this._buf(b * nOut * (h >> 1) * (w >> 1), `layer ${at} pool`) : this.dummy;
+        const wins = b * ((h + 1) >> 1) * ((w + 1) >> 1) * nOut;
+        ops.push((list, state) => this._op(list, "requantize_map", [wins, nOut, h, w, slot, p.tin, fuse ? 1 : 0, pool ? 1 : 0],
+          [acc, map, pooled, state], this._grid(wins)));
+        cur = map;
+        if (fuse) entry.reluOut = map;
+        if (pool) {
+          entries.push({ kind: "pool", layer: pool, a: map, n, reluOut: null });
+          cur = pooled;
+          li = at;
+          continue;
+        }
+      } else {
+        const q = this._buf(n, `layer ${li} requantized`);
+        ops.push((list, state) => this._requant(list, state, acc, q, n, slot, p.tin, fuse));
+        cur = q;
+        if (fuse) entry.reluOut = q;
       }
-      if (fuse) {
-        entry.reluOut = cur;
-        li += 1;
-      }
+      if (fuse) li += 1;
     }
     this.points = points;
     this.fstate = this._buf(3 * points + 3, "forward state");
@@ -224,52 +251,71 @@ export class ResidentPlan {
     const steps = []; // [entry, int8, point] top to bottom
     const ops = [];
     let G = this.gTop;
+    let rowsLayout = true; // G as a conv's rows (b*h*w, c), not channel-major (b, c*h*w): the
+    // output errors are the top layer's accumulator's layout, below only a pool's backward writes rows
     let bpoints = 0;
     for (let k = entries.length - 1; k >= 0; k--) {
       const e = entries[k];
       const below = k > 0 ? entries[k - 1] : null;
       let dX = null;
+      let dXRows = false;
       let int8 = false;
+      let col2im = null; // a conv's col2im, made with the requantize below it
+      let mask = below ? below.reluOut : null;
       if (e.kind === "pool") {
         if (!below) break;
-        const { h, w } = e.layer;
+        // the errors to each window's first maximum, the ReLU mask below (its output is this
+        // pool's input) and the conv's rows below, in one pass
+        const { c, h, w } = e.layer;
         const d = this._buf(e.n, "pool errors");
         const g = G;
-        ops.push((list) => this._op(list, "maxpool_back", [e.n, h, w, 0], [g, e.a, d], this._grid(e.n)));
+        const masked = !!mask && mask === e.a;
+        dXRows = below.kind === "conv";
+        const wins = b * ((h + 1) >> 1) * ((w + 1) >> 1) * c;
+        ops.push((list) => this._op(list, "pool_back", [wins, c, h, w, masked ? 1 : 0, dXRows ? 1 : 0, 0, 0], [g, e.a, d], this._grid(wins)));
+        if (masked) mask = null;
         dX = d;
         int8 = true;
       } else {
         const p = e.p;
         let Gr = G;
-        if (p.conv) {
+        if (p.conv && !rowsLayout) {
           Gr = this._buf(p.rows * p.nOut, `layer ${p.li} errors by rows`);
           const g = G;
           const n = p.rows * p.nOut;
           ops.push((list) => this._op(list, "permute", [n, p.layer.h * p.layer.w, p.nOut, 1], [g, Gr], this._grid(n)));
         }
+        let colsT = null; // the packed kernel's columns transposed, made from the map
+        if (p.colsP) {
+          const { ci, k: kk, h, w } = p.layer;
+          const inv = Math.ceil(p.rows / 4) * ci;
+          colsT = this._buf(p.nIn * Math.ceil(p.rows / 4), `layer ${p.li} columns transposed, packed`);
+          ops.push((list) => this._op(list, "im2col_pack", [inv, ci, kk, (kk - 1) >> 1, h, w, p.rows, 1], [p.a, colsT], this._grid(inv)));
+        }
         for (const part of p.parts) {
           ops.push((list) => this._gemm(list, Gr, p.a, this.grad, {
             m: p.nOut, k: part.r1 - part.r0, n: p.nIn, transA: true,
-            aOff: part.r0 * p.nOut, bOff: part.r0 * p.nIn, cOff: part.off,
+            aOff: part.r0 * p.nOut, bOff: part.r0 * p.nIn, cOff: part.off, pb: colsT,
           }));
         }
-        ops.push((list) => this._op(list, "colsum", [p.rows, p.nOut, p.bOff, 0], [Gr, this.grad], [Math.ceil(p.nOut / 64), 1]));
+        ops.push((list) => colsumOps(this, list, Gr, this.grad, p.rows, p.nOut, p.bOff));
         if (below) {
           const dXr = this._buf(p.rows * p.nIn, `layer ${p.li} input errors`);
-          ops.push((list) => this._gemm(list, Gr, p.wq, dXr, { m: p.rows, k: p.nOut, n: p.nIn }));
-          dX = dXr;
-          if (p.conv) {
+          ops.push((list) => this._gemm(list, Gr, p.wq, dXr, { m: p.rows, k: p.nOut, n: p.nIn, pb: p.wqTP }));
+          dX = dXr; // a linear layer's input errors in its input's layout: a map's channel-major
+          if (p.conv) { // col2im, with the mask and max |x| of the requantize below (res_col2im.wgsl)
             const { ci, k: kk, h, w } = p.layer;
-            const n = b * ci * h * w;
-            dX = this._buf(n, `layer ${p.li} input errors, channel-major`);
+            dX = this._buf(b * ci * h * w, `layer ${p.li} input errors, channel-major`);
             const d = dX;
-            ops.push((list) => this._op(list, "col2im", [n, ci, kk, (kk - 1) >> 1, h, w, 0, 0], [dXr, d], this._grid(n)));
+            const inv = b * ci * h * ((w + 3) >> 2);
+            col2im = (list, state, slot, m) => this._op(list, "col2im", [inv, ci, kk, (kk - 1) >> 1, h, w, m ? 1 : 0, slot],
+              [dXr, d, m || this.dummy, state], this._grid(inv));
           }
         }
       }
       if (!below && this.embed) { // the embedding's raw input error, read back
         this.embedDX = this._buf(e.p.rows * e.p.nIn, "embedding errors");
-        ops.push((list) => this._gemm(list, G, e.p.wq, this.embedDX, { m: e.p.rows, k: e.p.nOut, n: e.p.nIn }));
+        ops.push((list) => this._gemm(list, G, e.p.wq, this.embedDX, { m: e.p.rows, k: e.p.nOut, n: e.p.nIn, pb: e.p.wqTP }));
       }
       if (!below) {
         steps.push({ e, int8, point: -1 });
@@ -277,23 +323,26 @@ export class ResidentPlan {
       }
       const n = below.kind === "pool" ? below.layer.c * (below.layer.h >> 1) * (below.layer.w >> 1) * b
         : below.p.rows * below.p.nOut;
-      const mask = below.reluOut;
       const x = dX;
+      const m = mask;
       if (int8) {
-        if (mask) ops.push((list, state) => this._absmax(list, state, x, n, 0, mask)); // the mask only
+        if (m) ops.push((list, state) => this._absmax(list, state, x, n, 0, m)); // the mask only
         steps.push({ e, int8, point: -1 });
         G = dX;
       } else {
         const slot = 3 + 3 * bpoints;
         const q = this._buf(n, `errors below layer ${e.p.li}`);
+        const moved = col2im;
         ops.push((list, state) => {
-          this._absmax(list, state, x, n, slot, mask);
+          if (moved) moved(list, state, slot, m);
+          else this._absmax(list, state, x, n, slot, m);
           this._requant(list, state, x, q, n, slot, 2, false);
         });
         steps.push({ e, int8, point: bpoints });
         bpoints += 1;
         G = q;
       }
+      rowsLayout = dXRows;
     }
     this.bpoints = bpoints;
     this.bstate = this._buf(3 * bpoints + 3, "backward state");
@@ -317,7 +366,12 @@ export class ResidentPlan {
       for (const p of this.params) {
         const W = this.layout.view(theta, p.pi);
         p.ew = quantExponent(absmax(W));
-        q.writeBuffer(p.wq, 0, quantize(W, p.ew));
+        const wq = quantize(W, p.ew);
+        q.writeBuffer(p.wq, 0, wq);
+        if (p.wqP) {
+          q.writeBuffer(p.wqP, 0, packRows(wq, p.nOut, p.nIn, p.nIn, 1));
+          q.writeBuffer(p.wqTP, 0, packRows(wq, p.nIn, p.nOut, 1, p.nIn));
+        }
       }
       this.ex0 = null;
     }
@@ -369,7 +423,7 @@ export class ResidentPlan {
       for (const op of list) {
         pass.setPipeline(op.pipeline);
         pass.setBindGroup(0, op.group);
-        pass.dispatchWorkgroups(op.grid[0], op.grid[1], 1);
+        pass.dispatchWorkgroups(op.grid[0], op.grid[1], op.grid[2] || 1);
       }
       pass.end();
       let at = 0;

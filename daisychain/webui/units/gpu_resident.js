@@ -13,14 +13,18 @@
 // so the bits are engine/model.js's.
 //
 // What needs the data on the GPU is computed there, in integers: a requantize's shift
-// s = max(exponent(max |acc|) - 7, 0) (res_absmax.wgsl, res_shift.wgsl), the ReLU mask of the
-// backward pass, and the bias in accumulator units, which depends on the shifts below the
-// layer: the host writes the bias of every exponent the accumulator can have (a table, one
-// row per sum of shifts below, layers.js biasAcc in float64) and the GPU picks its row
-// (res_bias.wgsl). The GEMM is res_gemm.wgsl: tiled with workgroup memory, four int8 per u32,
-// dot4I8Packed where the adapter has packed_4x8_integer_dot_product, else the same sum by
-// shifts. Native products and the arithmetic requantize are used only after the loaded
-// tables checked equal to that arithmetic (wasm_units.js exactTablesFailure), as on the CPU.
+// s = max(exponent(max |acc|) - 7, 0) (the max by res_bias_absmax.wgsl, res_absmax.wgsl or
+// res_col2im.wgsl, the shift in the requantize that reads it), the ReLU mask of the backward
+// pass, and the bias in accumulator units, which depends on the shifts below the layer: the
+// host writes the bias of every exponent the accumulator can have (a table, one row per sum
+// of shifts below, layers.js biasAcc in float64) and the GPU picks its row
+// (res_bias_absmax.wgsl). The GEMM is the fastest here of res_gemm.wgsl (tiled with workgroup
+// memory, four int8 per u32, dot4I8Packed where the adapter has
+// packed_4x8_integer_dot_product, else the same sum by shifts), res_gemm_direct.wgsl
+// (registers only) and res_gemm_packed.wgsl (registers only, on operands packed four int8 a
+// word, dot4 as the tiled one); one with few workgroups is split over K (gpu_split.js).
+// Native products and the arithmetic requantize are used only after the loaded tables checked
+// equal to that arithmetic (wasm_units.js exactTablesFailure), as on the CPU.
 //
 // An embedding (the text task's first layer) is the host's: its quantized rows are gathered
 // into the input, and its gradient is scattered on the host from the layer above's raw input
@@ -36,7 +40,8 @@ import { u32, uniform } from "../engine/prng.js";
 import { charMlp, imageCnn, mlp } from "../engine/spec.js";
 import { exactTablesFailure } from "../wasm/wasm_units.js";
 
-const RES_KERNELS = ["res_absmax", "res_shift", "res_requantize", "res_bias", "res_permute", "res_colsum"];
+const RES_KERNELS = ["res_absmax", "res_requantize", "res_bias_absmax", "res_requantize_map", "res_pool_back",
+  "res_permute", "res_colsum", "res_reduce", "res_im2col", "res_col2im", "res_pack", "res_im2col_pack"];
 const MAX_PLANS = 6;
 
 /** Whether this adapter's WGSL has the packed 4x8 integer dot product. */
@@ -51,7 +56,7 @@ export class ResidentPlans {
     this.plans = new Map();
     this.reason = exactTablesFailure(gpu.luts); // why not used; null: usable (so far)
     this.dot = null; // "dot4I8Packed" | "shifts", once compiled
-    this.gemm = null; // "tiled" | "direct": the GEMM kernel in use (the faster one here)
+    this.gemm = null; // "tiled" | "direct" | "packed": the GEMM kernel in use (the fastest here)
     this._ready = null;
   }
 
@@ -69,45 +74,48 @@ export class ResidentPlans {
     const gemms = {
       tiled: await gpu._compile("res_gemm", `${prelude}\n${body}`, `${gpu.shaderBase}res_gemm.wgsl (${this.dot})`),
       direct: await gpu._compile("res_gemm_direct", await text("res_gemm_direct"), `${gpu.shaderBase}res_gemm_direct.wgsl`),
+      packed: await gpu._compile("res_gemm_packed", `${prelude}\n${await text("res_gemm_packed")}`, `${gpu.shaderBase}res_gemm_packed.wgsl (${this.dot})`),
     };
     this.gemms = gemms;
-    this.measured = gpu.residentGemm in gemms ? null : await this._fasterGemm(gemms);
     this.pipelines = {};
     for (const name of RES_KERNELS) this.pipelines[name.slice(4)] = await gpu._compile(name, await text(name), `${gpu.shaderBase}${name}.wgsl`);
-    for (const name of ["im2col", "col2im", "maxpool", "maxpool_back"]) this.pipelines[name] = gpu._pipelines.get(name);
+    this.pipelines.maxpool = gpu._pipelines.get("maxpool");
+    this.measured = gpu.residentGemm in gemms ? null : await this._fasterGemm();
   }
 
-  /** Which GEMM kernel is faster on this adapter: both timed on a conv-sized GEMM (1024 x 144
-   *  x 32), alternately, best of 3 each. The bytes are the same; only the speed differs. */
-  async _fasterGemm(gemms) {
+  /** Which GEMM kernel is fastest on this adapter: the forward pass of one conv layer (im2col,
+   *  a GEMM of 1024 x 144 x 32 with its packing for the packed kernel, the bias, the
+   *  requantize; then a small linear layer) timed with each, alternately, best of 3 each. The
+   *  bytes are the same; only the speed differs. */
+  async _fasterGemm() {
     const d = this.gpu.device;
-    const [m, k, n] = [1024, 144, 32];
-    const make = (size) => d.createBuffer({ size: size * 4, usage: GPUBufferUsage.STORAGE });
-    const bufs = [make(m * k), make(n * k), make(m * n)];
-    const uni = d.createBuffer({ size: 64, usage: GPUBufferUsage.UNIFORM, mappedAtCreation: true });
-    new Uint32Array(uni.getMappedRange()).set([m, k, n, 0, 0, k, 1, 0, 0, 1, k, 0, 0, n, 1, 0]);
-    uni.unmap();
+    const spec = imageCnn(16, 8, 8, ["conv32"], 2);
+    const probes = {};
+    for (const name of Object.keys(this.gemms)) probes[name] = new ResidentPlan(this, spec, 16, name);
     const best = {};
     const time = async (name) => {
-      const p = gemms[name];
-      const group = d.createBindGroup({ layout: p.getBindGroupLayout(0),
-        entries: [uni, ...bufs].map((buffer, binding) => ({ binding, resource: { buffer } })) });
       const enc = d.createCommandEncoder();
       const pass = enc.beginComputePass();
-      pass.setPipeline(p);
-      pass.setBindGroup(0, group);
-      pass.dispatchWorkgroups(n / 32, m / 32, 1);
+      for (const op of probes[name].fwd) {
+        pass.setPipeline(op.pipeline);
+        pass.setBindGroup(0, op.group);
+        pass.dispatchWorkgroups(op.grid[0], op.grid[1], op.grid[2] || 1);
+      }
       pass.end();
       const t0 = performance.now();
       d.queue.submit([enc.finish()]);
       await d.queue.onSubmittedWorkDone();
       best[name] = Math.min(best[name] ?? Infinity, performance.now() - t0);
     };
-    await this.gpu._scoped("timing the resident GEMM kernels", () => null);
-    for (let r = 0; r < 3; r++) for (const name of r % 2 ? ["direct", "tiled"] : ["tiled", "direct"]) await time(name);
-    for (const b of [...bufs, uni]) b.destroy();
+    try {
+      await this.gpu._scoped("timing the resident GEMM kernels", () => null);
+      const names = Object.keys(probes);
+      for (let r = 0; r < 3; r++) for (const name of r % 2 ? [...names].reverse() : names) await time(name);
+    } finally {
+      for (const plan of Object.values(probes)) plan.destroy();
+    }
     this.gemmTimes = best;
-    return best.tiled <= best.direct ? "tiled" : "direct";
+    return Object.keys(best).reduce((a, b) => (best[b] < best[a] ? b : a));
   }
 
   /**
@@ -133,7 +141,7 @@ export class ResidentPlans {
         const want = new Float64Array(theta.length);
         const wantR = await new Engine(spec, cpu).gradInto(want, theta, x, y, b, 40, 2 ** 49);
         const got = new Float64Array(theta.length);
-        const plan = new ResidentPlan(this, spec, b, this.gemms[kernel]);
+        const plan = new ResidentPlan(this, spec, b, kernel);
         let gotR;
         try {
           gotR = await plan.gradInto(got, theta, x, y, 40, 2 ** 49);
@@ -158,14 +166,14 @@ export class ResidentPlans {
     if (this.reason) return null;
     // the GEMM kernel: gpu.residentGemm ("tiled" | "direct") when set, else the faster one here
     const want = this.gpu.residentGemm;
-    if (!(want in this.gemms) && !this.measured) this.measured = await this._fasterGemm(this.gemms);
+    if (!(want in this.gemms) && !this.measured) this.measured = await this._fasterGemm();
     this.gemm = want in this.gemms ? want : this.measured;
-    const key = `${JSON.stringify(spec.toJson())}|${b}|${this.gemm}`;
+    const key = `${JSON.stringify(spec.toJson())}|${b}|${this.gemm}|${this.gpu.residentSplit ?? ""}|${this.gpu.residentIm2colPack !== false}`;
     if (this.plans.has(key)) return this.plans.get(key);
     let plan = null;
     if (!unsupported(spec)) {
       try {
-        plan = new ResidentPlan(this, spec, b, this.gemms[this.gemm]);
+        plan = new ResidentPlan(this, spec, b, this.gemm);
       } catch (err) {
         if (!(err instanceof PlanLimit)) throw err;
       }

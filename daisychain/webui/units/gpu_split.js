@@ -1,0 +1,86 @@
+// The resident plan's sums over few workgroups split, and its packed GEMM operands
+// (webui/units/gpu_plan.js calls these while it builds a pass's dispatches):
+//
+// - A GEMM (or a bias gradient) with fewer than SPLIT_GROUPS workgroups is split over K (rows)
+//   into partials, `parts` of them `m * n` apart in a buffer of their own, that
+//   res_reduce.wgsl adds into the destination. Wrapping i32 adds are associative and the whole
+//   sum fits in int32 (a plan splits rows by MAX_K first), so the bits are the unsplit sum's.
+// - The packed kernel (res_gemm_packed.wgsl) reads A's rows and B's columns as four int8 of K a
+//   u32: packRows on the host (the weights), res_pack.wgsl or res_im2col_pack.wgsl on the GPU.
+
+/** A sum with fewer workgroups than this is split (over K for a GEMM, over rows for a bias
+ *  gradient) until it has about this many, so that it spreads over every thread of a CPU-emulated
+ *  adapter and more cores of a GPU; each part sums at least MIN_PART terms (words of four for
+ *  the packed kernel). gpu.residentSplit: false (never split) or another target (bench, tests). */
+export const SPLIT_GROUPS = 64;
+export const MIN_PART = 64;
+
+/** How a sum of k terms over `groups` workgroups is split, aiming at `target` workgroups:
+ *  {parts, kc} (kc terms a part, the last part the rest; parts 1: not split). */
+export function splitOf(groups, k, target = SPLIT_GROUPS) {
+  if (target === false || groups >= target || k < 2 * MIN_PART) return { parts: 1, kc: k };
+  const want = Math.min(Math.ceil(target / groups), Math.floor(k / MIN_PART));
+  const kc = Math.ceil(k / want);
+  return { parts: Math.ceil(k / kc), kc };
+}
+
+/** Rows of int8 values packed four of K a u32 (res_pack.wgsl's layout): out[r * kw + j] has
+ *  x[r * sr + kk * sk], kk = 4j + t, in byte t; zero past k. */
+export function packRows(x, rows, k, sr, sk) {
+  const kw = Math.ceil(k / 4);
+  const out = new Uint32Array(rows * kw);
+  for (let r = 0; r < rows; r++) {
+    for (let kk = 0; kk < k; kk++) out[r * kw + (kk >> 2)] |= (x[r * sr + kk * sk] & 255) << (8 * (kk & 3));
+  }
+  return out;
+}
+
+/** The dispatches of C[cOff + row * n + col] = op(A) op(B), opA[r, kk] = A[aOff + r*aSm +
+ *  kk*aSk], opB[kk, c] = B[bOff + kk*bSk + c*bSn], on `plan`'s GEMM kernel over `grid`
+ *  workgroups; split over K, and for the packed kernel its operands packed unless pa / pb
+ *  (A / B already packed) are given. */
+export function gemmOps(plan, list, A, B, C, { m, k, n, aOff, aSm, aSk, bOff, bSk, bSn, cOff, grid, pa, pb }) {
+  const target = plan.gpu.residentSplit ?? SPLIT_GROUPS;
+  if (!plan.packed) {
+    const { parts, kc } = splitOf(grid[0] * grid[1], k, target);
+    if (parts === 1) {
+      plan._op(list, "gemm", [m, k, n, k, aOff, aSm, aSk, 0, bOff, bSk, bSn, 0, cOff, n, 1, 0], [A, B, C], grid);
+      return;
+    }
+    const part = plan._buf(parts * m * n, "GEMM partials");
+    plan._op(list, "gemm", [m, k, n, kc, aOff, aSm, aSk, 0, bOff, bSk, bSn, 0, 0, n, 1, m * n], [A, B, part], [...grid, parts]);
+    plan._op(list, "reduce", [m * n, parts, m * n, cOff], [part, C], plan._grid(m * n));
+    return;
+  }
+  const kw = Math.ceil(k / 4);
+  if (!pa) {
+    pa = plan._buf(m * kw, "packed A");
+    plan._op(list, "pack", [m, k, kw, aOff, aSm, aSk, 0, 0], [A, pa], plan._grid(m * kw));
+  }
+  if (!pb) {
+    pb = plan._buf(n * kw, "packed B");
+    plan._op(list, "pack", [n, k, kw, bOff, bSn, bSk, 0, 0], [B, pb], plan._grid(n * kw));
+  }
+  const { parts, kc } = splitOf(grid[0] * grid[1], kw, target);
+  if (parts === 1) {
+    plan._op(list, "gemm", [m, kw, n, kw, cOff, n, 1, 0], [pa, pb, C], grid);
+    return;
+  }
+  const part = plan._buf(parts * m * n, "GEMM partials");
+  plan._op(list, "gemm", [m, kw, n, kc, 0, n, 1, m * n], [pa, pb, part], [...grid, parts]);
+  plan._op(list, "reduce", [m * n, parts, m * n, cOff], [part, C], plan._grid(m * n));
+}
+
+/** The dispatches of out[off + o] = the column sums of the rows x nOut errors G (the bias
+ *  gradient), split over rows as gemmOps splits K. */
+export function colsumOps(plan, list, G, out, rows, nOut, off) {
+  const groups = Math.ceil(nOut / 64);
+  const { parts, kc } = splitOf(groups, rows, plan.gpu.residentSplit ?? SPLIT_GROUPS);
+  if (parts === 1) {
+    plan._op(list, "colsum", [rows, nOut, off, rows], [G, out], [groups, 1]);
+    return;
+  }
+  const part = plan._buf(parts * nOut, "bias gradient partials");
+  plan._op(list, "colsum", [rows, nOut, 0, kc], [G, part], [groups, 1, parts]);
+  plan._op(list, "reduce", [nOut, parts, nOut, off], [part, out], plan._grid(nOut));
+}
