@@ -73,7 +73,7 @@ def test_one_engine_reused_across_calls_of_any_size_gives_a_fresh_engines_bytes(
     assert eng.conv_fast is not None
     z0 = eng.forward(init_params(spec, 1), rng.integers(0, 256, (2, 3, spec.input_dim)).astype(np.uint8))[0]
     z0_bytes = z0.tobytes()
-    for n, b, seed in ((3, 4, 1), (1, 2, 2), (3, 4, 3), (2, 3, 4), (2, 5, 6)):
+    for n, b, seed in ((2, 3, 4), (3, 4, 1), (1, 2, 2), (3, 4, 3), (2, 5, 6)):  # first: forward's shapes
         theta = init_params(spec, seed)
         x = rng.integers(0, 256, (n, b, spec.input_dim)).astype(np.uint8)
         y = rng.integers(0, spec.classes, (n, b))
