@@ -227,6 +227,11 @@ def _build():
 kernels = built_once(_build)
 
 
+def _fresh(key, shape, dtype, zero=False):
+    """A new array (``ConvFastPath._buf``'s signature): forward's results outside grad."""
+    return np.zeros(shape, dtype) if zero else np.empty(shape, dtype)
+
+
 class ConvFastPath:
     """Plan of an image model (every layer conv2d, maxpool2d, linear or relu): per layer
     ("conv" | "pool" | "linear", layer index, facts)."""
@@ -235,6 +240,7 @@ class ConvFastPath:
         import torch
 
         self._torch = torch
+        self._scratch: dict = {}
         self.layout = layout
         self.spec = spec
         layers = spec.layers
@@ -266,8 +272,21 @@ class ConvFastPath:
                 pi += 2
             self.plan.append((op, li, f))
 
-    def _mm(self, a, b):
-        """Exact int8 x int8 -> int32 GEMM (numpy in and out, no copies of contiguous operands).
+    def _buf(self, key, shape, dtype, zero=False):
+        """This path's scratch array ``key`` (reused between grad calls: an Engine, so its
+        path, is never shared between threads; a call's arrays never outlive it), zeroed when
+        asked. Reuse keeps the step's large arrays in memory already mapped and cached:
+        fresh ones cost page faults and, with threads, contention in the kernel."""
+        arr = self._scratch.get(key)
+        if arr is None or arr.shape != shape or arr.dtype != dtype:
+            arr = self._scratch[key] = np.empty(shape, dtype)
+        if zero:
+            arr.fill(0)
+        return arr
+
+    def _mm(self, a, b, key=None):
+        """Exact int8 x int8 -> int32 GEMM (numpy in and out, no copies of contiguous operands;
+        the product into scratch ``key`` when given).
 
         torch 2.13's CPU ``_int_mm`` returns garbage for a one-row operand whose strides are
         (1, 1) (what numpy gives a transposed (K, 1) array): any dimension of size 1 takes an
@@ -275,27 +294,35 @@ class ConvFastPath:
         if min(a.shape[0], a.shape[1], b.shape[1]) < 2:
             return (a.astype(np.int64) @ b.astype(np.int64)).astype(np.int32)
         t = self._torch
-        return t._int_mm(t.from_numpy(a), t.from_numpy(b)).numpy()
+        if key is None:
+            return t._int_mm(t.from_numpy(a), t.from_numpy(b)).numpy()
+        out = self._buf(key, (a.shape[0], b.shape[1]), np.int32)
+        t._int_mm(t.from_numpy(a), t.from_numpy(b), out=t.from_numpy(out))
+        return out
 
-    def _wgrad(self, kern, G, A, rows, eg, ex, frac_bits, limit, dst, perm):
-        """dst[perm] += the fixed-point weight gradient G^T A of each micro-batch (rows each)."""
+    def _wgrad(self, kern, G, A, rows, eg, ex, frac_bits, limit, dst, perm, key=None):
+        """dst[perm] += the fixed-point weight gradient G^T A of each micro-batch (rows each);
+        a micro-batch of one chunk takes its product into scratch ``key``."""
         n = eg.shape[0]
         for j in range(n):
             r0 = j * rows
             dW = None
             for c0 in range(r0, r0 + rows, MAX_K):  # int32-safe chunks, summed exactly in int64
                 c1 = min(c0 + MAX_K, r0 + rows)
-                part = self._mm(G[c0:c1].T, A[c0:c1])
+                part = self._mm(G[c0:c1].T, A[c0:c1], key if c1 - c0 == rows else None)
                 dW = part if dW is None else dW.astype(np.int64) + part
             if not kern.fixed_add(dW, int(eg[j] + ex[j]), frac_bits, limit, dst, perm):
                 return False
         return True
 
-    def forward(self, theta, x, kern=None):
-        """Logits (n, b, classes) float64 and the cache, or None (take the reference path)."""
+    def forward(self, theta, x, kern=None, scratch=False):
+        """Logits (n, b, classes) float64 and the cache, or None (take the reference path).
+        ``scratch``: the arrays are this path's scratch (grad's call: they live until the
+        next call)."""
         kern = kern or kernels()
         if kern is None:
             return None
+        new = self._buf if scratch else _fresh
         n, b = x.shape[0], x.shape[1]
         c, h, w = self.spec.image
         nb = n * b
@@ -307,8 +334,8 @@ class ConvFastPath:
         for kind, li, f in self.plan:
             if kind == "pool":
                 H2, W2 = f["h"] // 2, f["w"] // 2
-                out = np.empty((nb * H2 * W2, f["c"]), np.int8)
-                arg = np.empty((nb * H2 * W2, f["c"]), np.int8)
+                out = new(("pool", li), (nb * H2 * W2, f["c"]), np.int8)
+                arg = new(("arg", li), (nb * H2 * W2, f["c"]), np.int8)
                 kern.pool(a, nb, f["h"], f["w"], f["c"], out, arg)
                 cache.append((a, ex, arg))
                 a = out
@@ -316,38 +343,39 @@ class ConvFastPath:
             ow, ob = self.layout.offsets[f["pi"]], self.layout.offsets[f["pi"] + 1]
             W = theta[ow:ob]
             bias = theta[ob:ob + (f["co"] if kind == "conv" else f["n_out"])]
-            Wq32 = np.empty((1, W.size), np.float32)
-            ewv = np.empty(1, np.int64)
+            Wq32 = new(("wq32", li), (1, W.size), np.float32)
+            ewv = new(("ew", li), (1,), np.int64)
             if not base.quant_rows(np.ascontiguousarray(W).reshape(1, -1), Wq32, ewv):
                 return None
             ew = int(ewv[0])
-            if kind == "conv":
-                Wq = Wq32.ravel()[f["perm"]].astype(np.int8).reshape(f["co"], -1)  # (Co, k*k*Ci)
+            n_out = f["co"] if kind == "conv" else f["n_out"]
+            Wq = new(("wq", li), (n_out, W.size // n_out), np.int8)  # in our column order
+            Wq.reshape(-1)[:] = np.take(Wq32.reshape(-1), f["perm"], out=new(("wqp", li), (W.size,), np.float32))
+            if kind == "conv":  # Wq (Co, k*k*Ci)
                 rows_img = f["h"] * f["w"]
-                cols = np.empty((nb * rows_img, Wq.shape[1]), np.int8)
+                cols = new(("cols", li), (nb * rows_img, Wq.shape[1]), np.int8)
                 kern.im2col(a, nb, f["h"], f["w"], f["ci"], f["k"], cols)
-                acc = self._mm(cols, Wq.T)
-                out = np.empty(acc.shape, np.int8)
-                ex_out = np.empty(n, np.int64)
+                acc = self._mm(cols, Wq.T, ("acc", li) if scratch else None)
+                out = new(("out", li), acc.shape, np.int8)
+                ex_out = new(("ex", li), (n,), np.int64)
                 if not kern.rq_fwd(acc, bias, ex, ew, b * rows_img, 0 if f["relu"] else -127, out, ex_out,
-                                   np.empty(f["co"], np.int64)):
+                                   new(("bacc", li), (n_out,), np.int64)):
                     return None
                 cache.append((a, ex, cols, Wq, ew))
                 a, ex = out, ex_out
                 continue
-            Wq = Wq32.ravel()[f["perm"]].astype(np.int8).reshape(f["n_out"], -1)  # (out, F) in our order
-            a2 = a.reshape(nb, -1)
-            acc = self._mm(a2, Wq.T)
+            a2 = a.reshape(nb, -1)  # Wq (out, F)
+            acc = self._mm(a2, Wq.T, ("acc", li) if scratch else None)
             cache.append((a2, ex, Wq, ew))
             if f["last"]:
-                z = np.empty(acc.shape)
-                if not base.logits(acc, bias, ex, ew, b, z, np.empty(f["n_out"], np.int64)):
+                z = new(("z", li), acc.shape, np.float64)
+                if not base.logits(acc, bias, ex, ew, b, z, new(("bacc", li), (n_out,), np.int64)):
                     return None
                 return z.reshape(n, b, -1), cache
-            out = np.empty(acc.shape, np.int8)
-            ex_out = np.empty(n, np.int64)
+            out = new(("out", li), acc.shape, np.int8)
+            ex_out = new(("ex", li), (n,), np.int64)
             if not kern.rq_fwd(acc, bias, ex, ew, b, 0 if f["relu"] else -127, out, ex_out,
-                               np.empty(f["n_out"], np.int64)):
+                               new(("bacc", li), (n_out,), np.int64)):
                 return None
             a, ex = out, ex_out
         return None
@@ -355,7 +383,7 @@ class ConvFastPath:
     def grad(self, theta, x, y, frac_bits, limit):
         """(fixed-point gradient int64, loss (n,), correct (n,)), or None (take the reference)."""
         kern = kernels()
-        got = self.forward(theta, x, kern) if kern is not None else None
+        got = self.forward(theta, x, kern, scratch=True) if kern is not None else None
         if got is None:
             return None
         z, cache = got
@@ -383,7 +411,7 @@ class ConvFastPath:
                 a_in, _, arg = cache[idx]
                 if li == 0:
                     break
-                Gp = np.zeros(a_in.shape, np.int8)
+                Gp = self._buf(("gp", li), a_in.shape, np.int8, zero=True)
                 kern.pool_back(G, arg, nb, f["h"], f["w"], f["c"], a_in, f["mask"], Gp)
                 G = Gp
                 continue
@@ -392,7 +420,7 @@ class ConvFastPath:
             n_out = f["co"] if kind == "conv" else f["n_out"]
             bdst = out[off[pi + 1]:off[pi + 1] + n_out]
             rows = b * (f["h"] * f["w"] if kind == "conv" else 1)
-            if not base.bias_grad(G, rows, eg, frac_bits, limit, bdst, np.empty(n_out, np.int64)):
+            if not base.bias_grad(G, rows, eg, frac_bits, limit, bdst, self._buf(("bg", li), (n_out,), np.int64)):
                 return None
             if kind == "conv":
                 a_in, ex, cols, Wq, ew = cache[idx]
@@ -400,18 +428,18 @@ class ConvFastPath:
             else:
                 a_in, ex, Wq, ew = cache[idx]
                 A = a_in
-            if not self._wgrad(kern, G, A, rows, eg, ex, frac_bits, limit, wdst, f["perm"]):
+            if not self._wgrad(kern, G, A, rows, eg, ex, frac_bits, limit, wdst, f["perm"], ("dw", li)):
                 return None
             if li == 0:
                 break
-            d = self._mm(G, Wq)  # (rows, K) int32, exponent eg + ew
+            d = self._mm(G, Wq, ("d", li))  # (rows, K) int32, exponent eg + ew
             if kind == "conv":
-                dX = np.zeros(a_in.shape, np.int32)
+                dX = self._buf(("dx", li), a_in.shape, np.int32, zero=True)
                 kern.col2im(d, nb, f["h"], f["w"], f["ci"], f["k"], dX)
             else:
                 dX = d  # (nb, F), the layout of a_in
-            Gn = np.empty(dX.shape, np.int8)
-            eg_out = np.empty(n, np.int64)
+            Gn = self._buf(("gn", li), dX.shape, np.int8)
+            eg_out = self._buf(("eg", li), (n,), np.int64)
             kern.rq_back(dX, a_in, f["mask"], dX.shape[0] // n, eg, ew, Gn, eg_out)
             G, eg = Gn, eg_out
             if kind == "linear" and idx > 0 and self.plan[idx - 1][0] != "linear":

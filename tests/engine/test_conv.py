@@ -64,6 +64,25 @@ def test_literal_table_gemm_equals_the_fast_engine_on_random_conv_models(luts, s
     assert z[0].tobytes() == z[1].tobytes()
 
 
+def test_one_engine_reused_across_calls_of_any_size_gives_a_fresh_engines_bytes(luts):
+    """The fast path's grad keeps its arrays as scratch between calls (engine/convfast.py):
+    calls of other sizes and parameters after it, and forward's results, must not see them."""
+    rng = np.random.default_rng(5)
+    spec = cnn((2, 9, 8), ["conv4", "pool", "conv6k5", "pool", 7], 5)
+    eng = Engine(spec, luts, "fast")
+    assert eng.conv_fast is not None
+    z0 = eng.forward(init_params(spec, 1), rng.integers(0, 256, (2, 3, spec.input_dim)).astype(np.uint8))[0]
+    z0_bytes = z0.tobytes()
+    for n, b, seed in ((2, 3, 4), (3, 4, 1), (1, 2, 2), (3, 4, 3), (2, 5, 6)):  # first: forward's shapes
+        theta = init_params(spec, seed)
+        x = rng.integers(0, 256, (n, b, spec.input_dim)).astype(np.uint8)
+        y = rng.integers(0, spec.classes, (n, b))
+        got, want = (e.grad(theta, x, y, 40, 2.0**49) for e in (eng, Engine(spec, luts, "fast")))
+        assert got.grad.tobytes() == want.grad.tobytes() and got.loss.tobytes() == want.loss.tobytes()
+        assert got.correct.tobytes() == want.correct.tobytes()
+    assert z0.tobytes() == z0_bytes  # forward's logits are its own, not grad's scratch
+
+
 @pytest.mark.parametrize("items, channels", [(("conv4", "pool", "conv8k5", "pool"), 1),
                                              (("conv6", "pool", 16), 3)])
 def test_any_split_of_a_step_gives_train_hash_on_a_conv_model(luts, items, channels):
