@@ -57,6 +57,15 @@ async ([shapes]) => {
 """
 
 
+def blank_page(browser, url: str):
+    """A new page of ``browser`` on an empty document of the server at ``url`` (the page's
+    origin, so its modules import from /webui/)."""
+    page = browser.new_page()
+    page.route(f"{url}/__blank", lambda r: r.fulfill(body="<!doctype html>", content_type="text/html"))
+    page.goto(f"{url}/__blank")
+    return page
+
+
 def _serve():
     """The real server app (it serves /data/<task>.dcds), on 127.0.0.1:<random> in a thread."""
     app = create_app(ServerConfig(port=0))
@@ -111,9 +120,7 @@ def main() -> None:
     train = {}
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
-        page = browser.new_page()
-        page.route(f"{url}/__blank", lambda r: r.fulfill(body="<!doctype html>", content_type="text/html"))
-        page.goto(f"{url}/__blank")
+        page = blank_page(browser, url)
         bar.set_postfix_str("page rates")
         rates = page.evaluate(RATES, [SHAPES])
         bar.update(1)

@@ -23,7 +23,7 @@ import numpy as np  # noqa: E402
 from tqdm import tqdm  # noqa: E402
 
 from bench._report import write_section  # noqa: E402
-from bench.browser import ARGS, CHROMIUM  # noqa: E402
+from bench.browser import ARGS, CHROMIUM, blank_page  # noqa: E402
 from daisychain.engine.model import Engine, init_params  # noqa: E402
 from daisychain.engine.spec import DEFAULT_CNN, Hyper, cnn  # noqa: E402
 from daisychain.engine.trainer import grad_limit  # noqa: E402
@@ -141,9 +141,7 @@ def main() -> None:
     bar.update(1)
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
-        page = browser.new_page()
-        page.route(f"{url}/__blank", lambda r: r.fulfill(body="<!doctype html>", content_type="text/html"))
-        page.goto(f"{url}/__blank")
+        page = blank_page(browser, url)
         res = page.evaluate(KERNELS, [B, list(IMAGE), list(DEFAULT_CNN), 800])
         turns = []  # (numpy ms, WASM ms) per round, measured back to back under about the same load
         for _ in range(ROUNDS if not res["wasmReason"] else 0):

@@ -25,7 +25,7 @@ import numpy as np  # noqa: E402
 from tqdm import tqdm  # noqa: E402
 
 from bench._report import write_section  # noqa: E402
-from bench.browser import ARGS, CHROMIUM  # noqa: E402
+from bench.browser import ARGS, CHROMIUM, blank_page  # noqa: E402
 from daisychain.engine.data import prepare_task, with_context  # noqa: E402
 from daisychain.engine.model import Engine, init_params  # noqa: E402
 from daisychain.engine.spec import Hyper, gpt  # noqa: E402
@@ -122,9 +122,7 @@ def main() -> None:
     bar.update(1)
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
-        page = browser.new_page()
-        page.route(f"{url}/__blank", lambda r: r.fulfill(body="<!doctype html>", content_type="text/html"))
-        page.goto(f"{url}/__blank")
+        page = blank_page(browser, url)
         page.set_default_timeout(1_800_000)
         res = page.evaluate(PAGE, [B, vocab, [list(m) for m in MODELS], 1500])
         browser.close()

@@ -20,7 +20,7 @@ import os
 from tqdm import tqdm
 
 from bench._report import write_section
-from bench.browser import ARGS, CHROMIUM, _serve
+from bench.browser import ARGS, CHROMIUM, _serve, blank_page
 
 B = 16
 ROUNDS = 3
@@ -100,9 +100,7 @@ def main() -> None:
     load0 = os.getloadavg()[0]
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
-        page = browser.new_page()
-        page.route(f"{url}/__blank", lambda r: r.fulfill(body="<!doctype html>", content_type="text/html"))
-        page.goto(f"{url}/__blank")
+        page = blank_page(browser, url)
         res = page.evaluate(RUN, [B, 1500, ROUNDS])
         browser.close()
     bar.update(1)

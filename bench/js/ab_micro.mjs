@@ -10,15 +10,9 @@
 // same bytes (the script fails otherwise). Usage:
 // `--digits`: the digits MLP (64-128-10) instead of the CNN.
 //   node bench/js/ab_micro.mjs [--rounds R] [--n N] [--digits] label=WEBUI:MODE ...
-import { readFileSync } from "node:fs";
 import { createHash } from "node:crypto";
-import { fileURLToPath, pathToFileURL } from "node:url";
-import { resolve } from "node:path";
+import { openVariant, luts } from "./_variant.mjs";
 
-const LUTS = fileURLToPath(new URL("../../daisychain/luts/", import.meta.url));
-const rd = (n) => { const b = readFileSync(`${LUTS}/${n}.bin`); return new Int32Array(b.buffer, b.byteOffset, b.length / 4).slice(); };
-const luts = { mul: rd("mul"), relu: rd("relu"), requantize: rd("requantize"),
-  manifestSha256: JSON.parse(readFileSync(`${LUTS}/manifest.json`)).manifest_sha256 };
 
 const args = process.argv.slice(2);
 const opt = (name, dflt) => { const i = args.indexOf(name); return i < 0 ? dflt : Number(args.splice(i, 2)[1]); };
@@ -28,21 +22,9 @@ const digits = args.includes("--digits") && args.splice(args.indexOf("--digits")
 const b = 16;
 
 async function variant(spec) {
-  const [label, rest] = spec.split("=");
-  const [dir, mode] = rest.split(":");
-  const web = pathToFileURL(resolve(dir) + "/");
+  const { label, web, units } = await openVariant(spec);
   const S = await import(new URL("engine/spec.js", web));
   const { Engine, initParams } = await import(new URL("engine/model.js", web));
-  let units;
-  if (mode === "cpu") {
-    units = new (await import(new URL("engine/cpu_units.js", web))).CpuUnits(luts);
-  } else {
-    const { openWasmUnits } = await import(new URL("wasm/wasm_units.js", web));
-    const r = await openWasmUnits(luts, { bytes: readFileSync(new URL("wasm/units.wasm", web)) });
-    if (!r.units) throw new Error(`${label}: ${r.reason}`);
-    units = r.units;
-    if (mode === "wasm-units") units.resident = false;
-  }
   const model = digits ? S.mlp(64, 128, 10) : S.imageCnn(1, 28, 28, S.DEFAULT_CNN, 10);
   const theta = initParams(model, 1);
   let seed = 7;

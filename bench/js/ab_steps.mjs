@@ -10,13 +10,8 @@
 //   .venv/bin/python -c "from daisychain.engine.data import prepare_task as p; import sys; sys.stdout.buffer.write(p('digits').to_bytes())" > /tmp/digits.dcds
 //   node bench/js/ab_steps.mjs [--rounds R] [--steps S] [--warm W] [--task digits] DATA.dcds label=WEBUI:MODE ...
 import { readFileSync } from "node:fs";
-import { fileURLToPath, pathToFileURL } from "node:url";
-import { resolve } from "node:path";
+import { openVariant, luts } from "./_variant.mjs";
 
-const LUTS = fileURLToPath(new URL("../../daisychain/luts/", import.meta.url));
-const rd = (n) => { const b = readFileSync(`${LUTS}/${n}.bin`); return new Int32Array(b.buffer, b.byteOffset, b.length / 4).slice(); };
-const luts = { mul: rd("mul"), relu: rd("relu"), requantize: rd("requantize"),
-  manifestSha256: JSON.parse(readFileSync(`${LUTS}/manifest.json`)).manifest_sha256 };
 
 const args = process.argv.slice(2);
 const opt = (name, dflt) => { const i = args.indexOf(name); return i < 0 ? dflt : args.splice(i, 2)[1]; };
@@ -27,23 +22,11 @@ const task = opt("--task", "digits");
 const data = readFileSync(args.shift());
 
 async function variant(spec) {
-  const [label, rest] = spec.split("=");
-  const [dir, mode] = rest.split(":");
-  const web = pathToFileURL(resolve(dir) + "/");
+  const { label, web, units } = await openVariant(spec);
   const S = await import(new URL("engine/spec.js", web));
   const D = await import(new URL("engine/data.js", web));
   const { Trainer } = await import(new URL("engine/trainer.js", web));
   const { TASK_DEFAULTS } = await import(new URL("engine/task_defaults.js", web));
-  let units;
-  if (mode === "cpu") {
-    units = new (await import(new URL("engine/cpu_units.js", web))).CpuUnits(luts);
-  } else {
-    const { openWasmUnits } = await import(new URL("wasm/wasm_units.js", web));
-    const r = await openWasmUnits(luts, { bytes: readFileSync(new URL("wasm/units.wasm", web)) });
-    if (!r.units) throw new Error(`${label}: ${r.reason}`);
-    units = r.units;
-    if (mode === "wasm-units") units.resident = false;
-  }
   const ds = D.parseDataset(data);
   const model = S.modelFor(ds, null, 16);
   const total = warm + rounds * steps;
