@@ -11,6 +11,10 @@
 /** The most of a worker's time the live views together may take. */
 export const SHARE = 0.1;
 
+/** A run's first this many points of each view are taken at their steps whatever they cost,
+ *  so a short run's chart and gallery still show its progress (a 30-step run: 4 points). */
+export const FREE_VIEWS = 4;
+
 export class ViewBudget {
   constructor(share = SHARE, now = () => performance.now()) {
     this.share = share;
@@ -18,9 +22,10 @@ export class ViewBudget {
     this.notBefore = 0;
   }
 
-  /** Whether a view may start now. */
-  due() {
-    return this.now() >= this.notBefore;
+  /** Whether a view may start now: the `taken`-th of its run (free while taken < FREE_VIEWS),
+   *  or its budget allows it. */
+  due(taken = FREE_VIEWS) {
+    return taken < FREE_VIEWS || this.now() >= this.notBefore;
   }
 
   /** Run `view` (a function returning a promise) and charge its time to the budget. */

@@ -131,8 +131,9 @@ async function predictNow(at) {
 /** The grid's predictions at `step` (if due and none is being computed). */
 function galleryStep(step, force = false) {
   const at = ensure();
-  if (!at || at.busy || (!force && (step < at.next || !galleryView.due()))) return null;
+  if (!at || at.busy || (!force && (step < at.next || !galleryView.due(at.taken || 0)))) return null;
   at.busy = true;
+  at.taken = (at.taken || 0) + 1;
   at.next = step + galleryEvery(state.run.steps);
   return (force ? predictNow(at) : galleryView.charge(() => predictNow(at))).then((pred) => {
     if (g !== at) return;

@@ -65,13 +65,14 @@ export class RunPanel {
 
   /** Test accuracy of the replica now, on a fixed subset, in the compute worker; the
    *  parameters are only read (a copy goes to the worker), so the run's hash is unchanged.
-   *  At most every accuracyEvery steps, and within the live views' budget (eval_budget.js). */
+   *  At most every accuracyEvery steps, and after a run's first FREE_VIEWS points within the
+   *  live views' budget (eval_budget.js). */
   liveAccuracy(step) {
     const la = state.liveAccuracy;
     const tr = ctx.mesh?.peer?.trainer;
-    if (!la || la.busy || !tr || typeof tr.probs !== "function" || step < la.next || !accuracyView.due()) return;
+    if (!la || la.busy || !tr || typeof tr.probs !== "function" || step < la.next || !accuracyView.due(la.taken || 0)) return;
     if (Number.isFinite(state.run.steps) && step >= state.run.steps) return; // the end measures the whole set
-    dispatch("live-accuracy", { la, busy: true, next: step + accuracyEvery(state.run.steps) });
+    dispatch("live-accuracy", { la, busy: true, next: step + accuracyEvery(state.run.steps), taken: (la.taken || 0) + 1 });
     const n = Math.min(LIVE_ACC_SAMPLES, tr.ds.y_test.data.length);
     accuracyView.charge(() => tr.accuracy("test", n)).then((acc) => {
       if (state.liveAccuracy !== la) return; // another run began meanwhile
