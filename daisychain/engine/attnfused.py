@@ -17,6 +17,7 @@ import numpy as np
 
 from daisychain.compiled import built_once, numba_jit
 from daisychain.engine import attnloops as L
+from daisychain.engine import sround as _sround
 
 WIDE = L.WIDE
 _nb_bitlen = None  # engine/attnloops.py's compiled helper, set by _build before any loop compiles
@@ -186,15 +187,9 @@ def _nb_heads(M, out):
                         dst[k] = np.float32(src[k])
 
 
-def _nb_mix32(x):
-    """prng.mix32 of x (uint64 below 2**32): the products wrap mod 2**64, then mod 2**32."""
-    m = np.uint64(0xFFFFFFFF)
-    x ^= x >> np.uint64(16)
-    x = (x * np.uint64(0x7FEB352D)) & m
-    x ^= x >> np.uint64(15)
-    x = (x * np.uint64(0x846CA68B)) & m
-    x ^= x >> np.uint64(16)
-    return x
+# prng.mix32 in uint64 arithmetic: engine/sround.py's one source (its compiled loop uses it
+# too), compiled here with these loops (its Python function, whether or not sround compiled it)
+_nb_mix32 = getattr(_sround._nb_mix32, "py_func", _sround._nb_mix32)
 
 
 def _nb_row_keys(x, y, keys):
