@@ -56,6 +56,99 @@ WRAP = """async () => { window.__ops = [];
   for (const w of computePool().workers) { const post = w.post.bind(w);
     w.post = async (op, body, tr) => { const t0 = performance.now(); const r = await post(op, body, tr);
       window.__ops.push([op, t0, performance.now()]); return r; }; } }"""
+#: --trace: every page logs [time ms (its clock: timeOrigin + now, one machine so one clock),
+#: what, detail]: frames arriving (bytes), outputs of the run protocol (out), frames put on a
+#: channel (send0/send1), compute-worker calls (op0/op1), the protocol's handling of each
+#: message (rcv0/rcv1) and the step events (step)
+TRACE = """async () => { const m = window.__daisy.mesh; const T = () => performance.timeOrigin + performance.now();
+  const tr = window.__tr = [];
+  const ob = m._onBytes.bind(m); m._onBytes = (id, data) => { tr.push([T(), 'bytes', data.byteLength]); return ob(id, data); };
+  const pf = m._perform.bind(m); m._perform = async (outs) => {
+    for (const o of outs) tr.push([T(), 'out', o.kind + (o.message ? ':' + o.message.T : '')]); return pf(outs); };
+  const sd = m.net.send.bind(m.net); m.net.send = async (to, f) => {
+    tr.push([T(), 'send0', f.byteLength]); const r = await sd(to, f); tr.push([T(), 'send1', f.byteLength]); return r; };
+  const { computePool } = await import('/webui/shell/worker/trainer_proxy.js');
+  for (const w of computePool().workers) { const post = w.post.bind(w);
+    w.post = async (op, body, t) => { tr.push([T(), 'op0', op]); const r = await post(op, body, t); tr.push([T(), 'op1', op]); return r; }; }
+  let wrapped = null;
+  setInterval(() => { const p = m.peer; if (p && p !== wrapped) { wrapped = p; const rc = p.receive.bind(p);
+    p.receive = async (id, msg, run) => { tr.push([T(), 'rcv0', msg.T]); const r = await rc(id, msg, run); tr.push([T(), 'rcv1', msg.T]); return r; }; } }, 5);
+  m.bus.on("run:step", (d) => tr.push([T(), 'step', d.step])); }"""
+
+
+def room_phases(traces: list, skip: int) -> dict | None:
+    """Where a room's step goes, from the --trace logs (pages[0] the host): medians over the
+    timed steps, in ms. Each message is matched to its arrival by its byte count (the first
+    frame of that size the other side receives after it went on the channel)."""
+    import statistics
+
+    if len(traces) < 2:
+        return None
+    host, guests = traces[0], traces[1:]
+    steps = [t for t, k, v in host if k == "step" and v > skip]
+    if len(steps) < 3:
+        return None
+    lo, hi = steps[0], steps[-1]
+
+    def med(xs):
+        return round(statistics.median(xs), 1) if xs else None
+
+    def arrivals(sender, receiver):  # [(sent, arrived, bytes)] of sender's frames
+        got = [(t, v) for t, k, v in receiver if k == "bytes"]
+        out = []
+        for t, k, v in sender:
+            if k == "send0" and lo <= t <= hi:
+                a = next((t2 for t2, v2 in got if v2 == v and t2 >= t), None)
+                if a is not None:
+                    out.append((t, a, v))
+        return out
+
+    def spans(log, a, b):  # op0 -> op1 and the like, each pair once
+        out, start = [], None
+        for t, k, v in log:
+            if k == a[0] and (a[1] is None or v == a[1]):
+                start = t
+            elif k == b[0] and (b[1] is None or v == b[1]) and start is not None:
+                if lo <= start <= hi:
+                    out.append(t - start)
+                start = None
+        return out
+
+    def after(log, t0, kind, detail=None):
+        return next((t for t, k, v in log if t >= t0 and k == kind and (detail is None or v == detail)), None)
+
+    down, up = arrivals(host, guests[0]), arrivals(guests[0], host)
+    # host: the last contribution in -> the total on the channel; waiting: its compute done -> that contribution in
+    handle_h, wait_h = [], []
+    for t, k, v in host:
+        if k == "out" and v == "send:total" and lo <= t <= hi:
+            sent = after(host, t, "send0")
+            last_in = max((a for _, a, _ in up if a <= t), default=None)
+            if sent is not None and last_in is not None:
+                handle_h.append(sent - last_in)
+                done = max((t2 for t2, k2, v2 in host if k2 == "op1" and v2 == "contribute" and t2 <= t), default=None)
+                if done is not None:
+                    wait_h.append(max(0.0, last_in - done))
+    # guest: the total in -> its compute starts; its compute done -> the contribution on the channel
+    g = guests[0]
+    in_g, out_g = [], []
+    for _, a, _ in down:
+        start = after(g, a, "op0", "contribute")
+        if start is not None:
+            in_g.append(start - a)
+    for t, k, v in g:
+        if k == "op1" and v == "contribute" and lo <= t <= hi:
+            sent = after(g, t, "send0")
+            if sent is not None:
+                out_g.append(sent - t)
+    return {"step": med([b - a for a, b in zip(steps, steps[1:])]),
+            "host_compute": med(spans(host, ("op0", "contribute"), ("op1", "contribute"))),
+            "guest_compute": med(spans(g, ("op0", "contribute"), ("op1", "contribute"))),
+            "down": med([a - t for t, a, _ in down]), "down_bytes": med([v for _, _, v in down]),
+            "up": med([a - t for t, a, _ in up]), "up_bytes": med([v for _, _, v in up]),
+            "guest_in": med(in_g), "guest_out": med(out_g), "host_handle": med(handle_h), "host_wait": med(wait_h)}
+
+
 RECORD = """() => { window.__steps = [];
   window.__daisy.mesh.bus.on("run:step", (d) => window.__steps.push([performance.now(), d.step])); }"""
 
@@ -88,10 +181,14 @@ def _top(profile: dict, k: int = 12) -> list:
 
 
 def run_room(browsers, peer_ns: int, n_tabs: int, n_peers: int, batch: int, steps: int, skip: int,
-             tmp: Path, tag: str, room_s: float, peer_cpu: int | None = None, profile: bool = False) -> dict:
+             tmp: Path, tag: str, room_s: float, peer_cpu: int | None = None, profile: bool = False,
+             trace: bool = False, no_draw: bool = False) -> dict:
     """One room: tab 0 hosts, the other tabs and the daisy-peer join; the run to its end (a
     row with "error" when it is not done in ``room_s`` seconds). ``profile``: each page's main
-    thread is CPU-profiled over the timed steps and its compute-worker calls timed."""
+    thread is CPU-profiled over the timed steps and its compute-worker calls timed. ``trace``:
+    every page logs when each message arrives, is handled and is put on its channel, and each
+    compute call (``room_phases``). ``no_draw``: every page's body is hidden once the room is
+    up (no layout or paint), to see what drawing the page costs a step."""
     ctxs, peer = [], None
     try:
         pages = []
@@ -126,6 +223,11 @@ def run_room(browsers, peer_ns: int, n_tabs: int, n_peers: int, batch: int, step
                                "cpuPath: d.cpuPath, workers: d.workers.size, capacity: d.capacity }; }")
                    for pg in pages]
         host.evaluate(RECORD)
+        for pg in pages:
+            if trace:
+                pg.evaluate(TRACE)
+            if no_draw:
+                pg.evaluate("() => { document.body.style.display = 'none'; }")
         cdps = []
         if profile:
             for pg in pages:
@@ -153,6 +255,11 @@ def run_room(browsers, peer_ns: int, n_tabs: int, n_peers: int, batch: int, step
                     f"({type(err).__name__}); daisy-peer's log ends: {log.strip()[-300:]}" if peer else
                     f"not done in {room_s:.0f} s ({type(err).__name__})", "devices": devices, "load": [load0, load()]}
         marks = host.evaluate("() => window.__steps")
+        phases = None
+        if trace:
+            traces = [pg.evaluate("() => window.__tr") for pg in pages]
+            (tmp / f"{tag}-trace.json").write_text(json.dumps(traces))
+            phases = room_phases(traces, skip)
         runs = [pg.evaluate("() => JSON.parse(JSON.stringify(window.__daisy.run))") for pg in pages]
         py = None
         if peer:
@@ -174,7 +281,7 @@ def run_room(browsers, peer_ns: int, n_tabs: int, n_peers: int, batch: int, step
                         c[0] += 1
                         c[1] += a1 - a0
                 prof.append({"top": _top(pr), "calls": {op: [c, ms / n] for op, (c, ms) in calls.items()}})
-        return {"profile": prof,"tabs": n_tabs, "peers": n_peers, "batch": batch, "steps": steps, "steps_s": sps,
+        return {"profile": prof, "phases": phases, "tabs": n_tabs, "peers": n_peers, "batch": batch, "steps": steps, "steps_s": sps,
                 "timed_steps": len(times) - 1, "shas": [r["sha"] for r in runs] + ([py["params_sha256"]] if py else []),
                 "agreed": all(r.get("agreed") for r in runs) and (py is None or py.get("agreed")),
                 "done": runs[0].get("done"), "devices": devices, "load": [load0, load()]}
@@ -235,7 +342,8 @@ def measure(a) -> dict:
                         n_tabs, n_peers = ROOMS[room]
                         r = run_room(browsers, sleepers[3].pid, n_tabs, n_peers, b, a.steps_for(b), a.skip,
                                      tmp, f"{rnd}-{b}-{n_tabs}-{n_peers}", a.room_s,
-                                     peer_cpu=n_tabs % cores if a.pin else None, profile=a.profile)
+                                     peer_cpu=n_tabs % cores if a.pin else None, profile=a.profile,
+                                     trace=a.trace, no_draw=a.no_draw)
                         r.update(room=room, round=rnd, reference=refs[b])
                         print(json.dumps(r), file=sys.stderr)
                         rows.append(r)
@@ -284,6 +392,31 @@ def report(res: dict) -> str:
             prof_lines.append(f"| {r['round']} | {r['batch']} | {r['room']} | {'host' if i == 0 else f'guest {i}'} | "
                               f"{top} | {calls} |")
     lines += prof_lines
+    phase_lines = []
+    for r in res["rows"]:
+        ph = r.get("phases")
+        if not ph:
+            continue
+        if not phase_lines:
+            phase_lines = ["", "Where a room's step goes (`--trace`; medians over the timed steps, ms, the host tab "
+                           "and its first guest; one clock, the machine's): each tab's compute-worker calls, each "
+                           "message from the moment its frame goes on the channel until the other tab's page "
+                           "receives it (SCTP, the delay line, both browsers' network threads), and each side's "
+                           "handling: the guest from the total's arrival to its compute (decode, Adam, the "
+                           "parameters' hash), from its compute to the contribution on the channel (encode); the "
+                           "host from the last contribution's arrival to the total on the channel (decode, sum, "
+                           "Adam, the rollback record, the hash, encode), and how long its own compute had been "
+                           "done by then (idle on the critical path).", "",
+                           "| round | batch | room | step | host compute | guest compute | total down (bytes) | "
+                           "contribution up (bytes) | guest: total in -> compute | guest: compute -> channel | "
+                           "host: contribution in -> total on the channel | host idle, waiting |",
+                           "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+        f = lambda k: "-" if ph.get(k) is None else f"{ph[k]:.1f}"  # noqa: E731
+        phase_lines.append(f"| {r['round']} | {r['batch']} | {r['room']} | {f('step')} | {f('host_compute')} | "
+                           f"{f('guest_compute')} | {f('down')} ({ph['down_bytes'] or 0:,.0f}) | {f('up')} "
+                           f"({ph['up_bytes'] or 0:,.0f}) | {f('guest_in')} | {f('guest_out')} | {f('host_handle')} | "
+                           f"{f('host_wait')} |")
+    lines += phase_lines
     e = res["echo"]
     return "\n".join([
         f"Every device: its own process (a headless Chromium, or `daisy-peer`) in its own network "
@@ -327,6 +460,10 @@ def main() -> None:
     ap.add_argument("--no-write", action="store_true")
     ap.add_argument("--profile", action="store_true", help="CPU-profile every page's main thread over the timed "
                     "steps and time its compute-worker calls (the report says where a step goes)")
+    ap.add_argument("--trace", action="store_true", help="log every page's messages and compute calls and "
+                    "say where a room's step goes: compute, the link each way, each side's handling")
+    ap.add_argument("--no-draw", action="store_true", help="hide every page's body once the room is up (no "
+                    "layout or paint): what the page's drawing costs a step")
     ap.add_argument("--pin", action="store_true", help="every device on a core of its own (only the rooms "
                     "with a core for each device)")
     a = ap.parse_args()
