@@ -99,3 +99,59 @@ def test_js_encodes_every_shift_and_width_as_python_does():
     """, imports={"W": "wire/frames.js"}, data={"vector": [str(x) for x in v], "bounds": bounds})
     for codec, b64 in out:
         assert base64.b64decode(b64) == F.encode_ints(v, bounds, (codec,))[1], codec
+
+
+def test_js_picks_the_codec_python_picks_and_writes_only_that_one():
+    """encodeInts sizes RAW, NARROW and VARINT from one pass over the values and writes only
+    the smallest: on vectors where each codec wins (RAW against width-8 NARROW segments), and
+    with empty segments, its (codec, body) is Python's choice among the same codecs."""
+    rng = np.random.default_rng(23)
+    cases = [
+        (rng.integers(-100, 100, 4000) << 9, [0, 1000, 4000]),                 # narrow, width 1
+        (rng.geometric(0.3, 4000) * rng.choice([-1, 1], 4000), [0, 4000]),    # varint: mostly small
+        (np.concatenate([np.zeros(3000, np.int64), rng.integers(-2**40, 2**40, 30)]), [0, 3000, 3030]),
+        (rng.integers(-2**52, 2**52, 500), [0, 500]),                            # width 8: RAW ties/wins
+        (rng.integers(-2**52, 2**52, 500) | 1, [0, 100, 200, 300, 400, 500]),   # RAW smaller than 5 heads
+        (np.zeros(10, np.int64), [0, 5, 10]),
+    ]
+    out = run_js("""
+      console.log(JSON.stringify(DATA.cases.map(([vec, bounds]) => {
+        const { codec, body } = W.encodeInts(Float64Array.from(vec.map(Number)), bounds);
+        return [codec, Buffer.from(body).toString("base64")];
+      })));
+    """, imports={"W": "wire/frames.js"},
+        data={"cases": [[[str(x) for x in v], b] for v, b in cases]})
+    picked = set()
+    for (v, bounds), (codec, b64) in zip(cases, out):
+        want = F.encode_ints(np.asarray(v, np.int64), bounds, (F.Codec.RAW, F.Codec.NARROW, F.Codec.VARINT))
+        assert (codec, base64.b64decode(b64)) == (int(want[0]), want[1])
+        picked.add(codec)
+    assert picked == {F.Codec.RAW, F.Codec.NARROW, F.Codec.VARINT}  # every branch of the choice ran
+
+
+def test_a_total_is_encoded_once_and_its_received_body_kept():
+    """The coordinator's commit encodes a total once for its rollback window and every
+    member's TOTAL (messages.py Total.encoded): encode() sends a total's `encoded` body as it
+    is, not a second encoding; fromMessage keeps the received body as `encoded` (for the
+    member's window), not listed among the message's fields."""
+    v = (np.arange(-500, 500, dtype=np.int64) * 3) << 7
+    varint = F.encode_ints(v, [0, 1000], (F.Codec.NARROW,))  # not the codec encodeInts would pick
+    assert F.encode_ints(v, [0, 1000])[0] != F.Codec.NARROW
+    out = run_js("""
+      const v = Float64Array.from(DATA.v.map(Number));
+      const enc = { codec: DATA.codec, body: Uint8Array.from(Buffer.from(DATA.body, "base64")) };
+      const msg = W.withEncoded({ T: "total", term: 1, step: 2, contributors: [["p0", 1]], loss: 0.5,
+        params_sha256: "a".repeat(64), ints: v, tasks: [] }, enc);
+      const frames = W.encode(msg, "5cdcf52855fbe0d4", [0, 1000], () => 1);
+      const R = new W.Reassembler();
+      let whole = null;
+      for (const f of frames) whole = R.feed(f) ?? whole;
+      const back = await W.fromMessage(whole, 1000);
+      console.log(JSON.stringify({ codec: whole.codec, body: Buffer.from(whole.body).toString("base64"),
+        keptCodec: back.encoded.codec, kept: Buffer.from(back.encoded.body).toString("base64"),
+        keys: Object.keys(back), same: Array.from(back.ints).every((x, i) => x === v[i]) }));
+    """, imports={"W": "wire/frames.js"},
+        data={"v": [str(x) for x in v], "codec": int(varint[0]), "body": base64.b64encode(varint[1]).decode()})
+    assert (out["codec"], base64.b64decode(out["body"])) == (int(varint[0]), varint[1])
+    assert (out["keptCodec"], base64.b64decode(out["kept"])) == (int(varint[0]), varint[1])
+    assert "encoded" not in out["keys"] and out["same"]

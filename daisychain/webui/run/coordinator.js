@@ -17,6 +17,7 @@ import { CatchUpRole, SYNC_WAIT_S } from "./catchup.js";
 import { log, pastBound, pyList, sameInts, send, setting } from "./util.js";
 import { compute, ended, refused } from "./outputs.js";
 import { RingCoordinator } from "./ring_roles.js";
+import { withEncoded } from "../wire/messages.js";
 
 export const MIN_DEADLINE_S = 2.0;
 export const DEADLINE_FACTOR = 4.0;
@@ -361,7 +362,8 @@ export class Coordinator {
     const step = this.step;
     const { total, contributors, loss, unchecked } = Star.total(this.tasks.values(), this.checks, this.trainer.totalSize, this.me);
     await this.trainer.apply(total);
-    await this.trust.record(step, total, unchecked);
+    const encoded = this.trust.window.encode(total); // once: the window's copy and every member's
+    await this.trust.record(step, total, unchecked, encoded);
     const sha = await this._rehash();
     const receivers = this._receivers();
     this.stepStarted = false;
@@ -380,8 +382,8 @@ export class Coordinator {
       }
     }
     const marks = { unchecked: [...unchecked].sort(), removed: [...this.banned].sort() };
-    const out = receivers.map((p) => send(p, { T: "total", term: this.term, step, contributors, loss, params_sha256: sha,
-      ints: total, tasks: carried.get(p) ?? [], ...marks }));
+    const out = receivers.map((p) => send(p, withEncoded({ T: "total", term: this.term, step, contributors, loss,
+      params_sha256: sha, ints: total, tasks: carried.get(p) ?? [], ...marks }, encoded)));
     return [...out, ...committed, ...next];
   }
 

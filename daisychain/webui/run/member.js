@@ -359,7 +359,8 @@ export class Member {
         send(sender, { T: "sync", term: this.term, step: this.step, params_sha256: this.sha, reason: "behind" })];
     }
     for (const p of msg.removed ?? []) this.removed.add(p);
-    const out = await this._apply(msg.ints, msg.loss, msg.contributors, msg.params_sha256, sender, msg.unchecked ?? []);
+    const out = await this._apply(msg.ints, msg.loss, msg.contributors, msg.params_sha256, sender, msg.unchecked ?? [],
+      msg.encoded ?? null);
     if (msg.tasks?.length && msg.term === this.term && this.sha === msg.params_sha256) {
       // the next step's tasks, started the moment the total is applied (not on a replica
       // that just diverged: it waits for its STATE; a backup takes the task)
@@ -440,13 +441,13 @@ export class Member {
     return [send(sender, { T: "data", fingerprint: this.trainer.ds.fingerprint, data: this.trainer.ds.bytes })];
   }
 
-  async _apply(ints, loss, contributors, sha, sender, unchecked = []) {
+  async _apply(ints, loss, contributors, sha, sender, unchecked = [], encoded = null) {
     const step = this.step;
     const why = this.trainer.contributionError?.(ints, Array.from({ length: this.trainer.nTasks }, (_, j) => j), step); // local steps
     if (why) return [log(`a total of step ${step} from ${this.peer._name(sender)} that no replica makes (${why}): ignored`, true)];
     const window = await this.windowFor();
     await this.trainer.apply(ints);
-    await window.record(this.trainer, step, ints, unchecked);
+    await window.record(this.trainer, step, ints, unchecked, encoded); // the body as it came: not encoded again
     for (const k of [...this.pending.keys()]) if (Number(k.split(":")[0]) <= step) this.pending.delete(k);
     const out = this.committed(step, loss, contributors, sha);
     const mine = await this.rehash();

@@ -127,10 +127,11 @@ export class Window {
   }
 
   /** `total` was applied at `step`; past 1.25 times the window, the oldest quarter is
-   * folded into the snapshot (applied to it); past maxBytes of totals, the oldest quarter of those held. */
-  async record(trainer, step, total, unchecked) {
+   * folded into the snapshot (applied to it); past maxBytes of totals, the oldest quarter of those held.
+   * `encoded`: the total's {codec, body} as it travels (rollback.py record), else encoded here. */
+  async record(trainer, step, total, unchecked, encoded = null) {
     if (!this.base) return;
-    const { codec, body } = encodeInts(total, this.bounds, [Codec.NARROW, Codec.VARINT]);
+    const { codec, body } = encoded ?? this.encode(total);
     this.steps.push({ step, codec, body, unchecked: new Set(unchecked) });
     this.held += body.length;
     let chunk = Math.max(1, Math.floor(this.size / 4));
@@ -145,6 +146,11 @@ export class Window {
       this.base = await trainer.snapshot();
       await trainer.load(now);
     }
+  }
+
+  /** A total as the window holds it and a TOTAL carries it (rollback.py encode). */
+  encode(total) {
+    return encodeInts(total, this.bounds, [Codec.NARROW, Codec.VARINT]);
   }
 
   /** The first step in the window with an unchecked contribution of `peer` (or null). */

@@ -31,8 +31,8 @@ export class Trust {
 
   /** Step `step`'s committed `total` (`unchecked`: the peers whose contribution in it no
    * spot-check confirmed) goes into the rollback window. */
-  async record(step, total, unchecked) {
-    await this.window.record(this.c.trainer, step, total, unchecked);
+  async record(step, total, unchecked, encoded = null) {
+    await this.window.record(this.c.trainer, step, total, unchecked, encoded);
     for (const p of unchecked) if (!this.uncheckedSince.has(p)) this.uncheckedSince.set(p, step);
   }
 

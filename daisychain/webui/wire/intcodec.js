@@ -53,66 +53,73 @@ function ctzCommon(v, a, b) {
   return 0;
 }
 
-function segmentsEncode(v, bounds, varint) {
-  const heads = [];
-  const bodies = [];
-  let size = 0;
-  for (let s = 0; s + 1 < bounds.length; s++) {
-    const a = bounds[s], b = bounds[s + 1];
-    const shift = ctzCommon(v, a, b);
-    const scale = 2 ** shift;
-    let width = 0, lo = 0, hi = 0;
-    for (let i = a; i < b; i++) { const x = v[i] / scale; if (x < lo) lo = x; if (x > hi) hi = x; }
-    let body = new Uint8Array(0);
-    if (lo === 0 && hi === 0) {
-      width = 0;
-    } else if (varint) {
-      width = 255;
-      const out = new Uint8Array((b - a) * VALUE_BYTES); // a zig-zag value below 2**54: at most 8 bytes
-      let o = 0;
-      for (let i = a; i < b; i++) {
-        const x = v[i] / scale;
-        let z = x >= 0 ? 2 * x : -2 * x - 1; // zig-zag, exact below 2**53
-        if (z < TWO32) { // 32-bit words: shifts
-          z >>>= 0;
-          while (z >= 128) { out[o++] = (z & 127) | 0x80; z >>>= 7; }
-        } else {
-          while (z >= 128) { out[o++] = (z % 128) | 0x80; z = Math.floor(z / 128); }
-        }
-        out[o++] = z;
-      }
-      body = out.subarray(0, o);
-    } else {
-      const m = Math.max(hi, -(lo + 1));
-      width = m < 2 ** 7 ? 1 : m < 2 ** 15 ? 2 : m < 2 ** 31 ? 4 : 8;
-      const n = b - a;
-      if (width === 1) {
-        const t = new Int8Array(n);
-        for (let i = 0; i < n; i++) t[i] = v[a + i] / scale;
-        body = new Uint8Array(t.buffer);
-      } else if (width === 2 || width === 4) {
-        body = new Uint8Array(n * width);
-        const dv = new DataView(body.buffer);
-        if (width === 2) for (let i = 0; i < n; i++) dv.setInt16(2 * i, v[a + i] / scale, true);
-        else for (let i = 0; i < n; i++) dv.setInt32(4 * i, v[a + i] / scale, true);
-      } else {
-        body = new Uint8Array(n * 8);
-        const dv = new DataView(body.buffer);
-        for (let i = 0; i < n; i++) dv.setBigInt64(8 * i, BigInt(v[a + i] / scale), true);
-      }
-    }
-    const h = new Uint8Array(6);
-    new DataView(h.buffer).setUint32(0, b - a, true);
-    h[4] = shift; h[5] = width;
-    heads.push(h);
-    bodies.push(body);
-    size += 6 + body.length;
+// one segment's plan, before a byte is written: its common shift, its range after the shift,
+// and what each codec's payload would take (NARROW: its width; VARINT: the zig-zag varint bytes)
+function segmentPlan(v, a, b) {
+  const shift = ctzCommon(v, a, b);
+  const scale = 2 ** shift;
+  let lo = 0, hi = 0, vbytes = 0;
+  for (let i = a; i < b; i++) {
+    const x = v[i] / scale;
+    if (x < lo) lo = x;
+    if (x > hi) hi = x;
+    const z = x >= 0 ? 2 * x : -2 * x - 1; // zig-zag, exact below 2**53
+    vbytes += z < 2 ** 7 ? 1 : z < 2 ** 14 ? 2 : z < 2 ** 21 ? 3 : z < 2 ** 28 ? 4 : z < 2 ** 35 ? 5
+      : z < 2 ** 42 ? 6 : z < 2 ** 49 ? 7 : 8;
   }
-  const out = new Uint8Array(4 + size);
-  new DataView(out.buffer).setUint32(0, bounds.length - 1, true);
+  const zero = lo === 0 && hi === 0;
+  const m = Math.max(hi, -(lo + 1));
+  const width = zero ? 0 : m < 2 ** 7 ? 1 : m < 2 ** 15 ? 2 : m < 2 ** 31 ? 4 : 8;
+  return { a, b, shift, scale, zero, width, vbytes: zero ? 0 : vbytes };
+}
+
+function varintBody(v, p) {
+  const out = new Uint8Array(p.vbytes);
+  let o = 0;
+  for (let i = p.a; i < p.b; i++) {
+    const x = v[i] / p.scale;
+    let z = x >= 0 ? 2 * x : -2 * x - 1; // zig-zag, exact below 2**53
+    if (z < TWO32) { // 32-bit words: shifts
+      z >>>= 0;
+      while (z >= 128) { out[o++] = (z & 127) | 0x80; z >>>= 7; }
+    } else {
+      while (z >= 128) { out[o++] = (z % 128) | 0x80; z = Math.floor(z / 128); }
+    }
+    out[o++] = z;
+  }
+  return out;
+}
+
+function narrowBody(v, p) {
+  const { a, b, scale, width } = p;
+  const n = b - a;
+  if (width === 1) {
+    const t = new Int8Array(n);
+    for (let i = 0; i < n; i++) t[i] = v[a + i] / scale;
+    return new Uint8Array(t.buffer);
+  }
+  const body = new Uint8Array(n * width);
+  const dv = new DataView(body.buffer);
+  if (width === 2) for (let i = 0; i < n; i++) dv.setInt16(2 * i, v[a + i] / scale, true);
+  else if (width === 4) for (let i = 0; i < n; i++) dv.setInt32(4 * i, v[a + i] / scale, true);
+  else for (let i = 0; i < n; i++) dv.setBigInt64(8 * i, BigInt(v[a + i] / scale), true);
+  return body;
+}
+
+// a NARROW or VARINT body from its segments' plans: the count, the heads, the payloads
+function segmentsEncode(v, plans, varint) {
+  const bodies = plans.map((p) => (p.zero ? new Uint8Array(0) : varint ? varintBody(v, p) : narrowBody(v, p)));
+  const out = new Uint8Array(4 + 6 * plans.length + bodies.reduce((n, x) => n + x.length, 0));
+  const dv = new DataView(out.buffer);
+  dv.setUint32(0, plans.length, true);
   let o = 4;
-  for (const h of heads) { out.set(h, o); o += 6; }
-  for (const p of bodies) { out.set(p, o); o += p.length; }
+  for (const p of plans) {
+    dv.setUint32(o, p.b - p.a, true);
+    out[o + 4] = p.shift;
+    out[o + 5] = p.zero ? 0 : varint ? 255 : p.width;
+    o += 6;
+  }
+  for (const x of bodies) { out.set(x, o); o += x.length; }
   return out;
 }
 
@@ -124,14 +131,22 @@ export function encodeInts(v, bounds = null, codecs = [Codec.RAW, Codec.NARROW, 
   }
   const b = bounds && bounds.length ? [...bounds] : [0, v.length];
   if (b[0] !== 0 || b[b.length - 1] !== v.length) throw new FrameError("segment bounds must run from 0 to the vector length");
+  // each codec's length is known from one pass over the values; only the smallest (the first
+  // of `codecs` on a tie) is written
+  const plans = [];
+  for (let s = 0; s + 1 < b.length; s++) plans.push(segmentPlan(v, b[s], b[s + 1]));
+  const heads = 4 + 6 * plans.length;
   let best = null;
+  let bestLen = Infinity;
   for (const c of codecs) {
-    const body = c === Codec.RAW ? encodeIntsRaw(v) : c === Codec.NARROW ? segmentsEncode(v, b, false)
-      : c === Codec.VARINT ? segmentsEncode(v, b, true) : null;
-    if (body === null) throw new FrameError(`this encoder does not write codec ${c}`);
-    if (best === null || body.length < best.body.length) best = { codec: c, body };
+    const len = c === Codec.RAW ? 8 * v.length
+      : c === Codec.NARROW ? heads + plans.reduce((n, p) => n + (p.b - p.a) * p.width, 0)
+        : c === Codec.VARINT ? heads + plans.reduce((n, p) => n + p.vbytes, 0) : null;
+    if (len === null) throw new FrameError(`this encoder does not write codec ${c}`);
+    if (len < bestLen) { best = c; bestLen = len; }
   }
-  return best;
+  const body = best === Codec.RAW ? encodeIntsRaw(v) : segmentsEncode(v, plans, best === Codec.VARINT);
+  return { codec: best, body };
 }
 
 /** Inflate a zlib body, reading at most MAX_MESSAGE bytes of output (as frames.py caps it):

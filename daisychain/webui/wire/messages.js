@@ -24,7 +24,7 @@ export function encode(msg, runId, bounds, nextMsgNo) {
     m = { type: FrameType.CONTRIB, runId, step: msg.step, codec, body,
       meta: { term: msg.term, task: msg.task, micro: [...msg.micro], loss: msg.loss, correct: msg.correct } };
   } else if (msg.T === "total") {
-    const { codec, body } = encodeInts(msg.ints, bounds);
+    const { codec, body } = msg.encoded ?? encodeInts(msg.ints, bounds); // encoded once at the commit
     m = { type: FrameType.TOTAL, runId, step: msg.step, codec, body,
       meta: { term: msg.term, contributors: msg.contributors.map(([p, n]) => [p, n]), loss: msg.loss, params_sha256: msg.params_sha256 } };
     // the receiver's tasks of the next step ride on its total (peer/run / webui/run commit)
@@ -65,6 +65,15 @@ const isList = (v, n = 1 << 16) => Array.isArray(v) && v.length <= n;
 const isIds = (v) => v === undefined || (isList(v, MAX_RING) && v.every((p) => typeof p === "string" && p.length > 0 && p.length <= 64));
 const isTasks = (v) => isList(v) && v.every((x) => x && typeof x === "object" && isInt(x.task) && isStr(x.peer, 64) && isMicro(x.micro));
 
+/** `msg` (a TOTAL) with `encoded`, its ints' {codec, body} as they were or will be sent, so
+ *  that the ints are encoded once a step (the coordinator's commit) and the rollback window
+ *  keeps the received body (messages.py Total.encoded). Not a field of the message: not
+ *  enumerable, so it is not compared, copied or listed with the fields. */
+export function withEncoded(msg, encoded) {
+  Object.defineProperty(msg, "encoded", { value: encoded, enumerable: false });
+  return msg;
+}
+
 /** A reassembled message -> a run message object; async (compressed bodies). */
 export async function fromMessage(m, size = null, stateSizes = null) {
   const meta = m.meta;
@@ -78,9 +87,9 @@ export async function fromMessage(m, size = null, stateSizes = null) {
     need(meta.contributors.every((c) => Array.isArray(c) && c.length === 2 && isStr(c[0], 64) && Number.isSafeInteger(c[1]) && c[1] >= 0), "total: bad contributors");
     need(meta.tasks === undefined || isTasks(meta.tasks), "total: bad tasks");
     need(isIds(meta.unchecked) && isIds(meta.removed), "total: bad peer ids");
-    return { T: "total", term: meta.term, step: m.step, contributors: meta.contributors, loss: meta.loss,
+    return withEncoded({ T: "total", term: meta.term, step: m.step, contributors: meta.contributors, loss: meta.loss,
       params_sha256: meta.params_sha256, ints: await decodeInts(m.codec, m.body, size), tasks: meta.tasks ?? [],
-      unchecked: meta.unchecked ?? [], removed: meta.removed ?? [] };
+      unchecked: meta.unchecked ?? [], removed: meta.removed ?? [] }, { codec: m.codec, body: m.body });
   }
   if (m.type === FrameType.STATE) {
     need(size !== null, "state: no run to load it into");
