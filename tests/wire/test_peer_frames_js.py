@@ -78,7 +78,9 @@ def test_js_and_python_frames_agree():
 def test_js_encodes_every_shift_and_width_as_python_does():
     """The JS encoder's common trailing zeros (an OR of the magnitudes, as two 32-bit words) and
     its varint writer (shifts below 2**32, divisions above): on segments whose values share 0
-    to 50 zero bits, at magnitudes up to 2**53, with zeros, the bytes are Python's."""
+    to 50 zero bits, at magnitudes up to 2**53, with zeros, the bytes are Python's; and the
+    JS decoder (varints of 1 to 8 bytes without BigInt, NARROW by width) reads Python's bodies
+    back to the same values."""
     rng = np.random.default_rng(11)
     vectors = []
     for k in range(60):
@@ -92,13 +94,23 @@ def test_js_encodes_every_shift_and_width_as_python_does():
         vectors.append(v)
     v = np.concatenate(vectors)
     bounds = [0, *np.cumsum([x.size for x in vectors]).tolist()]
+    bodies = {int(c): base64.b64encode(F.encode_ints(v, bounds, (c,))[1]).decode()
+              for c in (F.Codec.NARROW, F.Codec.VARINT)}
     out = run_js("""
       const v = Float64Array.from(DATA.vector.map(Number));
-      console.log(JSON.stringify([W.Codec.NARROW, W.Codec.VARINT].map((c) =>
-        [c, Buffer.from(W.encodeInts(v, DATA.bounds, [c]).body).toString("base64")])));
-    """, imports={"W": "wire/frames.js"}, data={"vector": [str(x) for x in v], "bounds": bounds})
-    for codec, b64 in out:
+      const enc = [W.Codec.NARROW, W.Codec.VARINT].map((c) =>
+        [c, Buffer.from(W.encodeInts(v, DATA.bounds, [c]).body).toString("base64")]);
+      const dec = [];
+      for (const [c, b64] of Object.entries(DATA.bodies)) {
+        const got = await W.decodeInts(Number(c), Uint8Array.from(Buffer.from(b64, "base64")), v.length);
+        dec.push([Number(c), Array.from(got).map((x) => BigInt(x).toString())]);
+      }
+      console.log(JSON.stringify({ enc, dec }));
+    """, imports={"W": "wire/frames.js"}, data={"vector": [str(x) for x in v], "bounds": bounds, "bodies": bodies})
+    for codec, b64 in out["enc"]:
         assert base64.b64decode(b64) == F.encode_ints(v, bounds, (codec,))[1], codec
+    for codec, values in out["dec"]:  # and Python's bodies decode to the same values (every varint length)
+        assert values == [str(x) for x in v], codec
 
 
 def test_js_picks_the_codec_python_picks_and_writes_only_that_one():

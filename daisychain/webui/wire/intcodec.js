@@ -220,31 +220,44 @@ export async function decodeInts(codec, body, size = null, maxSize = null) {
     for (const { length, shift, width } of heads) {
       if (shift > 62) throw new FrameError(`segment shift ${shift} is over 62`);
       const scale = 2 ** shift;
-      for (let i = 0; i < length; i++) {
-        let v;
-        if (width === 0) v = 0;
-        else if (width === 255) {
-          let z = 0n;
-          let s = 0n;
-          for (let b = 0; ; b++) {
-            if (pos >= rest.length || b >= 8) throw new FrameError("varint is cut short or too long");
-            const byte = rest[pos++];
-            z |= BigInt(byte & 0x7f) << s;
-            s += 7n;
-            if (!(byte & 0x80)) break;
+      if (length === 0 || width === 0) { k += length; continue; } // zeros (out starts zeroed)
+      if (width === 255) {
+        for (let i = 0; i < length; i++) {
+          // zig-zag LEB128 of at most 8 bytes: the first four bytes' 28 bits as an int, the rest
+          // a Number, so the value is exact without BigInt (z >> 1 = hi * 2**27 + (lo >>> 1))
+          let lo = 0, hi = 0, b = 0, byte;
+          if (pos < rest.length && rest[pos] < 0x80) { // one byte: most of a step's values
+            lo = rest[pos++];
+            const v = ((lo & 1) ? -(lo >>> 1) - 1 : lo >>> 1) * scale;
+            if (!(Math.abs(v) < LIMIT)) throw new FrameError("an integer vector value is not below 2**53");
+            out[k++] = v;
+            continue;
           }
-          v = Number((z >> 1n) ^ -(z & 1n));
-        } else if (width === 1 || width === 2 || width === 4 || width === 8) {
-          if (pos + width > rest.length) throw new FrameError("narrow segment is cut short");
-          v = width === 1 ? dv.getInt8(pos) : width === 2 ? dv.getInt16(pos, true)
-            : width === 4 ? dv.getInt32(pos, true) : Number(dv.getBigInt64(pos, true));
-          pos += width;
-        } else {
-          throw new FrameError(`segment width ${width} is not 0, 1, 2, 4, 8 or 255`);
+          do {
+            if (pos >= rest.length || b >= 8) throw new FrameError("varint is cut short or too long");
+            byte = rest[pos++];
+            if (b < 4) lo |= (byte & 0x7f) << (7 * b);
+            else hi += (byte & 0x7f) * 2 ** (7 * (b - 4));
+            b++;
+          } while (byte & 0x80);
+          const mag = hi * 2 ** 27 + (lo >>> 1);
+          const v = ((lo & 1) ? -mag - 1 : mag) * scale;
+          if (!(Math.abs(v) < LIMIT)) throw new FrameError("an integer vector value is not below 2**53");
+          out[k++] = v;
         }
-        v *= scale;
-        if (!(Math.abs(v) < LIMIT)) throw new FrameError("an integer vector value is not below 2**53");
-        out[k++] = v;
+      } else if (width === 1 || width === 2 || width === 4 || width === 8) {
+        const n = Math.min(length, Math.floor((rest.length - pos) / width));
+        if (width === 1) for (let i = 0; i < n; i++) out[k++] = dv.getInt8(pos + i) * scale;
+        else if (width === 2) for (let i = 0; i < n; i++) out[k++] = dv.getInt16(pos + 2 * i, true) * scale;
+        else if (width === 4) for (let i = 0; i < n; i++) out[k++] = dv.getInt32(pos + 4 * i, true) * scale;
+        else for (let i = 0; i < n; i++) out[k++] = Number(dv.getBigInt64(pos + 8 * i, true)) * scale;
+        pos += n * width;
+        for (let i = k - n; i < k; i++) {
+          if (!(Math.abs(out[i]) < LIMIT)) throw new FrameError("an integer vector value is not below 2**53");
+        }
+        if (n < length) throw new FrameError("narrow segment is cut short");
+      } else {
+        throw new FrameError(`segment width ${width} is not 0, 1, 2, 4, 8 or 255`);
       }
     }
     if (pos !== rest.length) throw new FrameError(`${rest.length - pos} stray bytes after the segments`);
