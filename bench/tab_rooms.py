@@ -161,9 +161,10 @@ def load() -> float:
     return os.getloadavg()[0]
 
 
-def reference(steps: int, batch: int) -> dict:
+def reference(steps: int, batch: int, local: tuple[int, int] = (1, 1)) -> dict:
+    extra = ["--replicas", str(local[0]), "--sync-every", str(local[1])] if local != (1, 1) else []
     out = subprocess.run([str(BIN / "daisychain"), "train", "--task", "image", "--steps", str(steps),
-                          "--batch", str(batch), "--json", "--quiet"],
+                          "--batch", str(batch), *extra, "--json", "--quiet"],
                          capture_output=True, text=True, timeout=1800, check=True, cwd=ROOT).stdout
     return json.loads(out.strip().splitlines()[-1])
 
@@ -182,7 +183,7 @@ def _top(profile: dict, k: int = 12) -> list:
 
 def run_room(browsers, peer_ns: int, n_tabs: int, n_peers: int, batch: int, steps: int, skip: int,
              tmp: Path, tag: str, room_s: float, peer_cpu: int | None = None, profile: bool = False,
-             trace: bool = False, no_draw: bool = False) -> dict:
+             trace: bool = False, no_draw: bool = False, local: tuple[int, int] = (1, 1)) -> dict:
     """One room: tab 0 hosts, the other tabs and the daisy-peer join; the run to its end (a
     row with "error" when it is not done in ``room_s`` seconds). ``profile``: each page's main
     thread is CPU-profiled over the timed steps and its compute-worker calls timed. ``trace``:
@@ -237,7 +238,8 @@ def run_room(browsers, peer_ns: int, n_tabs: int, n_peers: int, batch: int, step
                 c.send("Profiler.setSamplingInterval", {"interval": 250})
                 cdps.append(c)
         load0 = load()
-        host.evaluate(f"() => {{ window.__daisy.mesh.start({{ task: 'image', steps: {steps}, batch: {batch} }}); }}")
+        host.evaluate(f"() => {{ window.__daisy.mesh.start({{ task: 'image', steps: {steps}, batch: {batch}, "
+                      f"replicas: {local[0]}, sync_every: {local[1]} }}); }}")
         profiles = []
         try:
             if cdps:
@@ -326,7 +328,7 @@ def measure(a) -> dict:
         wrapper = tmp / "chromium-in-netns"
         wrapper.write_text(WRAPPER)
         wrapper.chmod(0o755)
-        refs = {b: reference(a.steps_for(b), b)["params_sha256"] for b in a.batches}
+        refs = {b: reference(a.steps_for(b), b, a.local)["params_sha256"] for b in a.batches}
         rows = []
         with sync_playwright() as p:
             feats = disable_features(p, ARGS)
@@ -343,14 +345,14 @@ def measure(a) -> dict:
                         r = run_room(browsers, sleepers[3].pid, n_tabs, n_peers, b, a.steps_for(b), a.skip,
                                      tmp, f"{rnd}-{b}-{n_tabs}-{n_peers}", a.room_s,
                                      peer_cpu=n_tabs % cores if a.pin else None, profile=a.profile,
-                                     trace=a.trace, no_draw=a.no_draw)
+                                     trace=a.trace, no_draw=a.no_draw, local=a.local)
                         r.update(room=room, round=rnd, reference=refs[b])
                         print(json.dumps(r), file=sys.stderr)
                         rows.append(r)
             for br in browsers:
                 br.close()
         return {"rows": rows, "echo": echo, "delay_ms": a.delay_ms, "line": ready, "cpus": os.cpu_count(),
-                "pinned": bool(a.pin)}
+                "pinned": bool(a.pin), "local": list(a.local)}
     finally:
         for pr in reversed(procs):
             pr.kill()
@@ -438,8 +440,10 @@ def report(res: dict) -> str:
          "not what it gains on devices of their own (`--pin` gives each device a core)."),
         "",
         "Run: the default CNN (image task, the recipe's defaults), `mesh.start({task: 'image', steps, "
-        "batch})` in the host tab, the run `daisychain train --task image --steps S --batch B` "
-        "makes (" + ", ".join(f"{s} steps at batch {b}" for b, s in sorted({(r['batch'], r['steps'])
+        "batch" + (", replicas, sync_every" if tuple(res.get("local", (1, 1))) != (1, 1) else "") +
+        "})` in the host tab, the run `daisychain train --task image --steps S --batch B" +
+        (" --replicas {} --sync-every {}".format(*res["local"]) if tuple(res.get("local", (1, 1))) != (1, 1) else "") +
+        "` makes (" + ", ".join(f"{s} steps at batch {b}" for b, s in sorted({(r['batch'], r['steps'])
                                                                             for r in res['rows']})) +
         "); steps/s from the host tab's step events after the first steps (start-up: ICE, the "
         "data, the first compiles).",
@@ -464,10 +468,14 @@ def main() -> None:
                     "say where a room's step goes: compute, the link each way, each side's handling")
     ap.add_argument("--no-draw", action="store_true", help="hide every page's body once the room is up (no "
                     "layout or paint): what the page's drawing costs a step")
+    ap.add_argument("--replicas", type=int, default=1, help="local steps: replicas (with --sync-every; "
+                    "every room trains that run: `daisychain train --replicas R --sync-every H`)")
+    ap.add_argument("--sync-every", type=int, default=1, help="local steps: inner steps between outer steps")
     ap.add_argument("--pin", action="store_true", help="every device on a core of its own (only the rooms "
                     "with a core for each device)")
     a = ap.parse_args()
     a.batches = [int(b) for b in a.batches.split(",")]
+    a.local = (a.replicas, a.sync_every)
     a.rooms = [r.strip() for r in a.rooms.split(",")]
     bad = [r for r in a.rooms if r not in ROOMS]
     if bad:
