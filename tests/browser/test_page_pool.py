@@ -100,3 +100,46 @@ def test_the_pools_arrays_come_back_and_keep_the_bits(browser_nogpu, server_url)
     assert min(got["micro"]) > 0, got  # both workers computed
     # every call after the first finds the arrays of the one before: the count stays put
     assert got["spares"][0] > 0 and len(set(got["spares"][1:])) == 1, got
+
+
+# Worker 0 busy with the capacity probe (>= 300 ms) while a call of 16 micro-batches comes:
+# worker 1 pulls the runs that worker 0 cannot take yet (a static half each would leave it 8).
+BUSY = """async () => {
+  const { loadLuts } = await import('/webui/units/luts.js');
+  const { openPaths } = await import('/webui/engine/paths.js');
+  const { loadDataset } = await import('/webui/engine/data.js');
+  const { makeHyper, modelFor } = await import('/webui/engine/spec.js');
+  const { initParams } = await import('/webui/engine/model.js');
+  const { Trainer } = await import('/webui/engine/trainer.js');
+  const { WorkerTrainer, computePool } = await import('/webui/shell/worker/trainer_proxy.js');
+  const luts = await loadLuts('/luts/');
+  const opened = await openPaths(luts, { tryGpu: false });
+  const units = opened.wasm || opened.cpu;
+  const ds = await loadDataset('/data/digits.dcds');
+  const spec = modelFor(ds, null, 16);
+  const hyper = makeHyper({ batch: 256 });
+  const tr = await WorkerTrainer.create({ spec, hyper, dataset: ds, luts, units, kind: 'cpu' });
+  const ref = await Trainer.create({ spec, hyper, dataset: ds, luts, units });
+  const ids = Array.from({ length: 16 }, (_, j) => j);
+  const theta = initParams(spec, 4);
+  const want = await ref.contribute(ids, 3, theta);
+  const pool = computePool();
+  const before = (await pool.counts()).perWorker;
+  const busy = pool.workers[0].post('rate', { luts: { ...luts }, cpuPath: units.name === 'wasm' ? 'wasm' : 'js' });
+  const got = await tr.contributeAt(theta.slice(), 3, ids);
+  await busy;
+  const after = (await pool.counts()).perWorker;
+  const same = (a, b) => a.length === b.length && a.every((v, i) => Object.is(v, b[i]));
+  return { perCall: after.map((v, w) => v - before[w]),
+    same: same(got.grad, want.grad) && same(got.loss, want.loss) && same(got.correct, want.correct) };
+}"""
+
+
+def test_a_busy_worker_leaves_its_micro_batches_to_the_other(browser_nogpu, server_url):
+    page = open_page(browser_nogpu, "busy")
+    page.route(f"{server_url}/__blank*", lambda r: r.fulfill(body="<!doctype html>", content_type="text/html"))
+    page.goto(f"{server_url}/__blank?workers=2")
+    got = page.evaluate(BUSY)
+    page.close()
+    assert got["same"], got
+    assert sum(got["perCall"]) == 16 and got["perCall"][1] > 8, got

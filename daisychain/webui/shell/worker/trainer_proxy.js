@@ -144,6 +144,10 @@ export class WorkerTrainer extends Trainer {
     tr.pool = computePool();
     tr.worker = tr.pool;
     tr.key = ++keys;
+    // How a call's micro-batches go to its workers: "pull" (each takes the next run when it
+    // answers: a worker that other work slowed takes fewer), or "static" (one contiguous run
+    // each, one message; bench/browser_pool.py's baseline). The bits are the same.
+    tr.split = "pull";
     const ds = o.dataset;
     const dataset = { task: ds.task, kind: ds.kind, classes: ds.classes, meta: ds.meta,
       x_train: ds.x_train, y_train: ds.y_train, x_test: ds.x_test, y_test: ds.y_test };
@@ -174,8 +178,8 @@ export class WorkerTrainer extends Trainer {
 
   /**
    * Trainer.contribute on a parameter snapshot (mesh.js contributeAt), in the workers: on the
-   * CPU path the micro-batches are split into contiguous runs, one per worker, and the
-   * answers merged. Each contribution is a sum of exact integers (fixed point), so the sum of
+   * CPU path the workers pull contiguous runs of the micro-batches from one queue (split),
+   * and the answers are merged. Each contribution is a sum of exact integers (fixed point), so the sum of
    * the workers' sums is the same bits in any order; loss and correct keep the micro order.
    * On the CPU path the snapshot is handed over (the caller does not use it again): it is
    * sent, or kept for the next call's copies (_spare).
@@ -215,10 +219,12 @@ export class WorkerTrainer extends Trainer {
         this._keep(p.grad);
       }
     };
-    await Promise.all(Array.from({ length: n }, async (_, w) => {
-      const at = Math.floor((w * ids.length) / n);
-      add(await this._share(w, theta, step, ids, at, Math.floor(((w + 1) * ids.length) / n) - at));
-    }));
+    if (this.split === "static") {
+      await Promise.all(Array.from({ length: n }, async (_, w) => {
+        const at = Math.floor((w * ids.length) / n);
+        add(await this._share(w, theta, step, ids, at, Math.floor(((w + 1) * ids.length) / n) - at));
+      }));
+    } else await this._pulled(n, theta, step, ids, add);
     // the snapshot was handed over (as above): it replaces the contribution that leaves
     this._keep(theta);
     seen(null, n);
@@ -233,6 +239,22 @@ export class WorkerTrainer extends Trainer {
       [own.buffer, grad.buffer]);
     this._keep(r.theta);
     return { grad: r.grad, loss: r.loss, correct: r.correct, at };
+  }
+
+  /** The micro-batches of a call pulled by n workers from one queue: each worker takes the
+   *  next run of max(1, floor(left / 2n)) micro-batches when it answers its last, so a worker
+   *  that another process or the page slowed takes fewer; the answers' runs, in any order. */
+  async _pulled(n, theta, step, ids, add) {
+    let next = 0;
+    const pull = async (w) => {
+      while (next < ids.length) {
+        const at = next;
+        const size = Math.max(1, Math.floor((ids.length - at) / (2 * n)));
+        next += size;
+        add(await this._share(w, theta, step, ids, at, size));
+      }
+    };
+    await Promise.all(Array.from({ length: n }, (_, w) => pull(w)));
   }
 
   /** A Float64Array of n values from the arrays that came back from the workers (a snapshot's
