@@ -50,9 +50,10 @@ async ([task, batch]) => {
 """
 
 STEPS = """
-async (steps) => {
+async ([steps, split]) => {
   const { sha256Hex } = await import('/webui/units/luts.js');
   const { tr, thetas, ids, workers, units } = window.__pool;
+  tr.split = split;
   const t0 = performance.now();
   let last = null;
   for (let s = 1; s <= steps; s++) last = await tr.contributeAt(thetas[s % 2].slice(), s, ids); // a snapshot: it is handed over
@@ -102,6 +103,11 @@ def _cpu() -> dict[str, float]:
     return got
 
 
+# (workers, WorkerTrainer.split): one worker; two pulling runs from one queue (the default);
+# two with one fixed half each (the split before stop 45)
+VARIANTS = [(1, "pull"), (2, "pull"), (2, "static")]
+
+
 def main() -> None:
     from playwright.sync_api import sync_playwright
 
@@ -112,39 +118,41 @@ def main() -> None:
     cases = [("image", 64, 20), ("image", 256, 5), ("digits", 64, 200)]  # (task, batch, timed steps)
     runs: dict[tuple, list[dict]] = {}
     load0 = os.getloadavg()[0]
-    bar = tqdm(total=len(cases) * args.rounds * 2, desc="bench browser_pool", unit="run")
+    bar = tqdm(total=len(cases) * args.rounds * len(VARIANTS), desc="bench browser_pool", unit="run")
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
         for task, batch, steps in cases:
             for _ in range(args.rounds):
-                for n in (1, 2):
+                for n, split in VARIANTS:
                     page = browser.new_page()
                     page.route(f"{url}/__blank*", lambda r: r.fulfill(body="<!doctype html>", content_type="text/html"))
                     page.goto(f"{url}/__blank?workers={n}")
                     page.evaluate(SETUP, [task, batch])
                     c0 = _cpu()
-                    got = page.evaluate(STEPS, steps)
+                    got = page.evaluate(STEPS, [steps, split])
                     c1 = _cpu()
                     page.close()
                     assert got["workers"] == n, got
                     got["cpu_workers_ms"] = 1000 * (c1["workers"] - c0["workers"]) / got["micro"]
                     got["cpu_all_ms"] = 1000 * (c1["all"] - c0["all"]) / got["micro"]
                     got["faults"] = (c1["faults"] - c0["faults"]) / got["micro"]
-                    runs.setdefault((task, batch, n), []).append(got)
+                    runs.setdefault((task, batch, n, split), []).append(got)
                     bar.update(1)
         browser.close()
     bar.close()
     rows = []
     for task, batch, _ in cases:
-        one, two = runs[(task, batch, 1)], runs[(task, batch, 2)]
-        b1, b2 = max(one, key=lambda r: r["mbps"]), max(two, key=lambda r: r["mbps"])
+        one, two, fixed = (runs[(task, batch, n, split)] for n, split in VARIANTS)
+        b1, b2, b3 = (max(rs, key=lambda r: r["mbps"]) for rs in (one, two, fixed))
         paired = statistics.median(t["mbps"] / o["mbps"] for o, t in zip(one, two))
+        paired3 = statistics.median(t["mbps"] / o["mbps"] for o, t in zip(one, fixed))
         cw1, cw2 = (statistics.median(r["cpu_workers_ms"] for r in rs) for rs in (one, two))
         ca1, ca2 = (statistics.median(r["cpu_all_ms"] for r in rs) for rs in (one, two))
         f1, f2 = (statistics.median(r["faults"] for r in rs) for rs in (one, two))
-        same = all(r["sha"] == one[0]["sha"] for r in one + two)
+        same = all(r["sha"] == one[0]["sha"] for r in one + two + fixed)
         rows.append(f"| {task}, batch {batch} = {batch // 16} micro-batches, {b1['units'][0]} units | "
                     f"{b1['mbps']:.1f} (1.00x) | {b2['mbps']:.1f} ({b2['mbps'] / b1['mbps']:.2f}x) | {paired:.2f}x | "
+                    f"{b3['mbps']:.1f} ({b3['mbps'] / b1['mbps']:.2f}x), {paired3:.2f}x | "
                     f"{cw1:.2f} / {ca1:.2f} | {cw2:.2f} / {ca2:.2f} ({cw2 / cw1:.2f}x) | {f1:.0f} / {f2:.0f} | "
                     f"{'yes' if same else 'NO'} |")
     body = "\n".join([
@@ -152,12 +160,13 @@ def main() -> None:
         f"{os.getloadavg()[0]:.1f} at the end). Micro-batches/s of `WorkerTrainer.contributeAt` (a step's "
         f"micro-batches split over the pool; a new parameter vector every step, as in a run), the best of "
         f"{args.rounds} alternating rounds, and the median of the rounds' ratios (each round runs one "
-        f"worker, then two); baseline (1.00) one worker in the same run. CPU: ms of CPU time per "
+        f"worker, then two that pull runs of micro-batches from one queue, then two with one fixed half "
+        f"each: `WorkerTrainer.split` \"static\", the split before stop 45); baseline (1.00) one worker in the same run. CPU: ms of CPU time per "
         f"micro-batch in the timed steps (median of the rounds), the workers' threads / every process of "
         f"the browser (/proc); page faults: the workers' threads' minor faults per micro-batch (a page's first touch), 1 / 2 workers.",
         "",
-        "| run | `?workers=1` micro-batches/s | `?workers=2` | median of the rounds' ratios | CPU ms per micro-batch, 1 worker: workers / all | 2 workers | page faults | same contribution bytes |",
-        "|---|---|---|---|---|---|---|---|",
+        "| run | `?workers=1` micro-batches/s | `?workers=2` | median of the rounds' ratios | 2 workers, a fixed half each: best, median ratio | CPU ms per micro-batch, 1 worker: workers / all | 2 workers | page faults | same contribution bytes |",
+        "|---|---|---|---|---|---|---|---|---|",
         *rows])
     print(body)
     write_section("browser_pool", "## A tab's pool of compute workers (Chromium)\n\n" + body,
