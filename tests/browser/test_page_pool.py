@@ -104,6 +104,7 @@ def test_the_pools_arrays_come_back_and_keep_the_bits(browser_nogpu, server_url)
 
 # Worker 0 busy with the capacity probe (>= 300 ms) while a call of 16 micro-batches comes:
 # worker 1 pulls the runs that worker 0 cannot take yet (a static half each would leave it 8).
+# It is the trainer's first call: the micro-batch's cost is unknown, the runs the finest (pullRun).
 BUSY = """async () => {
   const { loadLuts } = await import('/webui/units/luts.js');
   const { openPaths } = await import('/webui/engine/paths.js');

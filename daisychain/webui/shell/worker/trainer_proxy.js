@@ -42,6 +42,18 @@ export function workersFor(n, size, asked, perMicroMs, minShareMs = MIN_SHARE_MS
 }
 
 /**
+ * The next run of micro-batches a worker pulls when `left` remain for n workers: a quarter of
+ * a worker's even share, max(1, floor(left / 2n)), so the last runs are small enough to even
+ * out a slowed worker; but at least MIN_SHARE_MS of one worker's time where a micro-batch is
+ * known to be cheaper than a message's round trip (perMicroMs), at most an even share.
+ */
+export function pullRun(left, n, perMicroMs, minShareMs = MIN_SHARE_MS) {
+  const fine = Math.max(1, Math.floor(left / (2 * n)));
+  if (perMicroMs === null || perMicroMs <= 0) return fine;
+  return Math.min(Math.max(fine, Math.ceil(minShareMs / perMicroMs)), Math.ceil(left / n));
+}
+
+/**
  * How many compute workers this tab runs: `?workers=N` in the page's address (1..MAX_WORKERS),
  * else navigator.hardwareConcurrency less one for the page, at least 1, at most MAX_WORKERS.
  * @returns {{size: number, cores: number|null, why: string}}
@@ -242,14 +254,14 @@ export class WorkerTrainer extends Trainer {
   }
 
   /** The micro-batches of a call pulled by n workers from one queue: each worker takes the
-   *  next run of max(1, floor(left / 2n)) micro-batches when it answers its last, so a worker
-   *  that another process or the page slowed takes fewer; the answers' runs, in any order. */
+   *  next run when it answers its last, so a worker that another process or the page slowed
+   *  takes fewer; the answers' runs, in any order. */
   async _pulled(n, theta, step, ids, add) {
     let next = 0;
     const pull = async (w) => {
       while (next < ids.length) {
         const at = next;
-        const size = Math.max(1, Math.floor((ids.length - at) / (2 * n)));
+        const size = pullRun(ids.length - at, n, this.perMicroMs ?? null);
         next += size;
         add(await this._share(w, theta, step, ids, at, size));
       }
