@@ -10,7 +10,8 @@ what the load of other processes disturbs least: a second worker that costs no m
 micro-batch than one scales where it has a core of its own.
 
 Run: ``python -m bench.browser_pool [--rounds R]`` (writes the "browser_pool" section of
-docs/BENCHMARKS.md). On a machine whose cores other processes share, the ratio is what the
+docs/BENCHMARKS.md); ``--bare`` only prints the plan's CPU per micro-batch in 2 bare workers
+against 1 (no pool, no messages: the pool's protocol left out). On a machine whose cores other processes share, the ratio is what the
 cores had left.
 """
 
@@ -103,6 +104,68 @@ def _cpu() -> dict[str, float]:
     return got
 
 
+# `--bare`: the plan alone in 2 module workers of the page, no pool, no messages while it runs:
+# what two concurrent micro-batch loops cost in CPU against one (the pool's protocol left out)
+BARE_WORKER = """
+const { loadLuts } = await import('/webui/units/luts.js');
+const { openWasm } = await import('/webui/engine/paths.js');
+const { DEFAULT_CNN, imageCnn } = await import('/webui/engine/spec.js');
+const { Engine, initParams } = await import('/webui/engine/model.js');
+const b = Number(new URL(self.location.href).searchParams.get('b'));
+const { wasm } = await openWasm(await loadLuts('/luts/'));
+const spec = imageCnn(1, 28, 28, DEFAULT_CNN, 10);
+const theta = initParams(spec, 1);
+let seed = 7;
+const rnd = (n) => { seed = (Math.imul(seed, 1103515245) + 12345) >>> 0; return (seed >>> 8) % n; };
+const x = Uint8Array.from({ length: b * 784 }, () => rnd(256));
+const y = Int32Array.from({ length: b }, () => rnd(10));
+const engine = new Engine(spec, wasm);
+const total = new Float64Array(theta.length);
+for (let i = 0; i < 20; i++) await engine.gradInto(total, theta, x, y, b, 40, 2 ** 49);
+self.onmessage = async (ev) => {
+  for (let i = 0; i < ev.data; i++) await engine.gradInto(total, theta, x, y, b, 40, 2 ** 49);
+  self.postMessage('done');
+};
+self.postMessage('ready');
+"""
+
+
+def bare(url: str, rounds: int) -> None:
+    """Print the workers' CPU ms per micro-batch of the plan alone: one worker computing n
+    micro-batches, then two computing n/2 each at once; micro-batch 4 and 16."""
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        for b, n in ((4, 240), (16, 60)):
+            page = browser.new_page()
+            page.route(f"{url}/__blank*", lambda r: r.fulfill(body="<!doctype html>", content_type="text/html"))
+            page.route(f"{url}/__bare_worker.js*", lambda r: r.fulfill(body=BARE_WORKER, content_type="text/javascript"))
+            page.goto(f"{url}/__blank")
+            page.evaluate("""async (b) => {
+              const start = () => new Promise((res) => {
+                const w = new Worker(`/__bare_worker.js?b=${b}`, { type: 'module' });
+                w.onmessage = (e) => { if (e.data === 'ready') res(w); };
+              });
+              window.bare = [await start(), await start()];
+              window.loop = (w, n) => new Promise((res) => { w.onmessage = () => res(); w.postMessage(n); });
+            }""", b)
+            ratios = []
+            for _ in range(rounds):
+                c0 = _cpu()
+                page.evaluate(f"() => loop(bare[0], {n})")
+                c1 = _cpu()
+                page.evaluate(f"() => Promise.all([loop(bare[0], {n // 2}), loop(bare[1], {n // 2})])")
+                c2 = _cpu()
+                one, two = (1000 * (c1["workers"] - c0["workers"]) / n, 1000 * (c2["workers"] - c1["workers"]) / n)
+                ratios.append(two / one)
+                print(f"micro-batch {b}: CPU ms per micro-batch, 1 worker {one:.2f}, 2 workers {two:.2f} "
+                      f"({two / one:.2f}x), load {os.getloadavg()[0]:.1f}", flush=True)
+            print(f"micro-batch {b}: median {statistics.median(ratios):.2f}x over {rounds} rounds")
+            page.close()
+        browser.close()
+
+
 # (workers, WorkerTrainer.split): one worker; two pulling runs from one queue (the default);
 # two with one fixed half each (the split before stop 45)
 VARIANTS = [(1, "pull"), (2, "pull"), (2, "static")]
@@ -113,8 +176,12 @@ def main() -> None:
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--bare", action="store_true", help="only print the plan's CPU in 2 bare workers against 1")
     args = ap.parse_args()
     url = _serve()
+    if args.bare:
+        bare(url, args.rounds)
+        return
     cases = [("image", 64, 20), ("image", 256, 5), ("digits", 64, 200)]  # (task, batch, timed steps)
     runs: dict[tuple, list[dict]] = {}
     load0 = os.getloadavg()[0]
