@@ -1,93 +1,243 @@
 """A tab's pool of compute workers (issue 33): the micro-batches of a step of the default
-CNN (image task, batch 64 = 4 micro-batches of 16) and of digits, computed by a tab with
-`?workers=1` and one with `?workers=2` (WorkerTrainer.contributeAt, the call a run makes), in
-alternating rounds in one Chromium; the contributions must be the same bits.
+CNN (image task, batch 64 = 4 micro-batches of 16, and batch 256 = 16) and of digits, computed
+by a tab with `?workers=1` and one with `?workers=2` (WorkerTrainer.contributeAt, the call a
+run makes), in alternating rounds in one Chromium; the contributions must be the same bits.
+The parameters change every step, as in a run (each worker quantizes them once per call).
 
-Run: ``python -m bench.browser_pool`` (writes the "browser_pool" section of
-docs/BENCHMARKS.md). On a machine whose cores other processes share, the ratio is what the
+Beside the micro-batches/s, the CPU time the tab's processes spent in the timed steps, read
+from /proc (Linux): the workers' threads and the rest (the page, the browser). CPU time is
+what the load of other processes disturbs least: a second worker that costs no more CPU per
+micro-batch than one scales where it has a core of its own.
+
+Run: ``python -m bench.browser_pool [--rounds R]`` (writes the "browser_pool" section of
+docs/BENCHMARKS.md); ``--bare`` only prints the plan's CPU per micro-batch in 2 bare workers
+against 1 (no pool, no messages: the pool's protocol left out). On a machine whose cores other processes share, the ratio is what the
 cores had left.
 """
 
 from __future__ import annotations
 
+import argparse
 import os
+import statistics
+from pathlib import Path
+
 from tqdm import tqdm
 
 from bench._report import write_section
 from bench.browser import ARGS, CHROMIUM, _serve
 from daisychain.engine.threads import cores
 
-STEP = """
-async ([task, steps]) => {
+SETUP = """
+async ([task, batch]) => {
   const { loadLuts } = await import('/webui/units/luts.js');
   const { openPaths } = await import('/webui/engine/paths.js');
   const { loadDataset } = await import('/webui/engine/data.js');
   const { makeHyper, modelFor } = await import('/webui/engine/spec.js');
   const { initParams } = await import('/webui/engine/model.js');
   const { WorkerTrainer, computePool } = await import('/webui/shell/worker/trainer_proxy.js');
-  const { sha256Hex } = await import('/webui/units/luts.js');
   const luts = await loadLuts('/luts/');
   const opened = await openPaths(luts, { tryGpu: false });
   const ds = await loadDataset(`/data/${task}.dcds`);
   const spec = modelFor(ds, null, 16);
-  const hyper = makeHyper({});
+  const hyper = makeHyper({ batch });
   const tr = await WorkerTrainer.create({ spec, hyper, dataset: ds, luts, units: opened.wasm || opened.cpu, kind: 'cpu' });
-  const theta = initParams(spec, 1);
+  const thetas = [initParams(spec, 1), initParams(spec, 2)]; // a new parameter vector every step
   const ids = Array.from({ length: hyper.batch / hyper.micro_batch }, (_, j) => j);
-  for (let s = 0; s < 3; s++) await tr.contributeAt(theta.slice(), 0, ids); // warm-up (JIT, each worker's module)
+  for (let s = 0; s < 3; s++) await tr.contributeAt(thetas[s % 2].slice(), 0, ids); // warm-up (JIT, each worker's plan)
+  window.__pool = { tr, thetas, ids, workers: computePool().size, units: tr.poolUnits };
+  return true;
+}
+"""
+
+STEPS = """
+async ([steps, split]) => {
+  const { sha256Hex } = await import('/webui/units/luts.js');
+  const { tr, thetas, ids, workers, units } = window.__pool;
+  tr.split = split;
   const t0 = performance.now();
   let last = null;
-  for (let s = 1; s <= steps; s++) last = await tr.contributeAt(theta.slice(), s, ids); // a snapshot: it is handed over
+  for (let s = 1; s <= steps; s++) last = await tr.contributeAt(thetas[s % 2].slice(), s, ids); // a snapshot: it is handed over
   const ms = performance.now() - t0;
-  return { workers: computePool().size, units: tr.poolUnits, mbps: steps * ids.length / (ms / 1000),
+  return { workers, units, micro: steps * ids.length, ms, mbps: steps * ids.length / (ms / 1000),
     sha: await sha256Hex(new Float64Array(last.grad).buffer) };
 }
 """
 
 
+def _tree(root: int) -> list[Path]:
+    """/proc directories of root's descendants (Playwright's driver, Chromium's processes)."""
+    kids: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            text = stat.read_text()
+        except OSError:
+            continue
+        kids.setdefault(int(text[text.rindex(")") + 2:].split()[1]), []).append(int(stat.parent.name))
+    out, todo = [], [root]
+    while todo:
+        for c in kids.get(todo.pop(), []):
+            out.append(Path(f"/proc/{c}"))
+            todo.append(c)
+    return out
+
+
+def _cpu() -> dict[str, float]:
+    """CPU seconds (user + system) of this process's descendants' threads: the workers' threads
+    ("DedicatedWorker") and all of them; and the workers' page faults (minor: a page's first
+    touch)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    got = {"workers": 0.0, "all": 0.0, "faults": 0}
+    for proc in _tree(os.getpid()):
+        for task in proc.glob("task/*/stat"):
+            try:
+                text = task.read_text()
+            except OSError:
+                continue
+            name = text[text.index("(") + 1:text.rindex(")")]
+            f = text[text.rindex(")") + 2:].split()
+            s = (int(f[11]) + int(f[12])) / tick
+            got["all"] += s
+            if name.startswith("DedicatedWorker"):
+                got["workers"] += s
+                got["faults"] += int(f[7])
+    return got
+
+
+# `--bare`: the plan alone in 2 module workers of the page, no pool, no messages while it runs:
+# what two concurrent micro-batch loops cost in CPU against one (the pool's protocol left out)
+BARE_WORKER = """
+const { loadLuts } = await import('/webui/units/luts.js');
+const { openWasm } = await import('/webui/engine/paths.js');
+const { DEFAULT_CNN, imageCnn } = await import('/webui/engine/spec.js');
+const { Engine, initParams } = await import('/webui/engine/model.js');
+const b = Number(new URL(self.location.href).searchParams.get('b'));
+const { wasm } = await openWasm(await loadLuts('/luts/'));
+const spec = imageCnn(1, 28, 28, DEFAULT_CNN, 10);
+const theta = initParams(spec, 1);
+let seed = 7;
+const rnd = (n) => { seed = (Math.imul(seed, 1103515245) + 12345) >>> 0; return (seed >>> 8) % n; };
+const x = Uint8Array.from({ length: b * 784 }, () => rnd(256));
+const y = Int32Array.from({ length: b }, () => rnd(10));
+const engine = new Engine(spec, wasm);
+const total = new Float64Array(theta.length);
+for (let i = 0; i < 20; i++) await engine.gradInto(total, theta, x, y, b, 40, 2 ** 49);
+self.onmessage = async (ev) => {
+  for (let i = 0; i < ev.data; i++) await engine.gradInto(total, theta, x, y, b, 40, 2 ** 49);
+  self.postMessage('done');
+};
+self.postMessage('ready');
+"""
+
+
+def bare(url: str, rounds: int) -> None:
+    """Print the workers' CPU ms per micro-batch of the plan alone: one worker computing n
+    micro-batches, then two computing n/2 each at once; micro-batch 4 and 16."""
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        for b, n in ((4, 240), (16, 60)):
+            page = browser.new_page()
+            page.route(f"{url}/__blank*", lambda r: r.fulfill(body="<!doctype html>", content_type="text/html"))
+            page.route(f"{url}/__bare_worker.js*", lambda r: r.fulfill(body=BARE_WORKER, content_type="text/javascript"))
+            page.goto(f"{url}/__blank")
+            page.evaluate("""async (b) => {
+              const start = () => new Promise((res) => {
+                const w = new Worker(`/__bare_worker.js?b=${b}`, { type: 'module' });
+                w.onmessage = (e) => { if (e.data === 'ready') res(w); };
+              });
+              window.bare = [await start(), await start()];
+              window.loop = (w, n) => new Promise((res) => { w.onmessage = () => res(); w.postMessage(n); });
+            }""", b)
+            ratios = []
+            for _ in range(rounds):
+                c0 = _cpu()
+                page.evaluate(f"() => loop(bare[0], {n})")
+                c1 = _cpu()
+                page.evaluate(f"() => Promise.all([loop(bare[0], {n // 2}), loop(bare[1], {n // 2})])")
+                c2 = _cpu()
+                one, two = (1000 * (c1["workers"] - c0["workers"]) / n, 1000 * (c2["workers"] - c1["workers"]) / n)
+                ratios.append(two / one)
+                print(f"micro-batch {b}: CPU ms per micro-batch, 1 worker {one:.2f}, 2 workers {two:.2f} "
+                      f"({two / one:.2f}x), load {os.getloadavg()[0]:.1f}", flush=True)
+            print(f"micro-batch {b}: median {statistics.median(ratios):.2f}x over {rounds} rounds")
+            page.close()
+        browser.close()
+
+
+# (workers, WorkerTrainer.split): one worker; two pulling runs from one queue (the default);
+# two with one fixed half each (the split before stop 45)
+VARIANTS = [(1, "pull"), (2, "pull"), (2, "static")]
+
+
 def main() -> None:
     from playwright.sync_api import sync_playwright
 
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--bare", action="store_true", help="only print the plan's CPU in 2 bare workers against 1")
+    args = ap.parse_args()
     url = _serve()
-    tasks = {"image": 20, "digits": 200}
-    rounds = 3
-    best = {}
-    bar = tqdm(total=len(tasks) * rounds * 2, desc="bench browser_pool", unit="run")
+    if args.bare:
+        bare(url, args.rounds)
+        return
+    cases = [("image", 64, 20), ("image", 256, 5), ("digits", 64, 200)]  # (task, batch, timed steps)
+    runs: dict[tuple, list[dict]] = {}
+    load0 = os.getloadavg()[0]
+    bar = tqdm(total=len(cases) * args.rounds * len(VARIANTS), desc="bench browser_pool", unit="run")
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
-        for task, steps in tasks.items():
-            for _ in range(rounds):
-                for n in (1, 2):
+        for task, batch, steps in cases:
+            for _ in range(args.rounds):
+                for n, split in VARIANTS:
                     page = browser.new_page()
                     page.route(f"{url}/__blank*", lambda r: r.fulfill(body="<!doctype html>", content_type="text/html"))
                     page.goto(f"{url}/__blank?workers={n}")
-                    got = page.evaluate(STEP, [task, steps])
+                    page.evaluate(SETUP, [task, batch])
+                    c0 = _cpu()
+                    got = page.evaluate(STEPS, [steps, split])
+                    c1 = _cpu()
                     page.close()
                     assert got["workers"] == n, got
-                    key = (task, n)
-                    if key not in best or got["mbps"] > best[key]["mbps"]:
-                        best[key] = got
+                    got["cpu_workers_ms"] = 1000 * (c1["workers"] - c0["workers"]) / got["micro"]
+                    got["cpu_all_ms"] = 1000 * (c1["all"] - c0["all"]) / got["micro"]
+                    got["faults"] = (c1["faults"] - c0["faults"]) / got["micro"]
+                    runs.setdefault((task, batch, n, split), []).append(got)
                     bar.update(1)
         browser.close()
     bar.close()
     rows = []
-    for task in tasks:
-        one, two = best[(task, 1)], best[(task, 2)]
-        rows.append(f"| {task} (default model, batch 64 = 4 micro-batches), {one['units'][0]} units | "
-                    f"{one['mbps']:.1f} (1.00x) | {two['mbps']:.1f} ({two['mbps'] / one['mbps']:.2f}x) | "
-                    f"{'yes' if one['sha'] == two['sha'] else 'NO'} |")
+    for task, batch, _ in cases:
+        one, two, fixed = (runs[(task, batch, n, split)] for n, split in VARIANTS)
+        b1, b2, b3 = (max(rs, key=lambda r: r["mbps"]) for rs in (one, two, fixed))
+        paired = statistics.median(t["mbps"] / o["mbps"] for o, t in zip(one, two))
+        paired3 = statistics.median(t["mbps"] / o["mbps"] for o, t in zip(one, fixed))
+        cw1, cw2 = (statistics.median(r["cpu_workers_ms"] for r in rs) for rs in (one, two))
+        ca1, ca2 = (statistics.median(r["cpu_all_ms"] for r in rs) for rs in (one, two))
+        f1, f2 = (statistics.median(r["faults"] for r in rs) for rs in (one, two))
+        same = all(r["sha"] == one[0]["sha"] for r in one + two + fixed)
+        rows.append(f"| {task}, batch {batch} = {batch // 16} micro-batches, {b1['units'][0]} units | "
+                    f"{b1['mbps']:.1f} (1.00x) | {b2['mbps']:.1f} ({b2['mbps'] / b1['mbps']:.2f}x) | {paired:.2f}x | "
+                    f"{b3['mbps']:.1f} ({b3['mbps'] / b1['mbps']:.2f}x), {paired3:.2f}x | "
+                    f"{cw1:.2f} / {ca1:.2f} | {cw2:.2f} / {ca2:.2f} ({cw2 / cw1:.2f}x) | {f1:.0f} / {f2:.0f} | "
+                    f"{'yes' if same else 'NO'} |")
     body = "\n".join([
-        f"This machine has {cores()} cores (load average {os.getloadavg()[0]:.1f} at the end of the run). "
-        f"Micro-batches/s of `WorkerTrainer.contributeAt` (a step's "
-        f"micro-batches, split over the pool, parameters and contributions by transfer), the best of "
-        f"{rounds} alternating rounds; baseline (1.00) one worker in the same run.",
+        f"This machine has {cores()} cores (1-minute load average {load0:.1f} at the start of the run, "
+        f"{os.getloadavg()[0]:.1f} at the end). Micro-batches/s of `WorkerTrainer.contributeAt` (a step's "
+        f"micro-batches split over the pool; a new parameter vector every step, as in a run), the best of "
+        f"{args.rounds} alternating rounds, and the median of the rounds' ratios (each round runs one "
+        f"worker, then two that pull runs of micro-batches from one queue, then two with one fixed half "
+        f"each: `WorkerTrainer.split` \"static\", the split before stop 45); baseline (1.00) one worker in the same run. CPU: ms of CPU time per "
+        f"micro-batch in the timed steps (median of the rounds), the workers' threads / every process of "
+        f"the browser (/proc); page faults: the workers' threads' minor faults per micro-batch (a page's first touch), 1 / 2 workers.",
         "",
-        "| task | `?workers=1` micro-batches/s | `?workers=2` | same contribution bytes |",
-        "|---|---|---|---|",
+        "| run | `?workers=1` micro-batches/s | `?workers=2` | median of the rounds' ratios | 2 workers, a fixed half each: best, median ratio | CPU ms per micro-batch, 1 worker: workers / all | 2 workers | page faults | same contribution bytes |",
+        "|---|---|---|---|---|---|---|---|---|",
         *rows])
     print(body)
     write_section("browser_pool", "## A tab's pool of compute workers (Chromium)\n\n" + body,
-                  "python -m bench.browser_pool")
+                  f"python -m bench.browser_pool --rounds {args.rounds}")
 
 
 if __name__ == "__main__":

@@ -125,6 +125,23 @@ def test_the_tabs_pool_splits_by_the_same_rule():
     assert 1 in want and 2 in want and 8 in want  # the table reaches every branch
 
 
+def test_the_tabs_pull_runs():
+    """The runs a tab's workers pull (trainer_proxy.js pullRun): a quarter of an even share
+    while a micro-batch's cost is unknown or above the 2 ms share, at least 2 ms of work where
+    micro-batches are cheaper, never more than an even share; the runs cover the call."""
+    from jsrun import run_js
+
+    cases = [(4, 2, None), (16, 2, None), (1, 2, None), (4, 2, 7.0), (16, 2, 6.5), (4, 2, 0.1),
+             (16, 2, 0.5), (16, 2, 0.1), (16, 3, 0.7)]
+    out = run_js("console.log(JSON.stringify({ runs: DATA.map(([l, n, ms]) => P.pullRun(l, n, ms)), "
+                 "cover: DATA.map(([l, n, ms]) => { const r = []; for (let left = l; left > 0; left -= r[r.length - 1]) "
+                 "r.push(P.pullRun(left, n, ms)); return r; }) }));",
+                 imports={"P": "shell/worker/trainer_proxy.js"}, data=cases)
+    assert out["runs"] == [1, 4, 1, 1, 4, 2, 4, 8, 3]
+    assert [sum(r) for r in out["cover"]] == [c[0] for c in cases]
+    assert out["cover"][1] == [4, 3, 2, 1, 1, 1, 1, 1, 1, 1]  # the last runs one micro-batch each
+
+
 @pytest.mark.parametrize("n", [1, 2, 3])
 def test_cluster_on_n_threads_matches_train(n):
     """`daisychain cluster` (world size one, the Gloo group of its own) on 1, 2, 3 threads."""

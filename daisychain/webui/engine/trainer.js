@@ -178,12 +178,13 @@ export class Trainer {
   /**
    * Fixed-point gradient sum of the given micro-batches of a step (default: the current one),
    * on `theta` (default: the replica's; a snapshot lets a compute never see the replica change
-   * under it), as Python's Trainer.contribute(micro_ids, step, theta).
+   * under it), as Python's Trainer.contribute(micro_ids, step, theta); `into`: an array of the
+   * model's size to sum into (zeroed first; a worker reuses the page's), else a new one.
    * @returns {Promise<{grad: Float64Array, loss: Float64Array, correct: Int32Array}>}
    *   grad holds exact integers (sum of floor(g * 2^S + 1/2) over the micro-batches).
    */
-  async contribute(microIds, step = this.step, theta = this.theta) {
-    const grad = new Float64Array(this.layout.size);
+  async contribute(microIds, step = this.step, theta = this.theta, into = null) {
+    const grad = into && into.length === this.layout.size ? into.fill(0) : new Float64Array(this.layout.size);
     const loss = new Float64Array(microIds.length);
     const correct = new Int32Array(microIds.length);
     const mb = this.hp.micro_batch;

@@ -5,7 +5,8 @@
 //   {id, op: "init", key, spec, hyper, dataset, luts, kind, cpuPath}  -> {units, gpuReason, wasmReason}
 //     (cpuPath "wasm": the CPU units are this worker's own WebAssembly SIMD instance, checked
 //     as the page's was; the JS units when it is "js" or the module fails here)
-//   {id, op: "contribute", key, theta, step, micro}           -> {grad, loss, correct}
+//   {id, op: "contribute", key, theta, grad, step, micro}     -> {grad, loss, correct, theta}
+//     (grad: an array of the model's size to sum into, zeroed here; both arrays come back)
 //   {id, op: "accuracy", key, theta, split, limit}            -> {accuracy, n}
 //   {id, op: "probs", key, theta, x, n}                       -> {probs}  (softmax of the logits;
 //     a transformer's at each window's last position)
@@ -77,13 +78,13 @@ const OPS = {
     while (trainers.size > KEEP) trainers.delete(trainers.keys().next().value);
     return { units: units.name, gpuReason: kind === "webgpu" && units === cpu ? gpuReason : null, wasmReason };
   },
-  async contribute({ key, theta, step, micro }) {
+  async contribute({ key, theta, grad, step, micro }) {
     const tr = get(key);
-    tr.theta = theta;
     tr.engine.units = units;
-    const r = await tr.contribute(micro, step);
+    const r = await tr.contribute(micro, step, theta, grad);
     counts.micro += micro.length;
-    return { result: r, transfer: [r.grad.buffer, r.loss.buffer, r.correct.buffer] };
+    // the snapshot goes back with the contribution: the page hands it out again (trainer_proxy.js _spare)
+    return { result: { ...r, theta }, transfer: [r.grad.buffer, r.loss.buffer, r.correct.buffer, theta.buffer] };
   },
   async accuracy({ key, theta, split, limit }) {
     const tr = get(key);

@@ -42,6 +42,18 @@ export function workersFor(n, size, asked, perMicroMs, minShareMs = MIN_SHARE_MS
 }
 
 /**
+ * The next run of micro-batches a worker pulls when `left` remain for n workers: a quarter of
+ * a worker's even share, max(1, floor(left / 2n)), so the last runs are small enough to even
+ * out a slowed worker; but at least MIN_SHARE_MS of one worker's time where a micro-batch is
+ * known to be cheaper than a message's round trip (perMicroMs), at most an even share.
+ */
+export function pullRun(left, n, perMicroMs, minShareMs = MIN_SHARE_MS) {
+  const fine = Math.max(1, Math.floor(left / (2 * n)));
+  if (perMicroMs === null || perMicroMs <= 0) return fine;
+  return Math.min(Math.max(fine, Math.ceil(minShareMs / perMicroMs)), Math.ceil(left / n));
+}
+
+/**
  * How many compute workers this tab runs: `?workers=N` in the page's address (1..MAX_WORKERS),
  * else navigator.hardwareConcurrency less one for the page, at least 1, at most MAX_WORKERS.
  * @returns {{size: number, cores: number|null, why: string}}
@@ -144,6 +156,10 @@ export class WorkerTrainer extends Trainer {
     tr.pool = computePool();
     tr.worker = tr.pool;
     tr.key = ++keys;
+    // How a call's micro-batches go to its workers: "pull" (each takes the next run when it
+    // answers: a worker that other work slowed takes fewer), or "static" (one contiguous run
+    // each, one message; bench/browser_pool.py's baseline). The bits are the same.
+    tr.split = "pull";
     const ds = o.dataset;
     const dataset = { task: ds.task, kind: ds.kind, classes: ds.classes, meta: ds.meta,
       x_train: ds.x_train, y_train: ds.y_train, x_test: ds.x_test, y_test: ds.y_test };
@@ -174,9 +190,11 @@ export class WorkerTrainer extends Trainer {
 
   /**
    * Trainer.contribute on a parameter snapshot (mesh.js contributeAt), in the workers: on the
-   * CPU path the micro-batches are split into contiguous runs, one per worker, and the
-   * answers merged. Each contribution is a sum of exact integers (fixed point), so the sum of
+   * CPU path the workers pull contiguous runs of the micro-batches from one queue (split),
+   * and the answers are merged. Each contribution is a sum of exact integers (fixed point), so the sum of
    * the workers' sums is the same bits in any order; loss and correct keep the micro order.
+   * On the CPU path the snapshot is handed over (the caller does not use it again): it is
+   * sent, or kept for the next call's copies (_spare).
    */
   async contributeAt(theta, step, micro) {
     const ids = Array.from(micro);
@@ -192,31 +210,87 @@ export class WorkerTrainer extends Trainer {
       return r;
     };
     if (n <= 1) {
-      const own = theta.buffer.byteLength === theta.byteLength ? theta : theta.slice();
       // The snapshot is handed over, not copied, where no one uses it again: on the CPU path
       // (mesh.js retries a failed compute with the same snapshot only after a GPU failure).
-      return seen(await this.pool.post("contribute", { key: this.key, theta: own, step, micro: ids }, gpu ? [] : [own.buffer]), 1);
+      const own = !gpu && theta.buffer.byteLength === theta.byteLength ? theta : this._copy(theta);
+      const grad = this._spare(this.layout.size);
+      const r = await this.pool.post("contribute", { key: this.key, theta: own, grad, step, micro: ids }, [own.buffer, grad.buffer]);
+      this._keep(r.theta);
+      return seen({ grad: r.grad, loss: r.loss, correct: r.correct }, 1);
     }
-    const parts = await Promise.all(Array.from({ length: n }, (_, w) => {
-      const own = theta.slice();
-      const mine = ids.slice(Math.floor((w * ids.length) / n), Math.floor(((w + 1) * ids.length) / n));
-      return this.pool.workers[w].post("contribute", { key: this.key, theta: own, step, micro: mine }, [own.buffer]);
-    }));
-    seen(null, n);
-    const grad = parts[0].grad;
-    for (let w = 1; w < n; w++) {
-      const g = parts[w].grad;
-      for (let i = 0; i < grad.length; i++) grad[i] += g[i];
-    }
+    // each answer is added to the first as it comes, while the others still compute
+    let grad = null;
     const loss = new Float64Array(ids.length);
     const correct = new Int32Array(ids.length);
-    let at = 0;
-    for (const p of parts) {
-      loss.set(p.loss, at);
-      correct.set(p.correct, at);
-      at += p.loss.length;
-    }
+    const add = (p) => {
+      loss.set(p.loss, p.at);
+      correct.set(p.correct, p.at);
+      if (grad === null) grad = p.grad;
+      else {
+        for (let i = 0; i < grad.length; i++) grad[i] += p.grad[i];
+        this._keep(p.grad);
+      }
+    };
+    if (this.split === "static") {
+      await Promise.all(Array.from({ length: n }, async (_, w) => {
+        const at = Math.floor((w * ids.length) / n);
+        add(await this._share(w, theta, step, ids, at, Math.floor(((w + 1) * ids.length) / n) - at));
+      }));
+    } else await this._pulled(n, theta, step, ids, add);
+    // the snapshot was handed over (as above): it replaces the contribution that leaves
+    this._keep(theta);
+    seen(null, n);
     return { grad, loss, correct };
+  }
+
+  /** Micro-batches ids[at, at + size) of a step on worker w: {grad, loss, correct, at}. */
+  async _share(w, theta, step, ids, at, size) {
+    const own = this._copy(theta);
+    const grad = this._spare(this.layout.size);
+    const r = await this.pool.workers[w].post("contribute", { key: this.key, theta: own, grad, step, micro: ids.slice(at, at + size) },
+      [own.buffer, grad.buffer]);
+    this._keep(r.theta);
+    return { grad: r.grad, loss: r.loss, correct: r.correct, at };
+  }
+
+  /** The micro-batches of a call pulled by n workers from one queue: each worker takes the
+   *  next run when it answers its last, so a worker that another process or the page slowed
+   *  takes fewer; the answers' runs, in any order. */
+  async _pulled(n, theta, step, ids, add) {
+    let next = 0;
+    const pull = async (w) => {
+      while (next < ids.length) {
+        const at = next;
+        const size = pullRun(ids.length - at, n, this.perMicroMs ?? null);
+        next += size;
+        add(await this._share(w, theta, step, ids, at, size));
+      }
+    };
+    await Promise.all(Array.from({ length: n }, (_, w) => pull(w)));
+  }
+
+  /** A Float64Array of n values from the arrays that came back from the workers (a snapshot's
+   *  copy, a summed contribution), else a new one. Each call hands a worker a parameter copy
+   *  and an array for its contribution, and each comes back: a new 232 KB array (the default
+   *  CNN) costs its ~57 pages' first-touch faults, on the page and in the worker, every call
+   *  (docs/BENCHMARKS.md "A tab's pool of compute workers"). */
+  _spare(n) {
+    const s = this.spares || (this.spares = []);
+    const i = s.findIndex((a) => a.length === n);
+    return i >= 0 ? s.splice(i, 1)[0] : new Float64Array(n);
+  }
+
+  /** A copy of theta in a spare array. */
+  _copy(theta) {
+    const own = this._spare(theta.length);
+    own.set(theta);
+    return own;
+  }
+
+  /** Keep an array that came back (at most 2 per worker, and 2 more). */
+  _keep(a) {
+    const s = this.spares || (this.spares = []);
+    if (a instanceof Float64Array && a.buffer.byteLength === a.byteLength && s.length < 2 * this.pool.size + 2) s.push(a);
   }
 
   /** Accuracy on the first `limit` samples of a split (all when null), parameters untouched. */
