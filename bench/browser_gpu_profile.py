@@ -90,7 +90,7 @@ def main() -> None:
     from playwright.sync_api import sync_playwright
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--gemm", choices=["direct", "tiled", "packed"], default="packed")
+    ap.add_argument("--gemm", choices=["direct", "tiled", "packed", "lanes"], default="packed")
     ap.add_argument("--model", choices=["cnn", "digits"], default="cnn")
     ap.add_argument("--no-split", action="store_true", help="no split sums (gpu_split.js splitOf)")
     ap.add_argument("--no-im2col-pack", action="store_true",

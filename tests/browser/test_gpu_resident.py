@@ -3,7 +3,8 @@ GPU (webui/units/gpu_resident.js) train exactly the run `daisychain train` train
 (SwiftShader here): digits, the default CNN of the image task and the text task's character
 MLP (its embedding gathered and scattered by the host), with each GEMM kernel
 (res_gemm.wgsl tiled with workgroup memory, with dot4I8Packed and with its fallback by shifts;
-res_gemm_direct.wgsl; res_gemm_packed.wgsl on operands packed four int8 a word) and with the
+res_gemm_direct.wgsl; res_gemm_packed.wgsl on operands packed four int8 a word;
+res_gemm_lanes.wgsl, int32 operands laid out for an emulated SIMD routine's lanes) and with the
 one the tab measured fastest; the GPU units one call at a
 time (resident=0) still give the same hash."""
 
@@ -45,10 +46,10 @@ def _train(page, server_url, task, extra=""):
 
 
 @pytest.mark.parametrize("task", ["digits", "image", "text"])
-@pytest.mark.parametrize("kernel", ["tiled", "tiled-shifts", "direct", "packed", "measured"])
+@pytest.mark.parametrize("kernel", ["tiled", "tiled-shifts", "direct", "packed", "lanes", "measured"])
 def test_resident_gpu_pass_trains_the_cli_run(gpu_page, server_url, cli_runs, task, kernel):
     extra = {"tiled": "&gpu-gemm=tiled", "tiled-shifts": "&gpu-gemm=tiled&gpu-dot=shifts",
-             "direct": "&gpu-gemm=direct", "packed": "&gpu-gemm=packed", "measured": ""}[kernel]
+             "direct": "&gpu-gemm=direct", "packed": "&gpu-gemm=packed", "lanes": "&gpu-gemm=lanes", "measured": ""}[kernel]
     t = _train(gpu_page, server_url, task, extra)
     cli = cli_runs[task]
     assert t["run_id"] == cli["run_id"]
@@ -61,7 +62,7 @@ def test_resident_gpu_pass_trains_the_cli_run(gpu_page, server_url, cli_runs, ta
     if kernel != "measured":
         assert res["gemm"] == kernel.split("-")[0], res
     else:
-        assert res["gemm"] in res["gemm_ms"] and set(res["gemm_ms"]) == {"tiled", "direct", "packed"}, res
+        assert res["gemm"] in res["gemm_ms"] and set(res["gemm_ms"]) == {"tiled", "direct", "packed", "lanes"}, res
     # SwiftShader has packed_4x8_integer_dot_product: the tiled kernel uses dot4I8Packed unless told not to
     assert res["dot"] == ("shifts" if kernel == "tiled-shifts" else "dot4I8Packed"), res
 
@@ -168,7 +169,7 @@ async () => {
     return `${await sha256Hex(new Uint8Array(total.buffer))} ${r.correct}`;
   };
   const out = [];
-  for (const gemm of ['direct', 'tiled', 'packed']) {
+  for (const gemm of ['direct', 'tiled', 'packed', 'lanes']) {
     for (const split of [64, false]) {
       gpu.residentGemm = gemm;
       gpu.residentSplit = split;

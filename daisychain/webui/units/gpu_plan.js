@@ -5,7 +5,7 @@
 // fixed-point sum of what the backward pass reads back) and the two submits.
 
 import { MAX_K } from "./gemm.js";
-import { colsumOps, gemmOps, packRows } from "./gpu_split.js";
+import { colsumOps, gemmOps, packRows, transpose } from "./gpu_split.js";
 import { POISON } from "./units.js";
 import { absmax, pow2, quantExponent, quantize } from "../engine/detmath.js";
 import { accumulate, biasAcc } from "../engine/layers.js";
@@ -14,6 +14,8 @@ import { LAYER_TYPES, kindOf } from "../engine/registry.js";
 
 /** The largest requantize shift: max |acc| < 2^32 has at most 32 bits, s = bits - 7. */
 const MAX_SHIFT = 25;
+/** The columns x rows of C a workgroup of each GEMM kernel computes (its dispatch grid). */
+const GEMM_BLOCK = { tiled: [32, 32], direct: [32, 32], packed: [32, 32], lanes: [16, 128] };
 /** A plan that would pass this GPU's limits: the units are called one by one instead. */
 export class PlanLimit extends Error {}
 
@@ -38,12 +40,15 @@ export function unsupported(spec) {
 }
 
 export class ResidentPlan {
-  /** kernel: the GEMM kernel, a key of plans.gemms ("tiled" | "direct" | "packed"). */
+  /** kernel: the GEMM kernel, a key of plans.gemms ("tiled" | "direct" | "packed" | "lanes"). */
   constructor(plans, spec, b, kernel) {
     this.gpu = plans.gpu;
     this.device = plans.gpu.device;
     this.kernel = kernel;
     this.packed = kernel === "packed"; // res_gemm_packed.wgsl on operands packed four int8 a word
+    this.block = GEMM_BLOCK[kernel] || GEMM_BLOCK.direct;
+    // res_gemm_lanes.wgsl reads B's columns contiguous: the forward pass on the weights transposed
+    this.transposedWeights = kernel === "lanes";
     this.pipelines = { ...plans.pipelines, gemm: plans.gemms[kernel] };
     this.spec = spec;
     this.b = b;
@@ -97,7 +102,7 @@ export class ResidentPlan {
    *  has few workgroups; with the packed kernel, pa / pb: A / B already packed). */
   _gemm(list, A, B, C, { m, k, n, transA = false, transB = false, aOff = 0, bOff = 0, cOff = 0, pa = null, pb = null }) {
     const max = this.gpu.limits.maxComputeWorkgroupsPerDimension;
-    const grid = [Math.ceil(n / 32), Math.ceil(m / 32)];
+    const grid = [Math.ceil(n / this.block[0]), Math.ceil(m / this.block[1])];
     if (grid[0] > max || grid[1] > max) throw new PlanLimit("gemm grid");
     const [aSm, aSk] = transA ? [1, m] : [k, 1];
     const [bSk, bSn] = transB ? [1, k] : [n, 1];
@@ -159,6 +164,7 @@ export class ResidentPlan {
         p.wqP = this._buf(nOut * Math.ceil(nIn / 4), `layer ${li} weights, packed`);
         p.wqTP = this._buf(nIn * Math.ceil(nOut / 4), `layer ${li} weights transposed, packed`);
       }
+      p.wqT = this.transposedWeights ? this._buf(nIn * nOut, `layer ${li} weights transposed`) : null;
       p.colsP = null; // the packed kernel's columns, made from the map (res_im2col_pack.wgsl)
       if (conv && this.packed && rows <= MAX_K && this.gpu.residentIm2colPack !== false) {
         const { ci, k, h, w } = layer;
@@ -179,7 +185,8 @@ export class ResidentPlan {
       const acc = this._buf(n, `layer ${li} accumulator`);
       const slot = 3 + 3 * points;
       ops.push((list, state) => {
-        this._gemm(list, p.a, p.wq, acc, { m: rows, k: nIn, n: nOut, transB: true, pa: p.colsP, pb: p.wqP });
+        if (p.wqT) this._gemm(list, p.a, p.wqT, acc, { m: rows, k: nIn, n: nOut });
+        else this._gemm(list, p.a, p.wq, acc, { m: rows, k: nIn, n: nOut, transB: true, pa: p.colsP, pb: p.wqP });
         // the bias, and max |acc| for the requantize (the logits need none)
         this._op(list, "bias_absmax", [rows, nOut, p.tin, p.tableRows, last ? 0 : slot, last ? 0 : 1, 0, 0],
           [p.btab, acc, state], this._grid(rows));
@@ -372,6 +379,7 @@ export class ResidentPlan {
           q.writeBuffer(p.wqP, 0, packRows(wq, p.nOut, p.nIn, p.nIn, 1));
           q.writeBuffer(p.wqTP, 0, packRows(wq, p.nIn, p.nOut, 1, p.nIn));
         }
+        if (p.wqT) q.writeBuffer(p.wqT, 0, transpose(wq, p.nOut, p.nIn));
       }
       this.ex0 = null;
     }

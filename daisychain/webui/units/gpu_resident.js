@@ -21,8 +21,10 @@
 // (res_bias_absmax.wgsl). The GEMM is the fastest here of res_gemm.wgsl (tiled with workgroup
 // memory, four int8 per u32, dot4I8Packed where the adapter has
 // packed_4x8_integer_dot_product, else the same sum by shifts), res_gemm_direct.wgsl
-// (registers only) and res_gemm_packed.wgsl (registers only, on operands packed four int8 a
-// word, dot4 as the tiled one); one with few workgroups is split over K (gpu_split.js).
+// (registers only), res_gemm_packed.wgsl (registers only, on operands packed four int8 a
+// word, dot4 as the tiled one) and res_gemm_lanes.wgsl (registers only, int32 operands laid out
+// so that an emulated SIMD routine's four lanes load one vector, the forward pass on the weights
+// uploaded transposed); one with few workgroups is split over K (gpu_split.js).
 // Native products and the arithmetic requantize are used only after the loaded tables checked
 // equal to that arithmetic (wasm_units.js exactTablesFailure), as on the CPU.
 //
@@ -56,7 +58,7 @@ export class ResidentPlans {
     this.plans = new Map();
     this.reason = exactTablesFailure(gpu.luts); // why not used; null: usable (so far)
     this.dot = null; // "dot4I8Packed" | "shifts", once compiled
-    this.gemm = null; // "tiled" | "direct" | "packed": the GEMM kernel in use (the fastest here)
+    this.gemm = null; // "tiled" | "direct" | "packed" | "lanes": the GEMM kernel in use (the fastest here)
     this._ready = null;
   }
 
@@ -75,6 +77,7 @@ export class ResidentPlans {
       tiled: await gpu._compile("res_gemm", `${prelude}\n${body}`, `${gpu.shaderBase}res_gemm.wgsl (${this.dot})`),
       direct: await gpu._compile("res_gemm_direct", await text("res_gemm_direct"), `${gpu.shaderBase}res_gemm_direct.wgsl`),
       packed: await gpu._compile("res_gemm_packed", `${prelude}\n${await text("res_gemm_packed")}`, `${gpu.shaderBase}res_gemm_packed.wgsl (${this.dot})`),
+      lanes: await gpu._compile("res_gemm_lanes", await text("res_gemm_lanes"), `${gpu.shaderBase}res_gemm_lanes.wgsl`),
     };
     this.gemms = gemms;
     this.pipelines = {};
@@ -164,7 +167,7 @@ export class ResidentPlans {
     if (!this._ready) this._ready = this._compile().then(async () => { this.reason = await this._selfCheck(); });
     await this._ready;
     if (this.reason) return null;
-    // the GEMM kernel: gpu.residentGemm ("tiled" | "direct") when set, else the faster one here
+    // the GEMM kernel: gpu.residentGemm (a key of this.gemms) when set, else the fastest one here
     const want = this.gpu.residentGemm;
     if (!(want in this.gemms) && !this.measured) this.measured = await this._fasterGemm();
     this.gemm = want in this.gemms ? want : this.measured;

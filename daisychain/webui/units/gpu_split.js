@@ -7,6 +7,7 @@
 //   sum fits in int32 (a plan splits rows by MAX_K first), so the bits are the unsplit sum's.
 // - The packed kernel (res_gemm_packed.wgsl) reads A's rows and B's columns as four int8 of K a
 //   u32: packRows on the host (the weights), res_pack.wgsl or res_im2col_pack.wgsl on the GPU.
+//   The lanes kernel (res_gemm_lanes.wgsl) reads the forward weights transposed (transpose).
 
 /** A sum with fewer workgroups than this is split (over K for a GEMM, over rows for a bias
  *  gradient) until it has about this many, so that it spreads over every thread of a CPU-emulated
@@ -32,6 +33,13 @@ export function packRows(x, rows, k, sr, sk) {
   for (let r = 0; r < rows; r++) {
     for (let kk = 0; kk < k; kk++) out[r * kw + (kk >> 2)] |= (x[r * sr + kk * sk] & 255) << (8 * (kk & 3));
   }
+  return out;
+}
+
+/** A rows x cols int matrix transposed, as int32 (res_gemm_lanes.wgsl's forward weights). */
+export function transpose(x, rows, cols) {
+  const out = new Int32Array(rows * cols);
+  for (let r = 0; r < rows; r++) for (let c = 0; c < cols; c++) out[c * rows + r] = x[r * cols + c];
   return out;
 }
 
