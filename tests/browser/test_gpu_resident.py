@@ -204,7 +204,8 @@ async () => {
 
 def test_split_sums_give_the_js_units_bits(browser_webgpu, server_url):
     """The GEMMs and bias gradients with few workgroups split over K (rows) into partials that
-    res_reduce.wgsl adds (gpu_split.js splitOf), and the fused passes (res_requantize_map.wgsl,
+    res_reduce.wgsl, res_bias_absmax.wgsl (a layer's accumulator) or the host (the gradient)
+    adds (gpu_split.js splitOf, sumSlots), and the fused passes (res_requantize_map.wgsl,
     res_pool_back.wgsl, res_col2im.wgsl with and without the ReLU mask, res_im2col.wgsl): on
     the default CNN, an odd CNN, a CNN without pools, one with a pool on a pool and two MLPs,
     with each GEMM kernel, split and not, the contribution of a plan's first
@@ -222,7 +223,10 @@ def test_split_sums_give_the_js_units_bits(browser_webgpu, server_url):
     assert not bad, bad
     split = [r for r in rows if r["split"]]
     assert all(not r["splits"] and not r["reduces"] for r in rows if not r["split"])
-    assert all(r["reduces"] == len(r["splits"]) for r in split), split
+    # a split's partials are added by res_reduce.wgsl, or in place: a layer's accumulator by
+    # res_bias_absmax.wgsl, the gradient by the host (gpu_split.js sumSlots)
+    assert all(r["reduces"] <= len(r["splits"]) for r in split), split
+    assert all(r["reduces"] < len(r["splits"]) for r in split if "CNN" in r["name"]), split
     # the packed kernel splits words of four values of K, so the small models' sums stay whole there
     assert all(r["splits"] for r in split if r["gemm"] != "packed" or "CNN" in r["name"]), split
     parts = [s for r in split for s in r["splits"]]

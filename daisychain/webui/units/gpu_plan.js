@@ -5,7 +5,7 @@
 // fixed-point sum of what the backward pass reads back) and the two submits.
 
 import { MAX_K } from "./gemm.js";
-import { colsumOps, gemmOps, packRows, transpose } from "./gpu_split.js";
+import { colsumOps, colsumParts, gemmOps, gemmParts, packRows, sumSlots, transpose } from "./gpu_split.js";
 import { POISON } from "./units.js";
 import { absmax, pow2, quantExponent, quantize } from "../engine/detmath.js";
 import { accumulate, biasAcc } from "../engine/layers.js";
@@ -99,14 +99,20 @@ export class ResidentPlan {
   }
 
   /** C[cOff + row * n + col] = op(A) op(B) (gpu_split.js gemmOps: split over K when the GEMM
-   *  has few workgroups; with the packed kernel, pa / pb: A / B already packed). */
-  _gemm(list, A, B, C, { m, k, n, transA = false, transB = false, aOff = 0, bOff = 0, cOff = 0, pa = null, pb = null }) {
+   *  has few workgroups, into C's own room when inPlace; with the packed kernel, pa / pb: A / B
+   *  already packed). */
+  _gemm(list, A, B, C, { m, k, n, transA = false, transB = false, aOff = 0, bOff = 0, cOff = 0, pa = null, pb = null, inPlace = false }) {
+    const grid = this._gemmGrid(m, n);
+    const [aSm, aSk] = transA ? [1, m] : [k, 1];
+    const [bSk, bSn] = transB ? [1, k] : [n, 1];
+    gemmOps(this, list, A, B, C, { m, k, n, aOff, aSm, aSk, bOff, bSk, bSn, cOff, grid, pa, pb, inPlace });
+  }
+
+  _gemmGrid(m, n) {
     const max = this.gpu.limits.maxComputeWorkgroupsPerDimension;
     const grid = [Math.ceil(n / this.block[0]), Math.ceil(m / this.block[1])];
     if (grid[0] > max || grid[1] > max) throw new PlanLimit("gemm grid");
-    const [aSm, aSk] = transA ? [1, m] : [k, 1];
-    const [bSk, bSn] = transB ? [1, k] : [n, 1];
-    gemmOps(this, list, A, B, C, { m, k, n, aOff, aSm, aSk, bOff, bSk, bSn, cOff, grid, pa, pb });
+    return grid;
   }
 
   /** max |x| into state slot, after the ReLU mask when `mask` (a buffer) is given. */
@@ -182,14 +188,18 @@ export class ResidentPlan {
         p.a = cols;
       }
       const n = rows * nOut;
-      const acc = this._buf(n, `layer ${li} accumulator`);
+      // a split GEMM leaves its partials in the accumulator's room, summed by res_bias_absmax.wgsl
+      const parts = gemmParts(this, rows, nIn, nOut);
+      const acc = this._buf(parts * n, `layer ${li} accumulator`);
       const slot = 3 + 3 * points;
+      const biasGrid = [Math.ceil(nOut / 4), Math.ceil(rows / 256)]; // res_bias_absmax.wgsl: 4 x 16 of 16 rows
+      if (biasGrid[1] > this.gpu.limits.maxComputeWorkgroupsPerDimension) throw new PlanLimit("bias grid");
       ops.push((list, state) => {
-        if (p.wqT) this._gemm(list, p.a, p.wqT, acc, { m: rows, k: nIn, n: nOut });
-        else this._gemm(list, p.a, p.wq, acc, { m: rows, k: nIn, n: nOut, transB: true, pa: p.colsP, pb: p.wqP });
-        // the bias, and max |acc| for the requantize (the logits need none)
-        this._op(list, "bias_absmax", [rows, nOut, p.tin, p.tableRows, last ? 0 : slot, last ? 0 : 1, 0, 0],
-          [p.btab, acc, state], this._grid(rows));
+        if (p.wqT) this._gemm(list, p.a, p.wqT, acc, { m: rows, k: nIn, n: nOut, inPlace: true });
+        else this._gemm(list, p.a, p.wq, acc, { m: rows, k: nIn, n: nOut, transB: true, pa: p.colsP, pb: p.wqP, inPlace: true });
+        // the partials' sum, the bias, and max |acc| for the requantize (the logits need none)
+        this._op(list, "bias_absmax", [rows, nOut, p.tin, p.tableRows, last ? 0 : slot, last ? 0 : 1, parts, n],
+          [p.btab, acc, state], biasGrid);
       });
       const entry = { kind: conv ? "conv" : "linear", layer, p, reluOut: null };
       entries.push(entry);
@@ -242,16 +252,26 @@ export class ResidentPlan {
   _buildBackward() {
     const { b, entries } = this;
     this.gTop = this._buf(b * this.spec.classes, "output errors");
-    // the gradient: per param layer its weight parts (rows split by MAX_K), then its bias
+    // the gradient: per param layer its weight parts (rows split by MAX_K, each split over K in
+    // place: gpu_split.js), then its bias (split over rows in place); the host adds the slots
     let off = 0;
     for (const p of this.params) {
       p.parts = [];
+      p.wSlots = [];
       for (let r0 = 0; r0 < p.rows; r0 += MAX_K) {
-        p.parts.push({ r0, r1: Math.min(p.rows, r0 + MAX_K), off });
-        off += p.nOut * p.nIn;
+        const r1 = Math.min(p.rows, r0 + MAX_K);
+        p.parts.push({ r0, r1, off });
+        for (let z = gemmParts(this, p.nOut, r1 - r0, p.nIn); z > 0; z--) {
+          p.wSlots.push(off);
+          off += p.nOut * p.nIn;
+        }
       }
       p.bOff = off;
-      off += p.nOut;
+      p.bSlots = [];
+      for (let z = colsumParts(this, p.rows, p.nOut); z > 0; z--) {
+        p.bSlots.push(off);
+        off += p.nOut;
+      }
     }
     this.gradLen = off;
     this.grad = this._buf(off, "gradient");
@@ -302,10 +322,10 @@ export class ResidentPlan {
         for (const part of p.parts) {
           ops.push((list) => this._gemm(list, Gr, p.a, this.grad, {
             m: p.nOut, k: part.r1 - part.r0, n: p.nIn, transA: true,
-            aOff: part.r0 * p.nOut, bOff: part.r0 * p.nIn, cOff: part.off, pb: colsT,
+            aOff: part.r0 * p.nOut, bOff: part.r0 * p.nIn, cOff: part.off, pb: colsT, inPlace: true,
           }));
         }
-        ops.push((list) => colsumOps(this, list, Gr, this.grad, p.rows, p.nOut, p.bOff));
+        ops.push((list) => colsumOps(this, list, Gr, this.grad, p.rows, p.nOut, p.bOff, true));
         if (below) {
           const dXr = this._buf(p.rows * p.nIn, `layer ${p.li} input errors`);
           ops.push((list) => this._gemm(list, Gr, p.wq, dXr, { m: p.rows, k: p.nOut, n: p.nIn, pb: p.wqTP }));
@@ -522,14 +542,9 @@ export class ResidentPlan {
     for (const { e, int8, point } of this.steps) {
       if (e.kind !== "pool") {
         const p = e.p;
-        const size = p.nOut * p.nIn;
-        let dW = got.subarray(p.parts[0].off, p.parts[0].off + size);
-        if (p.parts.length > 1) {
-          dW = Float64Array.from(dW);
-          for (const part of p.parts.slice(1)) for (let j = 0; j < size; j++) dW[j] += got[part.off + j];
-        }
-        const db = got.subarray(p.bOff, p.bOff + p.nOut);
-        for (const arr of [dW, db]) for (let j = 0; j < arr.length; j++) if (arr[j] === POISON) this.gpu._fail("the resident backward pass left a gradient unwritten");
+        const dW = sumSlots(got, p.wSlots, p.nOut * p.nIn, POISON);
+        const db = sumSlots(got, p.bSlots, p.nOut, POISON);
+        if (!dW || !db) this.gpu._fail("the resident backward pass left a gradient unwritten");
         accumulate(total, offsets[p.pi], dW, eg + p.ex, fracBits, limit);
         accumulate(total, offsets[p.pi + 1], db, eg, fracBits, limit);
         eg += p.ew;
