@@ -226,7 +226,8 @@ export class GpuUnits {
   }
 
   /** What the resident path did: {calls (micro-batch passes it ran), dot, gemm (the kernel
-   *  of the last plan), measured (the faster one here, once timed), gemm_ms (its timings),
+   *  of the last plan), measured (the fastest on the last model timed: its plan's passes with
+   *  each kernel), gemm_ms (those times),
    *  reason (why it is not used: tables that are not the arithmetic, a failed self-check)}
    *  or null. */
   get residentInfo() {

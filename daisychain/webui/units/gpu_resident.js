@@ -59,6 +59,8 @@ export class ResidentPlans {
     this.reason = exactTablesFailure(gpu.luts); // why not used; null: usable (so far)
     this.dot = null; // "dot4I8Packed" | "shifts", once compiled
     this.gemm = null; // "tiled" | "direct" | "packed" | "lanes": the GEMM kernel in use (the fastest here)
+    this.fastest = new Map(); // model and micro-batch size -> the kernel measured fastest on it
+    this.measured = null; // the kernel measured fastest on the last model timed, its times: gemmTimes
     this._ready = null;
   }
 
@@ -83,42 +85,56 @@ export class ResidentPlans {
     this.pipelines = {};
     for (const name of RES_KERNELS) this.pipelines[name.slice(4)] = await gpu._compile(name, await text(name), `${gpu.shaderBase}${name}.wgsl`);
     this.pipelines.maxpool = gpu._pipelines.get("maxpool");
-    this.measured = gpu.residentGemm in gemms ? null : await this._fasterGemm();
   }
 
-  /** Which GEMM kernel is fastest on this adapter: the forward pass of one conv layer (im2col,
-   *  a GEMM of 1024 x 144 x 32 with its packing for the packed kernel, the bias, the
-   *  requantize; then a small linear layer) timed with each, alternately, best of 3 each. The
-   *  bytes are the same; only the speed differs. */
-  async _fasterGemm() {
+  /** Which GEMM kernel is fastest on this adapter for micro-batches of b samples of `spec`:
+   *  the plan's own forward and backward passes (every GEMM shape, split and packing pass it
+   *  will run) with each kernel, alternately; a kernel over twice the best after the first
+   *  round is dropped, the rest timed twice more; the least time wins. The bytes are the same
+   *  (the self-check); only the speed differs. Returns {kernel, plan (its plan, kept), ms}. */
+  async _fastestFor(spec, b) {
     const d = this.gpu.device;
-    const spec = imageCnn(16, 8, 8, ["conv32"], 2);
     const probes = {};
-    for (const name of Object.keys(this.gemms)) probes[name] = new ResidentPlan(this, spec, 16, name);
+    for (const name of Object.keys(this.gemms)) {
+      try {
+        probes[name] = new ResidentPlan(this, spec, b, name);
+      } catch (err) {
+        if (!(err instanceof PlanLimit)) throw err;
+      }
+    }
     const best = {};
     const time = async (name) => {
       const enc = d.createCommandEncoder();
-      const pass = enc.beginComputePass();
-      for (const op of probes[name].fwd) {
-        pass.setPipeline(op.pipeline);
-        pass.setBindGroup(0, op.group);
-        pass.dispatchWorkgroups(op.grid[0], op.grid[1], op.grid[2] || 1);
+      for (const list of [probes[name].fwd, probes[name].bwd]) {
+        const pass = enc.beginComputePass();
+        for (const op of list) {
+          pass.setPipeline(op.pipeline);
+          pass.setBindGroup(0, op.group);
+          pass.dispatchWorkgroups(op.grid[0], op.grid[1], op.grid[2] || 1);
+        }
+        pass.end();
       }
-      pass.end();
       const t0 = performance.now();
       d.queue.submit([enc.finish()]);
       await d.queue.onSubmittedWorkDone();
       best[name] = Math.min(best[name] ?? Infinity, performance.now() - t0);
     };
+    let names = Object.keys(probes);
+    if (!names.length) return { kernel: null, plan: null, ms: best };
     try {
       await this.gpu._scoped("timing the resident GEMM kernels", () => null);
-      const names = Object.keys(probes);
-      for (let r = 0; r < 3; r++) for (const name of r % 2 ? [...names].reverse() : names) await time(name);
-    } finally {
+      for (let r = 0; r < 3; r++) {
+        for (const name of r % 2 ? [...names].reverse() : names) await time(name);
+        const least = Math.min(...names.map((n) => best[n]));
+        names = names.filter((n) => best[n] <= 2 * least);
+      }
+    } catch (err) {
       for (const plan of Object.values(probes)) plan.destroy();
+      throw err;
     }
-    this.gemmTimes = best;
-    return Object.keys(best).reduce((a, b) => (best[b] < best[a] ? b : a));
+    const kernel = names.reduce((a, n) => (best[n] < best[a] ? n : a));
+    for (const [name, plan] of Object.entries(probes)) if (name !== kernel) plan.destroy();
+    return { kernel, plan: probes[kernel], ms: best };
   }
 
   /**
@@ -167,16 +183,31 @@ export class ResidentPlans {
     if (!this._ready) this._ready = this._compile().then(async () => { this.reason = await this._selfCheck(); });
     await this._ready;
     if (this.reason) return null;
-    // the GEMM kernel: gpu.residentGemm (a key of this.gemms) when set, else the fastest one here
-    const want = this.gpu.residentGemm;
-    if (!(want in this.gemms) && !this.measured) this.measured = await this._fasterGemm();
-    this.gemm = want in this.gemms ? want : this.measured;
-    const key = `${JSON.stringify(spec.toJson())}|${b}|${this.gemm}|${this.gpu.residentSplit ?? ""}|${this.gpu.residentIm2colPack !== false}`;
-    if (this.plans.has(key)) return this.plans.get(key);
-    let plan = null;
-    if (!unsupported(spec)) {
+    if (unsupported(spec)) return null;
+    // the GEMM kernel: gpu.residentGemm (a key of this.gemms) when set, else the fastest here
+    // on this model and micro-batch size (timed once: _fastestFor)
+    const model = `${JSON.stringify(spec.toJson())}|${b}|${this.gpu.residentSplit ?? ""}|${this.gpu.residentIm2colPack !== false}`;
+    let timed = null;
+    let kernel = this.gpu.residentGemm;
+    if (!(kernel in this.gemms)) {
+      if (!this.fastest.has(model)) {
+        timed = await this._fastestFor(spec, b);
+        this.fastest.set(model, timed.kernel);
+        this.measured = timed.kernel;
+        this.gemmTimes = timed.ms;
+      }
+      kernel = this.fastest.get(model);
+    }
+    this.gemm = kernel;
+    const key = `${model}|${kernel}`;
+    if (this.plans.has(key)) {
+      if (timed && timed.plan) timed.plan.destroy();
+      return this.plans.get(key);
+    }
+    let plan = timed ? timed.plan : null;
+    if (!plan && kernel) {
       try {
-        plan = new ResidentPlan(this, spec, b, this.gemm);
+        plan = new ResidentPlan(this, spec, b, kernel);
       } catch (err) {
         if (!(err instanceof PlanLimit)) throw err;
       }
