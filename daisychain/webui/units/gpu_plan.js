@@ -15,7 +15,7 @@ import { LAYER_TYPES, kindOf } from "../engine/registry.js";
 /** The largest requantize shift: max |acc| < 2^32 has at most 32 bits, s = bits - 7. */
 const MAX_SHIFT = 25;
 /** The columns x rows of C a workgroup of each GEMM kernel computes (its dispatch grid). */
-const GEMM_BLOCK = { tiled: [32, 32], direct: [32, 32], packed: [32, 32], lanes: [16, 128] };
+const GEMM_BLOCK = { tiled: [32, 32], direct: [32, 32], packed: [32, 32], lanes: [32, 256] };
 /** A plan that would pass this GPU's limits: the units are called one by one instead. */
 export class PlanLimit extends Error {}
 
