@@ -188,7 +188,7 @@ async () => {
         const plan = await gpu.residentPlan(spec, b);
         const ops = [...plan.fwd, ...plan.bwd];
         // the split GEMMs and bias gradients: [k or rows, terms a part, parts]
-        row.splits = ops.filter((op) => op.grid[2] > 1).map((op) => op.kernel === 'gemm' ? [op.words[1], op.words[3], op.grid[2]]
+        row.splits = ops.filter((op) => op.grid[2] > 1).map((op) => op.kernel.startsWith('gemm') ? [op.words[1], op.words[3], op.grid[2]]
           : [op.words[0], op.words[3], op.grid[2]]);
         row.reduces = ops.filter((op) => op.kernel === 'reduce').length;
         out.push(row);

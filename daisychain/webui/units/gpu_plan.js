@@ -14,8 +14,11 @@ import { LAYER_TYPES, kindOf } from "../engine/registry.js";
 
 /** The largest requantize shift: max |acc| < 2^32 has at most 32 bits, s = bits - 7. */
 const MAX_SHIFT = 25;
-/** The columns x rows of C a workgroup of each GEMM kernel computes (its dispatch grid). */
+/** The columns x rows of C a workgroup of each GEMM kernel computes (its dispatch grid), and
+ *  of its narrow variant (res_gemm_lanes_narrow.wgsl), used for n <= NARROW_N columns. */
 const GEMM_BLOCK = { tiled: [32, 32], direct: [32, 32], packed: [32, 32], lanes: [32, 256] };
+const NARROW_BLOCK = { lanes: [16, 128] };
+const NARROW_N = 16;
 /** A plan that would pass this GPU's limits: the units are called one by one instead. */
 export class PlanLimit extends Error {}
 
@@ -47,9 +50,10 @@ export class ResidentPlan {
     this.kernel = kernel;
     this.packed = kernel === "packed"; // res_gemm_packed.wgsl on operands packed four int8 a word
     this.block = GEMM_BLOCK[kernel] || GEMM_BLOCK.direct;
+    this.narrowBlock = NARROW_BLOCK[kernel] || null;
     // res_gemm_lanes.wgsl reads B's columns contiguous: the forward pass on the weights transposed
     this.transposedWeights = kernel === "lanes";
-    this.pipelines = { ...plans.pipelines, gemm: plans.gemms[kernel] };
+    this.pipelines = { ...plans.pipelines, gemm: plans.gemms[kernel], gemm_narrow: plans.narrow[kernel] };
     this.spec = spec;
     this.b = b;
     this.layout = new ParamLayout(spec);
@@ -105,12 +109,18 @@ export class ResidentPlan {
     const grid = this._gemmGrid(m, n);
     const [aSm, aSk] = transA ? [1, m] : [k, 1];
     const [bSk, bSn] = transB ? [1, k] : [n, 1];
-    gemmOps(this, list, A, B, C, { m, k, n, aOff, aSm, aSk, bOff, bSk, bSn, cOff, grid, pa, pb, inPlace });
+    const kernel = this._narrow(n) ? "gemm_narrow" : "gemm";
+    gemmOps(this, list, A, B, C, { m, k, n, aOff, aSm, aSk, bOff, bSk, bSn, cOff, grid, pa, pb, inPlace, kernel });
+  }
+
+  _narrow(n) {
+    return !!this.narrowBlock && n <= NARROW_N;
   }
 
   _gemmGrid(m, n) {
     const max = this.gpu.limits.maxComputeWorkgroupsPerDimension;
-    const grid = [Math.ceil(n / this.block[0]), Math.ceil(m / this.block[1])];
+    const block = this._narrow(n) ? this.narrowBlock : this.block;
+    const grid = [Math.ceil(n / block[0]), Math.ceil(m / block[1])];
     if (grid[0] > max || grid[1] > max) throw new PlanLimit("gemm grid");
     return grid;
   }

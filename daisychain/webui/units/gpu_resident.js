@@ -82,6 +82,8 @@ export class ResidentPlans {
       lanes: await gpu._compile("res_gemm_lanes", await text("res_gemm_lanes"), `${gpu.shaderBase}res_gemm_lanes.wgsl`),
     };
     this.gemms = gemms;
+    // the lanes kernel's smaller block, for GEMMs of few columns (gpu_plan.js gemm_narrow)
+    this.narrow = { lanes: await gpu._compile("res_gemm_lanes_narrow", await text("res_gemm_lanes_narrow"), `${gpu.shaderBase}res_gemm_lanes_narrow.wgsl`) };
     this.pipelines = {};
     for (const name of RES_KERNELS) this.pipelines[name.slice(4)] = await gpu._compile(name, await text(name), `${gpu.shaderBase}${name}.wgsl`);
     this.pipelines.maxpool = gpu._pipelines.get("maxpool");

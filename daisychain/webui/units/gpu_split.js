@@ -48,19 +48,20 @@ export function transpose(x, rows, cols) {
 }
 
 /** The dispatches of C[cOff + row * n + col] = op(A) op(B), opA[r, kk] = A[aOff + r*aSm +
- *  kk*aSk], opB[kk, c] = B[bOff + kk*bSk + c*bSn], on `plan`'s GEMM kernel over `grid`
+ *  kk*aSk], opB[kk, c] = B[bOff + kk*bSk + c*bSn], on `plan`'s GEMM kernel (`kernel`: its
+ *  pipeline, "gemm" or the narrow "gemm_narrow") over `grid`
  *  workgroups; split over K (inPlace: the partials at cOff + z * m * n, gemmParts of them), and
  *  for the packed kernel its operands packed unless pa / pb (A / B already packed) are given. */
-export function gemmOps(plan, list, A, B, C, { m, k, n, aOff, aSm, aSk, bOff, bSk, bSn, cOff, grid, pa, pb, inPlace }) {
+export function gemmOps(plan, list, A, B, C, { m, k, n, aOff, aSm, aSk, bOff, bSk, bSn, cOff, grid, pa, pb, inPlace, kernel = "gemm" }) {
   const target = plan.gpu.residentSplit ?? SPLIT_GROUPS;
   if (!plan.packed) {
     const { parts, kc } = splitOf(grid[0] * grid[1], k, target);
     if (parts === 1) {
-      plan._op(list, "gemm", [m, k, n, k, aOff, aSm, aSk, 0, bOff, bSk, bSn, 0, cOff, n, 1, 0], [A, B, C], grid);
+      plan._op(list, kernel, [m, k, n, k, aOff, aSm, aSk, 0, bOff, bSk, bSn, 0, cOff, n, 1, 0], [A, B, C], grid);
       return;
     }
     const part = inPlace ? C : plan._buf(parts * m * n, "GEMM partials");
-    plan._op(list, "gemm", [m, k, n, kc, aOff, aSm, aSk, 0, bOff, bSk, bSn, 0, inPlace ? cOff : 0, n, 1, m * n], [A, B, part], [...grid, parts]);
+    plan._op(list, kernel, [m, k, n, kc, aOff, aSm, aSk, 0, bOff, bSk, bSn, 0, inPlace ? cOff : 0, n, 1, m * n], [A, B, part], [...grid, parts]);
     if (!inPlace) plan._op(list, "reduce", [m * n, parts, m * n, cOff], [part, C], plan._grid(m * n));
     return;
   }
