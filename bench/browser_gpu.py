@@ -117,7 +117,7 @@ def main() -> None:
     lines = [
         f"WebGPU adapter: {gpu_name}; the resident path's dot product: {(res.get('resident') or {}).get('dot')}, "
         f"the GEMM kernel a tab measured fastest here: {(res.get('resident') or {}).get('measured')} "
-        f"(one conv layer's forward pass, a GEMM of 1024 x 144 x 32, ms: {gemm_ms}). "
+        f"(the default CNN's forward and backward passes with each kernel, ms: {gemm_ms}). "
         f"1-minute load average {load0:.1f} at the start, {os.getloadavg()[0]:.1f} at the end, on "
         f"{os.cpu_count()} cores: the machine is shared with other work and loaded, so absolute times are "
         "inflated and swing; the ratios are taken within one run. ms per micro-batch of 16 "
