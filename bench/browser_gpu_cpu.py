@@ -121,7 +121,7 @@ def main() -> None:
         f"{args.rounds} alternating rounds of {args.n} micro-batches a path; the median round. 1-minute load "
         f"average {load0:.1f} at the start, {load1:.1f} at the end, on {os.cpu_count()} cores. CPU ms: every "
         "browser process (the GPU process's share beside it); ratio = the JS units' CPU ms / the path's.", "",
-        "| path | CPU ms a micro-batch | of which the GPU process | CPU ratio | wall ms (loaded, for scale) | same contribution bits |",
+        "| path | CPU ms a micro-batch | of which the GPU process | CPU ratio | wall ms (at this run's load) | same contribution bits |",
         "|---|---|---|---|---|---|"]
     for p in paths:
         same = "yes" if warm[p]["sha"] == warm[paths[0]]["sha"] else "NO"
