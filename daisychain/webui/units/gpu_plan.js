@@ -5,7 +5,7 @@
 // fixed-point sum of what the backward pass reads back) and the two submits.
 
 import { MAX_K } from "./gemm.js";
-import { colsumOps, colsumParts, gemmOps, gemmParts, packRows, sumSlots, transpose } from "./gpu_split.js";
+import { SPLIT_GROUPS, colsumOps, colsumParts, gemmOps, gemmParts, packRows, sumSlots, transpose } from "./gpu_split.js";
 import { POISON } from "./units.js";
 import { absmax, pow2, quantExponent, quantize } from "../engine/detmath.js";
 import { accumulate, biasAcc } from "../engine/layers.js";
@@ -43,11 +43,14 @@ export function unsupported(spec) {
 }
 
 export class ResidentPlan {
-  /** kernel: the GEMM kernel, a key of plans.gemms ("tiled" | "direct" | "packed" | "lanes"). */
-  constructor(plans, spec, b, kernel) {
+  /** kernel: the GEMM kernel, a key of plans.gemms ("tiled" | "direct" | "packed" | "lanes");
+   *  split: the workgroups a split sum aims at (gpu_split.js), false: none; by default
+   *  gpu.residentSplit, else SPLIT_GROUPS. */
+  constructor(plans, spec, b, kernel, split = undefined) {
     this.gpu = plans.gpu;
     this.device = plans.gpu.device;
     this.kernel = kernel;
+    this.splitTarget = split !== undefined ? split : (plans.gpu.residentSplit ?? SPLIT_GROUPS);
     this.packed = kernel === "packed"; // res_gemm_packed.wgsl on operands packed four int8 a word
     this.block = GEMM_BLOCK[kernel] || GEMM_BLOCK.direct;
     this.narrowBlock = NARROW_BLOCK[kernel] || null;

@@ -36,6 +36,7 @@
 
 import { GpuError } from "./gpu_error.js";
 import { PlanLimit, ResidentPlan, unsupported } from "./gpu_plan.js";
+import { SPLIT_FEW } from "./gpu_split.js";
 import { Engine, initParams } from "../engine/model.js";
 import { CpuUnits } from "../engine/cpu_units.js";
 import { u32, uniform } from "../engine/prng.js";
@@ -94,13 +95,20 @@ export class ResidentPlans {
    *  will run) with each kernel, alternately, four rounds; a kernel over three times the best
    *  after a round is dropped (the tiled kernel on a CPU emulation: 5-8x; a loaded machine's
    *  noise stays within that); the least time wins. The bytes are the same
-   *  (the self-check); only the speed differs. Returns {kernel, plan (its plan, kept), ms}. */
+   *  (the self-check); only the speed differs. The registers-only kernels are timed with the
+   *  default split sums and with fewer (SPLIT_FEW workgroups: "lanes/16"). Returns {kernel (the
+   *  winner, "kernel" or "kernel/16"), plan (its plan, kept), ms}. */
   async _fastestFor(spec, b) {
     const d = this.gpu.device;
     const probes = {};
-    for (const name of Object.keys(this.gemms)) {
+    // each kernel with the default split sums, and (unless gpu.residentSplit fixes them) the
+    // registers-only kernels with fewer: "lanes/16" aims at SPLIT_FEW workgroups
+    const names = Object.keys(this.gemms);
+    if (this.gpu.residentSplit === undefined) names.push(...names.filter((n) => n !== "tiled").map((n) => `${n}/${SPLIT_FEW}`));
+    for (const name of names) {
+      const [kernel, few] = name.split("/");
       try {
-        probes[name] = new ResidentPlan(this, spec, b, name);
+        probes[name] = new ResidentPlan(this, spec, b, kernel, few ? SPLIT_FEW : undefined);
       } catch (err) {
         if (!(err instanceof PlanLimit)) throw err;
       }
@@ -122,20 +130,20 @@ export class ResidentPlans {
       await d.queue.onSubmittedWorkDone();
       best[name] = Math.min(best[name] ?? Infinity, performance.now() - t0);
     };
-    let names = Object.keys(probes);
-    if (!names.length) return { kernel: null, plan: null, ms: best };
+    let live = Object.keys(probes);
+    if (!live.length) return { kernel: null, plan: null, ms: best };
     try {
       await this.gpu._scoped("timing the resident GEMM kernels", () => null);
       for (let r = 0; r < 4; r++) {
-        for (const name of r % 2 ? [...names].reverse() : names) await time(name);
-        const least = Math.min(...names.map((n) => best[n]));
-        names = names.filter((n) => best[n] <= 3 * least);
+        for (const name of r % 2 ? [...live].reverse() : live) await time(name);
+        const least = Math.min(...live.map((n) => best[n]));
+        live = live.filter((n) => best[n] <= 3 * least);
       }
     } catch (err) {
       for (const plan of Object.values(probes)) plan.destroy();
       throw err;
     }
-    const kernel = names.reduce((a, n) => (best[n] < best[a] ? n : a));
+    const kernel = live.reduce((a, n) => (best[n] < best[a] ? n : a));
     for (const [name, plan] of Object.entries(probes)) if (name !== kernel) plan.destroy();
     return { kernel, plan: probes[kernel], ms: best };
   }
@@ -191,18 +199,19 @@ export class ResidentPlans {
     // on this model and micro-batch size (timed once: _fastestFor)
     const model = `${JSON.stringify(spec.toJson())}|${b}|${this.gpu.residentSplit ?? ""}|${this.gpu.residentIm2colPack !== false}`;
     let timed = null;
-    let kernel = this.gpu.residentGemm;
-    if (!(kernel in this.gemms)) {
+    let choice = this.gpu.residentGemm; // a kernel, or "kernel/16": fewer split sums
+    if (!(choice in this.gemms)) {
       if (!this.fastest.has(model)) {
         timed = await this._fastestFor(spec, b);
         this.fastest.set(model, timed.kernel);
         this.measured = timed.kernel;
         this.gemmTimes = timed.ms;
       }
-      kernel = this.fastest.get(model);
+      choice = this.fastest.get(model);
     }
+    const [kernel, few] = choice ? choice.split("/") : [null, null];
     this.gemm = kernel;
-    const key = `${model}|${kernel}`;
+    const key = `${model}|${choice}`;
     if (this.plans.has(key)) {
       if (timed && timed.plan) timed.plan.destroy();
       return this.plans.get(key);
@@ -210,7 +219,7 @@ export class ResidentPlans {
     let plan = timed ? timed.plan : null;
     if (!plan && kernel) {
       try {
-        plan = new ResidentPlan(this, spec, b, kernel);
+        plan = new ResidentPlan(this, spec, b, kernel, few ? SPLIT_FEW : undefined);
       } catch (err) {
         if (!(err instanceof PlanLimit)) throw err;
       }

@@ -16,8 +16,12 @@
 /** A sum with fewer workgroups than this is split (over K for a GEMM, over rows for a bias
  *  gradient) until it has about this many, so that it spreads over every thread of a CPU-emulated
  *  adapter and more cores of a GPU; each part sums at least MIN_PART terms (words of four for
- *  the packed kernel). gpu.residentSplit: false (never split) or another target (bench, tests). */
+ *  the packed kernel). gpu.residentSplit: false (never split) or another target (bench, tests);
+ *  else the tab times SPLIT_GROUPS and SPLIT_FEW on its model (gpu_resident.js _fastestFor). */
 export const SPLIT_GROUPS = 64;
+/** The other target a tab times: a CPU emulation's few threads are fed by fewer workgroups,
+ *  and every split costs its partials' writes and reads. */
+export const SPLIT_FEW = 16;
 export const MIN_PART = 64;
 
 /** How a sum of k terms over `groups` workgroups is split, aiming at `target` workgroups:
@@ -53,7 +57,7 @@ export function transpose(x, rows, cols) {
  *  workgroups; split over K (inPlace: the partials at cOff + z * m * n, gemmParts of them), and
  *  for the packed kernel its operands packed unless pa / pb (A / B already packed) are given. */
 export function gemmOps(plan, list, A, B, C, { m, k, n, aOff, aSm, aSk, bOff, bSk, bSn, cOff, grid, pa, pb, inPlace, kernel = "gemm" }) {
-  const target = plan.gpu.residentSplit ?? SPLIT_GROUPS;
+  const target = plan.splitTarget;
   if (!plan.packed) {
     const { parts, kc } = splitOf(grid[0] * grid[1], k, target);
     if (parts === 1) {
@@ -88,12 +92,12 @@ export function gemmOps(plan, list, A, B, C, { m, k, n, aOff, aSm, aSk, bOff, bS
  *  destination has room for that many, m * n apart. */
 export function gemmParts(plan, m, k, n) {
   const grid = plan._gemmGrid(m, n);
-  return splitOf(grid[0] * grid[1], plan.packed ? Math.ceil(k / 4) : k, plan.gpu.residentSplit ?? SPLIT_GROUPS).parts;
+  return splitOf(grid[0] * grid[1], plan.packed ? Math.ceil(k / 4) : k, plan.splitTarget).parts;
 }
 
 /** How many partials a bias gradient of rows x nOut errors is split into (colsumOps). */
 export function colsumParts(plan, rows, nOut) {
-  return splitOf(Math.ceil(nOut / 64), rows, plan.gpu.residentSplit ?? SPLIT_GROUPS).parts;
+  return splitOf(Math.ceil(nOut / 64), rows, plan.splitTarget).parts;
 }
 
 /** The sum of `size` words at each of `slots` in `got` (the partials of a split sum that the
@@ -110,7 +114,7 @@ export function sumSlots(got, slots, size, poison) {
  *  gradient), split over rows as gemmOps splits K (inPlace: the partials at off + z * nOut). */
 export function colsumOps(plan, list, G, out, rows, nOut, off, inPlace = false) {
   const groups = Math.ceil(nOut / 64);
-  const { parts, kc } = splitOf(groups, rows, plan.gpu.residentSplit ?? SPLIT_GROUPS);
+  const { parts, kc } = splitOf(groups, rows, plan.splitTarget);
   if (parts === 1) {
     plan._op(list, "colsum", [rows, nOut, off, rows], [G, out], [groups, 1]);
     return;
