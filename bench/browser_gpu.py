@@ -45,7 +45,7 @@ async ([b, minMs, rounds]) => {
   if (gpu) Object.assign(paths, { 'gpu-calls': [gpu, false], 'gpu-resident-direct': [gpu, 'direct'],
     'gpu-resident-tiled': [gpu, 'tiled'], 'gpu-resident-packed': [gpu, 'packed'],
     'gpu-resident-packed-unsplit': [gpu, 'packed', false], 'gpu-resident-lanes': [gpu, 'lanes'],
-    'gpu-resident-lanes-unsplit': [gpu, 'lanes', false] });
+    'gpu-resident-lanes-unsplit': [gpu, 'lanes', false], 'gpu-resident-auto': [gpu, undefined] });
   const out = { adapter: gpu ? gpu.adapterInfo : null, reason: opened.gpuReason, rows: {} };
   for (const [model, [spec, makeX]] of Object.entries(models)) {
     const theta = initParams(spec, 1);
@@ -93,7 +93,8 @@ NAMES = {"js": "JS units (baseline)", "wasm": "WASM SIMD", "gpu-calls": "WebGPU,
          "gpu-resident-packed": "WebGPU resident, packed GEMM",
          "gpu-resident-packed-unsplit": "WebGPU resident, packed GEMM, no split sums",
          "gpu-resident-lanes": "WebGPU resident, lanes GEMM",
-         "gpu-resident-lanes-unsplit": "WebGPU resident, lanes GEMM, no split sums"}
+         "gpu-resident-lanes-unsplit": "WebGPU resident, lanes GEMM, no split sums",
+         "gpu-resident-auto": "WebGPU resident, the tab's choice (timed on the model)"}
 
 
 def main() -> None:

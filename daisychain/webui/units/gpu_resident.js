@@ -60,8 +60,8 @@ export class ResidentPlans {
     this.reason = exactTablesFailure(gpu.luts); // why not used; null: usable (so far)
     this.dot = null; // "dot4I8Packed" | "shifts", once compiled
     this.gemm = null; // "tiled" | "direct" | "packed" | "lanes": the GEMM kernel in use (the fastest here)
-    this.fastest = new Map(); // model and micro-batch size -> the kernel measured fastest on it
-    this.measured = null; // the kernel measured fastest on the last model timed, its times: gemmTimes
+    this.fastest = new Map(); // model and micro-batch size -> {choice: the kernel measured fastest on it, ms}
+    this.measured = null; // the choice for the model of the last plan asked for, its times: gemmTimes
     this._ready = null;
   }
 
@@ -203,11 +203,10 @@ export class ResidentPlans {
     if (!(choice in this.gemms)) {
       if (!this.fastest.has(model)) {
         timed = await this._fastestFor(spec, b);
-        this.fastest.set(model, timed.kernel);
-        this.measured = timed.kernel;
-        this.gemmTimes = timed.ms;
+        this.fastest.set(model, { choice: timed.kernel, ms: timed.ms });
       }
-      choice = this.fastest.get(model);
+      ({ choice, ms: this.gemmTimes } = this.fastest.get(model));
+      this.measured = choice; // with its times: the model of the last plan asked for
     }
     const [kernel, few] = choice ? choice.split("/") : [null, null];
     this.gemm = kernel;
