@@ -5,7 +5,8 @@ pool, micro-batch 16) and of digits (64-128-10) in headless Chromium, on the JS 
 uploads its inputs and reads its output back: the path before this issue) and the resident
 WebGPU path (webui/units/gpu_resident.js) with each of its GEMM kernels (res_gemm.wgsl tiled with
 workgroup memory and dot4I8Packed, res_gemm_direct.wgsl, res_gemm_packed.wgsl on packed
-operands), and the packed one without split sums (gpu_split.js splitOf), in alternating rounds
+operands, res_gemm_lanes.wgsl laid out for an emulated SIMD routine's lanes), and the packed and
+lanes ones without split sums (gpu_split.js splitOf), in alternating rounds
 in one page; every path's contribution must be the same bits.
 
 Run: ``python -m bench.browser_gpu`` (writes the "browser_gpu" section of docs/BENCHMARKS.md).
@@ -43,7 +44,8 @@ async ([b, minMs, rounds]) => {
   const paths = { js: [opened.cpu, null], wasm: [opened.wasm, null] };
   if (gpu) Object.assign(paths, { 'gpu-calls': [gpu, false], 'gpu-resident-direct': [gpu, 'direct'],
     'gpu-resident-tiled': [gpu, 'tiled'], 'gpu-resident-packed': [gpu, 'packed'],
-    'gpu-resident-packed-unsplit': [gpu, 'packed', false] });
+    'gpu-resident-packed-unsplit': [gpu, 'packed', false], 'gpu-resident-lanes': [gpu, 'lanes'],
+    'gpu-resident-lanes-unsplit': [gpu, 'lanes', false], 'gpu-resident-auto': [gpu, undefined] });
   const out = { adapter: gpu ? gpu.adapterInfo : null, reason: opened.gpuReason, rows: {} };
   for (const [model, [spec, makeX]] of Object.entries(models)) {
     const theta = initParams(spec, 1);
@@ -89,7 +91,10 @@ async ([b, minMs, rounds]) => {
 NAMES = {"js": "JS units (baseline)", "wasm": "WASM SIMD", "gpu-calls": "WebGPU, one call at a time",
          "gpu-resident-direct": "WebGPU resident, direct GEMM", "gpu-resident-tiled": "WebGPU resident, tiled GEMM",
          "gpu-resident-packed": "WebGPU resident, packed GEMM",
-         "gpu-resident-packed-unsplit": "WebGPU resident, packed GEMM, no split sums"}
+         "gpu-resident-packed-unsplit": "WebGPU resident, packed GEMM, no split sums",
+         "gpu-resident-lanes": "WebGPU resident, lanes GEMM",
+         "gpu-resident-lanes-unsplit": "WebGPU resident, lanes GEMM, no split sums",
+         "gpu-resident-auto": "WebGPU resident, the tab's choice (timed on the model)"}
 
 
 def main() -> None:
@@ -113,7 +118,7 @@ def main() -> None:
     lines = [
         f"WebGPU adapter: {gpu_name}; the resident path's dot product: {(res.get('resident') or {}).get('dot')}, "
         f"the GEMM kernel a tab measured fastest here: {(res.get('resident') or {}).get('measured')} "
-        f"(one conv layer's forward pass, a GEMM of 1024 x 144 x 32, ms: {gemm_ms}). "
+        f"(the default CNN's forward and backward passes with each kernel, ms: {gemm_ms}). "
         f"1-minute load average {load0:.1f} at the start, {os.getloadavg()[0]:.1f} at the end, on "
         f"{os.cpu_count()} cores: the machine is shared with other work and loaded, so absolute times are "
         "inflated and swing; the ratios are taken within one run. ms per micro-batch of 16 "

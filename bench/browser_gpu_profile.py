@@ -5,7 +5,7 @@ buffers; then the whole forward and backward passes as the tab submits them, to 
 per-dispatch cost adds. WebGPU here is whatever adapter Chromium finds (SwiftShader on a
 machine without a GPU).
 
-Run: ``python -m bench.browser_gpu_profile [--gemm direct|tiled|packed] [--model cnn|digits] [--no-split]
+Run: ``python -m bench.browser_gpu_profile [--gemm direct|tiled|packed|lanes] [--model cnn|digits] [--no-split | --split N]
 [--no-im2col-pack]``
 (prints a table; it writes nothing: the numbers guide the kernels, bench.browser_gpu holds the
 comparison).
@@ -90,9 +90,10 @@ def main() -> None:
     from playwright.sync_api import sync_playwright
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--gemm", choices=["direct", "tiled", "packed"], default="packed")
+    ap.add_argument("--gemm", choices=["direct", "tiled", "packed", "lanes"], default="packed")
     ap.add_argument("--model", choices=["cnn", "digits"], default="cnn")
     ap.add_argument("--no-split", action="store_true", help="no split sums (gpu_split.js splitOf)")
+    ap.add_argument("--split", type=int, default=None, help="split sums aiming at this many workgroups")
     ap.add_argument("--no-im2col-pack", action="store_true",
                     help="packed kernel: im2col to int32 columns, then packed (not res_im2col_pack.wgsl)")
     args = ap.parse_args()
@@ -101,7 +102,7 @@ def main() -> None:
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
         page = blank_page(browser, url)
-        res = page.evaluate(RUN, [B, args.gemm, args.model, ROUNDS, False if args.no_split else None,
+        res = page.evaluate(RUN, [B, args.gemm, args.model, ROUNDS, False if args.no_split else args.split,
                                   False if args.no_im2col_pack else None])
         browser.close()
     if "error" in res:

@@ -226,7 +226,8 @@ export class GpuUnits {
   }
 
   /** What the resident path did: {calls (micro-batch passes it ran), dot, gemm (the kernel
-   *  of the last plan), measured (the faster one here, once timed), gemm_ms (its timings),
+   *  of the last plan), measured (the fastest on the last plan's model, timed on its passes
+   *  with each kernel, "kernel/16" where fewer split sums won), gemm_ms (those times),
    *  reason (why it is not used: tables that are not the arithmetic, a failed self-check)}
    *  or null. */
   get residentInfo() {

@@ -5,7 +5,7 @@
 // fixed-point sum of what the backward pass reads back) and the two submits.
 
 import { MAX_K } from "./gemm.js";
-import { colsumOps, gemmOps, packRows } from "./gpu_split.js";
+import { SPLIT_GROUPS, colsumOps, colsumParts, gemmOps, gemmParts, packRows, sumSlots, transpose } from "./gpu_split.js";
 import { POISON } from "./units.js";
 import { absmax, pow2, quantExponent, quantize } from "../engine/detmath.js";
 import { accumulate, biasAcc } from "../engine/layers.js";
@@ -14,6 +14,11 @@ import { LAYER_TYPES, kindOf } from "../engine/registry.js";
 
 /** The largest requantize shift: max |acc| < 2^32 has at most 32 bits, s = bits - 7. */
 const MAX_SHIFT = 25;
+/** The columns x rows of C a workgroup of each GEMM kernel computes (its dispatch grid), and
+ *  of its narrow variant (res_gemm_lanes_narrow.wgsl), used for n <= NARROW_N columns. */
+const GEMM_BLOCK = { tiled: [32, 32], direct: [32, 32], packed: [32, 32], lanes: [32, 256] };
+const NARROW_BLOCK = { lanes: [16, 128] };
+const NARROW_N = 16;
 /** A plan that would pass this GPU's limits: the units are called one by one instead. */
 export class PlanLimit extends Error {}
 
@@ -38,13 +43,20 @@ export function unsupported(spec) {
 }
 
 export class ResidentPlan {
-  /** kernel: the GEMM kernel, a key of plans.gemms ("tiled" | "direct" | "packed"). */
-  constructor(plans, spec, b, kernel) {
+  /** kernel: the GEMM kernel, a key of plans.gemms ("tiled" | "direct" | "packed" | "lanes");
+   *  split: the workgroups a split sum aims at (gpu_split.js), false: none; by default
+   *  gpu.residentSplit, else SPLIT_GROUPS. */
+  constructor(plans, spec, b, kernel, split = undefined) {
     this.gpu = plans.gpu;
     this.device = plans.gpu.device;
     this.kernel = kernel;
+    this.splitTarget = split !== undefined ? split : (plans.gpu.residentSplit ?? SPLIT_GROUPS);
     this.packed = kernel === "packed"; // res_gemm_packed.wgsl on operands packed four int8 a word
-    this.pipelines = { ...plans.pipelines, gemm: plans.gemms[kernel] };
+    this.block = GEMM_BLOCK[kernel] || GEMM_BLOCK.direct;
+    this.narrowBlock = NARROW_BLOCK[kernel] || null;
+    // res_gemm_lanes.wgsl reads B's columns contiguous: the forward pass on the weights transposed
+    this.transposedWeights = kernel === "lanes";
+    this.pipelines = { ...plans.pipelines, gemm: plans.gemms[kernel], gemm_narrow: plans.narrow[kernel] };
     this.spec = spec;
     this.b = b;
     this.layout = new ParamLayout(spec);
@@ -94,14 +106,26 @@ export class ResidentPlan {
   }
 
   /** C[cOff + row * n + col] = op(A) op(B) (gpu_split.js gemmOps: split over K when the GEMM
-   *  has few workgroups; with the packed kernel, pa / pb: A / B already packed). */
-  _gemm(list, A, B, C, { m, k, n, transA = false, transB = false, aOff = 0, bOff = 0, cOff = 0, pa = null, pb = null }) {
-    const max = this.gpu.limits.maxComputeWorkgroupsPerDimension;
-    const grid = [Math.ceil(n / 32), Math.ceil(m / 32)];
-    if (grid[0] > max || grid[1] > max) throw new PlanLimit("gemm grid");
+   *  has few workgroups, into C's own room when inPlace; with the packed kernel, pa / pb: A / B
+   *  already packed). */
+  _gemm(list, A, B, C, { m, k, n, transA = false, transB = false, aOff = 0, bOff = 0, cOff = 0, pa = null, pb = null, inPlace = false }) {
+    const grid = this._gemmGrid(m, n);
     const [aSm, aSk] = transA ? [1, m] : [k, 1];
     const [bSk, bSn] = transB ? [1, k] : [n, 1];
-    gemmOps(this, list, A, B, C, { m, k, n, aOff, aSm, aSk, bOff, bSk, bSn, cOff, grid, pa, pb });
+    const kernel = this._narrow(n) ? "gemm_narrow" : "gemm";
+    gemmOps(this, list, A, B, C, { m, k, n, aOff, aSm, aSk, bOff, bSk, bSn, cOff, grid, pa, pb, inPlace, kernel });
+  }
+
+  _narrow(n) {
+    return !!this.narrowBlock && n <= NARROW_N;
+  }
+
+  _gemmGrid(m, n) {
+    const max = this.gpu.limits.maxComputeWorkgroupsPerDimension;
+    const block = this._narrow(n) ? this.narrowBlock : this.block;
+    const grid = [Math.ceil(n / block[0]), Math.ceil(m / block[1])];
+    if (grid[0] > max || grid[1] > max) throw new PlanLimit("gemm grid");
+    return grid;
   }
 
   /** max |x| into state slot, after the ReLU mask when `mask` (a buffer) is given. */
@@ -159,6 +183,7 @@ export class ResidentPlan {
         p.wqP = this._buf(nOut * Math.ceil(nIn / 4), `layer ${li} weights, packed`);
         p.wqTP = this._buf(nIn * Math.ceil(nOut / 4), `layer ${li} weights transposed, packed`);
       }
+      p.wqT = this.transposedWeights ? this._buf(nIn * nOut, `layer ${li} weights transposed`) : null;
       p.colsP = null; // the packed kernel's columns, made from the map (res_im2col_pack.wgsl)
       if (conv && this.packed && rows <= MAX_K && this.gpu.residentIm2colPack !== false) {
         const { ci, k, h, w } = layer;
@@ -176,13 +201,18 @@ export class ResidentPlan {
         p.a = cols;
       }
       const n = rows * nOut;
-      const acc = this._buf(n, `layer ${li} accumulator`);
+      // a split GEMM leaves its partials in the accumulator's room, summed by res_bias_absmax.wgsl
+      const parts = gemmParts(this, rows, nIn, nOut);
+      const acc = this._buf(parts * n, `layer ${li} accumulator`);
       const slot = 3 + 3 * points;
+      const biasGrid = [Math.ceil(nOut / 4), Math.ceil(rows / 256)]; // res_bias_absmax.wgsl: 4 x 16 of 16 rows
+      if (biasGrid[1] > this.gpu.limits.maxComputeWorkgroupsPerDimension) throw new PlanLimit("bias grid");
       ops.push((list, state) => {
-        this._gemm(list, p.a, p.wq, acc, { m: rows, k: nIn, n: nOut, transB: true, pa: p.colsP, pb: p.wqP });
-        // the bias, and max |acc| for the requantize (the logits need none)
-        this._op(list, "bias_absmax", [rows, nOut, p.tin, p.tableRows, last ? 0 : slot, last ? 0 : 1, 0, 0],
-          [p.btab, acc, state], this._grid(rows));
+        if (p.wqT) this._gemm(list, p.a, p.wqT, acc, { m: rows, k: nIn, n: nOut, inPlace: true });
+        else this._gemm(list, p.a, p.wq, acc, { m: rows, k: nIn, n: nOut, transB: true, pa: p.colsP, pb: p.wqP, inPlace: true });
+        // the partials' sum, the bias, and max |acc| for the requantize (the logits need none)
+        this._op(list, "bias_absmax", [rows, nOut, p.tin, p.tableRows, last ? 0 : slot, last ? 0 : 1, parts, n],
+          [p.btab, acc, state], biasGrid);
       });
       const entry = { kind: conv ? "conv" : "linear", layer, p, reluOut: null };
       entries.push(entry);
@@ -235,16 +265,26 @@ export class ResidentPlan {
   _buildBackward() {
     const { b, entries } = this;
     this.gTop = this._buf(b * this.spec.classes, "output errors");
-    // the gradient: per param layer its weight parts (rows split by MAX_K), then its bias
+    // the gradient: per param layer its weight parts (rows split by MAX_K, each split over K in
+    // place: gpu_split.js), then its bias (split over rows in place); the host adds the slots
     let off = 0;
     for (const p of this.params) {
       p.parts = [];
+      p.wSlots = [];
       for (let r0 = 0; r0 < p.rows; r0 += MAX_K) {
-        p.parts.push({ r0, r1: Math.min(p.rows, r0 + MAX_K), off });
-        off += p.nOut * p.nIn;
+        const r1 = Math.min(p.rows, r0 + MAX_K);
+        p.parts.push({ r0, r1, off });
+        for (let z = gemmParts(this, p.nOut, r1 - r0, p.nIn); z > 0; z--) {
+          p.wSlots.push(off);
+          off += p.nOut * p.nIn;
+        }
       }
       p.bOff = off;
-      off += p.nOut;
+      p.bSlots = [];
+      for (let z = colsumParts(this, p.rows, p.nOut); z > 0; z--) {
+        p.bSlots.push(off);
+        off += p.nOut;
+      }
     }
     this.gradLen = off;
     this.grad = this._buf(off, "gradient");
@@ -295,10 +335,10 @@ export class ResidentPlan {
         for (const part of p.parts) {
           ops.push((list) => this._gemm(list, Gr, p.a, this.grad, {
             m: p.nOut, k: part.r1 - part.r0, n: p.nIn, transA: true,
-            aOff: part.r0 * p.nOut, bOff: part.r0 * p.nIn, cOff: part.off, pb: colsT,
+            aOff: part.r0 * p.nOut, bOff: part.r0 * p.nIn, cOff: part.off, pb: colsT, inPlace: true,
           }));
         }
-        ops.push((list) => colsumOps(this, list, Gr, this.grad, p.rows, p.nOut, p.bOff));
+        ops.push((list) => colsumOps(this, list, Gr, this.grad, p.rows, p.nOut, p.bOff, true));
         if (below) {
           const dXr = this._buf(p.rows * p.nIn, `layer ${p.li} input errors`);
           ops.push((list) => this._gemm(list, Gr, p.wq, dXr, { m: p.rows, k: p.nOut, n: p.nIn, pb: p.wqTP }));
@@ -372,6 +412,7 @@ export class ResidentPlan {
           q.writeBuffer(p.wqP, 0, packRows(wq, p.nOut, p.nIn, p.nIn, 1));
           q.writeBuffer(p.wqTP, 0, packRows(wq, p.nIn, p.nOut, 1, p.nIn));
         }
+        if (p.wqT) q.writeBuffer(p.wqT, 0, transpose(wq, p.nOut, p.nIn));
       }
       this.ex0 = null;
     }
@@ -514,14 +555,9 @@ export class ResidentPlan {
     for (const { e, int8, point } of this.steps) {
       if (e.kind !== "pool") {
         const p = e.p;
-        const size = p.nOut * p.nIn;
-        let dW = got.subarray(p.parts[0].off, p.parts[0].off + size);
-        if (p.parts.length > 1) {
-          dW = Float64Array.from(dW);
-          for (const part of p.parts.slice(1)) for (let j = 0; j < size; j++) dW[j] += got[part.off + j];
-        }
-        const db = got.subarray(p.bOff, p.bOff + p.nOut);
-        for (const arr of [dW, db]) for (let j = 0; j < arr.length; j++) if (arr[j] === POISON) this.gpu._fail("the resident backward pass left a gradient unwritten");
+        const dW = sumSlots(got, p.wSlots, p.nOut * p.nIn, POISON);
+        const db = sumSlots(got, p.bSlots, p.nOut, POISON);
+        if (!dW || !db) this.gpu._fail("the resident backward pass left a gradient unwritten");
         accumulate(total, offsets[p.pi], dW, eg + p.ex, fracBits, limit);
         accumulate(total, offsets[p.pi + 1], db, eg, fracBits, limit);
         eg += p.ew;

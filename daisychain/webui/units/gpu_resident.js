@@ -21,8 +21,10 @@
 // (res_bias_absmax.wgsl). The GEMM is the fastest here of res_gemm.wgsl (tiled with workgroup
 // memory, four int8 per u32, dot4I8Packed where the adapter has
 // packed_4x8_integer_dot_product, else the same sum by shifts), res_gemm_direct.wgsl
-// (registers only) and res_gemm_packed.wgsl (registers only, on operands packed four int8 a
-// word, dot4 as the tiled one); one with few workgroups is split over K (gpu_split.js).
+// (registers only), res_gemm_packed.wgsl (registers only, on operands packed four int8 a
+// word, dot4 as the tiled one) and res_gemm_lanes.wgsl (registers only, int32 operands laid out
+// so that an emulated SIMD routine's four lanes load one vector, the forward pass on the weights
+// uploaded transposed); one with few workgroups is split over K (gpu_split.js).
 // Native products and the arithmetic requantize are used only after the loaded tables checked
 // equal to that arithmetic (wasm_units.js exactTablesFailure), as on the CPU.
 //
@@ -34,6 +36,7 @@
 
 import { GpuError } from "./gpu_error.js";
 import { PlanLimit, ResidentPlan, unsupported } from "./gpu_plan.js";
+import { SPLIT_FEW } from "./gpu_split.js";
 import { Engine, initParams } from "../engine/model.js";
 import { CpuUnits } from "../engine/cpu_units.js";
 import { u32, uniform } from "../engine/prng.js";
@@ -56,7 +59,9 @@ export class ResidentPlans {
     this.plans = new Map();
     this.reason = exactTablesFailure(gpu.luts); // why not used; null: usable (so far)
     this.dot = null; // "dot4I8Packed" | "shifts", once compiled
-    this.gemm = null; // "tiled" | "direct" | "packed": the GEMM kernel in use (the fastest here)
+    this.gemm = null; // "tiled" | "direct" | "packed" | "lanes": the GEMM kernel in use (the fastest here)
+    this.fastest = new Map(); // model and micro-batch size -> {choice: the kernel measured fastest on it, ms}
+    this.measured = null; // the choice for the model of the last plan asked for, its times: gemmTimes
     this._ready = null;
   }
 
@@ -75,47 +80,72 @@ export class ResidentPlans {
       tiled: await gpu._compile("res_gemm", `${prelude}\n${body}`, `${gpu.shaderBase}res_gemm.wgsl (${this.dot})`),
       direct: await gpu._compile("res_gemm_direct", await text("res_gemm_direct"), `${gpu.shaderBase}res_gemm_direct.wgsl`),
       packed: await gpu._compile("res_gemm_packed", `${prelude}\n${await text("res_gemm_packed")}`, `${gpu.shaderBase}res_gemm_packed.wgsl (${this.dot})`),
+      lanes: await gpu._compile("res_gemm_lanes", await text("res_gemm_lanes"), `${gpu.shaderBase}res_gemm_lanes.wgsl`),
     };
     this.gemms = gemms;
+    // the lanes kernel's smaller block, for GEMMs of few columns (gpu_plan.js gemm_narrow)
+    this.narrow = { lanes: await gpu._compile("res_gemm_lanes_narrow", await text("res_gemm_lanes_narrow"), `${gpu.shaderBase}res_gemm_lanes_narrow.wgsl`) };
     this.pipelines = {};
     for (const name of RES_KERNELS) this.pipelines[name.slice(4)] = await gpu._compile(name, await text(name), `${gpu.shaderBase}${name}.wgsl`);
     this.pipelines.maxpool = gpu._pipelines.get("maxpool");
-    this.measured = gpu.residentGemm in gemms ? null : await this._fasterGemm();
   }
 
-  /** Which GEMM kernel is fastest on this adapter: the forward pass of one conv layer (im2col,
-   *  a GEMM of 1024 x 144 x 32 with its packing for the packed kernel, the bias, the
-   *  requantize; then a small linear layer) timed with each, alternately, best of 3 each. The
-   *  bytes are the same; only the speed differs. */
-  async _fasterGemm() {
+  /** Which GEMM kernel is fastest on this adapter for micro-batches of b samples of `spec`:
+   *  the plan's own forward and backward passes (every GEMM shape, split and packing pass it
+   *  will run) with each kernel, alternately, four rounds; a kernel over three times the best
+   *  after a round is dropped (the tiled kernel on a CPU emulation: 5-8x; a loaded machine's
+   *  noise stays within that); the least time wins. The bytes are the same
+   *  (the self-check); only the speed differs. The registers-only kernels are timed with the
+   *  default split sums and with fewer (SPLIT_FEW workgroups: "lanes/16"). Returns {kernel (the
+   *  winner, "kernel" or "kernel/16"), plan (its plan, kept), ms}. */
+  async _fastestFor(spec, b) {
     const d = this.gpu.device;
-    const spec = imageCnn(16, 8, 8, ["conv32"], 2);
     const probes = {};
-    for (const name of Object.keys(this.gemms)) probes[name] = new ResidentPlan(this, spec, 16, name);
+    // each kernel with the default split sums, and (unless gpu.residentSplit fixes them) the
+    // registers-only kernels with fewer: "lanes/16" aims at SPLIT_FEW workgroups
+    const names = Object.keys(this.gemms);
+    if (this.gpu.residentSplit === undefined) names.push(...names.filter((n) => n !== "tiled").map((n) => `${n}/${SPLIT_FEW}`));
+    for (const name of names) {
+      const [kernel, few] = name.split("/");
+      try {
+        probes[name] = new ResidentPlan(this, spec, b, kernel, few ? SPLIT_FEW : undefined);
+      } catch (err) {
+        if (!(err instanceof PlanLimit)) throw err;
+      }
+    }
     const best = {};
     const time = async (name) => {
       const enc = d.createCommandEncoder();
-      const pass = enc.beginComputePass();
-      for (const op of probes[name].fwd) {
-        pass.setPipeline(op.pipeline);
-        pass.setBindGroup(0, op.group);
-        pass.dispatchWorkgroups(op.grid[0], op.grid[1], op.grid[2] || 1);
+      for (const list of [probes[name].fwd, probes[name].bwd]) {
+        const pass = enc.beginComputePass();
+        for (const op of list) {
+          pass.setPipeline(op.pipeline);
+          pass.setBindGroup(0, op.group);
+          pass.dispatchWorkgroups(op.grid[0], op.grid[1], op.grid[2] || 1);
+        }
+        pass.end();
       }
-      pass.end();
       const t0 = performance.now();
       d.queue.submit([enc.finish()]);
       await d.queue.onSubmittedWorkDone();
       best[name] = Math.min(best[name] ?? Infinity, performance.now() - t0);
     };
+    let live = Object.keys(probes);
+    if (!live.length) return { kernel: null, plan: null, ms: best };
     try {
       await this.gpu._scoped("timing the resident GEMM kernels", () => null);
-      const names = Object.keys(probes);
-      for (let r = 0; r < 3; r++) for (const name of r % 2 ? [...names].reverse() : names) await time(name);
-    } finally {
+      for (let r = 0; r < 4; r++) {
+        for (const name of r % 2 ? [...live].reverse() : live) await time(name);
+        const least = Math.min(...live.map((n) => best[n]));
+        live = live.filter((n) => best[n] <= 3 * least);
+      }
+    } catch (err) {
       for (const plan of Object.values(probes)) plan.destroy();
+      throw err;
     }
-    this.gemmTimes = best;
-    return Object.keys(best).reduce((a, b) => (best[b] < best[a] ? b : a));
+    const kernel = live.reduce((a, n) => (best[n] < best[a] ? n : a));
+    for (const [name, plan] of Object.entries(probes)) if (name !== kernel) plan.destroy();
+    return { kernel, plan: probes[kernel], ms: best };
   }
 
   /**
@@ -164,16 +194,31 @@ export class ResidentPlans {
     if (!this._ready) this._ready = this._compile().then(async () => { this.reason = await this._selfCheck(); });
     await this._ready;
     if (this.reason) return null;
-    // the GEMM kernel: gpu.residentGemm ("tiled" | "direct") when set, else the faster one here
-    const want = this.gpu.residentGemm;
-    if (!(want in this.gemms) && !this.measured) this.measured = await this._fasterGemm();
-    this.gemm = want in this.gemms ? want : this.measured;
-    const key = `${JSON.stringify(spec.toJson())}|${b}|${this.gemm}|${this.gpu.residentSplit ?? ""}|${this.gpu.residentIm2colPack !== false}`;
-    if (this.plans.has(key)) return this.plans.get(key);
-    let plan = null;
-    if (!unsupported(spec)) {
+    if (unsupported(spec)) return null;
+    // the GEMM kernel: gpu.residentGemm (a key of this.gemms) when set, else the fastest here
+    // on this model and micro-batch size (timed once: _fastestFor)
+    const model = `${JSON.stringify(spec.toJson())}|${b}|${this.gpu.residentSplit ?? ""}|${this.gpu.residentIm2colPack !== false}`;
+    let timed = null;
+    let choice = this.gpu.residentGemm; // a kernel, or "kernel/16": fewer split sums
+    if (!(choice in this.gemms)) {
+      if (!this.fastest.has(model)) {
+        timed = await this._fastestFor(spec, b);
+        this.fastest.set(model, { choice: timed.kernel, ms: timed.ms });
+      }
+      ({ choice, ms: this.gemmTimes } = this.fastest.get(model));
+      this.measured = choice; // with its times: the model of the last plan asked for
+    }
+    const [kernel, few] = choice ? choice.split("/") : [null, null];
+    this.gemm = kernel;
+    const key = `${model}|${choice}`;
+    if (this.plans.has(key)) {
+      if (timed && timed.plan) timed.plan.destroy();
+      return this.plans.get(key);
+    }
+    let plan = timed ? timed.plan : null;
+    if (!plan && kernel) {
       try {
-        plan = new ResidentPlan(this, spec, b, this.gemm);
+        plan = new ResidentPlan(this, spec, b, kernel, few ? SPLIT_FEW : undefined);
       } catch (err) {
         if (!(err instanceof PlanLimit)) throw err;
       }

@@ -2,17 +2,26 @@
 // (webui/units/gpu_plan.js calls these while it builds a pass's dispatches):
 //
 // - A GEMM (or a bias gradient) with fewer than SPLIT_GROUPS workgroups is split over K (rows)
-//   into partials, `parts` of them `m * n` apart in a buffer of their own, that
-//   res_reduce.wgsl adds into the destination. Wrapping i32 adds are associative and the whole
-//   sum fits in int32 (a plan splits rows by MAX_K first), so the bits are the unsplit sum's.
+//   into partials, `parts` of them `m * n` apart, that are added by whoever reads them: in
+//   place (`inPlace`, the partials written into the destination's own room, that gemmParts /
+//   colsumParts size) by the pass that reads the sum (res_bias_absmax.wgsl for a layer's
+//   accumulator) or the host (sumSlots, for the gradient it reads back), else by
+//   res_reduce.wgsl, one more pass, into the destination. Wrapping i32 adds are associative and
+//   the whole sum fits in int32 (a plan splits rows by MAX_K first), so the bits are the
+//   unsplit sum's.
 // - The packed kernel (res_gemm_packed.wgsl) reads A's rows and B's columns as four int8 of K a
 //   u32: packRows on the host (the weights), res_pack.wgsl or res_im2col_pack.wgsl on the GPU.
+//   The lanes kernel (res_gemm_lanes.wgsl) reads the forward weights transposed (transpose).
 
 /** A sum with fewer workgroups than this is split (over K for a GEMM, over rows for a bias
  *  gradient) until it has about this many, so that it spreads over every thread of a CPU-emulated
  *  adapter and more cores of a GPU; each part sums at least MIN_PART terms (words of four for
- *  the packed kernel). gpu.residentSplit: false (never split) or another target (bench, tests). */
+ *  the packed kernel). gpu.residentSplit: false (never split) or another target (bench, tests);
+ *  else the tab times SPLIT_GROUPS and SPLIT_FEW on its model (gpu_resident.js _fastestFor). */
 export const SPLIT_GROUPS = 64;
+/** The other target a tab times: a CPU emulation's few threads are fed by fewer workgroups,
+ *  and every split costs its partials' writes and reads. */
+export const SPLIT_FEW = 16;
 export const MIN_PART = 64;
 
 /** How a sum of k terms over `groups` workgroups is split, aiming at `target` workgroups:
@@ -35,21 +44,29 @@ export function packRows(x, rows, k, sr, sk) {
   return out;
 }
 
+/** A rows x cols int matrix transposed, as int32 (res_gemm_lanes.wgsl's forward weights). */
+export function transpose(x, rows, cols) {
+  const out = new Int32Array(rows * cols);
+  for (let r = 0; r < rows; r++) for (let c = 0; c < cols; c++) out[c * rows + r] = x[r * cols + c];
+  return out;
+}
+
 /** The dispatches of C[cOff + row * n + col] = op(A) op(B), opA[r, kk] = A[aOff + r*aSm +
- *  kk*aSk], opB[kk, c] = B[bOff + kk*bSk + c*bSn], on `plan`'s GEMM kernel over `grid`
- *  workgroups; split over K, and for the packed kernel its operands packed unless pa / pb
- *  (A / B already packed) are given. */
-export function gemmOps(plan, list, A, B, C, { m, k, n, aOff, aSm, aSk, bOff, bSk, bSn, cOff, grid, pa, pb }) {
-  const target = plan.gpu.residentSplit ?? SPLIT_GROUPS;
+ *  kk*aSk], opB[kk, c] = B[bOff + kk*bSk + c*bSn], on `plan`'s GEMM kernel (`kernel`: its
+ *  pipeline, "gemm" or the narrow "gemm_narrow") over `grid`
+ *  workgroups; split over K (inPlace: the partials at cOff + z * m * n, gemmParts of them), and
+ *  for the packed kernel its operands packed unless pa / pb (A / B already packed) are given. */
+export function gemmOps(plan, list, A, B, C, { m, k, n, aOff, aSm, aSk, bOff, bSk, bSn, cOff, grid, pa, pb, inPlace, kernel = "gemm" }) {
+  const target = plan.splitTarget;
   if (!plan.packed) {
     const { parts, kc } = splitOf(grid[0] * grid[1], k, target);
     if (parts === 1) {
-      plan._op(list, "gemm", [m, k, n, k, aOff, aSm, aSk, 0, bOff, bSk, bSn, 0, cOff, n, 1, 0], [A, B, C], grid);
+      plan._op(list, kernel, [m, k, n, k, aOff, aSm, aSk, 0, bOff, bSk, bSn, 0, cOff, n, 1, 0], [A, B, C], grid);
       return;
     }
-    const part = plan._buf(parts * m * n, "GEMM partials");
-    plan._op(list, "gemm", [m, k, n, kc, aOff, aSm, aSk, 0, bOff, bSk, bSn, 0, 0, n, 1, m * n], [A, B, part], [...grid, parts]);
-    plan._op(list, "reduce", [m * n, parts, m * n, cOff], [part, C], plan._grid(m * n));
+    const part = inPlace ? C : plan._buf(parts * m * n, "GEMM partials");
+    plan._op(list, kernel, [m, k, n, kc, aOff, aSm, aSk, 0, bOff, bSk, bSn, 0, inPlace ? cOff : 0, n, 1, m * n], [A, B, part], [...grid, parts]);
+    if (!inPlace) plan._op(list, "reduce", [m * n, parts, m * n, cOff], [part, C], plan._grid(m * n));
     return;
   }
   const kw = Math.ceil(k / 4);
@@ -66,18 +83,44 @@ export function gemmOps(plan, list, A, B, C, { m, k, n, aOff, aSm, aSk, bOff, bS
     plan._op(list, "gemm", [m, kw, n, kw, cOff, n, 1, 0], [pa, pb, C], grid);
     return;
   }
-  const part = plan._buf(parts * m * n, "GEMM partials");
-  plan._op(list, "gemm", [m, kw, n, kc, 0, n, 1, m * n], [pa, pb, part], [...grid, parts]);
-  plan._op(list, "reduce", [m * n, parts, m * n, cOff], [part, C], plan._grid(m * n));
+  const part = inPlace ? C : plan._buf(parts * m * n, "GEMM partials");
+  plan._op(list, "gemm", [m, kw, n, kc, inPlace ? cOff : 0, n, 1, m * n], [pa, pb, part], [...grid, parts]);
+  if (!inPlace) plan._op(list, "reduce", [m * n, parts, m * n, cOff], [part, C], plan._grid(m * n));
+}
+
+/** How many partials an m x k x n GEMM of `plan` is split into (gemmOps): an `inPlace`
+ *  destination has room for that many, m * n apart. */
+export function gemmParts(plan, m, k, n) {
+  const grid = plan._gemmGrid(m, n);
+  return splitOf(grid[0] * grid[1], plan.packed ? Math.ceil(k / 4) : k, plan.splitTarget).parts;
+}
+
+/** How many partials a bias gradient of rows x nOut errors is split into (colsumOps). */
+export function colsumParts(plan, rows, nOut) {
+  return splitOf(Math.ceil(nOut / 64), rows, plan.splitTarget).parts;
+}
+
+/** The sum of `size` words at each of `slots` in `got` (the partials of a split sum that the
+ *  host adds: exact, the whole sum fits in int32); null where a word was left unwritten. */
+export function sumSlots(got, slots, size, poison) {
+  for (const off of slots) for (let j = off; j < off + size; j++) if (got[j] === poison) return null;
+  if (slots.length === 1) return got.subarray(slots[0], slots[0] + size);
+  const out = Float64Array.from(got.subarray(slots[0], slots[0] + size));
+  for (const off of slots.slice(1)) for (let j = 0; j < size; j++) out[j] += got[off + j];
+  return out;
 }
 
 /** The dispatches of out[off + o] = the column sums of the rows x nOut errors G (the bias
- *  gradient), split over rows as gemmOps splits K. */
-export function colsumOps(plan, list, G, out, rows, nOut, off) {
+ *  gradient), split over rows as gemmOps splits K (inPlace: the partials at off + z * nOut). */
+export function colsumOps(plan, list, G, out, rows, nOut, off, inPlace = false) {
   const groups = Math.ceil(nOut / 64);
-  const { parts, kc } = splitOf(groups, rows, plan.gpu.residentSplit ?? SPLIT_GROUPS);
+  const { parts, kc } = splitOf(groups, rows, plan.splitTarget);
   if (parts === 1) {
     plan._op(list, "colsum", [rows, nOut, off, rows], [G, out], [groups, 1]);
+    return;
+  }
+  if (inPlace) {
+    plan._op(list, "colsum", [rows, nOut, off, kc], [G, out], [groups, 1, parts]);
     return;
   }
   const part = plan._buf(parts * nOut, "bias gradient partials");
