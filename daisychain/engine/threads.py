@@ -35,6 +35,9 @@ MAX_THREADS = 256
 #: split: below it the hand-off costs more than the second core gives (bench/threads.py).
 MIN_SHARE_S = 0.002
 
+#: Worker processes start only once this many one-thread calls measured the rate.
+START_AFTER = 3
+
 
 def cores() -> int:
     """The cores this process may run on (its CPU affinity where the OS says it)."""
@@ -113,6 +116,7 @@ class ThreadedGrad:
         self._workers: list = []  # engine/procs.py Worker, started when a call is first split
         self._pool = None
         self._finalizer = None
+        self._timed = 0  # one-thread calls timed
 
     def split(self, n: int) -> int:
         """How many threads a call of n micro-batches takes (:func:`threads_for`)."""
@@ -126,13 +130,17 @@ class ThreadedGrad:
             if torch is not None and torch.get_num_threads() != 1:  # each, or N threads oversubscribe
                 torch.set_num_threads(1)
         if k > 1 and self.mode == "processes":
-            k = self._ready_workers(k, theta, x, y, frac_bits, limit)
+            # a worker process costs a start (seconds of CPU): only once the rate is the
+            # least of START_AFTER calls (a first, cold call can make cheap ones look dear)
+            k = 1 if self.min_share_s > 0 and self._timed < START_AFTER and not self._workers \
+                else self._ready_workers(k, theta, x, y, frac_bits, limit)
         self.most_used = max(self.most_used, k)
         if k <= 1:
             t0 = time.perf_counter()
             got = self._engines[0].grad(theta, x, y, frac_bits, limit)
             if n:
                 self._seen((time.perf_counter() - t0) / n)
+                self._timed += 1
             return got
         cuts = [(w * n) // k for w in range(k + 1)]
         t0 = time.perf_counter()
