@@ -1,20 +1,27 @@
 """A step's micro-batches computed concurrently (``--threads N`` of ``daisychain train``,
 ``demo``, ``cluster`` and ``daisy-peer``).
 
-The micro-batches given to :meth:`ThreadedGrad.grad` are split into N contiguous runs, one
-per thread, each computed by an Engine of its own (the fast paths keep scratch buffers, so
-an Engine is never shared between threads). The kernels release the GIL (numba ``nogil``,
-``torch._int_mm``, numpy's GEMMs), so the threads run on separate cores (torch's own
-intra-op pool is set to one thread then, so that N threads use N cores, not N x cores). A contribution is a
-sum of exact int64 fixed-point values, so the sum of the threads' sums is the same bits as
-one thread's, in any order; loss and correct keep the micro-batch order. Every N gives the
-same parameters hash (tests/engine/test_threads.py).
+The micro-batches given to :meth:`ThreadedGrad.grad` are split into N contiguous runs
+(shares), each computed by an Engine of its own (the fast paths keep scratch buffers, so an
+Engine is never shared). By default the shares run in worker processes (engine/procs.py):
+the calling process computes the first share and N-1 workers the others, each worker a fresh
+interpreter with one torch/BLAS thread, sent the spec, unit tables and gemm once, then each
+call's parameters and inputs through shared memory. Processes, because threads of one
+process lose to the GIL: two threads computing the image grad ran 1.6x one, two processes
+2.0x (``bench/cores.py``); ``mode="threads"`` keeps the shares on threads of this process
+(stop 44's path, measured beside it by ``bench/threads.py``). A contribution is a sum of
+exact int64 fixed-point values, so the sum of the shares' sums is the same bits as one
+process's, in any order; loss and correct keep the micro-batch order. Every N gives the same
+parameters hash (tests/engine/test_threads.py).
 
-A split costs a hand-off to the pool and back (~0.1-0.3 ms here) and contention for the GIL
-between kernels, so a step whose micro-batches are cheap (digits: ~0.1 ms each) ran at
-0.55x on 2 threads against 1 (docs/BENCHMARKS.md, "threads"). The pool is used only when
-each thread's share of a call would take at least :data:`MIN_SHARE_S` on one thread, by the
-rate this process measured on its own one-thread calls (the bits never depend on it).
+A split costs a hand-off and back (~0.1-0.3 ms here), so a step whose micro-batches are
+cheap (digits: ~0.1 ms each) ran at 0.55x on 2 threads against 1 (docs/BENCHMARKS.md,
+"threads"). A call is split only when each share would take at least :data:`MIN_SHARE_S`
+on one thread, by the rate this process measured on its own one-thread calls (the bits
+never depend on it). Worker processes are started the first time the rule splits a call,
+after :data:`START_AFTER` timed calls (a cheap run never starts one); the caller computes
+alone until they are ready, and :meth:`ThreadedGrad.close` (or the interpreter's exit) stops
+them.
 """
 
 from __future__ import annotations
