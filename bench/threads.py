@@ -21,7 +21,6 @@ import time
 from tqdm import tqdm
 
 from bench._report import write_section
-from daisychain.engine.data import prepare_task
 from daisychain.engine.settings import add_run_arguments, settings_from_args
 from daisychain.engine.threads import cores
 from daisychain.engine.trainer import Trainer

@@ -226,8 +226,8 @@ class ThreadedGrad:
                 grad += w.grad
                 losses.append(loss)
                 corrects.append(correct)
-        except procs.ComputeWorkerError:
-            self.close()
+        except BaseException:  # a worker failed, or this process's share (an interrupt): the
+            self.close()  # workers' answers are not read, so a later call starts fresh ones
             raise
         return Result(grad, np.concatenate(losses), np.concatenate(corrects))
 
