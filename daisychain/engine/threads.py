@@ -252,7 +252,8 @@ class ThreadedGrad:
 def add_threads_argument(p) -> None:
     """``--threads N`` on a command's parser (train, demo, cluster, daisy-peer)."""
     p.add_argument("--threads", type=threads_arg, default=None, metavar="N",
-                   help=f"compute a step's micro-batches on N threads, same bits for every N "
+                   help=f"compute a step's micro-batches on N cores (this process and N-1 worker "
+                        f"processes), same bits for every N "
                         f"(default: this machine's cores, {cores()} here)")
 
 

@@ -253,3 +253,41 @@ def test_a_killed_parent_leaves_no_worker_behind(tmp_path):
     while any(_alive(q) for q in pids) and time.monotonic() < end:
         time.sleep(0.2)
     assert not any(_alive(q) for q in pids)
+
+
+def test_train_says_in_one_line_when_its_worker_process_dies():
+    """`daisychain train --task image --threads 2`: its worker process (started once the split
+    rule says split) killed under it ends the run with one error line, exit 1, no hang."""
+    import os
+    import re
+    import signal
+    import time
+
+    p = subprocess.Popen([sys.executable, "-m", "daisychain.cli", "train", "--task", "image", "--steps", "3000",
+                          "--threads", "2", "--quiet"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        end, kid = time.monotonic() + 240, None
+        while kid is None and time.monotonic() < end and p.poll() is None:
+            for d in os.listdir("/proc"):
+                try:
+                    with open(f"/proc/{d}/stat") as f:
+                        ppid = int(f.read().split(")")[-1].split()[1])
+                    with open(f"/proc/{d}/cmdline") as f:
+                        cmd = f.read()
+                except (OSError, ValueError):
+                    continue
+                if ppid == p.pid and "daisychain.engine.procs" in cmd:
+                    kid = int(d)
+            time.sleep(0.2)
+        assert kid is not None, "no worker process started"
+        time.sleep(1.0)
+        os.kill(kid, signal.SIGKILL)
+        out, err = p.communicate(timeout=120)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.communicate()
+    assert p.returncode == 1 and out == "" and "Traceback" not in err
+    assert re.fullmatch(rf"daisychain train: error: compute worker process 1 \(pid {kid}\) (exited with code -9|"
+                        r"closed its socket) (while starting|during a call|before a call); --threads 1 computes in "
+                        r"this process alone", err.strip().splitlines()[-1]), err[-2000:]
