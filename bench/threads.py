@@ -5,17 +5,22 @@ in this process and one worker process, engine/procs.py); and, for the image tas
 other ways measured beside it: 2 worker processes computing every share (the caller only
 hands out and sums) and 2 threads of this process (stop 44's path). Warm-up steps first (the
 numba caches, each engine, the worker processes started and ready), then alternating rounds
-of steps, best round of each; the parameters must end the same.
+of steps, best round of each; the parameters must end the same. ``--command-steps S`` adds
+the command itself, ``daisychain train --task image --steps S --threads 1`` and ``2`` in
+fresh processes, alternating (start-up and the worker's start included as a user meets them).
 
-Run: ``python -m bench.threads [--steps N] [--rounds R]`` (writes the "threads" section of
+Run: ``python -m bench.threads [--steps N] [--rounds R] [--command-steps S]`` (writes the "threads" section of
 docs/BENCHMARKS.md). The ratio is steps/s on 2 threads over 1, measured interleaved in one
 run; on a machine other processes share, it is what the cores had left.
 """
 
 from __future__ import annotations
 
-import os
 import argparse
+import json
+import os
+import subprocess
+import sys
 import time
 
 from tqdm import tqdm
@@ -57,14 +62,47 @@ def _steps(tr: Trainer, n: int) -> float:
     return n / (time.perf_counter() - t0)
 
 
+def _command(n: int, steps: int) -> dict:
+    """``daisychain train --task image --steps S --threads n --json`` as a user runs it."""
+    r = subprocess.run([sys.executable, "-m", "daisychain.cli", "train", "--task", "image", "--steps", str(steps),
+                        "--threads", str(n), "--json", "--quiet"], capture_output=True, text=True, timeout=900)
+    if r.returncode:
+        raise SystemExit(f"bench.threads: train --threads {n} failed: {r.stderr[-500:]}")
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def _commands(steps: int, rounds: int, bar) -> list[str]:
+    """Alternating runs of the command on 1 and 2 threads: micro-batches/s of its training
+    loop (start-up and the final test excluded; the worker's start inside it), best of each."""
+    best, hashes, procs = {1: 0.0, 2: 0.0}, set(), 0
+    for _ in range(rounds):
+        for n in (1, 2):
+            out = _command(n, steps)
+            best[n] = max(best[n], out["micro_batches_per_s"])
+            hashes.add(out["params_sha256"])
+            procs = max(procs, out["processes_used"]) if n == 2 else procs
+            bar.update(1)
+    return ["", f"The command as a user runs it, `daisychain train --task image --steps {steps} --threads N "
+            f"--json` (a fresh process each run: torch's own thread count on `--threads 1`, the worker started "
+            f"inside the training loop on `--threads 2`), {rounds} alternating runs of each, micro-batches/s "
+            f"of the training loop, best of each:", "",
+            "| run | `--threads 1` micro-batches/s | `--threads 2` | worker processes | same params-sha256 |",
+            "|---|---|---|---|---|",
+            f"| image, {steps} steps | {best[1]:.0f} (1.00x) | {best[2]:.0f} ({best[2] / best[1]:.2f}x) | {procs} | "
+            f"{'yes' if len(hashes) == 1 else 'NO'} |"]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--steps", type=int, default=40, help="steps per round")
     ap.add_argument("--rounds", type=int, default=4)
+    ap.add_argument("--command-steps", type=int, default=0,
+                    help="also time `daisychain train --task image --steps N` on 1 and 2 threads (0: not)")
     a = ap.parse_args()
     rows = []
     load0 = os.getloadavg()[0]
-    bar = tqdm(total=a.rounds * (2 + len(WAYS) + 1), desc="bench threads", unit="round")
+    bar = tqdm(total=a.rounds * (2 + len(WAYS) + 1 + (2 if a.command_steps else 0)), desc="bench threads",
+               unit="round")
     for task in TASKS:
         trs, name = _trainers(task)
         for tr in trs:
@@ -83,6 +121,7 @@ def main() -> None:
         rows.append(f"| {name} | {' | '.join(cells)} | {used} | {'yes' if same else 'NO'} |")
         for tr in trs:
             tr.threads.close()
+    tail = _commands(a.command_steps, a.rounds, bar) if a.command_steps else []
     bar.close()
     body = "\n".join([
         f"This machine has {cores()} cores (load average {load0:.1f} at the start of the run, "
@@ -92,13 +131,14 @@ def main() -> None:
         f"baseline (1.00) `--threads 1` in the same run. \"shares\": the most shares a step was split into, "
         f"and how many of them worker processes computed.",
         "",
-        "| run | `--threads 1` steps/s | " + " | ".join(f"{c}" for c, _ in WAYS)
+        "| run | `--threads 1` steps/s | " + " | ".join(c if c.startswith("2") else f"`{c}`" for c, _ in WAYS)
         + " | shares : of them in worker processes | same params-sha256 after the same steps |",
         "|---|---|" + "---|" * len(WAYS) + "---|---|",
-        *rows])
+        *rows, *tail])
     print(body)
     write_section("threads", "## `--threads`: a step's micro-batches on several cores (Python)\n\n" + body,
-                  f"python -m bench.threads --steps {a.steps} --rounds {a.rounds}")
+                  f"python -m bench.threads --steps {a.steps} --rounds {a.rounds}"
+                  + (f" --command-steps {a.command_steps}" if a.command_steps else ""))
 
 
 if __name__ == "__main__":

@@ -132,10 +132,12 @@ class ThreadedGrad:
     def grad(self, x: np.ndarray, y: np.ndarray, theta: np.ndarray, frac_bits: int, limit: float):
         n = len(y)
         k = self.split(n)
-        if k > 1:
-            torch = sys.modules.get("torch")  # the image path's torch._int_mm: one intra-op thread
-            if torch is not None and torch.get_num_threads() != 1:  # each, or N threads oversubscribe
-                torch.set_num_threads(1)
+        # the image path's torch._int_mm: one intra-op thread in every process, so that N
+        # shares use N cores, not N x cores, and --threads 1 is one core (torch's default pool,
+        # a thread a core, ran 1.35x and 8.4x slower here at load 10-11: bench/torch_threads.py)
+        torch = sys.modules.get("torch")
+        if torch is not None and torch.get_num_threads() != 1:
+            torch.set_num_threads(1)
         if k > 1 and self.mode == "processes":
             # a worker process costs a start (seconds of CPU): only once the rate is the
             # least of START_AFTER calls (a first, cold call can make cheap ones look dear)
