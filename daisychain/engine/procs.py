@@ -5,7 +5,7 @@ of one process 1.6x: the numpy glue and torch's per-call dispatch hold the GIL
 (docs/BENCHMARKS.md, ``bench/cores.py``). So ``--threads N`` computes a split call's shares
 in worker processes, each with an Engine of its own, built from what the parent sends.
 
-A worker is a fresh interpreter (``python -m daisychain.engine.procs``, started by
+A worker is a fresh interpreter (``python -c`` that runs :func:`main` of this module, started by
 ``subprocess``: no fork after torch or OpenMP started in the parent), with one torch, BLAS and
 OpenMP thread, SIGINT ignored (it follows its parent). The parent and it share:
 
@@ -58,9 +58,13 @@ def _child_env() -> dict:
     env = dict(os.environ)
     for v in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "NUMBA_NUM_THREADS"):
         env[v] = "1"  # one compute thread per process: N processes use N cores
-    root = str(Path(__file__).resolve().parents[2])  # the folder that holds daisychain/
-    env["PYTHONPATH"] = os.pathsep.join([root, *([env["PYTHONPATH"]] if env.get("PYTHONPATH") else [])])
     return env
+
+
+#: The child's program: this very daisychain (the folder that holds it first on the path, ahead
+#: of the working directory, which may hold another checkout), then :func:`main`.
+_CHILD = ("import sys; sys.path.insert(0, {root!r}); from daisychain.engine.procs import main; main()"
+          .format(root=str(Path(__file__).resolve().parents[2])))
 
 
 class Worker:
@@ -98,8 +102,7 @@ class Worker:
         mine, theirs = socket.socketpair()
         try:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "daisychain.engine.procs", str(theirs.fileno()), str(self._file.fileno()),
-                 str(os.getpid())],
+                [sys.executable, "-c", _CHILD, str(theirs.fileno()), str(self._file.fileno()), str(os.getpid())],
                 pass_fds=(theirs.fileno(), self._file.fileno()), env=_child_env(),
                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
         finally:
