@@ -54,12 +54,23 @@ def _trainers(task: str) -> tuple[list[Trainer], str]:
     return out, f"{task}: batch {rs.hp.batch} = {rs.hp.n_micro} micro-batches of {rs.hp.micro_batch}"
 
 
-def _steps(tr: Trainer, n: int) -> float:
+def _cpu(tr: Trainer) -> float:
+    """CPU seconds of this process (all its threads) and of the trainer's worker processes."""
+    tick, out = os.sysconf("SC_CLK_TCK"), time.process_time()
+    for w in tr.threads._workers:
+        with open(f"/proc/{w.proc.pid}/stat") as f:
+            fields = f.read().split(")")[-1].split()
+        out += (int(fields[11]) + int(fields[12])) / tick  # utime, stime
+    return out
+
+
+def _steps(tr: Trainer, n: int) -> tuple[float, float]:
+    """(steps/s, CPU ms a step) of n steps."""
     ids = list(range(tr.hp.n_micro))
-    t0 = time.perf_counter()
+    c0, t0 = _cpu(tr), time.perf_counter()
     for _ in range(n):
         tr.apply(tr.contribute(ids).grad)
-    return n / (time.perf_counter() - t0)
+    return n / (time.perf_counter() - t0), (_cpu(tr) - c0) / n * 1000
 
 
 def _command(n: int, steps: int) -> dict:
@@ -83,8 +94,8 @@ def _commands(steps: int, rounds: int, bar) -> list[str]:
             procs = max(procs, out["processes_used"]) if n == 2 else procs
             bar.update(1)
     return ["", f"The command as a user runs it, `daisychain train --task image --steps {steps} --threads N "
-            f"--json` (a fresh process each run: torch's own thread count on `--threads 1`, the worker started "
-            f"inside the training loop on `--threads 2`), {rounds} alternating runs of each, micro-batches/s "
+            f"--json` (a fresh process each run, the worker started inside the training loop on "
+            f"`--threads 2`), {rounds} alternating runs of each, micro-batches/s "
             f"of the training loop, best of each:", "",
             "| run | `--threads 1` micro-batches/s | `--threads 2` | worker processes | same params-sha256 |",
             "|---|---|---|---|---|",
@@ -109,14 +120,16 @@ def main() -> None:
             _steps(tr, WARM)
             tr.threads.wait_ready()  # the worker processes, where the split rule started them
             _steps(tr, WARM)
-        best = [0.0] * len(trs)
+        best, cpu = [0.0] * len(trs), [1e9] * len(trs)
         for _ in range(a.rounds):
             for i, tr in enumerate(trs):
-                best[i] = max(best[i], _steps(tr, a.steps))
+                rate, ms = _steps(tr, a.steps)
+                best[i], cpu[i] = max(best[i], rate), min(cpu[i], ms)
                 bar.update(1)
         same = all(tr.params_sha256() == trs[0].params_sha256() and tr.state.step == trs[0].state.step
                    for tr in trs)
-        cells = [f"{b:.1f} ({b / best[0]:.2f}x)" for b in best] + ["n/a"] * (1 + len(WAYS) - len(trs))
+        cells = ([f"{b:.1f} ({b / best[0]:.2f}x); {c:.1f} ms" for b, c in zip(best, cpu)]
+                 + ["n/a"] * (1 + len(WAYS) - len(trs)))
         used = "/".join(f"{tr.threads.most_used}:{tr.threads.most_procs}" for tr in trs[1:])
         rows.append(f"| {name} | {' | '.join(cells)} | {used} | {'yes' if same else 'NO'} |")
         for tr in trs:
@@ -128,8 +141,10 @@ def main() -> None:
         f"{os.getloadavg()[0]:.1f} at the end), shared with other work while this ran. Steps/s of the "
         f"trainer `daisychain train` runs (`Trainer(threads=N)`), after {WARM} warm-up steps, the worker "
         f"processes ready and {WARM} more, the best of {a.rounds} alternating rounds of {a.steps} steps; "
-        f"baseline (1.00) `--threads 1` in the same run. \"shares\": the most shares a step was split into, "
-        f"and how many of them worker processes computed.",
+        f"baseline (1.00) `--threads 1` in the same run; after the `;` the least CPU time a step took in a "
+        f"round (this process's threads and its worker processes together: on a loaded machine the figure "
+        f"that still compares; a split adds what the hand-off costs). \"shares\": the most shares a step was "
+        f"split into, and how many of them worker processes computed.",
         "",
         "| run | `--threads 1` steps/s | " + " | ".join(c if c.startswith("2") else f"`{c}`" for c, _ in WAYS)
         + " | shares : of them in worker processes | same params-sha256 after the same steps |",
