@@ -28,9 +28,11 @@ workers on ``close()`` and at exit. A worker that dies or does not answer within
 
 from __future__ import annotations
 
+import mmap
 import os
 import pickle
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -86,8 +88,6 @@ class Worker:
         shm = "/dev/shm" if os.path.isdir("/dev/shm") else None
         self._file = tempfile.TemporaryFile(dir=shm)  # unlinked: gone when both sides close it
         self._file.truncate(size)
-        import mmap
-
         self.mm = mmap.mmap(self._file.fileno(), size)
         np.frombuffer(self.mm, np.int64, 8, 0)[:] = off
         self.theta = np.frombuffer(self.mm, np.float64, theta.size, off[0])
@@ -97,8 +97,6 @@ class Worker:
         self.theta[:] = theta
         self._put(x, self.x_room)
         self._put(y, self.y_room)
-        import socket
-
         mine, theirs = socket.socketpair()
         try:
             self.proc = subprocess.Popen(
@@ -189,6 +187,12 @@ class Worker:
             self.proc.kill()
             self.proc.wait()
         self.conn.close()
+        self.theta = self.grad = None  # the mapping's views, then the mapping and its file
+        try:
+            self.mm.close()
+        except BufferError:  # a view still held elsewhere: the memory goes with it
+            pass
+        self._file.close()
 
 
 def stop_all(workers: list) -> None:
@@ -238,8 +242,6 @@ def _serve(conn: Connection, mm, parent: int) -> None:
 def main() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # a Ctrl-C ends the parent; the worker follows it
     conn = Connection(int(sys.argv[1]))
-    import mmap
-
     mm = mmap.mmap(int(sys.argv[2]), 0)
     try:
         _serve(conn, mm, int(sys.argv[3]))
