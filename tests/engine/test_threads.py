@@ -291,3 +291,22 @@ def test_train_says_in_one_line_when_its_worker_process_dies():
     assert re.fullmatch(rf"daisychain train: error: compute worker process 1 \(pid {kid}\) (exited with code -9|"
                         r"closed its socket) (while starting|during a call|before a call); --threads 1 computes in "
                         r"this process alone", err.strip().splitlines()[-1]), err[-2000:]
+
+
+def test_a_share_larger_than_the_workers_room_travels_in_the_message():
+    """A worker's shared room is sized by the call that started it; a later, larger share is
+    sent pickled in the call's message: the same bits either way."""
+    one, many = _image_pair(2)
+    g = many.threads
+    small = [0, 1]
+    assert np.array_equal(one.contribute(small).grad, many.contribute(small).grad)
+    assert g.wait_ready(240)
+    room = g._workers[0].x_room[1]
+    ids = list(range(one.hp.n_micro))
+    x, _ = many.inputs(0, ids)
+    assert x[3:].nbytes > room  # the worker's share of 6 micro-batches: 3; its room holds the first call's 2
+    for tr_ids in (ids, small, ids):
+        a, b = one.contribute(tr_ids), many.contribute(tr_ids)
+        assert np.array_equal(a.grad, b.grad) and np.array_equal(a.loss, b.loss)
+    assert g.most_procs == 1
+    g.close()
