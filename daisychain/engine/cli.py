@@ -27,6 +27,7 @@ import numpy as np
 from tqdm import tqdm
 
 from daisychain.engine.settings import USER_ERRORS, add_run_arguments, setting_type, settings_from_args
+from daisychain.engine.procs import ComputeWorkerError
 from daisychain.engine.threads import add_threads_argument, threads_from
 
 
@@ -95,6 +96,9 @@ def run(args: argparse.Namespace) -> int:
     except CheckpointError as exc:
         print(f"daisychain train: error: {exc}", file=sys.stderr)
         return 2
+    except ComputeWorkerError as exc:  # a compute worker process died, failed or hung
+        print(f"daisychain train: error: {exc}", file=sys.stderr)
+        return 1
     except OSError as exc:
         print(f"daisychain train: error: cannot write the checkpoint: {exc}", file=sys.stderr)
         return 1
@@ -183,6 +187,7 @@ def train_with_trainer(rs, workers: int = 1, how: str = "round-robin", gemm: str
             "dataset_fingerprint": rs.ds.fingerprint, "manifest_sha256": tr.luts.manifest_sha256,
             "workers": workers, "assign": how, "gemm": gemm, "threads": threads,
             "threads_used": getattr(getattr(getattr(tr, "base", tr), "threads", None), "most_used", 1),
+            "processes_used": getattr(getattr(getattr(tr, "base", tr), "threads", None), "most_procs", 0),
             "micro_batches_per_s": ran * rs.hp.n_micro * (rs.hp.replicas * rs.hp.sync_every)
             / elapsed if elapsed > 0 else 0.0,
             "replicas": rs.hp.replicas, "sync_every": rs.hp.sync_every,

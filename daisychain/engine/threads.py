@@ -1,20 +1,27 @@
 """A step's micro-batches computed concurrently (``--threads N`` of ``daisychain train``,
 ``demo``, ``cluster`` and ``daisy-peer``).
 
-The micro-batches given to :meth:`ThreadedGrad.grad` are split into N contiguous runs, one
-per thread, each computed by an Engine of its own (the fast paths keep scratch buffers, so
-an Engine is never shared between threads). The kernels release the GIL (numba ``nogil``,
-``torch._int_mm``, numpy's GEMMs), so the threads run on separate cores (torch's own
-intra-op pool is set to one thread then, so that N threads use N cores, not N x cores). A contribution is a
-sum of exact int64 fixed-point values, so the sum of the threads' sums is the same bits as
-one thread's, in any order; loss and correct keep the micro-batch order. Every N gives the
-same parameters hash (tests/engine/test_threads.py).
+The micro-batches given to :meth:`ThreadedGrad.grad` are split into N contiguous runs
+(shares), each computed by an Engine of its own (the fast paths keep scratch buffers, so an
+Engine is never shared). By default the shares run in worker processes (engine/procs.py):
+the calling process computes the first share and N-1 workers the others, each worker a fresh
+interpreter with one torch/BLAS thread, sent the spec, unit tables and gemm once, then each
+call's parameters and inputs through shared memory. Processes, because threads of one
+process lose to the GIL: two threads computing the image grad ran 1.6x one, two processes
+2.0x (``bench/cores.py``); ``mode="threads"`` keeps the shares on threads of this process
+(stop 44's path, measured beside it by ``bench/threads.py``). A contribution is a sum of
+exact int64 fixed-point values, so the sum of the shares' sums is the same bits as one
+process's, in any order; loss and correct keep the micro-batch order. Every N gives the same
+parameters hash (tests/engine/test_threads.py).
 
-A split costs a hand-off to the pool and back (~0.1-0.3 ms here) and contention for the GIL
-between kernels, so a step whose micro-batches are cheap (digits: ~0.1 ms each) ran at
-0.55x on 2 threads against 1 (docs/BENCHMARKS.md, "threads"). The pool is used only when
-each thread's share of a call would take at least :data:`MIN_SHARE_S` on one thread, by the
-rate this process measured on its own one-thread calls (the bits never depend on it).
+A split costs a hand-off and back (~0.1-0.3 ms here), so a step whose micro-batches are
+cheap (digits: ~0.1 ms each) ran at 0.55x on 2 threads against 1 (docs/BENCHMARKS.md,
+"threads"). A call is split only when each share would take at least :data:`MIN_SHARE_S`
+on one thread, by the rate this process measured on its own one-thread calls (the bits
+never depend on it). Worker processes are started the first time the rule splits a call,
+after :data:`START_AFTER` timed calls (a cheap run never starts one); the caller computes
+alone until they are ready, and :meth:`ThreadedGrad.close` (or the interpreter's exit) stops
+them.
 """
 
 from __future__ import annotations
@@ -22,6 +29,7 @@ from __future__ import annotations
 import os
 import sys
 import time
+import weakref
 from concurrent.futures import ThreadPoolExecutor
 from typing import Callable
 
@@ -33,6 +41,9 @@ MAX_THREADS = 256
 #: The least one-thread time (seconds) of each thread's share of a call for the call to be
 #: split: below it the hand-off costs more than the second core gives (bench/threads.py).
 MIN_SHARE_S = 0.002
+
+#: Worker processes start only once this many one-thread calls measured the rate.
+START_AFTER = 3
 
 
 def cores() -> int:
@@ -82,70 +93,169 @@ def threads_for(n: int, threads: int, per_micro_s: float | None, min_share_s: fl
 
 
 class ThreadedGrad:
-    """``grad(x, y, theta, frac_bits, limit)`` of n micro-batches on up to ``threads`` threads.
+    """``grad(x, y, theta, frac_bits, limit)`` of n micro-batches on up to ``threads`` processes
+    or threads.
 
-    ``make_engine()`` builds one more Engine (the first is the trainer's own). ``min_share_s``:
-    a call is split only when each thread's share would take at least this long on one
-    thread (0: always split); ``per_micro_s`` is the one-thread seconds a micro-batch took,
-    the least seen (None until a call ran; a split call counts
-    its wall time times its threads, an upper bound); ``most_used`` the most threads that
-    computed one call."""
+    ``make_engine()`` builds one more Engine for a thread (the first is the trainer's own);
+    ``procs=(spec, luts, gemm)`` lets a split call run in worker processes (engine/procs.py;
+    ``mode`` "processes", the default then; "threads" keeps them in this process).
+    ``parent_computes``: this process computes the first share and k-1 workers the others
+    (True), or k workers compute all of them. ``min_share_s``: a call is split only when each
+    share would take at least this long on one thread (0: always split); ``per_micro_s`` is
+    the one-thread seconds a micro-batch took, the least seen (None until a call ran; a split
+    call counts its wall time times its shares, an upper bound); ``most_used`` the most
+    threads or processes that computed one call, ``most_procs`` the most worker processes."""
 
-    def __init__(self, first, make_engine: Callable, threads: int, min_share_s: float = MIN_SHARE_S):
+    def __init__(self, first, make_engine: Callable, threads: int, min_share_s: float = MIN_SHARE_S,
+                 procs: tuple | None = None, mode: str | None = None, parent_computes: bool = True):
         self.threads = int(threads)
         self.min_share_s = float(min_share_s)
         self.per_micro_s: float | None = None
         self.most_used = 0
+        self.most_procs = 0
+        self.mode = mode or ("processes" if procs is not None else "threads")
+        if self.mode not in ("processes", "threads") or (self.mode == "processes" and procs is None):
+            raise ValueError(f"ThreadedGrad mode {self.mode!r}: 'threads', or 'processes' with procs=")
+        self.parent_computes = bool(parent_computes)
         self._engines = [first]
         self._make = make_engine
-        self._pool = ThreadPoolExecutor(self.threads, thread_name_prefix="daisy-compute") if self.threads > 1 else None
+        self._procs = procs
+        self._workers: list = []  # engine/procs.py Worker, started when a call is first split
+        self._pool = None
+        self._finalizer = None
+        self._timed = 0  # one-thread calls timed
 
     def split(self, n: int) -> int:
         """How many threads a call of n micro-batches takes (:func:`threads_for`)."""
         return threads_for(n, self.threads, self.per_micro_s, self.min_share_s)
 
     def grad(self, x: np.ndarray, y: np.ndarray, theta: np.ndarray, frac_bits: int, limit: float):
-        from daisychain.engine.model import Result
-
         n = len(y)
         k = self.split(n)
+        # the image path's torch._int_mm: one intra-op thread in every process, so that N
+        # shares use N cores, not N x cores, and --threads 1 is one core (torch's default pool,
+        # a thread a core, ran 1.35x and 8.4x slower here at load 10-11: bench/torch_threads.py)
+        torch = sys.modules.get("torch")
+        if torch is not None and torch.get_num_threads() != 1:
+            torch.set_num_threads(1)
+        if k > 1 and self.mode == "processes":
+            # a worker process costs a start (seconds of CPU): only once the rate is the
+            # least of START_AFTER calls (a first, cold call can make cheap ones look dear)
+            k = 1 if self.min_share_s > 0 and self._timed < START_AFTER and not self._workers \
+                else self._ready_workers(k, theta, x, y, frac_bits, limit)
         self.most_used = max(self.most_used, k)
         if k <= 1:
             t0 = time.perf_counter()
             got = self._engines[0].grad(theta, x, y, frac_bits, limit)
             if n:
                 self._seen((time.perf_counter() - t0) / n)
+                self._timed += 1
             return got
-        while len(self._engines) < k:
-            self._engines.append(self._make())
-        torch = sys.modules.get("torch")  # the image path's torch._int_mm: one intra-op thread
-        if torch is not None and torch.get_num_threads() != 1:  # each, or N threads oversubscribe
-            torch.set_num_threads(1)
         cuts = [(w * n) // k for w in range(k + 1)]
         t0 = time.perf_counter()
+        parts = (self._grad_procs if self.mode == "processes" else self._grad_threads)(
+            x, y, theta, frac_bits, limit, cuts)
+        # k shares' wall time bounds one thread's time from above: a first, slow one-thread
+        # call (compiles, caches) that made the split look worth it is corrected this way
+        self._seen((time.perf_counter() - t0) * k / n)
+        return parts
+
+    def _grad_threads(self, x, y, theta, frac_bits, limit, cuts):
+        from daisychain.engine.model import Result
+
+        k = len(cuts) - 1
+        while len(self._engines) < k:
+            self._engines.append(self._make())
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(self.threads, thread_name_prefix="daisy-compute")
         futures = [self._pool.submit(self._engines[w].grad, theta, x[cuts[w]:cuts[w + 1]],
                                      y[cuts[w]:cuts[w + 1]], frac_bits, limit) for w in range(k)]
         parts = [f.result() for f in futures]
-        # k threads' wall time bounds one thread's time from above: a first, slow one-thread
-        # call (compiles, caches) that made the split look worth it is corrected this way
-        self._seen((time.perf_counter() - t0) * k / n)
         grad = parts[0].grad.copy()
         for p in parts[1:]:
             grad += p.grad
         return Result(grad, np.concatenate([p.loss for p in parts]), np.concatenate([p.correct for p in parts]))
 
+    def _ready_workers(self, k, theta, x, y, frac_bits, limit) -> int:
+        """The shares a split call takes now: k once the workers it needs are ready (they are
+        started here, the first time, with a warm-up share of this call; until they answer,
+        1: this process alone)."""
+        from daisychain.engine import procs
+
+        need = k - 1 if self.parent_computes else k
+        if len(self._workers) < need:
+            if self._finalizer is None:
+                self._finalizer = weakref.finalize(self, procs.stop_all, self._workers)
+            share = -(-len(y) // k)
+            spec, luts, gemm = self._procs
+            while len(self._workers) < need:
+                self._workers.append(procs.Worker(len(self._workers) + 1, spec, luts, gemm, theta, x[:share],
+                                                  y[:share], frac_bits, limit, room=(x.nbytes, y.nbytes)))
+        try:
+            ready = 0
+            for w in self._workers[:need]:
+                if not w.ready():
+                    break
+                ready += 1
+        except procs.ComputeWorkerError:
+            self.close()
+            raise
+        if self.parent_computes:
+            return ready + 1
+        return ready if ready >= 2 else 1
+
+    def _grad_procs(self, x, y, theta, frac_bits, limit, cuts):
+        from daisychain.engine import procs
+        from daisychain.engine.model import Result
+
+        k = len(cuts) - 1
+        first = 1 if self.parent_computes else 0
+        ws = self._workers[:k - first]
+        self.most_procs = max(self.most_procs, len(ws))
+        per = self.per_micro_s or 1.0
+        timeout = max(procs.MIN_TIMEOUT_S, 100.0 * per * (cuts[1] - cuts[0] + 1))
+        try:
+            for i, w in enumerate(ws):
+                a, b = cuts[first + i], cuts[first + i + 1]
+                w.send(theta, x[a:b], y[a:b], frac_bits, limit)
+            if first:
+                own = self._engines[0].grad(theta, x[:cuts[1]], y[:cuts[1]], frac_bits, limit)
+                grad, losses, corrects = own.grad.copy(), [own.loss], [own.correct]
+            else:
+                grad, losses, corrects = np.zeros(len(theta), np.int64), [], []
+            for w in ws:
+                loss, correct = w.result(timeout)
+                grad += w.grad
+                losses.append(loss)
+                corrects.append(correct)
+        except BaseException:  # a worker failed, or this process's share (an interrupt): the
+            self.close()  # workers' answers are not read, so a later call starts fresh ones
+            raise
+        return Result(grad, np.concatenate(losses), np.concatenate(corrects))
+
+    def wait_ready(self, timeout: float = 120.0) -> bool:
+        """Wait until every started worker process is ready (tests and benches: a run that is
+        not told waits for nothing, it computes on its own meanwhile)."""
+        return all(w.wait_ready(timeout) for w in self._workers)
+
     def _seen(self, per_micro: float) -> None:
         self.per_micro_s = per_micro if self.per_micro_s is None else min(self.per_micro_s, per_micro)
 
     def close(self) -> None:
+        """Stop the worker processes and the thread pool (a later split call starts new ones)."""
         if self._pool is not None:
             self._pool.shutdown(wait=False)
+            self._pool = None
+        if self._finalizer is not None:
+            self._finalizer()  # stop_all(self._workers): the list is emptied
+            self._finalizer = None
 
 
 def add_threads_argument(p) -> None:
     """``--threads N`` on a command's parser (train, demo, cluster, daisy-peer)."""
     p.add_argument("--threads", type=threads_arg, default=None, metavar="N",
-                   help=f"compute a step's micro-batches on N threads, same bits for every N "
+                   help=f"compute a step's micro-batches on N cores (this process and N-1 worker "
+                        f"processes), same bits for every N "
                         f"(default: this machine's cores, {cores()} here)")
 
 

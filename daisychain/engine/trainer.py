@@ -126,8 +126,9 @@ class Trainer:
             raise SpecError("--augment-shift applies to the image task")
         self.spec, self.hp, self.ds, self.luts = spec, hp, ds, luts
         self.engine = Engine(spec, luts, gemm)
-        # threads > 1: a step's micro-batches on that many threads, same bits (engine/threads.py)
-        self.threads = ThreadedGrad(self.engine, lambda: Engine(spec, luts, gemm), threads)
+        # threads > 1: a step's micro-batches on that many processes, same bits (engine/threads.py)
+        self.threads = ThreadedGrad(self.engine, lambda: Engine(spec, luts, gemm), threads,
+                                    procs=(spec, luts, gemm))
         self.layout = ParamLayout(spec)
         self.schedule = Schedule(len(ds.y_train), hp)
         theta = init_params(spec, hp.seed)

@@ -74,6 +74,7 @@ def test_threaded_grad_equals_one_engine_per_micro_batch():
     one = Trainer(cnn((1, 8, 8), ["conv4", "pool", 16], 10), hp, ds, load_luts(), threads=1)
     three = Trainer(one.spec, hp, ds, load_luts(), threads=3)
     three.threads.min_share_s = 0  # split however cheap the micro-batches (the rule: below)
+    three.threads.mode = "threads"  # the in-process path (the processes': test_the_process_path_...)
     ids = list(range(hp.n_micro))
     a, b = one.contribute(ids, 2), three.contribute(ids, 2)
     assert np.array_equal(a.grad, b.grad) and np.array_equal(a.loss, b.loss) and np.array_equal(a.correct, b.correct)
@@ -95,14 +96,21 @@ def test_cheap_micro_batches_stay_on_one_thread_and_dear_ones_are_split():
     ids = list(range(hp.n_micro))
     first = tr.contribute(ids, 0)
     assert g.per_micro_s is not None and g.per_micro_s > 0
+    for _ in range(3):
+        assert np.array_equal(tr.contribute(ids, 0).grad, first.grad)
+    assert g._workers == [] and g.most_used == 1  # a cheap run never starts a worker process
     g.per_micro_s = 1e-4  # ~ a digits micro-batch here: shares of 0.2 ms
     assert g.split(4) == 1
     g.per_micro_s = g.min_share_s  # each micro-batch worth a share: as many threads as allowed
     assert g.split(4) == 2 and g.split(1) == 1
     g.per_micro_s = 0.75 * g.min_share_s  # 4 x 0.75 = 3 shares' worth, capped at 2 threads
     assert g.split(4) == 2 and g.split(2) == 1
-    again = tr.contribute(ids, 0)  # split on 2 threads now: the same bits
-    assert g.most_used == 2 and np.array_equal(first.grad, again.grad)
+    assert np.array_equal(first.grad, tr.contribute(ids, 0).grad)  # starts the worker, computes alone
+    assert g.most_used == 1 and len(g._workers) == 1 and g.wait_ready()
+    g.per_micro_s = 0.75 * g.min_share_s  # (the call alone measured the true, cheap rate)
+    again = tr.contribute(ids, 0)  # split on 2 processes now: the same bits
+    assert g.most_used == 2 and g.most_procs == 1 and np.array_equal(first.grad, again.grad)
+    tr.threads.close()
     assert g.per_micro_s <= 0.75 * g.min_share_s  # the split call's wall time only lowers it
 
 
@@ -155,3 +163,167 @@ def test_cluster_on_n_threads_matches_train(n):
                        capture_output=True, text=True, timeout=300, env=env)
     assert r.returncode == 0, r.stderr[-3000:]
     assert re.findall(r"params-sha256: ([0-9a-f]{64})", r.stdout)[-1] == want
+
+
+def _image_pair(threads: int, **kw):
+    ds = prepare_task("image", image_size=8)
+    hp = Hyper(batch=48, micro_batch=8, seed=5, augment_shift=1)
+    one = Trainer(cnn((1, 8, 8), ["conv4", "pool", 16], 10), hp, ds, load_luts(), threads=1)
+    many = Trainer(one.spec, hp, ds, load_luts(), threads=threads)
+    many.threads.min_share_s = 0  # split however cheap the micro-batches
+    for k, v in kw.items():
+        setattr(many.threads, k, v)
+    return one, many
+
+
+def _alive(pid: int) -> bool:
+    import os
+
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    with open(f"/proc/{pid}/stat") as f:  # a zombie (exited, not yet reaped) is gone too
+        return f.read().split(")")[-1].split()[0] != "Z"
+
+
+@pytest.mark.parametrize("threads,parent_computes,procs", [(2, True, 1), (3, True, 2), (2, False, 2)],
+                         ids=["caller+1", "caller+2", "2-workers"])
+def test_the_process_path_computes_split_calls_with_the_same_bits(threads, parent_computes, procs):
+    """--threads N computes a split call's shares in worker processes (the caller and N-1
+    workers, or N workers): started on the first split call (which the caller computes alone
+    meanwhile), then every step's contribution, loss and correct, and the parameters after
+    the same steps, equal one process's; close() ends the workers."""
+    one, many = _image_pair(threads, parent_computes=parent_computes)
+    g = many.threads
+    assert g.mode == "processes" and g._workers == []
+    ids = list(range(one.hp.n_micro))
+    a, b = one.contribute(ids), many.contribute(ids)  # the split rule says split: workers start
+    assert np.array_equal(a.grad, b.grad) and g.most_procs == 0 and len(g._workers) == procs
+    assert g.wait_ready(240)
+    pids = [w.proc.pid for w in g._workers]
+    assert all(_alive(p) for p in pids)
+    for _ in range(4):
+        a, b = one.contribute(ids), many.contribute(ids)
+        assert np.array_equal(a.grad, b.grad) and np.array_equal(a.loss, b.loss)
+        assert np.array_equal(a.correct, b.correct)
+        one.apply(a.grad)
+        many.apply(b.grad)
+    assert g.most_procs == procs and g.most_used == threads
+    assert many.params_sha256() == one.params_sha256() and many.state.step == 4
+    part = many.contribute([5, 1, 3])  # any subset of a step's micro-batches, in its order
+    want = one.contribute([5, 1, 3])
+    assert np.array_equal(part.grad, want.grad) and np.array_equal(part.loss, want.loss)
+    g.close()
+    assert g._workers == [] and not any(_alive(p) for p in pids)
+
+
+def test_a_worker_that_dies_gives_one_clear_error():
+    """A worker killed under the trainer: the next call raises one line naming the worker
+    and its exit, not a hang; the other workers are stopped with it."""
+    import os
+    import re
+    import signal
+
+    from daisychain.engine.procs import ComputeWorkerError
+
+    one, many = _image_pair(3)
+    ids = list(range(one.hp.n_micro))
+    many.contribute(ids)
+    assert many.threads.wait_ready(240)
+    many.contribute(ids)
+    pids = [w.proc.pid for w in many.threads._workers]
+    os.kill(pids[1], signal.SIGKILL)
+    with pytest.raises(ComputeWorkerError) as got:
+        many.contribute(ids)
+    line = str(got.value)
+    assert "\n" not in line
+    assert re.fullmatch(rf"compute worker process 2 \(pid {pids[1]}\) (exited with code -9|closed its socket) "
+                        r"(during|before) a call; --threads 1 computes in this process alone", line), line
+    assert many.threads._workers == [] and not any(_alive(p) for p in pids)
+
+
+def test_a_killed_parent_leaves_no_worker_behind(tmp_path):
+    """The parent killed (SIGKILL: no atexit, no finalizer): its workers see it gone and end."""
+    import os
+    import signal
+    import time
+
+    script = tmp_path / "parent.py"
+    script.write_text(
+        "import sys, time\n"
+        "sys.path.insert(0, %r)\n"
+        "from test_threads import _image_pair\n"
+        "one, many = _image_pair(3)\n"
+        "many.contribute(list(range(6)))\n"
+        "assert many.threads.wait_ready(240)\n"
+        "print(' '.join(str(w.proc.pid) for w in many.threads._workers), flush=True)\n"
+        "time.sleep(600)\n" % os.path.dirname(__file__))
+    p = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
+    try:
+        pids = [int(v) for v in p.stdout.readline().split()]
+        assert len(pids) == 2 and all(_alive(q) for q in pids)
+    finally:
+        p.send_signal(signal.SIGKILL)
+        p.wait()
+    end = time.monotonic() + 10
+    while any(_alive(q) for q in pids) and time.monotonic() < end:
+        time.sleep(0.2)
+    assert not any(_alive(q) for q in pids)
+
+
+def test_train_says_in_one_line_when_its_worker_process_dies():
+    """`daisychain train --task image --threads 2`: its worker process (started once the split
+    rule says split) killed under it ends the run with one error line, exit 1, no hang."""
+    import os
+    import re
+    import signal
+    import time
+
+    p = subprocess.Popen([sys.executable, "-m", "daisychain.cli", "train", "--task", "image", "--steps", "3000",
+                          "--threads", "2", "--quiet"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        end, kid = time.monotonic() + 240, None
+        while kid is None and time.monotonic() < end and p.poll() is None:
+            for d in os.listdir("/proc"):
+                try:
+                    with open(f"/proc/{d}/stat") as f:
+                        ppid = int(f.read().split(")")[-1].split()[1])
+                    with open(f"/proc/{d}/cmdline") as f:
+                        cmd = f.read()
+                except (OSError, ValueError):
+                    continue
+                if ppid == p.pid and "daisychain.engine.procs" in cmd:
+                    kid = int(d)
+            time.sleep(0.2)
+        assert kid is not None, "no worker process started"
+        time.sleep(1.0)
+        os.kill(kid, signal.SIGKILL)
+        out, err = p.communicate(timeout=120)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.communicate()
+    assert p.returncode == 1 and out == "" and "Traceback" not in err
+    assert re.fullmatch(rf"daisychain train: error: compute worker process 1 \(pid {kid}\) (exited with code -9|"
+                        r"closed its socket) (while starting|during a call|before a call); --threads 1 computes in "
+                        r"this process alone", err.strip().splitlines()[-1]), err[-2000:]
+
+
+def test_a_share_larger_than_the_workers_room_travels_in_the_message():
+    """A worker's shared room is sized by the call that started it; a later, larger share is
+    sent pickled in the call's message: the same bits either way."""
+    one, many = _image_pair(2)
+    g = many.threads
+    small = [0, 1]
+    assert np.array_equal(one.contribute(small).grad, many.contribute(small).grad)
+    assert g.wait_ready(240)
+    room = g._workers[0].x_room[1]
+    ids = list(range(one.hp.n_micro))
+    x, _ = many.inputs(0, ids)
+    assert x[3:].nbytes > room  # the worker's share of 6 micro-batches: 3; its room holds the first call's 2
+    for tr_ids in (ids, small, ids):
+        a, b = one.contribute(tr_ids), many.contribute(tr_ids)
+        assert np.array_equal(a.grad, b.grad) and np.array_equal(a.loss, b.loss)
+    assert g.most_procs == 1
+    g.close()
