@@ -166,8 +166,8 @@ def bare(url: str, rounds: int) -> None:
         browser.close()
 
 
-# (workers, WorkerTrainer.split): one worker; two pulling runs from one queue (the default);
-# two with one fixed half each (the split before stop 45)
+# (workers, WorkerTrainer.split): one worker; two pulling runs from one queue ("pull"); two
+# with one fixed half each ("static": the default, faster on a quiet machine)
 VARIANTS = [(1, "pull"), (2, "pull"), (2, "static")]
 
 
@@ -228,11 +228,11 @@ def main() -> None:
         f"micro-batches split over the pool; a new parameter vector every step, as in a run), the best of "
         f"{args.rounds} alternating rounds, and the median of the rounds' ratios (each round runs one "
         f"worker, then two that pull runs of micro-batches from one queue, then two with one fixed half "
-        f"each: `WorkerTrainer.split` \"static\", the split before stop 45); baseline (1.00) one worker in the same run. CPU: ms of CPU time per "
+        f"each: `WorkerTrainer.split` \"static\", the default); baseline (1.00) one worker in the same run. CPU: ms of CPU time per "
         f"micro-batch in the timed steps (median of the rounds), the workers' threads / every process of "
         f"the browser (/proc); page faults: the workers' threads' minor faults per micro-batch (a page's first touch), 1 / 2 workers.",
         "",
-        "| run | `?workers=1` micro-batches/s | `?workers=2` | median of the rounds' ratios | 2 workers, a fixed half each: best, median ratio | CPU ms per micro-batch, 1 worker: workers / all | 2 workers | page faults | same contribution bytes |",
+        "| run | `?workers=1` micro-batches/s | `?workers=2`, pulling runs | median of the rounds' ratios | 2 workers, a fixed half each (the default): best, median ratio | CPU ms per micro-batch, 1 worker: workers / all | 2 workers | page faults | same contribution bytes |",
         "|---|---|---|---|---|---|---|---|---|",
         *rows])
     print(body)
