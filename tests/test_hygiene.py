@@ -70,7 +70,7 @@ def test_a_run_without_node_fails_instead_of_skipping(tmp_path):
     out = res.stdout + res.stderr
     assert res.returncode != 0, out
     assert "node is not installed" in out and "skipped" not in out, out
-    assert re.search(r"\b4 errors?\b", out), out  # every test of the two files
+    assert re.search(r"\b6 errors?\b", out), out  # every test of the two files
 
 
 def test_no_test_skips_when_node_is_missing():
