@@ -24,6 +24,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
+from bench._proc import stat_cpu_s
 from bench._report import write_section
 from bench.browser import ARGS, CHROMIUM, _serve
 from daisychain.engine.threads import cores
@@ -86,7 +87,6 @@ def _cpu() -> dict[str, float]:
     """CPU seconds (user + system) of this process's descendants' threads: the workers' threads
     ("DedicatedWorker") and all of them; and the workers' page faults (minor: a page's first
     touch)."""
-    tick = os.sysconf("SC_CLK_TCK")
     got = {"workers": 0.0, "all": 0.0, "faults": 0}
     for proc in _tree(os.getpid()):
         for task in proc.glob("task/*/stat"):
@@ -96,7 +96,7 @@ def _cpu() -> dict[str, float]:
                 continue
             name = text[text.index("(") + 1:text.rindex(")")]
             f = text[text.rindex(")") + 2:].split()
-            s = (int(f[11]) + int(f[12])) / tick
+            s = stat_cpu_s(text)
             got["all"] += s
             if name.startswith("DedicatedWorker"):
                 got["workers"] += s

@@ -17,17 +17,12 @@ import time
 
 import numpy as np
 
+from bench._proc import pid_cpu_s
 from daisychain.engine.settings import add_run_arguments, settings_from_args
 from daisychain.engine.trainer import Trainer
 from daisychain.units import load_luts
 
 CALLS = 100
-
-
-def _worker_cpu(pid: int) -> float:
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().split(")")[-1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def main() -> None:
@@ -46,13 +41,13 @@ def main() -> None:
     got: dict[str, list[float]] = {"this process's share, split": [], "the worker's share, split": [],
                                    "a share alone": [], "all 4 alone": []}
     for _ in range(rounds):
-        c, wc = time.process_time(), _worker_cpu(w.proc.pid)
+        c, wc = time.process_time(), pid_cpu_s(w.proc.pid)
         for _ in range(CALLS):
             w.send(theta, x[h:], y[h:], fb, lim)
             eng.grad(theta, x[:h], y[:h], fb, lim)
             w.result(60)
         got["this process's share, split"].append(time.process_time() - c)
-        got["the worker's share, split"].append(_worker_cpu(w.proc.pid) - wc)
+        got["the worker's share, split"].append(pid_cpu_s(w.proc.pid) - wc)
         for name, n in (("a share alone", h), ("all 4 alone", len(ids))):
             c = time.process_time()
             for _ in range(CALLS):

@@ -25,6 +25,7 @@ import time
 
 from tqdm import tqdm
 
+from bench._proc import pid_cpu_s
 from bench._report import write_section
 from daisychain.engine.settings import add_run_arguments, settings_from_args
 from daisychain.engine.threads import cores
@@ -56,12 +57,7 @@ def _trainers(task: str) -> tuple[list[Trainer], str]:
 
 def _cpu(tr: Trainer) -> float:
     """CPU seconds of this process (all its threads) and of the trainer's worker processes."""
-    tick, out = os.sysconf("SC_CLK_TCK"), time.process_time()
-    for w in tr.threads._workers:
-        with open(f"/proc/{w.proc.pid}/stat") as f:
-            fields = f.read().split(")")[-1].split()
-        out += (int(fields[11]) + int(fields[12])) / tick  # utime, stime
-    return out
+    return time.process_time() + sum(pid_cpu_s(w.proc.pid) for w in tr.threads._workers)
 
 
 def _steps(tr: Trainer, n: int) -> tuple[float, float]:
