@@ -54,11 +54,8 @@ def test_a_bad_workers_setting_is_refused_in_one_line(browser_nogpu, server_url)
     page.close()
 
 
-# A WorkerTrainer on `?workers=2` against the page's own Trainer (same units) on several
-# parameter snapshots and steps, each call twice: the arrays that come back from the workers
-# (a parameter copy, a contribution still holding its sums) are handed out again.
-REUSE = """async () => {
-  const { loadLuts } = await import('/webui/units/luts.js');
+# The modules, tables, units (WASM where it opens), digits and its model both snippets below use.
+SETUP = """  const { loadLuts } = await import('/webui/units/luts.js');
   const { openPaths } = await import('/webui/engine/paths.js');
   const { loadDataset } = await import('/webui/engine/data.js');
   const { makeHyper, modelFor } = await import('/webui/engine/spec.js');
@@ -70,7 +67,13 @@ REUSE = """async () => {
   const units = opened.wasm || opened.cpu;
   const ds = await loadDataset('/data/digits.dcds');
   const spec = modelFor(ds, null, 16);
-  const hyper = makeHyper({});
+"""
+
+# A WorkerTrainer on `?workers=2` against the page's own Trainer (same units) on several
+# parameter snapshots and steps, each call twice: the arrays that come back from the workers
+# (a parameter copy, a contribution still holding its sums) are handed out again.
+REUSE = """async () => {
+""" + SETUP + """  const hyper = makeHyper({});
   const tr = await WorkerTrainer.create({ spec, hyper, dataset: ds, luts, units, kind: 'cpu' });
   const ref = await Trainer.create({ spec, hyper, dataset: ds, luts, units });
   const ids = [0, 1, 2, 3];
@@ -106,19 +109,7 @@ def test_the_pools_arrays_come_back_and_keep_the_bits(browser_nogpu, server_url)
 # worker 1 pulls the runs that worker 0 cannot take yet (a static half each would leave it 8).
 # It is the trainer's first call: the micro-batch's cost is unknown, the runs the finest (pullRun).
 BUSY = """async () => {
-  const { loadLuts } = await import('/webui/units/luts.js');
-  const { openPaths } = await import('/webui/engine/paths.js');
-  const { loadDataset } = await import('/webui/engine/data.js');
-  const { makeHyper, modelFor } = await import('/webui/engine/spec.js');
-  const { initParams } = await import('/webui/engine/model.js');
-  const { Trainer } = await import('/webui/engine/trainer.js');
-  const { WorkerTrainer, computePool } = await import('/webui/shell/worker/trainer_proxy.js');
-  const luts = await loadLuts('/luts/');
-  const opened = await openPaths(luts, { tryGpu: false });
-  const units = opened.wasm || opened.cpu;
-  const ds = await loadDataset('/data/digits.dcds');
-  const spec = modelFor(ds, null, 16);
-  const hyper = makeHyper({ batch: 256 });
+""" + SETUP + """  const hyper = makeHyper({ batch: 256 });
   const tr = await WorkerTrainer.create({ spec, hyper, dataset: ds, luts, units, kind: 'cpu' });
   tr.split = 'pull'; // the default is 'static' (faster on a quiet machine)
   const ref = await Trainer.create({ spec, hyper, dataset: ds, luts, units });
