@@ -31,3 +31,24 @@ def test_a_view_that_took_d_waits_nine_d_before_the_next():
     """, imports={"B": "page/panels/eval_budget.js"})
     assert got == [True, False, False, True, False, True, True, 1700 + 900, 0.1, 0.1,
                    [True, True, True, True, False], 4]
+
+
+def test_a_view_waits_for_the_step_s_compute_and_is_not_charged_for_the_wait():
+    """With `before` (the mesh's computeIdle), a view starts only once the computes queued
+    before it are done, so that it never sits on the compute worker ahead of the step's own
+    share; the wait is not charged (only the view's own time is)."""
+    got = run_js("""
+      let t = 0;
+      const b = new B.ViewBudget(0.1, () => t);
+      const order = [];
+      let release;
+      const compute = new Promise((r) => { release = r; }).then(() => { order.push("compute"); });
+      const view = b.charge(async () => { order.push("view"); t += 20; return 3; }, () => compute);
+      await new Promise((r) => setTimeout(r, 5));
+      order.push("still waiting");
+      t = 500;          // the compute took 500 ms
+      release();
+      const got = await view;
+      console.log(JSON.stringify([order, got, b.notBefore]));
+    """, imports={"B": "page/panels/eval_budget.js"})
+    assert got == [["still waiting", "compute", "view"], 3, 520 + 180]

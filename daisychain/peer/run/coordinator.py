@@ -15,13 +15,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from daisychain.engine.trainer import capacity_split
 from daisychain.peer import frames as F
 from daisychain.peer.intcodec import past_bound
 from daisychain.peer.run.aggregator import Aggregation, Star, _Check, _Task
 from daisychain.peer.run.catchup import SYNC_WAIT_S, CatchUpRole
 from daisychain.peer.run.outputs import Compute, Ended, Log, Output, Refused, Send
 from daisychain.peer.run.ring_roles import RingCoordinator
-from daisychain.peer.run.split import finish_shares
+from daisychain.peer.run.split import IDLE_LINK_DECAY, finish_shares
 from daisychain.peer.run.trust import Trust
 
 #: smallest and initial deadline (seconds) of a task
@@ -267,7 +268,11 @@ class Coordinator(CatchUpRole):
         links = [0.0] + [self.members[p].link_s for p in live[1:]]
         if self.self_spm is None or n < len(live) or not any(x > 0 for x in links):
             return caps
-        return finish_shares([self.self_spm * caps[0] / c for c in caps], links, n)
+        shares = finish_shares([self.self_spm * caps[0] / c for c in caps], links, n)
+        for p, part in zip(live[1:], capacity_split(list(range(n)), shares)[1:]):
+            if not part:  # left out for its link: untimed while idle, so its estimate fades
+                self.members[p].link_s *= IDLE_LINK_DECAY  # until a step gives it a share again
+        return shares
 
     def _new_task(self, peer: str, micro: tuple[int, ...], kind: str = "main") -> _Task:
         t = _Task(self.next_task, micro, [peer], self.now, self.now + self._deadline(peer, len(micro)),

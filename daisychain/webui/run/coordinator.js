@@ -10,7 +10,7 @@
 // catch-up (catchup.js) is its methods.
 
 import { Star } from "./aggregator.js";
-import { finishShares } from "./split.js";
+import { capacitySplit, finishShares, IDLE_LINK_DECAY } from "./split.js";
 import { Window } from "./rollback.js";
 import { Trust } from "./trust.js";
 import { CatchUpRole, SYNC_WAIT_S } from "./catchup.js";
@@ -305,7 +305,12 @@ export class Coordinator {
     const caps = live.map((p) => this._cap(p));
     const links = live.map((p, i) => (i === 0 ? 0.0 : this.crew.get(p).linkS));
     if (this.selfSpm === null || n < live.length || !links.some((x) => x > 0)) return caps;
-    return finishShares(caps.map((c) => (this.selfSpm * caps[0]) / c), links, n);
+    const shares = finishShares(caps.map((c) => (this.selfSpm * caps[0]) / c), links, n);
+    const parts = capacitySplit(Array.from({ length: n }, (_, j) => j), shares);
+    live.forEach((p, i) => { // left out for its link: untimed while idle, so its estimate fades
+      if (i > 0 && !parts[i].length) this.crew.get(p).linkS *= IDLE_LINK_DECAY; // until it gets a share again
+    });
+    return shares;
   }
 
   /** As run/coordinator.py _time_task: once a peer's last task of the step is in, the coordinator's

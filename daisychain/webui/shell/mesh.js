@@ -267,6 +267,14 @@ export class Mesh {
     this.outbox.delete(id);
   }
 
+  /** Resolves once the computes queued so far are done, those that the outputs being
+   *  performed now queue included (a turn later): the page's live views wait for it, so that
+   *  a view never sits on the compute worker ahead of this step's share (eval_budget.js). */
+  async computeIdle() {
+    await new Promise((resolve) => setTimeout(resolve, 0));
+    await this.computing;
+  }
+
   /** Bytes of whole messages waiting to be sent, per peer id. */
   queuedBytes() {
     return Object.fromEntries([...this.outbox].map(([id, b]) => [id, b.bytes]));

@@ -28,8 +28,12 @@ export class ViewBudget {
     return taken < FREE_VIEWS || this.now() >= this.notBefore;
   }
 
-  /** Run `view` (a function returning a promise) and charge its time to the budget. */
-  async charge(view) {
+  /** Run `view` (a function returning a promise) and charge its time to the budget; with
+   *  `before` (a function returning a promise: the mesh's computeIdle), once that is done, so
+   *  that a view never sits on the compute worker ahead of the step's own share (in a room
+   *  it then runs while this tab waits for the others: off the step's critical path). */
+  async charge(view, before = null) {
+    if (before) await before();
     const t0 = this.now();
     try {
       return await view();

@@ -122,10 +122,10 @@ function render(at) {
     "a wrong answer is marked ✗, in red, with the true class.";
 }
 
-async function predictNow(at) {
+async function predictNow(at, theta = at.tr.theta.slice()) {
   const tr = at.tr;
-  return typeof tr.predictions === "function" ? tr.predictions("test", at.index)
-    : predictRows(tr, tr.theta.slice(), "test", at.index); // no module workers: on the page
+  return typeof tr.predictions === "function" ? tr.predictions("test", at.index, theta)
+    : predictRows(tr, theta, "test", at.index); // no module workers: on the page
 }
 
 /** The grid's predictions at `step` (if due and none is being computed). */
@@ -135,7 +135,8 @@ function galleryStep(step, force = false) {
   at.busy = true;
   at.taken = (at.taken || 0) + 1;
   at.next = step + galleryEvery(state.run.steps);
-  return (force ? predictNow(at) : galleryView.charge(() => predictNow(at))).then((pred) => {
+  const theta = at.tr.theta.slice(); // this step's parameters, whenever the view runs
+  return (force ? predictNow(at, theta) : galleryView.charge(() => predictNow(at, theta), () => ctx.mesh?.computeIdle?.())).then((pred) => {
     if (g !== at) return;
     at.pred = pred;
     at.step = step;

@@ -74,7 +74,8 @@ export class RunPanel {
     if (Number.isFinite(state.run.steps) && step >= state.run.steps) return; // the end measures the whole set
     dispatch("live-accuracy", { la, busy: true, next: step + accuracyEvery(state.run.steps), taken: (la.taken || 0) + 1 });
     const n = Math.min(LIVE_ACC_SAMPLES, tr.ds.y_test.data.length);
-    accuracyView.charge(() => tr.accuracy("test", n)).then((acc) => {
+    const theta = tr.theta.slice(); // this step's parameters, whenever the view runs
+    accuracyView.charge(() => tr.accuracy("test", n, theta), () => ctx.mesh?.computeIdle?.()).then((acc) => {
       if (state.liveAccuracy !== la) return; // another run began meanwhile
       dispatch("live-accuracy", { la, value: acc, step, n });
       this.bus.emit("page:accuracy", { step, value: acc });

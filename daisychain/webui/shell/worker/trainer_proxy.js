@@ -296,9 +296,10 @@ export class WorkerTrainer extends Trainer {
     if (a instanceof Float64Array && a.buffer.byteLength === a.byteLength && s.length < 2 * this.pool.size + 2) s.push(a);
   }
 
-  /** Accuracy on the first `limit` samples of a split (all when null), parameters untouched. */
-  async accuracy(split = "test", limit = null) {
-    const r = await this.worker.post("accuracy", { key: this.key, theta: this.theta.slice(), split, limit });
+  /** Accuracy on the first `limit` samples of a split (all when null), parameters untouched
+   *  (`theta`: a copy taken earlier, else the parameters now). */
+  async accuracy(split = "test", limit = null, theta = null) {
+    const r = await this.worker.post("accuracy", { key: this.key, theta: theta ?? this.theta.slice(), split, limit });
     return r.accuracy;
   }
 
@@ -308,9 +309,10 @@ export class WorkerTrainer extends Trainer {
     return r.probs;
   }
 
-  /** Predicted classes of rows `index` of a split (the gallery), in the worker. */
-  async predictions(split, index) {
-    const r = await this.worker.post("predict", { key: this.key, theta: this.theta.slice(), split, index: Array.from(index) });
+  /** Predicted classes of rows `index` of a split (the gallery), in the worker (`theta`: a
+   *  copy taken earlier, else the parameters now). */
+  async predictions(split, index, theta = null) {
+    const r = await this.worker.post("predict", { key: this.key, theta: theta ?? this.theta.slice(), split, index: Array.from(index) });
     return r.pred;
   }
 
