@@ -458,11 +458,12 @@ class Node:
                                             c.step, c.micro)
         if result is None:  # a local-steps round its trainer no longer holds: the room moved on
             return log.info("dropped a compute of round %d: the room moved past it", c.step)
-        self.stats.compute_s += time.perf_counter() - t0
+        took = time.perf_counter() - t0
+        self.stats.compute_s += took
         self.stats.computed += len(c.micro)
         if self.stats.first_contribution_s is None:
             self.stats.first_contribution_s = time.perf_counter() - self.stats.started
-        self._guarded("a finished compute", lambda: self.run.computed(c.step, c.task, result, c.term))
+        self._guarded("a finished compute", lambda: self.run.computed(c.step, c.task, result, c.term, took))
 
     async def _fetch(self, f: R.FetchData) -> None:
         blob = None

@@ -1,7 +1,7 @@
 """The link-aware split (peer/run/split.py finish_shares / webui/run/split.js finishShares): held to each other
 by shared cases (tests/scenarios/split.json: the same floats and counts in both languages),
-checked for what it promises (everyone finishes together; a member is left out only when its
-link alone costs the step), and driven through a coordinator whose member's link costs time."""
+checked for what it promises (everyone finishes together, everyone keeps a micro-batch), and
+driven through a coordinator whose member's link costs time."""
 
 from __future__ import annotations
 
@@ -48,30 +48,24 @@ def test_js_gives_the_same_floats_and_counts():
         assert got["counts"] == case["counts"], case["about"]
 
 
-def test_everyone_finishes_together_and_only_a_costly_link_is_left_out():
+def test_everyone_finishes_together_and_keeps_a_micro_batch():
     rng = random.Random(5)
-    left_out = 0
     for _ in range(300):
         k = rng.randint(2, 8)
         spm = [rng.uniform(1e-5, 1e-2) for _ in range(k)]
         fixed = [0.0] + [rng.uniform(0, 0.2) * rng.randint(0, 1) for _ in range(k - 1)]
         n = rng.randint(k, 1024)
+        counts = [len(p) for p in capacity_split(list(range(n)), R.finish_shares(spm, fixed, n))]
+        assert sum(counts) == n and min(counts) >= 1
         shares = R.finish_shares(spm, fixed, n)
-        counts = [len(p) for p in capacity_split(list(range(n)), shares)]
-        assert sum(counts) == n and abs(sum(shares) - n) < 1e-6 and shares[0] > 0
-        # the continuous optimum T: every peer with a share ends exactly at T; a peer gets 0
-        # only when its link alone takes T or more (it could not finish by then with any work)
-        t = [x + w * s for w, s, x in zip(shares, spm, fixed) if w > 0]
+        finish = [x + c * s for c, s, x in zip(counts, spm, fixed)]
+        # the continuous optimum T: every peer above its one micro-batch ends exactly at T;
+        # rounding to whole micro-batches adds at most one micro-batch to anyone's time
+        t = [x + w * s for w, s, x in zip(shares, spm, fixed) if w > 1]
         assert max(t) - min(t) < 1e-9
         for c, s, x, w in zip(counts, spm, fixed, shares):
-            if w == 0:
-                left_out += 1
-                assert c == 0 and x >= max(t) - 1e-9
-            else:  # rounding to whole micro-batches adds at most one micro-batch to its time
-                assert x + c * s <= max(t) + s + 1e-12
-        finish = [x + c * s for c, s, x in zip(counts, spm, fixed) if c]
-        assert max(finish) <= max(t) + max(spm) + 1e-12
-    assert left_out > 0  # the cases above include links that cost more than a step
+            assert x + c * s <= (max(t) + s if w > 1 else x + s) + 1e-12
+        assert max(finish) <= max(max(t) + max(spm), max(x + s for s, x in zip(spm, fixed))) + 1e-12
 
 
 def test_a_coordinator_computes_more_while_its_member_s_link_costs_time():
@@ -120,51 +114,6 @@ def test_a_coordinator_computes_more_while_its_member_s_link_costs_time():
         assert end.params_sha256 == want and end.agreed
 
 
-def test_a_member_whose_link_costs_more_than_the_step_is_left_out():
-    """p1's contributions come back 60 ms after a compute of 1 ms per micro-batch, on steps
-    of 4 micro-batches: once timed, p1 gets no micro-batch (a room of two is then as fast as
-    p0 alone instead of waiting 60 ms a step), the reason is said, every micro-batch is
-    spot-checked (rate 1) while p1 computes and none is once nobody else computes (no
-    second opinion that would bring p1's link back onto the step), p1's link estimate fades
-    while it idles, and every replica ends on the single-process hash. Before: p1 kept one
-    micro-batch of every step."""
-    rs = settings("--steps", "10", "--batch", "64", "--micro-batch", "16")
-    net = Net(rs, 2)
-    host = net.peers["p0"]
-    host.verify_rate = 1.0
-    receive, computed = host.receive, host.computed
-    checks_at_commit = []
-
-    def arrive(task: int, n: int, link: float) -> None:
-        t = host.coordinator.tasks.get(task)
-        if t is not None:
-            host.now = max(host.now, t.sent_at + 0.001 * n + link)
-
-    def timed_receive(sender, msg, run_id):
-        if isinstance(msg, F.Contrib):
-            arrive(msg.task, len(msg.micro), 0.06)
-        return receive(sender, msg, run_id)
-
-    def timed_computed(step, task, result):
-        arrive(task, len(host.coordinator.pending.get((step, task), ())), 0.0)
-        checks_at_commit.append(len(host.coordinator.checks))
-        return computed(step, task, result)
-
-    host.receive, host.computed = timed_receive, timed_computed
-    net.run()
-    shares = [dict(c.contributors) for c in net.of(R.Committed, "p0")]
-    assert shares[0] == {"p0": 2, "p1": 2} and checks_at_commit[0] > 0
-    assert shares[-1] == {"p0": 4} and checks_at_commit[-1] == 0
-    lines = [e.text for e in net.of(R.Log, "p0") if "gets no micro-batch" in e.text]
-    assert lines and lines[0].startswith("p1 gets no micro-batch of step ") and "its link adds" in lines[0]
-    m = host.coordinator.members["p1"]
-    assert 0 < m.link_s < 0.06 * R.split.IDLE_LINK_DECAY  # faded while it idled
-    want = train(rs, quiet=True)["params_sha256"]
-    for pid in net.room():
-        end = net.of(R.Ended, pid)[0]
-        assert end.params_sha256 == want and end.agreed
-
-
 # -- the timing that feeds the split, the same in both languages ---------------------------
 
 TIMING_DRIVER = r"""
@@ -182,6 +131,7 @@ for (const c of DATA) {
     peer.member.trainer = { step: s.step }; // the step a replica is at comes from its trainer
     rp.tasks = new Map(s.tasks.map(([peer, n], i) => [i, { task: i, assignees: [peer], sentAt: s.t0,
       micro: Array.from({ length: n }, (_, j) => j), result: null, kind: "main" }]));
+    for (const [i, secs] of s.busy ?? []) rp.computeTook(s.step, i, secs);
     for (const [i, now] of s.done) {
       const t = rp.tasks.get(i);
       peer.now = now;
@@ -191,10 +141,7 @@ for (const c of DATA) {
   }
   const links = {};
   for (const [id, m] of rp.crew) links[id] = m.linkS;
-  const weights = rp._splitWeights(c.live, c.n);
-  const after = {};
-  for (const [id, m] of rp.crew) after[id] = m.linkS;
-  out.push({ self_spm: rp.selfSpm, links, weights, links_after: after });
+  out.push({ self_spm: rp.selfSpm, self_fixed: rp.selfFixed, links, weights: rp._splitWeights(c.live, c.n) });
 }
 console.log(JSON.stringify(out));
 """
@@ -214,10 +161,10 @@ TIMING_CASES = [
      "steps": [{"step": s, "t0": 1.0 * s, "tasks": [["p0", 7], ["p0", 1], ["p1", 24], ["p2", 8]],
                 "done": [[0, s + 0.007], [1, s + 0.008], [3, s + 0.011], [2, s + 0.030]]}
                for s in range(5)]},
-    {"about": "a member 60 ms away on a 4 ms step: left out, its link estimate fades",
-     "caps": {"p0": 1.0, "p1": 1.0}, "timing_from": 0, "live": ["p0", "p1"], "n": 4,
-     "steps": [{"step": s, "t0": s, "tasks": [["p0", 2], ["p1", 2]],
-                "done": [[0, s + 0.002], [1, s + 0.062]]} for s in range(4)]},
+    {"about": "the coordinator's own compute timed by its shell: the rest of its wait is the step's handling",
+     "caps": {"p0": 1.0, "p1": 1.0}, "timing_from": 0, "live": ["p0", "p1"], "n": 8,
+     "steps": [{"step": s, "t0": s, "tasks": [["p0", 2], ["p1", 6]], "busy": [[0, 0.002]],
+                "done": [[0, s + 0.012], [1, s + 0.030]]} for s in range(4)]},
     {"about": "a member back sooner than its capacity says: no link cost, the capacities",
      "caps": {"p0": 1.0, "p1": 2.0}, "timing_from": 0, "live": ["p0", "p1"], "n": 9,
      "steps": [{"step": s, "t0": s, "tasks": [["p0", 3], ["p1", 6]],
@@ -237,20 +184,21 @@ def _python_timing(c: dict) -> dict:
         peer.member.trainer = SimpleNamespace(state=SimpleNamespace(step=s["step"]))  # its step
         rp.tasks = {i: R._Task(i, tuple(range(n)), [peer], s["t0"], 1e9)
                     for i, (peer, n) in enumerate(s["tasks"])}
+        for i, secs in s.get("busy", []):
+            rp.compute_took(s["step"], i, secs)
         for i, now in s["done"]:
             t = rp.tasks[i]
             peer.now = now
             t.result = (t.assignees[0], None, 0.0, 0)
             rp._time_task(t.assignees[0], t)
-    links = {p: m.link_s for p, m in rp.members.items()}
-    weights = rp._split_weights(c["live"], c["n"])  # a member left out: its link estimate fades
-    return {"self_spm": rp.self_spm, "links": links, "weights": weights,
-            "links_after": {p: m.link_s for p, m in rp.members.items()}}
+    return {"self_spm": rp.self_spm, "self_fixed": rp.self_fixed,
+            "links": {p: m.link_s for p, m in rp.members.items()},
+            "weights": rp._split_weights(c["live"], c["n"])}
 
 
 def test_the_timing_that_feeds_the_split():
     """What the Python coordinator learns from these timings (the JS twin must match)."""
-    one, skipped, checks, far, flat = (_python_timing(c) for c in TIMING_CASES)
+    one, skipped, checks, busy, flat = (_python_timing(c) for c in TIMING_CASES)
     # 8 micro-batches in 8 ms; p1's first share is warm-up, then three samples of 6 ms:
     # a running mean of weight 1/2 from 0 gives 6 ms * (1 - 1/8)
     assert one["self_spm"] == pytest.approx(0.001) and one["links"]["p1"] == pytest.approx(0.00525)
@@ -265,11 +213,16 @@ def test_the_timing_that_feeds_the_split():
     assert checks["links"]["p1"] == pytest.approx(0.022 * 15 / 16)
     assert checks["links"]["p2"] == pytest.approx(0.003 * 15 / 16)
     assert flat["links"]["p1"] == 0.0 and flat["weights"] == [1.0, 2.0]  # the capacities
-    assert one["links_after"] == one["links"]  # it has a share: nothing fades
-    # p1: three samples of 60 ms (its first share is warm-up) -> 52.5 ms, more than the whole
-    # step's 4 ms of compute: p0 takes the 4 micro-batches, and p1's estimate fades once
-    assert far["links"]["p1"] == pytest.approx(0.0525) and far["weights"] == [4.0, 0.0]
-    assert far["links_after"]["p1"] == far["links"]["p1"] * R.split.IDLE_LINK_DECAY
+    # p0's 2 micro-batches computed in 2 ms (the shell's clock) but handed in 12 ms after the
+    # dispatch: 1 ms per micro-batch and 10 ms of the step's handling (four samples: 10 ms *
+    # 15 / 16), not 6 ms per micro-batch (before: at small shares the handling, spread over a
+    # few micro-batches, made p0 look slow and gave its members more); p1: 30 ms less its 6
+    # micro-batches (6 ms) = 24 ms (three samples); the split gives p0 the handling as its
+    # fixed cost, like a member's link
+    assert busy["self_spm"] == pytest.approx(0.001) and busy["self_fixed"] == pytest.approx(0.010 * 15 / 16)
+    assert busy["links"]["p1"] == pytest.approx(0.024 * 7 / 8)
+    assert busy["weights"] == R.finish_shares([busy["self_spm"]] * 2, [busy["self_fixed"], busy["links"]["p1"]], 8)
+    assert one["self_fixed"] == 0.0  # untimed by its shell: as before
 
 
 @pytest.mark.usefixtures("node")  # fails, never skips, without node

@@ -12,9 +12,8 @@ The room host is the step *coordinator*. It announces the run (:class:`~frames.R
 member checks the identity and its own self-test and answers ``Ready`` (with its state's
 step and hash) or ``Refuse``. A member whose state differs gets the coordinator's STATE.
 Per step the coordinator splits the micro-batch ids into *tasks* by capacity and by what
-each member's link costs a step (:func:`finish_shares`: everyone finishes together; a member whose link alone costs
-more than the step is left out of it, and its spot-checks go to the next member not left out
-for its link, until its fading link estimate gives it a share again); each task
+each member's link costs a step (:func:`finish_shares`: everyone finishes together, each
+live member keeps at least one micro-batch); each task
 is committed from exactly one contribution (the first that arrives from one of its
 assignees, with the task's exact micro-batch list), so each micro-batch counts exactly
 once. A task whose peer leaves is split over the others; a task past its adaptive

@@ -35,6 +35,7 @@ class _Task:
     deadline: float
     result: tuple[str, np.ndarray, float, int] | None = None  # (peer, ints, loss, correct)
     kind: str = "main"   # main: counts in the total; check / referee: a spot-check's second opinion
+    busy_s: float | None = None  # the coordinator's own task: its compute's seconds (the shell's clock)
 
 
 @dataclass
@@ -136,26 +137,16 @@ class Star(Aggregation):
         checked = set(checked_micro(c.peer.verify_key, c.step, len(ids), c.verify_rate)) \
             if len(live) > 1 else set()
         new, out = [], []
-        # a member left out of the step for its link gives no second opinion either (its
-        # link would be back on the step); one left out for its capacity still does
-        far = {p for p, micro in zip(live, parts) if not micro and p in c.members and c.members[p].link_s > 0}
         for i, (peer, micro) in enumerate(zip(live, parts)):
-            # the second opinion: the next peer that is not far; none: unchecked
-            checker = next((live[(i + d) % len(live)] for d in range(1, len(live))
-                            if live[(i + d) % len(live)] not in far), None)
-            plain = tuple(j for j in micro if j not in checked or checker is None)
+            plain = tuple(j for j in micro if j not in checked)
             if plain:
                 new.append(c._new_task(peer, plain))
             for j in micro:
-                if j in checked and checker is not None:  # its own task, and the same micro-batch for the checker
+                if j in checked:  # its own task, and the same micro-batch for the next peer
                     c.checks[j] = _Check(j)
                     new.append(c._new_task(peer, (j,)))
-                    new.append(c._new_task(checker, (j,), "check"))
-            link = c.members[peer].link_s if peer in c.members else 0.0
-            if not micro and link > 0:  # finish_shares left it out
-                out.append(Log(f"{c._name(peer)} gets no micro-batch of step {c.step}: its link adds "
-                               f"{link * 1e3:.3g} ms to a step, more than its share would save"))
-            elif not micro:  # the coordinator too: in a local-steps room of more peers than replicas it may be the one
+                    new.append(c._new_task(live[(i + 1) % len(live)], (j,), "check"))
+            if not micro:  # the coordinator too: in a local-steps room of more peers than replicas it may be the one
                 out.append(Log(f"{c._name(peer)} gets no micro-batch of step {c.step}: "
                                f"its capacity {c._cap(peer):.3g} micro-batches/s is under "
                                f"1/{len(ids)} of the room's {sum(c._cap(p) for p in live):.3g}"))

@@ -15,14 +15,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from daisychain.engine.trainer import capacity_split
 from daisychain.peer import frames as F
 from daisychain.peer.intcodec import past_bound
 from daisychain.peer.run.aggregator import Aggregation, Star, _Check, _Task
 from daisychain.peer.run.catchup import SYNC_WAIT_S, CatchUpRole
 from daisychain.peer.run.outputs import Compute, Ended, Log, Output, Refused, Send
 from daisychain.peer.run.ring_roles import RingCoordinator
-from daisychain.peer.run.split import IDLE_LINK_DECAY, finish_shares
+from daisychain.peer.run.split import finish_shares
 from daisychain.peer.run.trust import Trust
 
 #: smallest and initial deadline (seconds) of a task
@@ -73,6 +72,7 @@ class Coordinator(CatchUpRole):
         self.pending: dict[tuple[int, int], tuple[int, ...]] = {}  # our own tasks: (step, task) -> micro
         self.step_started = False
         self.self_spm: float | None = None  # our own seconds per micro-batch
+        self.self_fixed = 0.0  # what our own share waits beyond its compute (the step's handling)
         self.timing_from = self.step + 1    # ... timed from this step on (a term's first warms up)
         self.excused: set[str] = set()      # peers whose first share's lateness was excused (once)
         self.catching_up = False
@@ -167,6 +167,14 @@ class Coordinator(CatchUpRole):
             return self.trust.strike(sender, "refused", None,
                                 f"refused a message from {self._name(sender)}: {reason}")
         return [Log(f"refused a message from {self._name(sender)}: {reason}", loud=True)]
+
+    def compute_took(self, step: int, task: int, seconds: float) -> None:
+        """The shell timed our own compute of ``task`` (before :meth:`computed`): the split
+        then learns our seconds per micro-batch apart from what the step's handling (sum,
+        Adam, hash, encoding) adds before our share starts (``self_fixed``)."""
+        t = self.tasks.get(task)
+        if t is not None and step == self.step and seconds >= 0:
+            t.busy_s = float(seconds)
 
     def computed(self, step: int, task: int, result, term: int | None = None) -> list[Output]:
         if term is not None and term != self.term:
@@ -265,14 +273,10 @@ class Coordinator(CatchUpRole):
         """The capacities, or once a member's link costs time, shares that make everyone
         finish together (:func:`finish_shares`: the coordinator computes more meanwhile)."""
         caps = [self._cap(p) for p in live]
-        links = [0.0] + [self.members[p].link_s for p in live[1:]]
+        links = [self.self_fixed] + [self.members[p].link_s for p in live[1:]]
         if self.self_spm is None or n < len(live) or not any(x > 0 for x in links):
             return caps
-        shares = finish_shares([self.self_spm * caps[0] / c for c in caps], links, n)
-        for p, part in zip(live[1:], capacity_split(list(range(n)), shares)[1:]):
-            if not part:  # left out for its link: untimed while idle, so its estimate fades
-                self.members[p].link_s *= IDLE_LINK_DECAY  # until a step gives it a share again
-        return shares
+        return finish_shares([self.self_spm * caps[0] / c for c in caps], links, n)
 
     def _new_task(self, peer: str, micro: tuple[int, ...], kind: str = "main") -> _Task:
         t = _Task(self.next_task, micro, [peer], self.now, self.now + self._deadline(peer, len(micro)),
@@ -352,7 +356,12 @@ class Coordinator(CatchUpRole):
         if spent <= 0 or n == 0:
             return
         if sender == self.me:
-            per = spent / n
+            busy = [x.busy_s for x in share]
+            if all(b is not None for b in busy):  # the shell timed each compute: the rest is handling
+                per, fixed = sum(busy) / n, max(0.0, spent - sum(busy))
+                self.self_fixed = 0.5 * self.self_fixed + 0.5 * fixed
+            else:
+                per = spent / n
             self.self_spm = per if self.self_spm is None else 0.5 * self.self_spm + 0.5 * per
         elif sender in self.members and self.self_spm is not None:
             m = self.members[sender]

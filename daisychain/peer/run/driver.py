@@ -280,9 +280,13 @@ class RunPeer:
         coordinator this replica follows: its messages need not even be decoded."""
         return self.refusals.get(sender, 0) > max(REFUSAL_LINES, self.strikes) and sender != self.coord
 
-    def computed(self, step: int, task: int, result: Result, term: int | None = None) -> list[Output]:
+    def computed(self, step: int, task: int, result: Result, term: int | None = None,
+                 seconds: float | None = None) -> list[Output]:
         """A compute finished; ``term``: the :class:`Compute`'s (a result of an older term,
-        whose task numbers another coordinator reused, is dropped)."""
+        whose task numbers another coordinator reused, is dropped); ``seconds``: how long
+        the compute itself took (the shell's clock; the coordinator's split uses it)."""
+        if seconds is not None and self.coordinator is not None and (term is None or term == self.coordinator.term):
+            self.coordinator.compute_took(step, task, seconds)
         return self._applied(self.role.computed(step, task, result, term))
 
     def data(self, blob: bytes | None) -> list[Output]:

@@ -12,24 +12,16 @@ from daisychain.engine.model import Result
 from daisychain.engine.trainer import Trainer, capacity_split
 
 
-#: A member left out of a step for its link (a share of 0) is not timed while it idles; its
-#: link estimate is multiplied by this at each such step, so that it gets a share again
-#: after some steps and is timed anew (the probe: ~30 steps from 5x the step's compute).
-IDLE_LINK_DECAY = 0.95
-
-
 def finish_shares(spm: list[float], fixed: list[float], n: int) -> list[float]:
     """Micro-batch shares (summing to ~n) with which every peer finishes a step at the same
-    time T: peer k takes max(0, (T - fixed[k]) / spm[k]) micro-batches, where spm[k] is its
+    time T: peer k takes max(1, (T - fixed[k]) / spm[k]) micro-batches, where spm[k] is its
     seconds per micro-batch and fixed[k] the seconds its link adds to a step (the total
-    reaching it, its contribution coming back). A peer whose link alone costs T or more
-    gets 0: the others finish sooner without it (it still follows the run). T by bisection
-    (the same float operations as webui/run/split.js finishShares; shared cases in
-    tests/scenarios/split.json)."""
+    reaching it, its contribution coming back). T by bisection (the same float operations
+    as webui/run/split.js finishShares; shared cases in tests/scenarios/split.json)."""
     def taken(t: float) -> float:
         acc = 0.0
         for s, x in zip(spm, fixed):
-            acc += max(0.0, (t - x) / s)
+            acc += max(1.0, (t - x) / s)
         return acc
     lo, hi = 0.0, max(fixed) + n * max(spm)
     for _ in range(100):
@@ -38,7 +30,7 @@ def finish_shares(spm: list[float], fixed: list[float], n: int) -> list[float]:
             hi = mid
         else:
             lo = mid
-    return [max(0.0, (hi - x) / s) for s, x in zip(spm, fixed)]
+    return [max(1.0, (hi - x) / s) for s, x in zip(spm, fixed)]
 
 
 def split_tasks(ids: list[int], weights: list[float], live: list[str],

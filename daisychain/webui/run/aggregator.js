@@ -84,26 +84,18 @@ export class Star extends Aggregation {
     const checked = new Set(live.length > 1 ? checkedMicro(c.peer.verifyKey, c.step, n, c.verifyRate) : []);
     const fresh = [];
     const out = [];
-    // a member left out of the step for its link gives no second opinion either (its link
-    // would be back on the step); one left out for its capacity still does
-    const far = new Set(live.filter((p, k) => !parts[k].length && c.crew.has(p) && c.crew.get(p).linkS > 0));
     live.forEach((peer, i) => {
       const micro = parts[i];
-      let checker = null; // the second opinion: the next peer that is not far; none: unchecked
-      for (let d = 1; d < live.length && checker === null; d++) if (!far.has(live[(i + d) % live.length])) checker = live[(i + d) % live.length];
-      const plain = micro.filter((j) => !checked.has(j) || checker === null);
+      const plain = micro.filter((j) => !checked.has(j));
       if (plain.length) fresh.push(c._newTask(peer, plain));
       for (const j of micro) {
-        if (checked.has(j) && checker !== null) { // its own task, and the same micro-batch for the checker
+        if (checked.has(j)) { // its own task, and the same micro-batch for the next peer
           c.checks.set(j, { micro: j, votes: new Map(), decided: null, decidedBy: null, refereed: false });
           fresh.push(c._newTask(peer, [j]));
-          fresh.push(c._newTask(checker, [j], "check"));
+          fresh.push(c._newTask(live[(i + 1) % live.length], [j], "check"));
         }
       }
-      const link = c.crew.has(peer) ? c.crew.get(peer).linkS : 0.0;
-      if (!micro.length && link > 0) { // finishShares left it out
-        out.push(log(`${c._name(peer)} gets no micro-batch of step ${c.step}: its link adds ${g3(link * 1e3)} ms to a step, more than its share would save`));
-      } else if (!micro.length) { // the coordinator too: in a local-steps room of more peers than replicas it may be the one
+      if (!micro.length) { // the coordinator too: in a local-steps room of more peers than replicas it may be the one
         const sum = live.reduce((s, p) => s + c._cap(p), 0);
         out.push(log(`${c._name(peer)} gets no micro-batch of step ${c.step}: its capacity ${g3(c._cap(peer))} micro-batches/s is under 1/${n} of the room's ${g3(sum)}`));
       }

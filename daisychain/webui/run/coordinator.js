@@ -10,7 +10,7 @@
 // catch-up (catchup.js) is its methods.
 
 import { Star } from "./aggregator.js";
-import { capacitySplit, finishShares, IDLE_LINK_DECAY } from "./split.js";
+import { finishShares } from "./split.js";
 import { Window } from "./rollback.js";
 import { Trust } from "./trust.js";
 import { CatchUpRole, SYNC_WAIT_S } from "./catchup.js";
@@ -61,6 +61,7 @@ export class Coordinator {
     this.pending = new Map(); // our own tasks: "step:task" -> micro
     this.stepStarted = false;
     this.selfSpm = null;      // our own seconds per micro-batch
+    this.selfFixed = 0.0;     // what our own share waits beyond its compute (the step's handling)
     this.timingFrom = this.step + 1; // ... timed from this step on (a term's first warms up)
     this.excused = new Set(); // peers whose first share's lateness was excused (once)
     this.catchingUp = false;
@@ -139,6 +140,12 @@ export class Coordinator {
     const text = `refused a message from ${this._name(sender)}: ${reason}`;
     if (this.crew.has(sender) && !this.banned.has(sender)) return this.trust.strike(sender, "refused", null, text);
     return [log(text, true)];
+  }
+
+  /** coordinator.py compute_took: the shell timed our own compute of `task` (before computed). */
+  computeTook(step, task, seconds) {
+    const t = this.tasks.get(task);
+    if (t !== undefined && step === this.step && seconds >= 0) t.busyS = Number(seconds);
   }
 
   async computed(step, task, result, term = null) {
@@ -303,14 +310,9 @@ export class Coordinator {
   /** Capacities, or shares that make everyone finish together (run/coordinator.py _split_weights). */
   _splitWeights(live, n) {
     const caps = live.map((p) => this._cap(p));
-    const links = live.map((p, i) => (i === 0 ? 0.0 : this.crew.get(p).linkS));
+    const links = live.map((p, i) => (i === 0 ? this.selfFixed : this.crew.get(p).linkS));
     if (this.selfSpm === null || n < live.length || !links.some((x) => x > 0)) return caps;
-    const shares = finishShares(caps.map((c) => (this.selfSpm * caps[0]) / c), links, n);
-    const parts = capacitySplit(Array.from({ length: n }, (_, j) => j), shares);
-    live.forEach((p, i) => { // left out for its link: untimed while idle, so its estimate fades
-      if (i > 0 && !parts[i].length) this.crew.get(p).linkS *= IDLE_LINK_DECAY; // until it gets a share again
-    });
-    return shares;
+    return finishShares(caps.map((c) => (this.selfSpm * caps[0]) / c), links, n);
   }
 
   /** As run/coordinator.py _time_task: once a peer's last task of the step is in, the coordinator's
@@ -325,7 +327,13 @@ export class Coordinator {
     const spent = this.now - Math.min(...share.map((x) => x.sentAt));
     if (!(spent > 0) || n === 0) return;
     if (sender === this.me) {
-      const per = spent / n;
+      const busy = share.map((x) => x.busyS ?? null);
+      let per = spent / n;
+      if (busy.every((b) => b !== null)) { // the shell timed each compute: the rest is handling
+        const sum = busy.reduce((a, b) => a + b, 0);
+        per = sum / n;
+        this.selfFixed = 0.5 * this.selfFixed + 0.5 * Math.max(0.0, spent - sum);
+      }
       this.selfSpm = this.selfSpm === null ? per : 0.5 * this.selfSpm + 0.5 * per;
     } else if (this.crew.has(sender) && this.selfSpm !== null) {
       const m = this.crew.get(sender);

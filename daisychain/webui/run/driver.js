@@ -268,7 +268,12 @@ export class RunPeer {
   }
 
   /** A compute finished; `term`: the compute's (driver.py computed). */
-  async computed(step, task, result, term = null) {
+  /** `seconds`: how long the compute itself took (the shell's clock; the coordinator's split
+   *  uses it: coordinator.js computeTook). */
+  async computed(step, task, result, term = null, seconds = null) {
+    if (seconds !== null && this.coordinator !== null && (term === null || term === this.coordinator.term)) {
+      this.coordinator.computeTook(step, task, seconds);
+    }
     return this._applied(await this.role.computed(step, task, result, term));
   }
 

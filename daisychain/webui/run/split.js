@@ -46,19 +46,14 @@ export function splitTasks(ids, weights, live, last = null) {
   return { parts, owner };
 }
 
-/** split.py IDLE_LINK_DECAY: a member left out of a step for its link is not timed while it
- *  idles; its link estimate is multiplied by this at each such step (the probe). */
-export const IDLE_LINK_DECAY = 0.95;
-
 /** run/split.py finish_shares: micro-batch shares (summing to ~n) with which every peer finishes
- * a step at the same time T: peer k takes max(0, (T - fixed[k]) / spm[k]) micro-batches
- * (spm: seconds per micro-batch, fixed: seconds its link adds to a step; a peer whose link
- * alone costs T or more gets 0: the others finish sooner without it). T by bisection, the
- * same float operations as Python (shared cases: tests/scenarios/split.json). */
+ * a step at the same time T: peer k takes max(1, (T - fixed[k]) / spm[k]) micro-batches
+ * (spm: seconds per micro-batch, fixed: seconds its link adds to a step). T by bisection,
+ * the same float operations as Python (shared cases: tests/scenarios/split.json). */
 export function finishShares(spm, fixed, n) {
   const taken = (t) => {
     let acc = 0.0;
-    for (let k = 0; k < spm.length; k++) acc += Math.max(0.0, (t - fixed[k]) / spm[k]);
+    for (let k = 0; k < spm.length; k++) acc += Math.max(1.0, (t - fixed[k]) / spm[k]);
     return acc;
   };
   let lo = 0.0;
@@ -68,5 +63,5 @@ export function finishShares(spm, fixed, n) {
     if (taken(mid) >= n) hi = mid;
     else lo = mid;
   }
-  return spm.map((s, k) => Math.max(0.0, (hi - fixed[k]) / s));
+  return spm.map((s, k) => Math.max(1.0, (hi - fixed[k]) / s));
 }

@@ -284,6 +284,7 @@ export class Mesh {
     const tr = this.peer.trainer;
     this.computing = this.computing.then(async () => {
       let res;
+      const t0 = performance.now();
       try {
         res = await contributeAt(tr, theta, step, micro);
       } catch (err) {
@@ -294,7 +295,8 @@ export class Mesh {
         res = await contributeAt(tr, theta, step, micro);
       }
       if (tr.replicas !== undefined) this.lastMine = { step, micro: [...micro] }; // a local-steps run's replicas
-      this._enqueue(async () => this.peer.computed(step, task, res, term));
+      const took = (performance.now() - t0) / 1000;
+      this._enqueue(async () => this.peer.computed(step, task, res, term, took));
     }).catch((err) => this.bus.emit("run:error", { message: `compute failed: ${err.message}` }));
   }
 
