@@ -11,7 +11,9 @@ micro-batch than one scales where it has a core of its own.
 
 Run: ``python -m bench.browser_pool [--rounds R]`` (writes the "browser_pool" section of
 docs/BENCHMARKS.md); ``--bare`` only prints the plan's CPU per micro-batch in 2 bare workers
-against 1 (no pool, no messages: the pool's protocol left out). On a machine whose cores other processes share, the ratio is what the
+against 1 (no pool, no messages: the pool's protocol left out); ``--timeline 64`` only prints
+where a 2-worker call's wall time goes at batch 64 (the page's and the workers' spans, each
+worker thread's CPU). On a machine whose cores other processes share, the ratio is what the
 cores had left.
 """
 
@@ -166,6 +168,78 @@ def bare(url: str, rounds: int) -> None:
         browser.close()
 
 
+TIMELINE = """
+async ([steps]) => {
+  const { tr, thetas, ids } = window.__pool;
+  tr.split = 'static';
+  tr.trace = [];
+  for (let s = 1; s <= steps; s++) await tr.contributeAt(thetas[s % 2].slice(), s, ids);
+  const trace = tr.trace;
+  tr.trace = null;
+  return trace;
+}
+"""
+
+
+def _med(xs: list[float]) -> float:
+    return statistics.median(xs) if xs else float("nan")
+
+
+def timeline(url: str, rounds: int, batch: int, steps: int = 30) -> None:
+    """Print where a 2-worker call's wall time goes (image task, `batch`): per call, the medians
+    of the page's spans (WorkerTrainer.trace) and each worker thread's CPU (/proc), `rounds`
+    pages of `steps` calls each. Spans are ms; the page's clock is coarsened to 0.1 ms without
+    cross-origin isolation."""
+    from playwright.sync_api import sync_playwright
+
+    def threads() -> dict[str, float]:
+        got = {}
+        for proc in _tree(os.getpid()):
+            for task in proc.glob("task/*/stat"):
+                try:
+                    text = task.read_text()
+                except OSError:
+                    continue
+                if text[text.index("(") + 1:].startswith("DedicatedWorker"):
+                    got[task.parent.name] = stat_cpu_s(text)
+        return got
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        for _ in range(rounds):
+            page = browser.new_page()
+            page.route(f"{url}/__blank*", lambda r: r.fulfill(body="<!doctype html>", content_type="text/html"))
+            page.goto(f"{url}/__blank?workers=2")
+            page.evaluate(SETUP, ["image", batch])
+            c0 = threads()
+            trace = page.evaluate(TIMELINE, [steps])
+            c1 = threads()
+            page.close()
+            calls = {}
+            for t in trace:
+                calls.setdefault(t["step"], {})[t["w"]] = t
+            rows = [c for _, c in sorted(calls.items()) if len(c) == 2]
+            col = {k: [] for k in ("pre", "lat", "comp0", "comp1", "imb", "ret", "gap")}
+            last1 = 0
+            for i, c in enumerate(rows):
+                a, b = c[0], c[1]
+                col["pre"].append(b["post"] - a["post"])
+                col["lat"].append(max(a["start"], b["start"]) - b["post"])
+                col["comp0"].append(a["end"] - a["start"])
+                col["comp1"].append(b["end"] - b["start"])
+                col["imb"].append(abs(a["end"] - b["end"]))
+                col["ret"].append(max(a["back"], b["back"]) - max(a["end"], b["end"]))
+                last1 += b["end"] > a["end"]
+                if i + 1 < len(rows):
+                    col["gap"].append(min(t["post"] for t in rows[i + 1].values()) - max(a["back"], b["back"]))
+            cpu = sorted((1000 * (c1[k] - c0.get(k, 0.0)) / len(rows) for k in c1 if c1[k] - c0.get(k, 0.0) > 0),
+                         reverse=True)
+            print(f"batch {batch}, 2 workers, {len(rows)} calls: " + ", ".join(f"{k} {_med(v):.2f}" for k, v in col.items())
+                  + f" ms (medians); worker 1 ended last in {last1}/{len(rows)}; the workers' threads' CPU ms a call "
+                  + " / ".join(f"{v:.1f}" for v in cpu) + f"; load {os.getloadavg()[0]:.1f}", flush=True)
+        browser.close()
+
+
 # (workers, WorkerTrainer.split): one worker; two pulling runs from one queue ("pull"); two
 # with one fixed half each ("static": the default, faster on a quiet machine)
 VARIANTS = [(1, "pull"), (2, "pull"), (2, "static")]
@@ -177,10 +251,14 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--bare", action="store_true", help="only print the plan's CPU in 2 bare workers against 1")
+    ap.add_argument("--timeline", type=int, metavar="BATCH", help="only print where a 2-worker call's time goes (image task)")
     args = ap.parse_args()
     url = _serve()
     if args.bare:
         bare(url, args.rounds)
+        return
+    if args.timeline:
+        timeline(url, args.rounds, args.timeline)
         return
     cases = [("image", 64, 20), ("image", 256, 5), ("digits", 64, 200)]  # (task, batch, timed steps)
     runs: dict[tuple, list[dict]] = {}

@@ -89,6 +89,11 @@ REUSE = """async () => {
     }
   }
   out.micro = (await computePool().counts()).perWorker;
+  // a traced call (bench/browser_pool.py --timeline): one share a worker, each span in order
+  tr.trace = [];
+  await tr.contributeAt(initParams(spec, 1), 7, ids);
+  out.trace = tr.trace.map((t) => [t.w, t.step, t.start <= t.end && t.post <= t.back]).sort();
+  tr.trace = null;
   return out;
 }"""
 
@@ -101,6 +106,7 @@ def test_the_pools_arrays_come_back_and_keep_the_bits(browser_nogpu, server_url)
     page.close()
     assert got["workers"] == 2 and got["same"] == [True] * 6, got
     assert min(got["micro"]) > 0, got  # both workers computed
+    assert got["trace"] == [[0, 7, True], [1, 7, True]], got
     # every call after the first finds the arrays of the one before: the count stays put
     assert got["spares"][0] > 0 and len(set(got["spares"][1:])) == 1, got
 

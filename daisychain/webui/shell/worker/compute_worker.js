@@ -5,8 +5,9 @@
 //   {id, op: "init", key, spec, hyper, dataset, luts, kind, cpuPath}  -> {units, gpuReason, wasmReason}
 //     (cpuPath "wasm": the CPU units are this worker's own WebAssembly SIMD instance, checked
 //     as the page's was; the JS units when it is "js" or the module fails here)
-//   {id, op: "contribute", key, theta, grad, step, micro}     -> {grad, loss, correct, theta}
-//     (grad: an array of the model's size to sum into, zeroed here; both arrays come back)
+//   {id, op: "contribute", key, theta, grad, step, micro}     -> {grad, loss, correct, theta, span}
+//     (grad: an array of the model's size to sum into, zeroed here; both arrays come back;
+//     span: [start, end] of the compute, ms since the epoch (timeOrigin + now), for the pool's trace)
 //   {id, op: "accuracy", key, theta, split, limit}            -> {accuracy, n}
 //   {id, op: "probs", key, theta, x, n}                       -> {probs}  (softmax of the logits;
 //     a transformer's at each window's last position)
@@ -81,7 +82,9 @@ const OPS = {
   async contribute({ key, theta, grad, step, micro }) {
     const tr = get(key);
     tr.engine.units = units;
+    const start = performance.timeOrigin + performance.now();
     const r = await tr.contribute(micro, step, theta, grad);
+    r.span = [start, performance.timeOrigin + performance.now()];
     counts.micro += micro.length;
     // the snapshot goes back with the contribution: the page hands it out again (trainer_proxy.js _spare)
     return { result: { ...r, theta }, transfer: [r.grad.buffer, r.loss.buffer, r.correct.buffer, theta.buffer] };

@@ -246,13 +246,20 @@ export class WorkerTrainer extends Trainer {
     return { grad, loss, correct };
   }
 
-  /** Micro-batches ids[at, at + size) of a step on worker w: {grad, loss, correct, at}. */
+  /** Micro-batches ids[at, at + size) of a step on worker w: {grad, loss, correct, at}.
+   *  Where `trace` is an array (bench/browser_pool.py --timeline), each share is recorded in
+   *  it: {w, step, post, start, end, back}, ms since the epoch (the page posted it, the worker
+   *  began and ended its compute, the answer reached the page). */
   async _share(w, theta, step, ids, at, size) {
     const own = this._copy(theta);
     const grad = this._spare(this.layout.size);
+    const post = performance.timeOrigin + performance.now();
     const r = await this.pool.workers[w].post("contribute", { key: this.key, theta: own, grad, step, micro: ids.slice(at, at + size) },
       [own.buffer, grad.buffer]);
     this._keep(r.theta);
+    if (Array.isArray(this.trace)) {
+      this.trace.push({ w, step, post, start: r.span[0], end: r.span[1], back: performance.timeOrigin + performance.now() });
+    }
     return { grad: r.grad, loss: r.loss, correct: r.correct, at };
   }
 
