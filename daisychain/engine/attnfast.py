@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from daisychain.engine import int8mm
 from daisychain.engine import norm as N
 from daisychain.engine.attnfused import kernels
 from daisychain.engine.detmath import pow2, quant_exponent, quantize
@@ -56,7 +57,7 @@ def _mm2(a, b):
     t = _torch()
     if min(a.shape[0], a.shape[1], b.shape[1]) < 2:
         return t.mm(_t32(a), _t32(b)).numpy()
-    return t._int_mm(t.from_numpy(_i8(a)), t.from_numpy(_i8(b))).numpy()
+    return int8mm.mm(_i8(a), _i8(b))  # _int_mm, or the float32 GEMM where that is faster
 
 
 def _per_mb(e, n):

@@ -3,7 +3,8 @@ as the literal layer-by-layer engine (engine/layers.py), held to it by tests/eng
 
 Why it is the same:
 
-* Every GEMM is ``torch._int_mm`` on int8 operands with int32 accumulators: exact integer
+* Every GEMM is an exact int8 x int8 -> int32 product (engine/int8mm.py: torch's ``_int_mm``,
+  or its float32 GEMM over K chunks of at most 1024, whichever is faster here): exact integer
   sums (the spec's bounds keep every accumulator below 2**31; a weight gradient whose inner
   size b*H*W could pass that is split into chunks of at most MAX_K rows, summed in int64).
 * Activations are held NHWC ((n*b*H*W, C) rows, the conv's own output layout) instead of
@@ -32,6 +33,7 @@ import numpy as np
 
 from daisychain.compiled import built_once, numba_jit
 from daisychain.engine import detmath
+from daisychain.engine import int8mm
 from daisychain.engine import kernels as shared
 from daisychain.engine.layers import kind_of
 from daisychain.units.gemm import MAX_K
@@ -293,12 +295,9 @@ class ConvFastPath:
         exact numpy int64 product instead."""
         if min(a.shape[0], a.shape[1], b.shape[1]) < 2:
             return (a.astype(np.int64) @ b.astype(np.int64)).astype(np.int32)
-        t = self._torch
         if key is None:
-            return t._int_mm(t.from_numpy(a), t.from_numpy(b)).numpy()
-        out = self._buf(key, (a.shape[0], b.shape[1]), np.int32)
-        t._int_mm(t.from_numpy(a), t.from_numpy(b), out=t.from_numpy(out))
-        return out
+            return int8mm.mm(a, b)
+        return int8mm.mm(a, b, self._buf(key, (a.shape[0], b.shape[1]), np.int32))
 
     def _wgrad(self, kern, G, A, rows, eg, ex, frac_bits, limit, dst, perm, key=None):
         """dst[perm] += the fixed-point weight gradient G^T A of each micro-batch (rows each);
