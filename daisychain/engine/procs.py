@@ -13,10 +13,14 @@ OpenMP thread, SIGINT ignored (it follows its parent). The parent and it share:
   nothing is left behind however either side ends) holding a header of offsets, the
   parameters (float64, written by the parent before each call), the contribution (int64,
   written by the worker), room for a share's x and y (a share larger than the room travels
-  pickled in the call's message), and the start-up blob (spec, unit tables, gemm, and one
-  warm-up call's inputs);
-- a socket pair carrying small pickled messages: ``("grad", ...)`` -> ``("done", loss,
-  correct)`` or ``("error", line)``; ``("stop",)``.
+  pickled in the call's message), the start-up blob (spec, unit tables, gemm, and one
+  warm-up call's inputs) and, given one of at most :data:`DATA_MAX` bytes, the training set
+  (x and y, with the image shape and the hyper-parameters in the blob);
+- a socket pair carrying small pickled messages: ``("grad", ...)`` (a share's inputs in the
+  mapping) or ``("grad_at", step, micro_ids, ...)`` (a worker that holds the training set
+  makes the share's inputs itself with the trainer's ``step_inputs``: the same bits; indices
+  that are not a step's micro-batches answer an error) -> ``("done", loss, correct)`` or
+  ``("error", line)``; ``("stop",)``.
 
 The worker builds its Engine, runs the warm-up call (numba caches, scratch arrays) and says
 ``("ready", pid)``; the parent keeps computing on its own until then (:meth:`Worker.ready`

@@ -5,8 +5,9 @@ The micro-batches given to :meth:`ThreadedGrad.grad` are split into N contiguous
 (shares), each computed by an Engine of its own (the fast paths keep scratch buffers, so an
 Engine is never shared). By default the shares run in worker processes (engine/procs.py):
 the calling process computes the first share and N-1 workers the others, each worker a fresh
-interpreter with one torch/BLAS thread, sent the spec, unit tables and gemm once, then each
-call's parameters and inputs through shared memory. Processes, because threads of one
+interpreter with one torch/BLAS thread, sent the spec, unit tables, gemm and the training set
+once, then each call's parameters through shared memory and its share's step and micro-batch
+indices (the worker makes the inputs; stop 46). Processes, because threads of one
 process lose to the GIL: two threads computing the image grad ran 1.6x one, two processes
 2.0x (``bench/cores.py``); ``mode="threads"`` keeps the shares on threads of this process
 (stop 44's path, measured beside it by ``bench/threads.py``). A contribution is a sum of
