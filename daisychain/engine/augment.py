@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from daisychain.compiled import built_once, numba_jit
 from daisychain.engine import prng
 
 STREAM_AUGMENT = 1 << 22  #: + step: the augmentation draws of that step
@@ -48,9 +49,53 @@ def shifts(seed: int, step: int, slots: np.ndarray, shift: int) -> tuple[np.ndar
     return u % r - shift, (u >> 16) % r - shift
 
 
+def _nb_shift(x, c, h, w, dx, dy, out):
+    """out[i, (ch*h + y)*w + x] = x[i, (ch*h + y - dy[i])*w + x - dx[i]], 0 outside."""
+    for i in range(x.shape[0]):
+        sx, sy = dx[i], dy[i]
+        for ch in range(c):
+            for y in range(h):
+                row = (ch * h + y) * w
+                yy = y - sy
+                if yy < 0 or yy >= h:
+                    for xx in range(w):
+                        out[i, row + xx] = 0
+                else:
+                    src = (ch * h + yy) * w - sx
+                    lo, hi = max(0, sx), min(w, w + sx)  # 0 <= xx - sx < w
+                    for xx in range(min(lo, w)):
+                        out[i, row + xx] = 0
+                    for xx in range(lo, hi):
+                        out[i, row + xx] = x[i, src + xx]
+                    for xx in range(max(hi, 0), w):
+                        out[i, row + xx] = 0
+
+
+_shift_kernel = built_once(lambda: (lambda jit: jit(_nb_shift) if jit is not None else None)(numba_jit()))
+
+
 def shift_images(x: np.ndarray, shape: tuple[int, int, int], dx: np.ndarray,
                  dy: np.ndarray) -> np.ndarray:
-    """x (M, C*H*W) uint8 channel-major rows, each moved by its (dx, dy) with zero fill."""
+    """x (M, C*H*W) uint8 channel-major rows, each moved by its (dx, dy) with zero fill: one
+    compiled pass (~50x the numpy gather below, which is its definition and the path without
+    numba: a step's inputs are serial work of every ``--threads N``)."""
+    c, h, w = shape
+    m = len(x)
+    s = int(max(np.abs(dx).max(initial=0), np.abs(dy).max(initial=0)))
+    if s == 0:
+        return x.copy()
+    kern = _shift_kernel() if m and x.ndim == 2 and x.shape[1] == c * h * w else None
+    if kern is not None:
+        out = np.empty_like(x, order="C")
+        kern(np.ascontiguousarray(x), c, h, w, np.ascontiguousarray(dx, np.int64),
+             np.ascontiguousarray(dy, np.int64), out)
+        return out
+    return shift_images_numpy(x, shape, dx, dy)
+
+
+def shift_images_numpy(x: np.ndarray, shape: tuple[int, int, int], dx: np.ndarray,
+                       dy: np.ndarray) -> np.ndarray:
+    """:func:`shift_images` by numpy indexing (the definition; the path without numba)."""
     c, h, w = shape
     m = len(x)
     s = int(max(np.abs(dx).max(initial=0), np.abs(dy).max(initial=0)))

@@ -13,10 +13,14 @@ OpenMP thread, SIGINT ignored (it follows its parent). The parent and it share:
   nothing is left behind however either side ends) holding a header of offsets, the
   parameters (float64, written by the parent before each call), the contribution (int64,
   written by the worker), room for a share's x and y (a share larger than the room travels
-  pickled in the call's message), and the start-up blob (spec, unit tables, gemm, and one
-  warm-up call's inputs);
-- a socket pair carrying small pickled messages: ``("grad", ...)`` -> ``("done", loss,
-  correct)`` or ``("error", line)``; ``("stop",)``.
+  pickled in the call's message), the start-up blob (spec, unit tables, gemm, and one
+  warm-up call's inputs) and, given one of at most :data:`DATA_MAX` bytes, the training set
+  (x and y, with the image shape and the hyper-parameters in the blob);
+- a socket pair carrying small pickled messages: ``("grad", ...)`` (a share's inputs in the
+  mapping) or ``("grad_at", step, micro_ids, ...)`` (a worker that holds the training set
+  makes the share's inputs itself with the trainer's ``step_inputs``: the same bits; indices
+  that are not a step's micro-batches answer an error) -> ``("done", loss, correct)`` or
+  ``("error", line)``; ``("stop",)``.
 
 The worker builds its Engine, runs the warm-up call (numba caches, scratch arrays) and says
 ``("ready", pid)``; the parent keeps computing on its own until then (:meth:`Worker.ready`
@@ -42,8 +46,14 @@ from pathlib import Path
 
 import numpy as np
 
-_HEADER = 64  #: bytes: 8 int64 offsets/sizes (theta, grad, x, x room, y, y room, blob, blob length)
+#: bytes: 16 int64 offsets/sizes (theta, grad, x, x room, y, y room, blob, blob length, the data
+#: set's x and its bytes, its y and its bytes; 0 bytes: not held)
+_HEADER = 128
+_SLOTS = 16
 _ALIGN = 64
+#: The largest data set (x and y bytes) a worker is given to make its shares' inputs itself;
+#: a larger one stays in the parent, which sends each share's inputs.
+DATA_MAX = 1 << 28
 #: The least seconds a call waits for a worker that is alive before it is called hung.
 MIN_TIMEOUT_S = 60.0
 
@@ -73,27 +83,41 @@ class Worker:
     """The parent's side of one compute worker process (started at construction)."""
 
     def __init__(self, index: int, spec, luts, gemm: str, theta: np.ndarray, x: np.ndarray, y: np.ndarray,
-                 frac_bits: int, limit: float, room: tuple[int, int] = (0, 0)):
+                 frac_bits: int, limit: float, room: tuple[int, int] = (0, 0), data: tuple | None = None):
         """Start worker ``index`` for (spec, luts, gemm), its warm-up call (theta, x, y), with
-        room for a share of ``room`` = (x bytes, y bytes) (at least the warm-up's)."""
+        room for a share of ``room`` = (x bytes, y bytes) (at least the warm-up's). ``data`` =
+        (x_train, y_train, image_shape, hp): the data set, copied into the mapping once (at most
+        :data:`DATA_MAX` bytes), so that :meth:`send_at` sends a share's indices only."""
         self.index = index
         self.ready_ = False
+        if data is not None and data[0].nbytes + data[1].nbytes > DATA_MAX:
+            data = None
+        self.has_data = data is not None
+        dx, dy = (np.ascontiguousarray(data[0]), np.ascontiguousarray(data[1])) if data is not None else (None, None)
         blob = pickle.dumps({"spec": spec, "luts": luts, "gemm": gemm, "frac_bits": frac_bits, "limit": limit,
-                             "x": (x.shape, x.dtype.str), "y": (y.shape, y.dtype.str)}, pickle.HIGHEST_PROTOCOL)
+                             "x": (x.shape, x.dtype.str), "y": (y.shape, y.dtype.str),
+                             "data": None if data is None else ((dx.shape, dx.dtype.str), (dy.shape, dy.dtype.str),
+                                                                data[2], data[3])}, pickle.HIGHEST_PROTOCOL)
         p = theta.size * 8
         off = [_HEADER, _HEADER + _up(p), _HEADER + 2 * _up(p), _up(max(x.nbytes, room[0]))]
         off += [off[2] + off[3], _up(max(y.nbytes, room[1]))]
         off += [off[4] + off[5], len(blob)]
-        size = off[6] + _up(len(blob))
+        off += [off[6] + _up(len(blob)), 0 if dx is None else dx.nbytes]
+        off += [off[8] + _up(off[9]), 0 if dy is None else dy.nbytes]
+        off += [0] * (_SLOTS - len(off))
+        size = off[10] + _up(off[11])
         shm = "/dev/shm" if os.path.isdir("/dev/shm") else None
         self._file = tempfile.TemporaryFile(dir=shm)  # unlinked: gone when both sides close it
         self._file.truncate(size)
         self.mm = mmap.mmap(self._file.fileno(), size)
-        np.frombuffer(self.mm, np.int64, 8, 0)[:] = off
+        np.frombuffer(self.mm, np.int64, _SLOTS, 0)[:] = off
         self.theta = np.frombuffer(self.mm, np.float64, theta.size, off[0])
         self.grad = np.frombuffer(self.mm, np.int64, theta.size, off[1])
         self.x_room, self.y_room = (off[2], off[3]), (off[4], off[5])
         self.mm[off[6]:off[6] + len(blob)] = blob
+        if dx is not None:
+            np.ndarray(dx.shape, dx.dtype, buffer=self.mm, offset=off[8])[...] = dx
+            np.ndarray(dy.shape, dy.dtype, buffer=self.mm, offset=off[10])[...] = dy
         self.theta[:] = theta
         self._put(x, self.x_room)
         self._put(y, self.y_room)
@@ -156,6 +180,15 @@ class Worker:
         except OSError:
             raise self._died("before a call") from None
 
+    def send_at(self, theta: np.ndarray, step: int, micro_ids, frac_bits: int, limit: float) -> None:
+        """Start computing micro-batches ``micro_ids`` of ``step``, their inputs made by the worker
+        from the data set it holds (``data=``); :meth:`result` collects it."""
+        self.theta[:] = theta
+        try:
+            self.conn.send(("grad_at", int(step), [int(i) for i in micro_ids], frac_bits, limit))
+        except OSError:
+            raise self._died("before a call") from None
+
     def result(self, timeout_s: float):
         """(loss, correct) of the call sent; its contribution is in ``self.grad`` until the next."""
         end = time.monotonic() + timeout_s
@@ -206,8 +239,32 @@ def _view(mm, offs, i, shape, dtype):
     return np.ndarray(shape, np.dtype(dtype), buffer=mm, offset=int(offs[i]))
 
 
+def _data_inputs(init, mm, offs):
+    """``inputs(step, micro_ids)`` of the data set the parent put in the mapping (None if none):
+    the trainer's own ``step_inputs`` on the same arrays, hyper-parameters and schedule."""
+    if init.get("data") is None:
+        return None
+    import types
+
+    from daisychain.engine.augment import step_inputs
+    from daisychain.engine.trainer import Schedule
+
+    (xs, xd), (ys, yd), image_shape, hp = init["data"]
+    ds = types.SimpleNamespace(x_train=_view(mm, offs, 8, xs, xd), y_train=_view(mm, offs, 10, ys, yd),
+                               image_shape=image_shape)
+    schedule = Schedule(len(ds.y_train), hp)
+
+    def inputs(step, ids):
+        if not (isinstance(step, int) and step >= 0 and isinstance(ids, list) and 0 < len(ids) <= hp.n_micro
+                and all(isinstance(i, int) and 0 <= i < hp.n_micro for i in ids)):
+            raise ValueError(f"a share of micro-batches {ids!r} of step {step!r} is not one of this run's")
+        return step_inputs(ds, hp, schedule, step, ids)
+
+    return inputs
+
+
 def _serve(conn: Connection, mm, parent: int) -> None:
-    offs = np.frombuffer(mm, np.int64, 8, 0).copy()
+    offs = np.frombuffer(mm, np.int64, _SLOTS, 0).copy()
     init = pickle.loads(mm[int(offs[6]):int(offs[6] + offs[7])])
     from daisychain.engine.model import Engine
 
@@ -217,6 +274,7 @@ def _serve(conn: Connection, mm, parent: int) -> None:
     grad = np.ndarray((size,), np.int64, buffer=mm, offset=int(offs[1]))
     (xs, xd), (ys, yd) = init["x"], init["y"]
     engine.grad(theta, _view(mm, offs, 2, xs, xd), _view(mm, offs, 4, ys, yd), init["frac_bits"], init["limit"])
+    inputs = _data_inputs(init, mm, offs)
     conn.send(("ready", os.getpid()))
     while True:
         while not conn.poll(1.0):
@@ -226,12 +284,18 @@ def _serve(conn: Connection, mm, parent: int) -> None:
             msg = conn.recv()
         except (EOFError, OSError):
             return
-        if msg[0] != "grad":
+        if msg[0] not in ("grad", "grad_at"):
             return
-        _, xs, xd, ys, yd, x, y, frac_bits, limit = msg
         try:
-            x = _view(mm, offs, 2, xs, xd) if x is None else x
-            y = _view(mm, offs, 4, ys, yd) if y is None else y
+            if msg[0] == "grad_at":
+                if inputs is None:
+                    raise ValueError("this worker holds no data set")
+                _, step, ids, frac_bits, limit = msg
+                x, y = inputs(step, ids)
+            else:
+                _, xs, xd, ys, yd, x, y, frac_bits, limit = msg
+                x = _view(mm, offs, 2, xs, xd) if x is None else x
+                y = _view(mm, offs, 4, ys, yd) if y is None else y
             got = engine.grad(theta, x, y, frac_bits, limit)
             grad[:] = got.grad
             conn.send(("done", np.asarray(got.loss).copy(), np.asarray(got.correct).copy()))

@@ -5,8 +5,9 @@ The micro-batches given to :meth:`ThreadedGrad.grad` are split into N contiguous
 (shares), each computed by an Engine of its own (the fast paths keep scratch buffers, so an
 Engine is never shared). By default the shares run in worker processes (engine/procs.py):
 the calling process computes the first share and N-1 workers the others, each worker a fresh
-interpreter with one torch/BLAS thread, sent the spec, unit tables and gemm once, then each
-call's parameters and inputs through shared memory. Processes, because threads of one
+interpreter with one torch/BLAS thread, sent the spec, unit tables, gemm and the training set
+once, then each call's parameters through shared memory and its share's step and micro-batch
+indices (the worker makes the inputs; stop 46). Processes, because threads of one
 process lose to the GIL: two threads computing the image grad ran 1.6x one, two processes
 2.0x (``bench/cores.py``); ``mode="threads"`` keeps the shares on threads of this process
 (stop 44's path, measured beside it by ``bench/threads.py``). A contribution is a sum of
@@ -107,7 +108,8 @@ class ThreadedGrad:
     threads or processes that computed one call, ``most_procs`` the most worker processes."""
 
     def __init__(self, first, make_engine: Callable, threads: int, min_share_s: float = MIN_SHARE_S,
-                 procs: tuple | None = None, mode: str | None = None, parent_computes: bool = True):
+                 procs: tuple | None = None, mode: str | None = None, parent_computes: bool = True,
+                 data: tuple | None = None):
         self.threads = int(threads)
         self.min_share_s = float(min_share_s)
         self.per_micro_s: float | None = None
@@ -117,6 +119,9 @@ class ThreadedGrad:
         if self.mode not in ("processes", "threads") or (self.mode == "processes" and procs is None):
             raise ValueError(f"ThreadedGrad mode {self.mode!r}: 'threads', or 'processes' with procs=")
         self.parent_computes = bool(parent_computes)
+        #: (x_train, y_train, image_shape, hp): the data set a worker process holds to make its
+        #: shares' inputs (grad_of's ``at``); None: every share's inputs are sent
+        self.data = data
         self._engines = [first]
         self._make = make_engine
         self._procs = procs
@@ -130,7 +135,16 @@ class ThreadedGrad:
         return threads_for(n, self.threads, self.per_micro_s, self.min_share_s)
 
     def grad(self, x: np.ndarray, y: np.ndarray, theta: np.ndarray, frac_bits: int, limit: float):
-        n = len(y)
+        """The Result of micro-batches (x, y) (n of them: ``len(y)``)."""
+        return self.grad_of(len(y), lambda a, b: (x[a:b], y[a:b]), theta, frac_bits, limit)
+
+    def grad_of(self, n: int, inputs: Callable, theta: np.ndarray, frac_bits: int, limit: float,
+                at: tuple | None = None):
+        """:meth:`grad` of n micro-batches whose (x, y) of micro-batches [a, b) are
+        ``inputs(a, b)``, made only for the shares this process computes or hands out.
+        ``at`` = (step, micro_ids): a worker process that holds the data set (``data=``)
+        makes its share's inputs itself from these (the same ``step_inputs``, so the same
+        bits), so only the indices cross to it."""
         k = self.split(n)
         # the image path's torch._int_mm: one intra-op thread in every process, so that N
         # shares use N cores, not N x cores, and --threads 1 is one core (torch's default pool,
@@ -142,10 +156,11 @@ class ThreadedGrad:
             # a worker process costs a start (seconds of CPU): only once the rate is the
             # least of START_AFTER calls (a first, cold call can make cheap ones look dear)
             k = 1 if self.min_share_s > 0 and self._timed < START_AFTER and not self._workers \
-                else self._ready_workers(k, theta, x, y, frac_bits, limit)
+                else self._ready_workers(k, theta, inputs, n, frac_bits, limit)
         self.most_used = max(self.most_used, k)
         if k <= 1:
             t0 = time.perf_counter()
+            x, y = inputs(0, n)
             got = self._engines[0].grad(theta, x, y, frac_bits, limit)
             if n:
                 self._seen((time.perf_counter() - t0) / n)
@@ -153,8 +168,11 @@ class ThreadedGrad:
             return got
         cuts = [(w * n) // k for w in range(k + 1)]
         t0 = time.perf_counter()
-        parts = (self._grad_procs if self.mode == "processes" else self._grad_threads)(
-            x, y, theta, frac_bits, limit, cuts)
+        if self.mode == "processes":
+            parts = self._grad_procs(inputs, at, theta, frac_bits, limit, cuts)
+        else:
+            x, y = inputs(0, n)
+            parts = self._grad_threads(x, y, theta, frac_bits, limit, cuts)
         # k shares' wall time bounds one thread's time from above: a first, slow one-thread
         # call (compiles, caches) that made the split look worth it is corrected this way
         self._seen((time.perf_counter() - t0) * k / n)
@@ -176,7 +194,7 @@ class ThreadedGrad:
             grad += p.grad
         return Result(grad, np.concatenate([p.loss for p in parts]), np.concatenate([p.correct for p in parts]))
 
-    def _ready_workers(self, k, theta, x, y, frac_bits, limit) -> int:
+    def _ready_workers(self, k, theta, inputs, n, frac_bits, limit) -> int:
         """The shares a split call takes now: k once the workers it needs are ready (they are
         started here, the first time, with a warm-up share of this call; until they answer,
         1: this process alone)."""
@@ -186,11 +204,13 @@ class ThreadedGrad:
         if len(self._workers) < need:
             if self._finalizer is None:
                 self._finalizer = weakref.finalize(self, procs.stop_all, self._workers)
-            share = -(-len(y) // k)
+            share = -(-n // k)
             spec, luts, gemm = self._procs
+            x, y = inputs(0, n)
             while len(self._workers) < need:
                 self._workers.append(procs.Worker(len(self._workers) + 1, spec, luts, gemm, theta, x[:share],
-                                                  y[:share], frac_bits, limit, room=(x.nbytes, y.nbytes)))
+                                                  y[:share], frac_bits, limit, room=(x.nbytes, y.nbytes),
+                                                  data=self.data))
         try:
             ready = 0
             for w in self._workers[:need]:
@@ -204,7 +224,7 @@ class ThreadedGrad:
             return ready + 1
         return ready if ready >= 2 else 1
 
-    def _grad_procs(self, x, y, theta, frac_bits, limit, cuts):
+    def _grad_procs(self, inputs, at, theta, frac_bits, limit, cuts):
         from daisychain.engine import procs
         from daisychain.engine.model import Result
 
@@ -215,11 +235,14 @@ class ThreadedGrad:
         per = self.per_micro_s or 1.0
         timeout = max(procs.MIN_TIMEOUT_S, 100.0 * per * (cuts[1] - cuts[0] + 1))
         try:
-            for i, w in enumerate(ws):
+            for i, w in enumerate(ws):  # the workers first: they start while this process makes its inputs
                 a, b = cuts[first + i], cuts[first + i + 1]
-                w.send(theta, x[a:b], y[a:b], frac_bits, limit)
+                if at is not None and w.has_data:
+                    w.send_at(theta, at[0], at[1][a:b], frac_bits, limit)
+                else:
+                    w.send(theta, *inputs(a, b), frac_bits, limit)
             if first:
-                own = self._engines[0].grad(theta, x[:cuts[1]], y[:cuts[1]], frac_bits, limit)
+                own = self._engines[0].grad(theta, *inputs(0, cuts[1]), frac_bits, limit)
                 grad, losses, corrects = own.grad.copy(), [own.loss], [own.correct]
             else:
                 grad, losses, corrects = np.zeros(len(theta), np.int64), [], []

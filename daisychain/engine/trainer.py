@@ -127,8 +127,10 @@ class Trainer:
         self.spec, self.hp, self.ds, self.luts = spec, hp, ds, luts
         self.engine = Engine(spec, luts, gemm)
         # threads > 1: a step's micro-batches on that many processes, same bits (engine/threads.py)
+        # (a worker process holds the training set and makes its share's inputs itself: only a
+        # step's micro-batch indices cross to it, engine/procs.py)
         self.threads = ThreadedGrad(self.engine, lambda: Engine(spec, luts, gemm), threads,
-                                    procs=(spec, luts, gemm))
+                                    procs=(spec, luts, gemm), data=self._worker_data(ds, hp))
         self.layout = ParamLayout(spec)
         self.schedule = Schedule(len(ds.y_train), hp)
         theta = init_params(spec, hp.seed)
@@ -181,8 +183,17 @@ class Trainer:
         ids = np.asarray(micro_ids, np.int64)
         if ids.size == 0:
             return Result(np.zeros(self.layout.size, np.int64), np.zeros(0), np.zeros(0, np.int64))
-        x, y = self.inputs(step, ids)
-        return self.threads.grad(x, y, theta, self.hp.grad_frac_bits, self.limit)
+        return self.threads.grad_of(len(ids), lambda a, b: self.inputs(step, ids[a:b]), theta,
+                                    self.hp.grad_frac_bits, self.limit, at=(step, ids))
+
+    @staticmethod
+    def _worker_data(ds: Dataset, hp: Hyper) -> tuple | None:
+        """What a compute worker process needs to make a step's inputs as :meth:`inputs` does
+        (the training arrays, the image shape, the hyper-parameters), or None."""
+        x, y = getattr(ds, "x_train", None), getattr(ds, "y_train", None)
+        if not isinstance(x, np.ndarray) or not isinstance(y, np.ndarray):
+            return None
+        return x, y, ds.image_shape if hp.augment_shift else None, hp
 
     def inputs(self, step: int, micro_ids) -> tuple[np.ndarray, np.ndarray]:
         """x (n, b, ...), y (n, b) of the given micro-batches of a step, augmented when the

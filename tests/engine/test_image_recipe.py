@@ -76,6 +76,21 @@ def test_shift_moves_the_picture_with_zero_fill():
     assert out[0, 0, 3] == 9 and out.sum() == 9  # right by 2, up by 1
 
 
+def test_the_compiled_shift_gives_the_numpy_definitions_bytes():
+    """shift_images' compiled pass (numba) against its numpy definition, byte for byte: every
+    shift up to MAX_SHIFT, shifts wider than the picture, several channels, one pixel."""
+    pytest.importorskip("numba")
+    assert augment._shift_kernel() is not None
+    rng = np.random.default_rng(46)
+    for shape, s, m in [((1, 28, 28), 2, 64), ((3, 32, 32), 8, 40), ((2, 5, 7), 8, 50), ((1, 1, 1), 3, 20),
+                        ((4, 3, 9), 5, 30)]:
+        x = rng.integers(0, 256, (m, int(np.prod(shape))), dtype=np.uint8)
+        dx, dy = rng.integers(-s, s + 1, m), rng.integers(-s, s + 1, m)
+        got = shift_images(x, shape, dx, dy)
+        want = augment.shift_images_numpy(x, shape, dx, dy)
+        assert got.dtype == want.dtype and got.shape == want.shape and got.tobytes() == want.tobytes()
+
+
 class _DS:
     def __init__(self, n=40):
         rng = np.random.default_rng(2)

@@ -312,12 +312,13 @@ def test_train_says_in_one_line_when_its_worker_process_dies():
 
 def test_a_share_larger_than_the_workers_room_travels_in_the_message():
     """A worker's shared room is sized by the call that started it; a later, larger share is
-    sent pickled in the call's message: the same bits either way."""
-    one, many = _image_pair(2)
+    sent pickled in the call's message: the same bits either way (a worker given no data set,
+    so that the caller sends every share's inputs)."""
+    one, many = _image_pair(2, data=None)
     g = many.threads
     small = [0, 1]
     assert np.array_equal(one.contribute(small).grad, many.contribute(small).grad)
-    assert g.wait_ready(240)
+    assert g.wait_ready(240) and not g._workers[0].has_data
     room = g._workers[0].x_room[1]
     ids = list(range(one.hp.n_micro))
     x, _ = many.inputs(0, ids)
@@ -327,3 +328,46 @@ def test_a_share_larger_than_the_workers_room_travels_in_the_message():
         assert np.array_equal(a.grad, b.grad) and np.array_equal(a.loss, b.loss)
     assert g.most_procs == 1
     g.close()
+
+
+def test_a_worker_makes_its_shares_inputs_from_the_indices_it_is_sent(monkeypatch):
+    """A worker holds the training set (copied once into its mapping) and makes its share's
+    inputs itself, the ±1-pixel shifts included: only a step's micro-batch indices cross to
+    it, and every step's contribution, loss and correct equal one process's. Indices that are
+    not the run's give one error line, not a hang; a data set over DATA_MAX stays behind (its
+    shares' inputs are sent)."""
+    from daisychain.engine import procs
+
+    one, many = _image_pair(2)
+    g = many.threads
+    ids = list(range(one.hp.n_micro))
+    many.contribute(ids)
+    assert g.wait_ready(240) and g._workers[0].has_data
+
+    def no_inputs_sent(*a, **k):
+        raise AssertionError("a share's inputs were sent to a worker that holds the data set")
+
+    monkeypatch.setattr(procs.Worker, "send", no_inputs_sent)
+    for step in range(3):
+        a, b = one.contribute(ids), many.contribute(ids)
+        assert np.array_equal(a.grad, b.grad) and np.array_equal(a.loss, b.loss)
+        assert np.array_equal(a.correct, b.correct)
+        one.apply(a.grad)
+        many.apply(b.grad)
+    assert g.most_procs == 1 and many.params_sha256() == one.params_sha256()
+    w = g._workers[0]
+    for bad in ([one.hp.n_micro], [-1], []):
+        w.send_at(many.theta, 0, bad, one.hp.grad_frac_bits, one.limit)
+        with pytest.raises(procs.ComputeWorkerError, match=r"failed a call: ValueError: a share of micro-batches "
+                                                           r".* is not one of this run's$"):
+            w.result(60)
+    a, b = one.contribute(ids), many.contribute(ids)  # the worker still serves the run
+    assert np.array_equal(a.grad, b.grad)
+    g.close()
+    monkeypatch.undo()
+    monkeypatch.setattr(procs, "DATA_MAX", 0)
+    fresh, small = _image_pair(2)
+    small.contribute(ids)
+    assert small.threads.wait_ready(240) and not small.threads._workers[0].has_data
+    assert np.array_equal(small.contribute(ids).grad, fresh.contribute(ids).grad)
+    small.threads.close()
