@@ -85,24 +85,29 @@ def _tree(root: int) -> list[Path]:
     return out
 
 
+def _task_stats():
+    """(path, text) of every thread's /proc stat in this process's descendants."""
+    for proc in _tree(os.getpid()):
+        for task in proc.glob("task/*/stat"):
+            try:
+                yield task, task.read_text()
+            except OSError:
+                continue
+
+
 def _cpu() -> dict[str, float]:
     """CPU seconds (user + system) of this process's descendants' threads: the workers' threads
     ("DedicatedWorker") and all of them; and the workers' page faults (minor: a page's first
     touch)."""
     got = {"workers": 0.0, "all": 0.0, "faults": 0}
-    for proc in _tree(os.getpid()):
-        for task in proc.glob("task/*/stat"):
-            try:
-                text = task.read_text()
-            except OSError:
-                continue
-            name = text[text.index("(") + 1:text.rindex(")")]
-            f = text[text.rindex(")") + 2:].split()
-            s = stat_cpu_s(text)
-            got["all"] += s
-            if name.startswith("DedicatedWorker"):
-                got["workers"] += s
-                got["faults"] += int(f[7])
+    for _task, text in _task_stats():
+        name = text[text.index("(") + 1:text.rindex(")")]
+        f = text[text.rindex(")") + 2:].split()
+        s = stat_cpu_s(text)
+        got["all"] += s
+        if name.startswith("DedicatedWorker"):
+            got["workers"] += s
+            got["faults"] += int(f[7])
     return got
 
 
@@ -194,14 +199,9 @@ def timeline(url: str, rounds: int, batch: int, steps: int = 30) -> None:
 
     def threads() -> dict[str, float]:
         got = {}
-        for proc in _tree(os.getpid()):
-            for task in proc.glob("task/*/stat"):
-                try:
-                    text = task.read_text()
-                except OSError:
-                    continue
-                if text[text.index("(") + 1:].startswith("DedicatedWorker"):
-                    got[task.parent.name] = stat_cpu_s(text)
+        for task, text in _task_stats():
+            if text[text.index("(") + 1:].startswith("DedicatedWorker"):
+                got[task.parent.name] = stat_cpu_s(text)
         return got
 
     with sync_playwright() as p:
