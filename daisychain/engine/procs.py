@@ -247,7 +247,7 @@ def _data_inputs(init, mm, offs):
     import types
 
     from daisychain.engine.augment import step_inputs
-    from daisychain.engine.trainer import Schedule
+    from daisychain.engine.schedule import Schedule
 
     (xs, xd), (ys, yd), image_shape, hp = init["data"]
     ds = types.SimpleNamespace(x_train=_view(mm, offs, 8, xs, xd), y_train=_view(mm, offs, 10, ys, yd),

@@ -15,6 +15,7 @@ from daisychain.engine.augment import step_inputs
 from daisychain.engine.detmath import pow2
 from daisychain.engine.data import Dataset
 from daisychain.engine.model import Engine, ParamLayout, Result, init_params
+from daisychain.engine.schedule import Schedule  # noqa: F401  (re-exported)
 from daisychain.engine.spec import Hyper, ModelSpec, SpecError, dumps_canonical
 from daisychain.engine.threads import ThreadedGrad
 from daisychain.units.luts import LutSet
@@ -57,46 +58,6 @@ def identity_differences(mine: dict, theirs: dict) -> list[str]:
             else:
                 out.append(f"{label}: {a} here, {b} in the run")
     return out
-
-
-class Schedule:
-    """Which samples make up micro-batch j of step t: the step's global batch is positions
-    [t*B, (t+1)*B) of the endless sample stream formed by concatenating one permutation of
-    the training set per epoch (``prng.permutation(seed, STREAM_SHUFFLE + epoch, N)``)."""
-
-    def __init__(self, n_train: int, hp: Hyper):
-        self.n = n_train
-        self.hp = hp
-        self._perms: dict[int, np.ndarray] = {}
-        self._step_cache: tuple[int, np.ndarray] | None = None
-
-    def _perm(self, epoch: int) -> np.ndarray:
-        if epoch not in self._perms:
-            if len(self._perms) > 4:
-                self._perms.pop(min(self._perms))
-            self._perms[epoch] = prng.permutation(self.hp.seed, prng.STREAM_SHUFFLE + epoch, self.n)
-        return self._perms[epoch]
-
-    def samples(self, step: int, micro: int) -> np.ndarray:
-        return self.step_samples(step)[micro]
-
-    def step_samples(self, step: int) -> np.ndarray:
-        """Sample indices of every micro-batch of a step: (n_micro, micro_batch)."""
-        hit = self._step_cache
-        if hit is not None and hit[0] == step:
-            return hit[1]
-        pos = step * self.hp.batch + np.arange(self.hp.batch)
-        first, last = pos[0] // self.n, pos[-1] // self.n
-        if first == last:
-            out = self._perm(int(first))[pos - first * self.n]
-        else:
-            out = np.empty(self.hp.batch, np.int64)
-            for epoch in range(int(first), int(last) + 1):
-                sel = pos // self.n == epoch
-                out[sel] = self._perm(epoch)[pos[sel] % self.n]
-        out = out.reshape(self.hp.n_micro, self.hp.micro_batch)
-        self._step_cache = (step, out)
-        return out
 
 
 def grad_limit(hp: Hyper) -> float:
