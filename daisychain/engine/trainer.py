@@ -9,13 +9,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from daisychain.meta import ENGINE_VERSION
-from daisychain.engine import prng
 from daisychain.engine.adam import AdamState, adam_step
 from daisychain.engine.augment import step_inputs
 from daisychain.engine.detmath import pow2
 from daisychain.engine.data import Dataset
 from daisychain.engine.model import Engine, ParamLayout, Result, init_params
-from daisychain.engine.schedule import Schedule  # noqa: F401  (re-exported)
+from daisychain.engine.schedule import Schedule
 from daisychain.engine.spec import Hyper, ModelSpec, SpecError, dumps_canonical
 from daisychain.engine.threads import ThreadedGrad
 from daisychain.units.luts import LutSet
