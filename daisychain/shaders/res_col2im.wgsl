@@ -54,16 +54,13 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     var sum: i32 = 0;
     for (var dy: u32 = 0u; dy < k; dy = dy + 1u) {
       let y = yy - i32(dy) + p;
-      if (y < 0 || y >= i32(h)) {
-        continue;
-      }
+      let iny = y >= 0 && y < i32(h);
+      let yr = s * hw + u32(clamp(y, 0, i32(h) - 1)) * w;
       for (var dx: u32 = 0u; dx < k; dx = dx + 1u) {
         let x = xx - i32(dx) + p;
-        if (x < 0 || x >= i32(w)) {
-          continue;
-        }
-        let r = s * hw + u32(y) * w + u32(x);
-        sum = sum + d[r * ncol + c * kk + dy * k + dx];
+        // every lane loads (a clamped address), the terms outside the map add 0: no masked load
+        let r = yr + u32(clamp(x, 0, i32(w) - 1));
+        sum = sum + select(0, d[r * ncol + c * kk + dy * k + dx], iny && x >= 0 && x < i32(w));
       }
     }
     let o = sc * hw + u32(yy) * w + xu;

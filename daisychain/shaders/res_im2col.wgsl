@@ -36,16 +36,17 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
   let x0 = i32(pos % w) - i32(params.p);
   let src = (s * params.ci + c) * hw;
   var at = r * params.ci * k * k + c * k * k;
+  let hi = i32(h) - 1;
+  let wi = i32(w) - 1;
   for (var dy = 0u; dy < k; dy++) {
     let y = y0 + i32(dy);
     let inside = y >= 0 && y < i32(h);
+    let row = src + u32(clamp(y, 0, hi)) * w;
     for (var dx = 0u; dx < k; dx++) {
       let x = x0 + i32(dx);
-      var v = 0;
-      if (inside && x >= 0 && x < i32(w)) {
-        v = a[src + u32(y) * w + u32(x)];
-      }
-      out[at] = v;
+      // every lane loads (a clamped address), the outside ones keep 0: no masked load
+      let v = a[row + u32(clamp(x, 0, wi))];
+      out[at] = select(0, v, inside && x >= 0 && x <= wi);
       at++;
     }
   }

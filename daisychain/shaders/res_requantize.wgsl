@@ -19,6 +19,18 @@ struct Params {
 @group(0) @binding(2) var<storage, read_write> out: array<i32>;
 @group(0) @binding(3) var<storage, read_write> state: array<u32>;
 
+// v >> t for t < 32 by constant shifts (t's bits): the same bits as v >> t; a CPU emulation
+// (SwiftShader) runs a shift by a per-lane amount lane by lane, a constant one as one vector op.
+fn shr_bits(v: i32, t: u32) -> i32 {
+  var x = v;
+  x = select(x, x >> 16u, (t & 16u) != 0u);
+  x = select(x, x >> 8u, (t & 8u) != 0u);
+  x = select(x, x >> 4u, (t & 4u) != 0u);
+  x = select(x, x >> 2u, (t & 2u) != 0u);
+  x = select(x, x >> 1u, (t & 1u) != 0u);
+  return x;
+}
+
 fn shift_of(m: u32) -> u32 {
   let e = 32u - countLeadingZeros(m);
   return select(0u, e - 7u, e > 7u);
@@ -39,7 +51,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
   let v = acc[i];
   var q = v;
   if (s > 0u) {
-    q = (v >> s) + ((v >> (s - 1u)) & 1);
+    let t = shr_bits(v, s - 1u);
+    q = (t >> 1u) + (t & 1);
   }
   q = clamp(q, -127, 127);
   if (params.apply_relu != 0u) {

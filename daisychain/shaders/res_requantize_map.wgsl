@@ -22,6 +22,25 @@ struct Params {
 @group(0) @binding(3) var<storage, read_write> pooled: array<i32>;
 @group(0) @binding(4) var<storage, read_write> state: array<u32>;
 
+// v >> t for t < 32 by constant shifts (t's bits): the same bits as v >> t; a CPU emulation
+// (SwiftShader) runs a shift by a per-lane amount lane by lane, a constant one as one vector op.
+fn shr_bits(v: i32, t: u32) -> i32 {
+  var x = v;
+  x = select(x, x >> 16u, (t & 16u) != 0u);
+  x = select(x, x >> 8u, (t & 8u) != 0u);
+  x = select(x, x >> 4u, (t & 4u) != 0u);
+  x = select(x, x >> 2u, (t & 2u) != 0u);
+  x = select(x, x >> 1u, (t & 1u) != 0u);
+  return x;
+}
+
+/** requantize (+ ReLU when relu) of v by the shift s: clamp((v >> s) + bit s-1 of v, -127, 127). */
+fn requant(v: i32, s: u32, relu: bool) -> i32 {
+  let t = shr_bits(v, max(s, 1u) - 1u);
+  let q = clamp(select(v, (t >> 1u) + (t & 1), s > 0u), -127, 127);
+  return select(q, max(q, 0), relu);
+}
+
 fn shift_of(m: u32) -> u32 {
   let e = 32u - countLeadingZeros(m);
   return select(0u, e - 7u, e > 7u);
@@ -53,6 +72,26 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
   let hw = h * w;
   let map = (smp * co + c) * hw;
   let rows = smp * hw;
+  let relu = params.apply_relu != 0u;
+  let y0 = 2u * Y;
+  let x0 = 2u * X;
+  if (y0 + 1u < h && x0 + 1u < w) { // a whole window: straight-line loads and stores
+    let p0 = y0 * w + x0;
+    let i0 = (rows + p0) * co + c;
+    let q0 = requant(acc[i0], s, relu);
+    let q1 = requant(acc[i0 + co], s, relu);
+    let q2 = requant(acc[i0 + w * co], s, relu);
+    let q3 = requant(acc[i0 + (w + 1u) * co], s, relu);
+    out[map + p0] = q0;
+    out[map + p0 + 1u] = q1;
+    out[map + p0 + w] = q2;
+    out[map + p0 + w + 1u] = q3;
+    if (params.pool != 0u) {
+      pooled[(smp * co + c) * (h / 2u) * (w / 2u) + Y * (w / 2u) + X] = max(max(q0, q1), max(q2, q3));
+    }
+    return;
+  }
+  // a window cut by the map's odd last row or column (no pooled value)
   var best = -128;
   for (var dy = 0u; dy < 2u; dy++) {
     let y = 2u * Y + dy;
@@ -65,15 +104,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         break;
       }
       let p = y * w + x;
-      let v = acc[(rows + p) * co + c];
-      var q = v;
-      if (s > 0u) {
-        q = (v >> s) + ((v >> (s - 1u)) & 1);
-      }
-      q = clamp(q, -127, 127);
-      if (params.apply_relu != 0u) {
-        q = max(q, 0);
-      }
+      let q = requant(acc[(rows + p) * co + c], s, relu);
       out[map + p] = q;
       best = max(best, q);
     }

@@ -194,6 +194,9 @@ async () => {
         row.splits = ops.filter((op) => op.grid[2] > 1).map((op) => op.kernel.startsWith('gemm') ? [op.words[1], op.words[3], op.grid[2]]
           : [op.words[0], op.words[3], op.grid[2]]);
         row.reduces = ops.filter((op) => op.kernel === 'reduce').length;
+        // a pool's backward that requantizes the raw errors it reads (res_pool_back.wgsl requant)
+        row.poolRequant = ops.filter((op) => op.kernel === 'pool_back' && op.words[6] === 1).length;
+        row.requants = ops.filter((op) => op.kernel === 'requantize').length;
         out.push(row);
       }
     }
@@ -209,7 +212,8 @@ def test_split_sums_give_the_js_units_bits(browser_webgpu, server_url):
     """The GEMMs and bias gradients with few workgroups split over K (rows) into partials that
     res_reduce.wgsl, res_bias_absmax.wgsl (a layer's accumulator) or the host (the gradient)
     adds (gpu_split.js splitOf, sumSlots), and the fused passes (res_requantize_map.wgsl,
-    res_pool_back.wgsl, res_col2im.wgsl with and without the ReLU mask, res_im2col.wgsl): on
+    res_pool_back.wgsl with and without the requantize of the errors it reads, res_col2im.wgsl
+    with and without the ReLU mask, res_im2col.wgsl): on
     the default CNN, an odd CNN, a CNN without pools, one with a pool on a pool and two MLPs,
     with each GEMM kernel, split and not, the contribution of a plan's first
     (cold) pass and of a warm one is the JS units' to the bit; the splits include parts that
@@ -235,5 +239,12 @@ def test_split_sums_give_the_js_units_bits(browser_webgpu, server_url):
     parts = [s for r in split for s in r["splits"]]
     assert any(k % kc for k, kc, _ in parts), parts  # a remainder part
     assert any(k % kc == 0 for k, kc, _ in parts), parts
+    # the errors a pool's backward reads are requantized there, not by a pass of their own: the
+    # default CNN's three pools (the one below a linear layer and the two below a conv's col2im),
+    # the odd CNN's one pool (its 11x9 map: windows cut by the odd last row and column)
+    fused = {r["name"]: (r["poolRequant"], r["requants"]) for r in rows}
+    assert fused["default CNN"] == (3, 0), fused
+    assert fused["odd CNN"][0] == 1, fused
+    assert fused["CNN without pools"][0] == 0, fused
     for cnn in (r for r in split if r["name"] == "default CNN"):
         assert max(p for _, _, p in cnn["splits"]) >= 32, cnn  # conv1's weight gradient: one workgroup before

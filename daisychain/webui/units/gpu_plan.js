@@ -291,6 +291,7 @@ export class ResidentPlan {
     const steps = []; // [entry, int8, point] top to bottom
     const ops = [];
     let G = this.gTop;
+    let Gslot = null; // G's raw errors, requantized by the pool's backward that reads them (the shift from this state slot)
     let rowsLayout = true; // G as a conv's rows (b*h*w, c), not channel-major (b, c*h*w): the
     // output errors are the top layer's accumulator's layout, below only a pool's backward writes rows
     let bpoints = 0;
@@ -309,11 +310,14 @@ export class ResidentPlan {
         const { c, h, w } = e.layer;
         const d = this._buf(e.n, "pool errors");
         const g = G;
+        const gslot = Gslot;
         const masked = !!mask && mask === e.a;
         dXRows = below.kind === "conv";
         const wins = b * ((h + 1) >> 1) * ((w + 1) >> 1) * c;
-        ops.push((list) => this._op(list, "pool_back", [wins, c, h, w, masked ? 1 : 0, dXRows ? 1 : 0, 0, 0], [g, e.a, d], this._grid(wins)));
+        ops.push((list, state) => this._op(list, "pool_back", [wins, c, h, w, masked ? 1 : 0, dXRows ? 1 : 0, gslot === null ? 0 : 1, gslot ?? 0],
+          [g, e.a, d, gslot === null ? this.dummy : state], this._grid(wins)));
         if (masked) mask = null;
+        Gslot = null;
         dX = d;
         int8 = true;
       } else {
@@ -371,15 +375,25 @@ export class ResidentPlan {
         G = dX;
       } else {
         const slot = 3 + 3 * bpoints;
-        const q = this._buf(n, `errors below layer ${e.p.li}`);
         const moved = col2im;
+        steps.push({ e, int8, point: bpoints });
+        bpoints += 1;
+        if (below.kind === "pool" && k > 1) { // the pool's backward requantizes the errors as it reads them
+          ops.push((list, state) => {
+            if (moved) moved(list, state, slot, m);
+            else this._absmax(list, state, x, n, slot, m);
+          });
+          G = x;
+          Gslot = slot;
+          rowsLayout = dXRows;
+          continue;
+        }
+        const q = this._buf(n, `errors below layer ${e.p.li}`);
         ops.push((list, state) => {
           if (moved) moved(list, state, slot, m);
           else this._absmax(list, state, x, n, slot, m);
           this._requant(list, state, x, q, n, slot, 2, false);
         });
-        steps.push({ e, int8, point: bpoints });
-        bpoints += 1;
         G = q;
       }
       rowsLayout = dXRows;
