@@ -267,9 +267,8 @@ export class RunPeer {
     return (this.refusals.get(sender) ?? 0) > Math.max(REFUSAL_LINES, this.strikes) && sender !== this.coord;
   }
 
-  /** A compute finished; `term`: the compute's (driver.py computed). */
-  /** `seconds`: how long the compute itself took (the shell's clock; the coordinator's split
-   *  uses it: coordinator.js computeTook). */
+  /** A compute finished; `term`: the compute's (driver.py computed); `seconds`: how long the
+   *  compute itself took (the shell's clock; the coordinator's split uses it: computeTook). */
   async computed(step, task, result, term = null, seconds = null) {
     if (seconds !== null && this.coordinator !== null && (term === null || term === this.coordinator.term)) {
       this.coordinator.computeTook(step, task, seconds);
