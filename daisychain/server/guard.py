@@ -186,6 +186,16 @@ class _GuardedHandler(RequestHandler):
         self._daisy_timer = self._loop.call_later(counter.config.header_timeout_s,
                                                   self._daisy_headers_late)
 
+    def data_received(self, data: bytes) -> None:
+        super().data_received(data)
+        # a POST whose headers are in owes its body from now, though its handler (and with it
+        # owed_bodies) may run only later on a busy loop: evictable at the cap meanwhile, so
+        # that a stalled upload never holds a socket that a real request needs
+        counter = self._manager.daisy_counter if self._manager is not None else None
+        if counter is not None and self.transport is not None and self not in counter.uploading \
+                and any(getattr(m, "method", None) == "POST" for m, _ in self._messages):
+            counter.uploading[self] = None
+
     def _daisy_headers_late(self) -> None:
         self._manager.daisy_counter.fresh.pop(self, None)
         transport = self.transport
@@ -256,7 +266,10 @@ async def owed_bodies(request: web.Request, handler):
     """A POST's connection counts as "uploading" (evictable at the socket cap) until its body
     has been read to the end: while it is read, and after a refusal while aiohttp lingers."""
     counter = request.app.get(COUNTER_KEY)
-    if counter is None or request.method != "POST" or not request.body_exists:
+    if counter is None:
+        return await handler(request)
+    if request.method != "POST" or not request.body_exists:
+        counter.uploading.pop(request.protocol, None)  # counted as its headers came (data_received)
         return await handler(request)
     counter.uploading[request.protocol] = None
     try:
