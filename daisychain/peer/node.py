@@ -49,13 +49,6 @@ def _one_blas_thread() -> None:
         log.debug("could not limit BLAS threads", exc_info=True)
 
 
-def _timed(fn, *args):
-    """(fn(*args), the seconds it took), timed where it runs."""
-    t0 = time.perf_counter()
-    out = fn(*args)
-    return out, time.perf_counter() - t0
-
-
 #: one compute thread per process: numpy's BLAS is fastest when not called from many threads
 _COMPUTE = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="daisy-compute",
                                                  initializer=_one_blas_thread)
@@ -461,9 +454,7 @@ class Node:
     async def _compute(self, c: R.Compute) -> None:
         t0 = time.perf_counter()
         loop = asyncio.get_running_loop()
-        # timed in the compute thread: a step's tasks queue there one after another, and the
-        # split wants each compute's own seconds, not its wait behind the others
-        result, took = await loop.run_in_executor(_COMPUTE, _timed, R.contribute_at, self.run.trainer,
+        result, took = await loop.run_in_executor(_COMPUTE, R.contribute_timed, self.run.trainer,
                                                   c.theta, c.step, c.micro)
         if result is None:  # a local-steps round its trainer no longer holds: the room moved on
             return log.info("dropped a compute of round %d: the room moved past it", c.step)

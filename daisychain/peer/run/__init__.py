@@ -50,7 +50,8 @@ from daisychain.peer.run.outputs import (  # noqa: F401
     Alarm, Committed, Compute, Ended, FetchData, Log, Output, Refused, Removed, RestoreError, Restored,
     Send)
 from daisychain.peer.run.rollback import Window, window_steps  # noqa: F401
-from daisychain.peer.run.split import contribute_at, finish_shares, measure_capacity, split_tasks  # noqa: F401
+from daisychain.peer.run.split import (  # noqa: F401
+    contribute_at, contribute_timed, finish_shares, measure_capacity, split_tasks)
 from daisychain.peer.run.state import tensor_bounds  # noqa: F401
 from daisychain.peer.run.coordinator import Coordinator, _Check, _Member, _Task  # noqa: F401  (tests build these)
 from daisychain.peer.run.member import Member  # noqa: F401

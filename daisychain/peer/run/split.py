@@ -4,6 +4,8 @@ cost time, so that everyone finishes together (the capacity itself is measured b
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 
 from daisychain.engine.capacity import measure_capacity  # noqa: F401  (re-exported)
@@ -54,6 +56,15 @@ def split_tasks(ids: list[int], weights: list[float], live: list[str],
             parts[k].append(j)
         parts = [sorted(p) for p in parts]
     return parts, {j: peer for peer, p in zip(live, parts) for j in p}
+
+
+def contribute_timed(trainer: Trainer, theta: np.ndarray, step: int, micro):
+    """(:func:`contribute_at`, the seconds it took), timed in the thread that computes it (the
+    shell's compute thread queues a step's tasks one after another; the split wants each
+    compute's own seconds, not its wait behind the others)."""
+    t0 = time.perf_counter()
+    out = contribute_at(trainer, theta, step, micro)
+    return out, time.perf_counter() - t0
 
 
 def contribute_at(trainer: Trainer, theta: np.ndarray, step: int, micro) -> Result | None:
