@@ -22,6 +22,7 @@ from pathlib import Path
 import psutil
 
 from bench.browser import ARGS, CHROMIUM, _serve, blank_page
+from bench.browser_gpu_cpu import _cpu  # the browser processes' CPU seconds
 
 B = 16
 ROOT = Path(__file__).resolve().parent.parent
@@ -88,17 +89,6 @@ async ([b, gemm]) => {
 """
 
 SIDES = ("js", "old", "new")
-
-
-def _cpu(procs) -> float:
-    total = 0.0
-    for p in procs:
-        try:
-            t = p.cpu_times()
-            total += t.user + t.system
-        except psutil.NoSuchProcess:
-            pass
-    return total
 
 
 def main() -> None:

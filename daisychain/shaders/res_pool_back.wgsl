@@ -24,23 +24,6 @@ struct Params {
 @group(0) @binding(3) var<storage, read_write> out: array<i32>;
 @group(0) @binding(4) var<storage, read_write> state: array<u32>;
 
-// v >> t for t < 32 by constant shifts (t's bits): the same bits as v >> t; a CPU emulation
-// (SwiftShader) runs a shift by a per-lane amount lane by lane, a constant one as one vector op.
-fn shr_bits(v: i32, t: u32) -> i32 {
-  var x = v;
-  x = select(x, x >> 16u, (t & 16u) != 0u);
-  x = select(x, x >> 8u, (t & 8u) != 0u);
-  x = select(x, x >> 4u, (t & 4u) != 0u);
-  x = select(x, x >> 2u, (t & 2u) != 0u);
-  x = select(x, x >> 1u, (t & 1u) != 0u);
-  return x;
-}
-
-fn shift_of(m: u32) -> u32 {
-  let e = 32u - countLeadingZeros(m);
-  return select(0u, e - 7u, e > 7u);
-}
-
 @compute @workgroup_size(64, 1, 1)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
         @builtin(local_invocation_id) lid: vec3<u32>) {

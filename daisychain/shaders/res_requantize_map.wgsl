@@ -22,28 +22,11 @@ struct Params {
 @group(0) @binding(3) var<storage, read_write> pooled: array<i32>;
 @group(0) @binding(4) var<storage, read_write> state: array<u32>;
 
-// v >> t for t < 32 by constant shifts (t's bits): the same bits as v >> t; a CPU emulation
-// (SwiftShader) runs a shift by a per-lane amount lane by lane, a constant one as one vector op.
-fn shr_bits(v: i32, t: u32) -> i32 {
-  var x = v;
-  x = select(x, x >> 16u, (t & 16u) != 0u);
-  x = select(x, x >> 8u, (t & 8u) != 0u);
-  x = select(x, x >> 4u, (t & 4u) != 0u);
-  x = select(x, x >> 2u, (t & 2u) != 0u);
-  x = select(x, x >> 1u, (t & 1u) != 0u);
-  return x;
-}
-
 /** requantize (+ ReLU when relu) of v by the shift s: clamp((v >> s) + bit s-1 of v, -127, 127). */
 fn requant(v: i32, s: u32, relu: bool) -> i32 {
   let t = shr_bits(v, max(s, 1u) - 1u);
   let q = clamp(select(v, (t >> 1u) + (t & 1), s > 0u), -127, 127);
   return select(q, max(q, 0), relu);
-}
-
-fn shift_of(m: u32) -> u32 {
-  let e = 32u - countLeadingZeros(m);
-  return select(0u, e - 7u, e > 7u);
 }
 
 @compute @workgroup_size(64, 1, 1)

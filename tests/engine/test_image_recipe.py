@@ -79,7 +79,6 @@ def test_shift_moves_the_picture_with_zero_fill():
 def test_the_compiled_shift_gives_the_numpy_definitions_bytes():
     """shift_images' compiled pass (numba) against its numpy definition, byte for byte: every
     shift up to MAX_SHIFT, shifts wider than the picture, several channels, one pixel."""
-    pytest.importorskip("numba")
     assert augment._shift_kernel() is not None
     rng = np.random.default_rng(46)
     for shape, s, m in [((1, 28, 28), 2, 64), ((3, 32, 32), 8, 40), ((2, 5, 7), 8, 50), ((1, 1, 1), 3, 20),

@@ -45,6 +45,8 @@ import { exactTablesFailure } from "../wasm/wasm_units.js";
 
 const RES_KERNELS = ["res_absmax", "res_requantize", "res_bias_absmax", "res_requantize_map", "res_pool_back",
   "res_permute", "res_colsum", "res_reduce", "res_im2col", "res_col2im", "res_pack", "res_im2col_pack"];
+/** The kernels compiled behind res_shift.wgsl (shr_bits, shift_of). */
+const SHIFT_USERS = ["res_requantize", "res_requantize_map", "res_pool_back"];
 const MAX_PLANS = 6;
 
 /** Whether this adapter's WGSL has the packed 4x8 integer dot product. */
@@ -86,7 +88,11 @@ export class ResidentPlans {
     // the lanes kernel's smaller block, for GEMMs of few columns (gpu_plan.js gemm_narrow)
     this.narrow = { lanes: await gpu._compile("res_gemm_lanes_narrow", await text("res_gemm_lanes_narrow"), `${gpu.shaderBase}res_gemm_lanes_narrow.wgsl`) };
     this.pipelines = {};
-    for (const name of RES_KERNELS) this.pipelines[name.slice(4)] = await gpu._compile(name, await text(name), `${gpu.shaderBase}${name}.wgsl`);
+    const shift = await text("res_shift"); // the requantize shift, in front of its users (no includes in WGSL)
+    for (const name of RES_KERNELS) {
+      const src = SHIFT_USERS.includes(name) ? `${shift}\n${await text(name)}` : await text(name);
+      this.pipelines[name.slice(4)] = await gpu._compile(name, src, `${gpu.shaderBase}${name}.wgsl`);
+    }
     this.pipelines.maxpool = gpu._pipelines.get("maxpool");
   }
 
