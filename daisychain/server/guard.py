@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import time
 
 from aiohttp import ClientPayloadError, web
 from aiohttp.http_exceptions import HttpProcessingError
@@ -38,6 +39,11 @@ log = logging.getLogger("daisychain.server")
 #: torch, logs), 128, and the connections the event loop accepts before any is looked at
 #: (up to the listen backlog, 128, per round; a few rounds may overlap), 3 x 128.
 FD_RESERVE = 512
+
+#: Seconds a new connection is given before it may be judged a slowloris at the socket cap:
+#: on a busy event loop a real client's request can sit unread that long, and closing it
+#: would turn away the very request the eviction makes room for.
+FRESH_GRACE_S = 0.5
 
 #: Seconds a connection whose request body was refused unread may still send it before it
 #: is closed (the client reads the answer meanwhile).
@@ -79,7 +85,8 @@ class SocketCounter:
         self.refused = 0
         self.slow = 0  # closed for not finishing their headers in time
         self.evicted = 0  # closed at the cap to make room for a new connection
-        self.fresh: dict = {}  # handlers that have not sent a complete request yet, oldest first
+        #: handlers that have not sent a complete request yet -> when they opened, oldest first
+        self.fresh: dict = {}
         #: handlers whose request (a POST) still owes body bytes the server waits for or will
         #: drop (an upload being read, or refused and lingering), oldest first
         self.uploading: dict = {}
@@ -89,8 +96,6 @@ class SocketCounter:
     def bad_request(self, peer, exc: HttpProcessingError) -> None:
         """A malformed request: one log line per 10 s at most, without a traceback (aiohttp
         would log a traceback for each, which a hostile client could repeat at will)."""
-        import time
-
         self.bad_requests += 1
         now = time.monotonic()
         if now - self._bad_logged_at >= 10:
@@ -99,18 +104,28 @@ class SocketCounter:
                         str(exc.message or exc).splitlines()[0][:120], self.bad_requests)
 
     def evict_one(self) -> bool:
-        """At the cap: close the oldest connection that has not completed a request yet (a
-        slowloris holds its socket that way), else the oldest that still owes an upload's
-        body (a stalled or refused upload), so that a real request still gets in."""
-        for handler in list(self.fresh):
-            del self.fresh[handler]
-            transport = handler.transport
-            if handler._request_count == 0 and transport is not None:
+        """At the cap: close the oldest connection that has not completed a request's headers
+        for ``FRESH_GRACE_S`` (a slowloris holds its socket that way), else the oldest that
+        still owes an upload's body (a stalled or refused upload), else the oldest newer
+        one without a request, so that a real request still gets in. A new connection's
+        request may sit unread on a busy loop: it is judged last."""
+        now = time.monotonic()
+        young = None
+        for handler, opened in list(self.fresh.items()):
+            if handler._request_count or handler.transport is None or handler._messages:
+                del self.fresh[handler]  # its headers are in: not a slowloris
+            elif now - opened >= FRESH_GRACE_S:
+                del self.fresh[handler]
                 return self._evict(handler)
+            elif young is None:
+                young = handler
         for handler in list(self.uploading):
             del self.uploading[handler]
             if handler.transport is not None:
                 return self._evict(handler)
+        if young is not None:
+            del self.fresh[young]
+            return self._evict(young)
         return False
 
     def _evict(self, handler) -> bool:
@@ -181,7 +196,7 @@ class _GuardedHandler(RequestHandler):
             transport.close()
             return
         super().connection_made(transport)
-        counter.fresh[self] = None
+        counter.fresh[self] = time.monotonic()
         # the first request's headers must be complete in time (later ones: keep-alive timeout)
         self._daisy_timer = self._loop.call_later(counter.config.header_timeout_s,
                                                   self._daisy_headers_late)
@@ -322,6 +337,12 @@ async def read_body(request: web.Request, config: ServerConfig, limit: int | Non
             # traceback per cut upload would let a client flood the log (issue 25)
             CUT.record(request.remote, exc)
             raise refusal("the upload was cut off before its end", 400) from None
+        except RuntimeError:
+            # aiohttp's "Connection closed.": the server closed this connection itself, at
+            # the socket cap (evict_one) or for its timeouts; its close was counted there
+            if request.protocol is not None and request.protocol.transport is not None:
+                raise
+            raise refusal("the upload was closed by the server before its end", 400) from None
 
 
 class _CutUploads:
@@ -332,8 +353,6 @@ class _CutUploads:
         self._logged_at = float("-inf")
 
     def record(self, peer, exc: BaseException) -> None:
-        import time
-
         self.count += 1
         now = time.monotonic()
         if now - self._logged_at >= 10:

@@ -12,6 +12,7 @@ import contextlib
 import json
 import os
 import select
+import signal
 import socket
 import struct
 import subprocess
@@ -165,6 +166,51 @@ def test_at_the_socket_cap_stalled_uploads_make_room_for_healthz(serve):
     health = srv.attacked(main(), fds=40 + 3 * 128 + 16)
     assert health[-1]["http"]["sockets"]["limit"] == 40
     assert health[-1]["http"]["evicted_at_cap"] >= 20
+    srv.assert_healthy()
+
+
+def test_at_the_socket_cap_a_new_request_not_yet_read_is_not_the_one_closed(serve):
+    """At the cap, a new connection closed the oldest connection without a complete request
+    to make room. On a busy loop a real request can sit unread when the next connection
+    comes: the bystander's own /healthz was the one closed ("Connection reset by peer", seen
+    in CI under load). Made certain here by stopping the server while the request and the
+    next connection arrive. Now a connection younger than guard.FRESH_GRACE_S is judged
+    after the stalled uploads, and the upload closed while its body was being read is
+    refused without a traceback ("Connection closed." from aiohttp's reader)."""
+    srv = serve("--max-sockets", "16", "--max-sockets-per-address", "1000",
+                "--max-uploads", "2")
+
+    async def main():
+        s, ws, token = await credential(srv.url)  # its websocket: 1 of the 16
+        mine = f"X-Daisy-Token: {token}\r\nContent-Length: 100000\r\n"
+        stranger = "Content-Length: 100000\r\n"  # 401, then lingering on its body
+        socks = [raw_post(srv.port, "/datasets/upload?name=a.txt", mine, b"a" * 1000)
+                 for _ in range(2)]  # being read (read_body), the oldest
+        await asyncio.sleep(0.3)
+        socks += [raw_post(srv.port, "/datasets/upload?name=a.txt", stranger, b"a" * 1000,
+                           "127.0.0.5") for _ in range(12)]
+        await asyncio.sleep(0.5)  # 15 of 16 open, every request's headers in
+        os.kill(srv.proc.pid, signal.SIGSTOP)
+        try:
+            first = socket.create_connection(("127.0.0.1", srv.port))
+            first.sendall(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                          b"Connection: close\r\n\r\n")
+            second = raw_post(srv.port, "/datasets/upload?name=a.txt", stranger, b"",
+                              "127.0.0.6")
+            await asyncio.sleep(0.2)  # both in the listen backlog, the request unread
+        finally:
+            os.kill(srv.proc.pid, signal.SIGCONT)
+        got = await asyncio.to_thread(status_within, first, time.monotonic() + 10)
+        oldest_closed = await asyncio.to_thread(closed_by, socks[0], time.monotonic() + 10)
+        for k in (*socks, first, second):
+            k.close()
+        await ws.close()
+        await s.close()
+        return got, oldest_closed
+
+    got, oldest_closed = srv.attacked(main(), fds=64)
+    assert got == 200, got
+    assert oldest_closed  # the stalled upload made room instead
     srv.assert_healthy()
 
 
