@@ -5,4 +5,4 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/setup.sh
 .venv/bin/daisychain export-luts --check
-exec ./scripts/in-netns.sh .venv/bin/python -m pytest -q "$@"
+exec ./scripts/in-netns.sh .venv/bin/python -m pytest -q --durations=40 "$@"
