@@ -32,8 +32,11 @@ from daisychain.units import gemm_fast, gemm_lut, load_luts  # noqa: E402
 
 ARGS = BASE_ARGS + WEBGPU_ARGS
 SHAPES = [(64, 256, 64), (256, 256, 256)]
-STEPS = 20
-WARM = 5  # steps before the timed ones, on both sides: the page's micro_batches_per_s_after_warm, numpy's warm-up
+#: per task: (warm-up steps, timed steps), the same on both sides (the page's `warm=`, numpy's
+#: warm-up). A digits or text step is ~1 ms: its JS reaches V8's optimizing tier only after tens
+#: of steps, so 5 warm-up steps timed the page's cold code (a run is 600 steps); an image step
+#: is ~25 ms and warm after a few.
+RUNS = {"digits": (40, 60), "text": (40, 60), "image": (5, 20)}
 PAGE_PATHS = ("gpu", "wasm", "js")  # /selftest?path=: WebGPU, the WASM kernels, the JS units
 
 RATES = """
@@ -99,12 +102,13 @@ def _numpy_train_rate(task: str) -> float:
     hp = Hyper(seed=3)
     tr = Trainer(model_for(ds), hp, ds, load_luts())
     ids = list(range(hp.n_micro))
-    for _ in range(WARM):  # warm-up: the compiled kernels' caches load on the first steps
+    warm, steps = RUNS[task]
+    for _ in range(warm):  # warm-up: the compiled kernels' caches load on the first steps
         tr.apply(tr.contribute(ids).grad)
     t0 = time.perf_counter()
-    for _ in range(STEPS):
+    for _ in range(steps):
         tr.apply(tr.contribute(ids).grad)
-    return STEPS * hp.n_micro / (time.perf_counter() - t0)
+    return steps * hp.n_micro / (time.perf_counter() - t0)
 
 
 def main() -> None:
@@ -127,7 +131,8 @@ def main() -> None:
         for task in TASKS:
             for path in PAGE_PATHS:
                 bar.set_postfix_str(f"{task} {path}")
-                page.goto(f"{url}/selftest?task={task}&steps={WARM + STEPS}&seed=3&path={path}")
+                warm, steps = RUNS[task]
+                page.goto(f"{url}/selftest?task={task}&steps={warm + steps}&warm={warm}&seed=3&path={path}")
                 page.wait_for_function("window.__selftestDone === true", timeout=600_000)
                 train[(task, path)] = page.evaluate("window.__selftest.training")
                 bar.update(1)
@@ -168,10 +173,11 @@ def main() -> None:
             ok = t and (t.get("path_used") == "gpu" if path == "gpu" else t.get("cpu_units") == path)
             rate = t["micro_batches_per_s_after_warm"] if ok else 0
             cells.append(f"{rate:.1f} ({rate / base:.3f}x)" if ok else "n/a")
-        lines.append(f"| {task}, {STEPS} training steps in /selftest after {WARM} | {base:.1f} (1.00x) | {' | '.join(cells)} |")
-    lines += ["", f"Every rate above leaves out the first {WARM} steps (numpy's warm-up; the page's first steps make "
-              "the resident plan and run the engine's code for the first time). Over all "
-              f"{WARM + STEPS} steps the page's rates were: " + "; ".join(
+        warm, steps = RUNS[task]
+        lines.append(f"| {task}, {steps} training steps in /selftest after {warm} | {base:.1f} (1.00x) | {' | '.join(cells)} |")
+    lines += ["", "Every rate above leaves out the first steps named in its row (numpy's warm-up; the page's "
+              "first steps make the resident plan, run the engine's code for the first time and wait for "
+              "V8 to optimize it). Over all steps, the warm-up included, the page's rates were: " + "; ".join(
                   f"{task} " + ", ".join(f"{path} {train[(task, path)]['micro_batches_per_s']:.1f}"
                                           for path in ("js", "wasm", "gpu") if train[(task, path)])
                   for task in TASKS) + "."]

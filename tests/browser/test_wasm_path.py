@@ -81,3 +81,9 @@ def test_selftest_trains_on_wasm_to_the_cli_hash(cpu_page, server_url):
         assert t["params_sha256"] == want["params_sha256"], path
         # the rate after the warm-up steps (bench.browser's): all but the last of 3 steps left out
         assert t["warm_steps"] == 2 and t["micro_batches_per_s_after_warm"] > 0 and t["micro_batches_per_s"] > 0
+    # warm=N sets the steps left out (bench.browser's steady-state rate); a bad one is refused
+    t = run_selftest(cpu_page, f"{server_url}/selftest?task=digits&layers=24,16&steps=3&seed=2&warm=1")["training"]
+    assert t["warm_steps"] == 1 and t["params_sha256"] == want["params_sha256"]
+    for bad in ("-1", "abc"):
+        result = run_selftest(cpu_page, f"{server_url}/selftest?task=digits&layers=24,16&steps=3&warm={bad}")
+        assert "warm" in (result["error"] or ""), result["error"]

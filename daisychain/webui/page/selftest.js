@@ -97,7 +97,10 @@ async function runTraining(result, { params, luts, opened }) {
   // the rate is taken twice: over every step, and over the steps after the first WARM_STEPS
   // (the plan's first calls, the engine's JS compiled on first use), as bench.browser's numpy
   // rate is taken after its own warm-up steps
-  const warm = Math.min(WARM_STEPS, Math.max(steps - 1, 0));
+  // (`warm=N` sets how many: a small model's JS reaches its optimizing tier only after tens of steps)
+  const warmWanted = params.has("warm") ? parseNumber("warm", params.get("warm"), "int") : WARM_STEPS;
+  if (warmWanted < 0) throw new Error("warm must be >= 0");
+  const warm = Math.min(warmWanted, Math.max(steps - 1, 0));
   const t0 = performance.now();
   let tWarm = t0;
   let loss = NaN;
