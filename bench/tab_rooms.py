@@ -59,7 +59,9 @@ WRAP = """async () => { window.__ops = [];
 #: --trace: every page logs [time ms (its clock: timeOrigin + now, one machine so one clock),
 #: what, detail]: frames arriving (bytes), outputs of the run protocol (out), frames put on a
 #: channel (send0/send1), compute-worker calls (op0/op1), the protocol's handling of each
-#: message (rcv0/rcv1) and the step events (step)
+#: message (rcv0/rcv1), the step events (step), and the pieces of a step's handling (x0/x1 and
+#: the name: the replica's Adam `apply`, its `rehash`, the rollback window's `record` and
+#: `encode`, the coordinator's `_commit` and its split of the next step, `begin`)
 TRACE = """async () => { const m = window.__daisy.mesh; const T = () => performance.timeOrigin + performance.now();
   const tr = window.__tr = [];
   const ob = m._onBytes.bind(m); m._onBytes = (id, data) => { tr.push([T(), 'bytes', data.byteLength]); return ob(id, data); };
@@ -70,9 +72,15 @@ TRACE = """async () => { const m = window.__daisy.mesh; const T = () => performa
   const { computePool } = await import('/webui/shell/worker/trainer_proxy.js');
   for (const w of computePool().workers) { const post = w.post.bind(w);
     w.post = async (op, body, t) => { tr.push([T(), 'op0', op]); const r = await post(op, body, t); tr.push([T(), 'op1', op]); return r; }; }
+  const span = (o, name) => { if (!o || o['__' + name]) return; o['__' + name] = 1; const f = o[name].bind(o);
+    o[name] = (...a) => { tr.push([T(), 'x0', name]); const r = f(...a); const end = (x) => { tr.push([T(), 'x1', name]); return x; };
+      return r && r.then ? r.then(end) : end(r); }; };
   let wrapped = null;
   setInterval(() => { const p = m.peer; if (p && p !== wrapped) { wrapped = p; const rc = p.receive.bind(p);
-    p.receive = async (id, msg, run) => { tr.push([T(), 'rcv0', msg.T]); const r = await rc(id, msg, run); tr.push([T(), 'rcv1', msg.T]); return r; }; } }, 5);
+    p.receive = async (id, msg, run) => { tr.push([T(), 'rcv0', msg.T]); const r = await rc(id, msg, run); tr.push([T(), 'rcv1', msg.T]); return r; }; }
+    if (!p) return;
+    span(p.member, 'rehash'); span(p.member.trainer, 'apply'); span(p.member.window, 'record'); span(p.member.window, 'encode');
+    const c = p.coordinator; if (c) { span(c, '_commit'); span(c.aggregation, 'begin'); } }, 5);
   m.bus.on("run:step", (d) => { tr.push([T(), 'step', d.step]); const c = m.peer && m.peer.coordinator;
     if (c) tr.push([T(), 'est', JSON.stringify({ self: c.selfSpm, cap: c.capacity, crew: [...c.crew.values()].map((x) =>
       [x.id, x.linkS, x.capacity, x.secPerMicro]) })]); }); }"""
@@ -143,7 +151,34 @@ def room_phases(traces: list, skip: int) -> dict | None:
             sent = after(g, t, "send0")
             if sent is not None:
                 out_g.append(sent - t)
-    return {"step": med([b - a for a, b in zip(steps, steps[1:])]),
+    def pieces(log):  # x0 name -> x1 name, each call's ms
+        out, start = {}, {}
+        for t, k, v in log:
+            if k == "x0":
+                start[v] = t
+            elif k == "x1" and v in start and lo <= start[v] <= hi:
+                out.setdefault(v, []).append(t - start.pop(v))
+        return {k: med(v) for k, v in out.items()}
+
+    def gaps(log, a, b):  # each a -> the next b
+        out = []
+        for i, (t, k, v) in enumerate(log):
+            if (k, v) == a and lo <= t <= hi:
+                nb = next((t2 for t2, k2, v2 in log[i:] if (k2, v2) == b or (b[1] is None and k2 == b[0])), None)
+                if nb is not None:
+                    out.append(nb - t)
+        return med(out)
+
+    # the host's commit: from its start to its Adam is the sum of the contributions (Star.total)
+    ph, pg = pieces(host), pieces(g)
+    handling = {"host_sum": gaps(host, ("x0", "_commit"), ("x0", "apply")), "host_adam": ph.get("apply"),
+                "host_encode": ph.get("encode"), "host_record": ph.get("record"), "host_hash": ph.get("rehash"),
+                "host_split": ph.get("begin"), "host_commit": ph.get("_commit"),
+                "host_page": gaps(host, ("out", "committed"), ("step", None)),
+                "guest_decode": med([(after(g, a, "rcv0") or a) - a for _, a, _ in down]),
+                "guest_adam": pg.get("apply"), "guest_record": pg.get("record"), "guest_hash": pg.get("rehash"),
+                "guest_page": gaps(g, ("out", "committed"), ("step", None))}
+    return {**handling, "step": med([b - a for a, b in zip(steps, steps[1:])]),
             "host_compute": med(spans(host, ("op0", "contribute"), ("op1", "contribute"))),
             "guest_compute": med(spans(g, ("op0", "contribute"), ("op1", "contribute"))),
             "down": med([a - t for t, a, _ in down]), "down_bytes": med([v for _, _, v in down]),
@@ -421,6 +456,25 @@ def report(res: dict) -> str:
                            f"({ph['up_bytes'] or 0:,.0f}) | {f('guest_in')} | {f('guest_out')} | {f('host_handle')} | "
                            f"{f('host_wait')} |")
     lines += phase_lines
+    piece_lines = []
+    for r in res["rows"]:
+        ph = r.get("phases")
+        if not ph or ph.get("host_commit") is None:
+            continue
+        if not piece_lines:
+            piece_lines = ["", "The handling, piece by piece (`--trace`; medians, ms): the host's commit (the sum of "
+                           "the contributions, Adam, the total's encoding, the rollback record, the parameters' "
+                           "hash, the next step's split; all of it) and its page's listeners of the step event; the "
+                           "guest from the total's arrival to the protocol taking it (the frame's decoding), its "
+                           "Adam, record, hash and page listeners.", "",
+                           "| round | batch | room | host: sum | Adam | encode | record | hash | split | commit | "
+                           "page | guest: decode | Adam | record | hash | page |",
+                           "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+        f = lambda k: "-" if ph.get(k) is None else f"{ph[k]:.1f}"  # noqa: E731
+        keys = ("host_sum", "host_adam", "host_encode", "host_record", "host_hash", "host_split", "host_commit",
+                "host_page", "guest_decode", "guest_adam", "guest_record", "guest_hash", "guest_page")
+        piece_lines.append(f"| {r['round']} | {r['batch']} | {r['room']} | " + " | ".join(f(k) for k in keys) + " |")
+    lines += piece_lines
     e = res["echo"]
     return "\n".join([
         f"Every device: its own process (a headless Chromium, or `daisy-peer`) in its own network "

@@ -63,3 +63,35 @@ kill $L $A $B
     echo = json.loads(out.stdout.strip().splitlines()[-1])
     assert echo["n"] == echo["sent"] == 200  # nothing lost
     assert echo["p10_ms"] >= 10.0, echo  # 5 ms each way: no round trip shorter than 10 ms
+
+
+def test_room_phases_times_the_handling_piece_by_piece():
+    from bench.tab_rooms import room_phases
+
+    def step_trace(t, k):  # one 2-tab step of the --trace logs, from t: the host's and the guest's
+        host = [[t, "step", k], [t + 1, "send0", 50000], [t + 2, "op0", "contribute"], [t + 20, "op1", "contribute"],
+                [t + 40, "bytes", 46000], [t + 41, "rcv0", "contrib"], [t + 41.5, "x0", "_commit"],
+                [t + 43.5, "x0", "apply"], [t + 44, "x1", "apply"], [t + 44, "x0", "encode"], [t + 47, "x1", "encode"],
+                [t + 47, "x0", "record"], [t + 47.3, "x1", "record"], [t + 47.3, "x0", "rehash"],
+                [t + 48.1, "x1", "rehash"], [t + 48, "x0", "begin"], [t + 48.5, "x1", "begin"], [t + 48.5, "x1", "_commit"],
+                [t + 48.5, "rcv1", "contrib"], [t + 48.5, "out", "send:total"], [t + 48.5, "out", "committed"]]
+        guest = [[t + 15, "bytes", 50000], [t + 16.5, "rcv0", "total"], [t + 16.5, "x0", "apply"], [t + 17, "x1", "apply"],
+                 [t + 17, "x0", "record"], [t + 17.1, "x1", "record"], [t + 17.1, "x0", "rehash"], [t + 17.8, "x1", "rehash"],
+                 [t + 18, "rcv1", "total"], [t + 18, "out", "committed"], [t + 18.3, "step", k], [t + 18.4, "op0", "contribute"],
+                 [t + 30, "op1", "contribute"], [t + 31, "send0", 46000]]
+        return host, guest
+
+    host, guest = [], []
+    for k in range(20, 26):
+        h, g = step_trace(50.0 * k, k)
+        host += h
+        guest += g
+    for log in (host, guest):
+        log.sort(key=lambda e: e[0])
+    ph = room_phases([host, guest], 21)
+    assert ph["host_sum"] == 2.0 and ph["host_adam"] == 0.5 and ph["host_encode"] == 3.0
+    assert ph["host_record"] == 0.3 and ph["host_hash"] == 0.8 and ph["host_split"] == 0.5 and ph["host_commit"] == 7.0
+    assert ph["host_page"] == 1.5  # its committed output at 48.5, its page's next step event at 50
+    assert ph["guest_decode"] == 1.5 and ph["guest_adam"] == 0.5 and ph["guest_record"] == 0.1
+    assert ph["guest_hash"] == 0.7 and ph["guest_page"] == 0.3
+    assert ph["down"] == 14.0 and ph["up"] == 9.0 and ph["step"] == 50.0
