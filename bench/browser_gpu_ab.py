@@ -5,7 +5,7 @@ this tree's resident path and on REV's (its webui/ modules and shaders served fr
 must be the same bits (the JS units'). WebGPU here is whatever adapter Chromium finds
 (SwiftShader on a machine without a GPU).
 
-Run: ``python -m bench.browser_gpu_ab [--rev main] [--gemm lanes/16] [--rounds 6] [-n 6]``
+Run: ``python -m bench.browser_gpu_ab [--rev main] [--gemm lanes/16] [--gemm-old lanes/16] [--rounds 6] [-n 6]``
 (prints the times; it writes nothing: bench.browser_gpu holds the comparison).
 """
 
@@ -28,7 +28,7 @@ B = 16
 ROOT = Path(__file__).resolve().parent.parent
 
 SETUP = """
-async ([b, gemm]) => {
+async ([b, gemmNew, gemmOld]) => {
   const { loadLuts, sha256Hex } = await import('/webui/units/luts.js');
   const S = await import('/webui/engine/spec.js');
   const luts = await loadLuts('/luts/');
@@ -38,7 +38,7 @@ async ([b, gemm]) => {
     const { Engine, initParams } = await import(`${base}webui/engine/model.js`);
     const opened = await openPaths(luts, { shaderBase: `${base}shaders/`, tryWasm: false });
     if (!opened.gpu) return { error: opened.gpuReason };
-    const [kernel, few] = gemm.split('/');
+    const [kernel, few] = (name === 'new' ? gemmNew : gemmOld).split('/');
     opened.gpu.resident = true;
     opened.gpu.residentGemm = kernel;
     opened.gpu.residentSplit = few ? Number(few) : undefined;
@@ -97,6 +97,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--rev", default="main", help="the revision to compare against (git)")
     ap.add_argument("--gemm", default="lanes/16", help="the GEMM kernel of both sides, 'kernel' or 'kernel/split'")
+    ap.add_argument("--gemm-old", default=None, help="REV's GEMM kernel, if not --gemm's (a kernel REV does not have)")
     ap.add_argument("--rounds", type=int, default=6)
     ap.add_argument("-n", type=int, default=6, help="micro-batches a path a round")
     ap.add_argument("--passes", type=int, default=0, help="then rounds of the GPU passes alone (CPU time)")
@@ -122,7 +123,7 @@ def main() -> None:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
         page = blank_page(browser, url)
         page.route("**/old/**", old)
-        res = page.evaluate(SETUP, [B, args.gemm])
+        res = page.evaluate(SETUP, [B, args.gemm, args.gemm_old or args.gemm])
         if "error" in res:
             raise SystemExit(f"no WebGPU: {res['error']}")
         me = psutil.Process()
@@ -147,7 +148,7 @@ def main() -> None:
     load1 = os.getloadavg()[0]
     same = len(set(sha.values())) == 1
     med = statistics.median
-    print(f"default CNN, micro-batch {B}, {args.rounds} alternating rounds of {args.n}, GEMM {args.gemm}; old = {rev}; "
+    print(f"default CNN, micro-batch {B}, {args.rounds} alternating rounds of {args.n}, GEMM {args.gemm} (old: {args.gemm_old or args.gemm}); old = {rev}; "
           f"load {load0:.1f} -> {load1:.1f} on {os.cpu_count()} cores; same bits: {'yes' if same else 'NO'}")
     for k, label in (("js", "JS units"), ("old", f"resident {rev}"), ("new", "resident this tree")):
         print(f"  {label:24} wall median {med(wall[k]):6.1f} ms best {min(wall[k]):6.1f} (JS/this {med(wall['js']) / med(wall[k]):.3f}x)"
