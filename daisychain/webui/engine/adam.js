@@ -24,6 +24,12 @@ export class AdamState {
 
 /** Update theta (Float64Array) and state in place with the averaged gradient g. */
 export function adamStep(theta, state, g, hp) {
+  adamStepOf(theta, state, g, 1.0, 1, hp);
+}
+
+/** adamStep with g[i] = (total[i] * scale) / n taken element by element (the trainer's
+ *  meanGrad, the same two IEEE operations) instead of from an array made first. */
+export function adamStepOf(theta, state, total, scale, n, hp) {
   const b1 = hp.beta1;
   const b2 = hp.beta2;
   const lr = lrAt(hp, state.step);
@@ -38,13 +44,17 @@ export function adamStep(theta, state, g, hp) {
   const eps = hp.eps;
   const wd = hp.weight_decay;
   const lrwd = lr * wd;
-  for (let i = 0; i < theta.length; i++) {
-    const gi = g[i];
-    m[i] = b1 * m[i] + c1 * gi;
-    v[i] = b2 * v[i] + c2 * (gi * gi);
-    const mhat = m[i] / d1;
-    const vhat = v[i] / d2;
-    const u = mhat / (Math.sqrt(vhat) + eps);
-    theta[i] = wd ? theta[i] - (lr * u + lrwd * theta[i]) : theta[i] - lr * u;
+  const size = theta.length;
+  const mean = !(scale === 1.0 && n === 1);
+  if (m.length !== size || v.length !== size || total.length < size) throw new RangeError("adam: sizes differ");
+  for (let i = 0; i < size; i++) {
+    const gi = mean ? (total[i] * scale) / n : total[i];
+    const mi = b1 * m[i] + c1 * gi;
+    const vi = b2 * v[i] + c2 * (gi * gi);
+    m[i] = mi;
+    v[i] = vi;
+    const u = (mi / d1) / (Math.sqrt(vi / d2) + eps);
+    const ti = theta[i];
+    theta[i] = wd ? ti - (lr * u + lrwd * ti) : ti - lr * u;
   }
 }

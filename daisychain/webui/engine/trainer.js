@@ -9,7 +9,7 @@
 //   await tr.paramsSha256();                           // the hash every replica prints
 
 import { sha256Hex } from "../units/luts.js";
-import { adamStep, AdamState } from "./adam.js";
+import { adamStepOf, AdamState } from "./adam.js";
 import { augmentMicroBatch } from "./augment.js";
 import { pow2 } from "./detmath.js";
 import { Engine, initParams, ParamLayout } from "./model.js";
@@ -210,7 +210,7 @@ export class Trainer {
    *  schedule's learning rate of this update, step += 1. */
   apply(total) {
     if (total.length !== this.theta.length) throw new RangeError(`gradient has ${total.length} values, model ${this.theta.length}`);
-    adamStep(this.theta, this.adam, this.meanGrad(total), this.hp);
+    adamStepOf(this.theta, this.adam, total, pow2(-this.hp.grad_frac_bits), nMicro(this.hp), this.hp);
     this.step += 1;
   }
 
