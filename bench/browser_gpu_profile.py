@@ -21,8 +21,9 @@ from bench.browser import ARGS, CHROMIUM, _serve, blank_page
 B = 16
 ROUNDS = 5
 
-RUN = """
-async ([b, gemm, model, rounds, split, im2colPack]) => {
+#: the page's opening of the WebGPU units and the engine, in an async function (`gpu`, `S`,
+#: `Engine`, `initParams` in scope after it; it returns {error} without an adapter)
+GPU_OPEN = """
   const { loadLuts } = await import('/webui/units/luts.js');
   const { openPaths } = await import('/webui/engine/paths.js');
   const S = await import('/webui/engine/spec.js');
@@ -30,7 +31,11 @@ async ([b, gemm, model, rounds, split, im2colPack]) => {
   const luts = await loadLuts('/luts/');
   const { gpu, gpuReason } = await openPaths(luts);
   if (!gpu) return { error: gpuReason };
-  gpu.resident = true;
+"""
+
+RUN = """
+async ([b, gemm, model, rounds, split, im2colPack]) => {
+""" + GPU_OPEN + """  gpu.resident = true;
   gpu.residentGemm = gemm;
   gpu.residentSplit = split;
   gpu.residentIm2colPack = im2colPack;

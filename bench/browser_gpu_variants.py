@@ -20,19 +20,13 @@ import os
 import statistics
 
 from bench.browser import ARGS, CHROMIUM, _serve, blank_page
+from bench.browser_gpu_profile import GPU_OPEN
 
 B = 16
 
 RUN = """
 async ([variants, rounds, reps, which, gemm, split]) => {
-  const { loadLuts } = await import('/webui/units/luts.js');
-  const { openPaths } = await import('/webui/engine/paths.js');
-  const S = await import('/webui/engine/spec.js');
-  const { Engine, initParams } = await import('/webui/engine/model.js');
-  const luts = await loadLuts('/luts/');
-  const { gpu, gpuReason } = await openPaths(luts);
-  if (!gpu) return { error: gpuReason };
-  gpu.resident = true; gpu.residentGemm = gemm; gpu.residentSplit = split;
+""" + GPU_OPEN + """  gpu.resident = true; gpu.residentGemm = gemm; gpu.residentSplit = split;
   const spec = S.imageCnn(1, 28, 28, [...S.DEFAULT_CNN], 10);
   const b = 16;
   const theta = initParams(spec, 1);
