@@ -22,14 +22,10 @@ export class AdamState {
   }
 }
 
-/** Update theta (Float64Array) and state in place with the averaged gradient g. */
-export function adamStep(theta, state, g, hp) {
-  adamStepOf(theta, state, g, 1.0, 1, hp);
-}
-
-/** adamStep with g[i] = (total[i] * scale) / n taken element by element (the trainer's
- *  meanGrad, the same two IEEE operations) instead of from an array made first. */
-export function adamStepOf(theta, state, total, scale, n, hp) {
+/** Update theta (Float64Array) and state in place with the gradient g, or with an integer
+ *  total and gscale (a power of two) and gdiv to make it element by element:
+ *  g = (total * gscale) / gdiv, the trainer's meanGrad (adam.py adam_step's gscale, gdiv). */
+export function adamStep(theta, state, g, hp, gscale = 1.0, gdiv = 1) {
   const b1 = hp.beta1;
   const b2 = hp.beta2;
   const lr = lrAt(hp, state.step);
@@ -45,10 +41,10 @@ export function adamStepOf(theta, state, total, scale, n, hp) {
   const wd = hp.weight_decay;
   const lrwd = lr * wd;
   const size = theta.length;
-  const mean = !(scale === 1.0 && n === 1);
-  if (m.length !== size || v.length !== size || total.length < size) throw new RangeError("adam: sizes differ");
+  const mean = !(gscale === 1.0 && gdiv === 1);
+  if (m.length !== size || v.length !== size || g.length < size) throw new RangeError("adam: sizes differ");
   for (let i = 0; i < size; i++) {
-    const gi = mean ? (total[i] * scale) / n : total[i];
+    const gi = mean ? (g[i] * gscale) / gdiv : g[i];
     const mi = b1 * m[i] + c1 * gi;
     const vi = b2 * v[i] + c2 * (gi * gi);
     m[i] = mi;

@@ -147,6 +147,7 @@ export class LocalTrainer {
     const p = this.layout.size;
     const all = Array.from({ length: nMicro(this.hp) }, (_, i) => i);
     const th = theta.slice();
+    const [gscale, gdiv] = this.base.gradScaling();
     for (const s of this.stepsOf(rnd, j)) {
       const total = new Float64Array(p);
       for (const part of split ? split(s) : [all]) {
@@ -154,7 +155,7 @@ export class LocalTrainer {
         for (let i = 0; i < p; i++) total[i] += r.grad[i];
         for (let i = 0; i < r.loss.length; i++) { acc.lsum += r.loss[i]; acc.ln++; acc.correct += r.correct[i]; }
       }
-      adamStep(th, adam, this.base.meanGrad(total), this.hp);
+      adamStep(th, adam, total, this.hp, gscale, gdiv);
     }
     return th;
   }

@@ -9,7 +9,7 @@
 //   await tr.paramsSha256();                           // the hash every replica prints
 
 import { sha256Hex } from "../units/luts.js";
-import { adamStepOf, AdamState } from "./adam.js";
+import { adamStep, AdamState } from "./adam.js";
 import { augmentMicroBatch } from "./augment.js";
 import { pow2 } from "./detmath.js";
 import { Engine, initParams, ParamLayout } from "./model.js";
@@ -197,10 +197,17 @@ export class Trainer {
     return { grad, loss, correct };
   }
 
+  /** [gscale, gdiv] with the averaged gradient = total * gscale / gdiv: total * 2^-S / n_micro,
+   *  one exact scaling when n_micro is a power of two (trainer.py grad_scaling). */
+  gradScaling() {
+    const n = nMicro(this.hp);
+    if ((n & (n - 1)) === 0) return [pow2(-this.hp.grad_frac_bits - (31 - Math.clz32(n))), 1];
+    return [pow2(-this.hp.grad_frac_bits), n];
+  }
+
   /** The averaged gradient: total * 2^-S / n_micro. */
   meanGrad(total) {
-    const s = pow2(-this.hp.grad_frac_bits);
-    const n = nMicro(this.hp);
+    const [s, n] = this.gradScaling();
     const g = new Float64Array(total.length);
     for (let i = 0; i < total.length; i++) g[i] = (total[i] * s) / n;
     return g;
@@ -210,7 +217,7 @@ export class Trainer {
    *  schedule's learning rate of this update, step += 1. */
   apply(total) {
     if (total.length !== this.theta.length) throw new RangeError(`gradient has ${total.length} values, model ${this.theta.length}`);
-    adamStepOf(this.theta, this.adam, total, pow2(-this.hp.grad_frac_bits), nMicro(this.hp), this.hp);
+    adamStep(this.theta, this.adam, total, this.hp, ...this.gradScaling());
     this.step += 1;
   }
 
