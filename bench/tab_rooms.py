@@ -508,6 +508,20 @@ def report(res: dict) -> str:
         "", *lines])
 
 
+def section_of(res: dict) -> tuple[str, str]:
+    """(BENCHMARKS section, its title) of a result: pinned or not, and a local-steps run
+    (``--replicas``/``--sync-every``) in a section of its own, so it never replaces the
+    synchronous run's figures."""
+    local = tuple(res.get("local", (1, 1)))
+    if local != (1, 1):
+        return ("tab_rooms_local", "## Rooms of tabs with local steps, a core each: 1 and 2 Chromium tabs, "
+                f"1 ms each way (bench/tab_rooms.py --pin --replicas {local[0]} --sync-every {local[1]})")
+    if res.get("pinned"):
+        return ("tab_rooms_pinned", "## Rooms of tabs, a core each: 1 and 2 Chromium tabs, 1 ms each way "
+                "(bench/tab_rooms.py --pin)")
+    return "tab_rooms", "## Rooms of tabs: 1, 2 and 3 Chromium tabs, 1 ms each way (bench/tab_rooms.py)"
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--batches", default="64,256")
@@ -561,11 +575,8 @@ def main() -> None:
     print(text)
     if not a.no_write:
         from bench._report import write_section
-        pinned = res.get("pinned")
-        write_section("tab_rooms_pinned" if pinned else "tab_rooms",
-                      ("## Rooms of tabs, a core each: 1 and 2 Chromium tabs, 1 ms each way (bench/tab_rooms.py --pin)"
-                       if pinned else "## Rooms of tabs: 1, 2 and 3 Chromium tabs, 1 ms each way (bench/tab_rooms.py)")
-                      + "\n\n" + text,
+        name, title = section_of(res)
+        write_section(name, title + "\n\n" + text,
                       res.get("command") or "sudo .venv/bin/python -m bench.tab_rooms " + " ".join(sys.argv[1:]))
 
 

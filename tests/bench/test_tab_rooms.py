@@ -95,3 +95,13 @@ def test_room_phases_times_the_handling_piece_by_piece():
     assert ph["guest_decode"] == 1.5 and ph["guest_adam"] == 0.5 and ph["guest_record"] == 0.1
     assert ph["guest_hash"] == 0.7 and ph["guest_page"] == 0.3
     assert ph["down"] == 14.0 and ph["up"] == 9.0 and ph["step"] == 50.0
+
+
+def test_a_local_steps_room_reports_to_a_section_of_its_own():
+    """A `--replicas/--sync-every` run never replaces the synchronous run's figures."""
+    from bench.tab_rooms import section_of
+
+    assert section_of({"pinned": True, "local": [1, 1]})[0] == "tab_rooms_pinned"
+    assert section_of({"pinned": False})[0] == "tab_rooms"
+    name, title = section_of({"pinned": True, "local": [2, 32]})
+    assert name == "tab_rooms_local" and "--replicas 2 --sync-every 32" in title

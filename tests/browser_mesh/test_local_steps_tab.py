@@ -80,3 +80,13 @@ def test_a_tab_hosts_a_local_steps_run_from_its_settings_and_ends_on_trains_hash
     run = host.state("window.__daisy.run")
     assert run["runId"] == want["run_id"] and run["sha"] == want["params_sha256"]
     assert res["params_sha256"] == want["params_sha256"] and res["agreed"]
+    # every capacity on the run's model is in the run's tasks, a replica's rounds a second,
+    # the tab's as the daisy-peer's (run_speed.js taskRate; engine/capacity.py)
+    # (the daisy-peer left at the end: the tab's own row says it)
+    rows = host.page.inner_text("#peers").splitlines()
+    assert any("local-host" in r and "replica rounds/s (2 inner steps each) on the run's model" in r
+               for r in rows), rows
+    assert "replica rounds/s on the run's model" in host.page.inner_text("#pooled")
+    # 2 inner steps of 4 micro-batches a round: the ready's capacity is an eighth of the rate
+    tasks, micro = host.state("[window.__daisy.mesh.peer.capacity, window.__daisy.mesh.runCapacity.capacity]")
+    assert tasks == pytest.approx(micro / 8), (tasks, micro)

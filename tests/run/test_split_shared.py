@@ -139,9 +139,14 @@ for (const c of DATA) {
       rp._timeTask(t.assignees[0], t);
     }
   }
+  for (const [step, task, n, secs] of c.own ?? []) { // our own computes, timed by the shell
+    rp.ownMicro.set(`${step}:${task}`, n);
+    rp.computeTook(step, task, secs);
+  }
   const links = {};
   for (const [id, m] of rp.crew) links[id] = m.linkS;
-  out.push({ self_spm: rp.selfSpm, self_fixed: rp.selfFixed, links, weights: rp._splitWeights(c.live, c.n) });
+  out.push({ self_spm: rp.selfSpm, self_fixed: rp.selfFixed, links, weights: rp._splitWeights(c.live, c.n),
+    own_spm: rp.ownSpm, deadline: rp._deadline("p0", 2) });
 }
 console.log(JSON.stringify(out));
 """
@@ -165,6 +170,9 @@ TIMING_CASES = [
      "caps": {"p0": 1.0, "p1": 1.0}, "timing_from": 0, "live": ["p0", "p1"], "n": 8,
      "steps": [{"step": s, "t0": s, "tasks": [["p0", 2], ["p1", 6]], "busy": [[0, 0.002]],
                 "done": [[0, s + 0.012], [1, s + 0.030]]} for s in range(4)]},
+    {"about": "our own computes timed by the shell: our deadlines follow them, from timing_from on",
+     "caps": {"p0": 100.0, "p1": 1.0}, "timing_from": 2, "live": ["p0", "p1"], "n": 4, "steps": [],
+     "own": [[1, 0, 2, 9.0], [2, 3, 2, 3.0], [3, 5, 1, 2.0], [4, 7, 2, -1.0]]},
     {"about": "a member back sooner than its capacity says: no link cost, the capacities",
      "caps": {"p0": 1.0, "p1": 2.0}, "timing_from": 0, "live": ["p0", "p1"], "n": 9,
      "steps": [{"step": s, "t0": s, "tasks": [["p0", 3], ["p1", 6]],
@@ -191,14 +199,17 @@ def _python_timing(c: dict) -> dict:
             peer.now = now
             t.result = (t.assignees[0], None, 0.0, 0)
             rp._time_task(t.assignees[0], t)
+    for step, task, n, secs in c.get("own", []):  # our own computes, timed by the shell
+        rp.own_micro[(step, task)] = n
+        rp.compute_took(step, task, secs)
     return {"self_spm": rp.self_spm, "self_fixed": rp.self_fixed,
             "links": {p: m.link_s for p, m in rp.members.items()},
-            "weights": rp._split_weights(c["live"], c["n"])}
+            "weights": rp._split_weights(c["live"], c["n"]), "own_spm": rp.own_spm, "deadline": rp._deadline("p0", 2)}
 
 
 def test_the_timing_that_feeds_the_split():
     """What the Python coordinator learns from these timings (the JS twin must match)."""
-    one, skipped, checks, busy, flat = (_python_timing(c) for c in TIMING_CASES)
+    one, skipped, checks, busy, own, flat = (_python_timing(c) for c in TIMING_CASES)
     # 8 micro-batches in 8 ms; p1's first share is warm-up, then three samples of 6 ms:
     # a running mean of weight 1/2 from 0 gives 6 ms * (1 - 1/8)
     assert one["self_spm"] == pytest.approx(0.001) and one["links"]["p1"] == pytest.approx(0.00525)
@@ -223,6 +234,11 @@ def test_the_timing_that_feeds_the_split():
     assert busy["links"]["p1"] == pytest.approx(0.024 * 7 / 8)
     assert busy["weights"] == R.finish_shares([busy["self_spm"]] * 2, [busy["self_fixed"], busy["links"]["p1"]], 8)
     assert one["self_fixed"] == 0.0  # untimed by its shell: as before
+    # step 1 is before timing_from (warm-up), a negative time is no timing: 1.5 s then 2 s a
+    # micro-batch, a running mean of weight 1/2: 1.75 s, so 2 micro-batches are late after
+    # 4 * 1.75 * 2 + 0.5 s; untimed, after the floor (1/capacity: 2 s)
+    assert own["own_spm"] == pytest.approx(1.75) and own["deadline"] == pytest.approx(14.5)
+    assert one["own_spm"] is None and one["deadline"] == pytest.approx(max(2.0, 4 * one["self_spm"] * 2 + 0.5))
 
 
 @pytest.mark.usefixtures("node")  # fails, never skips, without node
@@ -269,3 +285,68 @@ def test_sticky_parts_keep_the_counts_and_move_no_more_than_the_capacity_split()
         moved = sum(owner[j] != last[j] for j in range(n))
         assert moved <= sum(p != last[j] for p, part in zip(live, plain) for j in part)
         assert R.split_tasks(list(range(n)), w, live)[0] == plain
+
+
+def test_the_coordinators_own_long_task_is_not_given_to_a_backup_once_it_timed_itself():
+    """The coordinator's own tasks were late by its capacity alone (1/capacity a micro-batch,
+    the 2 s floor): a task longer than that (a local-steps round of seconds, a slow device)
+    missed its deadline every step, and a member computed it again as its backup. Here p1
+    computes at once and p0 takes 3 s a task (its shell's clock; the deadlines are checked
+    meanwhile). The term's first steps give p0's task to a backup; once its shell timed a
+    compute, its deadlines follow that timing and no later step does. The hash is the
+    single-process one either way."""
+    rs = settings("--steps", "8", "--batch", "64", "--micro-batch", "16")
+    net = Net(rs, 2, caps={"p0": 100.0, "p1": 100.0})
+    host = net.peers["p0"]
+    host.verify_rate = 0.0
+
+    def slow_host(net) -> bool:
+        if net.wire:
+            return False  # every message first: p1 answers at once
+        for i, (pid, c) in enumerate(net.computes):
+            if pid != "p0":
+                del net.computes[i]
+                net.do_compute(pid, c)
+                return True
+        for i, (pid, c) in enumerate(net.computes):
+            del net.computes[i]
+            net.now = max(net.now, host.now) + 3.0  # p0's compute takes 3 s
+            net.feed("p0", host.tick(net.now))
+            result = R.contribute_at(host.trainer, c.theta, c.step, c.micro)
+            net.feed("p0", host.computed(c.step, c.task, result, seconds=3.0))
+            return True
+        return False
+
+    net.run(hook=slow_host)
+    backups = [e.text for e in net.of(R.Log, "p0") if "backup" in e.text]
+    late_steps = sorted({int(t.split(" of step ")[1].split()[0]) for t in backups})
+    assert late_steps and max(late_steps) <= 1, backups  # only while its own timing was unknown
+    assert host.coordinator.own_spm == pytest.approx(1.5)
+    want = train(rs, quiet=True)["params_sha256"]
+    for pid in net.room():
+        assert net.of(R.Ended, pid)[0].params_sha256 == want
+
+
+@pytest.mark.usefixtures("node")  # fails, never skips, without node
+def test_a_tabs_capacity_is_in_the_runs_tasks_as_a_daisy_peers_is():
+    """engine/capacity.py measure_capacity times a local-steps trainer's tasks, one replica's
+    round of H inner steps of batch / micro-batch micro-batches each; the page measured
+    micro-batches per second and sent that. In a local-steps room a tab then looked ~H x
+    n_micro times faster than a daisy-peer to the split, and a tab host's own rounds (seconds)
+    were late after 1/capacity, so a member computed them again as backups every round.
+    ``taskRate`` (shell/run_speed.js) is what the tab's ready carries."""
+    import dataclasses
+
+    from daisychain.engine.local import make_trainer
+    from daisychain.units import load_luts
+
+    rs = settings("--steps", "2", "--batch", "32", "--micro-batch", "8")
+    local = dataclasses.replace(rs.hp, replicas=2, sync_every=4)
+    tr = make_trainer(rs.spec, local, rs.ds, load_luts())
+    assert tr.n_tasks == 2  # a task is a replica's round: 4 inner steps of 4 micro-batches
+    hypers = [{"batch": 32, "micro_batch": 8, "replicas": 1, "sync_every": 1},
+              {"batch": 32, "micro_batch": 8, "replicas": 2, "sync_every": 4},
+              {"batch": 64, "micro_batch": 16, "replicas": 4, "sync_every": 32}]
+    got = run_js("console.log(JSON.stringify(DATA.map((h) => taskRate(320, h))));",
+                 imports={"{ taskRate }": "shell/run_speed.js"}, data=hypers)
+    assert got == [320, 320 / (4 * 4), 320 / (32 * 4)]

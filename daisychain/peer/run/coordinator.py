@@ -70,6 +70,8 @@ class Coordinator(CatchUpRole):
         self.checks: dict[int, _Check] = {}
         self.next_task = 0
         self.pending: dict[tuple[int, int], tuple[int, ...]] = {}  # our own tasks: (step, task) -> micro
+        self.own_micro: dict[tuple[int, int], int] = {}  # ... -> their micro-batch count, until the shell times them
+        self.own_spm: float | None = None   # our own seconds per micro-batch, from every compute the shell timed
         self.step_started = False
         self.self_spm: float | None = None  # our own seconds per micro-batch
         self.self_fixed = 0.0  # what our own share waits beyond its compute (the step's handling)
@@ -171,10 +173,18 @@ class Coordinator(CatchUpRole):
     def compute_took(self, step: int, task: int, seconds: float) -> None:
         """The shell timed our own compute of ``task`` (before :meth:`computed`): the split
         then learns our seconds per micro-batch apart from what the step's handling (sum,
-        Adam, hash, encoding) adds before our share starts (``self_fixed``)."""
+        Adam, hash, encoding) adds before our share starts (``self_fixed``), and our own
+        deadlines follow every compute timed from ``timing_from`` on (``own_spm``), also one
+        whose step a backup's answer already closed: timed only by the split's share, a
+        coordinator slower than its deadline was never timed, as a backup answered first
+        every step."""
         t = self.tasks.get(task)
         if t is not None and step == self.step and seconds >= 0:
             t.busy_s = float(seconds)
+        n = self.own_micro.pop((step, task), 0)
+        if n and seconds >= 0 and step >= self.timing_from:
+            per = float(seconds) / n
+            self.own_spm = per if self.own_spm is None else 0.5 * self.own_spm + 0.5 * per
 
     def computed(self, step: int, task: int, result, term: int | None = None) -> list[Output]:
         if term is not None and term != self.term:
@@ -297,7 +307,16 @@ class Coordinator(CatchUpRole):
         return m is not None and m.timed >= 1
 
     def _deadline(self, peer: str, n: int) -> float:
-        spm = 1.0 / float(self.capacity or 1.0) if peer == self.me else self.members[peer].sec_per_micro
+        """When ``peer``'s ``n`` micro-batches (a local-steps run's replicas) are late. Our own
+        follow our own timing once known (``own_spm``, else the split's ``self_spm``), as a
+        member's follow its: with the capacity alone, a task longer than the floor (a
+        local-steps round of seconds) was late every step, and a member computed it again as
+        its backup."""
+        if peer == self.me:
+            own = self.own_spm if self.own_spm is not None else self.self_spm
+            spm = own if own is not None else 1.0 / float(self.capacity or 1.0)
+        else:
+            spm = self.members[peer].sec_per_micro
         return max(MIN_DEADLINE_S, DEADLINE_FACTOR * spm * n + 0.5)
 
     def _dispatch(self, tasks: list[_Task], peers: dict[int, str] | None = None) -> list[Output]:
@@ -313,6 +332,7 @@ class Coordinator(CatchUpRole):
         for w in wire:
             if w.peer == self.me:
                 self.pending[(self.step, w.task)] = w.micro
+                self.own_micro[(self.step, w.task)] = len(w.micro)
                 out.append(Compute(self.step, w.task, w.micro, self.trainer.theta.copy(), self.term))
         return out
 
@@ -391,6 +411,7 @@ class Coordinator(CatchUpRole):
         self.step_started = False
         self.tasks, self.checks = {}, {}
         self.pending = {k: v for k, v in self.pending.items() if k[0] > step}
+        self.own_micro = {k: v for k, v in self.own_micro.items() if k[0] >= step}  # timed until the next commit
         committed = self.member.committed(step, loss, contributors, sha)
         # the next step's assign rides on each member's total: one message down per step
         nxt, carried = [], {}

@@ -94,6 +94,11 @@ export function rate(capacity, microBatch = 16) {
   return Number.isFinite(capacity) ? `${capacity.toFixed(1)} micro-batches/s (${microBatch} samples each)` : "—";
 }
 
+/** A local-steps run's capacity: a replica's rounds per second (run_speed.js taskRate). */
+export function roundRate(capacity, syncEvery) {
+  return Number.isFinite(capacity) ? `${capacity.toFixed(2)} replica rounds/s (${syncEvery} inner steps each)` : "—";
+}
+
 /** A compute-path reason in a newcomer's words (the engine's own words name the API calls). */
 export function plainReason(text) {
   return String(text ?? "")

@@ -59,6 +59,8 @@ export class Coordinator {
     this.checks = new Map();
     this.nextTask = 0;
     this.pending = new Map(); // our own tasks: "step:task" -> micro
+    this.ownMicro = new Map(); // ... -> their micro-batch count, until the shell times them
+    this.ownSpm = null;       // our own seconds per micro-batch, from every compute the shell timed
     this.stepStarted = false;
     this.selfSpm = null;      // our own seconds per micro-batch
     this.selfFixed = 0.0;     // what our own share waits beyond its compute (the step's handling)
@@ -146,6 +148,13 @@ export class Coordinator {
   computeTook(step, task, seconds) {
     const t = this.tasks.get(task);
     if (t !== undefined && step === this.step && seconds >= 0) t.busyS = Number(seconds);
+    const key = `${step}:${task}`;
+    const n = this.ownMicro.get(key) ?? 0;
+    this.ownMicro.delete(key);
+    if (n && seconds >= 0 && step >= this.timingFrom) { // (run/coordinator.py compute_took: own_spm)
+      const per = Number(seconds) / n;
+      this.ownSpm = this.ownSpm === null ? per : 0.5 * this.ownSpm + 0.5 * per;
+    }
   }
 
   async computed(step, task, result, term = null) {
@@ -278,8 +287,11 @@ export class Coordinator {
     return m !== undefined && m.timed >= 1;
   }
 
+  /** As run/coordinator.py _deadline: our own tasks follow our own timing once known. */
   _deadline(peer, n) {
-    const spm = peer === this.me ? 1.0 / Number(this.capacity || 1.0) : this.crew.get(peer).secPerMicro;
+    const timed = this.ownSpm !== null ? this.ownSpm : this.selfSpm;
+    const own = timed !== null ? timed : 1.0 / Number(this.capacity || 1.0);
+    const spm = peer === this.me ? own : this.crew.get(peer).secPerMicro;
     return Math.max(MIN_DEADLINE_S, DEADLINE_FACTOR * spm * n + 0.5);
   }
 
@@ -295,6 +307,7 @@ export class Coordinator {
     for (const w of wire) {
       if (w.peer === this.me) {
         this.pending.set(`${this.step}:${w.task}`, w.micro);
+        this.ownMicro.set(`${this.step}:${w.task}`, w.micro.length);
         out.push(compute(this.step, w.task, w.micro, this.trainer.theta.slice(), this.term));
       }
     }
@@ -383,6 +396,7 @@ export class Coordinator {
     this.tasks = new Map();
     this.checks = new Map();
     for (const k of [...this.pending.keys()]) if (Number(k.split(":")[0]) <= step) this.pending.delete(k);
+    for (const k of [...this.ownMicro.keys()]) if (Number(k.split(":")[0]) < step) this.ownMicro.delete(k); // timed until the next commit
     const committed = this.member.committed(step, loss, contributors, sha);
     // the next step's assign rides on each member's total: one message down per step
     const next = [];

@@ -7,6 +7,7 @@
 // forward and backward cost about BACKWARD_FACTOR forwards of it.
 
 import { microBatchRate } from "../engine/conformance.js";
+import { isLocal, nMicro } from "../engine/spec.js";
 
 export const BACKWARD_FACTOR = 3;
 
@@ -29,15 +30,26 @@ export async function rateOnTrainer(trainer, microBatch, minMs = 150, units = nu
   return (runs * n) / (dt / 1000) / BACKWARD_FACTOR / microBatch;
 }
 
+/** The run's tasks per second at `microRate` micro-batches per second: a local-steps run's
+ *  task is one replica's round, `sync_every` inner steps of `batch / micro_batch` micro-batches
+ *  each (what engine/capacity.py measure_capacity times on a local-steps trainer: its rounds
+ *  per second); a synchronous run's task is a micro-batch. The coordinator's deadlines and a
+ *  member's first timing are in these units, and a mixed room's capacities must share them. */
+export function taskRate(microRate, hyper) {
+  return isLocal(hyper) ? microRate / (hyper.sync_every * nMicro(hyper)) : microRate;
+}
+
 /** Measure `mesh`'s device on the run's model (`trainer`) and make it the capacity its ready
- *  message carries (RunPeer.capacity), so the split and the time left follow the run's model;
- *  says so on the bus (run:capacity). {capacity, probe}, or null when the measure failed. */
+ *  message carries (RunPeer.capacity: in the run's tasks, taskRate), so the split and the
+ *  time left follow the run's model; says so on the bus (run:capacity, in micro-batches per
+ *  second). {capacity, probe}, or null when the measure failed. */
 export async function measureRun(mesh, trainer, hyper) {
   try {
     const capacity = await rateOnTrainer(trainer, hyper.micro_batch, 150, mesh.device.units);
-    if (mesh.peer) mesh.peer.capacity = capacity;
+    const tasks = taskRate(capacity, hyper);
+    if (mesh.peer) mesh.peer.capacity = tasks;
     mesh.bus.emit("run:capacity", { capacity, probe: mesh.device.capacity });
-    return { capacity, probe: mesh.device.capacity };
+    return { capacity, probe: mesh.device.capacity, tasks };
   } catch (err) {
     console.warn(`mesh: measuring the run's model failed (${err.message}); the probe's capacity stays`);
     return null;
@@ -51,7 +63,7 @@ export async function measureRun(mesh, trainer, hyper) {
  *  {capacity, onModel, inTasks}. */
 export function capacityOf(peer, member, runCapacity) {
   const crew = peer?.coordinator?.crew?.get?.(member.id);
-  const mine = member.id === peer?.me && runCapacity && peer?.run ? runCapacity.capacity : null;
+  const mine = member.id === peer?.me && runCapacity && peer?.run ? runCapacity.tasks ?? runCapacity.capacity : null;
   const inTasks = crew?.secPerMicro > 0 && crew.secPerMicro !== 1 / crew.capacity ? 1 / crew.secPerMicro : null;
   if (crew?.capacity > 0) return { capacity: crew.capacity, onModel: true, inTasks };
   if (mine !== null) return { capacity: mine, onModel: true, inTasks: null };

@@ -49,7 +49,9 @@ function renderPeers() {
     const me = m.id === r.you;
     const link = me ? { state: "—", rttMs: null } : linkOf(m.id);
     const cap = p.capacity ?? m.capacity;
-    const capText = `${F.rate(cap, state.runMicro || 16)}${p.onModel ? " on the run's model" : " (self-test probe)"}` +
+    const local = p.onModel ? state.roomPeers?.local : null; // a local-steps run's capacities are in its tasks
+    const capText = `${local ? F.roundRate(cap, local.syncEvery) : F.rate(cap, state.runMicro || 16)}` +
+      `${p.onModel ? " on the run's model" : " (self-test probe)"}` +
       (Number.isFinite(p.inTasks) ? `; ${p.inTasks.toFixed(1)}/s in its tasks so far, the link included` : "");
     const micro = p.micro ?? state.run.done?.[m.id] ?? 0;
     const hash = p.hashAgrees === true ? "agrees" : p.hashAgrees === false ? "differs" : "—";
@@ -129,7 +131,9 @@ function renderPooled() {
   const rp = state.roomPeers;
   let pooled = rp?.pooledCapacity;
   if (!Number.isFinite(pooled) && state.room) pooled = state.room.members.reduce((a, m) => a + (m.capacity || 0), 0);
-  $("pooled").textContent = !Number.isFinite(pooled) ? "—" : `${pooled.toFixed(1)} micro-batches/s` +
+  const local = rp?.pooledOnModel ? rp.local : null; // a local-steps run's capacities are in its tasks
+  $("pooled").textContent = !Number.isFinite(pooled) ? "—"
+    : (local ? `${pooled.toFixed(2)} replica rounds/s` : `${pooled.toFixed(1)} micro-batches/s`) +
     (rp?.pooledOnModel ? " on the run's model (each device measured it when the run started)"
       : " on the self-test's probe (the digits model); measured again on the run's model when a run starts");
 }
