@@ -194,6 +194,14 @@ def ip_of(i: int) -> str:
     return f"10.79.0.{11 + i}"
 
 
+def udp_drops(pid: int) -> int:
+    """UDP datagrams the namespace of ``pid`` dropped for a full receive buffer (a browser
+    whose network thread did not read its socket in time: SCTP then waits a retransmission
+    timeout), from its /proc/net/snmp."""
+    lines = [ln.split() for ln in Path(f"/proc/{pid}/net/snmp").read_text().splitlines() if ln.startswith("Udp:")]
+    return int(dict(zip(lines[0][1:], lines[1][1:])).get("RcvbufErrors", 0))
+
+
 def load() -> float:
     return os.getloadavg()[0]
 
@@ -352,6 +360,12 @@ def measure(a) -> dict:
         if not ready.startswith("READY"):
             raise RuntimeError(f"the delay line did not start: {ready}")
         print(ready, file=sys.stderr)
+        if a.rate_mbit:  # each namespace's tun sends at most this fast: a burst is paced as on a real link
+            for s in sleepers:
+                subprocess.run(["nsenter", f"--net=/proc/{s.pid}/ns/net", "--", "tc", "qdisc", "add", "dev", "dt0",
+                                "root", "tbf", "rate", f"{a.rate_mbit}mbit", "burst", "32kb", "latency", "200ms"],
+                               check=True)
+            ready += f", {a.rate_mbit:g} Mbit/s each way"
         echo = {k: json.loads(subprocess.run([PY, "-m", "bench.delay_line", "--echo", x, y, ip], cwd=ROOT,
                                              capture_output=True, text=True, check=True).stdout)
                 for k, x, y, ip in (("tab-tab", str(sleepers[0].pid), str(sleepers[1].pid), ip_of(1)),
@@ -379,11 +393,13 @@ def measure(a) -> dict:
                 for b in a.batches:
                     for room in a.rooms:
                         n_tabs, n_peers = ROOMS[room]
+                        drops0 = [udp_drops(s.pid) for s in sleepers[:n_browsers]]
                         r = run_room(browsers, sleepers[3].pid, n_tabs, n_peers, b, a.steps_for(b), a.skip,
                                      tmp, f"{rnd}-{b}-{n_tabs}-{n_peers}", a.room_s,
                                      peer_cpu=n_tabs % cores if a.pin else None, profile=a.profile,
                                      trace=a.trace, no_draw=a.no_draw, local=a.local)
-                        r.update(room=room, round=rnd, reference=refs[b])
+                        r.update(room=room, round=rnd, reference=refs[b],
+                                 udp_drops=[udp_drops(s.pid) - d for s, d in zip(sleepers[:n_tabs], drops0)])
                         print(json.dumps(r), file=sys.stderr)
                         rows.append(r)
             for br in browsers:
@@ -399,12 +415,13 @@ def measure(a) -> dict:
 def report(res: dict) -> str:
     one = {(r["round"], r["batch"]): r for r in res["rows"] if r["room"] == "1 tab"}
     lines = ["| round | batch | room | steps/s | vs 1 tab (same round) | micro-batches per device (the host tab's count: the split) "
-             "| each tab: path, workers | load (1 min) start / end | every device on train's hash |",
-             "|---|---|---|---|---|---|---|---|---|"]
+             "| each tab: path, workers | load (1 min) start / end | every device on train's hash "
+             "| UDP datagrams dropped, full receive buffer (each tab's namespace) |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for r in res["rows"]:
         if "error" in r:
             lines.append(f"| {r['round']} | {r['batch']} | {r['room']} | - | - | - | - | "
-                         f"{r['load'][0]:.1f} / {r['load'][1]:.1f} | {r['error']} |")
+                         f"{r['load'][0]:.1f} / {r['load'][1]:.1f} | {r['error']} | - |")
             continue
         base = one.get((r["round"], r["batch"]))
         base = base if base and "error" not in base else None
@@ -413,7 +430,8 @@ def report(res: dict) -> str:
         devs = ", ".join(f"{d['cpuPath'] if d['kind'] == 'cpu' else d['kind']} {d['workers']}" for d in r["devices"])
         same = all(s == r["reference"] for s in r["shas"]) and r["agreed"]
         lines.append(f"| {r['round']} | {r['batch']} | {r['room']} | {r['steps_s']:.2f} | {ratio} | {done} | "
-                     f"{devs} | {r['load'][0]:.1f} / {r['load'][1]:.1f} | {'yes' if same else 'NO'} |")
+                     f"{devs} | {r['load'][0]:.1f} / {r['load'][1]:.1f} | {'yes' if same else 'NO'} | "
+                     f"{', '.join(map(str, r['udp_drops'])) if 'udp_drops' in r else '-'} |")
     prof_lines = []
     for r in res["rows"]:
         for i, pp in enumerate(r.get("profile") or []):
@@ -533,6 +551,8 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=1)
     ap.add_argument("--rooms", default=",".join(ROOMS), help="comma-separated, of: " + ", ".join(ROOMS))
     ap.add_argument("--delay-ms", type=float, default=1.0)
+    ap.add_argument("--rate-mbit", type=float, default=0, help="cap each device's sending rate (tc tbf on its "
+                    "tun; 0: none, the line forwards a burst at once)")
     ap.add_argument("--room-s", type=float, default=600, help="a room not done in this many seconds is a failed row")
     ap.add_argument("--out", default=None, help="also write the raw results (JSON) here")
     ap.add_argument("--report", default=None, help="only rewrite the report from an --out file")

@@ -105,3 +105,11 @@ def test_a_local_steps_room_reports_to_a_section_of_its_own():
     assert section_of({"pinned": False})[0] == "tab_rooms"
     name, title = section_of({"pinned": True, "local": [2, 32]})
     assert name == "tab_rooms_local" and "--replicas 2 --sync-every 32" in title
+
+
+def test_udp_drops_counts_a_namespaces_receive_buffer_errors():
+    """The bench's drop column reads the namespace of a process (here our own) from
+    /proc/PID/net/snmp: a number, never negative."""
+    from bench.tab_rooms import udp_drops
+
+    assert udp_drops(os.getpid()) >= 0

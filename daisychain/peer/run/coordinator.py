@@ -210,7 +210,9 @@ class Coordinator(CatchUpRole):
         m.ahead = None
         if msg.step == self.step and msg.params_sha256 == self._hash():
             m.synced = True
-            return [Log(f"{sender} is ready ({msg.kind}, {msg.capacity:.0f} micro-batches/s)")] + \
+            rate = (f"{msg.capacity:.2f} replica rounds/s" if self.trainer.hp.local
+                    else f"{msg.capacity:.0f} micro-batches/s")  # a local-steps run's tasks are rounds
+            return [Log(f"{sender} is ready ({msg.kind}, {rate})")] + \
                 self._maybe_begin()
         if msg.step > self.step and self.restored_term != self.term:
             # it holds a later step than we do: take its state once another member reports the

@@ -11,6 +11,7 @@
 
 import { Star } from "./aggregator.js";
 import { finishShares } from "./split.js";
+import { isLocal } from "../engine/spec.js";
 import { Window } from "./rollback.js";
 import { Trust } from "./trust.js";
 import { CatchUpRole, SYNC_WAIT_S } from "./catchup.js";
@@ -189,7 +190,9 @@ export class Coordinator {
     m.ahead = null;
     if (msg.step === this.step && msg.params_sha256 === this.sha) {
       m.synced = true;
-      return [log(`${sender} is ready (${msg.kind}, ${msg.capacity.toFixed(0)} micro-batches/s)`), ...this._maybeBegin()];
+      const rate = isLocal(this.trainer.hp) ? `${msg.capacity.toFixed(2)} replica rounds/s` // a local-steps run's tasks are rounds
+        : `${msg.capacity.toFixed(0)} micro-batches/s`;
+      return [log(`${sender} is ready (${msg.kind}, ${rate})`), ...this._maybeBegin()];
     }
     if (msg.step > this.step && this.restoredTerm !== this.term) {
       // it holds a later step than we do: take its state once another member reports the same
