@@ -121,7 +121,15 @@ export class Trainer {
     this.yLen = (dataset.y_train.shape || [])[1] || 1; // values per row: an mse y has K targets
     this.schedule = new Schedule(dataset.y_train.data.length / this.yLen, hyper);
     this.theta = initParams(spec, hyper.seed);
-    this.adam = new AdamState(this.theta.length);
+    // Adam in the WebAssembly module where the units are the checked module's (wasm_adam.js:
+    // adamStep's bits, checked on its cold calls at open): the parameters and the moments then
+    // live in the kernel's memory, stepped in place; otherwise adamStep on these arrays
+    this.adamKernel = typeof units?.adamKernel === "function" ? units.adamKernel(this.theta.length) : null;
+    if (this.adamKernel) {
+      this.adamKernel.theta.set(this.theta);
+      this.theta = this.adamKernel.theta;
+      this.adam = this.adamKernel.state();
+    } else this.adam = new AdamState(this.theta.length);
     this.step = 0;
     this.limit = gradLimit(hyper);
   }
@@ -217,7 +225,8 @@ export class Trainer {
    *  schedule's learning rate of this update, step += 1. */
   apply(total) {
     if (total.length !== this.theta.length) throw new RangeError(`gradient has ${total.length} values, model ${this.theta.length}`);
-    adamStep(this.theta, this.adam, total, this.hp, ...this.gradScaling());
+    if (this.adamKernel) this.adamKernel.step(this.theta, this.adam, total, this.hp, ...this.gradScaling());
+    else adamStep(this.theta, this.adam, total, this.hp, ...this.gradScaling());
     this.step += 1;
   }
 

@@ -39,7 +39,7 @@
 
 import { MAX_K } from "../units/gemm.js";
 import { UnitError } from "../units/units.js";
-import { absmax, exponent, pow2, quantExponent, quantize } from "../engine/detmath.js";
+import { exponent, pow2, quantExponent } from "../engine/detmath.js";
 import { biasAcc } from "../engine/layers.js";
 import { Engine, IMAGE_EXPONENT, initParams, outputError, ParamLayout, topErrors } from "../engine/model.js";
 import { kindOf } from "../engine/registry.js";
@@ -117,6 +117,7 @@ export class WasmPlan {
     const A = (n) => this._alloc(n);
     this.inLen = b * spec.inputDim; // an image: pixels >> 1; dense: quantized features
     let cur = A(this.inLen);
+    this.xf = spec.inputKind === "image" ? 0 : A(2 * this.inLen); // dense: the features as float64
     let curLen = this.inLen;
     let pi = 0;
     for (let li = 0; li < L.length; li++) {
@@ -225,8 +226,10 @@ export class WasmPlan {
       for (let i = 0; i < x.length; i++) a[i] = x[i] >> 1;
       return IMAGE_EXPONENT;
     }
-    const ex = quantExponent(absmax(x));
-    quantize(x, ex, a);
+    // detmath.js absmax, quantExponent and quantize, the float64 operations in the module
+    new Float64Array(this.mem.buffer, this.xf, x.length).set(x);
+    const ex = quantExponent(this.k.absmax64(this.xf, x.length));
+    this.k.quant(this.xf, this.entries[0].inp, x.length, pow2(-ex));
     return ex;
   }
 

@@ -13,7 +13,9 @@
 //      odd maps). V8 compiles a function first with its baseline compiler, so these are the
 //      calls a wrong baseline code generator would spoil (DETERMINISM.md rule 13);
 //   5. whole micro-batches through fresh resident plans give the JS units' contribution
-//      (wasm_plan.js planSelfCheck: a small CNN and an MLP, the plan kernels' cold calls).
+//      (wasm_plan.js planSelfCheck: a small CNN and an MLP, the plan kernels' cold calls);
+//   6. the Adam kernel's first, cold calls give engine/adam.js adamStep's bits (wasm_adam.js
+//      adamSelfCheck).
 // Otherwise it returns {units: null, reason} and the tab computes on the JS units, saying why.
 //
 // Operands are copied into the module's memory (int32); A is packed to int8 rows with K
@@ -31,6 +33,7 @@ import { gemmLayout, requireExactMul } from "../units/gemm.js";
 import { checkLength, convLayout, poolLayout } from "../units/conv.js";
 import { sha256Hex } from "../units/luts.js";
 import { planFor, planSelfCheck } from "./wasm_plan.js";
+import { adamSelfCheck, WasmAdam } from "./wasm_adam.js";
 
 /** A module with one function `(func (result v128) v128.const i32x4 0 0 0 0)`: valid only
  *  where the engine has fixed-width SIMD. */
@@ -121,6 +124,18 @@ export class WasmUnits extends CpuUnits {
   async residentPlan(spec, b) {
     if (this.resident === false || !this.module) return null;
     return planFor(this, spec, b);
+  }
+
+  /** Adam for `size` parameters in its own instance of the module (wasm_adam.js), or null
+   *  where none applies (the trainer then steps with engine/adam.js adamStep, same bits). */
+  adamKernel(size) {
+    if (this.adamOff || !this.module) return null;
+    try {
+      return new WasmAdam(this.module, size);
+    } catch (err) {
+      if (err instanceof RangeError) return null; // the browser would not give it the memory
+      throw err;
+    }
   }
 
   // -- the units interface -------------------------------------------------------------------
@@ -316,7 +331,8 @@ export async function openWasmUnits(luts, { base = "/webui/wasm/", bytes = null,
     if (tables) return { units: null, reason: `the WebAssembly kernels compute the exact units, but ${tables}: not used` };
     const { module, instance } = await WebAssembly.instantiate(bytes, {});
     const units = new WasmUnits(luts, instance, module);
-    const bad = await selfCheck(units, new CpuUnits(luts)) || await planSelfCheck(units, new CpuUnits(luts));
+    const bad = await selfCheck(units, new CpuUnits(luts)) || await planSelfCheck(units, new CpuUnits(luts)) ||
+      adamSelfCheck(module);
     if (bad) return { units: null, reason: `the WebAssembly SIMD module failed its self-check (${bad}): not used` };
     return { units, reason: null };
   } catch (err) {
