@@ -25,6 +25,12 @@ and the reverse), and must write the pure Python run's outputs.
     python -m bench.simulate --seeds 0:200 --lang mixed       # mixed rooms (bench/simulate_mixed.py)
     python -m bench.simulate --seeds 17:1 --trace             # a seed's scenario, shrunk when it fails
     python -m bench.simulate --seeds 17:1 --pin NAME          # ... pinned as tests/scenarios/NAME.json
+    python -m bench.simulate --seeds 0:600 --lang both        # the sweep the suite ran until stop 48
+    python -m bench.simulate --seeds 0:600 --cover 6          # the suite's set: each feature of 0-599, 6 times
+
+The suite (tests/run/test_simulate.py) plays a set of seeds chosen from 0-599 (``--cover``,
+:func:`features`): every kind of room, event, liar, outcome and message of the 600 runs, each
+at least 6 times; the whole sweep, and wider ones, are this bench's.
 """
 
 from __future__ import annotations
@@ -355,15 +361,17 @@ def shrink(sc: dict, lang: str, bad: list[str]) -> dict:
     return best
 
 
-def run_seeds(start: int, count: int, lang: str, batch: int = 50, rooms: str = "random") -> dict:
+def run_seeds(start: int, count: int, lang: str, batch: int = 50, rooms: str = "random",
+              seeds: list[int] | None = None) -> dict:
+    """Seeds ``start`` .. ``start + count - 1`` (or the list ``seeds``, in its order)."""
     runs, found, uncaught, gaps, collusions = 0, [], 0, 0, 0
     faults: dict[str, int] = {}
     make = generate
     if rooms == "tab-rollback":
         from bench.simulate_mixed import generate_tab as make
-    for lo in range(start, start + count, batch):
-        seeds = list(range(lo, min(start + count, lo + batch)))
-        scs = [make(s) for s in seeds]
+    todo = list(seeds) if seeds is not None else list(range(start, start + count))
+    for lo in range(0, len(todo), batch):
+        scs = [make(s) for s in todo[lo:lo + batch]]
         js = run_js(scs) if lang in ("js", "both") else {}
         for sc in scs:
             bad: list[str] = []
@@ -400,21 +408,90 @@ def run_seeds(start: int, count: int, lang: str, batch: int = 50, rooms: str = "
             "window_gap_runs": gaps, "colluded_runs": collusions}
 
 
+def features(sc: dict, res: dict) -> set[str]:
+    """What a run of ``sc`` exercised: its room (shape, size, steps, rate, strikes, liars and
+    their kinds, events, late joiners, stragglers, delays, ring aggregation, each event and
+    liar kind by shape) and what happened (each kind of output, alarm, send and end; syncs,
+    rollbacks and coordinator changes; whether its liars were all removed or one stayed
+    uncaught). The suite's seed sets cover each of them (:func:`cover`)."""
+    info, out = sc["sim"], res.get("outputs", [])
+    sim = next(e for e in sc["events"] if e["op"] == "sim")
+    shape, liars = info["shape"], set(info["liars"])
+    f = {f"shape={shape}", f"peers={info['peers']}", f"steps={info['steps']}", f"rate={info['verify_rate']}",
+         f"late={len(info['late'])}", f"slow={bool(info['slow'])}", f"liars={len(liars)}", f"delay={sim['delay_ms']}"}
+    if info["verify_rate"]:
+        f.add(f"strikes={info['strikes']}")
+    f |= {f"aggregate={e['aggregate']}" for e in sc["events"] if e.get("aggregate")}
+    for kind in info["liars"].values():
+        f |= {f"lie={kind}", f"{shape}/lie={kind}", f"rate={info['verify_rate']}/lie"}
+    for ev in info["events"]:
+        f |= {f"event={ev}", f"{shape}/event={ev}"} | ({f"liar+event={ev}"} if liars else set())
+    if info["late"]:
+        f.add(f"{shape}/late")
+    if liars:
+        removed = {o[3] for o in out if o[0] == "alarm" and o[2] == "removed"}
+        f.add("liar=uncaught" if liars - removed else "liar=window-gap" if window_gap(out, liars)
+              else "liar=colluded" if colluded(out, liars) else "liar=removed")
+    for o in out:
+        f.add(f"out={o[0]}")
+        if o[0] in ("alarm", "sim"):
+            f.add(f"{o[0]}={o[1 if o[0] == 'sim' else 2]}")
+        elif o[0] == "send":
+            f.add(f"send={o[3]}")
+        elif o[0] == "log":
+            f |= {f"log={w}" for w in ("synced to step", "rolled back", "coordinating the run from step") if w in str(o[3])}
+    return f
+
+
+def cover(seeds: list[int], k: int) -> list[int]:
+    """A small set of ``seeds`` whose Python runs show each :func:`features` of theirs at
+    least ``k`` times (all its runs where it shows fewer): greedy, the run that adds the most
+    missing features first, the one with fewer outputs on a tie. Deterministic."""
+    rows = []
+    for s in seeds:
+        sc = generate(s)
+        res = run_py(sc)
+        rows.append((s, features(sc, res), len(res.get("outputs", []))))
+    count: dict[str, int] = {}
+    for _, f, _ in rows:
+        for x in f:
+            count[x] = count.get(x, 0) + 1
+    need = {x: min(c, k) for x, c in count.items()}
+    picked: list[int] = []
+    while any(v > 0 for v in need.values()):
+        s, f, _ = max(rows, key=lambda r: (sum(need[x] > 0 for x in r[1]), -r[2], -r[0]))
+        for x in f:
+            need[x] -= 1
+        picked.append(s)
+        rows = [r for r in rows if r[0] != s]
+    return sorted(picked)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.simulate", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--seeds", default="0:100", help="START:COUNT")
+    ap.add_argument("--seeds", default="0:100", help="START:COUNT, or a list: 3,9,16")
     ap.add_argument("--lang", choices=("py", "js", "both", "mixed"), default="py")
     ap.add_argument("--rooms", choices=("random", "tab-rollback"), default="random",
                     help="tab-rollback: rooms of the browser rollback test's shape (bench/simulate_mixed.py)")
     ap.add_argument("--trace", action="store_true", help="print each seed's scenario (shrunk when it fails)")
     ap.add_argument("--pin", metavar="NAME", help="write the (shrunk) failing scenario to tests/scenarios/NAME.json")
+    ap.add_argument("--cover", type=int, metavar="K",
+                    help="print the smallest set (greedy) of these seeds that shows each feature of their "
+                         "Python runs K times (tests/run/test_simulate.py's sets)")
     a = ap.parse_args(argv)
-    start, count = (int(x) for x in a.seeds.split(":"))
+    if ":" in a.seeds:
+        start, count = (int(x) for x in a.seeds.split(":"))
+        seeds = list(range(start, start + count))
+    else:
+        seeds = [int(x) for x in a.seeds.split(",")]
+    if a.cover:
+        print(",".join(map(str, cover(seeds, a.cover))))
+        return 0
     make = generate
     if a.rooms == "tab-rollback":
         from bench.simulate_mixed import generate_tab as make
     if a.trace or a.pin:
-        for seed in range(start, start + count):
+        for seed in seeds:
             sc = make(seed)
             bad, _ = check(sc, a.lang)
             if bad:
@@ -427,7 +504,7 @@ def main(argv=None) -> int:
                           "expect": {"reference": True, "outside": sorted(sc["sim"]["liars"])}}
                 (SCEN / f"{a.pin}.json").write_text(json.dumps(pinned, indent=1) + "\n")
         return 0
-    res = run_seeds(start, count, a.lang, rooms=a.rooms)
+    res = run_seeds(0, 0, a.lang, rooms=a.rooms, seeds=seeds)
     print(json.dumps(res))
     return 0 if res["violations"] == 0 else 1
 

@@ -19,6 +19,7 @@ IMPORT_NAME = {"scikit-learn": "sklearn", "pywebview": "webview", "pytest-timeou
 NOT_IMPORTED = {
     "safetensors": "the .safetensors model export",
     "pytest-timeout": "a pytest plugin: the `timeout` setting in [tool.pytest.ini_options]",
+    "pytest-xdist": "a pytest plugin: `scripts/test.sh -n 2`, the suite on two workers (opt-in)",
 }
 
 
