@@ -22,24 +22,26 @@ export class AdamState {
   }
 }
 
-/** Update theta (Float64Array) and state in place with the gradient g, or with an integer
- *  total and gscale (a power of two) and gdiv to make it element by element:
- *  g = (total * gscale) / gdiv, the trainer's meanGrad (adam.py adam_step's gscale, gdiv). */
-export function adamStep(theta, state, g, hp, gscale = 1.0, gdiv = 1) {
+/** A step's scalars, in adamStep's order (the learning rate at the state's step, the
+ *  running products advanced: state.step += 1); wasm/wasm_adam.js takes the same. */
+export function adamScalars(state, hp) {
   const b1 = hp.beta1;
   const b2 = hp.beta2;
   const lr = lrAt(hp, state.step);
   state.step += 1;
   state.b1t = state.b1t * b1;
   state.b2t = state.b2t * b2;
-  const c1 = 1.0 - b1;
-  const c2 = 1.0 - b2;
-  const d1 = 1.0 - state.b1t;
-  const d2 = 1.0 - state.b2t;
-  const { m, v } = state;
-  const eps = hp.eps;
   const wd = hp.weight_decay;
-  const lrwd = lr * wd;
+  return { b1, b2, lr, c1: 1.0 - b1, c2: 1.0 - b2, d1: 1.0 - state.b1t, d2: 1.0 - state.b2t, eps: hp.eps,
+    wd, lrwd: lr * wd };
+}
+
+/** Update theta (Float64Array) and state in place with the gradient g, or with an integer
+ *  total and gscale (a power of two) and gdiv to make it element by element:
+ *  g = (total * gscale) / gdiv, the trainer's meanGrad (adam.py adam_step's gscale, gdiv). */
+export function adamStep(theta, state, g, hp, gscale = 1.0, gdiv = 1) {
+  const { b1, b2, lr, c1, c2, d1, d2, eps, wd, lrwd } = adamScalars(state, hp);
+  const { m, v } = state;
   const size = theta.length;
   const mean = !(gscale === 1.0 && gdiv === 1);
   if (m.length !== size || v.length !== size || g.length < size) throw new RangeError("adam: sizes differ");

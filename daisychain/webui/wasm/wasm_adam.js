@@ -11,8 +11,7 @@
 // The scalar part of the step (the learning rate, the running products, 1 - beta, 1 - b1t)
 // is adamStep's JS, once per step.
 
-import { AdamState, adamStep } from "../engine/adam.js";
-import { lrAt } from "../engine/augment.js";
+import { AdamState, adamScalars, adamStep } from "../engine/adam.js";
 
 const up = (x, m) => Math.ceil(x / m) * m;
 
@@ -50,14 +49,7 @@ export class WasmAdam {
     const { m, v } = state;
     if (size !== this.size) return adamStep(theta, state, g, hp, gscale, gdiv); // not laid out for it
     if (m.length !== size || v.length !== size || g.length < size) throw new RangeError("adam: sizes differ");
-    // adamStep's scalars, in its order
-    const b1 = hp.beta1;
-    const b2 = hp.beta2;
-    const lr = lrAt(hp, state.step);
-    state.step += 1;
-    state.b1t = state.b1t * b1;
-    state.b2t = state.b2t * b2;
-    const wd = hp.weight_decay;
+    const { b1, b2, lr, c1, c2, d1, d2, eps, wd, lrwd } = adamScalars(state, hp); // adamStep's, in its order
     const mean = !(gscale === 1.0 && gdiv === 1);
     // g * 1.0 and g / 1 are g itself: those operations are left out (adam.py does the same)
     const flags = (mean && gscale !== 1.0 ? 1 : 0) | (mean && gdiv !== 1 ? 2 : 0) | (wd ? 4 : 0);
@@ -66,8 +58,7 @@ export class WasmAdam {
     copy(m, this.m);
     copy(v, this.v);
     copy(g, this.g);
-    this.k.adam(this.pt, this.pm, this.pv, this.pg, size, flags, b1, b2, 1.0 - b1, 1.0 - b2,
-      1.0 - state.b1t, 1.0 - state.b2t, hp.eps, lr, lr * wd, gscale, gdiv);
+    this.k.adam(this.pt, this.pm, this.pv, this.pg, size, flags, b1, b2, c1, c2, d1, d2, eps, lr, lrwd, gscale, gdiv);
     if (theta !== this.theta) theta.set(this.theta);
     if (m !== this.m) m.set(this.m);
     if (v !== this.v) v.set(this.v);
