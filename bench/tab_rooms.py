@@ -198,7 +198,12 @@ def udp_drops(pid: int) -> int:
     """UDP datagrams the namespace of ``pid`` dropped for a full receive buffer (a browser
     whose network thread did not read its socket in time: SCTP then waits a retransmission
     timeout), from its /proc/net/snmp."""
-    lines = [ln.split() for ln in Path(f"/proc/{pid}/net/snmp").read_text().splitlines() if ln.startswith("Udp:")]
+    return rcvbuf_errors(Path(f"/proc/{pid}/net/snmp").read_text())
+
+
+def rcvbuf_errors(snmp: str) -> int:
+    """The Udp RcvbufErrors counter of a /proc/net/snmp text (its header line, then values)."""
+    lines = [ln.split() for ln in snmp.splitlines() if ln.startswith("Udp:")]
     return int(dict(zip(lines[0][1:], lines[1][1:])).get("RcvbufErrors", 0))
 
 

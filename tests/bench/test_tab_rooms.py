@@ -108,8 +108,14 @@ def test_a_local_steps_room_reports_to_a_section_of_its_own():
 
 
 def test_udp_drops_counts_a_namespaces_receive_buffer_errors():
-    """The bench's drop column reads the namespace of a process (here our own) from
-    /proc/PID/net/snmp: a number, never negative."""
-    from bench.tab_rooms import udp_drops
+    """The bench's drop column: the Udp RcvbufErrors counter of /proc/PID/net/snmp (not the
+    Ip or UdpLite lines), read here for our own namespace and from a known text."""
+    from bench.tab_rooms import rcvbuf_errors, udp_drops
 
-    assert udp_drops(os.getpid()) >= 0
+    snmp = ("Ip: Forwarding InReceives\nIp: 1 5\n"
+            "Udp: InDatagrams NoPorts InErrors OutDatagrams RcvbufErrors SndbufErrors\n"
+            "Udp: 900 2 207 880 206 0\n"
+            "UdpLite: InDatagrams NoPorts InErrors OutDatagrams RcvbufErrors SndbufErrors\n"
+            "UdpLite: 0 0 0 0 9 0\n")
+    assert rcvbuf_errors(snmp) == 206
+    assert isinstance(udp_drops(os.getpid()), int)

@@ -152,3 +152,18 @@ def test_a_mixed_room_sends_each_message_across_the_two_languages():
         assert got["crossed"]["py>js"] > 10 and got["crossed"]["js>py"] > 10, (a, got["crossed"])
         assert got["outputs"] == py["outputs"] and got["final"] == py["final"]
     assert js_ids(sc, "js-host") == {"p0"} and js_ids(sc, "py-host") == {"p1", "p2"}
+
+
+def test_the_cover_of_a_few_seeds_shows_every_feature_of_theirs():
+    """bench.simulate cover, which picked the sets above: every feature of the seeds' runs
+    is in the picked runs at least min(k, the runs that show it) times."""
+    from bench.simulate import cover, features
+
+    seeds = [0, 1, 2, 3, 4]
+    feats = {s: features(generate(s), run_py(generate(s))) for s in seeds}
+    every = set().union(*feats.values())
+    for k in (1, 2):
+        picked = cover(seeds, k)
+        assert picked == sorted(set(picked)) and set(picked) <= set(seeds)
+        for x in every:
+            assert sum(x in feats[s] for s in picked) >= min(k, sum(x in f for f in feats.values())), (k, x)
